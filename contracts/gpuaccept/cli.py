@@ -1,0 +1,44 @@
+"""``gpuaccept``: one command, two components.
+
+``gpuaccept probe`` runs the node agent; ``gpuaccept operator`` runs the
+Kubernetes operator. Each subcommand imports only its own component, so the
+operator never loads torch or NVML and the probe never loads kopf.
+"""
+
+import sys
+from collections.abc import Sequence
+
+USAGE = """usage: gpuaccept {probe,operator,crds} [options]
+
+  probe      measure this node and print a report (see: gpuaccept probe --help)
+  operator   run the Kubernetes operator (see: gpuaccept operator --help)
+  crds       print the CustomResourceDefinitions generated from the contract models
+"""
+
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help"}:
+        sys.stdout.write(USAGE)
+        return 0 if args else EXIT_USAGE
+    command, rest = args[0], args[1:]
+    if command == "probe":
+        from gpuaccept.probe.cli import main as probe_main
+
+        return probe_main(rest)
+    if command == "operator":
+        from gpuaccept.operator.cli import main as operator_main
+
+        return operator_main(rest)
+    if command == "crds":
+        from gpuaccept.contracts.crdgen import main as crds_main
+
+        return crds_main(rest)
+    sys.stderr.write(f"gpuaccept: unknown command {command!r}\n{USAGE}")
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

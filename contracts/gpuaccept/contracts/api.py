@@ -1,0 +1,29 @@
+"""Names on the Kubernetes API that both sides agree on."""
+
+from typing import Final
+
+GROUP: Final = "gpuaccept.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+REPORT_KIND: Final = "ProbeReport"
+POLICY_KIND: Final = "NodeAcceptancePolicy"
+POLICY_PLURAL: Final = "nodeacceptancepolicies"
+ACCEPTANCE_KIND: Final = "NodeAcceptance"
+ACCEPTANCE_PLURAL: Final = "nodeacceptances"
+
+# Keys the operator owns on Nodes. It never removes a taint or label whose key
+# it does not own.
+PENDING_TAINT_KEY: Final = f"{GROUP}/pending"
+QUARANTINE_TAINT_KEY: Final = f"{GROUP}/quarantined"
+ACCEPTANCE_LABEL: Final = f"{GROUP}/acceptance"
+REPROBE_ANNOTATION: Final = f"{GROUP}/reprobe"
+NODE_CONDITION_TYPE: Final = "GPUAcceptance"
+
+# A Kubernetes termination message is capped at 4096 bytes by the kubelet.
+TERMINATION_MESSAGE_MAX_BYTES: Final = 4096
+
+# Well-known node facts.
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"

@@ -1,0 +1,114 @@
+"""Status of the ``NodeAcceptance`` (one per node) and ``NodeAcceptancePolicy`` objects."""
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.report import CheckStatus, ProbeReport
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    PROBING = "Probing"
+    ACCEPTED = "Accepted"
+    QUARANTINED = "Quarantined"
+    HELD = "Held"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(ContractModel):
+    """A Kubernetes-style condition (metav1.Condition shape)."""
+
+    type: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9]{0,62}$")
+    status: ConditionStatus
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: datetime
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class Reason(ContractModel):
+    """Why a node is not accepted, naming the check responsible."""
+
+    check: str = Field(max_length=32)
+    reason: str = Field(pattern=r"^[A-Z][A-Za-z0-9]*$", max_length=64)
+    message: str = Field(default="", max_length=512)
+
+
+class CheckSummary(ContractModel):
+    check: str = Field(max_length=32)
+    status: CheckStatus
+    message: str = Field(default="", max_length=240)
+
+
+class KeyFigures(ContractModel):
+    """The numbers a person looks at first (also shown as printer columns)."""
+
+    gpu_model: str | None = Field(default=None, max_length=64)
+    gpu_count: int | None = Field(default=None, ge=0)
+    min_pcie_generation: int | None = Field(default=None, ge=0)
+    min_pcie_width: int | None = Field(default=None, ge=0)
+    pcie: str | None = Field(default=None, max_length=16, description="e.g. Gen5x16")
+    busbw_gbps: float | None = Field(default=None, ge=0, alias="busbwGBps")
+    driver_version: str | None = Field(default=None, max_length=32)
+
+
+class NodeAcceptanceSpec(ContractModel):
+    node_name: str = Field(min_length=1, max_length=253)
+
+
+class NodeAcceptanceStatus(ContractModel):
+    phase: Phase = Phase.PENDING
+    reason: str | None = Field(default=None, max_length=64, description="Main reason, one word.")
+    message: str | None = Field(default=None, max_length=1024)
+    reasons: list[Reason] = Field(default_factory=list, max_length=32)
+    checks: list[CheckSummary] = Field(default_factory=list, max_length=32)
+    figures: KeyFigures | None = None
+    policy: str | None = Field(default=None, max_length=253)
+    policy_generation: int | None = Field(
+        default=None, ge=0, description="Generation of the policy the verdict was judged against."
+    )
+    attempts: int = Field(default=0, ge=0)
+    probe_pod: str | None = Field(default=None, max_length=253)
+    probe_started_time: datetime | None = None
+    next_attempt_time: datetime | None = None
+    last_probe_time: datetime | None = None
+    probed_boot_id: str | None = Field(default=None, alias="probedBootID", max_length=64)
+    rejudged: bool = Field(
+        default=False,
+        description="The verdict was recomputed from stored results after a policy change.",
+    )
+    held_action: str | None = Field(
+        default=None,
+        max_length=32,
+        description="The action held back by the breaker or dryRun (e.g. Quarantine).",
+    )
+    applied_taints: list[str] = Field(
+        default_factory=list, description="Taint keys this operator applied to the node."
+    )
+    report: ProbeReport | None = Field(default=None, description="The last valid probe report.")
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class PhaseCounts(ContractModel):
+    pending: int = 0
+    probing: int = 0
+    accepted: int = 0
+    quarantined: int = 0
+    held: int = 0
+
+
+class NodeAcceptancePolicyStatus(ContractModel):
+    counts: PhaseCounts = PhaseCounts()
+    matched_nodes: int = 0
+    breaker_open: bool = False
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = Field(default=None, ge=0)

@@ -1,0 +1,113 @@
+"""The probe report: what one probe run observed on one node.
+
+The compact JSON form travels in the probe pod's termination message, so it
+must fit in :data:`~gpuaccept.contracts.api.TERMINATION_MESSAGE_MAX_BYTES`.
+"""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, JsonValue
+
+from gpuaccept.contracts.api import API_VERSION, REPORT_KIND, TERMINATION_MESSAGE_MAX_BYTES
+from gpuaccept.contracts.base import ContractModel
+
+
+class CheckStatus(StrEnum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    ERROR = "error"
+    SKIP = "skip"
+
+
+class HardwareMode(StrEnum):
+    REAL = "real"
+    SIMULATED = "simulated"
+
+
+class HardwareSummary(ContractModel):
+    """What the node is, as far as the probe could tell."""
+
+    gpu_model: str | None = Field(default=None, max_length=64)
+    gpu_count: int = Field(ge=0, le=64)
+    driver_version: str | None = Field(default=None, max_length=32)
+    cuda_driver_version: str | None = Field(
+        default=None, max_length=16, description="Highest CUDA version the driver supports."
+    )
+    cuda_runtime_version: str | None = Field(
+        default=None, max_length=16, description="CUDA runtime torch was built with."
+    )
+    nccl_version: str | None = Field(default=None, max_length=16)
+
+
+class CheckResult(ContractModel):
+    """The outcome of one check.
+
+    ``observed`` is the check's own compact measurement (its schema belongs to
+    the check module); the operator re-judges it against the current policy, so
+    a threshold change does not need a new probe run.
+    """
+
+    check: str = Field(pattern=r"^[a-z][a-z0-9_]{1,31}$")
+    status: CheckStatus
+    observed: JsonValue = None
+    expected: JsonValue = None
+    message: str = Field(default="", max_length=240)
+    duration_s: float = Field(ge=0, alias="durationS")
+
+
+class ProbeReport(ContractModel):
+    """One probe run on one node."""
+
+    api_version: Literal["gpuaccept.io/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["ProbeReport"] = REPORT_KIND
+    node_name: str = Field(min_length=1, max_length=253)
+    boot_id: str = Field(alias="bootID", max_length=64)
+    probe_version: str = Field(max_length=32)
+    started_at: datetime
+    finished_at: datetime
+    hardware: HardwareMode
+    summary: HardwareSummary
+    results: list[CheckResult] = Field(max_length=32)
+
+    def result(self, check: str) -> CheckResult | None:
+        return next((r for r in self.results if r.check == check), None)
+
+    def to_compact_json(self) -> str:
+        """Compact JSON (no spaces, no nulls), as written to the termination log."""
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+    def compact_size(self) -> int:
+        return len(self.to_compact_json().encode())
+
+
+class ReportTooLarge(ValueError):
+    """The compact report does not fit in a termination message."""
+
+
+def encode_termination_message(report: ProbeReport) -> str:
+    """The report for ``/dev/termination-log``; never truncated.
+
+    Raises :class:`ReportTooLarge` instead of emitting JSON that the kubelet
+    would cut.
+    """
+    text = report.to_compact_json()
+    size = len(text.encode())
+    if size > TERMINATION_MESSAGE_MAX_BYTES:
+        raise ReportTooLarge(
+            f"compact report is {size} bytes, over the {TERMINATION_MESSAGE_MAX_BYTES}-byte "
+            "termination message limit"
+        )
+    return text
+
+
+def decode_termination_message(message: str) -> ProbeReport:
+    """Parse and validate a termination message (raises ValueError on bad input)."""
+    if len(message.encode()) > TERMINATION_MESSAGE_MAX_BYTES:
+        raise ReportTooLarge(
+            f"termination message is {len(message.encode())} bytes, over "
+            f"{TERMINATION_MESSAGE_MAX_BYTES}"
+        )
+    return ProbeReport.model_validate_json(message)
