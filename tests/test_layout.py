@@ -1,0 +1,31 @@
+"""The layout keeps the standard library's ``operator`` module unshadowed and
+keeps the operator free of the probe's hardware dependencies."""
+
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+
+def test_stdlib_operator_is_not_shadowed() -> None:
+    code = "import operator, gpuaccept.operator; print(operator.__file__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    ).stdout.strip()
+    assert Path(out).parent == Path(sysconfig.get_paths()["stdlib"])
+
+
+def test_operator_does_not_import_torch_or_nvml() -> None:
+    code = (
+        "import sys, gpuaccept.operator.cli; "
+        "bad = [m for m in ('torch', 'pynvml') if m in sys.modules]; "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert out == ""
