@@ -75,7 +75,12 @@ class NodeAcceptanceStatus(ContractModel):
     policy_generation: int | None = Field(
         default=None, ge=0, description="Generation of the policy the verdict was judged against."
     )
-    attempts: int = Field(default=0, ge=0)
+    attempts: int = Field(default=0, ge=0, description="Probe attempts in the current round.")
+    pod_serial: int = Field(
+        default=0,
+        ge=0,
+        description="Probe pods started for this node in all rounds; numbers the pod names.",
+    )
     probe_pod: str | None = Field(default=None, max_length=253)
     probe_started_time: datetime | None = None
     next_attempt_time: datetime | None = None
