@@ -1,0 +1,253 @@
+"""Plain data for the reconcile core: what was observed, and the actions planned.
+
+Everything here is immutable and free of I/O. The Kubernetes adapter builds
+:class:`Observed` from its cache and executes the :class:`Plan`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from gpuaccept.contracts.nodeacceptance import (
+    CheckSummary,
+    KeyFigures,
+    NodeAcceptanceStatus,
+    Reason,
+)
+from gpuaccept.contracts.policy import NodeAcceptancePolicySpec, ProbePolicy
+from gpuaccept.contracts.report import ProbeReport
+
+# --------------------------------------------------------------------------- observed
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str
+    value: str | None = None
+
+    def to_wire(self) -> dict[str, str]:
+        wire = {"key": self.key, "effect": self.effect}
+        if self.value:
+            wire["value"] = self.value
+        return wire
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> Taint:
+        return cls(
+            key=str(raw.get("key", "")),
+            effect=str(raw.get("effect", "")),
+            value=(str(raw["value"]) if raw.get("value") else None),
+        )
+
+
+@dataclass(frozen=True)
+class NodeCondition:
+    """The node's ``GPUAcceptance`` condition as last seen."""
+
+    status: str
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    resource_version: str = ""
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    boot_id: str = ""
+    gpus: int = 0
+    unschedulable: bool = False
+    condition: NodeCondition | None = None
+
+
+@dataclass(frozen=True)
+class NAView:
+    """The node's NodeAcceptance object (status parsed with the contract)."""
+
+    name: str
+    status: NodeAcceptanceStatus = field(default_factory=NodeAcceptanceStatus)
+    resource_version: str = ""
+    uid: str = ""
+
+
+@dataclass(frozen=True)
+class PodView:
+    """A probe pod bound to the node (found by ``spec.nodeName``)."""
+
+    name: str
+    phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
+    deleting: bool = False
+    serial: int | None = None  # the gpuaccept.io/attempt label
+    terminated: bool = False  # the probe container terminated
+    exit_code: int | None = None
+    reason: str | None = None  # container terminated reason, else pod reason
+    message: str | None = None  # the termination message (the report)
+    pod_message: str | None = None  # pod-level status message
+    waiting_reason: str | None = None
+    waiting_message: str | None = None
+
+
+@dataclass(frozen=True)
+class PolicyView:
+    name: str
+    generation: int = 1
+    spec: NodeAcceptancePolicySpec | None = None  # None: the spec is invalid
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BreakerCounts:
+    """Per policy, from the operator's index; ``quarantined`` excludes this node."""
+
+    quarantined: int = 0
+    matched: int = 0
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """The operator's own configuration (CLI flags / environment), never the policy's."""
+
+    namespace: str = "gpuaccept-system"
+    probe_image: str = "ghcr.io/gpuaccept/probe:0.1.0"
+    probe_command: tuple[str, ...] = ("gpuaccept", "probe")
+    image_pull_policy: str = "IfNotPresent"
+    pod_prefix: str = "gpuaccept-probe"
+    service_account: str = "gpuaccept-probe"
+    runtime_class: str | None = None
+    priority_class: str | None = None
+    extra_tolerations: tuple[Mapping[str, Any], ...] = ()
+    resources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    shm_size: str | None = "16Gi"
+    # Seconds past the policy timeout before the operator itself gives up on a
+    # pod (the kubelet enforces activeDeadlineSeconds; this covers a dead kubelet).
+    deadline_grace_seconds: int = 30
+    # A Probing NA whose pod is gone: recreate it (same name) within this window,
+    # after it count the attempt as failed.
+    pod_missing_grace_seconds: int = 60
+    max_backoff_seconds: int = 3600
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the probe's pure ``evaluate`` decided, in the operator's terms."""
+
+    accepted: bool
+    reasons: tuple[Reason, ...] = ()
+    checks: tuple[CheckSummary, ...] = ()
+    figures: KeyFigures | None = None
+
+
+Judge = Callable[[ProbeReport, ProbePolicy], Judgement]
+
+
+@dataclass(frozen=True)
+class Observed:
+    node_name: str
+    now: datetime
+    node: NodeView | None
+    na: NAView | None = None
+    pods: tuple[PodView, ...] = ()
+    policies: tuple[PolicyView, ...] = ()
+    breaker: BreakerCounts = BreakerCounts()
+    config: OperatorConfig = OperatorConfig()
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class CreateNodeAcceptance:
+    name: str
+    policy: str
+
+
+@dataclass(frozen=True)
+class PatchNodeTaintsLabels:
+    """Replace ``spec.taints`` and set/remove labels, guarded by resourceVersion."""
+
+    node: str
+    resource_version: str
+    taints: tuple[Taint, ...] | None  # None: leave taints alone
+    labels: Mapping[str, str | None] = field(default_factory=dict)  # None removes
+
+
+@dataclass(frozen=True)
+class PatchNodeCondition:
+    node: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str
+    now: datetime
+
+
+@dataclass(frozen=True)
+class CreateProbePod:
+    name: str
+    manifest: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class DeleteProbePod:
+    name: str
+    force: bool = False  # grace period 0 (only for pods that already terminated)
+
+
+@dataclass(frozen=True)
+class PatchNAStatus:
+    name: str
+    resource_version: str
+    status: NodeAcceptanceStatus
+
+
+@dataclass(frozen=True)
+class EmitEvent:
+    kind: Literal["Node", "NodeAcceptance"]
+    name: str
+    uid: str
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RemoveReprobeAnnotation:
+    node: str
+
+
+@dataclass(frozen=True)
+class DeleteNodeAcceptance:
+    name: str
+
+
+Action = (
+    CreateNodeAcceptance
+    | PatchNodeTaintsLabels
+    | PatchNodeCondition
+    | CreateProbePod
+    | DeleteProbePod
+    | PatchNAStatus
+    | EmitEvent
+    | RemoveReprobeAnnotation
+    | DeleteNodeAcceptance
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+    requeue_after: float | None = None  # seconds; a time-based wake-up
+    # The plan quarantines a node: the executor must re-plan under the policy's
+    # breaker lock so that two workers cannot both take the last slot.
+    needs_breaker: bool = False
+    note: str = ""  # why (for logs)
+
+    @property
+    def writes(self) -> int:
+        return len(self.actions)

@@ -1,0 +1,138 @@
+"""The probe pod: deterministic name per attempt, and its manifest.
+
+Image, command, runtime class, resources, tolerations and priority class come
+from :class:`OperatorConfig` (the operator's own flags), never from the policy:
+a policy author cannot run an arbitrary image on every GPU node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from gpuaccept.contracts.api import GPU_RESOURCE, GROUP
+from gpuaccept.contracts.policy import NodeAcceptancePolicySpec
+from gpuaccept.operator.core.model import NodeView, OperatorConfig
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "gpuaccept"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+COMPONENT_VALUE = "probe"
+NODE_LABEL = f"{GROUP}/node"
+ATTEMPT_LABEL = f"{GROUP}/attempt"
+NODE_NAME_ANNOTATION = f"{GROUP}/node-name"
+POLICY_ANNOTATION = f"{GROUP}/policy"
+PROBE_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{COMPONENT_LABEL}={COMPONENT_VALUE}"
+TERMINATION_LOG = "/dev/termination-log"
+CONTAINER_NAME = "probe"
+
+MAX_NAME = 63
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS_LABEL_UNSAFE = re.compile(r"[^a-z0-9-]+")
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def probe_pod_name(prefix: str, node: str, serial: int) -> str:
+    """``<prefix>-<node>-<serial>``, a DNS-1123 label of at most 63 characters.
+
+    A node name that is too long or not label-safe (dots, upper case) is
+    shortened and a hash of the full name keeps it unique.
+    """
+    suffix = f"-{serial}"
+    plain = f"{prefix}-{node}{suffix}"
+    if len(plain) <= MAX_NAME and _DNS_LABEL_UNSAFE.sub("", node) == node:
+        return plain
+    safe = _DNS_LABEL_UNSAFE.sub("-", node.lower()).strip("-")
+    tail = f"-{_short_hash(node)}{suffix}"
+    room = MAX_NAME - len(prefix) - 1 - len(tail)
+    return f"{prefix}-{safe[: max(room, 0)].rstrip('-')}{tail}".replace("--", "-")
+
+
+def node_label_value(node: str) -> str:
+    """The node name as a label value (hashed when it does not fit one)."""
+    if len(node) <= MAX_NAME and _LABEL_VALUE.match(node):
+        return node
+    return f"{node[:50].rstrip('.-_')}-{_short_hash(node)}"
+
+
+def probe_pod_manifest(
+    *,
+    name: str,
+    serial: int,
+    node: NodeView,
+    policy_name: str,
+    spec: NodeAcceptancePolicySpec,
+    config: OperatorConfig,
+) -> dict[str, Any]:
+    gpus = node.gpus
+    limits: dict[str, str] = dict(config.resources.get("limits", {}))
+    requests: dict[str, str] = dict(config.resources.get("requests", {}))
+    if gpus > 0:
+        limits[GPU_RESOURCE] = str(gpus)
+        requests[GPU_RESOURCE] = str(gpus)
+    tolerations: list[dict[str, Any]] = [
+        {"key": spec.pending_taint_key, "operator": "Exists"},
+        {"key": spec.quarantine.taint_key, "operator": "Exists"},
+        *(dict(t) for t in config.extra_tolerations),
+    ]
+    env: list[dict[str, Any]] = [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {
+            "name": "GPUACCEPT_POLICY",
+            "value": json.dumps(spec.probe.to_wire(), separators=(",", ":"), sort_keys=True),
+        },
+        {"name": "GPUACCEPT_EXPECTED_GPUS", "value": str(gpus)},
+    ]
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if config.shm_size:
+        shm["sizeLimit"] = config.shm_size
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": config.probe_image,
+        "imagePullPolicy": config.image_pull_policy,
+        "command": [*config.probe_command, "--termination-log", TERMINATION_LOG],
+        "env": env,
+        "resources": {"limits": limits, "requests": requests},
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    pod_spec: dict[str, Any] = {
+        "nodeName": node.name,
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "serviceAccountName": config.service_account,
+        "hostNetwork": False,
+        "enableServiceLinks": False,
+        "activeDeadlineSeconds": spec.probe_run.timeout_seconds,
+        "terminationGracePeriodSeconds": 30,
+        "tolerations": tolerations,
+        "containers": [container],
+        "volumes": [{"name": "dshm", "emptyDir": shm}],
+    }
+    if config.runtime_class:
+        pod_spec["runtimeClassName"] = config.runtime_class
+    if config.priority_class:
+        pod_spec["priorityClassName"] = config.priority_class
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": config.namespace,
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                COMPONENT_LABEL: COMPONENT_VALUE,
+                NODE_LABEL: node_label_value(node.name),
+                ATTEMPT_LABEL: str(serial),
+            },
+            "annotations": {NODE_NAME_ANNOTATION: node.name, POLICY_ANNOTATION: policy_name},
+        },
+        "spec": pod_spec,
+    }
