@@ -5,11 +5,10 @@ from __future__ import annotations
 from gpuaccept.contracts.policy import ProbePolicy
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.model import Judgement
+from gpuaccept.probe.verdict import evaluate
 
 
 def judge(report: ProbeReport, policy: ProbePolicy) -> Judgement:
-    from gpuaccept.probe.verdict import evaluate
-
     verdict = evaluate(report, policy)
     return Judgement(
         accepted=verdict.accepted,

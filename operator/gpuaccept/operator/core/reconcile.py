@@ -82,6 +82,7 @@ class _Planner:
     requeue: float | None = None
     needs_breaker: bool = False
     note: str = ""
+    remove_annotation: bool = False
 
     # ----------------------------------------------------------------- helpers
 
@@ -90,8 +91,10 @@ class _Planner:
         self.requeue = seconds if self.requeue is None else min(self.requeue, seconds)
 
     def plan(self, note: str = "") -> Plan:
+        # Last: it bumps the node's resourceVersion, which guards the taint patch.
+        tail = (RemoveReprobeAnnotation(self.obs.node_name),) if self.remove_annotation else ()
         return Plan(
-            actions=tuple(self.actions),
+            actions=(*self.actions, *tail),
             requeue_after=self.requeue,
             needs_breaker=self.needs_breaker,
             note=note or self.note,
@@ -175,7 +178,7 @@ class _Planner:
             return self.decided(node, policy, spec, st)
         if REPROBE_ANNOTATION in node.annotations and spec.reprobe.on_annotation:
             # A probe is already underway; the request is satisfied by it.
-            self.actions.append(RemoveReprobeAnnotation(node.name))
+            self.remove_annotation = True
         if st.phase == Phase.PROBING:
             return self.probing(node, policy, spec, st)
         return self.pending(node, policy, spec, st)
@@ -199,7 +202,7 @@ class _Planner:
     ) -> Plan:
         annotated = REPROBE_ANNOTATION in node.annotations and spec.reprobe.on_annotation
         if annotated:
-            self.actions.append(RemoveReprobeAnnotation(node.name))
+            self.remove_annotation = True
         if (
             spec.reprobe.on_boot_id_change
             and st.probed_boot_id
@@ -277,6 +280,9 @@ class _Planner:
                 self.actions.append(
                     DeleteProbePod(pod.name, force=pod.phase in ("Succeeded", "Failed"))
                 )
+        applied = self._applied(node, spec, st)
+        if applied != st.applied_taints:
+            self.write_status(st, st.model_copy(update={"applied_taints": applied}))
         self.ensure_node(node, spec, st)
         return self.plan("decided")
 
@@ -315,9 +321,19 @@ class _Planner:
     def _applied(
         self, node: NodeView, spec: NodeAcceptancePolicySpec, st: NodeAcceptanceStatus
     ) -> list[str]:
+        """Owned taint keys on the node once ``st`` is in place.
+
+        A key recorded earlier (e.g. an old quarantine key) stays on record
+        while the node still carries it, so a crash between the status write
+        and the node patch cannot orphan it.
+        """
         if spec.dry_run:
             return list(st.applied_taints)
-        return nodestate.applied_keys(nodestate.desired_taints(node, spec, st), spec)
+        current = {spec.pending_taint_key, spec.quarantine.taint_key}
+        desired = {t.key for t in nodestate.desired_taints(node, spec, st)} & current
+        on_node = {t.key for t in node.taints}
+        stale = {k for k in st.applied_taints if k not in current and k in on_node}
+        return sorted(desired | stale)
 
     # ----------------------------------------------------------------- pending
 

@@ -1,0 +1,95 @@
+"""Probe pod names and manifests (pure)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from world import spec
+
+from gpuaccept.operator.core import NodeView, OperatorConfig
+from gpuaccept.operator.core.podspec import (
+    node_label_value,
+    probe_pod_manifest,
+    probe_pod_name,
+)
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@pytest.mark.parametrize(
+    "node",
+    ["gpu-1", "ip-10-0-0-1.ec2.internal", "n" * 253, "Upper-Case-Node", "a" * 40 + "." + "b" * 40],
+)
+def test_pod_name_is_a_dns_label_and_deterministic(node: str) -> None:
+    name = probe_pod_name("gpuaccept-probe", node, 12)
+    assert len(name) <= 63
+    assert DNS_LABEL.match(name), name
+    assert name == probe_pod_name("gpuaccept-probe", node, 12)
+    assert name != probe_pod_name("gpuaccept-probe", node, 13)
+    assert name.endswith("-12")
+
+
+def test_long_names_stay_unique() -> None:
+    a = probe_pod_name("gpuaccept-probe", "x" * 100 + "a", 1)
+    b = probe_pod_name("gpuaccept-probe", "x" * 100 + "b", 1)
+    assert a != b
+
+
+def test_short_name_is_plain() -> None:
+    assert probe_pod_name("gpuaccept-probe", "gpu-1", 3) == "gpuaccept-probe-gpu-1-3"
+
+
+def test_label_value_fits() -> None:
+    assert node_label_value("gpu-1") == "gpu-1"
+    assert len(node_label_value("n" * 253)) <= 63
+
+
+def test_manifest_is_locked_down() -> None:
+    config = OperatorConfig(
+        namespace="ns",
+        probe_image="registry.example/probe:1",
+        runtime_class="nvidia",
+        priority_class="system-node-critical",
+        extra_tolerations=({"key": "dedicated", "operator": "Exists"},),
+        resources={"requests": {"cpu": "2"}},
+    )
+    node = NodeView(name="gpu-1", gpus=8, boot_id="b")
+    manifest = probe_pod_manifest(
+        name="p", serial=4, node=node, policy_name="default", spec=spec(), config=config
+    )
+    pod = manifest["spec"]
+    assert manifest["metadata"]["namespace"] == "ns"
+    assert manifest["metadata"]["labels"]["gpuaccept.io/attempt"] == "4"
+    assert manifest["metadata"]["labels"]["gpuaccept.io/node"] == "gpu-1"
+    assert manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuaccept"
+    assert pod["nodeName"] == "gpu-1"
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == "gpuaccept-probe"
+    assert pod["hostNetwork"] is False
+    assert pod["restartPolicy"] == "Never"
+    assert pod["activeDeadlineSeconds"] == 60
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["priorityClassName"] == "system-node-critical"
+    keys = [t["key"] for t in pod["tolerations"]]
+    assert keys == ["gpuaccept.io/pending", "gpuaccept.io/quarantined", "dedicated"]
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.example/probe:1"
+    assert container["command"] == [
+        "gpuaccept",
+        "probe",
+        "--termination-log",
+        "/dev/termination-log",
+    ]
+    assert container["terminationMessagePolicy"] == "File"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert container["resources"]["requests"] == {"cpu": "2", "nvidia.com/gpu": "8"}
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["GPUACCEPT_EXPECTED_GPUS"]["value"] == "8"
+    assert json.loads(env["GPUACCEPT_POLICY"]["value"])["cpuGovernor"]["requiredGovernor"] == (
+        "performance"
+    )
+    assert pod["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    assert container["volumeMounts"][0]["mountPath"] == "/dev/shm"

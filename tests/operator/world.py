@@ -1,0 +1,243 @@
+"""A tiny in-memory cluster that applies plans, for testing the pure core."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from gpuaccept.contracts.nodeacceptance import CheckSummary, NodeAcceptanceStatus, Reason
+from gpuaccept.contracts.policy import NodeAcceptancePolicySpec, ProbePolicy
+from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareSummary, ProbeReport
+from gpuaccept.operator.core import (
+    BreakerCounts,
+    CreateNodeAcceptance,
+    CreateProbePod,
+    DeleteNodeAcceptance,
+    DeleteProbePod,
+    EmitEvent,
+    Judgement,
+    NAView,
+    NodeCondition,
+    NodeView,
+    Observed,
+    OperatorConfig,
+    PatchNAStatus,
+    PatchNodeCondition,
+    PatchNodeTaintsLabels,
+    Plan,
+    PodView,
+    PolicyView,
+    RemoveReprobeAnnotation,
+    Taint,
+    reconcile,
+)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+BOOT = "boot-1"
+
+
+def fake_judge(report: ProbeReport, policy: ProbePolicy) -> Judgement:
+    """Accepted iff no result failed; nccl busbw judged against the policy minimum."""
+    reasons: list[Reason] = []
+    checks: list[CheckSummary] = []
+    for result in report.results:
+        status = result.status
+        if result.check == "nccl_allreduce" and isinstance(result.observed, (int, float)):
+            minimum = policy.nccl_allreduce.min_busbw_gbps
+            ok = minimum is None or result.observed >= minimum
+            status = CheckStatus.PASS if ok else CheckStatus.FAIL
+        checks.append(CheckSummary(check=result.check, status=status))
+        if status in (CheckStatus.FAIL, CheckStatus.ERROR):
+            name = "".join(part.title() for part in result.check.split("_"))
+            reasons.append(Reason(check=result.check, reason=f"{name}Failed", message="bad"))
+    return Judgement(accepted=not reasons, reasons=tuple(reasons), checks=tuple(checks))
+
+
+def make_report(
+    node: str = "gpu-1",
+    boot_id: str = BOOT,
+    failing: Iterable[str] = (),
+    busbw: float = 400.0,
+) -> ProbeReport:
+    failing = set(failing)
+    results = [
+        CheckResult(
+            check=name,
+            status=CheckStatus.FAIL if name in failing else CheckStatus.PASS,
+            duration_s=0.1,
+        )
+        for name in ("pcie_link", "cpu_governor", "gpu_count")
+    ]
+    results.append(
+        CheckResult(check="nccl_allreduce", status=CheckStatus.PASS, observed=busbw, duration_s=1)
+    )
+    return ProbeReport(
+        node_name=node,
+        boot_id=boot_id,
+        probe_version="0.1.0",
+        started_at=T0,
+        finished_at=T0,
+        hardware="simulated",
+        summary=HardwareSummary(gpu_count=8),
+        results=results,
+    )
+
+
+def spec(**kwargs: object) -> NodeAcceptancePolicySpec:
+    base: dict[str, object] = {
+        "probeRun": {"timeoutSeconds": 60, "retries": 2, "backoffSeconds": 10},
+        "maxQuarantined": 5,
+    }
+    base.update(kwargs)
+    return NodeAcceptancePolicySpec.model_validate(base)
+
+
+@dataclass
+class World:
+    node: NodeView | None = field(
+        default_factory=lambda: NodeView(
+            name="gpu-1",
+            resource_version="1",
+            uid="uid-node",
+            labels={"nvidia.com/gpu.present": "true"},
+            boot_id=BOOT,
+            gpus=8,
+        )
+    )
+    na: NAView | None = None
+    pods: dict[str, PodView] = field(default_factory=dict)
+    policies: list[PolicyView] = field(
+        default_factory=lambda: [PolicyView(name="default", generation=1, spec=spec())]
+    )
+    breaker: BreakerCounts = field(default_factory=lambda: BreakerCounts(0, 10))
+    now: datetime = T0
+    config: OperatorConfig = field(default_factory=OperatorConfig)
+    events: list[EmitEvent] = field(default_factory=list)
+    log: list[Plan] = field(default_factory=list)
+    rv: int = 10
+
+    def observe(self) -> Observed:
+        return Observed(
+            node_name="gpu-1",
+            now=self.now,
+            node=self.node,
+            na=self.na,
+            pods=tuple(self.pods.values()),
+            policies=tuple(self.policies),
+            breaker=self.breaker,
+            config=self.config,
+        )
+
+    def plan(self) -> Plan:
+        return reconcile(self.observe(), fake_judge)
+
+    def _rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def apply(self, plan: Plan) -> None:
+        self.log.append(plan)
+        for action in plan.actions:
+            if isinstance(action, CreateNodeAcceptance):
+                assert self.na is None
+                self.na = NAView(name=action.name, resource_version=self._rv(), uid="uid-na")
+            elif isinstance(action, PatchNAStatus):
+                assert self.na is not None
+                assert action.resource_version == self.na.resource_version
+                wire = action.status.to_wire()
+                status = NodeAcceptanceStatus.model_validate(wire)  # valid on the wire
+                self.na = dataclasses.replace(self.na, status=status, resource_version=self._rv())
+            elif isinstance(action, PatchNodeTaintsLabels):
+                assert self.node is not None
+                assert action.resource_version == self.node.resource_version
+                labels = dict(self.node.labels)
+                for key, value in action.labels.items():
+                    if value is None:
+                        labels.pop(key, None)
+                    else:
+                        labels[key] = value
+                taints = self.node.taints if action.taints is None else action.taints
+                self.node = dataclasses.replace(
+                    self.node, labels=labels, taints=taints, resource_version=self._rv()
+                )
+            elif isinstance(action, PatchNodeCondition):
+                assert self.node is not None
+                self.node = dataclasses.replace(
+                    self.node,
+                    condition=NodeCondition(action.status, action.reason, action.message),
+                )
+            elif isinstance(action, CreateProbePod):
+                if action.name not in self.pods:
+                    labels = action.manifest["metadata"]["labels"]
+                    self.pods[action.name] = PodView(
+                        name=action.name, serial=int(labels["gpuaccept.io/attempt"])
+                    )
+            elif isinstance(action, DeleteProbePod):
+                self.pods.pop(action.name, None)
+            elif isinstance(action, EmitEvent):
+                self.events.append(action)
+            elif isinstance(action, RemoveReprobeAnnotation):
+                assert self.node is not None
+                annotations = {
+                    k: v for k, v in self.node.annotations.items() if k != "gpuaccept.io/reprobe"
+                }
+                self.node = dataclasses.replace(
+                    self.node, annotations=annotations, resource_version=self._rv()
+                )
+            elif isinstance(action, DeleteNodeAcceptance):
+                self.na = None
+            else:  # pragma: no cover
+                raise AssertionError(action)
+
+    def settle(self, rounds: int = 10) -> Plan:
+        """Reconcile and apply until the plan has no writes; returns the last plan."""
+        for _ in range(rounds):
+            plan = self.plan()
+            if not plan.actions:
+                return plan
+            self.apply(plan)
+        raise AssertionError(f"no fixed point after {rounds} rounds: {self.log[-1]}")
+
+    # ---- simulated kubelet
+    def current_pod(self) -> PodView:
+        assert len(self.pods) == 1, self.pods
+        return next(iter(self.pods.values()))
+
+    def finish_pod(
+        self, message: str | None, *, exit_code: int = 0, phase: str = "Succeeded", reason: str = ""
+    ) -> None:
+        pod = self.current_pod()
+        self.pods[pod.name] = dataclasses.replace(
+            pod,
+            phase=phase,
+            terminated=True,
+            exit_code=exit_code,
+            message=message,
+            reason=reason or ("Completed" if exit_code == 0 else "Error"),
+        )
+
+    def finish_with_report(self, report: ProbeReport | None = None) -> None:
+        report = report or make_report()
+        failed = any(r.status == CheckStatus.FAIL for r in report.results)
+        self.finish_pod(
+            report.to_compact_json(),
+            exit_code=1 if failed else 0,
+            phase="Failed" if failed else "Succeeded",
+        )
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    @property
+    def status(self) -> NodeAcceptanceStatus:
+        assert self.na is not None
+        return self.na.status
+
+    def taint_keys(self) -> list[str]:
+        assert self.node is not None
+        return [t.key for t in self.node.taints]
+
+
+PENDING = Taint("gpuaccept.io/pending", "NoSchedule")
