@@ -106,6 +106,9 @@ class HardwareBackend(Protocol):
 
     def sysfs_root(self) -> Path: ...
 
+    def boot_id(self) -> str | None:
+        """The host's boot ID (``<proc>/sys/kernel/random/boot_id``), if readable."""
+
     def sleep(self, seconds: float) -> None:
         """Wait between samples (instant in simulation)."""
 

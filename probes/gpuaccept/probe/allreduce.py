@@ -1,0 +1,158 @@
+"""The all-reduce bandwidth benchmark (torch.distributed), NCCL or gloo.
+
+One process per rank, started with ``torch.multiprocessing`` (spawn) and
+rendezvousing through a file store in a private temporary directory (no TCP
+port to pick). Each rank warms up, then times ``iterations`` all-reduces of
+each message size: with CUDA events on the NCCL backend, with
+``time.perf_counter`` on gloo. As nccl-tests defines them::
+
+    algbw = bytes / time
+    busbw = algbw * 2 (n - 1) / n
+
+and the slowest rank's time counts. The same code runs with gloo on CPU
+processes (the tests run it for real with 2 and 4 ranks) and with NCCL on GPUs.
+
+torch is imported only inside the functions here.
+"""
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal
+
+from gpuaccept.probe.hardware.base import AllreduceMeasurement
+
+Backend = Literal["nccl", "gloo"]
+FLOAT_BYTES = 4
+
+
+class AllreduceError(RuntimeError):
+    pass
+
+
+def bus_bandwidth(algbw: float, ranks: int) -> float:
+    """nccl-tests' all-reduce bus bandwidth: ``algbw × 2(n−1)/n``."""  # noqa: RUF002
+    return algbw * 2 * (ranks - 1) / ranks
+
+
+@dataclass(frozen=True)
+class _Job:
+    world: int
+    backend: Backend
+    store_dir: str
+    sizes: list[int]
+    iterations: int
+    warmup: int
+    timeout_s: float
+
+
+def _worker(rank: int, job: _Job) -> None:
+    import torch  # noqa: PLC0415 - torch only where it is used
+    import torch.distributed as dist  # noqa: PLC0415
+
+    world, backend, store_dir = job.world, job.backend, job.store_dir
+    sizes, iterations, warmup, timeout_s = job.sizes, job.iterations, job.warmup, job.timeout_s
+
+    if backend == "gloo":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    device = torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    init: dict[str, object] = {}
+    if backend == "nccl":
+        init["device_id"] = device
+    dist.init_process_group(
+        backend,
+        init_method=f"file://{store_dir}/store",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout_s),
+        **init,  # type: ignore[arg-type]
+    )
+    try:
+        check = torch.ones(1024, dtype=torch.float32, device=device)
+        dist.all_reduce(check)
+        if float(check[0].item()) != float(world):
+            raise AllreduceError(f"rank {rank}: all-reduce returned {check[0].item()}, not {world}")
+        times: list[float] = []
+        for size in sizes:
+            tensor = torch.zeros(max(1, size // FLOAT_BYTES), dtype=torch.float32, device=device)
+            for _ in range(warmup):
+                dist.all_reduce(tensor)
+            if backend == "nccl":
+                torch.cuda.synchronize(device)
+            dist.barrier()
+            if backend == "nccl":
+                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                start.record()
+                for _ in range(iterations):
+                    dist.all_reduce(tensor)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1000.0 / iterations)
+            else:
+                t0 = time.perf_counter()
+                for _ in range(iterations):
+                    dist.all_reduce(tensor)
+                times.append((time.perf_counter() - t0) / iterations)
+            del tensor
+        Path(store_dir, f"rank{rank}.json").write_text(json.dumps(times))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_allreduce(
+    ranks: int,
+    backend: Backend,
+    sizes: list[int],
+    *,
+    iterations: int = 20,
+    warmup: int = 5,
+    timeout_s: float = 300.0,
+) -> AllreduceMeasurement:
+    """Run the benchmark with ``ranks`` processes; raises AllreduceError on failure."""
+    if ranks < 1:
+        raise AllreduceError("need at least one rank")
+    if not sizes:
+        raise AllreduceError("no message sizes")
+    from torch.multiprocessing.spawn import (  # noqa: PLC0415
+        ProcessExitedException,
+        ProcessRaisedException,
+        start_processes,
+    )
+
+    with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as store_dir:
+        args = (_Job(ranks, backend, store_dir, sizes, iterations, warmup, timeout_s),)
+        context = start_processes(  # type: ignore[no-untyped-call]
+            _worker, args=args, nprocs=ranks, join=False, start_method="spawn"
+        )
+        deadline = time.monotonic() + timeout_s + 60
+        try:
+            while not context.join(timeout=0.2):
+                if time.monotonic() > deadline:
+                    raise AllreduceError(f"all-reduce did not finish in {timeout_s:.0f} s")
+        except ProcessRaisedException as exc:
+            last = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+            raise AllreduceError(f"all-reduce worker failed: {last}") from exc
+        except ProcessExitedException as exc:
+            raise AllreduceError(f"all-reduce worker exited: {exc}") from exc
+        finally:
+            for process in context.processes:
+                if process.is_alive():
+                    process.terminate()
+        per_rank = [
+            json.loads(Path(store_dir, f"rank{rank}.json").read_text()) for rank in range(ranks)
+        ]
+    sweep = []
+    for i, size in enumerate(sizes):
+        nbytes = max(1, size // FLOAT_BYTES) * FLOAT_BYTES
+        slowest = max(float(times[i]) for times in per_rank)
+        algbw = nbytes / slowest / 1e9 if slowest > 0 else 0.0
+        sweep.append((nbytes, slowest, algbw, bus_bandwidth(algbw, ranks)))
+    return AllreduceMeasurement(backend=backend, ranks=ranks, sweep=tuple(sweep))

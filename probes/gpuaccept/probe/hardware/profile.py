@@ -1,0 +1,152 @@
+"""The hardware profile: a YAML description of a simulated GPU node.
+
+Documented field by field in ``docs/profile-format.md``. Validated strictly:
+an unknown or misspelled field is an error naming the file and the field.
+"""
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic.alias_generators import to_camel
+
+from gpuaccept.probe.clocks import REASON_BITS
+from gpuaccept.probe.inputs import read_structured_file, validate
+
+Version = Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+){0,3}$", max_length=32)]
+CpuList = Annotated[str, StringConstraints(pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")]
+Governor = Annotated[str, StringConstraints(pattern=r"^[a-z_]{1,32}$")]
+ReasonName = Literal[
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake",
+    "display_clock_setting",
+]
+assert set(ReasonName.__args__) == set(REASON_BITS)  # type: ignore[attr-defined]
+
+
+class ProfileModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class Link(ProfileModel):
+    generation: int = Field(ge=1, le=7)
+    width: int = Field(ge=1, le=32)
+
+
+def _idle_reasons() -> list[ReasonName]:
+    return ["gpu_idle"]
+
+
+class ClockEventReasons(ProfileModel):
+    idle: list[ReasonName] = Field(default_factory=_idle_reasons)
+    load: list[ReasonName] = Field(default_factory=list)
+
+
+class GpuOverride(ProfileModel):
+    """Per-GPU differences from the ``gpus`` defaults (all optional)."""
+
+    pcie_max_generation: int | None = Field(default=None, ge=1, le=7)
+    pcie_max_width: int | None = Field(default=None, ge=1, le=32)
+    pcie_idle: Link | None = None
+    pcie_load: Link | None = None
+    h2d_gbps: float | None = Field(default=None, ge=0, alias="h2dGBps")
+    d2h_gbps: float | None = Field(default=None, ge=0, alias="d2hGBps")
+    clock_event_reasons: ClockEventReasons | None = None
+    driver_version: Version | None = None
+
+
+class Gpu(ProfileModel):
+    """One GPU, fully resolved."""
+
+    pcie_max_generation: int = Field(default=5, ge=1, le=7)
+    pcie_max_width: int = Field(default=16, ge=1, le=32)
+    pcie_idle: Link | None = Field(default=None, description="Default: the maximum.")
+    pcie_load: Link | None = Field(default=None, description="Default: the maximum.")
+    h2d_gbps: float = Field(ge=0, alias="h2dGBps")
+    d2h_gbps: float = Field(ge=0, alias="d2hGBps")
+    clock_event_reasons: ClockEventReasons = ClockEventReasons()
+    driver_version: Version | None = Field(default=None, description="Default: driver.version.")
+
+    @property
+    def idle(self) -> Link:
+        return self.pcie_idle or Link(
+            generation=self.pcie_max_generation, width=self.pcie_max_width
+        )
+
+    @property
+    def load(self) -> Link:
+        return self.pcie_load or Link(
+            generation=self.pcie_max_generation, width=self.pcie_max_width
+        )
+
+
+class Gpus(Gpu):
+    model: str = Field(min_length=1, max_length=64)
+    count: int = Field(ge=0, le=64)
+    overrides: dict[int, GpuOverride] = Field(
+        default_factory=dict, description="GPU index → what differs on that GPU."
+    )
+
+    @model_validator(mode="after")
+    def _overrides_in_range(self) -> "Gpus":
+        for index in self.overrides:
+            if not 0 <= index < self.count:
+                raise ValueError(f"overrides: GPU index {index} is not below count {self.count}")
+        return self
+
+    def gpu(self, index: int) -> Gpu:
+        base = {name: getattr(self, name) for name in Gpu.model_fields}
+        override = self.overrides.get(index)
+        if override is not None:
+            base.update({k: v for k, v in override if v is not None})
+        return Gpu.model_validate(base)
+
+
+class Driver(ProfileModel):
+    version: Version
+    kernel_module: Version | None = Field(default=None, description="Default: version.")
+    nvml_library: Version | None = Field(default=None, description="Default: version.")
+    cuda_driver_version: Version
+    cuda_runtime_version: Version | None = None
+    nccl_version: Version | None = None
+
+
+class Allreduce(ProfileModel):
+    busbw_gbps: float = Field(ge=0, alias="busbwGBps")
+
+
+class Cpus(ProfileModel):
+    count: int = Field(ge=1, le=4096)
+    cpufreq: bool = True
+    governor: Governor = "performance"
+    overrides: dict[CpuList, Governor] = Field(
+        default_factory=dict, description="cpulist (e.g. '0-3,8') → governor"
+    )
+
+
+class Node(ProfileModel):
+    advertised_gpus: int | None = Field(
+        default=None, ge=0, le=64, description="nvidia.com/gpu the node advertises."
+    )
+    boot_id: str | None = Field(default=None, alias="bootID", max_length=64)
+
+
+class HardwareProfile(ProfileModel):
+    description: str = ""
+    node: Node = Node()
+    gpus: Gpus
+    driver: Driver
+    allreduce: Allreduce
+    cpus: Cpus
+
+
+def load_profile(path: Path) -> HardwareProfile:
+    return validate(HardwareProfile, read_structured_file(path), str(path))

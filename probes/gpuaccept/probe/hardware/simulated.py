@@ -1,0 +1,202 @@
+"""The simulated backend: a node described by a hardware profile.
+
+The profile's CPUs, PCIe links, kernel module version and boot ID are
+materialized as a sysfs/procfs-shaped tree in a temporary directory and read
+back with the same readers (:mod:`.sysfs`) that read a real host, so the file
+formats are exercised in simulation too. Under load (a copy, or
+:meth:`SimulatedBackend.gpu_load`) the PCIe link files switch to the profile's
+``pcieLoad`` values. Nothing here sleeps: a probe of a simulated node takes
+well under a second.
+"""
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from gpuaccept.contracts.report import HardwareMode
+from gpuaccept.probe import clocks
+from gpuaccept.probe.hardware.base import (
+    AllreduceMeasurement,
+    CopyMeasurement,
+    GpuInfo,
+    PcieLinkState,
+    Unavailable,
+    VersionInfo,
+)
+from gpuaccept.probe.hardware.profile import HardwareProfile, Link
+from gpuaccept.probe.hardware.sysfs import (
+    GEN_TO_SPEED,
+    NVIDIA_VENDOR,
+    SysfsError,
+    parse_cpu_list,
+    pci_device_dir,
+    read_boot_id,
+    read_kernel_module_version,
+    read_pcie_link,
+)
+
+KERNEL_MODULE_LINE = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Tue Mar  5 22:23:56 UTC 2024\n"
+    "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
+)
+
+
+def _fast_tmp() -> str | None:
+    """A RAM-backed directory when there is one (the tree has hundreds of files)."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+def bus_id(index: int) -> str:
+    return f"0000:{0x18 + index:02x}:00.0"
+
+
+def materialize(profile: HardwareProfile, root: Path, host_boot_id: str | None = None) -> None:
+    """Write ``root/sys`` and ``root/proc`` as a real host would show them."""
+    sys_root, proc_root = root / "sys", root / "proc"
+    cpu_root = sys_root / "devices" / "system" / "cpu"
+    cpu_root.mkdir(parents=True)
+    cpus = profile.cpus
+    governors = dict.fromkeys(range(cpus.count), cpus.governor)
+    for cpulist, governor in cpus.overrides.items():
+        for cpu in parse_cpu_list(cpulist):
+            if cpu < cpus.count:
+                governors[cpu] = governor
+    (cpu_root / "online").write_text(f"0-{cpus.count - 1}\n")
+    for cpu, governor in governors.items():
+        cpu_dir = cpu_root / f"cpu{cpu}"
+        if cpus.cpufreq:
+            (cpu_dir / "cpufreq").mkdir(parents=True)
+            (cpu_dir / "cpufreq" / "scaling_governor").write_text(governor + "\n")
+        else:
+            cpu_dir.mkdir()
+    for index in range(profile.gpus.count):
+        gpu = profile.gpus.gpu(index)
+        device = pci_device_dir(sys_root, bus_id(index))
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(NVIDIA_VENDOR + "\n")
+        (device / "class").write_text("0x030200\n")
+        (device / "max_link_speed").write_text(GEN_TO_SPEED[gpu.pcie_max_generation] + "\n")
+        (device / "max_link_width").write_text(f"{gpu.pcie_max_width}\n")
+        write_link(sys_root, index, gpu.idle)
+    nvidia = proc_root / "driver" / "nvidia"
+    nvidia.mkdir(parents=True)
+    kernel_module = profile.driver.kernel_module or profile.driver.version
+    (nvidia / "version").write_text(KERNEL_MODULE_LINE.format(version=kernel_module))
+    random_dir = proc_root / "sys" / "kernel" / "random"
+    random_dir.mkdir(parents=True)
+    boot_id = profile.node.boot_id or host_boot_id or "00000000-0000-4000-8000-000000000000"
+    (random_dir / "boot_id").write_text(boot_id + "\n")
+
+
+def write_link(sys_root: Path, index: int, link: Link) -> None:
+    device = pci_device_dir(sys_root, bus_id(index))
+    (device / "current_link_speed").write_text(GEN_TO_SPEED[link.generation] + "\n")
+    (device / "current_link_width").write_text(f"{link.width}\n")
+
+
+class SimulatedBackend:
+    mode = HardwareMode.SIMULATED
+
+    def __init__(self, profile: HardwareProfile, host_proc_root: Path = Path("/proc")) -> None:
+        self.profile = profile
+        self._tmp = Path(tempfile.mkdtemp(prefix="gpuaccept-sim-", dir=_fast_tmp()))
+        try:
+            host_boot_id: str | None = read_boot_id(host_proc_root)
+        except SysfsError:
+            host_boot_id = None
+        materialize(profile, self._tmp, host_boot_id)
+        self._loaded = False
+
+    @property
+    def proc_root(self) -> Path:
+        return self._tmp / "proc"
+
+    def sysfs_root(self) -> Path:
+        return self._tmp / "sys"
+
+    def boot_id(self) -> str | None:
+        try:
+            return read_boot_id(self.proc_root)
+        except SysfsError:
+            return None
+
+    def gpus(self) -> list[GpuInfo]:
+        return [
+            GpuInfo(index=i, name=self.profile.gpus.model, bus_id=bus_id(i))
+            for i in range(self.profile.gpus.count)
+        ]
+
+    def gpu_problem(self) -> str | None:
+        return "the profile has no GPU" if self.profile.gpus.count == 0 else None
+
+    def pcie_link(self, gpu: int) -> PcieLinkState:
+        link = read_pcie_link(self.sysfs_root(), bus_id(gpu))
+        return PcieLinkState(link.generation, link.width, link.max_generation, link.max_width)
+
+    def copy_bandwidth(self, gpu: int, nbytes: int) -> CopyMeasurement:
+        spec = self.profile.gpus.gpu(gpu)
+        write_link(self.sysfs_root(), gpu, spec.load)
+        try:
+            under_load = self.pcie_link(gpu)
+        finally:
+            if not self._loaded:
+                write_link(self.sysfs_root(), gpu, spec.idle)
+        return CopyMeasurement(spec.h2d_gbps, spec.d2h_gbps, under_load)
+
+    @contextmanager
+    def gpu_load(self) -> Iterator[None]:
+        self._loaded = True
+        for index in range(self.profile.gpus.count):
+            write_link(self.sysfs_root(), index, self.profile.gpus.gpu(index).load)
+        try:
+            yield
+        finally:
+            self._loaded = False
+            for index in range(self.profile.gpus.count):
+                write_link(self.sysfs_root(), index, self.profile.gpus.gpu(index).idle)
+
+    def clock_event_reasons(self, gpu: int) -> int:
+        reasons = self.profile.gpus.gpu(gpu).clock_event_reasons
+        return clocks.encode(list(reasons.load if self._loaded else reasons.idle))
+
+    def versions(self) -> VersionInfo:
+        d = self.profile.driver
+        if self.profile.gpus.count == 0:
+            return VersionInfo(notes=("the profile has no GPU",))
+        kernel_module = read_kernel_module_version(self.proc_root)
+        nvml_library = d.nvml_library or d.version
+        return VersionInfo(
+            kernel_module=kernel_module,
+            nvml_library=nvml_library,
+            # What NVML reports when the user-space library and the kernel module differ.
+            nvml_mismatch=nvml_library != kernel_module,
+            gpu_drivers=tuple(
+                self.profile.gpus.gpu(i).driver_version or d.version
+                for i in range(self.profile.gpus.count)
+            ),
+            cuda_driver=d.cuda_driver_version,
+            cuda_runtime=d.cuda_runtime_version,
+            nccl=d.nccl_version,
+        )
+
+    def allreduce(self, sizes: list[int], iterations: int, warmup: int) -> AllreduceMeasurement:
+        n = self.profile.gpus.count
+        if n < 2:
+            raise Unavailable("all-reduce needs at least 2 GPUs")
+        busbw = self.profile.allreduce.busbw_gbps
+        algbw = busbw * n / (2 * (n - 1))
+        size = sizes[-1]
+        seconds = size / (algbw * 1e9) if algbw > 0 else float("inf")
+        return AllreduceMeasurement(
+            backend="simulated", ranks=n, sweep=((size, seconds, algbw, busbw),), source="profile"
+        )
+
+    def sleep(self, seconds: float) -> None:
+        return None
+
+    def close(self) -> None:
+        shutil.rmtree(self._tmp, ignore_errors=True)

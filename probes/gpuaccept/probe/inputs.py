@@ -1,0 +1,102 @@
+"""Reading the probe's input files, with one-line errors.
+
+Every error names the file, the field and the reason on one line, e.g.::
+
+    profiles/bad.yaml: gpus.pcieMaxWidht: unknown field
+
+and the CLI exits with code 2.
+"""
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from gpuaccept.contracts.api import POLICY_KIND
+from gpuaccept.contracts.policy import ProbePolicy
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class InputError(Exception):
+    """A bad input file or value; the message is one line."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def describe_validation_error(source: str, exc: ValidationError) -> str:
+    """``source: field.path: reason`` for the first error (+ how many more)."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    if first["type"] == "extra_forbidden":
+        reason = "unknown field"
+    elif first["type"] == "missing":
+        reason = "required field is missing"
+    else:
+        value = first.get("input")
+        shown = repr(value) if isinstance(value, str | int | float | bool) else type(value).__name__
+        reason = f"{first['msg']} (got {shown})"
+    more = (
+        f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+        if len(errors) > 1
+        else ""
+    )
+    return _one_line(f"{source}: {loc}: {reason}{more}")
+
+
+def read_structured_file(path: Path) -> Any:
+    """YAML (or JSON, which is YAML) from ``path``."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise InputError(_one_line(f"{path}: not valid YAML{where}: {problem}")) from None
+
+
+def validate(model: type[M], data: Any, source: str) -> M:
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: (top level): expected a mapping, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(describe_validation_error(source, exc)) from None
+
+
+def _probe_policy_data(data: Any, source: str) -> tuple[Any, str]:
+    """Accept a bare ProbePolicy, or a NodeAcceptancePolicy manifest (its ``spec.probe``)."""
+    if isinstance(data, dict) and data.get("kind") == POLICY_KIND:
+        spec = data.get("spec") or {}
+        if not isinstance(spec, dict):
+            raise InputError(f"{source}: spec: expected a mapping")
+        return spec.get("probe") or {}, f"{source} (spec.probe)"
+    return data, source
+
+
+def load_policy(path: Path) -> ProbePolicy:
+    data = read_structured_file(path)
+    if data is None:
+        return ProbePolicy()
+    data, source = _probe_policy_data(data, str(path))
+    return validate(ProbePolicy, data, source)
+
+
+def policy_from_json(text: str, source: str = "GPUACCEPT_POLICY") -> ProbePolicy:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{source}: not valid JSON: {exc.msg} at char {exc.pos}") from None
+    data, source = _probe_policy_data(data, source)
+    return validate(ProbePolicy, data, source)
