@@ -1,0 +1,351 @@
+"""``gpuaccept probe``: measure this node, print a report, exit with the verdict.
+
+Exit codes: 0 accepted, 1 quarantined (or not a GPU node, or the probe
+failed), 2 bad usage or a bad input file. With ``--termination-log`` the
+compact report is written on every path, failures included, so the operator
+never mistakes a missing report for success.
+"""
+
+import argparse
+import os
+import socket
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpuaccept.contracts.policy import ProbePolicy
+from gpuaccept.contracts.report import (
+    CheckResult,
+    CheckStatus,
+    HardwareMode,
+    HardwareSummary,
+    ProbeReport,
+)
+from gpuaccept.probe import PROBE_VERSION
+from gpuaccept.probe.checks import BY_NAME, CHECKS, Check, ProbeContext
+from gpuaccept.probe.checks.base import clip
+from gpuaccept.probe.compact import termination_message
+from gpuaccept.probe.hardware.base import HardwareBackend
+from gpuaccept.probe.inputs import InputError, load_policy, policy_from_json
+from gpuaccept.probe.runner import UNKNOWN_BOOT_ID, run_probe
+from gpuaccept.probe.verdict import Verdict, evaluate
+
+EXIT_ACCEPTED = 0
+EXIT_QUARANTINED = 1
+EXIT_USAGE = 2
+
+ENV_PROFILE = "GPUACCEPT_PROFILE"
+ENV_POLICY = "GPUACCEPT_POLICY"
+ENV_EXPECTED_GPUS = "GPUACCEPT_EXPECTED_GPUS"
+ENV_BOOT_ID = "GPUACCEPT_BOOT_ID"
+ENV_NODE_NAME = "NODE_NAME"
+ENV_SYSFS_ROOT = "GPUACCEPT_SYSFS_ROOT"
+ENV_PROC_ROOT = "GPUACCEPT_PROC_ROOT"
+
+STATUS_STYLE = {
+    CheckStatus.PASS: "green",
+    CheckStatus.WARN: "yellow",
+    CheckStatus.FAIL: "bold red",
+    CheckStatus.ERROR: "bold magenta",
+    CheckStatus.SKIP: "cyan",
+}
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gpuaccept probe",
+        description="Measure this GPU node (PCIe links, CPU governors, driver/CUDA/NCCL, "
+        "all-reduce bandwidth, clock throttling, GPU count) and judge it against a policy. "
+        "Exit 0 accepted, 1 quarantined, 2 bad usage or bad input file.",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help=f"simulate the node described by this hardware profile (env {ENV_PROFILE})",
+    )
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        help=f"ProbePolicy YAML/JSON, or a NodeAcceptancePolicy manifest "
+        f"(env {ENV_POLICY}: the policy as JSON text; default: built-in defaults)",
+    )
+    parser.add_argument("--output", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--checks",
+        help="comma-separated checks to run (the others are disabled): "
+        + ",".join(c.name for c in CHECKS),
+    )
+    parser.add_argument(
+        "--termination-log", type=Path, help="write the compact report here (for the pod)"
+    )
+    parser.add_argument("--node-name", help=f"default: env {ENV_NODE_NAME}, then the hostname")
+    parser.add_argument(
+        "--expected-gpus",
+        type=int,
+        help=f"the node's advertised GPU count (env {ENV_EXPECTED_GPUS}); "
+        "gpuCount.expected in the policy wins",
+    )
+    parser.add_argument(
+        "--sysfs-root", type=Path, help=f"real hardware: sysfs root (env {ENV_SYSFS_ROOT}, /sys)"
+    )
+    parser.add_argument(
+        "--proc-root", type=Path, help=f"real hardware: procfs root (env {ENV_PROC_ROOT}, /proc)"
+    )
+    return parser
+
+
+def _termination_log_from_argv(argv: Sequence[str]) -> Path | None:
+    """Where to write the failure report when the arguments themselves are bad."""
+    for i, arg in enumerate(argv):
+        if arg == "--termination-log" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--termination-log="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def failure_report(
+    message: str, *, node_name: str, boot_id: str | None, mode: HardwareMode
+) -> ProbeReport:
+    """A valid report that can never be accepted: no check results, one error."""
+    now = datetime.now(UTC)
+    return ProbeReport(
+        node_name=node_name,
+        boot_id=(boot_id or UNKNOWN_BOOT_ID)[:64],
+        probe_version=PROBE_VERSION,
+        started_at=now,
+        finished_at=now,
+        hardware=mode,
+        summary=HardwareSummary(gpu_count=0),
+        results=[
+            CheckResult(
+                check="probe", status=CheckStatus.ERROR, message=clip(message), duration_s=0
+            )
+        ],
+    )
+
+
+def write_termination_log(path: Path, report: ProbeReport, err: Console) -> bool:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(termination_message(report))
+    except (OSError, ValueError) as exc:
+        err.print(f"gpuaccept probe: cannot write the termination log {path}: {exc}", markup=False)
+        return False
+    return True
+
+
+def default_node_name() -> str:
+    return os.environ.get(ENV_NODE_NAME) or socket.gethostname() or "unknown"
+
+
+def _resolve_policy(args: argparse.Namespace) -> ProbePolicy:
+    if args.policy is not None:
+        return load_policy(args.policy)
+    text = os.environ.get(ENV_POLICY)
+    if text:
+        return policy_from_json(text)
+    return ProbePolicy()
+
+
+def _select_checks(policy: ProbePolicy, spec: str | None) -> ProbePolicy:
+    if not spec:
+        return policy
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown or not names:
+        raise UsageError(
+            f"--checks: unknown check {', '.join(unknown) or '(none)'}; known: {', '.join(BY_NAME)}"
+        )
+    update = {
+        name: getattr(policy, name).model_copy(update={"enabled": False})
+        for name in BY_NAME
+        if name not in names
+    }
+    return policy.model_copy(update=update)
+
+
+def _advertised(args: argparse.Namespace) -> int | None:
+    if args.expected_gpus is not None:
+        if args.expected_gpus < 0:
+            raise UsageError("--expected-gpus must be >= 0")
+        return int(args.expected_gpus)
+    raw = os.environ.get(ENV_EXPECTED_GPUS, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise InputError(f"{ENV_EXPECTED_GPUS}: not a non-negative integer (got {raw!r})")
+    return int(raw)
+
+
+@contextmanager
+def _progress(err: Console, enabled: bool) -> Iterator[tuple[Progress | None, TaskID | None]]:
+    if not enabled:
+        yield None, None
+        return
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        yield progress, progress.add_task("starting", total=None, note="")
+
+
+def render_table(report: ProbeReport, verdict: Verdict, out: Console) -> None:
+    s = report.summary
+    model = s.gpu_model or "no GPU"
+    out.print(
+        f"[bold]{report.node_name}[/bold]  {s.gpu_count} x {model}  driver "
+        f"{s.driver_version or '?'}  CUDA {s.cuda_driver_version or '?'} "
+        f"(runtime {s.cuda_runtime_version or '?'})  NCCL {s.nccl_version or '?'}  "
+        f"hardware: [bold]{report.hardware.value}[/bold]",
+        highlight=False,
+    )
+    table = Table(show_lines=False)
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("result")
+    table.add_column("time", justify="right")
+    judged = {r.check: r for r in verdict.results}
+    for stored in report.results:
+        result = judged.get(stored.check, stored)
+        style = STATUS_STYLE[result.status]
+        table.add_row(
+            result.check,
+            f"[{style}]{result.status.value}[/{style}]",
+            result.message,
+            f"{result.duration_s:.1f}s",
+        )
+    out.print(table)
+    if verdict.accepted:
+        extra = f" with {len(verdict.warnings)} warning(s)" if verdict.warnings else ""
+        out.print(f"[bold green]ACCEPTED[/bold green]{extra}")
+    else:
+        out.print(
+            "[bold red]QUARANTINED[/bold red]: "
+            + ", ".join(f"{r.reason} ({r.check})" for r in verdict.reasons),
+            highlight=False,
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    err = Console(stderr=True)
+    out = Console()
+    parser = build_parser()
+    term_log = _termination_log_from_argv(argv)
+    node_name = default_node_name()
+    boot_env = os.environ.get(ENV_BOOT_ID) or None
+    mode = HardwareMode.REAL
+
+    def bad_input(message: str) -> int:
+        err.print(
+            f"gpuaccept probe: error: {message}", markup=False, highlight=False, soft_wrap=True
+        )
+        if term_log is not None:
+            report = failure_report(message, node_name=node_name, boot_id=boot_env, mode=mode)
+            write_termination_log(term_log, report, err)
+        return EXIT_USAGE
+
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        err.print(parser.format_usage().rstrip(), markup=False, highlight=False)
+        return bad_input(str(exc))
+    node_name = args.node_name or node_name
+    profile_path: Path | None = args.profile or (
+        Path(os.environ[ENV_PROFILE]) if os.environ.get(ENV_PROFILE) else None
+    )
+    if profile_path is not None:
+        mode = HardwareMode.SIMULATED
+    try:
+        policy = _select_checks(_resolve_policy(args), args.checks)
+        advertised = _advertised(args)
+        hardware: HardwareBackend
+        if profile_path is not None:
+            from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
+            from gpuaccept.probe.hardware.simulated import SimulatedBackend  # noqa: PLC0415
+
+            profile = load_profile(profile_path)
+            if advertised is None:
+                advertised = profile.node.advertised_gpus
+            hardware = SimulatedBackend(profile)
+        else:
+            from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415
+
+            sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
+            proc = args.proc_root or Path(os.environ.get(ENV_PROC_ROOT) or "/proc")
+            hardware = RealBackend(sysfs_root=sysfs, proc_root=proc)
+    except (InputError, UsageError) as exc:
+        return bad_input(str(exc))
+
+    try:
+        with _progress(err, args.output == "table" or err.is_terminal) as (progress, task):
+
+            def on_check(check: Check) -> None:
+                if progress is not None and task is not None:
+                    progress.update(task, description=check.title, note="")
+
+            def note(text: str) -> None:
+                if progress is not None and task is not None:
+                    progress.update(task, note=text)
+
+            context = ProbeContext(advertised_gpus=advertised, progress=note)
+            report = run_probe(
+                hardware,
+                policy,
+                node_name=node_name,
+                boot_id=boot_env,
+                context=context,
+                on_check=on_check,
+            )
+        verdict = evaluate(report, policy)
+    except Exception as exc:  # fail safe: a crashed probe is a failed probe, with a report
+        message = f"probe failed: {type(exc).__name__}: {exc}"
+        err.print(f"gpuaccept probe: {message}", markup=False, highlight=False)
+        if term_log is not None:
+            boot = boot_env or hardware.boot_id()
+            failed = failure_report(message, node_name=node_name, boot_id=boot, mode=mode)
+            write_termination_log(term_log, failed, err)
+        return EXIT_QUARANTINED
+    finally:
+        hardware.close()
+
+    written = True
+    if term_log is not None:
+        written = write_termination_log(term_log, report, err)
+    if report.summary.gpu_count == 0 and report.hardware is HardwareMode.REAL:
+        problem = hardware.gpu_problem()
+        err.print(
+            "gpuaccept probe: no NVIDIA GPU found on this machine"
+            + (f" ({problem})" if problem else "")
+            + "; it is not an accepted GPU node.",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    if args.output == "json":
+        sys.stdout.write(report.model_dump_json(by_alias=True, exclude_none=True, indent=2) + "\n")
+    else:
+        render_table(report, verdict, out)
+    if not written:
+        return EXIT_QUARANTINED
+    return EXIT_ACCEPTED if verdict.accepted else EXIT_QUARANTINED
