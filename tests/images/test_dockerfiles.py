@@ -136,7 +136,8 @@ def test_has_an_entrypoint_and_no_add(path: Path) -> None:
 def test_operator_image_has_no_torch_cuda_or_nvml() -> None:
     _, stages = parse(OPERATOR)
     for base in external_bases(stages):
-        assert "cuda" not in base.lower() and "nvidia" not in base.lower(), base
+        assert "cuda" not in base.lower(), base
+        assert "nvidia" not in base.lower(), base
     installs = " ".join(rest for s in stages for instr, rest in s.instructions if instr == "RUN")
     assert ".[operator]" in installs
     for forbidden in ("torch", "nvidia-ml-py", "pynvml", "[probe", "probe]", "nccl"):
@@ -165,7 +166,8 @@ def test_probe_pins_agree_with_the_project_extra() -> None:
     for package in ("torch", "nvidia-ml-py"):
         pinned = re.search(rf"{package}==([0-9.]+)", text)
         floor = re.search(rf'"{package}>=([0-9.]+)', pyproject)
-        assert pinned and floor, package
+        assert pinned, package
+        assert floor, package
         as_tuple = [tuple(int(x) for x in v.split(".")) for v in (pinned[1], floor[1])]
         assert as_tuple[0] >= as_tuple[1], f"{package} pin {pinned[1]} < project floor {floor[1]}"
 
