@@ -10,6 +10,7 @@ must be on the apiserver's command line, and a benchmark wants an empty etcd.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,13 +104,17 @@ def ensure_namespace(api: client.ApiClient, name: str = NAMESPACE) -> None:
                 raise
 
 
-def identity(
-    cp: ControlPlane, name: str, out_dir: Path, namespace: str = NAMESPACE
-) -> tuple[str, Path]:
+@dataclass(frozen=True)
+class Identity:
+    user: str  # as the audit log names it
+    token: str
+    kubeconfig: Path
+
+
+def identity(cp: ControlPlane, name: str, out_dir: Path, namespace: str = NAMESPACE) -> Identity:
     """A ServiceAccount bound to cluster-admin, a token for it, and a kubeconfig file.
 
-    Returns the audit user name and the kubeconfig path. Each measured process
-    gets its own, so that the audit log splits their requests.
+    Each measured process gets its own, so that the audit log splits their requests.
     """
     with cp.api_client() as api:
         core = client.CoreV1Api(api)
@@ -162,7 +167,7 @@ def identity(
         )
     )
     kubeconfig.chmod(0o600)
-    return f"system:serviceaccount:{namespace}:{name}", kubeconfig
+    return Identity(f"system:serviceaccount:{namespace}:{name}", token, kubeconfig)
 
 
 def ensure_policy(api: client.ApiClient, selector: dict[str, str]) -> NodeAcceptancePolicySpec:

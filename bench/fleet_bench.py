@@ -1,0 +1,712 @@
+"""The fleet benchmark: N simulated GPU nodes join at once; the operator and the
+API floor script each decide all of them, measured the same way.
+
+For each N and each arm (``floor``, then ``operator``), on one fresh control
+plane (the binary ``make cluster-up`` runs, kube-apiserver's audit log on):
+
+1. the previous arm's nodes, NodeAcceptances and pods are removed;
+2. the arm starts as a subprocess under its own ServiceAccount identity and
+   the harness waits until it watches Nodes (seen in the audit log);
+3. the kubelet stand-in (scale mode) registers N nodes at once, with the
+   pending taint as ``--register-with-taints`` would, and completes every probe
+   pod with a prepared report from the real probe (a fixed fraction fail);
+4. the harness watches NodeAcceptances until every node has its final phase,
+   then checks the end state (labels, taints, one probe pod per node, one
+   verdict per node) and stops the arm;
+5. the arm's requests are counted from the audit log (its identity only), its
+   peak RSS (``VmHWM``) and CPU seconds are read from /proc.
+
+The last stdout line is a machine-readable summary (``--label``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+from rich.console import Console
+from rich.table import Table
+
+from bench import apiserver_metrics, procstat, reports
+from bench.audit import AuditTail, RequestCounts
+from bench.cluster import (
+    NAMESPACE,
+    clean_fleet,
+    ensure_namespace,
+    ensure_policy,
+    identity,
+    install_crds,
+    start_cluster,
+)
+from bench.plot import plot_time_to_verdict
+from gpuaccept.contracts.api import (
+    ACCEPTANCE_LABEL,
+    ACCEPTANCE_PLURAL,
+    GPU_PRESENT_LABEL,
+    GROUP,
+    PENDING_TAINT_KEY,
+    QUARANTINE_TAINT_KEY,
+    VERSION,
+)
+from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.testsupport.controlplane import ControlPlane
+from gpuaccept.testsupport.kubelet_standin import KubeletStandIn, SimNode, prepared_reports
+
+REPO = Path(__file__).resolve().parent.parent
+FINAL = ("Accepted", "Quarantined")
+BENCH_LABEL = "bench.gpuaccept.io/fleet"
+GPUS_PER_NODE = 8
+
+console = Console(stderr=True, highlight=False, width=160)
+
+
+def log(message: str) -> None:
+    console.print(f"[dim]{datetime.now(UTC):%H:%M:%S}[/] {message}")
+
+
+# --------------------------------------------------------------------------
+# what one arm run produces
+# --------------------------------------------------------------------------
+@dataclass
+class ArmResult:
+    arm: str
+    nodes: int
+    decided: int = 0
+    correct: int = 0  # final phase, label and taints as the prepared report says
+    lost: int = 0  # no final phase by the deadline, or an end state that disagrees
+    duplicated: int = 0  # a node that reached a final phase twice, or got two probe pods
+    held: int = 0
+    wall_s: float = 0.0  # first node created → last node decided
+    register_s: float = 0.0  # time the stand-in took to create the N nodes
+    latency: dict[str, float] = field(default_factory=dict)
+    requests: dict[str, Any] = field(default_factory=dict)
+    standin_requests: dict[str, Any] = field(default_factory=dict)
+    apiserver_delta_by_verb: dict[str, int] = field(default_factory=dict)
+    peak_rss_mb: float = 0.0
+    cpu_s: float = 0.0
+    exit_code: int | None = None
+    problems: list[str] = field(default_factory=list)
+    log_file: str = ""
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def latency_summary(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {"p50_s": math.nan, "p95_s": math.nan, "max_s": math.nan, "mean_s": math.nan}
+    return {
+        "p50_s": round(percentile(values, 50), 3),
+        "p95_s": round(percentile(values, 95), 3),
+        "max_s": round(max(values), 3),
+        "mean_s": round(statistics.fmean(values), 3),
+    }
+
+
+# --------------------------------------------------------------------------
+# the harness's own view: NodeAcceptance phases and probe pods
+# --------------------------------------------------------------------------
+class Tracker:
+    """Watches NodeAcceptances and probe pods (as the admin; not counted for the arms)."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.custom: Any = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.lock = threading.Lock()
+        self.phase: dict[str, str] = {}
+        self.decided_at: dict[str, float] = {}
+        self.final_entries: dict[str, int] = {}  # times a node entered a final phase
+        self.pods: dict[str, set[str]] = {}  # node → probe pod uids
+        self.stop = threading.Event()
+        self.changed = threading.Condition(self.lock)
+        self.threads = [
+            threading.Thread(target=self._loop, args=(self._watch_nas,), daemon=True),
+            threading.Thread(target=self._loop, args=(self._watch_pods,), daemon=True),
+        ]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def _loop(self, body: Callable[[], None]) -> None:
+        while not self.stop.is_set():
+            try:
+                body()
+            except Exception as error:  # keep watching; the deadline catches a dead tracker
+                if not self.stop.is_set():
+                    log(f"[yellow]tracker: {error!r}; rewatching[/]")
+                    time.sleep(0.5)
+
+    def _watch_nas(self) -> None:
+        listed = self.custom.list_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL)
+        for item in listed["items"]:
+            self._on_na(item)
+        version = listed["metadata"]["resourceVersion"]
+        stream: Any = watch.Watch()  # type: ignore[no-untyped-call]
+        for event in stream.stream(
+            self.custom.list_cluster_custom_object,
+            GROUP,
+            VERSION,
+            ACCEPTANCE_PLURAL,
+            resource_version=version,
+            timeout_seconds=30,
+        ):
+            if event["type"] in ("ADDED", "MODIFIED"):
+                self._on_na(event["object"])
+            if self.stop.is_set():
+                stream.stop()
+
+    def _on_na(self, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        phase = (obj.get("status") or {}).get("phase") or ""
+        now = time.monotonic()
+        with self.lock:
+            before = self.phase.get(name, "")
+            self.phase[name] = phase
+            if phase in FINAL and phase != before:
+                self.final_entries[name] = self.final_entries.get(name, 0) + 1
+                self.decided_at.setdefault(name, now)
+                self.changed.notify_all()
+
+    def _watch_pods(self) -> None:
+        listed = self.core.list_namespaced_pod(self.namespace)
+        for pod in listed.items:
+            self._on_pod(pod)
+        stream: Any = watch.Watch()  # type: ignore[no-untyped-call]
+        for event in stream.stream(
+            self.core.list_namespaced_pod,
+            self.namespace,
+            resource_version=listed.metadata.resource_version if listed.metadata else None,
+            timeout_seconds=30,
+        ):
+            if event["type"] == "ADDED":
+                self._on_pod(event["object"])
+            if self.stop.is_set():
+                stream.stop()
+
+    def _on_pod(self, pod: Any) -> None:
+        node = pod.spec.node_name or ""
+        with self.lock:
+            self.pods.setdefault(node, set()).add(pod.metadata.uid)
+
+    def decided(self) -> int:
+        with self.lock:
+            return len(self.decided_at)
+
+    def wait_decided(self, count: int, deadline: float, alive: Callable[[], bool]) -> bool:
+        with self.lock:
+            while len(self.decided_at) < count:
+                left = deadline - time.monotonic()
+                if left <= 0 or not alive():
+                    return False
+                self.changed.wait(min(left, 1.0))
+        return True
+
+
+# --------------------------------------------------------------------------
+# one arm, one N
+# --------------------------------------------------------------------------
+@dataclass
+class Setup:
+    cp: ControlPlane
+    admin: client.ApiClient
+    audit: AuditTail
+    out: Path
+    healthy: ProbeReport
+    faulty: ProbeReport
+    fail_every: int
+    timeout_s: Callable[[int], float]
+    operator_cmd: list[str]
+    floor_cmd: list[str]
+    probe_delay_s: float
+    settle_s: float
+    standin_concurrency: int
+    profile_operator: bool
+
+
+def arm_command(setup: Setup, arm: str, kubeconfig: Path, tag: str) -> list[str]:
+    template = setup.operator_cmd if arm == "operator" else setup.floor_cmd
+    values = {"kubeconfig": str(kubeconfig), "namespace": NAMESPACE, "python": sys.executable}
+    cmd = [part.format(**values) for part in template]
+    if arm == "operator" and setup.profile_operator:
+        # pyinstrument runs the operator in its own process: the pid measured is the
+        # profiled operator (RSS and CPU include the profiler's overhead).
+        report = setup.out / f"profile-{tag}.html"
+        module = cmd.index("-m") if "-m" in cmd else None
+        if module is None:
+            raise SystemExit(
+                "--profile-operator needs an operator command of the form PY -m MOD ..."
+            )
+        cmd = [
+            cmd[0],
+            "-m",
+            "pyinstrument",
+            "--renderer",
+            "html",
+            "--outfile",
+            str(report),
+            *cmd[module:],
+        ]
+    return cmd
+
+
+def wait_watching(setup: Setup, user: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Until ``user`` has a watch open on Nodes (so no node is missed or seen by a list)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        setup.audit.poll()
+        if any(r.verb == "watch" and r.resource == "nodes" for r in setup.audit.of_user(user)):
+            time.sleep(1.0)  # let it open its other watches too
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{user}: exited with {proc.returncode} before watching Nodes")
+        time.sleep(0.2)
+    raise TimeoutError(f"{user}: no watch on Nodes after {timeout:.0f}s")
+
+
+def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
+    tag = f"{arm}-n{n}"
+    result = ArmResult(arm=arm, nodes=n)
+    selector = f"{BENCH_LABEL}=true"
+    log(f"[bold]{tag}[/]: cleaning the previous fleet")
+    clean_fleet(setup.admin, selector)
+    me = identity(setup.cp, tag, setup.out)
+    standin_id = identity(setup.cp, f"standin-{tag}", setup.out)
+    log_path = setup.out / f"{tag}.log"
+    result.log_file = str(log_path)
+    cmd = arm_command(setup, arm, me.kubeconfig, tag)
+    log(f"{tag}: starting {shlex.join(cmd)}")
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            cmd, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
+        )
+    tracker = Tracker(setup.admin, NAMESPACE)
+    standin: KubeletStandIn | None = None
+    last: procstat.ProcSample | None = None
+    try:
+        wait_watching(setup, me.user, proc, timeout=120)
+        tracker.start()
+
+        def fails(name: str) -> bool:
+            return int(name.rsplit("-", 1)[1]) % setup.fail_every == 0
+
+        message = reports.message_for(setup.healthy, setup.faulty, fails)
+        standin = KubeletStandIn(
+            setup.cp.configuration(token=standin_id.token),
+            default_behaviour=prepared_reports(message, delay_s=setup.probe_delay_s),
+            api_concurrency=setup.standin_concurrency,
+        )
+        standin.start()
+        nodes = [
+            SimNode(
+                name=f"{arm}-{n}-{i:05d}",
+                gpu_count=GPUS_PER_NODE,
+                labels={BENCH_LABEL: "true"},
+                taints=[{"key": PENDING_TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
+            )
+            for i in range(n)
+        ]
+        expected = {node.name: "Quarantined" if fails(node.name) else "Accepted" for node in nodes}
+        before = apiserver_metrics.scrape(setup.admin)
+        created: dict[str, float] = {}
+
+        def register(node: SimNode) -> None:
+            assert standin is not None
+            standin.add_node(node)
+            created[node.name] = time.monotonic()
+
+        log(f"{tag}: registering {n} nodes with the pending taint")
+        t0 = time.monotonic()
+        sampler_stop = threading.Event()
+        samples: list[procstat.ProcSample] = []
+
+        def sample_loop() -> None:
+            while not sampler_stop.wait(0.5):
+                s = procstat.sample(proc.pid)
+                if s is not None:
+                    samples.append(s)
+
+        sampler = threading.Thread(target=sample_loop, daemon=True)
+        sampler.start()
+        with ThreadPoolExecutor(max_workers=setup.standin_concurrency) as pool:
+            list(pool.map(register, nodes))
+        result.register_s = round(time.monotonic() - t0, 3)
+        log(f"{tag}: registered in {result.register_s:.1f}s; waiting for verdicts")
+        deadline = t0 + setup.timeout_s(n)
+        progress_at = time.monotonic()
+        while not tracker.wait_decided(
+            n, min(deadline, time.monotonic() + 15), lambda: proc.poll() is None
+        ):
+            if proc.poll() is not None or time.monotonic() >= deadline:
+                break
+            if time.monotonic() - progress_at >= 15:
+                progress_at = time.monotonic()
+                log(f"{tag}: {tracker.decided()}/{n} decided after {time.monotonic() - t0:.0f}s")
+        t_end = max(tracker.decided_at.values(), default=time.monotonic())
+        result.wall_s = round(t_end - t0, 3)
+        log(f"{tag}: {tracker.decided()}/{n} decided; settling {setup.settle_s:.0f}s")
+        time.sleep(setup.settle_s)  # a late duplicate action would show up here
+        sampler_stop.set()
+        sampler.join()
+        last = procstat.sample(proc.pid) or (samples[-1] if samples else None)
+        after = apiserver_metrics.scrape(setup.admin)
+        result.apiserver_delta_by_verb = dict(
+            sorted(apiserver_metrics.by_verb(apiserver_metrics.delta(after, before)).items())
+        )
+        with tracker.lock:
+            latencies = [
+                tracker.decided_at[name] - created[name]
+                for name in expected
+                if name in tracker.decided_at and name in created
+            ]
+            result.decided = sum(1 for name in expected if tracker.phase.get(name) in FINAL)
+            result.held = sum(1 for name in expected if tracker.phase.get(name) == "Held")
+            result.duplicated = sum(
+                1
+                for name in expected
+                if tracker.final_entries.get(name, 0) > 1 or len(tracker.pods.get(name, ())) > 1
+            )
+        result.latency = latency_summary(latencies)
+        check_end_state(setup.admin, expected, result)
+    finally:
+        tracker.stop.set()
+        result.exit_code = stop_process(proc, last, result)
+        if standin is not None:
+            standin.stop()
+    setup.audit.poll()
+    counts = RequestCounts()
+    for request in setup.audit.of_user(me.user):
+        counts.add(request)
+    result.requests = counts.to_json(n)
+    standin_counts = RequestCounts()
+    for request in setup.audit.of_user(standin_id.user):
+        standin_counts.add(request)
+    result.standin_requests = standin_counts.to_json(n)
+    log(
+        f"{tag}: decided={result.decided}/{n} lost={result.lost} dup={result.duplicated} "
+        f"wall={result.wall_s:.1f}s req/node={counts.per_node(n):.2f} "
+        f"rss={result.peak_rss_mb:.0f}MB cpu={result.cpu_s:.1f}s"
+    )
+    return result
+
+
+def stop_process(
+    proc: subprocess.Popen[bytes], last: procstat.ProcSample | None, result: ArmResult
+) -> int | None:
+    final = procstat.sample(proc.pid) or last
+    if final is not None:
+        result.peak_rss_mb = round(final.peak_rss_mb, 1)
+        result.cpu_s = round(final.cpu_s, 2)
+    if proc.poll() is None:
+        # SIGINT: kopf (and pyinstrument, when profiling) stop gracefully on it.
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            result.problems.append("did not stop within 30 s of SIGINT; killed")
+    else:
+        result.problems.append(f"exited on its own with code {proc.returncode} during the run")
+    return proc.returncode
+
+
+def check_end_state(api: client.ApiClient, expected: dict[str, str], result: ArmResult) -> None:
+    """Compare every node's NodeAcceptance phase, label and taints with the prepared verdict."""
+    core = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    listed: Any = core.list_node(label_selector=f"{BENCH_LABEL}=true")
+    nodes = {n.metadata.name: n for n in listed.items}
+    phases = {
+        item["metadata"]["name"]: (item.get("status") or {}).get("phase", "")
+        for item in custom.list_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL)["items"]
+    }
+    wrong: list[str] = []
+    for name, want in expected.items():
+        node: Any = nodes.get(name)
+        phase = phases.get(name, "")
+        if node is None:
+            wrong.append(f"{name}: node missing")
+            continue
+        label = (node.metadata.labels or {}).get(ACCEPTANCE_LABEL)
+        taints = {t.key for t in node.spec.taints or []}
+        ok = (
+            phase == want
+            and label == want.lower()
+            and PENDING_TAINT_KEY not in taints
+            and ((QUARANTINE_TAINT_KEY in taints) == (want == "Quarantined"))
+        )
+        if ok:
+            result.correct += 1
+        else:
+            wrong.append(
+                f"{name}: want {want}, got phase={phase!r} label={label!r} taints={sorted(taints)}"
+            )
+    result.lost = len(wrong)
+    if wrong:
+        result.problems.append(f"{len(wrong)} nodes not as expected, e.g. " + "; ".join(wrong[:3]))
+
+
+# --------------------------------------------------------------------------
+# output
+# --------------------------------------------------------------------------
+def ratio(a: float, b: float) -> float:
+    return round(a / b, 3) if b else math.nan
+
+
+def show_table(results: Sequence[ArmResult], machine: str) -> None:
+    table = Table(title=f"fleet benchmark ({machine})", title_style="bold")
+    for column in (
+        "N",
+        "arm",
+        "decided",
+        "lost",
+        "dup",
+        "p50 s",
+        "p95 s",
+        "max s",
+        "wall s",
+        "req/node",
+        "by verb per node",
+        "peak RSS MB",
+        "CPU s",
+    ):
+        table.add_column(
+            column, justify="left" if column in ("arm", "by verb per node") else "right"
+        )
+    for r in results:
+        verbs = ", ".join(
+            f"{verb} {count:g}" for verb, count in r.requests.get("by_verb_per_node", {}).items()
+        )
+        table.add_row(
+            str(r.nodes),
+            r.arm,
+            str(r.decided),
+            str(r.lost),
+            str(r.duplicated),
+            f"{r.latency.get('p50_s', math.nan):.2f}",
+            f"{r.latency.get('p95_s', math.nan):.2f}",
+            f"{r.latency.get('max_s', math.nan):.2f}",
+            f"{r.wall_s:.2f}",
+            f"{r.requests.get('per_node', math.nan):.2f}",
+            verbs,
+            f"{r.peak_rss_mb:.0f}",
+            f"{r.cpu_s:.1f}",
+        )
+    out = Console(width=200)
+    out.print(table)
+    for n in sorted({r.nodes for r in results}):
+        op = next((r for r in results if r.nodes == n and r.arm == "operator"), None)
+        fl = next((r for r in results if r.nodes == n and r.arm == "floor"), None)
+        if op and fl:
+            out.print(
+                f"N={n}: operator/floor requests per node "
+                f"{ratio(op.requests['per_node'], fl.requests['per_node'])}, wall time "
+                f"{ratio(op.wall_s, fl.wall_s)}"
+            )
+
+
+def summary_line(label: str, results: Sequence[ArmResult]) -> str:
+    """``<label>: nodes=… decided=… req_per_node=… floor_req_per_node=… wall_ratio=… rss_mb=…``
+    for the largest N (the operator arm; the floor's numbers when it ran alone)."""
+    n = max(r.nodes for r in results)
+    op = next((r for r in results if r.nodes == n and r.arm == "operator"), None)
+    fl = next((r for r in results if r.nodes == n and r.arm == "floor"), None)
+    main = op or fl
+    assert main is not None
+    fields = {
+        "nodes": n,
+        "decided": main.decided,
+        "correct": main.correct,
+        "lost": main.lost,
+        "duplicated": main.duplicated,
+        "req_per_node": f"{op.requests['per_node']:.2f}" if op else "nan",
+        "floor_req_per_node": f"{fl.requests['per_node']:.2f}" if fl else "nan",
+        "req_ratio": f"{ratio(op.requests['per_node'], fl.requests['per_node']):.2f}"
+        if op and fl
+        else "nan",
+        "wall_s": f"{main.wall_s:.2f}",
+        "floor_wall_s": f"{fl.wall_s:.2f}" if fl else "nan",
+        "wall_ratio": f"{ratio(op.wall_s, fl.wall_s):.2f}" if op and fl else "nan",
+        "p95_s": f"{main.latency.get('p95_s', math.nan):.2f}",
+        "rss_mb": f"{op.peak_rss_mb:.0f}" if op else "nan",
+        "cpu_s": f"{op.cpu_s:.1f}" if op else "nan",
+    }
+    return f"{label}: " + " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def machine_description() -> str:
+    cores = os.cpu_count() or 0
+    try:
+        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{mem_kb / 1024 / 1024:.0f} GB RAM"
+    except (OSError, ValueError, IndexError):
+        mem = "? RAM"
+    return f"{cores} cores, {mem}, Python {sys.version.split()[0]}"
+
+
+# --------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.fleet_bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--nodes", type=int, action="append", help="N (repeatable); default 100")
+    parser.add_argument("--arms", default="floor,operator", help="comma-separated: floor,operator")
+    parser.add_argument("--label", default="bench", help="prefix of the summary line")
+    parser.add_argument("--fail-every", type=int, default=10, help="every k-th node fails (10%%)")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "out")
+    parser.add_argument(
+        "--plot", type=Path, help="PNG path (default OUT/<label>/time-to-verdict.png)"
+    )
+    parser.add_argument("--healthy-profile", type=Path)
+    parser.add_argument("--fault-profile", type=Path)
+    parser.add_argument(
+        "--synthetic-reports",
+        action="store_true",
+        help="hand-made reports (status only, no observed values) instead of the probe's: "
+        "enough for the floor, not for the operator, which re-judges observed values",
+    )
+    parser.add_argument("--probe-delay", type=float, default=0.0, help="seconds a probe pod runs")
+    parser.add_argument(
+        "--settle", type=float, default=3.0, help="seconds watched after the last verdict"
+    )
+    parser.add_argument("--timeout-base", type=float, default=120.0)
+    parser.add_argument("--timeout-per-node", type=float, default=0.5)
+    parser.add_argument("--standin-concurrency", type=int, default=32)
+    parser.add_argument(
+        "--operator-cmd",
+        default="{python} -m gpuaccept.cli operator --kubeconfig {kubeconfig} "
+        "--namespace {namespace} --standalone",
+        help="the operator's command line ({python} {kubeconfig} {namespace} are filled in)",
+    )
+    parser.add_argument(
+        "--floor-cmd",
+        default="{python} -m bench.floor --kubeconfig {kubeconfig} --namespace {namespace}",
+    )
+    parser.add_argument("--profile-operator", action="store_true", help="run it under pyinstrument")
+    parser.add_argument("--keep-cluster", action="store_true", help="leave the control plane up")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = args.nodes or [100]
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    out: Path = (args.out / args.label).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    machine = machine_description()
+    started = datetime.now(UTC)
+    log(f"fleet benchmark: N={sizes} arms={arms} on {machine}; output in {out}")
+
+    if args.synthetic_reports:
+        healthy_profile, fault_profile = Path("synthetic-pass"), Path("synthetic-fail")
+        healthy, faulty = reports.synthetic(True), reports.synthetic(False)
+    else:
+        healthy_profile, fault_profile = (
+            (args.healthy_profile, args.fault_profile)
+            if args.healthy_profile and args.fault_profile
+            else reports.default_profiles()
+        )
+        healthy = reports.probe_report(healthy_profile, GPUS_PER_NODE)
+        faulty = reports.probe_report(fault_profile, GPUS_PER_NODE)
+    log(
+        f"reports: {healthy_profile.name} and {fault_profile.name} (every {args.fail_every}th node)"
+    )
+
+    cp, audit_log = start_cluster(args.out.resolve() / "cluster", out / "audit")
+    log(f"control plane {cp.server} (pid {cp.pid}), audit log {audit_log}")
+    results: list[ArmResult] = []
+    code = 0
+    try:
+        with cp.api_client() as admin:
+            install_crds(admin, REPO / "crds")
+            ensure_namespace(admin)
+            ensure_policy(admin, {GPU_PRESENT_LABEL: "true", BENCH_LABEL: "true"})
+            setup = Setup(
+                cp=cp,
+                admin=admin,
+                audit=AuditTail(audit_log),
+                out=out,
+                healthy=healthy,
+                faulty=faulty,
+                fail_every=args.fail_every,
+                timeout_s=lambda n: args.timeout_base + args.timeout_per_node * n,
+                operator_cmd=shlex.split(args.operator_cmd),
+                floor_cmd=shlex.split(args.floor_cmd),
+                probe_delay_s=args.probe_delay,
+                settle_s=args.settle,
+                standin_concurrency=args.standin_concurrency,
+                profile_operator=args.profile_operator,
+            )
+            for n in sizes:
+                for arm in arms:
+                    try:
+                        results.append(run_arm(setup, arm, n))
+                    except (ApiException, RuntimeError, TimeoutError) as error:
+                        log(f"[red]{arm} N={n} failed: {error}[/]")
+                        failed = ArmResult(arm=arm, nodes=n, lost=n)
+                        failed.problems.append(str(error)[:500])
+                        results.append(failed)
+                        code = 1
+    finally:
+        if not args.keep_cluster:
+            cp.stop(force=True)
+    if not results:
+        return 1
+    document = {
+        "label": args.label,
+        "started": started.isoformat(),
+        "finished": datetime.now(UTC).isoformat(),
+        "machine": machine,
+        "command": shlex.join([sys.executable, "-m", "bench.fleet_bench", *(argv or sys.argv[1:])]),
+        "kubernetes": cp.kubernetes_version,
+        "profiles": [str(healthy_profile), str(fault_profile)],
+        "fail_every": args.fail_every,
+        "results": [asdict(r) for r in results],
+    }
+    (out / "results.json").write_text(json.dumps(document, indent=2) + "\n")
+    plot = args.plot or out / "time-to-verdict.png"
+    plot_time_to_verdict(
+        [asdict(r) for r in results if r.decided],
+        plot,
+        f"{args.label}: {machine}, {started:%Y-%m-%d}",
+    )
+    show_table(results, machine)
+    for r in results:
+        for problem in r.problems:
+            console.print(f"[yellow]{r.arm} N={r.nodes}: {problem}[/]")
+    print(f"results: {out / 'results.json'}  plot: {plot}", flush=True)
+    if any(r.decided != r.nodes or r.lost or r.duplicated for r in results):
+        code = 1
+    print(summary_line(args.label, results), flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

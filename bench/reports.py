@@ -1,0 +1,106 @@
+"""Prepared probe reports for the stand-in's scale mode.
+
+A report is produced once per profile by the real probe (``gpuaccept probe
+--profile FILE --output json`` on the simulated backend), validated with the
+contract model, then copied per node with that node's name and bootID, and
+encoded as the probe would write its termination message
+(:func:`~gpuaccept.contracts.report.encode_termination_message`). So the
+operator reads and re-judges exactly what a probe pod would have said.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpuaccept.contracts.report import (
+    CheckResult,
+    CheckStatus,
+    HardwareMode,
+    HardwareSummary,
+    ProbeReport,
+    encode_termination_message,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+JSON_OUT = ("--output", "json")
+
+
+def default_profiles() -> tuple[Path, Path]:
+    """A healthy profile and a fault profile from ``profiles/``.
+
+    The fault is one that quarantines (a PCIe width below the maximum if the
+    probe ships one, else the first fault profile).
+    """
+    healthy = sorted(p for p in (REPO / "profiles").glob("*.yaml") if "health" in p.name)
+    faults = sorted((REPO / "profiles" / "faults").glob("*.yaml"))
+    if not healthy or not faults:
+        raise FileNotFoundError(
+            "no profiles/*healthy*.yaml or profiles/faults/*.yaml: the probe's simulated "
+            "profiles are needed to build reports (pass --healthy-profile/--fault-profile)"
+        )
+    preferred = [p for p in faults if "width" in p.name] or faults
+    return healthy[0], preferred[0]
+
+
+def probe_report(profile: Path, gpus: int) -> ProbeReport:
+    """Run the real probe once on ``profile`` (simulated hardware) and validate its report."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuaccept.cli", "probe", "--profile", str(profile), *JSON_OUT],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={**os.environ, "GPUACCEPT_EXPECTED_GPUS": str(gpus)},
+    )
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(
+            f"gpuaccept probe --profile {profile} exited {proc.returncode}:\n"
+            f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        )
+    return ProbeReport.model_validate_json(proc.stdout)
+
+
+def for_node(template: ProbeReport, node_name: str, boot_id: str) -> str:
+    """The termination message for ``node_name`` (compact JSON, size-checked)."""
+    now = datetime.now(UTC)
+    report = template.model_copy(
+        update={"node_name": node_name, "boot_id": boot_id, "started_at": now, "finished_at": now}
+    )
+    return encode_termination_message(report)
+
+
+def message_for(
+    healthy: ProbeReport, faulty: ProbeReport, fails: Callable[[str], bool]
+) -> Callable[[str, str], str]:
+    """``(node_name, boot_id) → termination message``: the fault report for nodes that fail."""
+
+    def message(node_name: str, boot_id: str) -> str:
+        return for_node(faulty if fails(node_name) else healthy, node_name, boot_id)
+
+    return message
+
+
+def synthetic(passed: bool) -> ProbeReport:
+    """A hand-made report (status only): for the floor when the probe is not at hand."""
+    now = datetime.now(UTC)
+    return ProbeReport(
+        node_name="template",
+        boot_id="template",
+        probe_version="synthetic",
+        started_at=now,
+        finished_at=now,
+        hardware=HardwareMode.SIMULATED,
+        summary=HardwareSummary(gpu_count=8),
+        results=[
+            CheckResult(
+                check="gpu_count",
+                status=CheckStatus.PASS if passed else CheckStatus.FAIL,
+                duration_s=0.0,
+            )
+        ],
+    )
