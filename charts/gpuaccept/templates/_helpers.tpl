@@ -1,0 +1,97 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "gpuaccept.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name; the release name alone when it already contains the chart name. */}}
+{{- define "gpuaccept.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gpuaccept.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Standard labels on every object. */}}
+{{- define "gpuaccept.labels" -}}
+helm.sh/chart: {{ include "gpuaccept.chart" . }}
+{{ include "gpuaccept.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuaccept
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels of the operator pods (immutable in a Deployment: never add to these). */}}
+{{- define "gpuaccept.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpuaccept.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "gpuaccept.operatorSelectorLabels" -}}
+{{ include "gpuaccept.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* The operator's ServiceAccount. */}}
+{{- define "gpuaccept.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "gpuaccept.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The probe pods' ServiceAccount (no permissions, no token). */}}
+{{- define "gpuaccept.probeServiceAccountName" -}}
+{{- if .Values.probe.serviceAccount.create }}
+{{- default (printf "%s-probe" (include "gpuaccept.fullname" .)) .Values.probe.serviceAccount.name }}
+{{- else }}
+{{- required "probe.serviceAccount.name is required when probe.serviceAccount.create is false" .Values.probe.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The kopf peering object (one per release). */}}
+{{- define "gpuaccept.peeringName" -}}
+{{- default (include "gpuaccept.fullname" .) .Values.operator.peering.name }}
+{{- end }}
+
+{{/* repository[:tag][@digest] */}}
+{{- define "gpuaccept.image" -}}
+{{- $tag := default .root.Chart.AppVersion .image.tag }}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's command line (gpuaccept operator ...). */}}
+{{- define "gpuaccept.operatorArgs" -}}
+- operator
+- --namespace={{ .Release.Namespace }}
+- --peering={{ include "gpuaccept.peeringName" . }}
+- --log-level={{ .Values.operator.logLevel }}
+- --health-port={{ .Values.operator.healthPort }}
+- --metrics-port={{ .Values.operator.metricsPort }}
+- --probe-image={{ include "gpuaccept.image" (dict "image" .Values.probe.image "root" .) }}
+- --probe-image-pull-policy={{ .Values.probe.image.pullPolicy }}
+- --probe-service-account={{ include "gpuaccept.probeServiceAccountName" . }}
+- --probe-runtime-class={{ .Values.probe.runtimeClassName }}
+- --probe-priority-class={{ .Values.probe.priorityClassName }}
+- --probe-timeout={{ .Values.probe.timeoutSeconds }}
+- --probe-shm-size={{ .Values.probe.shmSize }}
+- --probe-resources={{ toJson .Values.probe.resources }}
+- --probe-tolerations={{ toJson .Values.probe.tolerations }}
+{{- end }}

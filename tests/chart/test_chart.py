@@ -1,0 +1,280 @@
+"""The Helm chart without a cluster: lint, template, values schema, conventions.
+
+Uses ``.bin/helm`` (built from hack/helm by mk/cluster.mk). Server-side apply,
+install and upgrade against the real API server are in
+tests/integration/test_chart_install.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuaccept.testsupport.chart_rbac import chart_dir, helm, render_chart
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = chart_dir()
+HA_VALUES = CHART / "ci" / "ha-values.yaml"
+NAMESPACE = "gpuaccept-system"
+STANDARD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/part-of",
+    "helm.sh/chart",
+)
+
+Manifest = dict[str, Any]
+
+
+def by_kind(docs: list[Manifest], kind: str) -> list[Manifest]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[Manifest], kind: str) -> Manifest:
+    found = by_kind(docs, kind)
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def default_docs() -> list[Manifest]:
+    return render_chart(namespace=NAMESPACE)
+
+
+@pytest.fixture(scope="module")
+def ha_docs() -> list[Manifest]:
+    return render_chart(namespace=NAMESPACE, values_files=[HA_VALUES])
+
+
+def container(docs: list[Manifest]) -> Manifest:
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert len(pod["containers"]) == 1
+    c: Manifest = pod["containers"][0]
+    return c
+
+
+def args_of(docs: list[Manifest]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for arg in container(docs)["args"][1:]:
+        key, _, value = arg.partition("=")
+        out[key] = value
+    return out
+
+
+@pytest.mark.parametrize("values", [None, HA_VALUES], ids=["defaults", "ha-values"])
+def test_helm_lint(values: Path | None) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    if values is not None:
+        args += ["--values", str(values)]
+    proc = helm(*args, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 chart(s) failed" in proc.stdout
+
+
+def test_default_render(default_docs: list[Manifest]) -> None:
+    kinds = sorted(d["kind"] for d in default_docs)
+    assert kinds == sorted(
+        [
+            "ServiceAccount",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "Deployment",
+            "ClusterKopfPeering",
+            "NodeAcceptancePolicy",
+        ]
+    )
+    assert one(default_docs, "Deployment")["spec"]["replicas"] == 1
+
+
+def test_ha_render(ha_docs: list[Manifest]) -> None:
+    kinds = {d["kind"] for d in ha_docs}
+    assert {"ServiceMonitor", "PrometheusRule", "PodDisruptionBudget"} <= kinds
+    deployment = one(ha_docs, "Deployment")
+    assert deployment["metadata"]["name"] == "gpuaccept-ha"
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}
+    spread = pod["topologySpreadConstraints"][0]
+    assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+    assert container(ha_docs)["image"].endswith("@sha256:" + "0" * 63 + "1")
+    assert "--verbose" in container(ha_docs)["args"]
+    for obj in ha_docs:
+        assert obj["metadata"]["labels"]["team"] == "gpu-infra", obj["kind"]
+
+
+@pytest.mark.parametrize("values", [None, HA_VALUES], ids=["defaults", "ha-values"])
+def test_standard_labels_everywhere(values: Path | None) -> None:
+    docs = render_chart(namespace=NAMESPACE, values_files=[values] if values else [])
+    for obj in docs:
+        labels = obj["metadata"].get("labels", {})
+        missing = [k for k in STANDARD_LABELS if k not in labels]
+        assert not missing, f"{obj['kind']}/{obj['metadata']['name']} lacks {missing}"
+        if obj["kind"] not in {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"} and (
+            obj["kind"] != "NodeAcceptancePolicy"
+        ):
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
+
+
+def test_operator_pod_security(default_docs: list[Manifest]) -> None:
+    pod = one(default_docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container(default_docs)["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["runAsNonRoot"] is True
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    # The only writable path is an emptyDir.
+    mounts = container(default_docs)["volumeMounts"]
+    assert [m["mountPath"] for m in mounts] == ["/tmp"]
+    assert pod["volumes"][0]["emptyDir"]
+    assert container(default_docs)["resources"]["limits"]["memory"]
+    assert container(default_docs)["resources"]["requests"]["cpu"]
+
+
+def test_probes_wired_to_health_port(default_docs: list[Manifest]) -> None:
+    c = container(default_docs)
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert c["livenessProbe"]["httpGet"]["port"] == "health"
+    assert c["readinessProbe"]["httpGet"]["port"] == "health"
+    args = args_of(default_docs)
+    assert args["--health-port"] == str(ports["health"])
+    assert args["--metrics-port"] == str(ports["metrics"])
+    service = one(default_docs, "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    selector = service["spec"]["selector"]
+    pod_labels = one(default_docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= pod_labels.items()
+
+
+def test_probe_settings_reach_the_operator_not_the_policy(ha_docs: list[Manifest]) -> None:
+    args = args_of(ha_docs)
+    assert args["--probe-image"] == "registry.example.com/gpuaccept/probe:0.1.0-cuda12.4"
+    assert args["--probe-runtime-class"] == ""
+    assert args["--probe-priority-class"] == "system-node-critical"
+    assert args["--probe-timeout"] == "1200"
+    assert json.loads(args["--probe-tolerations"])[0]["key"] == "nvidia.com/gpu"
+    assert json.loads(args["--probe-resources"])["requests"]["memory"] == "8Gi"
+    assert args["--probe-service-account"] == "gpuaccept-ha-probe"
+    policy = one(ha_docs, "NodeAcceptancePolicy")["spec"]
+    text = json.dumps(policy)
+    for leaked in ("image", "registry.example.com", "runtimeClass", "priorityClass"):
+        assert leaked not in text, f"probe setting {leaked} leaked into the policy"
+
+
+def test_default_probe_settings(default_docs: list[Manifest]) -> None:
+    args = args_of(default_docs)
+    assert args["--probe-runtime-class"] == "nvidia"
+    assert args["--probe-timeout"] == "900"
+    assert args["--probe-image"] == "ghcr.io/gpuaccept/probe:0.1.0"
+    assert container(default_docs)["image"] == "ghcr.io/gpuaccept/operator:0.1.0"
+
+
+def test_probe_service_account_has_no_token(default_docs: list[Manifest]) -> None:
+    accounts = {a["metadata"]["name"]: a for a in by_kind(default_docs, "ServiceAccount")}
+    probe = accounts["gpuaccept-probe"]
+    assert probe["automountServiceAccountToken"] is False
+    assert args_of(default_docs)["--probe-service-account"] == "gpuaccept-probe"
+    operator_sa = one(default_docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert operator_sa in accounts
+    assert operator_sa != "gpuaccept-probe"
+    # No role is bound to the probe account.
+    for binding in by_kind(default_docs, "RoleBinding") + by_kind(
+        default_docs, "ClusterRoleBinding"
+    ):
+        assert all(s["name"] != "gpuaccept-probe" for s in binding["subjects"])
+
+
+def test_default_policy_is_dry_run(default_docs: list[Manifest], ha_docs: list[Manifest]) -> None:
+    policy = one(default_docs, "NodeAcceptancePolicy")
+    assert policy["metadata"]["name"] == "default"
+    assert policy["spec"]["dryRun"] is True
+    assert policy["spec"]["maxQuarantined"] == "10%"
+    assert policy["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    enforcing = one(ha_docs, "NodeAcceptancePolicy")["spec"]
+    assert enforcing["dryRun"] is False
+    assert enforcing["maxQuarantined"] == 2
+    assert enforcing["probe"] == {"ncclAllreduce": {"minBusbwGBps": 350}}
+
+
+def test_rendered_policies_validate_against_the_contract(
+    default_docs: list[Manifest], ha_docs: list[Manifest]
+) -> None:
+    from gpuaccept.contracts.policy import NodeAcceptancePolicySpec  # noqa: PLC0415
+
+    for docs in (default_docs, ha_docs):
+        NodeAcceptancePolicySpec.model_validate(one(docs, "NodeAcceptancePolicy")["spec"])
+
+
+def test_default_policy_can_be_disabled() -> None:
+    docs = render_chart(namespace=NAMESPACE, set_values={"defaultPolicy.enabled": "false"})
+    assert not by_kind(docs, "NodeAcceptancePolicy")
+
+
+def test_peering_object_matches_the_operator_flag(ha_docs: list[Manifest]) -> None:
+    peering = one(ha_docs, "ClusterKopfPeering")
+    assert args_of(ha_docs)["--peering"] == peering["metadata"]["name"]
+    role = one(ha_docs, "ClusterRole")
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named[0]["resourceNames"] == [peering["metadata"]["name"]]
+
+
+def test_chart_ships_the_generated_crds() -> None:
+    out = helm("template", "x", str(CHART), "--include-crds").stdout
+    crds = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "CustomResourceDefinition"]
+    shipped = {d["metadata"]["name"] for d in crds}
+    assert shipped == {
+        "nodeacceptancepolicies.gpuaccept.io",
+        "nodeacceptances.gpuaccept.io",
+        "clusterkopfpeerings.kopf.dev",
+    }
+    for path in (CHART / "crds").glob("*.yaml"):
+        assert path.read_bytes() == (ROOT / "crds" / path.name).read_bytes(), path.name
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("operator.replicas=-1", "operator.replicas"),
+        ("operator.replicaz=2", "replicaz"),
+        ("image.tag=latest", "image.tag"),
+        ("probe.timeoutSeconds=5", "probe.timeoutSeconds"),
+        ("defaultPolicy.maxQuarantined=abc", "defaultPolicy.maxQuarantined"),
+        ("defaultPolicy.dryRun=maybe", "defaultPolicy.dryRun"),
+        ("operator.logLevel=loud", "operator.logLevel"),
+        ("probe.image.digest=sha256:nothex", "probe.image.digest"),
+    ],
+)
+def test_bad_values_fail_with_a_clear_message(setting: str, message: str) -> None:
+    flag = "--set-string" if setting.endswith(("=abc", "=maybe")) else "--set"
+    proc = helm("template", "x", str(CHART), flag, setting, check=False)
+    assert proc.returncode != 0, f"{setting} was accepted"
+    assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+    assert message in proc.stderr.replace("/", "."), proc.stderr
+
+
+def test_non_default_release_name_and_namespace() -> None:
+    docs = render_chart(release="acme", namespace="gpu-ops")
+    deployment = one(docs, "Deployment")
+    assert deployment["metadata"]["name"] == "acme-gpuaccept"
+    assert deployment["metadata"]["namespace"] == "gpu-ops"
+    assert args_of(docs)["--namespace"] == "gpu-ops"
+    role = one(docs, "Role")
+    assert role["metadata"]["namespace"] == "gpu-ops"
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "acme-gpuaccept", "namespace": "gpu-ops"}
+    ]

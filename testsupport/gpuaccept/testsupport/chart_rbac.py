@@ -1,0 +1,250 @@
+"""The Helm chart's RBAC on the local control plane — test support, not shipped.
+
+The operator's integration tests run the operator *as the chart's ServiceAccount*,
+so a verb missing from (or added to) ``charts/gpuaccept/templates/rbac.yaml``
+shows up as a failing test, not as a day-one outage::
+
+    from gpuaccept.testsupport.chart_rbac import apply_chart_rbac
+
+    identity = apply_chart_rbac(control_plane, workdir=tmp_path)
+    # identity.kubeconfig: a kubeconfig with a TokenRequest token for the
+    #   operator's ServiceAccount (no client cert, no impersonation)
+    # identity.namespace: the release namespace (probe pods go there)
+    run_operator(kubeconfig=identity.kubeconfig, namespace=identity.namespace, ...)
+
+``apply_crds`` applies every CRD the chart ships (crds/, generated from the
+contract models) and waits until they are established.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuaccept.testsupport.controlplane import (
+    ControlPlane,
+    ControlPlaneError,
+    bin_dir,
+    build_tools,
+    repo_root,
+)
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_RELEASE",
+    "RBAC_KINDS",
+    "OperatorIdentity",
+    "apply_chart_rbac",
+    "apply_crds",
+    "apply_manifests",
+    "chart_dir",
+    "helm",
+    "render_chart",
+    "write_token_kubeconfig",
+]
+
+DEFAULT_RELEASE = "gpuaccept"
+DEFAULT_NAMESPACE = "gpuaccept-system"
+RBAC_KINDS = frozenset(
+    {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+)
+
+Manifest = dict[str, Any]
+
+
+def chart_dir() -> Path:
+    return repo_root() / "charts" / "gpuaccept"
+
+
+def crds_dir() -> Path:
+    return repo_root() / "crds"
+
+
+def helm_binary() -> Path:
+    exe = bin_dir() / "helm"
+    if not exe.exists():
+        build_tools(("helm",))
+    return exe
+
+
+def helm(
+    *args: str,
+    kubeconfig: Path | None = None,
+    check: bool = True,
+    timeout: float = 300,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``.bin/helm ARGS`` (built by mk/cluster.mk) with its state kept out of $HOME."""
+    state = repo_root() / ".cache" / "helm"
+    full_env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(state / "cache"),
+        "HELM_CONFIG_HOME": str(state / "config"),
+        "HELM_DATA_HOME": str(state / "data"),
+        **(env or {}),
+    }
+    cmd = [str(helm_binary()), *args]
+    if kubeconfig is not None:
+        cmd += ["--kubeconfig", str(kubeconfig)]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=full_env, check=False
+    )
+    if check and proc.returncode != 0:
+        raise ControlPlaneError(
+            f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}"
+        )
+    return proc
+
+
+def render_chart(
+    *,
+    release: str = DEFAULT_RELEASE,
+    namespace: str = DEFAULT_NAMESPACE,
+    values_files: Sequence[Path] = (),
+    set_values: Mapping[str, str] | None = None,
+    chart: Path | None = None,
+    include_crds: bool = False,
+) -> list[Manifest]:
+    """``helm template`` the chart; the rendered objects (empty documents dropped)."""
+    args = ["template", release, str(chart or chart_dir()), "--namespace", namespace]
+    for path in values_files:
+        args += ["--values", str(path)]
+    for key, value in (set_values or {}).items():
+        args += ["--set", f"{key}={value}"]
+    if include_crds:
+        args.append("--include-crds")
+    out = helm(*args).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def apply_manifests(
+    cp: ControlPlane, manifests: Iterable[Manifest], *, field_manager: str = "gpuaccept-tests"
+) -> subprocess.CompletedProcess[str]:
+    """Server-side apply ``manifests`` as the admin."""
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(manifests)})
+    return cp.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        f"--field-manager={field_manager}",
+        "-f",
+        "-",
+        input=body,
+    )
+
+
+def apply_crds(cp: ControlPlane, directory: Path | None = None) -> list[str]:
+    """Apply every CRD in ``directory`` (default ``crds/``), wait until established.
+
+    Returns the CRD names.
+    """
+    directory = directory or crds_dir()
+    crds: list[Manifest] = []
+    for path in sorted(directory.glob("*.yaml")):
+        crds += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    apply_manifests(cp, crds)
+    names = [str(crd["metadata"]["name"]) for crd in crds]
+    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names])
+    return names
+
+
+@dataclass(frozen=True)
+class OperatorIdentity:
+    """The operator's ServiceAccount as the chart renders it, on the control plane."""
+
+    namespace: str
+    service_account: str
+    kubeconfig: Path
+    token: str
+    manifests: tuple[Manifest, ...]
+
+    @property
+    def username(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
+
+def write_token_kubeconfig(
+    path: Path, *, server: str, ca_file: Path, token: str, user: str = "gpuaccept-operator"
+) -> Path:
+    """A kubeconfig that authenticates with ``token`` only."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "local", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
+        "current-context": user,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path
+
+
+def operator_service_account(manifests: Iterable[Manifest]) -> str:
+    """The name of the ServiceAccount the operator Deployment runs as."""
+    for obj in manifests:
+        if obj.get("kind") == "Deployment":
+            name = obj["spec"]["template"]["spec"].get("serviceAccountName")
+            if name:
+                return str(name)
+    raise ControlPlaneError("the rendered chart has no Deployment with a serviceAccountName")
+
+
+def apply_chart_rbac(
+    cp: ControlPlane,
+    *,
+    workdir: Path,
+    release: str = DEFAULT_RELEASE,
+    namespace: str = DEFAULT_NAMESPACE,
+    values_files: Sequence[Path] = (),
+    set_values: Mapping[str, str] | None = None,
+    transform: Callable[[list[Manifest]], list[Manifest]] | None = None,
+    crds: bool = True,
+    token_seconds: int = 3600,
+) -> OperatorIdentity:
+    """Render the chart, apply its ServiceAccounts/ClusterRole/Role/bindings (and the
+    CRDs) to ``cp``, and return a kubeconfig for the operator's ServiceAccount.
+
+    ``transform`` edits the rendered RBAC objects before they are applied (e.g. drop
+    a verb, to prove a test fails without it). Only RBAC kinds are applied: the
+    operator itself runs as a local process, not as the chart's Deployment.
+    """
+    if crds:
+        apply_crds(cp)
+    rendered = render_chart(
+        release=release,
+        namespace=namespace,
+        values_files=values_files,
+        set_values=set_values or {},
+    )
+    sa_name = operator_service_account(rendered)
+    rbac = [obj for obj in rendered if obj.get("kind") in RBAC_KINDS]
+    if transform is not None:
+        rbac = transform(rbac)
+    cp.kubectl("create", "namespace", namespace, check=False)
+    apply_manifests(cp, rbac)
+    token = cp.service_account_token(namespace, sa_name, expiration_seconds=token_seconds)
+    kubeconfig = write_token_kubeconfig(
+        workdir / f"{release}-{sa_name}.kubeconfig",
+        server=cp.server,
+        ca_file=cp.ca_file,
+        token=token,
+        user=f"{namespace}-{sa_name}",
+    )
+    return OperatorIdentity(
+        namespace=namespace,
+        service_account=sa_name,
+        kubeconfig=kubeconfig,
+        token=token,
+        manifests=tuple(rbac),
+    )
