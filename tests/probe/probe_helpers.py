@@ -1,0 +1,95 @@
+"""Shared helpers for the probe tests (a plain module, so the tests also run
+with ``--noconftest``)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gpuaccept.contracts.policy import ProbePolicy
+from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.probe.checks import ProbeContext
+from gpuaccept.probe.hardware.profile import HardwareProfile, load_profile
+from gpuaccept.probe.hardware.simulated import SimulatedBackend
+from gpuaccept.probe.inputs import load_policy
+from gpuaccept.probe.runner import run_probe
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILES = REPO / "profiles"
+FIXTURES = REPO / "tests" / "fixtures"
+DEFAULT_POLICY_FILE = REPO / "policies" / "default-h100-h200.yaml"
+HEALTHY = PROFILES / "h100-sxm-8gpu-healthy.yaml"
+IDLE_DOWNSHIFT = PROFILES / "h100-sxm-8gpu-idle-downshift.yaml"
+H200_16 = PROFILES / "h200-16gpu-healthy.yaml"
+WORST_16 = FIXTURES / "profiles" / "h200-16gpu-everything-wrong.yaml"
+COLLAPSE_64 = FIXTURES / "profiles" / "h100-64gpu-collapse.yaml"
+
+# Each fault profile and the one check it must fail.
+FAULTS: dict[str, str] = {
+    "pcie-x8": "pcie_link",
+    "governor-powersave": "cpu_governor",
+    "driver-too-old": "driver_libraries",
+    "driver-library-mismatch": "driver_libraries",
+    "nccl-slow": "nccl_allreduce",
+    "hw-slowdown": "throttle_reasons",
+    "gpu-missing": "gpu_count",
+}
+HEALTHY_PROFILES = [HEALTHY, IDLE_DOWNSHIFT, H200_16]
+
+
+def fault(name: str) -> Path:
+    return PROFILES / "faults" / f"{name}.yaml"
+
+
+def default_policy() -> ProbePolicy:
+    return load_policy(DEFAULT_POLICY_FILE)
+
+
+def probe(
+    profile: Path | HardwareProfile,
+    policy: ProbePolicy | None = None,
+    *,
+    node_name: str = "gpu-node-1",
+    advertised: int | None = None,
+) -> ProbeReport:
+    """A full simulated probe run, in process."""
+    loaded = load_profile(profile) if isinstance(profile, Path) else profile
+    hardware = SimulatedBackend(loaded)
+    try:
+        return run_probe(
+            hardware,
+            policy or default_policy(),
+            node_name=node_name,
+            boot_id=None,
+            context=ProbeContext(
+                advertised_gpus=advertised
+                if advertised is not None
+                else loaded.node.advertised_gpus
+            ),
+        )
+    finally:
+        hardware.close()
+
+
+def gpuaccept_command() -> list[str]:
+    script = Path(sys.executable).parent / "gpuaccept"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "gpuaccept.cli"]
+
+
+def run_cli(
+    *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``gpuaccept probe ARGS`` in a subprocess, with a clean probe environment."""
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith("GPUACCEPT_") and k != "NODE_NAME"
+    }
+    base.update(env or {})
+    return subprocess.run(
+        [*gpuaccept_command(), "probe", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=base,
+        cwd=REPO,
+        timeout=timeout,
+        check=False,
+    )

@@ -1,0 +1,417 @@
+"""Each check against the example profiles, and each check's pure judge."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+from probe_helpers import (
+    FAULTS,
+    FIXTURES,
+    HEALTHY,
+    HEALTHY_PROFILES,
+    IDLE_DOWNSHIFT,
+    default_policy,
+    fault,
+    probe,
+)
+from pydantic import JsonValue
+
+from gpuaccept.contracts.policy import ProbePolicy, ThrottleReason
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+from gpuaccept.probe import clocks
+from gpuaccept.probe.checks import BY_NAME, CHECKS, ProbeContext
+from gpuaccept.probe.checks.cpu_governor import CHECK as CPU_GOVERNOR
+from gpuaccept.probe.checks.driver_libraries import CHECK as DRIVER_LIBRARIES
+from gpuaccept.probe.checks.gpu_count import CHECK as GPU_COUNT
+from gpuaccept.probe.checks.nccl_allreduce import CHECK as NCCL, sweep_sizes
+from gpuaccept.probe.checks.pcie_link import CHECK as PCIE_LINK
+from gpuaccept.probe.checks.throttle_reasons import CHECK as THROTTLE
+from gpuaccept.probe.hardware.profile import load_profile
+from gpuaccept.probe.hardware.simulated import SimulatedBackend
+from gpuaccept.probe.runner import run_check
+
+SUMMARY = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8)
+
+
+def policy(**sections: dict[str, object]) -> ProbePolicy:
+    return ProbePolicy.model_validate(sections)
+
+
+# --- the profiles ----------------------------------------------------------
+
+
+def test_registry_order_and_names() -> None:
+    assert [c.name for c in CHECKS] == [
+        "gpu_count",
+        "driver_libraries",
+        "cpu_governor",
+        "pcie_link",
+        "throttle_reasons",
+        "nccl_allreduce",
+    ]
+    for check in CHECKS:
+        assert ProbePolicy().switch(check.name) is not None, check.name
+        assert check.reason.endswith("Failed")
+
+
+@pytest.mark.parametrize("profile", HEALTHY_PROFILES, ids=lambda p: p.stem)
+def test_healthy_profiles_pass_every_check(profile: Path) -> None:
+    report = probe(profile)
+    assert [r.check for r in report.results] == [c.name for c in CHECKS]
+    assert {r.check: r.status for r in report.results} == dict.fromkeys(BY_NAME, CheckStatus.PASS)
+    assert report.hardware.value == "simulated"
+
+
+@pytest.mark.parametrize(("name", "check"), FAULTS.items())
+def test_each_fault_fails_exactly_its_check(name: str, check: str) -> None:
+    report = probe(fault(name))
+    statuses = {r.check: r.status for r in report.results}
+    assert statuses.pop(check) is CheckStatus.FAIL
+    assert set(statuses.values()) == {CheckStatus.PASS}, statuses
+
+
+def test_every_fault_profile_is_covered() -> None:
+    shipped = {p.stem for p in (HEALTHY.parent / "faults").glob("*.yaml")}
+    assert shipped == set(FAULTS)
+
+
+def test_idle_downshift_is_recorded_but_not_judged() -> None:
+    result = probe(IDLE_DOWNSHIFT).result("pcie_link")
+    assert result is not None
+    assert isinstance(result.observed, dict)
+    assert result.observed["idleGen"] == [1] * 8
+    assert result.observed["gen"] == [5] * 8
+    assert result.status is CheckStatus.PASS
+
+
+def test_pcie_x8_names_the_gpu() -> None:
+    result = probe(fault("pcie-x8")).result("pcie_link")
+    assert result is not None
+    assert "GPU 3 below max width" in result.message
+    assert "H2D 26.4 GB/s < 40" in result.message
+
+
+def test_governor_fault_names_the_cpus() -> None:
+    result = probe(fault("governor-powersave")).result("cpu_governor")
+    assert result is not None
+    assert result.message == "8 of 224 CPUs not on performance: powersave on CPU 0-3,112-115"
+
+
+def test_driver_too_old_message() -> None:
+    result = probe(fault("driver-too-old")).result("driver_libraries")
+    assert result is not None
+    assert "CUDA runtime 12.4 needs a newer driver (driver supports CUDA 12.2)" in result.message
+
+
+def test_driver_library_mismatch_message() -> None:
+    result = probe(fault("driver-library-mismatch")).result("driver_libraries")
+    assert result is not None
+    assert "driver/library version mismatch" in result.message
+    assert "kernel module 550.54.15 != NVML library 550.90.07" in result.message
+
+
+def test_hw_slowdown_names_the_gpu() -> None:
+    result = probe(fault("hw-slowdown")).result("throttle_reasons")
+    assert result is not None
+    assert result.message == "hw_slowdown on GPU 5"
+
+
+def test_gpu_missing_uses_advertised_count() -> None:
+    result = probe(fault("gpu-missing")).result("gpu_count")
+    assert result is not None
+    assert result.observed == {"visible": 7, "advertised": 8}
+    assert result.message == "7 of 8 GPUs visible (expected from node)"
+
+
+def test_nccl_from_profile_is_labelled() -> None:
+    result = probe(HEALTHY).result("nccl_allreduce")
+    assert result is not None
+    assert isinstance(result.observed, dict)
+    assert result.observed["source"] == "profile"
+    assert result.observed["backend"] == "simulated"
+    assert "from the simulated profile" in result.message
+
+
+def test_simulated_probe_is_fast() -> None:
+    import time
+
+    started = time.monotonic()
+    probe(HEALTHY)
+    assert time.monotonic() - started < 3.0
+
+
+def test_disabled_check_is_not_measured() -> None:
+    p = policy(ncclAllreduce={"enabled": False})
+    result = probe(HEALTHY, p).result("nccl_allreduce")
+    assert result is not None
+    assert result.status is CheckStatus.SKIP
+    assert result.message == "disabled by policy"
+
+
+# --- the governor check on the fixture sysfs tree ------------------------------
+
+
+class _FixtureSysfs(SimulatedBackend):
+    """The simulated backend, but with its sysfs root pointing at a fixture tree."""
+
+    def __init__(self, sysfs: Path) -> None:
+        super().__init__(load_profile(HEALTHY))
+        self._sysfs = sysfs
+
+    def sysfs_root(self) -> Path:
+        return self._sysfs
+
+
+def test_governor_check_reads_fixture_tree() -> None:
+    hardware = _FixtureSysfs(FIXTURES / "sysfs")
+    try:
+        result = run_check(CPU_GOVERNOR, hardware, ProbePolicy(), ProbeContext(), SUMMARY)
+    finally:
+        hardware.close()
+    assert result.status is CheckStatus.FAIL
+    assert result.observed == {
+        "cpus": 6,
+        "count": {"performance": 4, "powersave": 2},
+        "list": {"performance": "0-1,4-5", "powersave": "2-3"},
+    }
+    assert result.message == "2 of 6 CPUs not on performance: powersave on CPU 2-3"
+    relaxed = policy(cpuGovernor={"requiredGovernor": "powersave"})
+    assert CPU_GOVERNOR.judge(result.observed, relaxed, SUMMARY).status is CheckStatus.FAIL
+
+
+def test_governor_check_without_cpufreq_skips() -> None:
+    hardware = _FixtureSysfs(FIXTURES / "sysfs-nocpufreq")
+    try:
+        result = run_check(CPU_GOVERNOR, hardware, ProbePolicy(), ProbeContext(), SUMMARY)
+    finally:
+        hardware.close()
+    assert result.status is CheckStatus.SKIP
+    assert result.message.startswith("no cpufreq")
+
+
+def test_simulated_tree_uses_real_sysfs_formats() -> None:
+    hardware = SimulatedBackend(load_profile(fault("pcie-x8")))
+    try:
+        root = hardware.sysfs_root()
+        device = root / "bus" / "pci" / "devices" / "0000:1b:00.0"
+        assert (device / "current_link_speed").read_text() == "32.0 GT/s PCIe\n"
+        assert (device / "current_link_width").read_text() == "8\n"
+        assert (device / "max_link_width").read_text() == "16\n"
+        governor = root / "devices" / "system" / "cpu" / "cpu0" / "cpufreq" / "scaling_governor"
+        assert governor.read_text() == "performance\n"
+        tmp = root.parent
+    finally:
+        hardware.close()
+    assert not tmp.exists()
+
+
+def test_broken_measurement_is_an_error_not_a_pass() -> None:
+    hardware = _FixtureSysfs(FIXTURES / "sysfs")
+    shutil.rmtree(hardware._tmp / "sys" / "bus")  # the PCIe files vanish mid-probe
+    try:
+        result = run_check(PCIE_LINK, hardware, ProbePolicy(), ProbeContext(), SUMMARY)
+    finally:
+        hardware.close()
+    assert result.status is CheckStatus.ERROR
+    assert "SysfsError" in result.message
+
+
+# --- judges (pure) -----------------------------------------------------------
+
+
+def test_gpu_count_judge() -> None:
+    j = GPU_COUNT.judge
+    assert j({"visible": 8, "advertised": 8}, ProbePolicy(), SUMMARY).status is CheckStatus.PASS
+    assert j({"visible": 8, "advertised": 7}, ProbePolicy(), SUMMARY).status is CheckStatus.FAIL
+    # the policy's expected count wins over the node's advertised one
+    p = policy(gpuCount={"expected": 4})
+    assert j({"visible": 4, "advertised": 8}, p, SUMMARY).status is CheckStatus.PASS
+    # nothing to compare with: skipped (never pass by default)
+    assert j({"visible": 8}, ProbePolicy(), SUMMARY).status is CheckStatus.SKIP
+    assert j({"visible": 8, "advertised": 0}, ProbePolicy(), SUMMARY).status is CheckStatus.SKIP
+    # no GPU is always a failure
+    zero = j({"visible": 0, "problem": "NVML gone"}, ProbePolicy(), SUMMARY)
+    assert zero.status is CheckStatus.FAIL
+    assert zero.message == "no GPU found (NVML gone)"
+
+
+GOOD_VERSIONS: dict[str, JsonValue] = {
+    "kernelModule": "550.54.15",
+    "nvmlLibrary": "550.54.15",
+    "nvmlMismatch": False,
+    "gpuDrivers": ["550.54.15"],
+    "cudaDriver": "12.4",
+    "cudaRuntime": "12.4",
+    "nccl": "2.21.5",
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"nvmlMismatch": True}, "driver/library version mismatch"),
+        ({"nvmlLibrary": "550.90.07"}, "kernel module 550.54.15 != NVML library 550.90.07"),
+        ({"gpuDrivers": ["550.54.15", "550.90.07"]}, "GPUs disagree"),
+        ({"cudaRuntime": "12.6"}, "CUDA runtime 12.6 needs a newer driver"),
+        ({"cudaDriver": "12.1", "cudaRuntime": "12.1"}, "CUDA driver 12.1 < 12.2"),
+        ({"nccl": "2.17.1"}, "NCCL 2.17.1 outside [2.18.1, *]"),
+        ({"kernelModule": "525.60.13", "nvmlLibrary": "525.60.13"}, "driver 525.60.13 outside"),
+    ],
+)
+def test_driver_libraries_failures(change: dict[str, JsonValue], needle: str) -> None:
+    judgement = DRIVER_LIBRARIES.judge({**GOOD_VERSIONS, **change}, default_policy(), SUMMARY)
+    assert judgement.status is CheckStatus.FAIL
+    assert needle in judgement.message
+
+
+def test_driver_libraries_pass_and_unknowns() -> None:
+    p = default_policy()
+    assert DRIVER_LIBRARIES.judge(GOOD_VERSIONS, p, SUMMARY).status is CheckStatus.PASS
+    # an older runtime on a newer driver is fine (backward compatibility)
+    older = {**GOOD_VERSIONS, "cudaRuntime": "12.1"}
+    assert DRIVER_LIBRARIES.judge(older, p, SUMMARY).status is CheckStatus.PASS
+    no_nccl = {k: v for k, v in GOOD_VERSIONS.items() if k != "nccl"}
+    assert DRIVER_LIBRARIES.judge(no_nccl, p, SUMMARY).status is CheckStatus.SKIP
+    # with no NCCL range in the policy, an unknown NCCL does not matter
+    assert DRIVER_LIBRARIES.judge(no_nccl, ProbePolicy(), SUMMARY).status is CheckStatus.PASS
+    no_runtime = {k: v for k, v in GOOD_VERSIONS.items() if k != "cudaRuntime"}
+    skipped = DRIVER_LIBRARIES.judge(no_runtime, p, SUMMARY)
+    assert skipped.status is CheckStatus.SKIP
+    assert "CUDA runtime" in skipped.message
+
+
+FULL_PCIE: dict[str, JsonValue] = {
+    "gen": [5, 5, 4],
+    "width": [16, 16, 16],
+    "maxGen": [5, 5, 5],
+    "maxWidth": [16, 16, 16],
+    "idleGen": [1, 1, 1],
+    "h2dGBps": [53.0, 52.0, 30.0],
+    "d2hGBps": [52.0, 51.0, 29.0],
+}
+
+
+def test_pcie_gen_below_max_under_load_fails_and_condensed_agrees() -> None:
+    p = default_policy()
+    full = PCIE_LINK.judge(FULL_PCIE, p, SUMMARY)
+    condensed_observed = PCIE_LINK.condense(FULL_PCIE)
+    condensed = PCIE_LINK.judge(condensed_observed, p, SUMMARY)
+    assert full.status is condensed.status is CheckStatus.FAIL
+    assert "GPU 2 below max generation under load" in full.message
+    assert "GPU 2 below max generation under load" in condensed.message
+    assert condensed_observed == {
+        "gpus": 3,
+        "minGen": 4,
+        "minWidth": 16,
+        "belowMaxGen": [2],
+        "belowMaxWidth": [],
+        "minH2DGBps": 30.0,
+        "minD2HGBps": 29.0,
+        "slowH2D": [2],
+        "slowD2H": [2],
+    }
+
+
+def test_pcie_rules_without_require_max() -> None:
+    relaxed = policy(pcieLink={"requireMax": False, "minGeneration": 4, "minH2DGBps": 25})
+    assert PCIE_LINK.judge(FULL_PCIE, relaxed, SUMMARY).status is CheckStatus.PASS
+    stricter = policy(pcieLink={"requireMax": False, "minGeneration": 5})
+    assert PCIE_LINK.judge(FULL_PCIE, stricter, SUMMARY).message == "Gen4 < Gen5"
+    narrow = policy(pcieLink={"requireMax": False, "minWidth": 32})
+    assert PCIE_LINK.judge(FULL_PCIE, narrow, SUMMARY).status is CheckStatus.FAIL
+
+
+def test_pcie_malformed_observed_raises() -> None:
+    with pytest.raises(ValueError, match="equal length"):
+        PCIE_LINK.judge({**FULL_PCIE, "width": [16]}, ProbePolicy(), SUMMARY)
+    with pytest.raises(ValueError, match="object"):
+        PCIE_LINK.judge([1, 2], ProbePolicy(), SUMMARY)
+
+
+def test_throttle_reasons_policy_decides() -> None:
+    observed: JsonValue = {"samples": 10, "reasons": {"sw_power_cap": [0, 1], "sync_boost": [2]}}
+    default = THROTTLE.judge(observed, ProbePolicy(), SUMMARY)
+    assert default.status is CheckStatus.WARN
+    assert default.message == "sw_power_cap on GPUs 0, 1"
+    raised = policy(throttleReasons={"failOn": [ThrottleReason.SW_POWER_CAP.value]})
+    assert THROTTLE.judge(observed, raised, SUMMARY).status is CheckStatus.FAIL
+    quiet = policy(throttleReasons={"warnOn": []})
+    passed = THROTTLE.judge(observed, quiet, SUMMARY)
+    assert passed.status is CheckStatus.PASS
+    assert "not judged: sw_power_cap, sync_boost" in passed.message
+    condensed = THROTTLE.condense(observed)
+    assert condensed == {"samples": 10, "reasons": {"sw_power_cap": 2, "sync_boost": 1}}
+    assert THROTTLE.judge(condensed, ProbePolicy(), SUMMARY).message == "sw_power_cap on 2 GPUs"
+
+
+def test_throttle_ignores_idle_and_clock_settings() -> None:
+    hardware = SimulatedBackend(load_profile(HEALTHY))
+    try:
+        idle = hardware.clock_event_reasons(0)
+        assert clocks.decode(idle) == ["gpu_idle"]
+        result = run_check(THROTTLE, hardware, ProbePolicy(), ProbeContext(), SUMMARY)
+    finally:
+        hardware.close()
+    assert result.observed == {"samples": 10, "reasons": {}}
+    assert result.status is CheckStatus.PASS
+
+
+def test_clock_constants_match_nvml() -> None:
+    import pynvml
+
+    assert clocks.GPU_IDLE == pynvml.nvmlClocksEventReasonGpuIdle
+    assert (
+        clocks.APPLICATIONS_CLOCKS_SETTING == pynvml.nvmlClocksEventReasonApplicationsClocksSetting
+    )
+    assert clocks.SW_POWER_CAP == pynvml.nvmlClocksEventReasonSwPowerCap
+    assert clocks.HW_SLOWDOWN == pynvml.nvmlClocksEventReasonHwSlowdown
+    assert clocks.SYNC_BOOST == pynvml.nvmlClocksEventReasonSyncBoost
+    assert clocks.SW_THERMAL_SLOWDOWN == pynvml.nvmlClocksEventReasonSwThermalSlowdown
+    assert clocks.HW_THERMAL_SLOWDOWN == pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    assert clocks.HW_POWER_BRAKE_SLOWDOWN == pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+    assert clocks.DISPLAY_CLOCK_SETTING == pynvml.nvmlClocksEventReasonDisplayClockSetting
+    # the deprecated "throttle" names are the same bits
+    assert clocks.HW_SLOWDOWN == pynvml.nvmlClocksThrottleReasonHwSlowdown
+    assert clocks.SW_POWER_CAP == pynvml.nvmlClocksThrottleReasonSwPowerCap
+
+
+def test_clock_decode_unknown_bits() -> None:
+    assert clocks.decode(0x8 | 0x400) == ["hw_slowdown", "bit_0x400"]
+    assert clocks.encode(clocks.decode(0x1FF)) == 0x1FF
+
+
+def test_nccl_judge() -> None:
+    observed: JsonValue = {"backend": "nccl", "source": "measured", "ranks": 8, "busbwGBps": 370.0}
+    p = default_policy()
+    assert NCCL.judge(observed, p, SUMMARY).status is CheckStatus.PASS
+    h200 = HardwareSummary(gpu_model="NVIDIA H200", gpu_count=8)
+    by_model = NCCL.judge(observed, p, h200)  # 380 for H200
+    assert by_model.status is CheckStatus.FAIL
+    assert by_model.expected == {"minBusbwGBps": 380.0}
+    unset = NCCL.judge(observed, ProbePolicy(), SUMMARY)
+    assert unset.status is CheckStatus.PASS
+    assert "no minimum set" in unset.message
+    zero = NCCL.judge({**observed, "busbwGBps": 0}, ProbePolicy(), SUMMARY)
+    assert zero.status is CheckStatus.FAIL
+
+
+def test_nccl_single_gpu_is_skipped() -> None:
+    hardware = SimulatedBackend(
+        load_profile(fault("gpu-missing")).model_copy(
+            update={"gpus": load_profile(HEALTHY).gpus.model_copy(update={"count": 1})}
+        )
+    )
+    try:
+        result = run_check(NCCL, hardware, ProbePolicy(), ProbeContext(), SUMMARY)
+    finally:
+        hardware.close()
+    assert result.status is CheckStatus.SKIP
+    assert "at least 2 GPUs" in result.message
+
+
+def test_sweep_sizes_reach_one_gib() -> None:
+    sizes = sweep_sizes(1 << 30)
+    assert sizes[-1] == 1 << 30
+    assert sizes == sorted(sizes)
+    assert len(sizes) == 5
+    assert sweep_sizes(4096) == [4096]
