@@ -1,8 +1,10 @@
 """Each check against the example profiles, and each check's pure judge."""
 
 import shutil
+import time
 from pathlib import Path
 
+import pynvml
 import pytest
 from probe_helpers import (
     FAULTS,
@@ -23,7 +25,8 @@ from gpuaccept.probe.checks import BY_NAME, CHECKS, ProbeContext
 from gpuaccept.probe.checks.cpu_governor import CHECK as CPU_GOVERNOR
 from gpuaccept.probe.checks.driver_libraries import CHECK as DRIVER_LIBRARIES
 from gpuaccept.probe.checks.gpu_count import CHECK as GPU_COUNT
-from gpuaccept.probe.checks.nccl_allreduce import CHECK as NCCL, sweep_sizes
+from gpuaccept.probe.checks.nccl_allreduce import CHECK as NCCL
+from gpuaccept.probe.checks.nccl_allreduce import sweep_sizes
 from gpuaccept.probe.checks.pcie_link import CHECK as PCIE_LINK
 from gpuaccept.probe.checks.throttle_reasons import CHECK as THROTTLE
 from gpuaccept.probe.hardware.profile import load_profile
@@ -133,8 +136,6 @@ def test_nccl_from_profile_is_labelled() -> None:
 
 
 def test_simulated_probe_is_fast() -> None:
-    import time
-
     started = time.monotonic()
     probe(HEALTHY)
     assert time.monotonic() - started < 3.0
@@ -357,22 +358,20 @@ def test_throttle_ignores_idle_and_clock_settings() -> None:
 
 
 def test_clock_constants_match_nvml() -> None:
-    import pynvml
-
-    assert clocks.GPU_IDLE == pynvml.nvmlClocksEventReasonGpuIdle
+    assert pynvml.nvmlClocksEventReasonGpuIdle == clocks.GPU_IDLE
     assert (
-        clocks.APPLICATIONS_CLOCKS_SETTING == pynvml.nvmlClocksEventReasonApplicationsClocksSetting
+        pynvml.nvmlClocksEventReasonApplicationsClocksSetting == clocks.APPLICATIONS_CLOCKS_SETTING
     )
-    assert clocks.SW_POWER_CAP == pynvml.nvmlClocksEventReasonSwPowerCap
-    assert clocks.HW_SLOWDOWN == pynvml.nvmlClocksEventReasonHwSlowdown
-    assert clocks.SYNC_BOOST == pynvml.nvmlClocksEventReasonSyncBoost
-    assert clocks.SW_THERMAL_SLOWDOWN == pynvml.nvmlClocksEventReasonSwThermalSlowdown
-    assert clocks.HW_THERMAL_SLOWDOWN == pynvml.nvmlClocksEventReasonHwThermalSlowdown
-    assert clocks.HW_POWER_BRAKE_SLOWDOWN == pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
-    assert clocks.DISPLAY_CLOCK_SETTING == pynvml.nvmlClocksEventReasonDisplayClockSetting
+    assert pynvml.nvmlClocksEventReasonSwPowerCap == clocks.SW_POWER_CAP
+    assert pynvml.nvmlClocksEventReasonHwSlowdown == clocks.HW_SLOWDOWN
+    assert pynvml.nvmlClocksEventReasonSyncBoost == clocks.SYNC_BOOST
+    assert pynvml.nvmlClocksEventReasonSwThermalSlowdown == clocks.SW_THERMAL_SLOWDOWN
+    assert pynvml.nvmlClocksEventReasonHwThermalSlowdown == clocks.HW_THERMAL_SLOWDOWN
+    assert pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown == clocks.HW_POWER_BRAKE_SLOWDOWN
+    assert pynvml.nvmlClocksEventReasonDisplayClockSetting == clocks.DISPLAY_CLOCK_SETTING
     # the deprecated "throttle" names are the same bits
-    assert clocks.HW_SLOWDOWN == pynvml.nvmlClocksThrottleReasonHwSlowdown
-    assert clocks.SW_POWER_CAP == pynvml.nvmlClocksThrottleReasonSwPowerCap
+    assert pynvml.nvmlClocksThrottleReasonHwSlowdown == clocks.HW_SLOWDOWN
+    assert pynvml.nvmlClocksThrottleReasonSwPowerCap == clocks.SW_POWER_CAP
 
 
 def test_clock_decode_unknown_bits() -> None:

@@ -66,7 +66,7 @@ def test_read_pcie_link_from_fixture() -> None:
 
 
 def test_read_pcie_link_missing_device() -> None:
-    with pytest.raises(SysfsError, match="0000:99:00.0"):
+    with pytest.raises(SysfsError, match=r"0000:99:00\.0"):
         read_pcie_link(SYSFS, "0000:99:00.0")
 
 
