@@ -1,0 +1,293 @@
+"""A thin, blocking adapter over the official ``kubernetes`` client.
+
+Every call returns the raw object (a dict, as on the wire) so the cache can
+take it as is. The controller runs these calls in a bounded thread pool,
+never on the asyncio event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kubernetes.client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from gpuaccept.contracts.api import (
+    ACCEPTANCE_PLURAL,
+    GROUP,
+    NODE_CONDITION_TYPE,
+    POLICY_PLURAL,
+    VERSION,
+)
+from gpuaccept.operator.core.model import Taint
+
+log = logging.getLogger(__name__)
+USER_AGENT = "gpuaccept-operator"
+EVENT_NAMESPACE = "default"  # Events on cluster-scoped objects live here (as the kubelet's do)
+NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
+POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
+LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+
+
+class ConflictError(ApiException):
+    """409: the object changed since it was read (resourceVersion)."""
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+JSON = "application/json"
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+
+
+class Kube:
+    """The API calls the operator makes, and nothing else (see the chart's RBAC)."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        api.user_agent = USER_AGENT
+        self.api = api
+        self.calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.calls[what] += 1
+
+    @staticmethod
+    def _guard(error: ApiException) -> None:
+        if error.status == 409:
+            raise ConflictError(status=409, reason=error.reason) from error
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        content_type: str = JSON,
+        query: list[tuple[str, str]] | None = None,
+    ) -> dict[str, Any]:
+        """One API call; the decoded JSON response. Raises ApiException (Conflict on 409)."""
+        method_, url, headers, body_, post = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or None,
+            header_params={"Content-Type": content_type, "Accept": JSON},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(method_, url, headers, body_, post, _request_timeout=60)
+        data = response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status <= 299:
+            error = ApiException(http_resp=response)
+            self._guard(error)
+            raise error
+        loaded = json.loads(data) if data else {}
+        return loaded if isinstance(loaded, dict) else {}
+
+    # ------------------------------------------------------------- NodeAcceptance
+    def create_na(self, name: str, policy: str) -> dict[str, Any]:
+        self._count("na.create")
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "NodeAcceptance",
+            "metadata": {"name": name, "labels": {f"{GROUP}/policy": policy[:63]}},
+            "spec": {"nodeName": name},
+        }
+        try:
+            return self.request("POST", f"{NA_PATH}", body)
+        except ConflictError:  # AlreadyExists: fine, read it
+            return self.get_na(name) or {}
+
+    def get_na(self, name: str) -> dict[str, Any] | None:
+        self._count("na.get")
+        try:
+            return self.request("GET", f"{NA_PATH}/{name}")
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def patch_na_status(
+        self, name: str, resource_version: str, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Replace ``status`` whole (JSON patch), guarded by resourceVersion."""
+        self._count("na.status.patch")
+        ops: list[dict[str, Any]] = []
+        if resource_version:
+            ops.append(
+                {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}
+            )
+        ops.append({"op": "add", "path": "/status", "value": dict(status)})
+        try:
+            return self.request("PATCH", f"{NA_PATH}/{name}/status", ops, content_type=JSON_PATCH)
+        except ApiException as error:
+            if error.status == 422 and "test" in str(error.body or "").lower():
+                raise ConflictError(status=409, reason="resourceVersion changed") from error
+            raise
+
+    def delete_na(self, name: str) -> None:
+        self._count("na.delete")
+        try:
+            self.request("DELETE", f"{NA_PATH}/{name}")
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    # ------------------------------------------------------------- policies
+    def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self._count("policy.status.patch")
+        try:
+            self.request(
+                "PATCH", f"{POLICY_PATH}/{name}/status", {"status": status}, content_type=MERGE
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    # ------------------------------------------------------------- nodes
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        self._count("node.get")
+        try:
+            return self.request("GET", f"/api/v1/nodes/{name}")
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def patch_node(
+        self,
+        name: str,
+        resource_version: str,
+        taints: tuple[Taint, ...] | None,
+        labels: Mapping[str, str | None],
+    ) -> dict[str, Any]:
+        """Merge patch; ``spec.taints`` is replaced whole, guarded by resourceVersion."""
+        self._count("node.patch")
+        metadata: dict[str, Any] = {"resourceVersion": resource_version}
+        if labels:
+            metadata["labels"] = dict(labels)
+        body: dict[str, Any] = {"metadata": metadata}
+        if taints is not None:
+            body["spec"] = {"taints": [t.to_wire() for t in taints] or None}
+        return self.request("PATCH", f"/api/v1/nodes/{name}", body, content_type=MERGE)
+
+    def remove_node_annotation(self, name: str, key: str) -> dict[str, Any]:
+        self._count("node.patch")
+        body = {"metadata": {"annotations": {key: None}}}
+        return self.request("PATCH", f"/api/v1/nodes/{name}", body, content_type=MERGE)
+
+    def patch_node_condition(
+        self, name: str, status: str, reason: str, message: str, now: datetime
+    ) -> dict[str, Any]:
+        """Strategic merge on ``nodes/status``: conditions merge by ``type``."""
+        self._count("node.status.patch")
+        stamp = _iso(now)
+        condition = {
+            "type": NODE_CONDITION_TYPE,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": stamp,
+            "lastHeartbeatTime": stamp,
+        }
+        return self.request(
+            "PATCH",
+            f"/api/v1/nodes/{name}/status",
+            {"status": {"conditions": [condition]}},
+            content_type=STRATEGIC,
+        )
+
+    # ------------------------------------------------------------- pods
+    def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The created pod, or None when it already exists (already started)."""
+        self._count("pod.create")
+        try:
+            return self.request("POST", f"/api/v1/namespaces/{namespace}/pods", dict(manifest))
+        except ConflictError:
+            return None
+
+    def delete_pod(self, namespace: str, name: str, *, force: bool) -> dict[str, Any] | None:
+        """The pod as it is after the request (terminating), or None once it is gone."""
+        self._count("pod.delete")
+        query = [("gracePeriodSeconds", "0")] if force else None
+        try:
+            result = self.request(
+                "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", query=query
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            return None
+        meta = result.get("metadata") or {}
+        if result.get("kind") == "Pod" and meta.get("deletionTimestamp") and not force:
+            return result
+        return None
+
+    # ------------------------------------------------------------- leases
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", f"{LEASE_PATH.format(ns=namespace)}/{name}")
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("POST", LEASE_PATH.format(ns=namespace), dict(body))
+
+    def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("PUT", f"{LEASE_PATH.format(ns=namespace)}/{name}", dict(body))
+
+    # ------------------------------------------------------------- events
+    def create_event(
+        self,
+        *,
+        kind: str,
+        api_version: str,
+        name: str,
+        uid: str,
+        type_: str,
+        reason: str,
+        message: str,
+        now: datetime,
+        reporting_instance: str,
+    ) -> None:
+        self._count("event.create")
+        involved: dict[str, str] = {"kind": kind, "apiVersion": api_version, "name": name}
+        if uid:
+            involved["uid"] = uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name[:200]}.", "namespace": EVENT_NAMESPACE},
+            "involvedObject": involved,
+            "type": type_,
+            "reason": reason[:128],
+            "message": message[:1024],
+            "source": {"component": "gpuaccept-operator"},
+            "reportingComponent": "gpuaccept.io/operator",
+            "reportingInstance": reporting_instance[:128],
+            "firstTimestamp": _iso(now),
+            "lastTimestamp": _iso(now),
+            "eventTime": _micro(now),
+            "action": reason[:128],
+            "count": 1,
+        }
+        try:
+            self.request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
+        except ApiException as error:  # an Event is best effort
+            log.warning("event %s on %s/%s not recorded: %s", reason, kind, name, error.reason)

@@ -1,0 +1,135 @@
+"""Leader election with a ``coordination.k8s.io/v1`` Lease (client-go's algorithm).
+
+Every replica watches and keeps its cache warm; only the holder of the Lease
+writes. Acquiring and renewing are resourceVersion-guarded updates, so two
+replicas can never both hold it: one of two concurrent updates gets 409.
+A holder that stops renewing loses the Lease after ``lease_duration`` seconds
+as measured on the *observer's* clock (from when it last saw the record
+change), so clock skew between replicas does not matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from gpuaccept.operator.kube import Kube
+
+log = logging.getLogger(__name__)
+
+
+def _now_micro() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_period: float = 2.0,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.renew_period = renew_period
+        self.on_change = on_change
+        self.is_leader = False
+        self._renewed_at = 0.0  # monotonic time of our last successful renewal
+        self._observed_record: tuple[str, str] | None = None
+        self._observed_at = 0.0
+
+    @property
+    def leading(self) -> bool:
+        """Leader, and the last renewal is recent enough to still be valid."""
+        return self.is_leader and time.monotonic() - self._renewed_at < self.lease_duration * 0.8
+
+    def _body(self, existing: dict[str, Any] | None, transitions: int) -> dict[str, Any]:
+        now = _now_micro()
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.lease_duration),
+            "renewTime": now,
+            "acquireTime": now,
+            "leaseTransitions": transitions,
+        }
+        if existing is not None:
+            old = existing.get("spec") or {}
+            if old.get("holderIdentity") == self.identity and old.get("acquireTime"):
+                spec["acquireTime"] = old["acquireTime"]
+        body: dict[str, Any] = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": spec,
+        }
+        if existing is not None:
+            body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+        return body
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round (blocking). True when this replica holds the Lease now."""
+        lease = self.kube.get_lease(self.namespace, self.name)
+        now = time.monotonic()
+        if lease is None:
+            try:
+                self.kube.create_lease(self.namespace, self._body(None, 0))
+            except ApiException as error:
+                if error.status == 409:
+                    return False
+                raise
+            self._renewed_at = now
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        record = (holder, str(spec.get("renewTime") or ""))
+        if record != self._observed_record:
+            self._observed_record = record
+            self._observed_at = now
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder and holder != self.identity and now - self._observed_at < duration:
+            return False  # someone else holds a live lease
+        if holder != self.identity:
+            transitions += 1
+        try:
+            self.kube.replace_lease(self.namespace, self.name, self._body(lease, transitions))
+        except ApiException as error:
+            if error.status == 409:
+                return False
+            raise
+        self._renewed_at = now
+        return True
+
+    async def run(self) -> None:
+        while True:
+            try:
+                leader = await asyncio.to_thread(self.try_acquire_or_renew)
+            except Exception as error:  # API trouble: we cannot prove we lead
+                log.warning("leader election: %s", error)
+                leader = self.leading
+            if leader != self.is_leader:
+                self.is_leader = leader
+                log.info(
+                    "leader election: %s lease %s/%s as %s",
+                    "acquired" if leader else "lost",
+                    self.namespace,
+                    self.name,
+                    self.identity,
+                )
+                if self.on_change is not None:
+                    self.on_change(leader)
+            await asyncio.sleep(self.renew_period)

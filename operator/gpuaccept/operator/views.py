@@ -1,0 +1,159 @@
+"""Raw Kubernetes objects (dicts, as watched) → the core's compact views.
+
+These are what the operator keeps in memory per object (its cache), so they
+hold only what the core reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuaccept.contracts.api import GPU_RESOURCE, NODE_CONDITION_TYPE
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
+from gpuaccept.contracts.policy import NodeAcceptancePolicySpec
+from gpuaccept.operator.core.model import (
+    NAView,
+    NodeCondition,
+    NodeView,
+    PodView,
+    PolicyView,
+    Taint,
+)
+from gpuaccept.operator.core.podspec import ATTEMPT_LABEL, CONTAINER_NAME
+
+log = logging.getLogger(__name__)
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = body.get("metadata") or {}
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def resource_version(body: Mapping[str, Any]) -> int:
+    try:
+        return int(_meta(body).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _quantity(value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def node_view(body: Mapping[str, Any]) -> NodeView:
+    meta = _meta(body)
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    condition = None
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == NODE_CONDITION_TYPE:
+            condition = NodeCondition(
+                str(cond.get("status", "")),
+                str(cond.get("reason", "")),
+                str(cond.get("message", "")),
+            )
+    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    return NodeView(
+        name=str(meta.get("name", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        uid=str(meta.get("uid", "")),
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        taints=tuple(Taint.from_wire(t) for t in spec.get("taints") or ()),
+        boot_id=str((status.get("nodeInfo") or {}).get("bootID", "")),
+        gpus=_quantity(allocatable.get(GPU_RESOURCE, 0)),
+        unschedulable=bool(spec.get("unschedulable", False)),
+        condition=condition,
+    )
+
+
+def na_view(body: Mapping[str, Any]) -> NAView:
+    meta = _meta(body)
+    raw = body.get("status") or {}
+    try:
+        status = NodeAcceptanceStatus.model_validate(raw)
+    except ValidationError as error:
+        # Fail safe: an unreadable status starts over (the node goes back under
+        # the pending taint and is probed again); never an acceptance.
+        log.error(
+            "NodeAcceptance %s: unreadable status, starting over: %s", meta.get("name"), error
+        )
+        status = NodeAcceptanceStatus()
+    return NAView(
+        name=str(meta.get("name", "")),
+        status=status,
+        resource_version=str(meta.get("resourceVersion", "")),
+        uid=str(meta.get("uid", "")),
+    )
+
+
+def pod_view(body: Mapping[str, Any]) -> PodView:
+    meta = _meta(body)
+    status = body.get("status") or {}
+    serial: int | None
+    try:
+        serial = int((meta.get("labels") or {}).get(ATTEMPT_LABEL, ""))
+    except ValueError:
+        serial = None
+    terminated: Mapping[str, Any] | None = None
+    waiting: Mapping[str, Any] = {}
+    for cs in status.get("containerStatuses") or ():
+        if cs.get("name") != CONTAINER_NAME:
+            continue
+        state = cs.get("state") or {}
+        terminated = state.get("terminated")
+        waiting = state.get("waiting") or {}
+    return PodView(
+        name=str(meta.get("name", "")),
+        phase=str(status.get("phase") or "Pending"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        serial=serial,
+        terminated=terminated is not None,
+        exit_code=(
+            int(terminated["exitCode"]) if terminated and "exitCode" in terminated else None
+        ),
+        reason=(terminated or {}).get("reason") or status.get("reason"),
+        message=(terminated or {}).get("message"),
+        pod_message=status.get("message"),
+        waiting_reason=waiting.get("reason"),
+        waiting_message=waiting.get("message"),
+    )
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    view: PolicyView
+    uid: str = ""
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+
+def policy_entry(body: Mapping[str, Any]) -> PolicyEntry:
+    meta = _meta(body)
+    name = str(meta.get("name", ""))
+    generation = int(meta.get("generation") or 1)
+    try:
+        spec: NodeAcceptancePolicySpec | None = NodeAcceptancePolicySpec.model_validate(
+            body.get("spec") or {}
+        )
+        error = None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        spec, error = None, f"spec.{loc}: {first.get('msg', '')}"
+    return PolicyEntry(
+        view=PolicyView(name=name, generation=generation, spec=spec, error=error),
+        uid=str(meta.get("uid", "")),
+        status=dict(body.get("status") or {}),
+    )
+
+
+def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
