@@ -46,6 +46,7 @@ __all__ = [
     "apply_manifests",
     "chart_dir",
     "helm",
+    "remove_chart_rbac",
     "render_chart",
     "write_token_kubeconfig",
 ]
@@ -248,3 +249,9 @@ def apply_chart_rbac(
         token=token,
         manifests=tuple(rbac),
     )
+
+
+def remove_chart_rbac(cp: ControlPlane, identity: OperatorIdentity) -> None:
+    """Delete what :func:`apply_chart_rbac` applied (not the CRDs, not the namespace)."""
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(identity.manifests)})
+    cp.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=body)
