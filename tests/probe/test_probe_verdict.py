@@ -1,0 +1,228 @@
+"""``evaluate(report, policy)``: re-judging and folding, edge cases."""
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+from probe_helpers import HEALTHY, default_policy, fault, probe
+from pydantic import JsonValue
+from pydantic.alias_generators import to_camel
+
+from gpuaccept.contracts.nodeacceptance import KeyFigures
+from gpuaccept.contracts.policy import ProbePolicy
+from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareSummary, ProbeReport
+from gpuaccept.probe.verdict import Decision, evaluate
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def report(*results: CheckResult, model: str | None = "NVIDIA H100 80GB HBM3") -> ProbeReport:
+    return ProbeReport(
+        node_name="n1",
+        boot_id="b",
+        probe_version="0.1.0",
+        started_at=NOW,
+        finished_at=NOW,
+        hardware="simulated",
+        summary=HardwareSummary(gpu_model=model, gpu_count=8, driver_version="550.54.15"),
+        results=list(results),
+    )
+
+
+def result(
+    check: str, status: CheckStatus, observed: JsonValue = None, msg: str = ""
+) -> CheckResult:
+    return CheckResult(check=check, status=status, observed=observed, message=msg, duration_s=0.1)
+
+
+def only(*checks: str, **overrides: dict[str, object]) -> ProbePolicy:
+    """A policy with only ``checks`` enabled."""
+    names = ["gpu_count", "driver_libraries", "cpu_governor", "pcie_link",
+             "throttle_reasons", "nccl_allreduce"]  # fmt: skip
+    data: dict[str, dict[str, object]] = {to_camel(n): {"enabled": n in checks} for n in names}
+    for name, values in overrides.items():
+        data[name] = {**data[name], **values}
+    return ProbePolicy.model_validate(data)
+
+
+COUNT_OK: JsonValue = {"visible": 8, "advertised": 8}
+NCCL_OBS: JsonValue = {"backend": "nccl", "source": "measured", "ranks": 8, "busbwGBps": 300.0}
+
+
+def test_healthy_report_is_accepted_with_figures() -> None:
+    v = evaluate(probe(HEALTHY), default_policy())
+    assert v.decision is Decision.ACCEPTED
+    assert v.accepted
+    assert v.reasons == ()
+    assert v.warnings == ()
+    assert v.reason is None
+    assert v.message == "all checks passed"
+    assert [c.status for c in v.checks] == [CheckStatus.PASS] * 6
+    assert v.figures == KeyFigures(
+        gpu_model="NVIDIA H100 80GB HBM3",
+        gpu_count=8,
+        min_pcie_generation=5,
+        min_pcie_width=16,
+        pcie="Gen5x16",
+        busbw_gbps=468.0,
+        driver_version="550.54.15",
+    )
+
+
+def test_fault_reason_names_the_check() -> None:
+    v = evaluate(probe(fault("pcie-x8")), default_policy())
+    assert v.decision is Decision.QUARANTINED
+    assert [(r.check, r.reason) for r in v.reasons] == [("pcie_link", "PcieLinkFailed")]
+    assert v.reason == "PcieLinkFailed"
+    assert v.figures.pcie == "Gen5x8"
+    assert v.message.startswith("pcie_link: GPU 3 below max width")
+
+
+def test_rejudge_after_threshold_change_without_reprobe() -> None:
+    slow = probe(fault("nccl-slow"))  # busbw 212
+    assert not evaluate(slow, default_policy()).accepted
+    lowered = default_policy().model_copy(
+        update={
+            "nccl_allreduce": default_policy().nccl_allreduce.model_copy(
+                update={"min_busbw_gbps": 200.0}
+            )
+        }
+    )
+    v = evaluate(slow, lowered)
+    assert v.accepted
+    assert v.results[-1].expected == {"minBusbwGBps": 200.0}
+    assert "212 GB/s over 8 GPUs (from the simulated profile) >= 200" in v.results[-1].message
+    # and the other way: a stricter policy quarantines a node that passed
+    healthy = probe(HEALTHY)
+    strict = ProbePolicy.model_validate({"ncclAllreduce": {"minBusbwGBps": 500}})
+    assert [r.reason for r in evaluate(healthy, strict).reasons] == ["NcclAllreduceFailed"]
+
+
+def test_disabled_checks_are_ignored_even_when_failed() -> None:
+    r = report(result("gpu_count", CheckStatus.PASS, COUNT_OK),
+               result("nccl_allreduce", CheckStatus.FAIL, NCCL_OBS))  # fmt: skip
+    p = only("gpu_count", ncclAllreduce={"minBusbwGBps": 400})
+    v = evaluate(r, p)
+    assert v.accepted
+    assert [c.check for c in v.checks] == ["gpu_count"]
+
+
+def test_missing_required_check_is_probe_error() -> None:
+    v = evaluate(
+        report(result("gpu_count", CheckStatus.PASS, COUNT_OK)), only("gpu_count", "cpu_governor")
+    )
+    assert not v.accepted
+    assert [(r.check, r.reason) for r in v.reasons] == [("cpu_governor", "ProbeError")]
+    assert v.checks[1].status is CheckStatus.ERROR
+
+
+def test_missing_optional_check_only_warns() -> None:
+    p = only("gpu_count", "cpu_governor", cpuGovernor={"required": False})
+    v = evaluate(report(result("gpu_count", CheckStatus.PASS, COUNT_OK)), p)
+    assert v.accepted
+    assert [(w.check, w.reason) for w in v.warnings] == [("cpu_governor", "ProbeError")]
+
+
+def test_error_and_skip_of_required_checks() -> None:
+    r = report(
+        result("gpu_count", CheckStatus.PASS, COUNT_OK),
+        result("cpu_governor", CheckStatus.SKIP, msg="no cpufreq"),
+        result("pcie_link", CheckStatus.ERROR, msg="boom"),
+    )
+    v = evaluate(r, only("gpu_count", "cpu_governor", "pcie_link"))
+    assert [(x.check, x.reason, x.message) for x in v.reasons] == [
+        ("cpu_governor", "CheckSkipped", "no cpufreq"),
+        ("pcie_link", "ProbeError", "boom"),
+    ]
+
+
+def test_skip_of_optional_check_is_accepted() -> None:
+    r = report(result("gpu_count", CheckStatus.PASS, COUNT_OK),
+               result("cpu_governor", CheckStatus.SKIP, msg="no cpufreq"))  # fmt: skip
+    v = evaluate(r, only("gpu_count", "cpu_governor", cpuGovernor={"required": False}))
+    assert v.accepted
+    assert [w.reason for w in v.warnings] == ["CheckSkipped"]
+
+
+def test_fail_of_optional_check_still_quarantines() -> None:
+    # "required" is about checks that cannot produce a result; a measured failure always counts
+    r = report(result("nccl_allreduce", CheckStatus.PASS, NCCL_OBS))
+    p = only("nccl_allreduce", ncclAllreduce={"required": False, "minBusbwGBps": 400})
+    assert evaluate(r, p).reasons[0].reason == "NcclAllreduceFailed"
+
+
+def test_warn_is_accepted_with_warnings() -> None:
+    observed: JsonValue = {"samples": 10, "reasons": {"sw_power_cap": [0]}}
+    v = evaluate(
+        report(result("throttle_reasons", CheckStatus.PASS, observed)), only("throttle_reasons")
+    )
+    assert v.accepted
+    assert [(w.check, w.reason) for w in v.warnings] == [
+        ("throttle_reasons", "ThrottleReasonsWarning")
+    ]
+    assert v.checks[0].status is CheckStatus.WARN
+    assert v.message == "throttle_reasons: sw_power_cap on GPU 0"
+
+
+def test_stored_status_is_never_trusted_when_observed_exists() -> None:
+    # the stored "pass" is re-judged to fail against the same policy
+    bad_count: JsonValue = {"visible": 7, "advertised": 8}
+    v = evaluate(report(result("gpu_count", CheckStatus.PASS, bad_count)), only("gpu_count"))
+    assert v.reasons[0].reason == "GpuCountFailed"
+
+
+def test_malformed_observed_is_probe_error() -> None:
+    for observed in ({"visible": "eight"}, [1, 2, 3], {"nothing": True}):
+        v = evaluate(report(result("gpu_count", CheckStatus.PASS, observed)), only("gpu_count"))
+        assert [r.reason for r in v.reasons] == ["ProbeError"], observed
+        assert v.results[0].status is CheckStatus.ERROR
+        assert v.results[0].message.startswith("cannot judge observed value")
+
+
+def test_result_without_observed_keeps_its_status() -> None:
+    # what the compact report does as a last resort to fit 4096 bytes
+    v = evaluate(report(result("gpu_count", CheckStatus.PASS)), only("gpu_count"))
+    assert v.accepted
+    v = evaluate(report(result("gpu_count", CheckStatus.FAIL, msg="7 of 8")), only("gpu_count"))
+    assert [r.reason for r in v.reasons] == ["GpuCountFailed"]
+
+
+def test_unknown_checks_in_the_report_are_ignored() -> None:
+    r = report(result("gpu_count", CheckStatus.PASS, COUNT_OK), result("probe", CheckStatus.ERROR))
+    assert evaluate(r, only("gpu_count")).accepted
+
+
+def test_failure_report_is_never_accepted() -> None:
+    # the report the CLI writes when it cannot probe at all: one error, no checks
+    v = evaluate(report(result("probe", CheckStatus.ERROR, msg="bad input")), ProbePolicy())
+    assert not v.accepted
+    assert {r.reason for r in v.reasons} == {"ProbeError"}
+    assert len(v.reasons) == 6
+
+
+def test_all_checks_disabled_is_accepted_and_says_so() -> None:
+    v = evaluate(report(), only())
+    assert v.accepted
+    assert v.checks == ()
+
+
+def test_evaluate_is_deterministic_and_leaves_the_report_alone() -> None:
+    r = probe(fault("hw-slowdown"))
+    before = r.model_dump()
+    assert evaluate(r, default_policy()) == evaluate(r, default_policy())
+    assert r.model_dump() == before
+
+
+def test_verdict_imports_neither_torch_nor_nvml() -> None:
+    code = (
+        "import sys; from gpuaccept.probe.verdict import evaluate, Verdict; "
+        "import gpuaccept.probe.checks, gpuaccept.probe.compact; "
+        "print(','.join(m for m in ('torch', 'pynvml') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_key_figures_tolerate_missing_results() -> None:
+    v = evaluate(report(model=None), ProbePolicy())
+    assert v.figures == KeyFigures(gpu_count=8, driver_version="550.54.15")
