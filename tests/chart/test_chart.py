@@ -88,8 +88,9 @@ def test_default_render(default_docs: list[Manifest]) -> None:
             "Role",
             "RoleBinding",
             "Service",
+            "Role",
+            "RoleBinding",
             "Deployment",
-            "ClusterKopfPeering",
             "NodeAcceptancePolicy",
         ]
     )
@@ -109,7 +110,7 @@ def test_ha_render(ha_docs: list[Manifest]) -> None:
     spread = pod["topologySpreadConstraints"][0]
     assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
     assert container(ha_docs)["image"].endswith("@sha256:" + "0" * 63 + "1")
-    assert "--verbose" in container(ha_docs)["args"]
+    assert "--workers=16" in container(ha_docs)["args"]
     for obj in ha_docs:
         assert obj["metadata"]["labels"]["team"] == "gpu-infra", obj["kind"]
 
@@ -121,9 +122,9 @@ def test_standard_labels_everywhere(values: Path | None) -> None:
         labels = obj["metadata"].get("labels", {})
         missing = [k for k in STANDARD_LABELS if k not in labels]
         assert not missing, f"{obj['kind']}/{obj['metadata']['name']} lacks {missing}"
-        if obj["kind"] not in {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"} and (
-            obj["kind"] != "NodeAcceptancePolicy"
-        ):
+        if obj["kind"] in {"ClusterRole", "ClusterRoleBinding", "NodeAcceptancePolicy"}:
+            assert "namespace" not in obj["metadata"], obj["kind"]
+        elif not obj["metadata"]["name"].endswith("-events"):
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
 
 
@@ -224,12 +225,39 @@ def test_default_policy_can_be_disabled() -> None:
     assert not by_kind(docs, "NodeAcceptancePolicy")
 
 
-def test_peering_object_matches_the_operator_flag(ha_docs: list[Manifest]) -> None:
-    peering = one(ha_docs, "ClusterKopfPeering")
-    assert args_of(ha_docs)["--peering"] == peering["metadata"]["name"]
-    role = one(ha_docs, "ClusterRole")
-    named = [r for r in role["rules"] if r.get("resourceNames")]
-    assert named[0]["resourceNames"] == [peering["metadata"]["name"]]
+def test_lease_name_matches_the_role(ha_docs: list[Manifest]) -> None:
+    lease = args_of(ha_docs)["--lease-name"]
+    assert lease == "gpuaccept-ha"
+    roles = [r for r in by_kind(ha_docs, "Role") if r["metadata"]["namespace"] == NAMESPACE]
+    named = [rule for rule in roles[0]["rules"] if rule.get("resourceNames")]
+    assert named == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease],
+            "verbs": ["get", "update"],
+        }
+    ]
+    env = {e["name"]: e for e in container(ha_docs)["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
+def test_args_parse_with_the_operator_cli(ha_docs: list[Manifest]) -> None:
+    """The chart's command line is one the operator accepts, with the values it means."""
+    cli = pytest.importorskip("gpuaccept.operator.cli")
+    c = container(ha_docs)
+    assert c["args"][0] == "operator"
+    parsed = cli.parser().parse_args(c["args"][1:])
+    assert parsed.lease_name == "gpuaccept-ha"
+    assert parsed.namespace == NAMESPACE
+    assert parsed.probe_image == "registry.example.com/gpuaccept/probe:0.1.0-cuda12.4"
+    assert parsed.probe_timeout == 1200
+    assert parsed.probe_service_account == "gpuaccept-ha-probe"
+    assert parsed.health_port == 8080
+    assert parsed.metrics_port == 9090
+    assert not parsed.standalone
+    assert parsed.workers == 16
+    assert parsed.log_format == "json"
 
 
 def test_chart_ships_the_generated_crds() -> None:
@@ -239,7 +267,6 @@ def test_chart_ships_the_generated_crds() -> None:
     assert shipped == {
         "nodeacceptancepolicies.gpuaccept.io",
         "nodeacceptances.gpuaccept.io",
-        "clusterkopfpeerings.kopf.dev",
     }
     for path in (CHART / "crds").glob("*.yaml"):
         assert path.read_bytes() == (ROOT / "crds" / path.name).read_bytes(), path.name
@@ -272,8 +299,7 @@ def test_non_default_release_name_and_namespace() -> None:
     assert deployment["metadata"]["name"] == "acme-gpuaccept"
     assert deployment["metadata"]["namespace"] == "gpu-ops"
     assert args_of(docs)["--namespace"] == "gpu-ops"
-    role = one(docs, "Role")
-    assert role["metadata"]["namespace"] == "gpu-ops"
+    assert {r["metadata"]["namespace"] for r in by_kind(docs, "Role")} == {"gpu-ops", "default"}
     binding = one(docs, "ClusterRoleBinding")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "acme-gpuaccept", "namespace": "gpu-ops"}

@@ -33,43 +33,40 @@ def one(docs: list[Manifest], kind: str) -> Manifest:
 # (apiGroup, resource, verb, resourceName or "")
 Grant = tuple[str, str, str, str]
 
-PEERING = "gpuaccept"  # default release: the peering object is the release's full name
+LEASE = "gpuaccept"  # default release: the Lease is named after the release's full name
 
+# What operator/gpuaccept/operator/kube.py calls, and what kopf watches for the
+# indexes in operator/gpuaccept/operator/handlers.py (kopf runs standalone, with
+# CRD scanning and its own Events off).
 CLUSTER_ALLOW: dict[Grant, str] = {
-    ("", "nodes", "get", ""): "read one node before patching it",
-    ("", "nodes", "list", ""): "kopf index of nodes (initial list)",
+    ("", "nodes", "list", ""): "kopf index on nodes (initial list)",
     ("", "nodes", "watch", ""): "kopf index/event watch on nodes",
-    ("", "nodes", "patch", ""): "taints and labels (pending, quarantine, acceptance label)",
-    ("", "nodes/status", "patch", ""): "the GPUAcceptance node condition",
-    ("gpuaccept.io", "nodeacceptancepolicies", "get", ""): "read the governing policy",
-    ("gpuaccept.io", "nodeacceptancepolicies", "list", ""): "kopf watch (initial list)",
-    ("gpuaccept.io", "nodeacceptancepolicies", "watch", ""): "kopf watch on policies",
-    ("gpuaccept.io", "nodeacceptancepolicies/status", "get", ""): "read status before patch",
-    ("gpuaccept.io", "nodeacceptancepolicies/status", "patch", ""): "counts, breaker",
-    ("gpuaccept.io", "nodeacceptances", "get", ""): "read one NodeAcceptance",
-    ("gpuaccept.io", "nodeacceptances", "list", ""): "kopf watch (initial list)",
-    ("gpuaccept.io", "nodeacceptances", "watch", ""): "kopf watch, timers",
-    ("gpuaccept.io", "nodeacceptances", "create", ""): "one NodeAcceptance per new node",
-    ("gpuaccept.io", "nodeacceptances", "patch", ""): "kopf's own annotations/finalizer",
-    ("gpuaccept.io", "nodeacceptances", "delete", ""): "the node is gone",
-    ("gpuaccept.io", "nodeacceptances/status", "get", ""): "read status before patch",
-    ("gpuaccept.io", "nodeacceptances/status", "patch", ""): "phase, verdict, figures",
-    ("", "events", "create", ""): "events on nodes and NodeAcceptances (kopf and ours)",
-    ("", "events", "patch", ""): "repeated events are aggregated",
-    ("kopf.dev", "clusterkopfpeerings", "list", ""): "kopf peering: see the other replicas",
-    ("kopf.dev", "clusterkopfpeerings", "watch", ""): "kopf peering",
-    ("kopf.dev", "clusterkopfpeerings", "get", PEERING): "kopf peering keep-alive",
-    ("kopf.dev", "clusterkopfpeerings", "patch", PEERING): "kopf peering keep-alive",
-    ("apiextensions.k8s.io", "customresourcedefinitions", "list", ""): "kopf resource scan",
-    ("apiextensions.k8s.io", "customresourcedefinitions", "watch", ""): "kopf resource scan",
+    ("", "nodes", "get", ""): "Kube.get_node",
+    ("", "nodes", "patch", ""): "Kube.patch_node, Kube.remove_node_annotation",
+    ("", "nodes/status", "patch", ""): "Kube.patch_node_condition",
+    ("gpuaccept.io", "nodeacceptancepolicies", "list", ""): "kopf index on policies",
+    ("gpuaccept.io", "nodeacceptancepolicies", "watch", ""): "kopf index/event watch",
+    ("gpuaccept.io", "nodeacceptancepolicies/status", "patch", ""): "Kube.patch_policy_status",
+    ("gpuaccept.io", "nodeacceptances", "list", ""): "kopf index on NodeAcceptances",
+    ("gpuaccept.io", "nodeacceptances", "watch", ""): "kopf index/event watch",
+    ("gpuaccept.io", "nodeacceptances", "get", ""): "Kube.get_na",
+    ("gpuaccept.io", "nodeacceptances", "create", ""): "Kube.create_na",
+    ("gpuaccept.io", "nodeacceptances", "delete", ""): "Kube.delete_na",
+    ("gpuaccept.io", "nodeacceptances/status", "patch", ""): "Kube.patch_na_status",
 }
 
 NAMESPACE_ALLOW: dict[Grant, str] = {
-    ("", "pods", "get", ""): "read a probe pod (termination message)",
-    ("", "pods", "list", ""): "kopf watch on probe pods (initial list)",
-    ("", "pods", "watch", ""): "kopf watch on probe pods",
-    ("", "pods", "create", ""): "one probe pod per attempt",
-    ("", "pods", "delete", ""): "probe pod cleanup after the verdict",
+    ("", "pods", "list", ""): "kopf index on probe pods (label-selected)",
+    ("", "pods", "watch", ""): "kopf index/event watch on probe pods",
+    ("", "pods", "create", ""): "Kube.create_pod",
+    ("", "pods", "delete", ""): "Kube.delete_pod",
+    ("coordination.k8s.io", "leases", "create", ""): "Kube.create_lease",
+    ("coordination.k8s.io", "leases", "get", LEASE): "Kube.get_lease",
+    ("coordination.k8s.io", "leases", "update", LEASE): "Kube.replace_lease",
+}
+
+EVENTS_ALLOW: dict[Grant, str] = {
+    ("", "events", "create", ""): "Kube.create_event (namespace default)",
 }
 
 SENSITIVE = {
@@ -117,10 +114,26 @@ def test_cluster_role_is_exactly_the_allow_list(docs: list[Manifest]) -> None:
     assert not missing, f"the ClusterRole lacks what the code uses: {sorted(missing)}"
 
 
-def test_namespace_role_is_exactly_the_allow_list(docs: list[Manifest]) -> None:
-    role = one(docs, "Role")
-    assert role["metadata"]["namespace"] == NAMESPACE
-    assert grants(role) == NAMESPACE_ALLOW.keys()
+def test_namespace_roles_are_exactly_the_allow_list(docs: list[Manifest]) -> None:
+    roles = {r["metadata"]["namespace"]: r for r in by_kind(docs, "Role")}
+    assert set(roles) == {NAMESPACE, "default"}
+    assert grants(roles[NAMESPACE]) == NAMESPACE_ALLOW.keys()
+    assert grants(roles["default"]) == EVENTS_ALLOW.keys()
+
+
+def test_allow_list_names_real_calls() -> None:
+    """Every ``Kube.*`` the allow-list cites exists in the operator's adapter."""
+    from gpuaccept.operator.kube import Kube  # noqa: PLC0415
+
+    cited = {
+        word.split(".")[1].rstrip(",")
+        for reason in (CLUSTER_ALLOW | NAMESPACE_ALLOW | EVENTS_ALLOW).values()
+        for word in reason.split()
+        if word.startswith("Kube.")
+    }
+    assert cited
+    for method in cited:
+        assert callable(getattr(Kube, method, None)), f"Kube.{method} does not exist"
 
 
 @pytest.mark.parametrize("values", [None, HA_VALUES], ids=["defaults", "ha-values"])
@@ -131,21 +144,25 @@ def test_no_wildcards_no_secrets_no_cluster_wide_pods(values: Any) -> None:
             assert "*" not in (group, resource, verb), f"wildcard in {role['kind']}"
             assert resource not in SENSITIVE, f"{role['kind']} grants {resource}"
             assert verb not in ESCALATION_VERBS
-            assert verb not in {"update", "deletecollection"}, f"{verb} {resource}: use patch"
+            if verb in {"update", "deletecollection"}:
+                assert (group, resource) == ("coordination.k8s.io", "leases"), f"{verb} {resource}"
     cluster = grants(one(rendered, "ClusterRole"))
     assert not {g for g in cluster if g[1].startswith("pods")}, "pods only in the release Role"
 
 
 def test_bindings_point_at_the_operator_only(docs: list[Manifest]) -> None:
     sa = one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
-    for kind in ("ClusterRoleBinding", "RoleBinding"):
-        binding = one(docs, kind)
-        assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}
-        ]
-        assert (
-            binding["roleRef"]["name"] == one(docs, kind.replace("Binding", ""))["metadata"]["name"]
-        )
+    subject = [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    bindings = by_kind(docs, "ClusterRoleBinding") + by_kind(docs, "RoleBinding")
+    assert len(bindings) == 3
+    roles = {(r["kind"], r["metadata"].get("namespace"), r["metadata"]["name"]) for r in docs}
+    for binding in bindings:
+        assert binding["subjects"] == subject
+        ref = binding["roleRef"]
+        assert (ref["kind"], binding["metadata"].get("namespace"), ref["name"]) in roles
+    # The probe pods' account is bound to nothing and gets no token.
+    probe_sa = [a for a in by_kind(docs, "ServiceAccount") if a["metadata"]["name"] != sa]
+    assert [a["automountServiceAccountToken"] for a in probe_sa] == [False]
 
 
 def test_rbac_can_be_left_to_the_user() -> None:

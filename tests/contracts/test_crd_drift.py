@@ -71,7 +71,6 @@ def test_cli_prints_every_crd(capsys: pytest.CaptureFixture[str]) -> None:
     assert {d["metadata"]["name"] for d in docs} == {
         "nodeacceptancepolicies.gpuaccept.io",
         "nodeacceptances.gpuaccept.io",
-        "clusterkopfpeerings.kopf.dev",
     }
 
 

@@ -62,9 +62,9 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- end }}
 
-{{/* The kopf peering object (one per release). */}}
-{{- define "gpuaccept.peeringName" -}}
-{{- default (include "gpuaccept.fullname" .) .Values.operator.peering.name }}
+{{/* The leader-election Lease in the release namespace (one per installation). */}}
+{{- define "gpuaccept.leaseName" -}}
+{{- default (include "gpuaccept.fullname" .) .Values.operator.leaderElection.leaseName }}
 {{- end }}
 
 {{/* repository[:tag][@digest] */}}
@@ -81,8 +81,10 @@ app.kubernetes.io/component: operator
 {{- define "gpuaccept.operatorArgs" -}}
 - operator
 - --namespace={{ .Release.Namespace }}
-- --peering={{ include "gpuaccept.peeringName" . }}
+- --lease-name={{ include "gpuaccept.leaseName" . }}
+- --lease-duration={{ .Values.operator.leaderElection.leaseDurationSeconds }}
 - --log-level={{ .Values.operator.logLevel }}
+- --log-format={{ .Values.operator.logFormat }}
 - --health-port={{ .Values.operator.healthPort }}
 - --metrics-port={{ .Values.operator.metricsPort }}
 - --probe-image={{ include "gpuaccept.image" (dict "image" .Values.probe.image "root" .) }}

@@ -379,50 +379,9 @@ def acceptance_crd() -> Schema:
     )
 
 
-def kopf_peering_crd() -> Schema:
-    """kopf's ``ClusterKopfPeering`` CRD (from kopf's docs/peering.yaml).
-
-    Not generated from our models, but shipped with ours so the chart has one
-    source for every CRD: kopf keeps the operator replicas' keep-alives in the
-    peering object's status, and only the highest-priority replica acts.
-    """
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "clusterkopfpeerings.kopf.dev"},
-        "spec": {
-            "scope": "Cluster",
-            "group": "kopf.dev",
-            "names": {
-                "kind": "ClusterKopfPeering",
-                "plural": "clusterkopfpeerings",
-                "singular": "clusterkopfpeering",
-            },
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {
-                                "status": {
-                                    "type": "object",
-                                    "x-kubernetes-preserve-unknown-fields": True,
-                                }
-                            },
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
 def all_crds() -> dict[str, Schema]:
     """File name → CRD, for every CRD the chart installs."""
-    crds = [policy_crd(), acceptance_crd(), kopf_peering_crd()]
+    crds = [policy_crd(), acceptance_crd()]
     out: dict[str, Schema] = {}
     for crd in crds:
         group = crd["spec"]["group"]
