@@ -1,15 +1,17 @@
 """The chart's RBAC on the real API server, as the operator's ServiceAccount.
 
 A TokenRequest token for the chart's ServiceAccount (no impersonation, no admin
-certificate) makes each kind of call the operator makes: allowed where the code
-needs it, Forbidden everywhere else. Removing one verb from the rendered role
-turns the exact call that needs it into a 403.
+certificate) drives the operator's own API adapter (``gpuaccept.operator.kube.Kube``)
+through every call it makes, plus the list/watch requests kopf makes for the
+operator's indexes: all allowed. Everything else is Forbidden. Removing one verb
+from the rendered role turns the exact call that needs it into a 403.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +28,21 @@ from gpuaccept.testsupport.chart_rbac import (
 )
 from gpuaccept.testsupport.controlplane import ControlPlane
 
+kube_module = pytest.importorskip("gpuaccept.operator.kube")
+model = pytest.importorskip("gpuaccept.operator.core.model")
+Kube = kube_module.Kube
+Taint = model.Taint
+
 pytestmark = pytest.mark.integration
 
 NAMESPACE = "gpuaccept-rbac-test"
 RELEASE = "rbactest"
-MERGE = "application/merge-patch+json"
+LEASE = f"{RELEASE}-gpuaccept"  # the chart's default lease name: the release's full name
+PROBE_SELECTOR = "app.kubernetes.io/managed-by=gpuaccept,app.kubernetes.io/component=probe"
 
 
-def _api(identity: OperatorIdentity) -> k8s.ApiClient:
-    return k8s_config.new_client_from_config(config_file=str(identity.kubeconfig))
+def _kube(identity: OperatorIdentity) -> Any:
+    return Kube(k8s_config.new_client_from_config(config_file=str(identity.kubeconfig)))
 
 
 @pytest.fixture(scope="module")
@@ -47,19 +55,9 @@ def identity(
         release=RELEASE,
         namespace=NAMESPACE,
     )
-    # The peering object the chart would create (the operator patches only it).
-    control_plane.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input='{"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",'
-        f' "metadata": {{"name": "{RELEASE}-gpuaccept"}}}}',
-    )
     yield applied
     remove_chart_rbac(control_plane, applied)
-    control_plane.kubectl(
-        "delete", "clusterkopfpeering", f"{RELEASE}-gpuaccept", "--ignore-not-found"
-    )
+    control_plane.kubectl("-n", NAMESPACE, "delete", "lease", LEASE, "--ignore-not-found")
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +69,17 @@ def admin(control_plane: ControlPlane) -> Iterator[k8s.ApiClient]:
 @pytest.fixture
 def node(admin: k8s.ApiClient) -> Iterator[str]:
     name = f"rbac-node-{uuid.uuid4().hex[:6]}"
-    k8s.CoreV1Api(admin).create_node(
+    core = k8s.CoreV1Api(admin)
+    core.create_node(
         k8s.V1Node(metadata=k8s.V1ObjectMeta(name=name, labels={"nvidia.com/gpu.present": "true"}))
     )
     yield name
-    k8s.CoreV1Api(admin).delete_node(name)
+    core.delete_node(name)
+    custom = k8s.CustomObjectsApi(admin)
+    status = _status(
+        lambda: custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, name)
+    )
+    assert status in {200, 404}
 
 
 def _status(fn: Callable[[], Any]) -> int:
@@ -87,131 +91,135 @@ def _status(fn: Callable[[], Any]) -> int:
 
 
 def test_the_token_is_the_service_account(identity: OperatorIdentity) -> None:
-    with _api(identity) as api:
-        review = k8s.AuthenticationV1Api(api).create_self_subject_review(k8s.V1SelfSubjectReview())
-    assert review.status.user_info.username == identity.username
+    kube = _kube(identity)
+    review = kube.request(
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )
+    assert review["status"]["userInfo"]["username"] == identity.username
 
 
-def test_operator_calls_are_allowed(identity: OperatorIdentity, node: str) -> None:
-    with _api(identity) as api:
-        core = k8s.CoreV1Api(api)
-        custom = k8s.CustomObjectsApi(api)
-        assert core.list_node().items
-        core.read_node(node)
-        core.patch_node(
-            node,
-            {"spec": {"taints": [{"key": f"{GROUP}/pending", "effect": "NoSchedule"}]}},
+def test_kopf_index_watches_are_allowed(identity: OperatorIdentity) -> None:
+    """kopf lists, then watches, each indexed kind (probe pods: release namespace only)."""
+    kube = _kube(identity)
+    paths = [
+        "/api/v1/nodes",
+        f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}",
+        f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}",
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+    ]
+    for path in paths:
+        listed = kube.request("GET", path, query=[("labelSelector", PROBE_SELECTOR)])
+        rv = listed["metadata"]["resourceVersion"]
+        kube.request(
+            "GET",
+            path,
+            query=[("watch", "true"), ("resourceVersion", rv), ("timeoutSeconds", "1")],
         )
-        core.patch_node_status(
-            node,
-            {
-                "status": {
-                    "conditions": [
-                        {"type": "GPUAcceptance", "status": "Unknown", "reason": "Probing"}
-                    ]
-                }
+
+
+def test_every_operator_call_is_allowed(identity: OperatorIdentity, node: str) -> None:
+    kube = _kube(identity)
+    now = datetime.now(UTC)
+    observed = kube.get_node(node)
+    assert observed is not None
+    rv = observed["metadata"]["resourceVersion"]
+    patched = kube.patch_node(
+        node,
+        rv,
+        (Taint(key=f"{GROUP}/pending", effect="NoSchedule", value="true"),),
+        {f"{GROUP}/acceptance": "pending"},
+    )
+    assert patched["spec"]["taints"][0]["key"] == f"{GROUP}/pending"
+    kube.remove_node_annotation(node, f"{GROUP}/reprobe")
+    kube.patch_node_condition(node, "Unknown", "Probing", "probe pod created", now)
+
+    na = kube.create_na(node, "default")
+    assert na["spec"]["nodeName"] == node
+    assert kube.create_na(node, "default")["metadata"]["name"] == node  # exists: read back
+    na = kube.get_na(node)
+    assert na is not None
+    kube.patch_na_status(node, na["metadata"]["resourceVersion"], {"phase": "Probing"})
+
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"gpuaccept-probe-{node}-1",
+            "labels": {
+                "app.kubernetes.io/managed-by": "gpuaccept",
+                "app.kubernetes.io/component": "probe",
             },
-        )
-        na = custom.create_cluster_custom_object(
-            GROUP,
-            VERSION,
-            ACCEPTANCE_PLURAL,
-            {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "NodeAcceptance",
-                "metadata": {"name": node},
-                "spec": {"nodeName": node},
-            },
-        )
-        assert na["metadata"]["name"] == node
-        custom.patch_cluster_custom_object_status(
-            GROUP, VERSION, ACCEPTANCE_PLURAL, node, {"status": {"phase": "Probing"}}
-        )
-        custom.list_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL)
-        pod = core.create_namespaced_pod(
-            NAMESPACE,
-            k8s.V1Pod(
-                metadata=k8s.V1ObjectMeta(name=f"probe-{node}"),
-                spec=k8s.V1PodSpec(
-                    node_name=node,
-                    restart_policy="Never",
-                    automount_service_account_token=False,
-                    containers=[k8s.V1Container(name="probe", image="probe:test")],
-                ),
-            ),
-        )
-        core.list_namespaced_pod(NAMESPACE)
-        core.read_namespaced_pod(pod.metadata.name, NAMESPACE)
-        core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
-        core.create_namespaced_event(
-            "default",
-            k8s.CoreV1Event(
-                metadata=k8s.V1ObjectMeta(generate_name="gpuaccept-"),
-                involved_object=k8s.V1ObjectReference(kind="Node", name=node),
-                reason="Probing",
-                message="probe pod created",
-                type="Normal",
-            ),
-        )
-        custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, node)
-        k8s.ApiextensionsV1Api(api).list_custom_resource_definition()
-        custom.get_cluster_custom_object(
-            "kopf.dev", "v1", "clusterkopfpeerings", RELEASE + "-gpuaccept"
-        )
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "probe", "image": "probe:test"}],
+        },
+    }
+    assert kube.create_pod(NAMESPACE, pod) is not None
+    assert kube.create_pod(NAMESPACE, pod) is None  # AlreadyExists: already started
+    kube.delete_pod(NAMESPACE, pod["metadata"]["name"], force=True)
+
+    kube.create_event(
+        kind="Node",
+        api_version="v1",
+        name=node,
+        uid=observed["metadata"]["uid"],
+        type_="Normal",
+        reason="Probing",
+        message="probe pod created",
+        now=now,
+        reporting_instance="rbac-test",
+    )
+    kube.patch_policy_status("does-not-exist", {"matchedNodes": 0})  # 404 is tolerated
+
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE, "namespace": NAMESPACE},
+        "spec": {"holderIdentity": "rbac-test", "leaseDurationSeconds": 15},
+    }
+    if kube.get_lease(NAMESPACE, LEASE) is None:
+        kube.create_lease(NAMESPACE, lease)
+    current = kube.get_lease(NAMESPACE, LEASE)
+    assert current is not None
+    lease["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    kube.replace_lease(NAMESPACE, LEASE, lease)
+
+    kube.delete_na(node)
+    assert kube.get_na(node) is None
 
 
 @pytest.mark.parametrize(
-    ("what", "call"),
+    ("what", "method", "path"),
     [
-        ("secrets anywhere", lambda c: c.list_secret_for_all_namespaces()),
-        ("secrets in its namespace", lambda c: c.list_namespaced_secret(NAMESPACE)),
-        ("pods cluster-wide", lambda c: c.list_pod_for_all_namespaces()),
-        ("pods in another namespace", lambda c: c.list_namespaced_pod("default")),
-        ("configmaps", lambda c: c.list_namespaced_config_map(NAMESPACE)),
-        ("node delete", lambda c: c.delete_node("nonexistent")),
-        ("node proxy", lambda c: c.connect_get_node_proxy("nonexistent")),
-        ("service accounts", lambda c: c.list_namespaced_service_account(NAMESPACE)),
-        ("namespaces", lambda c: c.list_namespace()),
+        ("secrets anywhere", "GET", "/api/v1/secrets"),
+        ("secrets in its namespace", "GET", f"/api/v1/namespaces/{NAMESPACE}/secrets"),
+        ("pods cluster-wide", "GET", "/api/v1/pods"),
+        ("pods in another namespace", "GET", "/api/v1/namespaces/default/pods"),
+        ("one pod by name (not needed)", "GET", f"/api/v1/namespaces/{NAMESPACE}/pods/x"),
+        ("configmaps", "GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps"),
+        ("service accounts", "GET", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts"),
+        ("namespaces", "GET", "/api/v1/namespaces"),
+        ("node delete", "DELETE", "/api/v1/nodes/x"),
+        ("node proxy", "GET", "/api/v1/nodes/x/proxy/"),
+        ("CRDs", "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),
+        ("policy create", "POST", f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"),
+        ("policy delete", "DELETE", f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}/x"),
+        ("another Lease", "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/x"),
+        ("events elsewhere", "POST", f"/api/v1/namespaces/{NAMESPACE}/events"),
+        ("RBAC", "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles"),
     ],
 )
-def test_everything_else_is_forbidden(identity: OperatorIdentity, what: str, call: Any) -> None:
-    with _api(identity) as api:
-        assert _status(lambda: call(k8s.CoreV1Api(api))) == 403, what
-
-
-def test_policies_are_read_only(identity: OperatorIdentity) -> None:
-    with _api(identity) as api:
-        custom = k8s.CustomObjectsApi(api)
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "NodeAcceptancePolicy",
-            "metadata": {"name": "rbac-test"},
-            "spec": {},
-        }
-        assert (
-            _status(
-                lambda: custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, body)
-            )
-            == 403
-        )
-        assert (
-            _status(lambda: custom.delete_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, "x"))
-            == 403
-        )
-
-
-def test_other_peering_objects_are_not_writable(identity: OperatorIdentity) -> None:
-    with _api(identity) as api:
-        custom = k8s.CustomObjectsApi(api)
-        patch = {"status": {"x": None}}
-        assert (
-            _status(
-                lambda: custom.patch_cluster_custom_object(
-                    "kopf.dev", "v1", "clusterkopfpeerings", "someone-else", patch
-                )
-            )
-            == 403
-        )
+def test_everything_else_is_forbidden(
+    identity: OperatorIdentity, what: str, method: str, path: str
+) -> None:
+    kube = _kube(identity)
+    body = {"metadata": {"name": "x"}} if method == "POST" else None
+    assert _status(lambda: kube.request(method, path, body)) == 403, what
 
 
 def _drop_verb(
@@ -230,7 +238,7 @@ def _drop_verb(
 def test_a_missing_verb_fails_the_exact_call(
     control_plane: ControlPlane, tmp_path: Path, node: str, request: pytest.FixtureRequest
 ) -> None:
-    """Without ``patch`` on nodes, the operator's taint patch is Forbidden."""
+    """Without ``patch`` on nodes, the operator's taint patch (Kube.patch_node) is a 403."""
     crippled = apply_chart_rbac(
         control_plane,
         workdir=tmp_path,
@@ -240,11 +248,15 @@ def test_a_missing_verb_fails_the_exact_call(
         crds=False,
     )
     request.addfinalizer(lambda: remove_chart_rbac(control_plane, crippled))
-    with _api(crippled) as api:
-        core = k8s.CoreV1Api(api)
-        core.read_node(node)  # still allowed
-        taint = {"spec": {"taints": [{"key": f"{GROUP}/pending", "effect": "NoSchedule"}]}}
-        with pytest.raises(ApiException) as excinfo:
-            core.patch_node(node, taint)
+    kube = _kube(crippled)
+    observed = kube.get_node(node)  # still allowed
+    assert observed is not None
+    with pytest.raises(ApiException) as excinfo:
+        kube.patch_node(
+            node,
+            observed["metadata"]["resourceVersion"],
+            (Taint(key=f"{GROUP}/pending", effect="NoSchedule", value="true"),),
+            {},
+        )
     assert excinfo.value.status == 403
     assert 'cannot patch resource "nodes"' in str(excinfo.value.body)
