@@ -33,8 +33,8 @@ JSON_OUT = ("--output", "json")
 def default_profiles() -> tuple[Path, Path]:
     """A healthy profile and a fault profile from ``profiles/``.
 
-    The fault is one that quarantines (a PCIe width below the maximum if the
-    probe ships one, else the first fault profile).
+    The fault is one that quarantines: a PCIe link narrower than its maximum
+    (``pcie-x8``) if the probe ships it, else the first fault profile.
     """
     healthy = sorted(p for p in (REPO / "profiles").glob("*.yaml") if "health" in p.name)
     faults = sorted((REPO / "profiles" / "faults").glob("*.yaml"))
@@ -43,7 +43,7 @@ def default_profiles() -> tuple[Path, Path]:
             "no profiles/*healthy*.yaml or profiles/faults/*.yaml: the probe's simulated "
             "profiles are needed to build reports (pass --healthy-profile/--fault-profile)"
         )
-    preferred = [p for p in faults if "width" in p.name] or faults
+    preferred = [p for p in faults if "pcie" in p.name] or faults
     return healthy[0], preferred[0]
 
 
