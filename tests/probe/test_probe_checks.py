@@ -380,7 +380,12 @@ def test_clock_decode_unknown_bits() -> None:
 
 
 def test_nccl_judge() -> None:
-    observed: JsonValue = {"backend": "nccl", "source": "measured", "ranks": 8, "busbwGBps": 370.0}
+    observed: dict[str, JsonValue] = {
+        "backend": "nccl",
+        "source": "measured",
+        "ranks": 8,
+        "busbwGBps": 370.0,
+    }
     p = default_policy()
     assert NCCL.judge(observed, p, SUMMARY).status is CheckStatus.PASS
     h200 = HardwareSummary(gpu_model="NVIDIA H200", gpu_count=8)

@@ -18,6 +18,7 @@ from probe_helpers import (
 )
 
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
+from gpuaccept.contracts.policy import ProbePolicy
 from gpuaccept.contracts.report import ProbeReport, decode_termination_message
 from gpuaccept.probe import cli
 from gpuaccept.probe.verdict import evaluate
@@ -139,7 +140,7 @@ def test_no_gpu_says_so_and_is_not_accepted(tmp_path: Path) -> None:
     assert report.hardware.value == "real"
     assert report.summary.gpu_count == 0
     assert statuses(report)["gpu_count"] == "fail"
-    assert not evaluate(report, cli.ProbePolicy()).accepted
+    assert not evaluate(report, ProbePolicy()).accepted
 
 
 def test_this_machine_without_a_profile_is_not_accepted() -> None:
@@ -193,7 +194,7 @@ def test_crash_during_probe_writes_a_failure_report(
     report = decode_termination_message(log.read_text())
     assert report.results[0].message == "probe failed: RuntimeError: the GPU fell off the bus"
     assert report.hardware.value == "simulated"
-    assert not evaluate(report, cli.ProbePolicy()).accepted
+    assert not evaluate(report, ProbePolicy()).accepted
 
 
 def test_console_script_dispatches_to_probe() -> None:

@@ -67,7 +67,7 @@ def fake_nvml(
 
 
 def backend(monkeypatch: pytest.MonkeyPatch, module: types.ModuleType | None) -> RealBackend:
-    monkeypatch.setitem(sys.modules, "pynvml", module)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "pynvml", module)
     return RealBackend(sysfs_root=FIXTURES / "sysfs", proc_root=FIXTURES / "proc")
 
 

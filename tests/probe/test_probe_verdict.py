@@ -172,7 +172,8 @@ def test_stored_status_is_never_trusted_when_observed_exists() -> None:
 
 
 def test_malformed_observed_is_probe_error() -> None:
-    for observed in ({"visible": "eight"}, [1, 2, 3], {"nothing": True}):
+    bad: list[JsonValue] = [{"visible": "eight"}, [1, 2, 3], {"nothing": True}]
+    for observed in bad:
         v = evaluate(report(result("gpu_count", CheckStatus.PASS, observed)), only("gpu_count"))
         assert [r.reason for r in v.reasons] == ["ProbeError"], observed
         assert v.results[0].status is CheckStatus.ERROR
