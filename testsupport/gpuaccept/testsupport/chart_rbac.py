@@ -46,6 +46,9 @@ __all__ = [
     "apply_manifests",
     "chart_dir",
     "helm",
+    "main",
+    "operator_args",
+    "release_token_kubeconfig",
     "remove_chart_rbac",
     "render_chart",
     "write_token_kubeconfig",
@@ -255,3 +258,99 @@ def remove_chart_rbac(cp: ControlPlane, identity: OperatorIdentity) -> None:
     """Delete what :func:`apply_chart_rbac` applied (not the CRDs, not the namespace)."""
     body = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(identity.manifests)})
     cp.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=body)
+
+
+def operator_args(manifests: Iterable[Manifest]) -> list[str]:
+    """The operator container's arguments as the chart renders them (after ``gpuaccept``)."""
+    for obj in manifests:
+        if obj.get("kind") == "Deployment":
+            container = obj["spec"]["template"]["spec"]["containers"][0]
+            return [str(arg) for arg in container.get("args", [])]
+    raise ControlPlaneError("the rendered chart has no Deployment")
+
+
+def release_token_kubeconfig(
+    cp_kubeconfig: Path,
+    *,
+    namespace: str,
+    service_account: str,
+    out: Path,
+    token_seconds: int = 3600,
+) -> Path:
+    """A token kubeconfig for an *installed* release's operator ServiceAccount."""
+    admin = yaml.safe_load(cp_kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    request = json.dumps(
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": token_seconds},
+        }
+    )
+    kubectl = bin_dir() / "kubectl"
+    proc = subprocess.run(
+        [
+            str(kubectl), "--kubeconfig", str(cp_kubeconfig), "create", "--raw",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+            "-f", "-",
+        ],
+        input=request, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise ControlPlaneError(f"TokenRequest for {namespace}/{service_account}: {proc.stderr}")
+    token = json.loads(proc.stdout)["status"]["token"]
+    ca = cluster.get("certificate-authority")
+    if ca is None:
+        raise ControlPlaneError("the admin kubeconfig has no certificate-authority file")
+    ca_path = Path(ca) if Path(ca).is_absolute() else (cp_kubeconfig.parent / ca).resolve()
+    return write_token_kubeconfig(
+        out, server=cluster["server"], ca_file=ca_path, token=token,
+        user=f"{namespace}-{service_account}",
+    )  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m gpuaccept.testsupport.chart_rbac {args,kubeconfig} ...`` (docs/install.md)."""
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(
+        prog="python -m gpuaccept.testsupport.chart_rbac",
+        description="Run the operator locally as the chart's ServiceAccount.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    args_cmd = sub.add_parser(
+        "args", help="print the operator's arguments as the chart renders them"
+    )
+    token_cmd = sub.add_parser(
+        "kubeconfig", help="write a TokenRequest kubeconfig for an installed release's operator"
+    )
+    for cmd in (args_cmd, token_cmd):
+        cmd.add_argument("--release", default=DEFAULT_RELEASE)
+        cmd.add_argument("--namespace", default=DEFAULT_NAMESPACE)
+        cmd.add_argument("-f", "--values", action="append", default=[], type=Path)
+        cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    token_cmd.add_argument("--kubeconfig", type=Path, required=True, help="admin kubeconfig")
+    token_cmd.add_argument("--out", type=Path, required=True)
+    token_cmd.add_argument("--token-seconds", type=int, default=3600)
+    ns = parser.parse_args(argv)
+    sets = dict(item.split("=", 1) for item in ns.set)
+    rendered = render_chart(
+        release=ns.release, namespace=ns.namespace, values_files=ns.values, set_values=sets
+    )
+    if ns.command == "args":
+        # One argument per line: `mapfile -t ARGS < <(...)` keeps JSON values whole.
+        print("\n".join(operator_args(rendered)))
+        return 0
+    path = release_token_kubeconfig(
+        ns.kubeconfig,
+        namespace=ns.namespace,
+        service_account=operator_service_account(rendered),
+        out=ns.out,
+        token_seconds=ns.token_seconds,
+    )
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
