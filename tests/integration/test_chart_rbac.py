@@ -9,6 +9,7 @@ from the rendered role turns the exact call that needs it into a 403.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -155,6 +156,7 @@ def test_every_operator_call_is_allowed(identity: OperatorIdentity, node: str) -
         "spec": {
             "nodeName": node,
             "restartPolicy": "Never",
+            "serviceAccountName": f"{RELEASE}-gpuaccept-probe",  # the chart's probe account
             "automountServiceAccountToken": False,
             "containers": [{"name": "probe", "image": "probe:test"}],
         },
@@ -259,4 +261,6 @@ def test_a_missing_verb_fails_the_exact_call(
             {},
         )
     assert excinfo.value.status == 403
-    assert 'cannot patch resource "nodes"' in str(excinfo.value.body)
+    message = json.loads(excinfo.value.body)["message"]
+    assert 'cannot patch resource "nodes"' in message, message
+    assert crippled.username in message
