@@ -43,7 +43,10 @@ PROBE_SELECTOR = "app.kubernetes.io/managed-by=gpuaccept,app.kubernetes.io/compo
 
 
 def _kube(identity: OperatorIdentity) -> Any:
-    return Kube(k8s_config.new_client_from_config(config_file=str(identity.kubeconfig)))
+    api = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(identity.kubeconfig)
+    )
+    return Kube(api)
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +146,7 @@ def test_every_operator_call_is_allowed(identity: OperatorIdentity, node: str) -
     assert na is not None
     kube.patch_na_status(node, na["metadata"]["resourceVersion"], {"phase": "Probing"})
 
-    pod = {
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -178,7 +181,7 @@ def test_every_operator_call_is_allowed(identity: OperatorIdentity, node: str) -
     )
     kube.patch_policy_status("does-not-exist", {"matchedNodes": 0})  # 404 is tolerated
 
-    lease = {
+    lease: dict[str, Any] = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {"name": LEASE, "namespace": NAMESPACE},
@@ -261,6 +264,6 @@ def test_a_missing_verb_fails_the_exact_call(
             {},
         )
     assert excinfo.value.status == 403
-    message = json.loads(excinfo.value.body)["message"]
+    message = json.loads(str(excinfo.value.body))["message"]
     assert 'cannot patch resource "nodes"' in message, message
     assert crippled.username in message
