@@ -88,14 +88,16 @@ def install_crds(api: client.ApiClient, crd_dir: Path) -> None:
 
 
 def ensure_namespace(api: client.ApiClient, name: str = NAMESPACE) -> None:
-    """The namespace and its ``default`` ServiceAccount (no controller-manager makes it here)."""
+    """The namespace, its ``default`` ServiceAccount (no controller-manager makes it
+    here) and ``gpuaccept-probe``, the operator's probe pods' ServiceAccount."""
     core = client.CoreV1Api(api)
-    bodies: list[tuple[Any, Any]] = [
-        (core.create_namespace, {"metadata": {"name": name}}),
+    bodies: list[tuple[Any, Any]] = [(core.create_namespace, {"metadata": {"name": name}})]
+    bodies += [
         (
             lambda body: core.create_namespaced_service_account(name, body),
-            {"metadata": {"name": "default"}},
-        ),
+            {"metadata": {"name": account}},
+        )
+        for account in ("default", "gpuaccept-probe")
     ]
     for create, body in bodies:
         try:

@@ -101,6 +101,9 @@ class ArmResult:
     apiserver_delta_by_verb: dict[str, int] = field(default_factory=dict)
     peak_rss_mb: float = 0.0
     cpu_s: float = 0.0
+    # CPU seconds spent between the first node's creation and the last verdict, by
+    # process: the arm, kube-apiserver+etcd, and this harness with the in-process stand-in.
+    window_cpu_s: dict[str, float] = field(default_factory=dict)
     exit_code: int | None = None
     problems: list[str] = field(default_factory=list)
     log_file: str = ""
@@ -338,6 +341,8 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
             created[node.name] = time.monotonic()
 
         log(f"{tag}: registering {n} nodes with the pending taint")
+        cpu_pids = {"arm": proc.pid, "apiserver+etcd": setup.cp.pid, "harness+standin": os.getpid()}
+        cpu_before = {k: procstat.sample(pid) for k, pid in cpu_pids.items()}
         t0 = time.monotonic()
         sampler_stop = threading.Event()
         samples: list[procstat.ProcSample] = []
@@ -364,6 +369,11 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
             if time.monotonic() - progress_at >= 15:
                 progress_at = time.monotonic()
                 log(f"{tag}: {tracker.decided()}/{n} decided after {time.monotonic() - t0:.0f}s")
+        cpu_after = {k: procstat.sample(pid) for k, pid in cpu_pids.items()}
+        for key, start in cpu_before.items():
+            end = cpu_after[key]
+            if start is not None and end is not None:
+                result.window_cpu_s[key] = round(end.cpu_s - start.cpu_s, 2)
         t_end = max(tracker.decided_at.values(), default=time.monotonic())
         result.wall_s = round(t_end - t0, 3)
         log(f"{tag}: {tracker.decided()}/{n} decided; settling {setup.settle_s:.0f}s")
@@ -557,6 +567,29 @@ def summary_line(label: str, results: Sequence[ArmResult]) -> str:
     return f"{label}: " + " ".join(f"{k}={v}" for k, v in fields.items())
 
 
+def git_revision() -> str:
+    """HEAD, and which source folders had uncommitted changes when the run started."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "operator", "contracts", "bench", "testsupport"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split("\n")
+    except OSError:
+        return "unknown"
+    folders = sorted({line[3:].split("/")[0] for line in dirty if line.strip()})
+    return head + (f" (uncommitted changes in {', '.join(folders)})" if folders else "")
+
+
 def machine_description() -> str:
     cores = os.cpu_count() or 0
     try:
@@ -602,7 +635,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--operator-cmd",
         default="{python} -m gpuaccept.cli operator --kubeconfig {kubeconfig} "
-        "--namespace {namespace} --standalone",
+        "--namespace {namespace} --standalone --metrics-port 0 --health-port 0",
         help="the operator's command line ({python} {kubeconfig} {namespace} are filled in)",
     )
     parser.add_argument(
@@ -681,6 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     document = {
         "label": args.label,
+        "git": git_revision(),
         "started": started.isoformat(),
         "finished": datetime.now(UTC).isoformat(),
         "machine": machine,

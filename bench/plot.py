@@ -37,6 +37,7 @@ def plot_time_to_verdict(runs: Sequence[Mapping[str, Any]], path: Path, title: s
     left.set_xlabel("nodes joining at once (N)")
     left.set_ylabel("node creation → final phase (s)")
     left.set_title("time to verdict")
+    left.set_ylim(bottom=0)
     left.grid(visible=True, which="both", alpha=0.3)
     left.legend(fontsize="small")
     right.set_xscale("log")
