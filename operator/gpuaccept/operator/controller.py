@@ -17,6 +17,7 @@ resourceVersion), so the next pass does not act on a stale cache.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -24,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.api import API_VERSION, POLICY_KIND, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import (
@@ -106,7 +109,9 @@ class Cache:
         if self.synced.is_set():
             return
         for name in (NODES_INDEX, NAS_INDEX, POLICIES_INDEX, PODS_INDEX):
-            self.indexes[name] = kwargs.get(name)
+            if name not in kwargs:
+                raise RuntimeError(f"kopf did not pass the index {name!r}")
+            self.indexes[name] = kwargs[name]
         self.synced.set()
 
     def write(self, kind: str, key: str, rv: int, value: Any) -> None:
@@ -266,6 +271,11 @@ class Controller:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.leader is not None:
+            try:
+                await asyncio.to_thread(self.leader.release)
+            except Exception as error:
+                log.warning("lease release failed: %s", error)
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     def healthy(self) -> bool:
@@ -280,6 +290,9 @@ class Controller:
                     await self.reconcile_node(name)
             except asyncio.CancelledError:
                 raise
+            except ApiException as error:
+                log.warning("node=%s API error %s: %s", name, error.status, _api_message(error))
+                self._retry_later(name)
             except Exception:
                 log.exception("node=%s reconcile failed", name)
                 self._retry_later(name)
@@ -642,6 +655,13 @@ class Controller:
                     reporting_instance=self.identity,
                 ),
             )
+
+
+def _api_message(error: ApiException) -> str:
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except (ValueError, AttributeError):
+        return str(error.reason)
 
 
 def _same_status(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -114,6 +114,23 @@ class LeaderElector:
         self._renewed_at = now
         return True
 
+    def release(self) -> None:
+        """Give the Lease up on a clean shutdown, so a standby takes over at once."""
+        if not self.is_leader:
+            return
+        self.is_leader = False
+        lease = self.kube.get_lease(self.namespace, self.name)
+        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+            return
+        body = self._body(lease, int((lease.get("spec") or {}).get("leaseTransitions") or 0))
+        body["spec"]["holderIdentity"] = ""
+        body["spec"]["leaseDurationSeconds"] = 1
+        try:
+            self.kube.replace_lease(self.namespace, self.name, body)
+            log.info("leader election: released lease %s/%s", self.namespace, self.name)
+        except ApiException as error:
+            log.warning("leader election: release failed: %s", error.reason)
+
     async def run(self) -> None:
         while True:
             try:

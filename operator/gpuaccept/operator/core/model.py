@@ -132,6 +132,14 @@ class OperatorConfig:
     # after it count the attempt as failed.
     pod_missing_grace_seconds: int = 60
     max_backoff_seconds: int = 3600
+    # Timeout for policies that leave probeRun.timeoutSeconds unset.
+    default_timeout_seconds: int | None = None
+
+    def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
+        run = spec.probe_run
+        if self.default_timeout_seconds and "timeout_seconds" not in run.model_fields_set:
+            return self.default_timeout_seconds
+        return run.timeout_seconds
 
 
 @dataclass(frozen=True)

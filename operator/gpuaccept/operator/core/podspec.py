@@ -110,7 +110,7 @@ def probe_pod_manifest(
         "serviceAccountName": config.service_account,
         "hostNetwork": False,
         "enableServiceLinks": False,
-        "activeDeadlineSeconds": spec.probe_run.timeout_seconds,
+        "activeDeadlineSeconds": config.timeout_for(spec),
         "terminationGracePeriodSeconds": 30,
         "tolerations": tolerations,
         "containers": [container],

@@ -388,7 +388,7 @@ class _Planner:
         # restart in between recreates the same pod name, never a second pod.
         self.write_status(st, new)
         self.actions.append(CreateProbePod(name, self._manifest(node, policy, spec, name, serial)))
-        self.wake_in(spec.probe_run.timeout_seconds + self.obs.config.deadline_grace_seconds)
+        self.wake_in(self.obs.config.timeout_for(spec) + self.obs.config.deadline_grace_seconds)
         return self.plan(f"probe attempt {new.attempts}")
 
     def _manifest(
@@ -429,7 +429,7 @@ class _Planner:
                 )
         started = st.probe_started_time or now
         deadline = started + timedelta(
-            seconds=spec.probe_run.timeout_seconds + self.obs.config.deadline_grace_seconds
+            seconds=self.obs.config.timeout_for(spec) + self.obs.config.deadline_grace_seconds
         )
         if pod is None:
             if (
@@ -476,7 +476,7 @@ class _Planner:
                 spec,
                 st,
                 reason="ProbeTimeout",
-                message=f"no result within {spec.probe_run.timeout_seconds}s",
+                message=f"no result within {self.obs.config.timeout_for(spec)}s",
                 pod=pod,
             )
         self.wake_in((deadline - now).total_seconds())

@@ -1,0 +1,290 @@
+"""``gpuaccept operator``: run the operator (kopf, programmatically)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+import kubernetes
+from prometheus_client import start_http_server
+
+from gpuaccept.operator.controller import Controller
+from gpuaccept.operator.core.judge import judge
+from gpuaccept.operator.core.model import OperatorConfig
+from gpuaccept.operator.handlers import build_registry, configure
+from gpuaccept.operator.health import serve_health
+from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.leader import LeaderElector
+
+EXIT_USAGE = 2
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, separators=(",", ":"))
+
+
+def _json_arg(text: str, what: str, kind: type) -> Any:
+    try:
+        value = json.loads(text) if text else kind()
+    except json.JSONDecodeError as error:
+        raise SystemExit(f"gpuaccept operator: {what} is not valid JSON: {error.msg}") from None
+    if not isinstance(value, kind):
+        raise SystemExit(f"gpuaccept operator: {what} must be a JSON {kind.__name__}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    p = argparse.ArgumentParser(
+        prog="gpuaccept operator",
+        description="Probe new GPU nodes and accept or quarantine them (NodeAcceptancePolicy).",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=env("KUBECONFIG"),
+        help="kubeconfig file (default: in-cluster, then $KUBECONFIG / ~/.kube/config)",
+    )
+    p.add_argument(
+        "--namespace",
+        default=env("POD_NAMESPACE", "gpuaccept-system"),
+        help="namespace of probe pods and the leader Lease",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=int(env("GPUACCEPT_WORKERS", "8")),
+        help="concurrent reconciles (and API threads)",
+    )
+    p.add_argument(
+        "--status-interval", type=float, default=5.0, help="seconds between policy status updates"
+    )
+    ha = p.add_argument_group("high availability")
+    ha.add_argument(
+        "--peering",
+        "--lease-name",
+        dest="lease_name",
+        default="gpuaccept-operator",
+        help="name of the leader-election Lease (one per installation)",
+    )
+    ha.add_argument(
+        "--standalone",
+        action="store_true",
+        help="no leader election: this process always acts (one replica only!)",
+    )
+    ha.add_argument(
+        "--identity",
+        default=env("POD_NAME") or socket.gethostname(),
+        help="this replica's identity in the Lease (default: $POD_NAME or hostname)",
+    )
+    ha.add_argument("--lease-duration", type=float, default=15.0)
+    ha.add_argument("--priority", type=int, default=0, help=argparse.SUPPRESS)  # kopf-compat
+    probe = p.add_argument_group("probe pods (never taken from a policy)")
+    probe.add_argument(
+        "--probe-image", default=env("GPUACCEPT_PROBE_IMAGE", "ghcr.io/gpuaccept/probe:0.1.0")
+    )
+    probe.add_argument(
+        "--probe-image-pull-policy",
+        default="IfNotPresent",
+        choices=["Always", "IfNotPresent", "Never"],
+    )
+    probe.add_argument(
+        "--probe-command",
+        default=env("GPUACCEPT_PROBE_COMMAND", "gpuaccept probe"),
+        help="the probe's command, before --termination-log",
+    )
+    probe.add_argument("--probe-service-account", default="gpuaccept-probe")
+    probe.add_argument("--probe-runtime-class", default=env("GPUACCEPT_PROBE_RUNTIME_CLASS", ""))
+    probe.add_argument("--probe-priority-class", default="")
+    probe.add_argument(
+        "--probe-timeout",
+        type=int,
+        default=None,
+        help="probe timeout (s) for policies that do not set probeRun.timeoutSeconds",
+    )
+    probe.add_argument("--probe-shm-size", default="16Gi")
+    probe.add_argument(
+        "--probe-resources",
+        default=env("GPUACCEPT_PROBE_RESOURCES", "{}"),
+        help='JSON: {"requests": {...}, "limits": {...}} (GPUs are added)',
+    )
+    probe.add_argument(
+        "--probe-tolerations",
+        default=env("GPUACCEPT_PROBE_TOLERATIONS", "[]"),
+        help="JSON list of extra tolerations",
+    )
+    probe.add_argument("--probe-pod-prefix", default="gpuaccept-probe")
+    obs = p.add_argument_group("observability")
+    obs.add_argument("--metrics-port", type=int, default=8080, help="/metrics (0: off)")
+    obs.add_argument("--health-port", type=int, default=8081, help="/healthz, /readyz (0: off)")
+    obs.add_argument("--log-format", choices=["text", "json"], default="text")
+    obs.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"],
+    )
+    return p
+
+
+def _setup_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # kopf is chatty at INFO about every handler; our own logs say what happens.
+    if os.environ.get("GPUACCEPT_KOPF_DEBUG") != "1":
+        logging.getLogger("kopf").setLevel(max(logging.WARNING, root.level))
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parser().parse_args(list(argv))
+    if args.workers < 1:
+        sys.stderr.write("gpuaccept operator: --workers must be at least 1\n")
+        return EXIT_USAGE
+    _setup_logging(args.log_format, args.log_level)
+    resources = _json_arg(args.probe_resources, "--probe-resources", dict)
+    tolerations = _json_arg(args.probe_tolerations, "--probe-tolerations", list)
+    if args.kubeconfig and not os.path.exists(args.kubeconfig):
+        sys.stderr.write(f"gpuaccept operator: kubeconfig {args.kubeconfig} does not exist\n")
+        return EXIT_USAGE
+
+    configuration = kubernetes.client.Configuration()
+    try:
+        if args.kubeconfig:
+            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=args.kubeconfig, client_configuration=configuration
+            )
+        else:
+            try:
+                kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration
+                )
+            except kubernetes.config.ConfigException:
+                kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration
+                )
+    except (kubernetes.config.ConfigException, OSError, ValueError) as error:
+        sys.stderr.write(f"gpuaccept operator: cannot load Kubernetes credentials: {error}\n")
+        return EXIT_USAGE
+    configuration.connection_pool_maxsize = args.workers + 4
+    api = kubernetes.client.ApiClient(configuration)
+    kube = Kube(api)
+
+    config = OperatorConfig(
+        namespace=args.namespace,
+        probe_image=args.probe_image,
+        probe_command=tuple(args.probe_command.split()),
+        image_pull_policy=args.probe_image_pull_policy,
+        pod_prefix=args.probe_pod_prefix,
+        service_account=args.probe_service_account,
+        runtime_class=args.probe_runtime_class or None,
+        priority_class=args.probe_priority_class or None,
+        extra_tolerations=tuple(tolerations),
+        resources=resources,
+        shm_size=args.probe_shm_size or None,
+        default_timeout_seconds=args.probe_timeout,
+    )
+    identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
+    leader = None
+    if not args.standalone:
+        leader = LeaderElector(
+            kube,
+            namespace=args.namespace,
+            name=args.lease_name,
+            identity=identity,
+            lease_duration=args.lease_duration,
+        )
+    controller = Controller(
+        kube,
+        config,
+        judge,
+        workers=args.workers,
+        status_interval=args.status_interval,
+        identity=identity,
+        leader=leader,
+    )
+    registry = build_registry(controller)
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return _connection_info(configuration)
+
+    if args.metrics_port:
+        start_http_server(args.metrics_port)
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    ready = threading.Event()
+    stop_flag: asyncio.Event | None = None
+
+    async def run() -> None:
+        nonlocal stop_flag
+        stop_flag = asyncio.Event()
+        health = None
+        if args.health_port:
+            health = await serve_health(args.health_port, controller, ready)
+        try:
+            await kopf.operator(
+                registry=registry,
+                settings=settings,
+                standalone=True,  # leader election is ours (a Lease), not kopf peering
+                clusterwide=False,
+                namespaces=[args.namespace],  # probe pods; cluster-scoped kinds are cluster-wide
+                ready_flag=ready,
+                stop_flag=stop_flag,
+            )
+        finally:
+            if health is not None:
+                await health.cleanup()
+
+    logging.getLogger("gpuaccept.operator").info(
+        "starting: identity=%s namespace=%s workers=%d leader-election=%s",
+        identity,
+        args.namespace,
+        args.workers,
+        "off" if args.standalone else args.lease_name,
+    )
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _connection_info(configuration: Any) -> kopf.ConnectionInfo:
+    header = configuration.get_api_key_with_prefix("BearerToken", alias="authorization") or ""
+    scheme, _, token = header.partition(" ")
+    if not token:
+        scheme, token = "Bearer", header
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme if token else None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+        default_namespace=None,
+    )

@@ -1,0 +1,113 @@
+"""The kopf wiring: indexes (the cache) and event handlers that only enqueue.
+
+On Nodes only ``@kopf.index`` and ``@kopf.on.event`` are used: kopf's
+create/update/resume/delete handlers, timers and daemons write annotations or
+finalizers onto the objects they watch, and nothing of kopf's may land on a
+Node. The same goes for the other kinds here, so kopf writes nothing at all;
+the operator's own state lives in NodeAcceptance status.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
+from gpuaccept.operator.controller import (
+    NAS_INDEX,
+    NODES_INDEX,
+    PODS_INDEX,
+    POLICIES_INDEX,
+    Controller,
+    index_na,
+    index_node,
+    index_pod,
+    index_policy,
+)
+from gpuaccept.operator.core.podspec import (
+    COMPONENT_LABEL,
+    COMPONENT_VALUE,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+)
+
+log = logging.getLogger(__name__)
+
+
+def build_registry(controller: Controller) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    probe_labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, COMPONENT_LABEL: COMPONENT_VALUE}
+
+    # ---------------------------------------------------------------- indexes
+    # The function names are the index names (kopf passes them as kwargs).
+    def gpuaccept_nodes(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return index_node(body)
+
+    def gpuaccept_nodeacceptances(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return index_na(body)
+
+    def gpuaccept_policies(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return index_policy(body)
+
+    def gpuaccept_probe_pods(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return index_pod(body)
+
+    assert gpuaccept_nodes.__name__ == NODES_INDEX
+    assert gpuaccept_nodeacceptances.__name__ == NAS_INDEX
+    assert gpuaccept_policies.__name__ == POLICIES_INDEX
+    assert gpuaccept_probe_pods.__name__ == PODS_INDEX
+    kopf.index("", "v1", "nodes", id=NODES_INDEX, registry=registry)(gpuaccept_nodes)
+    kopf.index(GROUP, VERSION, ACCEPTANCE_PLURAL, id=NAS_INDEX, registry=registry)(
+        gpuaccept_nodeacceptances
+    )
+    kopf.index(GROUP, VERSION, POLICY_PLURAL, id=POLICIES_INDEX, registry=registry)(
+        gpuaccept_policies
+    )
+    kopf.index("", "v1", "pods", labels=probe_labels, id=PODS_INDEX, registry=registry)(
+        gpuaccept_probe_pods
+    )
+
+    # ---------------------------------------------------------------- events
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    def node_event(name: str, **kwargs: Any) -> None:
+        controller.cache.attach(kwargs)
+        controller.enqueue(name)
+
+    @kopf.on.event(GROUP, VERSION, ACCEPTANCE_PLURAL, registry=registry)
+    def na_event(name: str, spec: kopf.Spec, **kwargs: Any) -> None:
+        controller.cache.attach(kwargs)
+        controller.enqueue(str(spec.get("nodeName") or name))
+
+    @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, registry=registry)
+    def policy_event(name: str, meta: kopf.Meta, type: str | None, **kwargs: Any) -> None:
+        controller.cache.attach(kwargs)
+        controller.policy_seen(name, meta.get("generation"), deleted=type == "DELETED")
+
+    @kopf.on.event("", "v1", "pods", labels=probe_labels, registry=registry)
+    def pod_event(spec: kopf.Spec, **kwargs: Any) -> None:
+        controller.cache.attach(kwargs)
+        controller.enqueue(str(spec.get("nodeName") or ""))
+
+    # ---------------------------------------------------------------- lifecycle
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure(settings)
+        await controller.start()
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        await controller.stop()
+
+    return registry
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """kopf settings: no Kubernetes Events of its own, no CRD scanning, quiet logs."""
+    settings.posting.enabled = False
+    settings.scanning.disabled = True
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.batching.worker_limit = None
+    settings.networking.connect_timeout = 10
