@@ -120,7 +120,9 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         exit_code=(
             int(terminated["exitCode"]) if terminated and "exitCode" in terminated else None
         ),
-        reason=(terminated or {}).get("reason") or status.get("reason"),
+        # The pod-level reason (DeadlineExceeded, Evicted) says more than the
+        # container's (Error).
+        reason=status.get("reason") or (terminated or {}).get("reason"),
         message=(terminated or {}).get("message"),
         pod_message=status.get("message"),
         waiting_reason=waiting.get("reason"),

@@ -504,6 +504,10 @@ class _Planner:
         detail = pod.pod_message or ""
         if pod.exit_code is not None:
             detail = f"exit code {pod.exit_code}. {detail}".strip()
+        if pod.reason == "DeadlineExceeded":
+            return self.error(
+                node, policy, spec, st, reason="ProbeTimeout", message=f"{why}: {detail}", pod=pod
+            )
         return self.error(
             node,
             policy,

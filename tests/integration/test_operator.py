@@ -1,0 +1,691 @@
+"""The operator end to end: real kube-apiserver, kubelet stand-in, the real probe.
+
+The operator runs as a subprocess (``python -m gpuaccept.cli operator``), as in
+production, so killing and restarting it is real. The kubelet stand-in runs
+the probe pods' command (``gpuaccept probe``) against hardware profiles.
+
+Isolation on a shared control plane: every test gets its own policy whose
+``nodeSelector`` matches only that test's nodes (a per-test label); the nodes
+set ``nvidia.com/gpu.present=false`` so that no other policy (e.g. a chart's
+default one) claims them. No timing assertions: generous waits, clear messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from gpuaccept.contracts.api import (
+    ACCEPTANCE_LABEL,
+    ACCEPTANCE_PLURAL,
+    GROUP,
+    NODE_CONDITION_TYPE,
+    PENDING_TAINT_KEY,
+    POLICY_PLURAL,
+    QUARANTINE_TAINT_KEY,
+    REPROBE_ANNOTATION,
+    VERSION,
+)
+from gpuaccept.testsupport.controlplane import ControlPlane
+from gpuaccept.testsupport.kubelet_standin import (
+    Behaviour,
+    BehaviourHook,
+    Complete,
+    Hang,
+    KubeletStandIn,
+    PodInfo,
+    SimNode,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMESPACE = "gpuaccept-optest"
+SUITE_LABEL = "gpuaccept.io/test-suite"
+HEALTHY = str(ROOT / "profiles/h100-sxm-8gpu-healthy.yaml")
+DOWNSHIFT = str(ROOT / "profiles/h100-sxm-8gpu-idle-downshift.yaml")
+FAULTS = {
+    "pcie-x8": "PcieLinkFailed",
+    "governor-powersave": "CpuGovernorFailed",
+    "driver-too-old": "DriverLibrariesFailed",
+    "driver-library-mismatch": "DriverLibrariesFailed",
+    "nccl-slow": "NcclAllreduceFailed",
+    "hw-slowdown": "ThrottleReasonsFailed",
+    "gpu-missing": "GpuCountFailed",
+}
+PENDING_TAINT = {"key": PENDING_TAINT_KEY, "effect": "NoSchedule"}
+_counter = itertools.count()
+_operators: list[Operator] = []  # for failure messages
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 120, every: float = 0.5) -> Any:
+    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except ApiException as error:
+            last = f"API error {error.status}"
+        if last:
+            return last
+        time.sleep(every)
+    logs = "".join(f"\n--- operator {op.name} (tail) ---\n{op.log()[-3000:]}" for op in _operators)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r}){logs}")
+
+
+class Operator:
+    """``gpuaccept operator`` as a subprocess, logging to a file."""
+
+    def __init__(self, cp: ControlPlane, log_dir: Path, *, lease: str, name: str) -> None:
+        self.cp = cp
+        self.lease = lease
+        self.name = name
+        self.log_path = log_dir / f"operator-{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        _operators.append(self)
+
+    def start(self, *extra: str) -> Operator:
+        args = [
+            sys.executable,
+            "-m",
+            "gpuaccept.cli",
+            "operator",
+            "--kubeconfig",
+            str(self.cp.kubeconfig),
+            "--namespace",
+            NAMESPACE,
+            "--lease-name",
+            self.lease,
+            "--identity",
+            self.name,
+            "--metrics-port",
+            "0",
+            "--health-port",
+            "0",
+            "--workers",
+            "4",
+            "--status-interval",
+            "1",
+            "--lease-duration",
+            "10",
+            "--probe-image",
+            "local/gpuaccept-probe:test",
+            *extra,
+        ]
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing cleaned up."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class Env:
+    cp: ControlPlane
+    api: k8s.ApiClient
+    standin: KubeletStandIn
+    log_dir: Path
+    operator: Operator
+    policies: list[str] = field(default_factory=list)
+
+    @property
+    def core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> k8s.CustomObjectsApi:
+        return k8s.CustomObjectsApi(self.api)
+
+    # ---- objects
+    def policy(self, suite: str, **spec: Any) -> str:
+        name = f"optest-{suite}"
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "NodeAcceptancePolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {SUITE_LABEL: suite},
+                "probeRun": {"timeoutSeconds": 60, "retries": 1, "backoffSeconds": 1},
+                "maxQuarantined": 100,
+                **spec,
+            },
+        }
+        self.custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, body)
+        self.policies.append(name)
+        return name
+
+    def nodes(
+        self,
+        suite: str,
+        profiles: dict[str, str],
+        *,
+        taints: list[dict[str, str]] | None = None,
+        behaviour: Behaviour | BehaviourHook | None = None,
+    ) -> list[str]:
+        """Register nodes ``<suite>-<key>`` with the given profiles (pending taint by default)."""
+        sims = [
+            SimNode(
+                name=f"{suite}-{key}",
+                profile=profile,
+                labels={SUITE_LABEL: suite, "nvidia.com/gpu.present": "false"},
+                taints=[PENDING_TAINT] if taints is None else taints,
+                behaviour=behaviour,
+            )
+            for key, profile in profiles.items()
+        ]
+        self.standin.add_nodes(sims)
+        return [s.name for s in sims]
+
+    def na(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def status(self, name: str) -> dict[str, Any]:
+        return (self.na(name) or {}).get("status") or {}
+
+    def node(self, name: str) -> k8s.V1Node:
+        return self.core.read_node(name)
+
+    def taint_keys(self, name: str) -> list[str]:
+        return [t.key for t in self.node(name).spec.taints or []]
+
+    def pods(self, node: str) -> list[k8s.V1Pod]:
+        pods = self.core.list_namespaced_pod(NAMESPACE).items
+        return [p for p in pods if p.spec.node_name == node]
+
+    def events(self, name: str, kind: str) -> list[k8s.CoreV1Event]:
+        events = self.core.list_namespaced_event(
+            "default", field_selector=f"involvedObject.name={name},involvedObject.kind={kind}"
+        ).items
+        return list(events)
+
+    def phase_of(self, names: list[str], phase: str) -> Callable[[], bool]:
+        return lambda: all(self.status(n).get("phase") == phase for n in names)
+
+    def wait_phase(self, names: list[str], phase: str, timeout: float = 120) -> None:
+        wait_for(
+            f"{names} to reach phase {phase}",
+            lambda: self.phase_of(names, phase)() or None,
+            timeout,
+        )
+
+    def describe(self, names: list[str]) -> str:
+        return json.dumps({n: self.status(n) for n in names}, indent=1, default=str)[:4000]
+
+
+def suite_id(tag: str) -> str:
+    return f"op{next(_counter)}{uuid.uuid4().hex[:4]}-{tag}"
+
+
+def _apply_crds(api: k8s.ApiClient) -> None:
+    ext = k8s.ApiextensionsV1Api(api)
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        name = body["metadata"]["name"]
+        try:
+            existing = ext.read_custom_resource_definition(name)
+            body["metadata"]["resourceVersion"] = existing.metadata.resource_version
+            ext.replace_custom_resource_definition(name, body)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            ext.create_custom_resource_definition(body)
+
+    def established() -> bool:
+        for plural in (ACCEPTANCE_PLURAL, POLICY_PLURAL):
+            crd = ext.read_custom_resource_definition(f"{plural}.{GROUP}")
+            conditions = {c.type: c.status for c in crd.status.conditions or []}
+            if conditions.get("Established") != "True":
+                return False
+        return True
+
+    wait_for("the CRDs to be established", established, 60)
+
+
+@pytest.fixture(scope="module")
+def env(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    api = control_plane.api_client()
+    _apply_crds(api)
+    core = k8s.CoreV1Api(api)
+    with contextlib.suppress(ApiException):
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+    with contextlib.suppress(ApiException):
+        core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": "gpuaccept-probe"}})
+    log_dir = tmp_path_factory.mktemp("operator-logs")
+    standin = KubeletStandIn(control_plane.configuration(), workdir=log_dir / "standin").start()
+    lease = f"optest-{uuid.uuid4().hex[:6]}"
+    operator = Operator(control_plane, log_dir, lease=lease, name="main").start()
+    environment = Env(control_plane, api, standin, log_dir, operator)
+    try:
+        yield environment
+    finally:
+        operator.stop()
+        standin.stop(delete_nodes=True)
+        custom = k8s.CustomObjectsApi(api)
+        for policy in environment.policies:
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, policy)
+        for na in custom.list_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL)["items"]:
+            if na["metadata"]["name"].startswith("op"):
+                with contextlib.suppress(ApiException):
+                    custom.delete_cluster_custom_object(
+                        GROUP, VERSION, ACCEPTANCE_PLURAL, na["metadata"]["name"]
+                    )
+        with contextlib.suppress(ApiException):
+            core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
+        if os.environ.get("GPUACCEPT_KEEP_LOGS"):
+            print(f"operator logs in {log_dir}")
+
+
+# ---------------------------------------------------------------------- the main paths
+
+
+def assert_accepted(env: Env, name: str) -> None:
+    node = env.node(name)
+    keys = [t.key for t in node.spec.taints or []]
+    assert PENDING_TAINT_KEY not in keys, f"{name}: pending taint left: {keys}"
+    assert QUARANTINE_TAINT_KEY not in keys, f"{name}: quarantined taint: {keys}"
+    assert node.metadata.labels.get(ACCEPTANCE_LABEL) == "accepted"
+    conditions = {c.type: c for c in node.status.conditions or []}
+    assert conditions[NODE_CONDITION_TYPE].status == "True"
+    wait_for(f"{name}'s probe pod to be deleted", lambda: not env.pods(name), 60)
+
+
+def test_healthy_and_idle_downshift_nodes_are_accepted(env: Env) -> None:
+    suite = suite_id("ok")
+    env.policy(suite)
+    names = env.nodes(suite, {"healthy": HEALTHY, "downshift": DOWNSHIFT})
+    env.wait_phase(names, "Accepted")
+    for name in names:
+        assert_accepted(env, name)
+        status = env.status(name)
+        assert status["attempts"] == 1
+        assert status["probedBootID"] == env.standin.node(name).boot_id
+        assert status["figures"]["pcie"] == "Gen5x16"
+        assert status["report"]["nodeName"] == name
+
+
+def test_each_fault_profile_is_quarantined_with_the_right_reason(env: Env) -> None:
+    suite = suite_id("fault")
+    env.policy(suite, probe={"ncclAllreduce": {"minBusbwGBps": 350}})
+    profiles = {fault: str(ROOT / f"profiles/faults/{fault}.yaml") for fault in FAULTS}
+    names = env.nodes(suite, profiles)
+    env.wait_phase(names, "Quarantined", timeout=180)
+    for fault, reason in FAULTS.items():
+        name = f"{suite}-{fault}"
+        status = env.status(name)
+        assert status["reason"] == reason, env.describe([name])
+        node = env.node(name)
+        taints = {t.key: t for t in node.spec.taints or []}
+        assert QUARANTINE_TAINT_KEY in taints
+        assert taints[QUARANTINE_TAINT_KEY].effect == "NoSchedule"
+        assert PENDING_TAINT_KEY not in taints
+        assert node.metadata.labels[ACCEPTANCE_LABEL] == "quarantined"
+        conditions = {c.type: c for c in node.status.conditions or []}
+        assert conditions[NODE_CONDITION_TYPE].status == "False"
+        assert conditions[NODE_CONDITION_TYPE].reason == reason
+        node_events = wait_for(
+            f"a Quarantined Event on node {name}",
+            lambda name=name: [e for e in env.events(name, "Node") if e.reason == "Quarantined"],
+        )
+        assert node_events[0].type == "Warning"
+        assert reason in node_events[0].message
+        wait_for(
+            f"a Quarantined Event on NodeAcceptance {name}",
+            lambda name=name: [
+                e for e in env.events(name, "NodeAcceptance") if e.reason == "Quarantined"
+            ],
+        )
+
+
+def test_manual_taint_and_cordon_survive_acceptance(env: Env) -> None:
+    suite = suite_id("manual")
+    env.policy(suite)
+    manual = {"key": "example.com/maintenance", "value": "yes", "effect": "NoSchedule"}
+    (name,) = env.nodes(suite, {"n": HEALTHY}, taints=[PENDING_TAINT, manual])
+    env.core.patch_node(name, {"spec": {"unschedulable": True}})
+    env.wait_phase([name], "Accepted")
+    node = env.node(name)
+    keys = [t.key for t in node.spec.taints or []]
+    assert "example.com/maintenance" in keys
+    assert PENDING_TAINT_KEY not in keys
+    assert node.spec.unschedulable is True
+    assert env.status(name)["appliedTaints"] == []
+
+
+def _report_for(node: str, boot_id: str) -> str:
+    """A real, valid report produced by the probe for ``node``."""
+    out = Path(f"/tmp/gpuaccept-optest-report-{uuid.uuid4().hex[:6]}.json")
+    subprocess.run(
+        [sys.executable, "-m", "gpuaccept.cli", "probe", "--profile", HEALTHY,
+         "--termination-log", str(out)],
+        env={**os.environ, "NODE_NAME": node, "GPUACCEPT_BOOT_ID": boot_id},
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    text = out.read_text()
+    out.unlink()
+    return text
+
+
+def test_untrustworthy_termination_messages_never_accept(env: Env) -> None:
+    suite = suite_id("garbage")
+    env.policy(suite)
+
+    def other_node(info: PodInfo) -> Behaviour:
+        return Complete(exit_code=0, message=_report_for("some-other-node", info.boot_id))
+
+    def other_boot(info: PodInfo) -> Behaviour:
+        return Complete(exit_code=0, message=_report_for(info.node_name, "not-this-boot"))
+
+    names = [
+        *env.nodes(suite, {"garbage": HEALTHY}, behaviour=Complete(0, "this is not a report")),
+        *env.nodes(suite, {"oversize": HEALTHY}, behaviour=Complete(0, '{"a":"' + "x" * 6000)),
+        *env.nodes(suite, {"empty": HEALTHY}, behaviour=Complete(0, "")),
+        *env.nodes(suite, {"othernode": HEALTHY}, behaviour=other_node),
+        *env.nodes(suite, {"otherboot": HEALTHY}, behaviour=other_boot),
+    ]
+    seen: dict[str, set[str]] = {n: set() for n in names}
+
+    def all_quarantined() -> bool:
+        for n in names:
+            seen[n].add(str(env.status(n).get("phase")))
+        return all(env.status(n).get("phase") == "Quarantined" for n in names)
+
+    wait_for("every untrustworthy node to be quarantined", all_quarantined, 180)
+    for n in names:
+        assert "Accepted" not in seen[n]
+        status = env.status(n)
+        assert status["reason"] == "ProbeError", env.describe([n])
+        assert status["attempts"] == 2  # retries: 1
+        assert QUARANTINE_TAINT_KEY in env.taint_keys(n)
+        assert env.node(n).metadata.labels[ACCEPTANCE_LABEL] == "quarantined"
+
+
+def test_deadline_exceeded_is_retried_then_probe_error(env: Env) -> None:
+    suite = suite_id("deadline")
+    env.policy(suite, probeRun={"timeoutSeconds": 30, "retries": 1, "backoffSeconds": 1})
+    (name,) = env.nodes(suite, {"hang": HEALTHY}, behaviour=Hang())
+    wait_for(
+        "a retry after the first deadline",
+        lambda: (
+            env.status(name).get("attempts") == 2 or env.status(name).get("phase") == "Quarantined"
+        ),
+        150,
+    )
+    env.wait_phase([name], "Quarantined", timeout=150)
+    status = env.status(name)
+    assert status["reason"] == "ProbeError"
+    assert "DeadlineExceeded" in status["reasons"][0]["message"], status
+    assert QUARANTINE_TAINT_KEY in env.taint_keys(name)
+    wait_for("the probe pods to be gone", lambda: not env.pods(name), 60)
+
+
+def test_breaker_holds_at_the_limit_then_raising_it_releases(env: Env) -> None:
+    suite = suite_id("breaker")
+    policy = env.policy(suite, maxQuarantined=1)
+    names = env.nodes(
+        suite, {f"f{i}": str(ROOT / "profiles/faults/pcie-x8.yaml") for i in range(3)}
+    )
+
+    def settled() -> bool:
+        phases = [env.status(n).get("phase") for n in names]
+        return phases.count("Quarantined") == 1 and phases.count("Held") == 2
+
+    wait_for("one node quarantined and two held by the breaker", settled, 180)
+    for n in names:
+        status = env.status(n)
+        if status["phase"] == "Held":
+            assert status["reason"] == "BreakerOpen"
+            assert status["heldAction"] == "Quarantine"
+            assert env.taint_keys(n) == [PENDING_TAINT_KEY]
+    wait_for(
+        "the policy to report the open breaker",
+        lambda: (env.custom.get_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, policy)
+                 .get("status") or {}).get("breakerOpen") is True,
+        60,
+    )  # fmt: skip
+    wait_for(
+        "a BreakerOpen Event on the policy",
+        lambda: [
+            e for e in env.events(policy, "NodeAcceptancePolicy") if e.reason == "BreakerOpen"
+        ],
+        60,
+    )
+    env.custom.patch_cluster_custom_object(
+        GROUP, VERSION, POLICY_PLURAL, policy, {"spec": {"maxQuarantined": 3}}
+    )
+    env.wait_phase(names, "Quarantined")
+    for n in names:
+        assert env.taint_keys(n) == [QUARANTINE_TAINT_KEY]
+
+
+def test_dry_run_changes_no_taint_or_label(env: Env) -> None:
+    suite = suite_id("dryrun")
+    env.policy(suite, dryRun=True)
+    names = env.nodes(
+        suite,
+        {"ok": HEALTHY, "bad": str(ROOT / "profiles/faults/governor-powersave.yaml")},
+        taints=[],
+    )
+    env.wait_phase(names, "Held")
+    ok, bad = names
+    assert env.status(ok)["heldAction"] == "Accept"
+    assert env.status(bad)["heldAction"] == "Quarantine"
+    assert env.status(bad)["reasons"][0]["reason"] == "CpuGovernorFailed"
+    for n in names:
+        assert env.status(n)["reason"] == "DryRun"
+        node = env.node(n)
+        assert not node.spec.taints
+        assert ACCEPTANCE_LABEL not in node.metadata.labels
+        conditions = {c.type for c in node.status.conditions or []}
+        assert NODE_CONDITION_TYPE not in conditions
+    wait_for("a DryRun Event", lambda: [e for e in env.events(bad, "NodeAcceptance")
+                                         if e.reason == "DryRun"], 60)  # fmt: skip
+
+
+def test_boot_id_change_and_reprobe_annotation_trigger_a_new_probe(env: Env) -> None:
+    suite = suite_id("reprobe")
+    env.policy(suite)
+    (name,) = env.nodes(suite, {"n": HEALTHY})
+    env.wait_phase([name], "Accepted")
+    assert env.status(name)["podSerial"] == 1
+    new_boot = env.standin.reboot(name)
+    wait_for(
+        "a re-probe after the reboot",
+        lambda: (
+            env.status(name).get("probedBootID") == new_boot
+            and env.status(name).get("phase") == "Accepted"
+        ),
+        120,
+    )
+    assert env.status(name)["podSerial"] == 2
+    env.core.patch_node(name, {"metadata": {"annotations": {REPROBE_ANNOTATION: "please"}}})
+    wait_for(
+        "a re-probe after the annotation",
+        lambda: (
+            env.status(name).get("podSerial") == 3 and env.status(name).get("phase") == "Accepted"
+        ),
+        120,
+    )
+    annotations = env.node(name).metadata.annotations or {}
+    assert REPROBE_ANNOTATION not in annotations
+    assert_accepted(env, name)
+
+
+def test_node_deletion_removes_its_nodeacceptance(env: Env) -> None:
+    suite = suite_id("delete")
+    env.policy(suite)
+    (name,) = env.nodes(suite, {"n": HEALTHY}, behaviour=Hang())
+    wait_for("a probe pod", lambda: env.pods(name), 60)
+    env.standin.delete_nodes([name])
+    wait_for("the NodeAcceptance to be deleted", lambda: env.na(name) is None, 60)
+    wait_for("the probe pod to be deleted", lambda: not env.pods(name), 60)
+
+
+def test_schema_invalid_policy_is_refused_naming_the_field(env: Env) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodeAcceptancePolicy",
+        "metadata": {"name": f"optest-invalid-{uuid.uuid4().hex[:4]}"},
+        "spec": {"probeRun": {"timeoutSeconds": 5}, "quarantine": {"taintEffect": "Sometimes"}},
+    }
+    with pytest.raises(ApiException) as raised:
+        env.custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, body)
+    assert raised.value.status == 422
+    message = json.loads(raised.value.body)["message"]
+    assert "spec.probeRun.timeoutSeconds" in message
+    assert "spec.quarantine.taintEffect" in message
+
+
+def _columns(env: Env, plural: str) -> list[str]:
+    kubectl = ROOT / ".bin" / "kubectl"
+    if kubectl.exists():
+        out = env.cp.kubectl("get", f"{plural}.{GROUP}").stdout
+        return out.splitlines()[0].split() if out.strip() else []
+    # Without a kubectl binary: the same server-side Table kubectl prints.
+    response = env.api.call_api(
+        *env.api.param_serialize(
+            "GET",
+            f"/apis/{GROUP}/{VERSION}/{plural}",
+            header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+            auth_settings=["BearerToken"],
+        )
+    )
+    table = json.loads(response.read())
+    return [c["name"].upper() for c in table["columnDefinitions"] if c.get("priority", 0) == 0]
+
+
+def test_kubectl_get_shows_the_columns(env: Env) -> None:
+    suite = suite_id("columns")
+    env.policy(suite)
+    (name,) = env.nodes(suite, {"n": HEALTHY})
+    env.wait_phase([name], "Accepted")
+    na_columns = _columns(env, ACCEPTANCE_PLURAL)
+    for column in ("NAME", "PHASE", "REASON", "BUSBW", "PCIE", "DRIVER", "PROBED", "AGE"):
+        assert column in na_columns, na_columns
+    policy_columns = _columns(env, POLICY_PLURAL)
+    for column in ("NAME", "ACCEPTED", "QUARANTINED", "PENDING", "DRYRUN", "PAUSED", "AGE"):
+        assert column in policy_columns, policy_columns
+
+
+# ---------------------------------------------------------------------- restart and HA
+
+
+def test_kill_mid_probe_and_restart_resumes_with_one_pod(env: Env) -> None:
+    suite = suite_id("restart")
+    env.policy(suite)
+    lease = f"optest-restart-{uuid.uuid4().hex[:6]}"
+    env.operator.stop()  # this test runs its own operator, which it crashes
+
+    def slow_valid_report(info: PodInfo) -> Behaviour:
+        return Complete(0, _report_for(info.node_name, info.boot_id), delay_s=10)
+
+    first = Operator(env.cp, env.log_dir, lease=lease, name="restart-1").start()
+    try:
+        (name,) = env.nodes(suite, {"n": HEALTHY}, behaviour=slow_valid_report)
+        wait_for("the first probe pod", lambda: env.pods(name), 90)
+        first.kill()  # crash mid-probe: the pod runs, its result not yet read
+        max_pods = len(env.pods(name))
+        wait_for(
+            "the probe pod to finish while no operator runs",
+            lambda: all(p.status.phase == "Succeeded" for p in env.pods(name)),
+            60,
+        )
+        second = Operator(env.cp, env.log_dir, lease=lease, name="restart-2").start()
+        try:
+
+            def done() -> bool:
+                nonlocal max_pods
+                max_pods = max(max_pods, len(env.pods(name)))
+                return env.status(name).get("phase") == "Accepted"
+
+            wait_for("the verdict after the restart", done, 150)
+            assert max_pods <= 1, "two probe pods existed at once"
+            status = env.status(name)
+            assert status["podSerial"] == 1, "the restart started a second probe"
+            assert status["attempts"] == 1
+            assert_accepted(env, name)
+        finally:
+            second.stop()
+    finally:
+        first.kill()
+        env.operator.start()
+
+
+def test_two_replicas_never_double_act_and_the_standby_takes_over(env: Env) -> None:
+    suite = suite_id("ha")
+    env.policy(suite)
+    env.operator.stop()
+    lease = f"optest-ha-{uuid.uuid4().hex[:6]}"
+    a = Operator(env.cp, env.log_dir, lease=lease, name="ha-a").start()
+    b = Operator(env.cp, env.log_dir, lease=lease, name="ha-b").start()
+    try:
+        names = env.nodes(suite, {f"n{i}": HEALTHY for i in range(4)})
+        env.wait_phase(names, "Accepted", timeout=150)
+        for n in names:
+            assert env.status(n)["podSerial"] == 1, env.describe([n])
+            accepted = [e for e in env.events(n, "NodeAcceptance") if e.reason == "Accepted"]
+            assert len(accepted) == 1, [e.message for e in accepted]
+        actors = [op for op in (a, b) if "probe attempt 1" in op.log()]
+        assert len(actors) == 1, "both replicas (or none) started probes"
+        leader, standby = (a, b) if actors[0] is a else (b, a)
+        leader.kill()
+        late = env.nodes(suite, {"late": HEALTHY})
+        env.wait_phase(late, "Accepted", timeout=150)
+        assert "probe attempt 1" in standby.log()
+    finally:
+        a.stop()
+        b.stop()
+        env.operator.start()
+
+
+def test_no_node_carries_kopf_annotations_or_finalizers(env: Env) -> None:
+    suite = suite_id("kopf")
+    env.policy(suite)
+    names = env.nodes(suite, {"n": HEALTHY})
+    env.wait_phase(names, "Accepted")
+    for node in env.core.list_node().items:
+        annotations = node.metadata.annotations or {}
+        finalizers = node.metadata.finalizers or []
+        bad = [k for k in annotations if "kopf" in k] + [f for f in finalizers if "kopf" in f]
+        assert not bad, f"{node.metadata.name}: {bad}"
