@@ -299,14 +299,25 @@ def release_token_kubeconfig(
     if proc.returncode != 0:
         raise ControlPlaneError(f"TokenRequest for {namespace}/{service_account}: {proc.stderr}")
     token = json.loads(proc.stdout)["status"]["token"]
-    ca = cluster.get("certificate-authority")
-    if ca is None:
-        raise ControlPlaneError("the admin kubeconfig has no certificate-authority file")
-    ca_path = Path(ca) if Path(ca).is_absolute() else (cp_kubeconfig.parent / ca).resolve()
-    return write_token_kubeconfig(
-        out, server=cluster["server"], ca_file=ca_path, token=token,
-        user=f"{namespace}-{service_account}",
-    )  # fmt: skip
+    ca_file = cluster.get("certificate-authority")
+    if ca_file is not None and not Path(ca_file).is_absolute():
+        cluster = {
+            **cluster,
+            "certificate-authority": str((cp_kubeconfig.parent / ca_file).resolve()),
+        }
+    user = f"{namespace}-{service_account}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
+        "current-context": user,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(config, sort_keys=False))
+    out.chmod(0o600)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

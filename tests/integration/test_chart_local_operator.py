@@ -1,0 +1,188 @@
+"""The issue's "done when", automated: ``helm install`` into the local control
+plane with the operator's image swapped for a local run of the operator under
+the chart's ServiceAccount; simulated GPU nodes are then decided.
+
+- ``helm install`` the chart (``operator.replicas=0``: the Deployment stays, its
+  pods do not run; there is no kubelet for them anyway);
+- a TokenRequest token for the chart's operator ServiceAccount: the operator
+  process authenticates with it alone (no admin certificate, no impersonation),
+  so every call it makes is checked against the chart's RBAC;
+- ``gpuaccept operator`` runs locally with the exact arguments the chart renders;
+- the kubelet stand-in registers two GPU nodes under the pending taint and runs
+  the probe pods as local processes with simulated hardware. Under the default
+  policy (dryRun) both are Held with the action they would get (Accept /
+  Quarantine) and the nodes are untouched;
+- ``helm upgrade --reuse-values --set defaultPolicy.dryRun=false`` (the documented
+  switch) applies the held verdicts: the healthy node is Accepted and its pending
+  taint removed, the failing one Quarantined under the quarantine taint.
+
+docs/install.md shows the same steps by hand (e2e/local-controlplane.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.testsupport.chart_rbac import (
+    chart_dir,
+    helm,
+    operator_args,
+    release_token_kubeconfig,
+    render_chart,
+)
+from gpuaccept.testsupport.controlplane import ControlPlane, repo_root
+
+standin_module = pytest.importorskip("gpuaccept.testsupport.kubelet_standin")
+pytest.importorskip("gpuaccept.operator.cli")
+
+pytestmark = pytest.mark.integration
+
+FINAL = {"Accepted", "Quarantined", "Held"}
+DECIDE_WITHIN_S = 240  # a generous bound for a slow CI machine; not a performance check
+
+
+@pytest.fixture
+def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str, object]]:
+    suffix = uuid.uuid4().hex[:6]
+    release, namespace = f"local-{suffix}", f"gpuaccept-local-{suffix}"
+    sets = {
+        "operator.replicas": "0",
+        "defaultPolicy.name": f"{release}-policy",
+        # Only this test's nodes (and the GPU label the policy always has).
+        "defaultPolicy.nodeSelector.gpuaccept\\.io/test": suffix,
+        # The control plane has no RuntimeClass "nvidia" (and no container runtime).
+        "probe.runtimeClassName": "",
+        "probe.image.pullPolicy": "Never",
+    }
+    args = ["-n", namespace]
+    for key, value in sets.items():
+        args += ["--set", f"{key}={value}"]
+    helm(
+        "install", release, str(chart_dir()), "--create-namespace", *args,
+        kubeconfig=control_plane.kubeconfig,
+    )  # fmt: skip
+    yield {"release": release, "namespace": namespace, "sets": sets, "suffix": suffix}
+    helm("uninstall", release, "-n", namespace, kubeconfig=control_plane.kubeconfig, check=False)
+    control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _phases(cp: ControlPlane, names: list[str]) -> dict[str, dict[str, object]]:
+    out: dict[str, dict[str, object]] = {}
+    for name in names:
+        proc = cp.kubectl("get", "nodeacceptance", name, "-o", "json", check=False)
+        if proc.returncode == 0:
+            out[name] = json.loads(proc.stdout).get("status") or {}
+    return out
+
+
+def _taint_keys(cp: ControlPlane, node: str) -> set[str]:
+    obj = json.loads(cp.kubectl("get", "node", node, "-o", "json").stdout)
+    return {t["key"] for t in obj["spec"].get("taints") or []}
+
+
+def _wait_final(
+    cp: ControlPlane,
+    names: list[str],
+    operator: subprocess.Popen[bytes],
+    log_path: Path,
+    *,
+    exclude_phase: str | None = None,
+) -> dict[str, dict[str, object]]:
+    """Poll until every node's NodeAcceptance is in a final phase (not ``exclude_phase``)."""
+    final = FINAL - {exclude_phase} if exclude_phase else FINAL
+    deadline = time.monotonic() + DECIDE_WITHIN_S
+    phases: dict[str, dict[str, object]] = {}
+    while time.monotonic() < deadline:
+        assert operator.poll() is None, log_path.read_text()[-4000:]
+        phases = _phases(cp, names)
+        if len(phases) == len(names) and all(p.get("phase") in final for p in phases.values()):
+            return phases
+        time.sleep(1)
+    raise AssertionError(f"not decided: {phases}\n{log_path.read_text()[-4000:]}")
+
+
+def test_local_operator_under_chart_rbac_decides_nodes(
+    control_plane: ControlPlane, installed: dict[str, object], tmp_path: Path
+) -> None:
+    release, namespace = str(installed["release"]), str(installed["namespace"])
+    sets = dict(installed["sets"])  # type: ignore[call-overload]
+    rendered = render_chart(release=release, namespace=namespace, set_values=sets)
+    sa = f"{release}-gpuaccept"
+    kubeconfig = release_token_kubeconfig(
+        control_plane.kubeconfig, namespace=namespace, service_account=sa, out=tmp_path / "op.kc"
+    )
+    assert "client-certificate" not in kubeconfig.read_text()
+
+    profiles = repo_root() / "profiles"
+    suffix = str(installed["suffix"])
+    labels = {"gpuaccept.io/test": suffix}
+    pending = [{"key": "gpuaccept.io/pending", "value": "true", "effect": "NoSchedule"}]
+    good, bad = f"demo-{suffix}-good", f"demo-{suffix}-bad"
+    nodes = [
+        standin_module.SimNode(
+            name=good,
+            profile=str(profiles / "h100-sxm-8gpu-healthy.yaml"),
+            labels=labels,
+            taints=pending,
+        ),
+        standin_module.SimNode(
+            name=bad,
+            profile=str(profiles / "faults" / "governor-powersave.yaml"),
+            labels=labels,
+            taints=pending,
+        ),
+    ]
+    standin = standin_module.KubeletStandIn(control_plane.configuration(), nodes=nodes)
+    standin.start()
+    log_path = tmp_path / "operator.log"
+    args = operator_args(rendered)
+    assert args[0] == "operator"
+    command = [
+        sys.executable, "-m", "gpuaccept.cli", *args,
+        "--kubeconfig", str(kubeconfig), "--health-port", "0", "--metrics-port", "0",
+        "--log-format", "text",
+    ]  # fmt: skip
+    with log_path.open("wb") as log:
+        operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        phases = _wait_final(control_plane, [good, bad], operator, log_path)
+        assert phases[good]["phase"] == "Held", phases
+        assert phases[good]["heldAction"] == "Accept", phases
+        assert phases[bad]["phase"] == "Held", phases
+        assert phases[bad]["heldAction"] == "Quarantine", phases
+        assert "cpu_governor" in json.dumps(phases[bad]["reasons"])
+        assert _taint_keys(control_plane, good) == {"gpuaccept.io/pending"}, "dryRun touched it"
+
+        # Switch enforcement on, as docs/install.md says.
+        helm(
+            "upgrade", release, str(chart_dir()), "-n", namespace, "--reuse-values",
+            "--set", "defaultPolicy.dryRun=false", "--set", "defaultPolicy.maxQuarantined=1",
+            kubeconfig=control_plane.kubeconfig,
+        )  # fmt: skip
+        phases = _wait_final(control_plane, [good, bad], operator, log_path, exclude_phase="Held")
+        assert phases[good]["phase"] == "Accepted", phases
+        assert phases[bad]["phase"] == "Quarantined", phases
+        assert _taint_keys(control_plane, good) == set()
+        assert _taint_keys(control_plane, bad) == {"gpuaccept.io/quarantined"}
+
+        # Nothing the operator tried was refused by the chart's RBAC.
+        output = log_path.read_text()
+        assert "Forbidden" not in output, output[-4000:]
+        assert " 403" not in output, output[-4000:]
+    finally:
+        operator.terminate()
+        try:
+            operator.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+        standin.stop(delete_nodes=True)
+        for name in (good, bad):
+            control_plane.kubectl("delete", "nodeacceptance", name, "--ignore-not-found")
