@@ -185,7 +185,7 @@ def test_untrustworthy_message_never_accepts(message: str) -> None:
 def test_failed_pod_retries_with_backoff_then_probe_error() -> None:
     world = probing_world()
     first = world.current_pod().name
-    world.finish_pod(None, exit_code=137, phase="Failed", reason="DeadlineExceeded")
+    world.finish_pod(None, exit_code=137, phase="Failed", reason="Error")
     world.settle()
     st = world.status
     assert st.phase == Phase.PENDING
@@ -451,3 +451,11 @@ def test_no_policy_no_action() -> None:
 def test_invalid_policy_no_action() -> None:
     world = World(policies=[PolicyView("a", 1, None, "bad")])
     assert world.plan().actions == ()
+
+
+def test_deadline_exceeded_pod_is_a_timeout_error() -> None:
+    world = probing_world()
+    world.finish_pod(None, exit_code=137, phase="Failed", reason="DeadlineExceeded")
+    world.settle()
+    assert world.status.phase == Phase.PENDING
+    assert world.status.reason == "ProbeTimeout"
