@@ -153,12 +153,16 @@ class Cache:
                 if written.value is not None:
                     found[key] = (written.rv, written.value)
                 else:
-                    del self._overlay[(kind, key)]
+                    self._forget_pod(key)
             elif written.rv > current[0] or (written.value is None and written.rv >= current[0]):
                 found[key] = (written.rv, written.value)
             else:
-                del self._overlay[(kind, key)]
+                self._forget_pod(key)
         return tuple(view for _rv, view in found.values() if view is not None)
+
+    def _forget_pod(self, name: str) -> None:
+        self._overlay.pop(("pod", name), None)
+        self._pod_nodes.pop(name, None)
 
     def write_pod(self, node: str, name: str, rv: int, view: PodView | None) -> None:
         self._pod_nodes[name] = node
