@@ -15,6 +15,7 @@ processes (the tests run it for real with 2 and 4 ranks) and with NCCL on GPUs.
 torch is imported only inside the functions here.
 """
 
+import inspect
 import json
 import os
 import tempfile
@@ -64,8 +65,8 @@ def _worker(rank: int, job: _Job) -> None:
         torch.cuda.set_device(rank)
         device = torch.device("cuda", rank)
     init: dict[str, object] = {}
-    if backend == "nccl":
-        init["device_id"] = device
+    if backend == "nccl" and "device_id" in inspect.signature(dist.init_process_group).parameters:
+        init["device_id"] = device  # binds the communicator to this GPU (torch >= 2.3)
     dist.init_process_group(
         backend,
         init_method=f"file://{store_dir}/store",

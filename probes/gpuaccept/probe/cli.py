@@ -151,7 +151,7 @@ def write_termination_log(path: Path, report: ProbeReport, err: Console) -> bool
 
 
 def default_node_name() -> str:
-    return os.environ.get(ENV_NODE_NAME) or socket.gethostname() or "unknown"
+    return (os.environ.get(ENV_NODE_NAME) or socket.gethostname() or "unknown")[:253]
 
 
 def _resolve_policy(args: argparse.Namespace) -> ProbePolicy:
@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         err.print(parser.format_usage().rstrip(), markup=False, highlight=False)
         return bad_input(str(exc))
-    node_name = args.node_name or node_name
+    node_name = (args.node_name or node_name)[:253]
     profile_path: Path | None = args.profile or (
         Path(os.environ[ENV_PROFILE]) if os.environ.get(ENV_PROFILE) else None
     )

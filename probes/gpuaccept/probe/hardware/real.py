@@ -233,6 +233,7 @@ class RealBackend:
             stop.set()
             for thread in threads:
                 thread.join(timeout=30)
+            torch.cuda.empty_cache()  # leave the memory to the all-reduce processes
         if errors:
             raise RuntimeError(f"GPU load failed: {errors[0]}")
 
