@@ -52,7 +52,7 @@ echo "GPUs visible to NVML: $GPUS"
 
 status=0
 echo "=== gpuaccept probe (real hardware, default H100/H200 policy)"
-timeout 180 "$PY" -m gpuaccept.cli probe --policy policies/default-h100-h200.yaml \
+timeout 120 "$PY" -m gpuaccept.cli probe --policy policies/default-h100-h200.yaml \
   --expected-gpus "$GPUS" --output json --termination-log "$OUTDIR/termination-log" \
   > "$OUTDIR/probe.json" 2> "$OUTDIR/probe.stderr"
 probe_rc=$?
@@ -76,7 +76,7 @@ cat "$OUTDIR/probe-table.txt"
 [[ $probe_rc -le 1 ]] || status=1
 
 echo "=== real-hardware tests (tests/device)"
-timeout 240 "$PY" -m pytest -p no:cacheprovider -m device tests/device -v -s \
+timeout 160 "$PY" -m pytest -p no:cacheprovider -m device tests/device -v -s \
   > "$OUTDIR/device-tests.txt" 2>&1
 tests_rc=$?
 tail -n 40 "$OUTDIR/device-tests.txt"

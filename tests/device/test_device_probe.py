@@ -100,7 +100,7 @@ def test_gpuaccept_probe_on_real_hardware(tmp_path: Path) -> None:
         [sys.executable, "-m", "gpuaccept.cli", "probe", "--policy",
          str(REPO / "policies" / "default-h100-h200.yaml"), "--output", "json",
          "--termination-log", str(log)],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=600, check=False,
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=140, check=False,
     )  # fmt: skip
     print(proc.stdout)
     print(proc.stderr, file=sys.stderr)
