@@ -42,6 +42,7 @@ from gpuaccept.contracts.api import (
     REPROBE_ANNOTATION,
     VERSION,
 )
+from gpuaccept.testsupport.chart_rbac import operator_kubeconfig
 from gpuaccept.testsupport.controlplane import ControlPlane
 from gpuaccept.testsupport.kubelet_standin import (
     Behaviour,
@@ -104,6 +105,11 @@ class Operator:
         self.proc: subprocess.Popen[bytes] | None = None
         _operators.append(self)
 
+    def kubeconfig(self) -> Path:
+        """The chart's RBAC for this namespace and Lease (a missing verb fails the tests)."""
+        workdir = self.log_path.parent
+        return operator_kubeconfig(self.cp, namespace=NAMESPACE, lease=self.lease, workdir=workdir)
+
     def start(self, *extra: str) -> Operator:
         args = [
             sys.executable,
@@ -111,7 +117,8 @@ class Operator:
             "gpuaccept.cli",
             "operator",
             "--kubeconfig",
-            str(self.cp.kubeconfig),
+            # The chart's ServiceAccount (TokenRequest), not the admin: issue 5.
+            str(self.kubeconfig()),
             "--namespace",
             NAMESPACE,
             "--lease-name",

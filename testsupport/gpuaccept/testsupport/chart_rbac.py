@@ -48,6 +48,7 @@ __all__ = [
     "helm",
     "main",
     "operator_args",
+    "operator_kubeconfig",
     "release_token_kubeconfig",
     "remove_chart_rbac",
     "render_chart",
@@ -258,6 +259,37 @@ def remove_chart_rbac(cp: ControlPlane, identity: OperatorIdentity) -> None:
     """Delete what :func:`apply_chart_rbac` applied (not the CRDs, not the namespace)."""
     body = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(identity.manifests)})
     cp.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=body)
+
+
+_IDENTITIES: dict[tuple[str, str, str], OperatorIdentity] = {}
+
+
+def operator_kubeconfig(cp: ControlPlane, *, namespace: str, lease: str, workdir: Path) -> Path:
+    """A kubeconfig for the operator as the chart's ServiceAccount, for tests that
+    start ``gpuaccept operator --namespace NAMESPACE --lease-name LEASE`` themselves.
+
+    The chart is rendered with that Lease name (its Role allows get/update on that
+    Lease only), under a release named after the Lease, so tests that use several
+    Leases in one namespace each get an identity. Cached per (server, namespace,
+    lease) for the process.
+    """
+    key = (cp.server, namespace, lease)
+    cached = _IDENTITIES.get(key)
+    if cached is None or not cached.kubeconfig.exists():
+        release = f"rbac-{lease}"[:40].rstrip("-.")
+        cached = apply_chart_rbac(
+            cp,
+            workdir=workdir,
+            release=release,
+            namespace=namespace,
+            set_values={
+                "fullnameOverride": release,
+                "operator.leaderElection.leaseName": lease,
+                "defaultPolicy.enabled": "false",
+            },
+        )
+        _IDENTITIES[key] = cached
+    return cached.kubeconfig
 
 
 def operator_args(manifests: Iterable[Manifest]) -> list[str]:
