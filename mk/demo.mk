@@ -1,0 +1,10 @@
+# make demo: the operator on the local control plane with a simulated GPU fleet
+# (see scripts/demo.py). KEEP=1 leaves it running; make demo-down stops it.
+
+.PHONY: demo demo-down
+
+demo: venv $(BIN)/controlplane $(BIN)/kubectl
+	$(PY) scripts/demo.py
+
+demo-down: venv
+	$(PY) scripts/demo.py down

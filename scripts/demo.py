@@ -1,0 +1,287 @@
+"""``make demo``: the operator deciding a simulated GPU fleet on a real kube-apiserver.
+
+1. Start (or reuse) the control plane from ``make cluster-up``; install the CRDs,
+   the namespace, the probe ServiceAccount and a demo policy.
+2. Register a fleet with the kubelet stand-in (a subprocess): healthy nodes, an
+   idle-downshift node and one node per fault profile, all registered with the
+   pending taint, as kubelet ``--register-with-taints`` would.
+3. Run ``gpuaccept operator`` (a subprocess) and wait until every node is decided.
+4. Print ``kubectl get nodeacceptance``, the nodes with taints and labels, and
+   what to try next. Exit 0 only if every node ended where it should.
+5. Stop everything it started, unless ``KEEP=1``: then operator and stand-in keep
+   running (``make demo-down`` stops them) and the kubeconfig is printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from gpuaccept.contracts.api import (
+    ACCEPTANCE_PLURAL,
+    GROUP,
+    PENDING_TAINT_KEY,
+    POLICY_PLURAL,
+    VERSION,
+)
+from gpuaccept.testsupport.controlplane import ControlPlane, default_dir, start
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMESPACE = "gpuaccept-system"
+POLICY = "demo"
+FAULTS = {
+    "pcie-x8": "PcieLinkFailed",
+    "governor-powersave": "CpuGovernorFailed",
+    "driver-too-old": "DriverLibrariesFailed",
+    "driver-library-mismatch": "DriverLibrariesFailed",
+    "nccl-slow": "NcclAllreduceFailed",
+    "hw-slowdown": "ThrottleReasonsFailed",
+    "gpu-missing": "GpuCountFailed",
+}
+GOOD = {
+    "gpu-healthy-1": "profiles/h100-sxm-8gpu-healthy.yaml",
+    "gpu-healthy-2": "profiles/h100-sxm-8gpu-healthy.yaml",
+    "gpu-healthy-3": "profiles/h100-sxm-8gpu-healthy.yaml",
+    "gpu-idle-downshift": "profiles/h100-sxm-8gpu-idle-downshift.yaml",
+}
+BAD = {
+    f"gpu-{fault}": (f"profiles/faults/{fault}.yaml", reason) for fault, reason in FAULTS.items()
+}
+TIMEOUT_S = 300
+
+
+def say(text: str) -> None:
+    print(f"==> {text}", flush=True)
+
+
+def out(text: str) -> None:
+    print(text, flush=True)
+
+
+def install(cp: ControlPlane, api: k8s.ApiClient) -> None:
+    ext = k8s.ApiextensionsV1Api(api)
+    for path in sorted((ROOT / "crds").glob("gpuaccept.io_*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        try:
+            existing = ext.read_custom_resource_definition(body["metadata"]["name"])
+            body["metadata"]["resourceVersion"] = existing.metadata.resource_version
+            ext.replace_custom_resource_definition(body["metadata"]["name"], body)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            ext.create_custom_resource_definition(body)
+    core = k8s.CoreV1Api(api)
+    with contextlib.suppress(ApiException):
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+    with contextlib.suppress(ApiException):
+        core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": "gpuaccept-probe"}})
+    custom = k8s.CustomObjectsApi(api)
+    policy = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodeAcceptancePolicy",
+        "metadata": {"name": POLICY},
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.present": "true", "gpuaccept.io/demo": "true"},
+            "probe": {"ncclAllreduce": {"minBusbwGBps": 350}},
+            "probeRun": {"timeoutSeconds": 120, "retries": 1, "backoffSeconds": 5},
+            "maxQuarantined": 10,
+        },
+    }
+    for _ in range(30):  # the CRD may take a moment to be served
+        try:
+            custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, policy)
+            break
+        except ApiException as error:
+            if error.status == 409:
+                custom.patch_cluster_custom_object(
+                    GROUP, VERSION, POLICY_PLURAL, POLICY, {"spec": policy["spec"]}
+                )
+                break
+            if error.status != 404:
+                raise
+            time.sleep(1)
+
+
+def fleet_file(state: Path) -> Path:
+    nodes = []
+    for name, profile in GOOD.items():
+        nodes.append({"name": name, "profile": str(ROOT / profile)})
+    for name, (profile, _reason) in BAD.items():
+        nodes.append({"name": name, "profile": str(ROOT / profile)})
+    for node in nodes:
+        node["labels"] = {"gpuaccept.io/demo": "true"}
+        node["taints"] = [{"key": PENDING_TAINT_KEY, "effect": "NoSchedule"}]
+    path = state / "fleet.yaml"
+    path.write_text(yaml.safe_dump({"nodes": nodes}, sort_keys=False))
+    return path
+
+
+def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as handle:
+        return subprocess.Popen(
+            args, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+        )
+
+
+def phases(custom: k8s.CustomObjectsApi) -> dict[str, dict[str, Any]]:
+    items = custom.list_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL)["items"]
+    names = set(GOOD) | set(BAD)
+    return {
+        i["metadata"]["name"]: i.get("status") or {}
+        for i in items
+        if i["metadata"]["name"] in names
+    }
+
+
+def kubectl(cp: ControlPlane, *args: str) -> str:
+    exe = ROOT / ".bin" / "kubectl"
+    if not exe.exists():
+        return "(no .bin/kubectl; run make cluster-tools)\n"
+    proc = subprocess.run(
+        [str(exe), "--kubeconfig", str(cp.kubeconfig), *args],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    return proc.stdout + proc.stderr
+
+
+def stop_process(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    for _ in range(60):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def down() -> int:
+    state = default_dir() / "demo"
+    pids = state / "pids.json"
+    if pids.exists():
+        for pid in json.loads(pids.read_text()).values():
+            stop_process(int(pid))
+        pids.unlink()
+        say("demo operator and kubelet stand-in stopped (make cluster-down stops the cluster)")
+    else:
+        say("no demo running")
+    return 0
+
+
+def main() -> int:
+    if sys.argv[1:] == ["down"]:
+        return down()
+    keep = os.environ.get("KEEP") == "1"
+    say("starting the control plane (kube-apiserver + etcd; built on first use)")
+    cp = start(default_dir())
+    state = cp.dir / "demo"
+    state.mkdir(exist_ok=True)
+    if (state / "pids.json").exists():
+        down()
+    api = cp.api_client()
+    say(f"control plane ready at {cp.server}; installing CRDs and the '{POLICY}' policy")
+    install(cp, api)
+    custom = k8s.CustomObjectsApi(api)
+    say(f"registering {len(GOOD) + len(BAD)} simulated GPU nodes with the pending taint")
+    standin = spawn(
+        [sys.executable, "-m", "gpuaccept.testsupport.kubelet_standin", "--kubeconfig",
+         str(cp.kubeconfig), "--nodes-file", str(fleet_file(state))]
+        + ([] if keep else ["--delete-nodes-on-exit"]),
+        state / "kubelet-standin.log",
+    )  # fmt: skip
+    say("running gpuaccept operator")
+    operator = spawn(
+        [sys.executable, "-m", "gpuaccept.cli", "operator", "--kubeconfig", str(cp.kubeconfig),
+         "--namespace", NAMESPACE, "--standalone", "--metrics-port", "0", "--health-port", "0",
+         "--status-interval", "2", "--probe-image", "local/gpuaccept-probe:demo"],
+        state / "operator.log",
+    )  # fmt: skip
+    (state / "pids.json").write_text(json.dumps({"operator": operator.pid, "standin": standin.pid}))
+    ok = False
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        last = ""
+        while time.monotonic() < deadline:
+            if operator.poll() is not None or standin.poll() is not None:
+                say(f"a process died; see {state}/operator.log and kubelet-standin.log")
+                break
+            current = phases(custom)
+            counts: dict[str, int] = {}
+            for status in current.values():
+                phase = status.get("phase", "Pending")
+                counts[phase] = counts.get(phase, 0) + 1
+            line = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "waiting"
+            if line != last:
+                say(f"nodes: {line}")
+                last = line
+            decided = {
+                n for n, s in current.items() if s.get("phase") in ("Accepted", "Quarantined")
+            }
+            if decided == set(GOOD) | set(BAD):
+                ok = True
+                break
+            time.sleep(1)
+        else:
+            say(f"not every node was decided within {TIMEOUT_S}s")
+        out("")
+        out(kubectl(cp, "get", "nodeacceptance"))
+        out(kubectl(cp, "get", "nodes", "-l", "gpuaccept.io/demo=true", "-o",
+                    "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept\\.io/"
+                    "acceptance,TAINTS:.spec.taints[*].key"))  # fmt: skip
+        current = phases(custom)
+        problems = []
+        for name in GOOD:
+            if current.get(name, {}).get("phase") != "Accepted":
+                problems.append(f"{name}: expected Accepted, got {current.get(name)}")
+        for name, (_profile, reason) in BAD.items():
+            status = current.get(name, {})
+            if status.get("phase") != "Quarantined" or status.get("reason") != reason:
+                problems.append(
+                    f"{name}: expected Quarantined/{reason}, got "
+                    f"{status.get('phase')}/{status.get('reason')}"
+                )
+        for problem in problems:
+            say(f"UNEXPECTED {problem}")
+        ok = ok and not problems
+        out("Try next (with KEEP=1 make demo):")
+        out(f"  export KUBECONFIG={cp.kubeconfig}")
+        out("  kubectl get nodeacceptance gpu-pcie-x8 -o yaml        # reasons, checks, report")
+        out("  kubectl annotate node gpu-healthy-1 gpuaccept.io/reprobe=now   # re-probe")
+        out("  kubectl patch nodeacceptancepolicy demo --type merge -p "
+            "'{\"spec\":{\"dryRun\":true}}'   # dry run")  # fmt: skip
+        out("  docs/runbook.md: release a node, reset the breaker, paused")
+    finally:
+        if keep:
+            say(f"KEEP=1: left running. KUBECONFIG={cp.kubeconfig}; stop with: make demo-down")
+        else:
+            say("stopping the operator and the kubelet stand-in")
+            stop_process(operator.pid)
+            stop_process(standin.pid)
+            (state / "pids.json").unlink(missing_ok=True)
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, POLICY)
+            for name in (*GOOD, *BAD):
+                with contextlib.suppress(ApiException):
+                    custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, name)
+            if cp.owned:
+                say("stopping the control plane")
+                cp.stop()
+    say("demo ok" if ok else "demo FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
