@@ -38,9 +38,13 @@ def test_healthy_profiles_exit_0_with_every_check_passing(profile: Path) -> None
     assert report.hardware.value == "simulated"
 
 
+@pytest.mark.parametrize("explicit_policy", [True, False], ids=["policy-file", "no-policy"])
 @pytest.mark.parametrize(("name", "check"), FAULTS.items())
-def test_fault_profiles_exit_1_failing_only_their_check(name: str, check: str) -> None:
-    proc = run_cli("--profile", fault(name), "--policy", DEFAULT_POLICY_FILE, "--output", "json")
+def test_fault_profiles_exit_1_failing_only_their_check(
+    name: str, check: str, explicit_policy: bool
+) -> None:
+    policy = ["--policy", DEFAULT_POLICY_FILE] if explicit_policy else []
+    proc = run_cli("--profile", fault(name), *policy, "--output", "json")
     assert proc.returncode == 1, proc.stderr
     got = statuses(ProbeReport.model_validate_json(proc.stdout))
     assert got.pop(check) == "fail"

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from probe_helpers import DEFAULT_POLICY_FILE, HEALTHY, run_cli
+from probe_helpers import DEFAULT_POLICY_FILE, HEALTHY, REPO, run_cli
 
 from gpuaccept.contracts.policy import ProbePolicy
 from gpuaccept.probe.hardware.profile import load_profile
-from gpuaccept.probe.inputs import InputError, load_policy, policy_from_json
+from gpuaccept.probe.inputs import InputError, default_policy, load_policy, policy_from_json
 
 
 def healthy_data() -> dict[str, object]:
@@ -102,6 +102,13 @@ def test_default_policy_file_loads() -> None:
     assert policy.nccl_allreduce.min_busbw_for("NVIDIA H200") == 380
     assert policy.nccl_allreduce.min_busbw_for("NVIDIA H100 80GB HBM3") == 360
     assert policy.nccl_allreduce.max_message_bytes == 1 << 30
+
+
+def test_packaged_default_policy_is_the_shipped_file() -> None:
+    packaged = REPO / "probes" / "gpuaccept" / "probe" / "policies" / "default-h100-h200.yaml"
+    assert packaged.read_bytes() == DEFAULT_POLICY_FILE.read_bytes()
+    assert default_policy() == load_policy(DEFAULT_POLICY_FILE)
+    assert default_policy() != ProbePolicy()
 
 
 def test_policy_accepts_a_nodeacceptancepolicy_manifest(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from gpuaccept.probe.checks import BY_NAME, CHECKS, Check, ProbeContext
 from gpuaccept.probe.checks.base import clip
 from gpuaccept.probe.compact import termination_message
 from gpuaccept.probe.hardware.base import HardwareBackend
-from gpuaccept.probe.inputs import InputError, load_policy, policy_from_json
+from gpuaccept.probe.inputs import InputError, default_policy, load_policy, policy_from_json
 from gpuaccept.probe.runner import UNKNOWN_BOOT_ID, run_probe
 from gpuaccept.probe.verdict import Verdict, evaluate
 
@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy",
         type=Path,
         help=f"ProbePolicy YAML/JSON, or a NodeAcceptancePolicy manifest "
-        f"(env {ENV_POLICY}: the policy as JSON text; default: built-in defaults)",
+        f"(env {ENV_POLICY}: the policy as JSON text; default: the packaged "
+        "policies/default-h100-h200.yaml)",
     )
     parser.add_argument("--output", choices=("table", "json"), default="table")
     parser.add_argument(
@@ -160,7 +161,7 @@ def _resolve_policy(args: argparse.Namespace) -> ProbePolicy:
     text = os.environ.get(ENV_POLICY)
     if text:
         return policy_from_json(text)
-    return ProbePolicy()
+    return default_policy()
 
 
 def _select_checks(policy: ProbePolicy, spec: str | None) -> ProbePolicy:

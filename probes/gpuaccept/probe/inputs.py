@@ -8,6 +8,7 @@ and the CLI exits with code 2.
 """
 
 import json
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -91,6 +92,21 @@ def load_policy(path: Path) -> ProbePolicy:
         return ProbePolicy()
     data, source = _probe_policy_data(data, str(path))
     return validate(ProbePolicy, data, source)
+
+
+DEFAULT_POLICY_RESOURCE = "policies/default-h100-h200.yaml"
+
+
+def default_policy() -> ProbePolicy:
+    """What ``gpuaccept probe`` judges with when given no policy: the H100/H200
+    figures of ``policies/default-h100-h200.yaml``, packaged with the probe.
+
+    (An empty ``spec.probe`` in a NodeAcceptancePolicy means the contract's own
+    defaults instead; the operator always passes its policy to the probe.)
+    """
+    resource = files("gpuaccept.probe").joinpath(DEFAULT_POLICY_RESOURCE)
+    data = yaml.safe_load(resource.read_text())
+    return validate(ProbePolicy, data, f"gpuaccept.probe/{DEFAULT_POLICY_RESOURCE}")
 
 
 def policy_from_json(text: str, source: str = "GPUACCEPT_POLICY") -> ProbePolicy:
