@@ -247,6 +247,7 @@ class Setup:
     settle_s: float
     standin_concurrency: int
     profile_operator: bool
+    py_spy: str | None = None  # py-spy binary: sample the operator from outside while it works
 
 
 def arm_command(setup: Setup, arm: str, kubeconfig: Path, tag: str) -> list[str]:
@@ -306,11 +307,14 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
             cmd, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
         )
     tracker = Tracker(setup.admin, NAMESPACE)
+    spy: subprocess.Popen[bytes] | None = None
     standin: KubeletStandIn | None = None
     last: procstat.ProcSample | None = None
     try:
         wait_watching(setup, me.user, proc, timeout=120)
         tracker.start()
+        if setup.py_spy and arm == "operator":
+            spy = start_py_spy(setup.py_spy, proc.pid, setup.out / f"py-spy-{tag}.txt")
 
         def fails(name: str) -> bool:
             return int(name.rsplit("-", 1)[1]) % setup.fail_every == 0
@@ -378,6 +382,9 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
         result.wall_s = round(t_end - t0, 3)
         log(f"{tag}: {tracker.decided()}/{n} decided; settling {setup.settle_s:.0f}s")
         time.sleep(setup.settle_s)  # a late duplicate action would show up here
+        if spy is not None:
+            stop_py_spy(spy)
+            spy = None
         sampler_stop.set()
         sampler.join()
         last = procstat.sample(proc.pid) or (samples[-1] if samples else None)
@@ -402,6 +409,8 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
         check_end_state(setup.admin, expected, result)
     finally:
         tracker.stop.set()
+        if spy is not None:
+            stop_py_spy(spy)
         result.exit_code = stop_process(proc, last, result)
         if standin is not None:
             standin.stop()
@@ -420,6 +429,26 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
         f"rss={result.peak_rss_mb:.0f}MB cpu={result.cpu_s:.1f}s"
     )
     return result
+
+
+def start_py_spy(binary: str, pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy samples all of the operator's threads from outside (no in-process overhead).
+
+    Raw (folded) stacks; ``python -m bench.profile_summary FILE`` prints the top frames.
+    """
+    cmd = [binary, "record", "--pid", str(pid), "--rate", "50", "--nonblocking"]
+    cmd += ["--format", "raw", "--output", str(out)]
+    log(f"py-spy: {shlex.join(cmd)}")
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
+    spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+    try:
+        spy.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait()
 
 
 def stop_process(
@@ -643,6 +672,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="{python} -m bench.floor --kubeconfig {kubeconfig} --namespace {namespace}",
     )
     parser.add_argument("--profile-operator", action="store_true", help="run it under pyinstrument")
+    parser.add_argument(
+        "--py-spy",
+        metavar="BINARY",
+        help="attach this py-spy to the operator while it decides the fleet (raw stacks in OUT)",
+    )
     parser.add_argument("--keep-cluster", action="store_true", help="leave the control plane up")
     return parser.parse_args(argv)
 
@@ -696,6 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 settle_s=args.settle,
                 standin_concurrency=args.standin_concurrency,
                 profile_operator=args.profile_operator,
+                py_spy=args.py_spy,
             )
             for n in sizes:
                 for arm in arms:
