@@ -304,3 +304,27 @@ def test_non_default_release_name_and_namespace() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "acme-gpuaccept", "namespace": "gpu-ops"}
     ]
+
+
+def test_alerts_use_the_operators_metrics(ha_docs: list[Manifest]) -> None:
+    """Every metric an alert queries is one the operator exports."""
+    import re  # noqa: PLC0415
+
+    pytest.importorskip("gpuaccept.operator.metrics")  # registers them
+    from prometheus_client import REGISTRY  # noqa: PLC0415
+
+    exported = {family.name for family in REGISTRY.collect()}
+    rule = one(ha_docs, "PrometheusRule")
+    alerts = rule["spec"]["groups"][0]["rules"]
+    assert {a["alert"] for a in alerts} == {
+        "GPUAcceptNodesQuarantined",
+        "GPUAcceptBreakerTripped",
+        "GPUAcceptProbeErrors",
+    }
+    for alert in alerts:
+        used = set(re.findall(r"\b(gpuaccept_[a-z_]+)\b", alert["expr"]))
+        assert used, alert["alert"]
+        for name in used:
+            base = name.removesuffix("_total")
+            assert name in exported or base in exported, f"{alert['alert']}: {name} not exported"
+        assert 'service="gpuaccept-ha-metrics"' in alert["expr"]

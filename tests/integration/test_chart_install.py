@@ -198,6 +198,9 @@ def test_install_then_upgrade_keeps_node_acceptances(
         helm("status", name, "-n", namespace, "-o", "json", kubeconfig=cp.kubeconfig).stdout
     )
     assert status["info"]["status"] == "deployed", where
+    notes = status["info"].get("notes", "")
+    assert "DRY RUN" in notes, notes
+    assert f"kubectl -n {namespace} rollout status deployment/{name}-gpuaccept" in notes
     stored = json.loads(cp.kubectl("get", "nap", policy, "-o", "json").stdout)
     assert stored["spec"]["dryRun"] is True
 
