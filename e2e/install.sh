@@ -31,4 +31,4 @@ fi
 log "helm install ${RELEASE} into ${NAMESPACE}"
 "${HELM}" upgrade --install "${RELEASE}" "${REPO_ROOT}/charts/gpuaccept" \
   --kube-context "kind-${CLUSTER_NAME}" "${args[@]}" "$@"
-kube -n "${NAMESPACE}" rollout status "deployment/${RELEASE}" --timeout=180s
+kube -n "${NAMESPACE}" rollout status "deployment/$(fullname)" --timeout=180s

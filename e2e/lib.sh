@@ -23,6 +23,7 @@ GPU="${GPU:-0}"
 # The worker that plays the new GPU node.
 GPU_NODE="${GPU_NODE:-${CLUSTER_NAME}-worker}"
 TIMEOUT_SECONDS="${TIMEOUT_SECONDS:-1200}"
+POLL_SECONDS="${POLL_SECONDS:-10}"
 
 KIND="${KIND:-kind}"
 KUBECTL="${KUBECTL:-kubectl}"
@@ -47,4 +48,14 @@ need() {
 
 kube() {
   "${KUBECTL}" --context "kind-${CLUSTER_NAME}" "$@"
+}
+
+# The chart's full name for RELEASE (the Deployment's name): the release name
+# alone when it already contains "gpuaccept", as templates/_helpers.tpl does.
+fullname() {
+  if [[ "${RELEASE}" == *gpuaccept* ]]; then
+    printf '%s\n' "${RELEASE}"
+  else
+    printf '%s-gpuaccept\n' "${RELEASE}"
+  fi
 }

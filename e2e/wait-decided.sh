@@ -19,11 +19,11 @@ while ((SECONDS < deadline)); do
       ;;
     *)
       log "waiting for ${GPU_NODE} (phase: ${phase:-none})"
-      sleep 10
+      sleep "${POLL_SECONDS}"
       ;;
   esac
 done
 kube get nodeacceptance -o wide || true
 kube -n "${NAMESPACE}" get pods -o wide || true
-kube -n "${NAMESPACE}" logs "deployment/${RELEASE}" --tail=200 || true
+kube -n "${NAMESPACE}" logs "deployment/$(fullname)" --tail=200 || true
 die "${GPU_NODE} was not decided within ${TIMEOUT_SECONDS}s (last phase: ${phase:-none})"
