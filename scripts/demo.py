@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.api import (
@@ -35,6 +34,7 @@ from gpuaccept.contracts.api import (
     POLICY_PLURAL,
     VERSION,
 )
+from gpuaccept.operator.kube import Kube
 from gpuaccept.testsupport.controlplane import ControlPlane, default_dir, start
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,43 +69,61 @@ def out(text: str) -> None:
     print(text, flush=True)
 
 
-def install(cp: ControlPlane, api: k8s.ApiClient) -> None:
-    ext = k8s.ApiextensionsV1Api(api)
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
+NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
+
+
+def _create(kube: Kube, path: str, body: dict[str, Any]) -> None:
+    try:
+        kube.request("POST", path, body)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+
+
+def install(kube: Kube) -> None:
     for path in sorted((ROOT / "crds").glob("gpuaccept.io_*.yaml")):
         body = yaml.safe_load(path.read_text())
+        name = body["metadata"]["name"]
         try:
-            existing = ext.read_custom_resource_definition(body["metadata"]["name"])
-            body["metadata"]["resourceVersion"] = existing.metadata.resource_version
-            ext.replace_custom_resource_definition(body["metadata"]["name"], body)
+            existing = kube.request("GET", f"{CRD_PATH}/{name}")
         except ApiException as error:
             if error.status != 404:
                 raise
-            ext.create_custom_resource_definition(body)
-    core = k8s.CoreV1Api(api)
-    with contextlib.suppress(ApiException):
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
-    with contextlib.suppress(ApiException):
-        core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": "gpuaccept-probe"}})
-    custom = k8s.CustomObjectsApi(api)
+            kube.request("POST", CRD_PATH, body)
+        else:
+            body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+            kube.request("PUT", f"{CRD_PATH}/{name}", body)
+    _create(kube, "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    _create(
+        kube,
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+        {"metadata": {"name": "gpuaccept-probe"}},
+    )
+    spec = {
+        "nodeSelector": {"nvidia.com/gpu.present": "true", "gpuaccept.io/demo": "true"},
+        "probe": {"ncclAllreduce": {"minBusbwGBps": 350}},
+        "probeRun": {"timeoutSeconds": 120, "retries": 1, "backoffSeconds": 5},
+        "maxQuarantined": 10,
+    }
     policy = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "NodeAcceptancePolicy",
         "metadata": {"name": POLICY},
-        "spec": {
-            "nodeSelector": {"nvidia.com/gpu.present": "true", "gpuaccept.io/demo": "true"},
-            "probe": {"ncclAllreduce": {"minBusbwGBps": 350}},
-            "probeRun": {"timeoutSeconds": 120, "retries": 1, "backoffSeconds": 5},
-            "maxQuarantined": 10,
-        },
+        "spec": spec,
     }
     for _ in range(30):  # the CRD may take a moment to be served
         try:
-            custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, policy)
+            kube.request("POST", POLICY_PATH, policy)
             break
         except ApiException as error:
             if error.status == 409:
-                custom.patch_cluster_custom_object(
-                    GROUP, VERSION, POLICY_PLURAL, POLICY, {"spec": policy["spec"]}
+                kube.request(
+                    "PATCH",
+                    f"{POLICY_PATH}/{POLICY}",
+                    {"spec": spec},
+                    content_type="application/merge-patch+json",
                 )
                 break
             if error.status != 404:
@@ -114,14 +132,16 @@ def install(cp: ControlPlane, api: k8s.ApiClient) -> None:
 
 
 def fleet_file(state: Path) -> Path:
-    nodes = []
-    for name, profile in GOOD.items():
-        nodes.append({"name": name, "profile": str(ROOT / profile)})
-    for name, (profile, _reason) in BAD.items():
-        nodes.append({"name": name, "profile": str(ROOT / profile)})
-    for node in nodes:
-        node["labels"] = {"gpuaccept.io/demo": "true"}
-        node["taints"] = [{"key": PENDING_TAINT_KEY, "effect": "NoSchedule"}]
+    profiles = {**GOOD, **{name: profile for name, (profile, _reason) in BAD.items()}}
+    nodes = [
+        {
+            "name": name,
+            "profile": str(ROOT / profile),
+            "labels": {"gpuaccept.io/demo": "true"},
+            "taints": [{"key": PENDING_TAINT_KEY, "effect": "NoSchedule"}],
+        }
+        for name, profile in profiles.items()
+    ]
     path = state / "fleet.yaml"
     path.write_text(yaml.safe_dump({"nodes": nodes}, sort_keys=False))
     return path
@@ -134,8 +154,8 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def phases(custom: k8s.CustomObjectsApi) -> dict[str, dict[str, Any]]:
-    items = custom.list_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL)["items"]
+def phases(kube: Kube) -> dict[str, dict[str, Any]]:
+    items = kube.request("GET", NA_PATH)["items"]
     names = set(GOOD) | set(BAD)
     return {
         i["metadata"]["name"]: i.get("status") or {}
@@ -191,10 +211,10 @@ def main() -> int:
     state.mkdir(exist_ok=True)
     if (state / "pids.json").exists():
         down()
-    api = cp.api_client()
+    kube = Kube(cp.api_client())
+    kube.api.user_agent = "gpuaccept-demo"
     say(f"control plane ready at {cp.server}; installing CRDs and the '{POLICY}' policy")
-    install(cp, api)
-    custom = k8s.CustomObjectsApi(api)
+    install(kube)
     say(f"registering {len(GOOD) + len(BAD)} simulated GPU nodes with the pending taint")
     standin = spawn(
         [sys.executable, "-m", "gpuaccept.testsupport.kubelet_standin", "--kubeconfig",
@@ -218,7 +238,7 @@ def main() -> int:
             if operator.poll() is not None or standin.poll() is not None:
                 say(f"a process died; see {state}/operator.log and kubelet-standin.log")
                 break
-            current = phases(custom)
+            current = phases(kube)
             counts: dict[str, int] = {}
             for status in current.values():
                 phase = status.get("phase", "Pending")
@@ -241,7 +261,7 @@ def main() -> int:
         out(kubectl(cp, "get", "nodes", "-l", "gpuaccept.io/demo=true", "-o",
                     "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept\\.io/"
                     "acceptance,TAINTS:.spec.taints[*].key"))  # fmt: skip
-        current = phases(custom)
+        current = phases(kube)
         problems = []
         for name in GOOD:
             if current.get(name, {}).get("phase") != "Accepted":
@@ -272,10 +292,9 @@ def main() -> int:
             stop_process(standin.pid)
             (state / "pids.json").unlink(missing_ok=True)
             with contextlib.suppress(ApiException):
-                custom.delete_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, POLICY)
+                kube.request("DELETE", f"{POLICY_PATH}/{POLICY}")
             for name in (*GOOD, *BAD):
-                with contextlib.suppress(ApiException):
-                    custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, name)
+                kube.delete_na(name)
             if cp.owned:
                 say("stopping the control plane")
                 cp.stop()

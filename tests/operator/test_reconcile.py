@@ -294,10 +294,10 @@ def test_breaker_room_freed_applies_held_quarantine() -> None:
     world = probing_world(breaker=BreakerCounts(quarantined=5, matched=10))
     world.finish_with_report(make_report(failing=["cpu_governor"]))
     world.settle()
-    assert world.status.phase == Phase.HELD
+    held = world.status.phase
     world.breaker = BreakerCounts(quarantined=4, matched=10)
     world.settle()
-    assert world.status.phase == Phase.QUARANTINED
+    assert (held, world.status.phase) == (Phase.HELD, Phase.QUARANTINED)
 
 
 def test_breaker_percentage() -> None:
