@@ -328,3 +328,39 @@ def test_alerts_use_the_operators_metrics(ha_docs: list[Manifest]) -> None:
             base = name.removesuffix("_total")
             assert name in exported or base in exported, f"{alert['alert']}: {name} not exported"
         assert 'service="gpuaccept-ha-metrics"' in alert["expr"]
+
+
+def test_ha_defaults_spread_replicas() -> None:
+    docs = render_chart(namespace=NAMESPACE, set_values={"operator.replicas": "2"})
+    affinity = one(docs, "Deployment")["spec"]["template"]["spec"]["affinity"]
+    term = affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "gpuaccept",
+        "app.kubernetes.io/instance": "gpuaccept",
+        "app.kubernetes.io/component": "operator",
+    }
+    single = render_chart(namespace=NAMESPACE)
+    assert "affinity" not in one(single, "Deployment")["spec"]["template"]["spec"]
+
+
+def test_pdb_that_would_block_drains_is_refused() -> None:
+    proc = helm(
+        "template", "x", str(CHART), "--set", "podDisruptionBudget.enabled=true", check=False
+    )
+    assert proc.returncode != 0
+    assert "would block every node drain" in proc.stderr
+    docs = render_chart(
+        namespace=NAMESPACE,
+        set_values={"podDisruptionBudget.enabled": "true", "operator.replicas": "2"},
+    )
+    assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_app_version_is_the_project_version() -> None:
+    """The default image tags (appVersion) are the version the code is built as."""
+    import tomllib  # noqa: PLC0415
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == project

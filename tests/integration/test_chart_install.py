@@ -271,3 +271,27 @@ def test_install_refuses_bad_values(cp: ControlPlane) -> None:
     )  # fmt: skip
     assert proc.returncode != 0
     assert "operator/replicas" in proc.stderr or "operator.replicas" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("defaultPolicy.probe.pcieLink.minGeneration=9", "spec.probe.pcieLink.minGeneration"),
+        ("defaultPolicy.probe.pcieLnk.enabled=false", ".spec.probe.pcieLnk: field not declared"),
+        ("defaultPolicy.quarantine.taintKey=gpuaccept.io/pending", "must differ"),
+    ],
+)
+def test_install_refuses_a_bad_policy_with_the_crd_message(
+    cp: ControlPlane, release: tuple[str, str], setting: str, message: str
+) -> None:
+    """Policy sections pass through the values as they are; the API server checks
+    them against the generated CRD at install, naming the field."""
+    name, namespace = release
+    proc = helm(
+        "install", name, str(chart_dir()), "-n", namespace, "--create-namespace",
+        "--set", f"defaultPolicy.name={name}", "--set", setting,
+        kubeconfig=cp.kubeconfig, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stdout
+    assert message in proc.stderr, proc.stderr
+    assert cp.kubectl("get", "nap", name, check=False).returncode != 0
