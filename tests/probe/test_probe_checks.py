@@ -22,6 +22,7 @@ from gpuaccept.contracts.policy import ProbePolicy, ThrottleReason
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 from gpuaccept.probe import clocks
 from gpuaccept.probe.checks import BY_NAME, CHECKS, ProbeContext
+from gpuaccept.probe.checks.base import round_figure
 from gpuaccept.probe.checks.cpu_governor import CHECK as CPU_GOVERNOR
 from gpuaccept.probe.checks.driver_libraries import CHECK as DRIVER_LIBRARIES
 from gpuaccept.probe.checks.gpu_count import CHECK as GPU_COUNT
@@ -419,3 +420,11 @@ def test_sweep_sizes_reach_one_gib() -> None:
     assert sizes == sorted(sizes)
     assert len(sizes) == 5
     assert sweep_sizes(4096) == [4096]
+
+
+def test_small_bandwidths_never_round_to_zero() -> None:
+    assert round_figure(0.0412345) == 0.0412
+    assert round_figure(1e-7) == 1e-7
+    assert round_figure(12.345) == 12.3
+    assert round_figure(468.04) == 468.0
+    assert round_figure(0.0) == 0.0

@@ -43,7 +43,7 @@ def test_healthy_profiles_exit_0_with_every_check_passing(profile: Path) -> None
 def test_fault_profiles_exit_1_failing_only_their_check(
     name: str, check: str, explicit_policy: bool
 ) -> None:
-    policy = ["--policy", DEFAULT_POLICY_FILE] if explicit_policy else []
+    policy: list[str | Path] = ["--policy", DEFAULT_POLICY_FILE] if explicit_policy else []
     proc = run_cli("--profile", fault(name), *policy, "--output", "json")
     assert proc.returncode == 1, proc.stderr
     got = statuses(ProbeReport.model_validate_json(proc.stdout))

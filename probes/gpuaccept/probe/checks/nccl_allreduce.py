@@ -30,7 +30,7 @@ from gpuaccept.probe.checks.base import (
     get_float,
     get_int,
     opt_str,
-    round1,
+    round_figure,
 )
 from gpuaccept.probe.hardware.base import HardwareBackend, Unavailable
 
@@ -78,9 +78,9 @@ class NcclAllreduce:
                 "source": m.source,
                 "ranks": m.ranks,
                 "bytes": m.sweep[-1][0],
-                "busbwGBps": round1(m.busbw_gbps),
-                "algbwGBps": round1(m.algbw_gbps),
-                "sweep": [[size, round1(busbw)] for size, _t, _alg, busbw in m.sweep],
+                "busbwGBps": round_figure(m.busbw_gbps),
+                "algbwGBps": round_figure(m.algbw_gbps),
+                "sweep": [[size, round_figure(busbw)] for size, _t, _alg, busbw in m.sweep],
             }
         )
 
