@@ -139,7 +139,7 @@ def test_nccl_from_profile_is_labelled() -> None:
 def test_simulated_probe_is_fast() -> None:
     started = time.monotonic()
     probe(HEALTHY)
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 5.0  # ~0.1 s when the machine is idle
 
 
 def test_disabled_check_is_not_measured() -> None:
