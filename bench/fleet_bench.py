@@ -22,6 +22,7 @@ The last stdout line is a machine-readable summary (``--label``).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import math
 import os
@@ -436,7 +437,9 @@ def start_py_spy(binary: str, pid: int, out: Path) -> subprocess.Popen[bytes]:
 
     Raw (folded) stacks; ``python -m bench.profile_summary FILE`` prints the top frames.
     """
-    cmd = [binary, "record", "--pid", str(pid), "--rate", "50", "--nonblocking"]
+    # Blocking mode (py-spy pauses the process for each sample, 50 times a second): only
+    # then does it tell idle threads (waiting on a socket or a queue) from busy ones.
+    cmd = [binary, "record", "--pid", str(pid), "--rate", "50"]
     cmd += ["--format", "raw", "--output", str(out)]
     log(f"py-spy: {shlex.join(cmd)}")
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -706,7 +709,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"reports: {healthy_profile.name} and {fault_profile.name} (every {args.fail_every}th node)"
     )
 
-    cp, audit_log = start_cluster(args.out.resolve() / "cluster", out / "audit")
+    # One run per output dir at a time: its control plane lives in OUT/<label>/cluster and
+    # is stopped and restarted fresh, so a second run there would pull it from under the first.
+    lock = (out / ".lock").open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log(f"[red]another benchmark is running in {out}; use another --label or --out[/]")
+        return 2
+    cp, audit_log = start_cluster(out / "cluster", out / "audit")
     log(f"control plane {cp.server} (pid {cp.pid}), audit log {audit_log}")
     results: list[ArmResult] = []
     code = 0
