@@ -9,6 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BIN := .bin
 CLUSTER_DIR := .cluster
+PACKAGE_DIRS := contracts/gpuaccept probes/gpuaccept operator/gpuaccept testsupport/gpuaccept
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help venv lint typecheck unit test demo clean
@@ -31,6 +32,14 @@ $(VENV)/.installed: pyproject.toml
 lint: venv
 	$(VENV)/bin/ruff check contracts probes operator testsupport tests bench
 	$(VENV)/bin/ruff format --check contracts probes operator testsupport tests bench
-	$(VENV)/bin/mypy -p gpuaccept
+	$(VENV)/bin/mypy $(PACKAGE_DIRS)
+
+# Every test: unit, torch.distributed (gloo, real processes), integration tests
+# on the real kube-apiserver + etcd (started by the session fixture), chart and
+# RBAC tests, and the benchmark's correctness check. Tests marked `device` need
+# a GPU host and run through scripts/device-check.sh instead.
+test: venv cluster-tools
+	$(MAKE) --no-print-directory lint
+	$(VENV)/bin/pytest -m "not device" tests
 
 include $(wildcard mk/*.mk)

@@ -25,15 +25,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args else EXIT_USAGE
     command, rest = args[0], args[1:]
     if command == "probe":
-        from gpuaccept.probe.cli import main as probe_main
+        from gpuaccept.probe.cli import main as probe_main  # noqa: PLC0415 (lazy: one component only)
 
         return probe_main(rest)
     if command == "operator":
-        from gpuaccept.operator.cli import main as operator_main
+        from gpuaccept.operator.cli import main as operator_main  # noqa: PLC0415 (lazy: one component only)
 
         return operator_main(rest)
     if command == "crds":
-        from gpuaccept.contracts.crdgen import main as crds_main
+        from gpuaccept.contracts.crdgen import main as crds_main  # noqa: PLC0415 (lazy: one component only)
 
         return crds_main(rest)
     sys.stderr.write(f"gpuaccept: unknown command {command!r}\n{USAGE}")

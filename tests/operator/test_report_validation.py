@@ -20,7 +20,7 @@ def test_problems() -> None:
     cases = {
         "": "InvalidReport",
         "not json": "InvalidReport",
-        "x" * 4097: "ReportTooLarge",
+        "x" * 4097: "ReportTooLargeError",
         make_report(node="gpu-2").to_compact_json(): "ReportMismatch",
         make_report(boot_id="b2").to_compact_json(): "ReportMismatch",
         make_report().to_compact_json().replace('"kind":"ProbeReport"', '"kind":"Other"'): (

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.contracts.api import API_VERSION, REPORT_KIND, TERMINATION_MESSAGE_MAX_BYTES
+from gpuaccept.contracts.api import REPORT_KIND, TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.base import ContractModel
 
 
@@ -61,7 +61,9 @@ class CheckResult(ContractModel):
 class ProbeReport(ContractModel):
     """One probe run on one node."""
 
-    api_version: Literal["gpuaccept.io/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
+    api_version: Literal["gpuaccept.io/v1alpha1"] = Field(
+        default="gpuaccept.io/v1alpha1", alias="apiVersion"
+    )
     kind: Literal["ProbeReport"] = REPORT_KIND
     node_name: str = Field(min_length=1, max_length=253)
     boot_id: str = Field(alias="bootID", max_length=64)
@@ -83,20 +85,20 @@ class ProbeReport(ContractModel):
         return len(self.to_compact_json().encode())
 
 
-class ReportTooLarge(ValueError):
+class ReportTooLargeError(ValueError):
     """The compact report does not fit in a termination message."""
 
 
 def encode_termination_message(report: ProbeReport) -> str:
     """The report for ``/dev/termination-log``; never truncated.
 
-    Raises :class:`ReportTooLarge` instead of emitting JSON that the kubelet
+    Raises :class:`ReportTooLargeError` instead of emitting JSON that the kubelet
     would cut.
     """
     text = report.to_compact_json()
     size = len(text.encode())
     if size > TERMINATION_MESSAGE_MAX_BYTES:
-        raise ReportTooLarge(
+        raise ReportTooLargeError(
             f"compact report is {size} bytes, over the {TERMINATION_MESSAGE_MAX_BYTES}-byte "
             "termination message limit"
         )
@@ -106,7 +108,7 @@ def encode_termination_message(report: ProbeReport) -> str:
 def decode_termination_message(message: str) -> ProbeReport:
     """Parse and validate a termination message (raises ValueError on bad input)."""
     if len(message.encode()) > TERMINATION_MESSAGE_MAX_BYTES:
-        raise ReportTooLarge(
+        raise ReportTooLargeError(
             f"termination message is {len(message.encode())} bytes, over "
             f"{TERMINATION_MESSAGE_MAX_BYTES}"
         )

@@ -60,5 +60,5 @@ def fit_report(report: ProbeReport, limit: int = TERMINATION_MESSAGE_MAX_BYTES) 
 
 
 def termination_message(report: ProbeReport) -> str:
-    """Compact JSON for ``/dev/termination-log`` (raises ReportTooLarge, never truncates)."""
+    """Compact JSON for ``/dev/termination-log`` (raises ReportTooLargeError, never truncates)."""
     return encode_termination_message(fit_report(report))

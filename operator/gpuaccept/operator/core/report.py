@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
-from gpuaccept.contracts.report import ProbeReport, ReportTooLarge, decode_termination_message
+from gpuaccept.contracts.report import ProbeReport, ReportTooLargeError, decode_termination_message
 
 
 @dataclass(frozen=True)
 class ReportProblem:
-    reason: str  # one word: InvalidReport | ReportTooLarge | ReportMismatch
+    reason: str  # one word: InvalidReport | ReportTooLargeError | ReportMismatch
     message: str
 
 
@@ -32,14 +32,14 @@ def validate_report(message: str, *, node_name: str, boot_id: str) -> ProbeRepor
         return ReportProblem("InvalidReport", "empty termination message")
     if len(message.encode()) > TERMINATION_MESSAGE_MAX_BYTES:
         return ReportProblem(
-            "ReportTooLarge",
+            "ReportTooLargeError",
             f"termination message is {len(message.encode())} bytes, over "
             f"{TERMINATION_MESSAGE_MAX_BYTES}",
         )
     try:
         report = decode_termination_message(message)
-    except ReportTooLarge as error:
-        return ReportProblem("ReportTooLarge", str(error))
+    except ReportTooLargeError as error:
+        return ReportProblem("ReportTooLargeError", str(error))
     except ValidationError as error:
         return ReportProblem("InvalidReport", f"report does not validate: {_first_error(error)}")
     except ValueError as error:  # pragma: no cover - decode raises ValidationError
