@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -17,8 +18,10 @@ from typing import Any
 
 import kopf
 import kubernetes
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 
+from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
 from gpuaccept.operator.controller import Controller
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import OperatorConfig
@@ -77,6 +80,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--status-interval", type=float, default=5.0, help="seconds between policy status updates"
+    )
+    p.add_argument(
+        "--crd-wait",
+        type=float,
+        default=30.0,
+        help="seconds to wait at start for the CRDs to be served, then exit 1",
     )
     ha = p.add_argument_group("high availability")
     ha.add_argument(
@@ -193,6 +202,14 @@ def main(argv: Sequence[str]) -> int:
     api = kubernetes.client.ApiClient(configuration)
     kube = Kube(api)
 
+    missing = _wait_for_crds(kube, timeout=args.crd_wait)
+    if missing:
+        sys.stderr.write(
+            f"gpuaccept operator: CRDs not served by the API server: {', '.join(missing)} "
+            "(install them first: kubectl apply -f crds/, or the Helm chart)\n"
+        )
+        return 1
+
     config = OperatorConfig(
         namespace=args.namespace,
         probe_image=args.probe_image,
@@ -271,6 +288,24 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+def _wait_for_crds(kube: Kube, *, timeout: float) -> list[str]:
+    """The gpuaccept resources the API server does not serve (after waiting ``timeout``)."""
+    wanted = {ACCEPTANCE_PLURAL, POLICY_PLURAL}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found = kube.request("GET", f"/apis/{GROUP}/{VERSION}")
+            served = {r.get("name") for r in found.get("resources") or ()}
+        except ApiException as error:
+            if error.status not in (404, 503):
+                raise
+            served = set()
+        missing = sorted(f"{p}.{GROUP}" for p in wanted - served)
+        if not missing or time.monotonic() >= deadline:
+            return missing
+        time.sleep(2)
 
 
 def _connection_info(configuration: Any) -> kopf.ConnectionInfo:
