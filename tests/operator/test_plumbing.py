@@ -1,0 +1,234 @@
+"""The operator's plumbing without a server: views, cache overlay, work queue, leader election."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gpuaccept.contracts.nodeacceptance import Phase
+from gpuaccept.operator.controller import (
+    NAS_INDEX,
+    NODES_INDEX,
+    PODS_INDEX,
+    POLICIES_INDEX,
+    Cache,
+    index_na,
+    index_node,
+    index_pod,
+)
+from gpuaccept.operator.core import Taint
+from gpuaccept.operator.kube import ConflictError
+from gpuaccept.operator.leader import LeaderElector
+from gpuaccept.operator.views import node_view, pod_view, policy_entry
+from gpuaccept.operator.workqueue import WorkQueue
+
+NODE: dict[str, Any] = {
+    "metadata": {
+        "name": "gpu-1",
+        "resourceVersion": "5",
+        "uid": "u",
+        "labels": {"a": "b"},
+        "annotations": {"gpuaccept.io/reprobe": "x"},
+    },
+    "spec": {"taints": [{"key": "k", "effect": "NoSchedule", "value": "v"}], "unschedulable": True},
+    "status": {
+        "nodeInfo": {"bootID": "boot"},
+        "allocatable": {"nvidia.com/gpu": "8"},
+        "conditions": [{"type": "GPUAcceptance", "status": "True", "reason": "Accepted"}],
+    },
+}
+
+
+def test_node_view() -> None:
+    view = node_view(NODE)
+    assert view.name == "gpu-1"
+    assert view.taints == (Taint("k", "NoSchedule", "v"),)
+    assert view.boot_id == "boot"
+    assert view.gpus == 8
+    assert view.unschedulable
+    assert view.condition is not None
+    assert view.condition.reason == "Accepted"
+
+
+def test_pod_view_prefers_pod_reason_and_reads_termination() -> None:
+    pod = {
+        "metadata": {"name": "p", "labels": {"gpuaccept.io/attempt": "3"}},
+        "status": {
+            "phase": "Failed",
+            "reason": "DeadlineExceeded",
+            "containerStatuses": [
+                {
+                    "name": "probe",
+                    "state": {"terminated": {"exitCode": 137, "reason": "Error", "message": "m"}},
+                }
+            ],
+        },
+    }
+    view = pod_view(pod)
+    assert view.serial == 3
+    assert view.terminated
+    assert view.exit_code == 137
+    assert view.reason == "DeadlineExceeded"
+    assert view.message == "m"
+
+
+def test_policy_entry_invalid_names_the_field() -> None:
+    entry = policy_entry(
+        {
+            "metadata": {"name": "p", "generation": 2},
+            "spec": {"pendingTaintKey": "a/b", "quarantine": {"taintKey": "a/b"}},
+        }
+    )
+    assert entry.view.spec is None
+    assert entry.view.error is not None
+    assert "differ" in entry.view.error
+
+
+def test_unreadable_na_status_starts_over() -> None:
+    ((_, view),) = index_na({"metadata": {"name": "n"}, "status": {"phase": "Bogus"}}).values()
+    assert view.status.phase == Phase.PENDING
+
+
+def _cache(**indexes: dict[str, list[Any]]) -> Cache:
+    cache = Cache()
+    kwargs: dict[str, dict[str, list[Any]]] = {
+        NODES_INDEX: {},
+        NAS_INDEX: {},
+        POLICIES_INDEX: {},
+        PODS_INDEX: {},
+    }
+    kwargs.update(indexes)
+    cache.attach(kwargs)
+    return cache
+
+
+def test_cache_overlay_wins_until_the_watch_catches_up() -> None:
+    old = index_node(NODE)
+    cache = _cache(**{NODES_INDEX: {"gpu-1": list(old.values())}})
+    assert cache.node("gpu-1") is not None
+    newer = {**NODE, "metadata": {**NODE["metadata"], "resourceVersion": "9", "labels": {}}}
+    cache.write("node", "gpu-1", 9, node_view(newer))
+    view = cache.node("gpu-1")
+    assert view is not None
+    assert view.labels == {}
+    # the watch delivers rv 9: the overlay entry is dropped, the index answers
+    cache.indexes[NODES_INDEX]["gpu-1"] = list(index_node(newer).values())
+    assert cache.node("gpu-1") == node_view(newer)
+    assert ("node", "gpu-1") not in cache._overlay
+
+
+def test_cache_pods_and_tombstones() -> None:
+    pod = {
+        "metadata": {"name": "p1", "resourceVersion": "3", "labels": {"gpuaccept.io/attempt": "1"}},
+        "spec": {"nodeName": "gpu-1"},
+        "status": {"phase": "Succeeded"},
+    }
+    cache = _cache(**{PODS_INDEX: {"gpu-1": list(index_pod(pod).values())}})
+    assert [p.name for p in cache.pods("gpu-1")] == ["p1"]
+    cache.write_pod("gpu-1", "p1", 1 << 62, None)  # force-deleted by us
+    assert cache.pods("gpu-1") == ()
+    cache.indexes[PODS_INDEX]["gpu-1"] = []  # the watch saw the deletion
+    assert cache.pods("gpu-1") == ()
+    assert not cache._overlay
+
+
+def test_workqueue_dedups_and_requeues_dirty_keys() -> None:
+    async def scenario() -> list[str]:
+        queue = WorkQueue()
+        queue.add("a")
+        queue.add("a")
+        queue.add("b")
+        assert len(queue) == 2
+        first = await queue.get()
+        queue.add(first)  # changed while being processed
+        assert len(queue) == 1
+        queue.done(first)
+        assert len(queue) == 2
+        return [await queue.get(), await queue.get()]
+
+    assert sorted(asyncio.run(scenario())) == ["a", "b"]
+
+
+def test_workqueue_delay_heap_keeps_the_earliest() -> None:
+    async def scenario() -> str:
+        queue = WorkQueue()
+        runner = asyncio.create_task(queue.run_delayed())
+        queue.add_after("late", 30)
+        queue.add_after("soon", 0.05)
+        queue.add_after("soon", 10)  # a later wake-up does not postpone the earlier one
+        key = await asyncio.wait_for(queue.get(), 5)
+        runner.cancel()
+        return key
+
+    assert asyncio.run(scenario()) == "soon"
+
+
+class FakeLeases:
+    """The two Lease calls of Kube, in memory, with resourceVersion checks."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.rv = 0
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None if self.lease is None else {**self.lease}
+
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.lease is not None:
+            raise ConflictError(status=409, reason="AlreadyExists")
+        return self._store(body)
+
+    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        assert self.lease is not None
+        if body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
+            raise ConflictError(status=409, reason="Conflict")
+        return self._store(body)
+
+    def _store(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.rv)}}
+        return self.lease
+
+
+def _elector(fake: FakeLeases, identity: str, duration: float = 15) -> LeaderElector:
+    return LeaderElector(
+        fake,  # type: ignore[arg-type]
+        namespace="ns",
+        name="lease",
+        identity=identity,
+        lease_duration=duration,
+    )
+
+
+def test_only_one_replica_holds_the_lease() -> None:
+    fake = FakeLeases()
+    a, b = _elector(fake, "a"), _elector(fake, "b")
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    assert a.try_acquire_or_renew()  # renew
+    assert not b.try_acquire_or_renew()
+
+
+def test_standby_takes_over_an_expired_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeLeases()
+    a, b = _elector(fake, "a", 10), _elector(fake, "b", 10)
+    clock = [1000.0]
+    monkeypatch.setattr("gpuaccept.operator.leader.time.monotonic", lambda: clock[0])
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()  # b starts observing the record
+    clock[0] += 11  # a stopped renewing
+    assert b.try_acquire_or_renew()
+    assert fake.lease is not None
+    assert fake.lease["spec"]["holderIdentity"] == "b"
+    assert fake.lease["spec"]["leaseTransitions"] == 1
+
+
+def test_released_lease_is_taken_at_once() -> None:
+    fake = FakeLeases()
+    a, b = _elector(fake, "a"), _elector(fake, "b")
+    assert a.try_acquire_or_renew()
+    a.is_leader = True
+    a.release()
+    assert b.try_acquire_or_renew()
