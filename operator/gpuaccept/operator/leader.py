@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,6 +52,8 @@ class LeaderElector:
         self._renewed_at = 0.0  # monotonic time of our last successful renewal
         self._observed_record: tuple[str, str] | None = None
         self._observed_at = 0.0
+        # Its own thread: renewals never queue behind the workers' API calls.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease")
 
     @property
     def leading(self) -> bool:
@@ -134,7 +137,9 @@ class LeaderElector:
     async def run(self) -> None:
         while True:
             try:
-                leader = await asyncio.to_thread(self.try_acquire_or_renew)
+                leader = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self.try_acquire_or_renew
+                )
             except Exception as error:  # API trouble: we cannot prove we lead
                 log.warning("leader election: %s", error)
                 leader = self.leading
