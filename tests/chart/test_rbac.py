@@ -1,15 +1,23 @@
 """The chart's RBAC grants exactly the operator's calls, and nothing else.
 
 The allow-list below is the reviewed list of what the code calls (each entry
-names the caller). A new rule in the chart fails here until it is added to the
-list with its reason; a rule missing from the chart fails the operator's
-integration tests, which run under the chart's ServiceAccount
-(tests/integration/test_chart_rbac.py and the operator's own tests).
+names the caller). It is checked both ways: against the rendered roles (a new
+rule in the chart fails until it is listed with its reason), and against the
+code: every ``self.request`` in operator/gpuaccept/operator/kube.py and every
+kopf index/watch in handlers.py, parsed (a new call without a grant fails, a
+grant no call needs fails). At run time, a rule missing from the chart fails
+the integration tests that run the operator as the chart's ServiceAccount
+(tests/integration/test_chart_rbac.py, test_chart_local_operator.py and the
+operator's own tests).
 """
 
 from __future__ import annotations
 
+import ast
+import re
+from pathlib import Path
 from typing import Any
+from unittest.mock import MagicMock
 
 import pytest
 
@@ -169,3 +177,94 @@ def test_rbac_can_be_left_to_the_user() -> None:
     rendered = render_chart(namespace=NAMESPACE, set_values={"rbac.create": "false"})
     kinds = {d["kind"] for d in rendered}
     assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+
+# --- the allow-list derived from the code ---------------------------------------------
+
+_CORE = re.compile(
+    r"^/api/v1/(namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)(/(?P<name>[^/]+))?(/(?P<sub>[a-z]+))?$"
+)
+_GROUPED = re.compile(
+    r"^/apis/(?P<group>[^/]+)/[^/]+/(namespaces/(?P<ns>[^/]+)/)?(?P<res>[a-z]+)"
+    r"(/(?P<name>[^/]+))?(/(?P<sub>[a-z]+))?$"
+)
+_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+
+
+def _path_template(node: ast.AST, module: Any) -> str:
+    """The request path of a ``self.request(...)`` call, with ``{x}`` for variables."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            _path_template(v.value if isinstance(v, ast.FormattedValue) else v, module)
+            for v in node.values
+        )
+    if isinstance(node, ast.Name):
+        value = getattr(module, node.id, None)
+        return value if isinstance(value, str) else "{x}"
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+    ):
+        return re.sub(r"\{\w+\}", "{x}", _path_template(node.func.value, module))
+    return "{x}"
+
+
+def code_grants() -> dict[str, set[Grant]]:
+    """(apiGroup, resource, verb, "") per scope, from every ``self.request`` in the
+    operator's Kube adapter and every kopf index/watch in its handlers."""
+    kube = pytest.importorskip("gpuaccept.operator.kube")
+    handlers = pytest.importorskip("gpuaccept.operator.handlers")
+    tree = ast.parse(Path(kube.__file__).read_text())
+    scopes: dict[str, set[Grant]] = {"cluster": set(), "release": set(), "default": set()}
+    calls = 0
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "request"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "self"
+        ):
+            continue
+        calls += 1
+        method = node.args[0]
+        assert isinstance(method, ast.Constant), ast.dump(node)
+        assert isinstance(method.value, str), ast.dump(node)
+        path = _path_template(node.args[1], kube)
+        match = _CORE.match(path) or _GROUPED.match(path)
+        assert match, f"unrecognised API path {path!r} in kube.py"
+        parts = match.groupdict()
+        resource = parts["res"] + (f"/{parts['sub']}" if parts["sub"] else "")
+        verb = _VERBS.get(method.value) or ("get" if parts["name"] else "list")
+        ns = parts["ns"]
+        scope = "cluster" if ns is None else ("default" if ns == "default" else "release")
+        scopes[scope].add((parts.get("group") or "", resource, verb, ""))
+    assert calls >= 10, "kube.py changed shape: update this parser"
+    registry = handlers.build_registry(MagicMock())
+    for handler in [*registry._indexing.get_all_handlers(), *registry._watching.get_all_handlers()]:
+        selector = handler.selector
+        plural = selector.plural or selector.any_name
+        scope = "release" if plural == "pods" else "cluster"  # kopf runs namespaced for pods
+        for verb in ("list", "watch"):
+            scopes[scope].add((selector.group, plural, verb, ""))
+    for kind in ("_changing", "_spawning", "_webhooks"):
+        assert not getattr(registry, kind).get_all_handlers(), (
+            f"kopf {kind} handlers write to the objects they handle: RBAC needs patch"
+        )
+    return scopes
+
+
+def _unnamed(allow: dict[Grant, str]) -> set[Grant]:
+    return {(g, r, v, "") for g, r, v, _ in allow}
+
+
+def test_allow_list_is_what_the_code_calls() -> None:
+    """Every grant is backed by a call in kube.py or a kopf watch, and every call
+    in kube.py is granted (lease names are checked by the integration tests)."""
+    used = code_grants()
+    assert _unnamed(CLUSTER_ALLOW) == used["cluster"]
+    assert _unnamed(NAMESPACE_ALLOW) == used["release"]
+    assert _unnamed(EVENTS_ALLOW) == used["default"]
