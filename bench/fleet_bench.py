@@ -249,6 +249,7 @@ class Setup:
     standin_concurrency: int
     profile_operator: bool
     py_spy: str | None = None  # py-spy binary: sample the operator from outside while it works
+    py_spy_gil: bool = True  # only the thread holding the GIL: where the Python CPU goes
 
 
 def arm_command(setup: Setup, arm: str, kubeconfig: Path, tag: str) -> list[str]:
@@ -315,7 +316,9 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
         wait_watching(setup, me.user, proc, timeout=120)
         tracker.start()
         if setup.py_spy and arm == "operator":
-            spy = start_py_spy(setup.py_spy, proc.pid, setup.out / f"py-spy-{tag}.txt")
+            spy = start_py_spy(
+                setup.py_spy, proc.pid, setup.out / f"py-spy-{tag}.txt", gil=setup.py_spy_gil
+            )
 
         def fails(name: str) -> bool:
             return int(name.rsplit("-", 1)[1]) % setup.fail_every == 0
@@ -432,14 +435,14 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
     return result
 
 
-def start_py_spy(binary: str, pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy samples all of the operator's threads from outside (no in-process overhead).
+def start_py_spy(binary: str, pid: int, out: Path, *, gil: bool) -> subprocess.Popen[bytes]:
+    """py-spy samples the operator from outside (no in-process profiler overhead).
 
-    Raw (folded) stacks; ``python -m bench.profile_summary FILE`` prints the top frames.
+    ``gil``: only the thread holding the GIL, i.e. where the Python CPU goes; else
+    every thread, waiting ones included (where the time goes). Raw (folded) stacks;
+    ``python -m bench.profile_summary FILE`` prints the top frames.
     """
-    # Blocking mode (py-spy pauses the process for each sample, 50 times a second): only
-    # then does it tell idle threads (waiting on a socket or a queue) from busy ones.
-    cmd = [binary, "record", "--pid", str(pid), "--rate", "50"]
+    cmd = [binary, "record", "--pid", str(pid), "--rate", "50", *(["--gil"] if gil else [])]
     cmd += ["--format", "raw", "--output", str(out)]
     log(f"py-spy: {shlex.join(cmd)}")
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -680,6 +683,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="BINARY",
         help="attach this py-spy to the operator while it decides the fleet (raw stacks in OUT)",
     )
+    parser.add_argument(
+        "--py-spy-all-threads",
+        action="store_true",
+        help="sample every thread, waiting ones too (default: only the GIL holder = CPU)",
+    )
     parser.add_argument("--keep-cluster", action="store_true", help="leave the control plane up")
     return parser.parse_args(argv)
 
@@ -742,6 +750,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 standin_concurrency=args.standin_concurrency,
                 profile_operator=args.profile_operator,
                 py_spy=args.py_spy,
+                py_spy_gil=not args.py_spy_all_threads,
             )
             for n in sizes:
                 for arm in arms:
