@@ -11,25 +11,23 @@ tests/integration/test_chart_rbac.py and in the operator's integration tests.
 from __future__ import annotations
 
 import json
-import re
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpuaccept.testsupport.chart_rbac import (
     apply_crds,
     apply_manifests,
     chart_dir,
+    chart_version,
     helm,
+    previous_and_next_chart,
     render_chart,
 )
-from gpuaccept.testsupport.controlplane import ControlPlane, repo_root
+from gpuaccept.testsupport.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -121,62 +119,6 @@ def test_rendered_manifests_apply_server_side(cp: ControlPlane, values: Path | N
         cp.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def _chart_version(chart: Path) -> str:
-    return str(yaml.safe_load((chart / "Chart.yaml").read_text())["version"])
-
-
-def previous_and_next_chart(workdir: Path) -> tuple[Path, Path, str]:
-    """The previous released chart (from git history) and the current one.
-
-    The previous chart is the newest commit whose Chart.yaml has another
-    ``version``. While the chart has a single version (no earlier release yet),
-    the current chart plays the previous one, and a copy with the patch
-    version bumped plays the next: the upgrade path is still exercised.
-    """
-    root = repo_root()
-    current = chart_dir()
-    version = _chart_version(current)
-    log = subprocess.run(
-        ["git", "-C", str(root), "log", "--format=%H", "--", "charts/gpuaccept/Chart.yaml"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    for commit in log.stdout.split():
-        shown = subprocess.run(
-            ["git", "-C", str(root), "show", f"{commit}:charts/gpuaccept/Chart.yaml"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if shown.returncode != 0:
-            continue
-        old = str(yaml.safe_load(shown.stdout)["version"])
-        if old != version:
-            target = workdir / "previous"
-            target.mkdir()
-            archive = subprocess.run(
-                ["git", "-C", str(root), "archive", commit, "charts/gpuaccept"],
-                capture_output=True,
-                check=True,
-            )
-            subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
-            return target / "charts" / "gpuaccept", current, f"git {commit[:12]} ({old})"
-    bumped = workdir / "next" / "gpuaccept"
-    shutil.copytree(current, bumped)
-    chart_yaml = bumped / "Chart.yaml"
-    major, minor, patch = (int(x) for x in re.split(r"[.+-]", version)[:3])
-    chart_yaml.write_text(
-        re.sub(
-            r"^version: .*$",
-            f"version: {major}.{minor}.{patch + 1}",
-            chart_yaml.read_text(),
-            flags=re.M,
-        )
-    )
-    return current, bumped, f"current {version} (first release)"
-
-
 @pytest.fixture
 def release(cp: ControlPlane) -> Iterator[tuple[str, str]]:
     name, namespace = _unique("it"), _unique("gpuaccept-it")
@@ -241,7 +183,7 @@ def test_install_then_upgrade_keeps_node_acceptances(
             helm("history", name, "-n", namespace, "-o", "json", kubeconfig=cp.kubeconfig).stdout
         )
         assert [h["status"] for h in history] == ["superseded", "deployed"]
-        assert history[-1]["chart"] == f"gpuaccept-{_chart_version(upgraded)}"
+        assert history[-1]["chart"] == f"gpuaccept-{chart_version(upgraded)}"
 
         na = json.loads(cp.kubectl("get", "na", node, "-o", "json").stdout)
         assert na["status"]["phase"] == "Quarantined"

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,10 +47,12 @@ __all__ = [
     "apply_crds",
     "apply_manifests",
     "chart_dir",
+    "chart_version",
     "helm",
     "main",
     "operator_args",
     "operator_kubeconfig",
+    "previous_and_next_chart",
     "release_token_kubeconfig",
     "remove_chart_rbac",
     "render_chart",
@@ -259,6 +263,62 @@ def remove_chart_rbac(cp: ControlPlane, identity: OperatorIdentity) -> None:
     """Delete what :func:`apply_chart_rbac` applied (not the CRDs, not the namespace)."""
     body = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(identity.manifests)})
     cp.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=body)
+
+
+def chart_version(chart: Path) -> str:
+    return str(yaml.safe_load((chart / "Chart.yaml").read_text())["version"])
+
+
+def previous_and_next_chart(workdir: Path) -> tuple[Path, Path, str]:
+    """The previous released chart (from git history) and the current one.
+
+    The previous chart is the newest commit whose Chart.yaml has another
+    ``version``. While the chart has a single version (no earlier release yet),
+    the current chart plays the previous one, and a copy with the patch
+    version bumped plays the next: the upgrade path is still exercised.
+    """
+    root = repo_root()
+    current = chart_dir()
+    version = chart_version(current)
+    log = subprocess.run(
+        ["git", "-C", str(root), "log", "--format=%H", "--", "charts/gpuaccept/Chart.yaml"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for commit in log.stdout.split():
+        shown = subprocess.run(
+            ["git", "-C", str(root), "show", f"{commit}:charts/gpuaccept/Chart.yaml"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if shown.returncode != 0:
+            continue
+        old = str(yaml.safe_load(shown.stdout)["version"])
+        if old != version:
+            target = workdir / "previous"
+            target.mkdir(parents=True)
+            archive = subprocess.run(
+                ["git", "-C", str(root), "archive", commit, "charts/gpuaccept"],
+                capture_output=True,
+                check=True,
+            )
+            subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+            return target / "charts" / "gpuaccept", current, f"git {commit[:12]} ({old})"
+    bumped = workdir / "next" / "gpuaccept"
+    shutil.copytree(current, bumped)
+    chart_yaml = bumped / "Chart.yaml"
+    major, minor, patch = (int(x) for x in re.split(r"[.+-]", version)[:3])
+    chart_yaml.write_text(
+        re.sub(
+            r"^version: .*$",
+            f"version: {major}.{minor}.{patch + 1}",
+            chart_yaml.read_text(),
+            flags=re.M,
+        )
+    )
+    return current, bumped, f"current {version} (first release)"
 
 
 _IDENTITIES: dict[tuple[str, str, str], OperatorIdentity] = {}
