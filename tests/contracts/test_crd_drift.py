@@ -341,3 +341,57 @@ def test_printer_columns() -> None:
 def test_unsupported_schema_is_reported() -> None:
     with pytest.raises(crdgen.UnsupportedSchemaError):
         crdgen.structural({"oneOf": [{"type": "string"}, {"type": "integer"}]}, {})
+
+
+def test_structural_conversion_rules() -> None:
+    """The mapping rules on a synthetic model, independent of today's contract."""
+    from typing import Annotated, Literal  # noqa: PLC0415
+
+    from pydantic import BaseModel, Field, JsonValue  # noqa: PLC0415
+
+    class Inner(BaseModel):
+        """Inner docstring."""
+
+        flag: bool = True
+
+    class Sample(BaseModel):
+        optional: int | None = Field(default=None, ge=1)
+        count_or_percent: Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=r"^\d+%$")]
+        positive: float = Field(gt=0)
+        constant: Literal["x"] = "x"
+        choice: Literal["a", "b"] = "a"
+        inner: Inner = Field(default_factory=Inner, description="field description wins")
+        anything: JsonValue = None
+        mapping: dict[str, int] = Field(default_factory=dict)
+        items: list[Inner] = Field(default_factory=list, max_length=3)
+
+    schema = crdgen.model_schema(Sample)
+    props = schema["properties"]
+    assert schema["required"] == ["count_or_percent", "positive"]
+    assert props["optional"] == {"type": "integer", "minimum": 1, "nullable": True}
+    assert props["count_or_percent"] == {
+        "x-kubernetes-int-or-string": True,
+        "minimum": 0,
+        "pattern": r"^\d+%$",
+    }
+    assert props["positive"] == {"type": "number", "minimum": 0, "exclusiveMinimum": True}
+    assert props["constant"] == {"type": "string", "enum": ["x"]}
+    assert props["choice"]["enum"] == ["a", "b"]
+    assert props["inner"]["description"] == "field description wins"
+    assert props["inner"]["properties"] == {"flag": {"type": "boolean"}}
+    assert props["anything"] == {"x-kubernetes-preserve-unknown-fields": True, "nullable": True}
+    assert props["mapping"] == {"type": "object", "additionalProperties": {"type": "integer"}}
+    assert props["items"]["maxItems"] == 3
+    assert props["items"]["items"]["description"] == "Inner docstring."
+    assert "title" not in str(schema)
+    assert "default" not in str(schema)
+
+
+def test_unmappable_unions_fail_loudly() -> None:
+    from pydantic import BaseModel  # noqa: PLC0415
+
+    class Bad(BaseModel):
+        value: int | float
+
+    with pytest.raises(crdgen.UnsupportedSchemaError):
+        crdgen.model_schema(Bad)
