@@ -397,6 +397,24 @@ def test_reboot_new_boot_id_and_ready_toggle(
     assert seen[-1] == ("True", new_boot)
 
 
+def test_reboot_kills_running_pods(
+    standin: KubeletStandIn, core: k8s.CoreV1Api, namespace: str, suffix: str
+) -> None:
+    name = f"gpu-{suffix}-reboot"
+    body = _pod("on-reboot", name, [])
+    body["spec"]["containers"][0]["command"] = ["python", "-c", "import time; time.sleep(600)"]
+    core.create_namespaced_pod(namespace, body)
+    _wait_pod(core, namespace, "on-reboot", _running)
+    pids = standin.process_ids(namespace, "on-reboot")
+    assert pids
+    standin.reboot(name)
+    pod = _wait_pod(core, namespace, "on-reboot", _terminal)
+    assert pod.status.phase == "Failed"
+    term = pod.status.container_statuses[0].state.terminated
+    assert (term.exit_code, term.reason) == (137, "ContainerStatusUnknown")
+    assert not any(_pid_alive(p) for p in pids.values())
+
+
 def test_hundreds_of_nodes_with_prepared_reports(
     control_plane: ControlPlane, core: k8s.CoreV1Api, namespace: str, suffix: str
 ) -> None:

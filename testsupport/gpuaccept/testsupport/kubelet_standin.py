@@ -797,6 +797,8 @@ class _PodRunner:
                     "ContainersReady", ready, "PodCompleted" if terminal else "ContainersNotReady"
                 ),
                 cond("Ready", ready, "PodCompleted" if terminal else "ContainersNotReady"),
+                # The kubelet adds this one when missing (no scheduler bound the pod here).
+                cond("PodScheduled", True),
             ],
             "containerStatuses": cstatuses,
             "reason": reason,
