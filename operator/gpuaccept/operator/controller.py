@@ -103,6 +103,7 @@ class Cache:
         self.synced = asyncio.Event()
         self._overlay: dict[tuple[str, str], _Written] = {}
         self._pod_nodes: dict[str, str] = {}  # overlay pod name -> node name
+        self._node_pods: dict[str, set[str]] = defaultdict(set)  # node -> overlay pod names
 
     def attach(self, kwargs: Mapping[str, Any]) -> None:
         """Take kopf's live index objects (they exist once the first handler runs)."""
@@ -145,8 +146,10 @@ class Cache:
         for rv, view in _index_values(self.indexes.get(PODS_INDEX), node):
             if view.name not in found or rv > found[view.name][0]:
                 found[view.name] = (rv, view)
-        for (kind, key), written in list(self._overlay.items()):
-            if kind != "pod" or self._pod_nodes.get(key) != node:
+        for key in list(self._node_pods.get(node, ())):
+            written = self._overlay.get(("pod", key))
+            if written is None:
+                self._forget_pod(key)
                 continue
             current = found.get(key)
             if current is None:
@@ -162,10 +165,17 @@ class Cache:
 
     def _forget_pod(self, name: str) -> None:
         self._overlay.pop(("pod", name), None)
-        self._pod_nodes.pop(name, None)
+        node = self._pod_nodes.pop(name, None)
+        if node is not None:
+            names = self._node_pods.get(node)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self._node_pods[node]
 
     def write_pod(self, node: str, name: str, rv: int, view: PodView | None) -> None:
         self._pod_nodes[name] = node
+        self._node_pods[node].add(name)
         self.write("pod", name, rv, view)
 
     def policies(self) -> list[PolicyEntry]:
@@ -334,7 +344,13 @@ class Controller:
         )
 
     def _breaker(self, policy: str, node: str, *, exact: bool) -> BreakerCounts:
-        if exact or policy not in self._quarantined:
+        """Quarantined nodes of ``policy`` but ``node``.
+
+        Counted once from the cache, then kept up to date by every status write
+        this process makes (``_track``) and recounted by the policy loop. Under
+        the policy's breaker lock it is exact: every quarantine goes through it.
+        """
+        if policy not in self._quarantined:
             self._count_policy(policy)
         quarantined = self._quarantined.get(policy, set())
         return BreakerCounts(
@@ -374,7 +390,6 @@ class Controller:
                     plan = reconcile(observed, self.judge)
                     if plan.actions:
                         done = await self._execute(observed, plan)
-                        self._count_policy(observed.policies[0].name)
                     else:
                         done = True
             elif plan.actions:
@@ -416,6 +431,7 @@ class Controller:
                     self.executor, self._refresh, observed.node_name, action
                 )
                 return False
+            self._track(action)
             self.writes[type(action).__name__] += 1
             metrics.API_CALLS.labels(type(action).__name__).inc()
             self._record_metrics(observed, action)
@@ -486,6 +502,20 @@ class Controller:
             )
         else:  # pragma: no cover - exhaustive
             raise TypeError(f"unknown action {action!r}")
+
+    def _track(self, action: Action) -> None:
+        """Keep the per-policy quarantined sets in step with our own writes."""
+        if isinstance(action, PatchNAStatus):
+            name, status = action.name, action.status
+            for policy, members in self._quarantined.items():
+                if policy != status.policy or status.phase != Phase.QUARANTINED:
+                    members.discard(name)
+            # An untracked policy is counted in full from the cache when first needed.
+            if status.policy in self._quarantined and status.phase == Phase.QUARANTINED:
+                self._quarantined[status.policy].add(name)
+        elif isinstance(action, DeleteNodeAcceptance):
+            for members in self._quarantined.values():
+                members.discard(action.name)
 
     def _record_metrics(self, observed: Observed, action: Action) -> None:
         if isinstance(action, DeleteNodeAcceptance):
