@@ -75,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workers",
         type=int,
-        default=int(env("GPUACCEPT_WORKERS", "8")),
+        default=int(env("GPUACCEPT_WORKERS", "16")),
         help="concurrent reconciles (and API threads)",
     )
     p.add_argument(

@@ -211,7 +211,7 @@ class Controller:
         config: OperatorConfig,
         judge: Judge,
         *,
-        workers: int = 8,
+        workers: int = 16,
         status_interval: float = 5.0,
         identity: str = "gpuaccept",
         leader: LeaderElector | None = None,
