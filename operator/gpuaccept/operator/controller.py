@@ -89,6 +89,10 @@ def _index_values(index: Any, key: str) -> list[Any]:
         return []
 
 
+class StaleCacheError(Exception):
+    """The cache disagreed with the API server; the plan is dropped and re-made."""
+
+
 @dataclass
 class _Written:
     rv: int
@@ -423,6 +427,8 @@ class Controller:
                 await asyncio.get_running_loop().run_in_executor(
                     self.executor, self._apply, observed, action
                 )
+            except StaleCacheError:
+                return False
             except ConflictError:
                 log.info(
                     "node=%s conflict on %s; re-reading", observed.node_name, type(action).__name__
@@ -486,6 +492,12 @@ class Controller:
             elif known is not None:
                 cache.write_pod(observed.node_name, action.name, 1 << 62, None)
         elif isinstance(action, DeleteNodeAcceptance):
+            # The cache says the node is gone; make sure before deleting its record.
+            node = kube.get_node(action.name)
+            if node is not None:
+                log.warning("node=%s is not in the cache but exists; keeping it", action.name)
+                cache.write("node", action.name, resource_version(node), node_view(node))
+                raise StaleCacheError(action.name)
             kube.delete_na(action.name)
             cache.write("na", action.name, 1 << 62, None)
         elif isinstance(action, EmitEvent):
