@@ -44,6 +44,7 @@ class Request:
     name: str
     code: int
     received: str  # RFC 3339 with microseconds, as logged
+    completed: str = ""  # stageTimestamp of the stage logged first (ResponseComplete for writes)
 
     @property
     def kind(self) -> str:
@@ -90,6 +91,7 @@ def _parse(line: bytes) -> Request | None:
         name=str(ref.get("name", "")),
         code=int(status.get("code", 0) or 0),
         received=str(event.get("requestReceivedTimestamp", "")),
+        completed=str(event.get("stageTimestamp", "")),
     )
 
 
