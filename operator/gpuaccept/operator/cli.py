@@ -173,12 +173,12 @@ def main(argv: Sequence[str]) -> int:
     if args.workers < 1:
         sys.stderr.write("gpuaccept operator: --workers must be at least 1\n")
         return EXIT_USAGE
-    _setup_logging(args.log_format, args.log_level)
     resources = _json_arg(args.probe_resources, "--probe-resources", dict)
     tolerations = _json_arg(args.probe_tolerations, "--probe-tolerations", list)
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
         sys.stderr.write(f"gpuaccept operator: kubeconfig {args.kubeconfig} does not exist\n")
         return EXIT_USAGE
+    _setup_logging(args.log_format, args.log_level)
 
     configuration = kubernetes.client.Configuration()
     try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -554,7 +555,11 @@ class Controller:
     # ------------------------------------------------------------------ policy status
     async def _policy_loop(self) -> None:
         await self.cache.synced.wait()
+        last_logged, last_calls = time.monotonic(), dict(self.kube.calls)
         while True:
+            if time.monotonic() - last_logged >= 60 and dict(self.kube.calls) != last_calls:
+                last_logged, last_calls = time.monotonic(), dict(self.kube.calls)
+                log.info("API calls so far: %s", json.dumps(last_calls, sort_keys=True))
             try:
                 await self.update_policies()
             except asyncio.CancelledError:
