@@ -227,7 +227,8 @@ def test_pod_succeeds_with_termination_message(
             "ok",
             node,
             [
-                "report node={NODE_NAME} pod={POD_NAME} profile={GPUACCEPT_PROFILE} {GREETING}",
+                "report node={NODE_NAME} pod={POD_NAME} profile={GPUACCEPT_PROFILE} {GREETING}"
+                " boot={GPUACCEPT_BOOT_ID}",
                 "/dev/termination-log",
                 "0",
             ],
@@ -239,7 +240,8 @@ def test_pod_succeeds_with_termination_message(
     term = pod.status.container_statuses[0].state.terminated
     assert term.exit_code == 0
     assert term.reason == "Completed"
-    assert term.message == (f"report node={node} pod=ok profile={profile} hello-{node}")
+    boot = standin.node(node).boot_id
+    assert term.message == f"report node={node} pod=ok profile={profile} hello-{node} boot={boot}"
     assert "stdout line from ok" in standin.pod_log(namespace, "ok")
 
 

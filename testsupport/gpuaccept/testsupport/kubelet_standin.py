@@ -9,7 +9,8 @@ plays one for any number of simulated GPU nodes:
   hardware-profile file;
 * watches Pods bound to its nodes (``spec.nodeName``; one list+watch for all
   its nodes) and runs each container's ``command`` + ``args`` as a local
-  subprocess, with the node's profile path in ``GPUACCEPT_PROFILE`` and the
+  subprocess, with the node's profile path in ``GPUACCEPT_PROFILE``, its bootID
+  in ``GPUACCEPT_BOOT_ID`` (unless the pod sets it) and the
   pod's env (``value``, downward-API ``fieldRef``, ``configMapKeyRef``,
   ``secretKeyRef``, ``envFrom``; ``$(VAR)`` expansion);
 * writes pod status through ``pods/status`` as a kubelet does: phase
