@@ -106,6 +106,8 @@ def install(kube: Kube) -> None:
         "probe": {"ncclAllreduce": {"minBusbwGBps": 350}},
         "probeRun": {"timeoutSeconds": 120, "retries": 1, "backoffSeconds": 5},
         "maxQuarantined": 10,
+        "dryRun": False,
+        "paused": False,
     }
     policy = {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -145,6 +147,20 @@ def fleet_file(state: Path) -> Path:
     path = state / "fleet.yaml"
     path.write_text(yaml.safe_dump({"nodes": nodes}, sort_keys=False))
     return path
+
+
+def forget_fleet(kube: Kube) -> None:
+    """Remove what an earlier demo (KEEP=1) left: its nodes and their NodeAcceptances."""
+    names = [*GOOD, *BAD]
+    for name in names:
+        with contextlib.suppress(ApiException):
+            kube.request("DELETE", f"/api/v1/nodes/{name}")
+        kube.delete_na(name)
+    for name in names:
+        for _ in range(30):
+            if kube.get_node(name) is None and kube.get_na(name) is None:
+                break
+            time.sleep(0.5)
 
 
 def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -213,6 +229,7 @@ def main() -> int:
         down()
     kube = Kube(cp.api_client())
     kube.api.user_agent = "gpuaccept-demo"
+    forget_fleet(kube)
     say(f"control plane ready at {cp.server}; installing CRDs and the '{POLICY}' policy")
     install(kube)
     say(f"registering {len(GOOD) + len(BAD)} simulated GPU nodes with the pending taint")
@@ -257,6 +274,8 @@ def main() -> int:
         else:
             say(f"not every node was decided within {TIMEOUT_S}s")
         out("")
+        time.sleep(3)  # let the policy status catch up (it is written every 2 s)
+        out(kubectl(cp, "get", "nodeacceptancepolicy"))
         out(kubectl(cp, "get", "nodeacceptance"))
         out(kubectl(cp, "get", "nodes", "-l", "gpuaccept.io/demo=true", "-o",
                     "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept\\.io/"
