@@ -22,9 +22,12 @@ docs/install.md shows the same steps by hand (e2e/local-controlplane.sh).
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,11 +59,16 @@ def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str,
     sets = {
         "operator.replicas": "0",
         "defaultPolicy.name": f"{release}-policy",
-        # Only this test's nodes (and the GPU label the policy always has).
+        # Only this test's nodes: its own label instead of the GPU label, so that
+        # no other policy on a shared control plane claims them (nor this one others).
+        "defaultPolicy.nodeSelector.nvidia\\.com/gpu\\.present": "null",
         "defaultPolicy.nodeSelector.gpuaccept\\.io/test": suffix,
         # The control plane has no RuntimeClass "nvidia" (and no container runtime).
         "probe.runtimeClassName": "",
         "probe.image.pullPolicy": "Never",
+        # The chart's health and metrics ports, on free local ports.
+        "operator.healthPort": str(_free_port()),
+        "operator.metricsPort": str(_free_port()),
     }
     args = ["-n", namespace]
     for key, value in sets.items():
@@ -72,6 +80,21 @@ def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str,
     yield {"release": release, "namespace": namespace, "sets": sets, "suffix": suffix}
     helm("uninstall", release, "-n", namespace, kubeconfig=control_plane.kubeconfig, check=False)
     control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), ""
 
 
 def _phases(cp: ControlPlane, names: list[str]) -> dict[str, dict[str, object]]:
@@ -123,7 +146,7 @@ def test_local_operator_under_chart_rbac_decides_nodes(
 
     profiles = repo_root() / "profiles"
     suffix = str(installed["suffix"])
-    labels = {"gpuaccept.io/test": suffix}
+    labels = {"gpuaccept.io/test": suffix, "nvidia.com/gpu.present": "false"}
     pending = [{"key": "gpuaccept.io/pending", "value": "true", "effect": "NoSchedule"}]
     good, bad = f"demo-{suffix}-good", f"demo-{suffix}-bad"
     nodes = [
@@ -147,8 +170,7 @@ def test_local_operator_under_chart_rbac_decides_nodes(
     assert args[0] == "operator"
     command = [
         sys.executable, "-m", "gpuaccept.cli", *args,
-        "--kubeconfig", str(kubeconfig), "--health-port", "0", "--metrics-port", "0",
-        "--log-format", "text",
+        "--kubeconfig", str(kubeconfig), "--log-format", "text",
     ]  # fmt: skip
     with log_path.open("wb") as log:
         operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -172,6 +194,21 @@ def test_local_operator_under_chart_rbac_decides_nodes(
         assert phases[bad]["phase"] == "Quarantined", phases
         assert _taint_keys(control_plane, good) == set()
         assert _taint_keys(control_plane, bad) == {"gpuaccept.io/quarantined"}
+
+        # The endpoints the chart's probes and Service point at.
+        health, metrics = int(sets["operator.healthPort"]), int(sets["operator.metricsPort"])
+        assert _get(health, "/healthz")[0] == 200
+        assert _get(health, "/readyz")[0] == 200
+        # The policy gauges are refreshed periodically: wait for them.
+        wanted = f'gpuaccept_nodes{{phase="Accepted",policy="{release}-policy"}} 1.0'
+        deadline = time.monotonic() + DECIDE_WITHIN_S
+        status, text = _get(metrics, "/metrics")
+        while wanted not in text and time.monotonic() < deadline:
+            time.sleep(1)
+            status, text = _get(metrics, "/metrics")
+        assert status == 200
+        assert wanted in text, text[-2000:]
+        assert "gpuaccept_leader 1.0" in text
 
         # Nothing the operator tried was refused by the chart's RBAC.
         output = log_path.read_text()
