@@ -364,3 +364,14 @@ def test_app_version_is_the_project_version() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == project
+
+
+def test_a_default_selector_key_can_be_dropped() -> None:
+    docs = render_chart(
+        namespace=NAMESPACE,
+        set_values={
+            "defaultPolicy.nodeSelector.nvidia\\.com/gpu\\.present": "null",
+            "defaultPolicy.nodeSelector.pool": "h100",
+        },
+    )
+    assert one(docs, "NodeAcceptancePolicy")["spec"]["nodeSelector"] == {"pool": "h100"}
