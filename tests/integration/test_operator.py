@@ -144,6 +144,10 @@ class Operator:
             "10",
             "--probe-image",
             "local/gpuaccept-probe:test",
+            # Only this module's nodes: other tests' nodes and policies on the
+            # shared control plane are none of this operator's business.
+            "--node-selector",
+            SUITE_LABEL,
             *extra,
         ]
         log = self.log_path.open("ab")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import kopf
 import pytest
 
 from gpuaccept.operator.cli import main, parser
+from gpuaccept.operator.handlers import parse_node_selector
 
 
 def test_bad_json_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
@@ -47,3 +49,10 @@ def test_chart_arguments_parse() -> None:
     assert args.lease_name == "gpuaccept"
     assert args.probe_timeout == 900
     assert args.workers >= 1
+
+
+def test_node_selector_parsing() -> None:
+    assert parse_node_selector("") == {}
+    assert parse_node_selector("a=b, c") == {"a": "b", "c": kopf.PRESENT}
+    with pytest.raises(ValueError, match="empty key"):
+        parse_node_selector("=x")

@@ -25,7 +25,7 @@ from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VER
 from gpuaccept.operator.controller import Controller
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import OperatorConfig
-from gpuaccept.operator.handlers import build_registry, configure
+from gpuaccept.operator.handlers import build_registry, configure, parse_node_selector
 from gpuaccept.operator.health import serve_health
 from gpuaccept.operator.kube import Kube
 from gpuaccept.operator.leader import LeaderElector
@@ -80,6 +80,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--status-interval", type=float, default=5.0, help="seconds between policy status updates"
+    )
+    p.add_argument(
+        "--node-selector",
+        default=env("GPUACCEPT_NODE_SELECTOR", ""),
+        help="only watch Nodes with these labels: key=value or key (present), comma-separated "
+        "(default: all Nodes; policies select among them)",
     )
     p.add_argument(
         "--crd-wait",
@@ -175,6 +181,11 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_USAGE
     resources = _json_arg(args.probe_resources, "--probe-resources", dict)
     tolerations = _json_arg(args.probe_tolerations, "--probe-tolerations", list)
+    try:
+        node_selector = parse_node_selector(args.node_selector)
+    except ValueError as error:
+        sys.stderr.write(f"gpuaccept operator: {error}\n")
+        return EXIT_USAGE
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
         sys.stderr.write(f"gpuaccept operator: kubeconfig {args.kubeconfig} does not exist\n")
         return EXIT_USAGE
@@ -243,7 +254,7 @@ def main(argv: Sequence[str]) -> int:
         identity=identity,
         leader=leader,
     )
-    registry = build_registry(controller)
+    registry = build_registry(controller, node_selector)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:

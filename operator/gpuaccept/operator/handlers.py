@@ -36,9 +36,24 @@ from gpuaccept.operator.core.podspec import (
 log = logging.getLogger(__name__)
 
 
-def build_registry(controller: Controller) -> kopf.OperatorRegistry:
+def parse_node_selector(text: str) -> dict[str, Any]:
+    """``key=value,key2`` → kopf label filters (a bare key: the label is present)."""
+    filters: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not key.strip():
+            raise ValueError(f"--node-selector: empty key in {part!r}")
+        filters[key.strip()] = value.strip() if sep else kopf.PRESENT
+    return filters
+
+
+def build_registry(
+    controller: Controller, node_selector: dict[str, Any] | None = None
+) -> kopf.OperatorRegistry:
+    """kopf handlers for the controller; ``node_selector`` limits the Nodes watched."""
     registry = kopf.OperatorRegistry()
     probe_labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, COMPONENT_LABEL: COMPONENT_VALUE}
+    node_labels = node_selector or None
 
     # ---------------------------------------------------------------- indexes
     # The function names are the index names (kopf passes them as kwargs).
@@ -58,7 +73,9 @@ def build_registry(controller: Controller) -> kopf.OperatorRegistry:
     assert gpuaccept_nodeacceptances.__name__ == NAS_INDEX
     assert gpuaccept_policies.__name__ == POLICIES_INDEX
     assert gpuaccept_probe_pods.__name__ == PODS_INDEX
-    kopf.index("", "v1", "nodes", id=NODES_INDEX, registry=registry)(gpuaccept_nodes)
+    kopf.index("", "v1", "nodes", labels=node_labels, id=NODES_INDEX, registry=registry)(
+        gpuaccept_nodes
+    )
     kopf.index(GROUP, VERSION, ACCEPTANCE_PLURAL, id=NAS_INDEX, registry=registry)(
         gpuaccept_nodeacceptances
     )
@@ -70,7 +87,7 @@ def build_registry(controller: Controller) -> kopf.OperatorRegistry:
     )
 
     # ---------------------------------------------------------------- events
-    @kopf.on.event("", "v1", "nodes", registry=registry)
+    @kopf.on.event("", "v1", "nodes", labels=node_labels, registry=registry)
     def node_event(name: str, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
         controller.enqueue(name)
