@@ -691,6 +691,25 @@ def test_kill_mid_probe_and_restart_resumes_with_one_pod(env: Env) -> None:
         env.operator.start(metrics_port=_free_port(), health_port=_free_port())
 
 
+def test_refused_probe_pod_ends_in_probe_error_with_the_reason(env: Env) -> None:
+    suite = suite_id("refused")
+    env.policy(suite)
+    env.operator.stop()
+    lease = f"optest-refused-{uuid.uuid4().hex[:6]}"
+    op = Operator(env.cp, env.log_dir, lease=lease, name="refused")
+    op.start("--probe-service-account", "no-such-account")
+    try:
+        (name,) = env.nodes(suite, {"n": HEALTHY})
+        env.wait_phase([name], "Quarantined", timeout=120)
+        status = env.status(name)
+        assert status["reason"] == "ProbeError"
+        assert "no-such-account" in status["reasons"][0]["message"], status
+        assert QUARANTINE_TAINT_KEY in env.taint_keys(name)
+    finally:
+        op.stop()
+        env.operator.start(metrics_port=_free_port(), health_port=_free_port())
+
+
 def test_two_replicas_never_double_act_and_the_standby_takes_over(env: Env) -> None:
     suite = suite_id("ha")
     env.policy(suite)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from world import BOOT, PENDING, World, make_report, spec
+from world import BOOT, PENDING, World, fake_judge, make_report, spec
 
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.contracts.policy import PolicyChangeAction
@@ -22,6 +22,7 @@ from gpuaccept.operator.core import (
     PolicyView,
     RemoveReprobeAnnotation,
     Taint,
+    reconcile,
 )
 
 QUARANTINE = Taint("gpuaccept.io/quarantined", "NoSchedule", "true")
@@ -459,3 +460,17 @@ def test_deadline_exceeded_pod_is_a_timeout_error() -> None:
     world.settle()
     assert world.status.phase == Phase.PENDING
     assert world.status.reason == "ProbeTimeout"
+
+
+def test_refused_pod_creation_is_an_attempt_error_with_the_api_message() -> None:
+    world = probing_world()
+    world.pods.clear()  # the API server refused the pod
+    plan = reconcile(
+        dataclasses.replace(world.observe(), pod_create_error='serviceaccount "x" not found'),
+        fake_judge,
+    )
+    world.apply(plan)
+    assert world.status.phase == Phase.PENDING
+    assert world.status.reason == "ProbePodError"
+    assert world.status.message is not None
+    assert 'serviceaccount "x" not found' in world.status.message

@@ -236,6 +236,7 @@ class Controller:
         self._matched: dict[str, int] = {}
         self._policy_generations: dict[str, int] = {}
         self._failures: Counter[str] = Counter()
+        self._create_errors: dict[str, str] = {}  # node -> why its probe pod was refused
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
         self.writes: Counter[str] = Counter()
@@ -346,6 +347,7 @@ class Controller:
             policies=tuple(policies),
             breaker=breaker,
             config=self.config,
+            pod_create_error=self._create_errors.get(name),
         )
 
     def _breaker(self, policy: str, node: str, *, exact: bool) -> BreakerCounts:
@@ -478,7 +480,13 @@ class Controller:
             body = kube.remove_node_annotation(action.node, REPROBE_ANNOTATION)
             cache.write("node", action.node, resource_version(body), node_view(body))
         elif isinstance(action, CreateProbePod):
-            pod = kube.create_pod(self.config.namespace, action.manifest)
+            try:
+                pod = kube.create_pod(self.config.namespace, action.manifest)
+            except ApiException as error:
+                if error.status in (400, 403, 404, 422):  # refused, not a hiccup
+                    self._create_errors[observed.node_name] = _api_message(error)[:500]
+                raise
+            self._create_errors.pop(observed.node_name, None)
             if pod is not None:
                 cache.write_pod(
                     observed.node_name, action.name, resource_version(pod), pod_view(pod)

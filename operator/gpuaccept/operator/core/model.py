@@ -165,6 +165,9 @@ class Observed:
     policies: tuple[PolicyView, ...] = ()
     breaker: BreakerCounts = BreakerCounts()
     config: OperatorConfig = OperatorConfig()
+    # The API server refused to create this node's probe pod (e.g. a missing
+    # ServiceAccount or a quota): the attempt failed, with this message.
+    pod_create_error: str | None = None
 
 
 # --------------------------------------------------------------------------- actions

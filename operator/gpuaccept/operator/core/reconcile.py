@@ -431,6 +431,16 @@ class _Planner:
         deadline = started + timedelta(
             seconds=self.obs.config.timeout_for(spec) + self.obs.config.deadline_grace_seconds
         )
+        if pod is None and self.obs.pod_create_error:
+            return self.error(
+                node,
+                policy,
+                spec,
+                st,
+                reason="ProbePodError",
+                message=f"the probe pod could not be created: {self.obs.pod_create_error}",
+                pod=None,
+            )
         if pod is None:
             if (
                 now - started < timedelta(seconds=self.obs.config.pod_missing_grace_seconds)
