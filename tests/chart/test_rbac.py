@@ -3,17 +3,18 @@
 The allow-list below is the reviewed list of what the code calls (each entry
 names the caller). It is checked both ways: against the rendered roles (a new
 rule in the chart fails until it is listed with its reason), and against the
-code: every ``self.request`` in operator/gpuaccept/operator/kube.py and every
-kopf index/watch in handlers.py, parsed (a new call without a grant fails, a
-grant no call needs fails). At run time, a rule missing from the chart fails
-the integration tests that run the operator as the chart's ServiceAccount
-(tests/integration/test_chart_rbac.py, test_chart_local_operator.py and the
-operator's own tests).
+code: every ``<x>.request("VERB", path)`` in operator/gpuaccept/operator (the
+Kube adapter and its callers) and every kopf index/watch in handlers.py,
+parsed (a new call without a grant fails, a grant no call needs fails). At run
+time, a rule missing from the chart fails the integration tests that run the
+operator as the chart's ServiceAccount (tests/integration/test_chart_rbac.py,
+test_chart_local_operator.py and the operator's own tests).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 from typing import Any
@@ -212,37 +213,50 @@ def _path_template(node: ast.AST, module: Any) -> str:
     return "{x}"
 
 
+_HTTP = {"GET", "POST", "PATCH", "PUT", "DELETE"}
+# Discovery documents: readable by every authenticated user (system:discovery).
+_DISCOVERY = re.compile(r"^/(api|apis)(/[^/]+){0,2}$")
+
+
 def code_grants() -> dict[str, set[Grant]]:
-    """(apiGroup, resource, verb, "") per scope, from every ``self.request`` in the
-    operator's Kube adapter and every kopf index/watch in its handlers."""
+    """(apiGroup, resource, verb, "") per scope, from every ``<x>.request("VERB", path)``
+    in the operator's code (its Kube adapter and any caller of ``Kube.request``) and
+    every kopf index/watch in its handler registry."""
     kube = pytest.importorskip("gpuaccept.operator.kube")
     handlers = pytest.importorskip("gpuaccept.operator.handlers")
-    tree = ast.parse(Path(kube.__file__).read_text())
+    package = Path(kube.__file__).parent
     scopes: dict[str, set[Grant]] = {"cluster": set(), "release": set(), "default": set()}
     calls = 0
-    for node in ast.walk(tree):
-        if not (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "request"
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "self"
-        ):
-            continue
-        calls += 1
-        method = node.args[0]
-        assert isinstance(method, ast.Constant), ast.dump(node)
-        assert isinstance(method.value, str), ast.dump(node)
-        path = _path_template(node.args[1], kube)
-        match = _CORE.match(path) or _GROUPED.match(path)
-        assert match, f"unrecognised API path {path!r} in kube.py"
-        parts = match.groupdict()
-        resource = parts["res"] + (f"/{parts['sub']}" if parts["sub"] else "")
-        verb = _VERBS.get(method.value) or ("get" if parts["name"] else "list")
-        ns = parts["ns"]
-        scope = "cluster" if ns is None else ("default" if ns == "default" else "release")
-        scopes[scope].add((parts.get("group") or "", resource, verb, ""))
-    assert calls >= 10, "kube.py changed shape: update this parser"
+    for source in sorted(package.rglob("*.py")):
+        module_name = "gpuaccept.operator." + ".".join(
+            source.relative_to(package).with_suffix("").parts
+        )
+        module = importlib.import_module(module_name)
+        for node in ast.walk(ast.parse(source.read_text())):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "request"
+                and len(node.args) >= 2
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value in _HTTP
+            ):
+                continue
+            calls += 1
+            method = str(node.args[0].value)
+            path = _path_template(node.args[1], module)
+            if _DISCOVERY.match(path):
+                assert method == "GET", path
+                continue
+            match = _CORE.match(path) or _GROUPED.match(path)
+            assert match, f"unrecognised API path {path!r} in {source.name}"
+            parts = match.groupdict()
+            resource = parts["res"] + (f"/{parts['sub']}" if parts["sub"] else "")
+            verb = _VERBS.get(method) or ("get" if parts["name"] else "list")
+            ns = parts["ns"]
+            scope = "cluster" if ns is None else ("default" if ns == "default" else "release")
+            scopes[scope].add((parts.get("group") or "", resource, verb, ""))
+    assert calls >= 10, "the operator's API calls changed shape: update this parser"
     registry = handlers.build_registry(MagicMock())
     for handler in [*registry._indexing.get_all_handlers(), *registry._watching.get_all_handlers()]:
         selector = handler.selector
