@@ -237,6 +237,7 @@ class Controller:
         self._policy_generations: dict[str, int] = {}
         self._failures: Counter[str] = Counter()
         self._create_errors: dict[str, str] = {}  # node -> why its probe pod was refused
+        self._reported_policies: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
         self.writes: Counter[str] = Counter()
@@ -540,8 +541,7 @@ class Controller:
 
     def _record_metrics(self, observed: Observed, action: Action) -> None:
         if isinstance(action, DeleteNodeAcceptance):
-            if _has_label(metrics.BUSBW, action.name):
-                metrics.BUSBW.remove(action.name)
+            _remove_series(metrics.BUSBW, action.name)
             return
         if not isinstance(action, PatchNAStatus) or observed.na is None:
             return
@@ -602,6 +602,15 @@ class Controller:
                 quarantined[na.status.policy].add(na_name)
             if na.status.phase == Phase.HELD and na.status.reason == REASON_BREAKER:
                 held_breaker[na.status.policy].append(na_name)
+        current = {entry.view.name for entry in entries}
+        for gone in self._reported_policies - current:  # a deleted policy: drop its series
+            for phase in Phase:
+                _remove_series(metrics.NODES_BY_PHASE, gone, phase.value)
+            _remove_series(metrics.QUARANTINE_LIMIT, gone)
+            _remove_series(metrics.BREAKER_OPEN, gone)
+            self._quarantined.pop(gone, None)
+            self._matched.pop(gone, None)
+        self._reported_policies = current
         for entry in entries:
             name = entry.view.name
             matched = len(matches.get(name, []))
@@ -733,6 +742,11 @@ def _same_status(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         return out
 
     return strip(old) == strip(new)
+
+
+def _remove_series(metric: Any, *labels: str) -> None:
+    if _has_label(metric, *labels):
+        metric.remove(*labels)
 
 
 def _has_label(gauge: Any, *labels: str) -> bool:
