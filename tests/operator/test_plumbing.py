@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.controller import (
@@ -19,7 +20,7 @@ from gpuaccept.operator.controller import (
     index_pod,
 )
 from gpuaccept.operator.core import Taint
-from gpuaccept.operator.kube import ConflictError
+from gpuaccept.operator.kube import ConflictError, _failed_test_op
 from gpuaccept.operator.leader import LeaderElector
 from gpuaccept.operator.views import node_view, pod_view, policy_entry
 from gpuaccept.operator.workqueue import WorkQueue
@@ -232,3 +233,18 @@ def test_released_lease_is_taken_at_once() -> None:
     a.is_leader = True
     a.release()
     assert b.try_acquire_or_renew()
+
+
+def test_failed_json_patch_test_op_is_told_from_a_schema_error() -> None:
+    bare = ApiException(status=422)
+    bare.body = (
+        '{"message":"the server rejected our request due to an error in our request",'
+        '"reason":"Invalid","details":{},"code":422}'
+    )
+    schema = ApiException(status=422)
+    schema.body = (
+        '{"message":"NodeAcceptance.gpuaccept.io \\"optest\\" is invalid: status.phase",'
+        '"details":{"causes":[{"field":"status.phase"}]},"code":422}'
+    )
+    assert _failed_test_op(bare)
+    assert not _failed_test_op(schema)

@@ -53,6 +53,19 @@ JSON_PATCH = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 
 
+def _failed_test_op(error: ApiException) -> bool:
+    """A JSON patch whose ``test`` op failed: 422 with this bare message and no causes
+    (a schema violation names its fields in ``details.causes``)."""
+    try:
+        status = json.loads(error.body or "{}")
+    except ValueError:
+        return False
+    return bool(
+        status.get("message") == "the server rejected our request due to an error in our request"
+        and not (status.get("details") or {}).get("causes")
+    )
+
+
 class Kube:
     """The API calls the operator makes, and nothing else (see the chart's RBAC)."""
 
@@ -135,7 +148,7 @@ class Kube:
         try:
             return self.request("PATCH", f"{NA_PATH}/{name}/status", ops, content_type=JSON_PATCH)
         except ApiException as error:
-            if error.status == 422 and "test" in str(error.body or "").lower():
+            if error.status == 422 and _failed_test_op(error):
                 raise ConflictError(status=409, reason="resourceVersion changed") from error
             raise
 
