@@ -204,6 +204,18 @@ def stop_process(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def stop_child(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a process this script started (SIGTERM to its group, then SIGKILL)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
 def down() -> int:
     state = default_dir() / "demo"
     pids = state / "pids.json"
@@ -307,8 +319,8 @@ def main() -> int:
             say(f"KEEP=1: left running. KUBECONFIG={cp.kubeconfig}; stop with: make demo-down")
         else:
             say("stopping the operator and the kubelet stand-in")
-            stop_process(operator.pid)
-            stop_process(standin.pid)
+            stop_child(operator)
+            stop_child(standin)
             (state / "pids.json").unlink(missing_ok=True)
             with contextlib.suppress(ApiException):
                 kube.request("DELETE", f"{POLICY_PATH}/{POLICY}")
