@@ -265,11 +265,8 @@ def main(argv: Sequence[str]) -> int:
     settings = kopf.OperatorSettings()
     configure(settings)
     ready = threading.Event()
-    stop_flag: asyncio.Event | None = None
 
     async def run() -> None:
-        nonlocal stop_flag
-        stop_flag = asyncio.Event()
         health = None
         if args.health_port:
             health = await serve_health(args.health_port, controller, ready)
@@ -281,7 +278,6 @@ def main(argv: Sequence[str]) -> int:
                 clusterwide=False,
                 namespaces=[args.namespace],  # probe pods; cluster-scoped kinds are cluster-wide
                 ready_flag=ready,
-                stop_flag=stop_flag,
             )
         finally:
             if health is not None:
