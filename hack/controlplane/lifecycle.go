@@ -121,6 +121,12 @@ func alive(pid int) bool {
 	if err != nil {
 		return !errors.Is(err, os.ErrNotExist)
 	}
+	// A process that is exiting has released its memory, so its cmdline reads
+	// empty before it becomes a zombie: it is still alive (and may still hold
+	// its ports) until then.
+	if len(cmdline) == 0 {
+		return true
+	}
 	return bytes.Contains(cmdline, []byte("serve"))
 }
 
