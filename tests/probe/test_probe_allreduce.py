@@ -4,7 +4,7 @@ It is the same code the probe runs with NCCL on GPUs (only the backend, the
 device and the timer differ)."""
 
 import pytest
-from probe_helpers import HEALTHY
+from probe_scenarios import HEALTHY
 
 from gpuaccept.contracts.policy import ProbePolicy
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from probe_helpers import (
+from probe_scenarios import (
     FAULTS,
     FIXTURES,
     HEALTHY,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from probe_helpers import (
+from probe_scenarios import (
     DEFAULT_POLICY_FILE,
     FAULTS,
     HEALTHY,

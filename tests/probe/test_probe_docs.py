@@ -1,6 +1,6 @@
 """The docs name every field of the formats they describe."""
 
-from probe_helpers import REPO
+from probe_scenarios import REPO
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 

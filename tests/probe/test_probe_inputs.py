@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from probe_helpers import DEFAULT_POLICY_FILE, HEALTHY, REPO, run_cli
+from probe_scenarios import DEFAULT_POLICY_FILE, HEALTHY, REPO, run_cli
 
 from gpuaccept.contracts.policy import ProbePolicy
 from gpuaccept.probe.hardware.profile import load_profile

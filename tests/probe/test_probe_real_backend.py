@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from probe_helpers import FIXTURES
+from probe_scenarios import FIXTURES
 
 from gpuaccept.contracts.policy import ProbePolicy
 from gpuaccept.contracts.report import CheckStatus

@@ -1,6 +1,6 @@
 """The compact report: size bound, JSON round trip, condensing when it would not fit."""
 
-from probe_helpers import COLLAPSE_64, H200_16, HEALTHY, WORST_16, default_policy, probe
+from probe_scenarios import COLLAPSE_64, H200_16, HEALTHY, WORST_16, default_policy, probe
 
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.report import (

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from probe_helpers import FIXTURES
+from probe_scenarios import FIXTURES
 
 from gpuaccept.probe.hardware.sysfs import (
     NoCpufreq,

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 
-from probe_helpers import HEALTHY, default_policy, fault, probe
+from probe_scenarios import HEALTHY, default_policy, fault, probe
 from pydantic import JsonValue
 from pydantic.alias_generators import to_camel
 

@@ -1,5 +1,6 @@
-"""Shared helpers for the probe tests (a plain module, so the tests also run
-with ``--noconftest``)."""
+"""The profiles, policies and probe runs the probe tests share.
+
+A plain module, so the tests also run with ``--noconftest``."""
 
 import os
 import subprocess
