@@ -32,7 +32,7 @@ $(VENV)/.installed: pyproject.toml
 lint: venv
 	$(VENV)/bin/ruff check contracts probes operator testsupport tests bench
 	$(VENV)/bin/ruff format --check contracts probes operator testsupport tests bench
-	$(VENV)/bin/mypy $(PACKAGE_DIRS)
+	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py
 
 # Every test: unit, torch.distributed (gloo, real processes), integration tests
 # on the real kube-apiserver + etcd (started by the session fixture), chart and
