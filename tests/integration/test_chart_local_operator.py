@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+import gpuaccept.operator.cli  # noqa: F401  (run below as a subprocess; a broken import fails here)
 from gpuaccept.testsupport.chart_rbac import (
     chart_dir,
     helm,
@@ -42,9 +43,7 @@ from gpuaccept.testsupport.chart_rbac import (
     render_chart,
 )
 from gpuaccept.testsupport.controlplane import ControlPlane, repo_root
-
-standin_module = pytest.importorskip("gpuaccept.testsupport.kubelet_standin")
-pytest.importorskip("gpuaccept.operator.cli")
+from gpuaccept.testsupport.kubelet_standin import KubeletStandIn, SimNode
 
 pytestmark = pytest.mark.integration
 
@@ -150,20 +149,20 @@ def test_local_operator_under_chart_rbac_decides_nodes(
     pending = [{"key": "gpuaccept.io/pending", "value": "true", "effect": "NoSchedule"}]
     good, bad = f"demo-{suffix}-good", f"demo-{suffix}-bad"
     nodes = [
-        standin_module.SimNode(
+        SimNode(
             name=good,
             profile=str(profiles / "h100-sxm-8gpu-healthy.yaml"),
             labels=labels,
             taints=pending,
         ),
-        standin_module.SimNode(
+        SimNode(
             name=bad,
             profile=str(profiles / "faults" / "governor-powersave.yaml"),
             labels=labels,
             taints=pending,
         ),
     ]
-    standin = standin_module.KubeletStandIn(control_plane.configuration(), nodes=nodes)
+    standin = KubeletStandIn(control_plane.configuration(), nodes=nodes)
     standin.start()
     log_path = tmp_path / "operator.log"
     args = operator_args(rendered)

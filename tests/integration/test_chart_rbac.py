@@ -22,17 +22,14 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
+from gpuaccept.operator.core.model import Taint
+from gpuaccept.operator.kube import Kube
 from gpuaccept.testsupport.chart_rbac import (
     OperatorIdentity,
     apply_chart_rbac,
     remove_chart_rbac,
 )
 from gpuaccept.testsupport.controlplane import ControlPlane
-
-kube_module = pytest.importorskip("gpuaccept.operator.kube")
-model = pytest.importorskip("gpuaccept.operator.core.model")
-Kube = kube_module.Kube
-Taint = model.Taint
 
 pytestmark = pytest.mark.integration
 
