@@ -2,29 +2,177 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import kopf
 import pytest
 
-from gpuaccept.operator.cli import main, parser
+from gpuaccept.operator.cli import main, parser, probe_resources, probe_tolerations
 from gpuaccept.operator.handlers import parse_node_selector
 
 
-def test_bad_json_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
+def _usage_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """Run the real entry with ``args``; it must exit 2 with exactly one stderr line."""
+    assert main(["--kubeconfig", os.devnull, *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert captured.err.endswith("\n")
+    return lines[0]
+
+
+def test_bad_json_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _usage_error(capsys, "--probe-resources", "{nope")
+    assert line.startswith("gpuaccept operator: --probe-resources: not valid JSON: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--probe-tolerations", "[1]"],
+            "--probe-tolerations: [0]: expected a toleration object, got integer",
+        ),
+        (
+            ["--probe-tolerations", '{"key": "a"}'],
+            "--probe-tolerations: expected a JSON array of tolerations, got object",
+        ),
+        (
+            ["--probe-tolerations", '[{"key": "a", "operator": "Exists"}, {"key": "b", "op": 1}]'],
+            "--probe-tolerations: [1].op: unknown field "
+            "(allowed: key, operator, value, effect, tolerationSeconds)",
+        ),
+        (
+            ["--probe-tolerations", '[{"key": "a", "operator": "In"}]'],
+            "--probe-tolerations: [0].operator: must be Exists or Equal (got 'In')",
+        ),
+        (
+            ["--probe-tolerations", '[{"key": "a", "operator": "Exists", "effect": "NoRun"}]'],
+            "--probe-tolerations: [0].effect: must be NoSchedule, PreferNoSchedule or "
+            "NoExecute (got 'NoRun')",
+        ),
+        (
+            ["--probe-tolerations", '[{"key": 7}]'],
+            "--probe-tolerations: [0].key: expected a string, got integer",
+        ),
+        (
+            [
+                "--probe-tolerations",
+                '[{"key": "a", "effect": "NoExecute", "tolerationSeconds": "60"}]',
+            ],
+            "--probe-tolerations: [0].tolerationSeconds: expected an integer, got string",
+        ),
+        (
+            [
+                "--probe-tolerations",
+                '[{"key": "a", "effect": "NoSchedule", "tolerationSeconds": 60}]',
+            ],
+            "--probe-tolerations: [0].tolerationSeconds: only valid with effect NoExecute",
+        ),
+        (
+            ["--probe-tolerations", '[{"key": "a", "operator": "Exists", "value": "v"}]'],
+            "--probe-tolerations: [0].value: must be empty when operator is Exists",
+        ),
+        (
+            ["--probe-tolerations", '[{"value": "v"}]'],
+            "--probe-tolerations: [0].key: required unless operator is Exists",
+        ),
+        (
+            ["--probe-resources", "[]"],
+            "--probe-resources: expected a JSON object with requests and/or limits, got array",
+        ),
+        (
+            ["--probe-resources", '{"request": {"cpu": "1"}}'],
+            "--probe-resources: request: unknown field (allowed: requests, limits)",
+        ),
+        (
+            ["--probe-resources", '{"limits": ["cpu"]}'],
+            "--probe-resources: limits: expected an object of resource name to quantity, got array",
+        ),
+        (
+            ["--probe-resources", '{"requests": {"cpu": {"n": 1}}}'],
+            '--probe-resources: requests.cpu: expected a quantity such as "4" or "16Gi", '
+            "got object",
+        ),
+        (
+            ["--probe-resources", '{"requests": {"memory": "lots"}}'],
+            "--probe-resources: requests.memory: not a Kubernetes quantity (got 'lots')",
+        ),
+        (
+            ["--probe-timeout", "abc"],
+            "argument --probe-timeout: invalid int value: 'abc'",
+        ),
+        (["--probe-timeout", "0"], "--probe-timeout: must be at least 1 (got 0)"),
+        (["--lease-duration", "0.5"], "--lease-duration: must be at least 1 (got 0.5)"),
+        (["--status-interval", "0"], "--status-interval: must be positive (got 0.0)"),
+        (["--metrics-port", "70000"], "--metrics-port: must be a port, 0 to 65535 (got 70000)"),
+        (["--probe-command", " "], "--probe-command: must not be empty"),
+        (["--log-format", "xml"], "argument --log-format: invalid choice: 'xml'"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--node-selector", "=x"], "--node-selector: empty key in '=x'"),
+    ],
+)
+def test_bad_configuration_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    assert _usage_error(capsys, *args).startswith(f"gpuaccept operator: {expected}")
+
+
+def test_bad_option_through_the_installed_command_is_one_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuaccept.cli", "operator", "--probe-timeout", "abc"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == "gpuaccept operator: argument --probe-timeout: invalid int value: 'abc'\n"
+    assert proc.stdout == ""
+
+
+def test_help_is_the_full_usage_and_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as raised:
-        main(["--kubeconfig", "/dev/null", "--probe-resources", "{nope"])
-    assert "--probe-resources is not valid JSON" in str(raised.value.code)
+        main(["--help"])
+    assert raised.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: gpuaccept operator")
+    assert "--probe-tolerations" in out
+    assert "high availability" in out
+
+
+def test_valid_probe_resources_and_tolerations() -> None:
+    chart_values = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "32Gi"}}
+    assert probe_resources(json.dumps(chart_values)) == chart_values
+    # Helm renders an unquoted `cpu: 2` as a JSON number: still a quantity.
+    assert probe_resources('{"requests": {"cpu": 2, "memory": "500m"}}') == {
+        "requests": {"cpu": "2", "memory": "500m"}
+    }
+    assert probe_resources("") == {}
+    tolerations = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "a", "value": "b"},
+        {"operator": "Exists"},
+        {"key": "c", "operator": "Equal", "value": "d", "effect": "NoExecute",
+         "tolerationSeconds": 300},
+    ]  # fmt: skip
+    assert probe_tolerations(json.dumps(tolerations)) == tuple(tolerations)
+    assert probe_tolerations("") == ()
 
 
 def test_missing_kubeconfig(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--kubeconfig", "/does/not/exist"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert "does not exist" in err
+    assert err == "gpuaccept operator: --kubeconfig: /does/not/exist does not exist\n"
 
 
 def test_workers_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--workers", "0"]) == 2
-    assert "--workers" in capsys.readouterr().err
+    assert capsys.readouterr().err == "gpuaccept operator: --workers: must be at least 1 (got 0)\n"
 
 
 def test_chart_arguments_parse() -> None:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -14,7 +15,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import kopf
 import kubernetes
@@ -46,19 +47,128 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry, separators=(",", ":"))
 
 
-def _json_arg(text: str, what: str, kind: type) -> Any:
+class UsageError(Exception):
+    """Bad configuration; the message is one line: ``--flag: field: reason``."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage block); ``main`` exits 2 on them."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(" ".join(message.split()))
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    names = {dict: "object", list: "array", str: "string", int: "integer", float: "number"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _json_flag(text: str, flag: str, default: Any) -> Any:
+    if not text.strip():
+        return default
     try:
-        value = json.loads(text) if text else kind()
+        return json.loads(text)
     except json.JSONDecodeError as error:
-        raise SystemExit(f"gpuaccept operator: {what} is not valid JSON: {error.msg}") from None
-    if not isinstance(value, kind):
-        raise SystemExit(f"gpuaccept operator: {what} must be a JSON {kind.__name__}")
+        raise UsageError(f"{flag}: not valid JSON: {error.msg} at char {error.pos}") from None
+
+
+# A Kubernetes resource quantity: "4", "500m", "16Gi", "1.5", "1e3".
+_QUANTITY = re.compile(r"^(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
+_RESOURCE_SECTIONS = ("requests", "limits")
+
+
+def _quantity(value: Any, where: str) -> str:
+    # A number is a quantity too (Helm renders an unquoted `cpu: 2` as one).
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise UsageError(
+            f'{where}: expected a quantity such as "4" or "16Gi", got {_json_type(value)}'
+        )
+    if not _QUANTITY.match(value):
+        raise UsageError(f"{where}: not a Kubernetes quantity (got {value!r})")
     return value
+
+
+def probe_resources(text: str) -> dict[str, dict[str, str]]:
+    """``--probe-resources``: ``{"requests": {name: quantity}, "limits": {...}}``."""
+    flag = "--probe-resources"
+    data = _json_flag(text, flag, {})
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"{flag}: expected a JSON object with requests and/or limits, got {_json_type(data)}"
+        )
+    resources: dict[str, dict[str, str]] = {}
+    for section, quantities in data.items():
+        if section not in _RESOURCE_SECTIONS:
+            raise UsageError(f"{flag}: {section}: unknown field (allowed: requests, limits)")
+        if not isinstance(quantities, dict):
+            raise UsageError(
+                f"{flag}: {section}: expected an object of resource name to quantity, "
+                f"got {_json_type(quantities)}"
+            )
+        resources[section] = {
+            name: _quantity(quantity, f"{flag}: {section}.{name}")
+            for name, quantity in quantities.items()
+        }
+    return resources
+
+
+_TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
+_TOLERATION_OPERATORS = ("Exists", "Equal")
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _toleration(item: Any, where: str) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise UsageError(f"{where}: expected a toleration object, got {_json_type(item)}")
+    for name in item:
+        if name not in _TOLERATION_FIELDS:
+            raise UsageError(
+                f"{where}.{name}: unknown field (allowed: {', '.join(_TOLERATION_FIELDS)})"
+            )
+    for name in ("key", "value"):
+        if name in item and not isinstance(item[name], str):
+            raise UsageError(f"{where}.{name}: expected a string, got {_json_type(item[name])}")
+    operator = item.get("operator", "Equal")  # the API server's default
+    if operator not in _TOLERATION_OPERATORS:
+        raise UsageError(f"{where}.operator: must be Exists or Equal (got {operator!r})")
+    if "effect" in item and item["effect"] not in _TAINT_EFFECTS:
+        raise UsageError(
+            f"{where}.effect: must be NoSchedule, PreferNoSchedule or NoExecute "
+            f"(got {item['effect']!r})"
+        )
+    if "tolerationSeconds" in item:
+        seconds = item["tolerationSeconds"]
+        if not isinstance(seconds, int) or isinstance(seconds, bool):
+            raise UsageError(
+                f"{where}.tolerationSeconds: expected an integer, got {_json_type(seconds)}"
+            )
+        if item.get("effect") != "NoExecute":
+            raise UsageError(f"{where}.tolerationSeconds: only valid with effect NoExecute")
+    if operator == "Exists" and item.get("value"):
+        raise UsageError(f"{where}.value: must be empty when operator is Exists")
+    if not item.get("key") and operator != "Exists":
+        raise UsageError(f"{where}.key: required unless operator is Exists")
+    return dict(item)
+
+
+def probe_tolerations(text: str) -> tuple[dict[str, Any], ...]:
+    """``--probe-tolerations``: a JSON array of Kubernetes tolerations."""
+    flag = "--probe-tolerations"
+    data = _json_flag(text, flag, [])
+    if not isinstance(data, list):
+        raise UsageError(f"{flag}: expected a JSON array of tolerations, got {_json_type(data)}")
+    return tuple(_toleration(item, f"{flag}: [{i}]") for i, item in enumerate(data))
 
 
 def parser() -> argparse.ArgumentParser:
     env = os.environ.get
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="gpuaccept operator",
         description="Probe new GPU nodes and accept or quarantine them (NodeAcceptancePolicy).",
     )
@@ -174,20 +284,38 @@ def _setup_logging(fmt: str, level: str) -> None:
         logging.getLogger("kopf").setLevel(max(logging.WARNING, root.level))
 
 
-def main(argv: Sequence[str]) -> int:
-    args = parser().parse_args(list(argv))
+def _check_ranges(args: argparse.Namespace) -> None:
     if args.workers < 1:
-        sys.stderr.write("gpuaccept operator: --workers must be at least 1\n")
-        return EXIT_USAGE
-    resources = _json_arg(args.probe_resources, "--probe-resources", dict)
-    tolerations = _json_arg(args.probe_tolerations, "--probe-tolerations", list)
-    try:
-        node_selector = parse_node_selector(args.node_selector)
-    except ValueError as error:
-        sys.stderr.write(f"gpuaccept operator: {error}\n")
-        return EXIT_USAGE
+        raise UsageError(f"--workers: must be at least 1 (got {args.workers})")
+    if args.status_interval <= 0:
+        raise UsageError(f"--status-interval: must be positive (got {args.status_interval})")
+    if args.crd_wait < 0:
+        raise UsageError(f"--crd-wait: must not be negative (got {args.crd_wait})")
+    if args.lease_duration < 1:
+        raise UsageError(f"--lease-duration: must be at least 1 (got {args.lease_duration})")
+    if args.probe_timeout is not None and args.probe_timeout < 1:
+        raise UsageError(f"--probe-timeout: must be at least 1 (got {args.probe_timeout})")
+    for flag, port in (("--metrics-port", args.metrics_port), ("--health-port", args.health_port)):
+        if not 0 <= port <= 65535:
+            raise UsageError(f"{flag}: must be a port, 0 to 65535 (got {port})")
+    if not args.probe_command.split():
+        raise UsageError("--probe-command: must not be empty")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
-        sys.stderr.write(f"gpuaccept operator: kubeconfig {args.kubeconfig} does not exist\n")
+        raise UsageError(f"--kubeconfig: {args.kubeconfig} does not exist")
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = parser().parse_args(list(argv))
+        _check_ranges(args)
+        resources = probe_resources(args.probe_resources)
+        tolerations = probe_tolerations(args.probe_tolerations)
+        try:
+            node_selector = parse_node_selector(args.node_selector)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    except UsageError as error:
+        sys.stderr.write(f"gpuaccept operator: {' '.join(str(error).split())}\n")
         return EXIT_USAGE
     _setup_logging(args.log_format, args.log_level)
 
@@ -207,7 +335,8 @@ def main(argv: Sequence[str]) -> int:
                     client_configuration=configuration
                 )
     except (kubernetes.config.ConfigException, OSError, ValueError) as error:
-        sys.stderr.write(f"gpuaccept operator: cannot load Kubernetes credentials: {error}\n")
+        reason = " ".join(str(error).split())
+        sys.stderr.write(f"gpuaccept operator: cannot load Kubernetes credentials: {reason}\n")
         return EXIT_USAGE
     configuration.connection_pool_maxsize = args.workers + 4
     api = kubernetes.client.ApiClient(configuration)
@@ -230,7 +359,7 @@ def main(argv: Sequence[str]) -> int:
         service_account=args.probe_service_account,
         runtime_class=args.probe_runtime_class or None,
         priority_class=args.probe_priority_class or None,
-        extra_tolerations=tuple(tolerations),
+        extra_tolerations=tolerations,
         resources=resources,
         shm_size=args.probe_shm_size or None,
         default_timeout_seconds=args.probe_timeout,
