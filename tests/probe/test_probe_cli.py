@@ -175,6 +175,25 @@ def test_unwritable_termination_log_is_not_success(tmp_path: Path) -> None:
     assert "cannot write the termination log" in proc.stderr
 
 
+def test_bad_option_value_is_one_line_without_usage() -> None:
+    proc = run_cli("--expected-gpus", "abc")
+    assert proc.returncode == 2
+    assert (
+        proc.stderr
+        == "gpuaccept probe: error: argument --expected-gpus: invalid int value: 'abc'\n"
+    )
+    assert proc.stdout == ""
+
+
+def test_help_prints_the_full_usage_and_exits_0() -> None:
+    proc = run_cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: gpuaccept probe")
+    for option in ("--profile", "--policy", "--termination-log", "--expected-gpus"):
+        assert option in proc.stdout
+    assert proc.stderr == ""
+
+
 def test_bad_usage_still_writes_a_report(tmp_path: Path) -> None:
     log = tmp_path / "log"
     proc = run_cli("--termination-log", log, "--checks", "nope", "--profile", HEALTHY,

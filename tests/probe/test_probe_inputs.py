@@ -164,8 +164,10 @@ def test_policy_from_env_json() -> None:
 
 
 def _error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.startswith("gpuaccept probe: error:")]
+    """The whole of stderr, which must be one error line (no usage block)."""
+    lines = stderr.splitlines()
     assert len(lines) == 1, stderr
+    assert lines[0].startswith("gpuaccept probe: error: "), stderr
     return lines[0]
 
 
@@ -209,6 +211,12 @@ def test_cli_misspelled_profile_field_exits_2(tmp_path: Path) -> None:
         ),
         (["--output", "yaml"], {}, "argument --output: invalid choice"),
         (["--bogus"], {}, "unrecognized arguments: --bogus"),
+        (
+            ["--expected-gpus", "abc"],
+            {},
+            "gpuaccept probe: error: argument --expected-gpus: invalid int value: 'abc'",
+        ),
+        (["--expected-gpus"], {}, "argument --expected-gpus: expected one argument"),
     ],
 )
 def test_cli_bad_input_exits_2(args: list[str], env: dict[str, str], needle: str) -> None:

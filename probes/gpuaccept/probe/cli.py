@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
@@ -62,8 +63,10 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
+    """argparse whose errors are one line (no usage block); ``main`` exits 2 on them."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(" ".join(message.split()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,7 +272,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        err.print(parser.format_usage().rstrip(), markup=False, highlight=False)
         return bad_input(str(exc))
     node_name = (args.node_name or node_name)[:253]
     profile_path: Path | None = args.profile or (
