@@ -87,6 +87,21 @@ def test_policy_entry_invalid_names_the_field() -> None:
     assert "differ" in entry.view.error
 
 
+def test_policy_entry_with_an_empty_version_range_is_invalid() -> None:
+    entry = policy_entry(
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "probe": {"driverLibraries": {"driverVersions": {"min": "600", "max": "500"}}}
+            },
+        }
+    )
+    assert entry.view.spec is None
+    assert entry.view.error is not None
+    assert entry.view.error.startswith("spec.probe.driverLibraries.driverVersions: ")
+    assert "min 600 is above max 500" in entry.view.error
+
+
 def test_unreadable_na_status_starts_over() -> None:
     ((_, view),) = index_na({"metadata": {"name": "n"}, "status": {"phase": "Bogus"}}).values()
     assert view.status.phase == Phase.PENDING

@@ -232,3 +232,16 @@ def test_cli_bad_policy_file_exits_2(tmp_path: Path) -> None:
     assert f"{path}: ncclAllreduce.minBusbwGBps: Input should be a valid number" in _error_line(
         proc.stderr
     )
+
+
+def test_cli_empty_version_range_exits_2(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, {"driverLibraries": {"driverVersions": {"min": "600", "max": "500"}}}, "bad.yaml"
+    )
+    proc = run_cli("--profile", HEALTHY, "--policy", path)
+    assert proc.returncode == 2
+    assert _error_line(proc.stderr) == (
+        f"gpuaccept probe: error: {path}: driverLibraries.driverVersions: "
+        "min 600 is above max 500: no version is in this range"
+    )
+    assert proc.stdout == ""

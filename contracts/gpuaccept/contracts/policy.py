@@ -48,6 +48,16 @@ class VersionRange(ContractModel):
     min: Version | None = None
     max: Version | None = None
 
+    @model_validator(mode="after")
+    def _min_not_above_max(self) -> "VersionRange":
+        if (
+            self.min is not None
+            and self.max is not None
+            and version_tuple(self.min) > version_tuple(self.max)
+        ):
+            raise ValueError(f"min {self.min} is above max {self.max}: no version is in this range")
+        return self
+
     def contains(self, version: str) -> bool:
         value = version_tuple(version)
         if self.min is not None and value < version_tuple(self.min):

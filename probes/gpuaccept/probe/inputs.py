@@ -38,6 +38,8 @@ def describe_validation_error(source: str, exc: ValidationError) -> str:
         reason = "unknown field"
     elif first["type"] == "missing":
         reason = "required field is missing"
+    elif first["type"] == "value_error" and "error" in first.get("ctx", {}):
+        reason = str(first["ctx"]["error"])  # a model validator's own message
     else:
         value = first.get("input")
         shown = repr(value) if isinstance(value, str | int | float | bool) else type(value).__name__

@@ -1,0 +1,56 @@
+"""The policy contract's own rules, beyond what the CRD's JSON schema can say."""
+
+import pytest
+from pydantic import ValidationError
+
+from gpuaccept.contracts.policy import NodeAcceptancePolicySpec, ProbePolicy, VersionRange
+
+
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [("600", "500"), ("550.54.15", "550.54.14"), ("550.54", "550"), ("2.21.5", "2.3")],
+)
+def test_version_range_min_above_max_is_rejected(low: str, high: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        VersionRange.model_validate({"min": low, "max": high})
+    (error,) = info.value.errors(include_url=False)
+    assert error["type"] == "value_error"
+    assert str(error["ctx"]["error"]) == (
+        f"min {low} is above max {high}: no version is in this range"
+    )
+
+
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [
+        ("500", "600"),
+        ("550.54.15", "550.54.15"),  # one version exactly
+        ("2.3", "2.21.5"),  # compared as numbers, not text
+        (None, "500"),
+        ("600", None),
+        (None, None),
+    ],
+)
+def test_version_range_in_order_or_open_is_accepted(low: str | None, high: str | None) -> None:
+    bounds = VersionRange.model_validate({"min": low, "max": high})
+    assert (bounds.min, bounds.max) == (low, high)
+
+
+def test_empty_range_is_rejected_where_a_policy_carries_it() -> None:
+    for field in ("driverVersions", "ncclVersions"):
+        with pytest.raises(ValidationError) as info:
+            NodeAcceptancePolicySpec.model_validate(
+                {"probe": {"driverLibraries": {field: {"min": "600", "max": "500"}}}}
+            )
+        (error,) = info.value.errors(include_url=False)
+        assert error["loc"] == ("probe", "driverLibraries", field)
+
+
+def test_range_bounds_are_inclusive() -> None:
+    bounds = ProbePolicy.model_validate(
+        {"driverLibraries": {"driverVersions": {"min": "550", "max": "550.54.15"}}}
+    ).driver_libraries.driver_versions
+    assert bounds.contains("550.54.15")
+    assert bounds.contains("550")
+    assert not bounds.contains("550.54.16")
+    assert not bounds.contains("549.99")
