@@ -731,6 +731,11 @@ def test_two_replicas_never_double_act_and_the_standby_takes_over(env: Env) -> N
         late = env.nodes(suite, {"late": HEALTHY})
         env.wait_phase(late, "Accepted", timeout=150)
         assert "probe attempt 1" in standby.log()
+        held = env.kube.request(
+            "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{lease}"
+        )["spec"]
+        assert held["holderIdentity"].startswith(f"{standby.name}_"), held
+        assert held["leaseTransitions"] >= 1, held
     finally:
         a.stop()
         b.stop()
