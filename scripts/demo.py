@@ -309,11 +309,13 @@ def main() -> int:
         ok = ok and not problems
         out("Try next (with KEEP=1 make demo):")
         out(f"  export KUBECONFIG={cp.kubeconfig}")
+        out(f"  export PATH={ROOT / '.bin'}:$PATH   # the kubectl built for this control plane")
         out("  kubectl get nodeacceptance gpu-pcie-x8 -o yaml        # reasons, checks, report")
         out("  kubectl annotate node gpu-healthy-1 gpuaccept.io/reprobe=now   # re-probe")
         out("  kubectl patch nodeacceptancepolicy demo --type merge -p "
             "'{\"spec\":{\"dryRun\":true}}'   # dry run")  # fmt: skip
-        out("  docs/runbook.md: release a node, reset the breaker, paused")
+        out("  docs/runbook.md, 'Release a quarantined node': repair + re-probe, or no probe")
+        out("  docs/runbook.md also: reset the breaker, dryRun, paused")
     finally:
         if keep:
             say(f"KEEP=1: left running. KUBECONFIG={cp.kubeconfig}; stop with: make demo-down")
