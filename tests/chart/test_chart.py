@@ -110,7 +110,7 @@ def test_ha_render(ha_docs: list[Manifest]) -> None:
     spread = pod["topologySpreadConstraints"][0]
     assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
     assert container(ha_docs)["image"].endswith("@sha256:" + "0" * 63 + "1")
-    assert "--workers=16" in container(ha_docs)["args"]
+    assert "--workers=32" in container(ha_docs)["args"]
     for obj in ha_docs:
         assert obj["metadata"]["labels"]["team"] == "gpu-infra", obj["kind"]
 
@@ -256,7 +256,7 @@ def test_args_parse_with_the_operator_cli(ha_docs: list[Manifest]) -> None:
     assert parsed.health_port == 8080
     assert parsed.metrics_port == 9090
     assert not parsed.standalone
-    assert parsed.workers == 16
+    assert parsed.workers == 32
     assert parsed.log_format == "json"
 
 
