@@ -311,7 +311,7 @@ def _apply_crds(kube: Kube) -> None:
         for plural in (ACCEPTANCE_PLURAL, POLICY_PLURAL):
             crd = kube.request("GET", f"{CRD_PATH}/{plural}.{GROUP}")
             conditions = {
-                c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])
+                c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []
             }
             if conditions.get("Established") != "True":
                 return False
