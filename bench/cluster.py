@@ -62,31 +62,6 @@ def start_cluster(state_dir: Path, audit_dir: Path) -> tuple[ControlPlane, Path]
     return cp, log
 
 
-def install_crds(api: client.ApiClient, crd_dir: Path) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    names = []
-    for path in sorted(crd_dir.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if not doc:
-                continue
-            names.append(doc["metadata"]["name"])
-            try:
-                ext.create_custom_resource_definition(doc)
-            except ApiException as error:
-                if error.status != 409:
-                    raise
-    deadline = time.monotonic() + 60
-    for name in names:
-        while True:
-            crd: Any = ext.read_custom_resource_definition(name)
-            conditions = (crd.status and crd.status.conditions) or []
-            if any(c.type == "Established" and c.status == "True" for c in conditions):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {name} not established")
-            time.sleep(0.2)
-
-
 def ensure_namespace(api: client.ApiClient, name: str = NAMESPACE) -> None:
     """The namespace, its ``default`` ServiceAccount (no controller-manager makes it
     here) and ``gpuaccept-probe``, the operator's probe pods' ServiceAccount."""

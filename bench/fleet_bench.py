@@ -53,7 +53,6 @@ from bench.cluster import (
     ensure_namespace,
     ensure_policy,
     identity,
-    install_crds,
     start_cluster,
 )
 from bench.plot import plot_time_to_verdict
@@ -68,6 +67,7 @@ from gpuaccept.contracts.api import (
 )
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.testsupport.controlplane import ControlPlane
+from gpuaccept.testsupport.crd_install import apply_crds
 from gpuaccept.testsupport.kubelet_standin import KubeletStandIn, SimNode, prepared_reports
 
 REPO = Path(__file__).resolve().parent.parent
@@ -731,7 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     code = 0
     try:
         with cp.api_client() as admin:
-            install_crds(admin, REPO / "crds")
+            apply_crds(admin, REPO / "crds")
             ensure_namespace(admin)
             ensure_policy(admin, {GPU_PRESENT_LABEL: "true", BENCH_LABEL: "true"})
             setup = Setup(

@@ -36,6 +36,7 @@ from gpuaccept.contracts.api import (
 )
 from gpuaccept.operator.kube import Kube
 from gpuaccept.testsupport.controlplane import ControlPlane, default_dir, start
+from gpuaccept.testsupport.crd_install import apply_crds
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "gpuaccept-system"
@@ -69,7 +70,6 @@ def out(text: str) -> None:
     print(text, flush=True)
 
 
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
 NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
 
@@ -83,18 +83,7 @@ def _create(kube: Kube, path: str, body: dict[str, Any]) -> None:
 
 
 def install(kube: Kube) -> None:
-    for path in sorted((ROOT / "crds").glob("gpuaccept.io_*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        name = body["metadata"]["name"]
-        try:
-            existing = kube.request("GET", f"{CRD_PATH}/{name}")
-        except ApiException as error:
-            if error.status != 404:
-                raise
-            kube.request("POST", CRD_PATH, body)
-        else:
-            body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-            kube.request("PUT", f"{CRD_PATH}/{name}", body)
+    apply_crds(kube.api)
     _create(kube, "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     _create(
         kube,

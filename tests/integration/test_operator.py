@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -49,6 +48,7 @@ from gpuaccept.contracts.api import (
 from gpuaccept.operator.kube import Kube
 from gpuaccept.testsupport.chart_rbac import operator_kubeconfig
 from gpuaccept.testsupport.controlplane import ControlPlane
+from gpuaccept.testsupport.crd_install import apply_crds
 from gpuaccept.testsupport.kubelet_standin import (
     Behaviour,
     BehaviourHook,
@@ -290,36 +290,6 @@ def suite_id(tag: str) -> str:
     return f"op{next(_counter)}{uuid.uuid4().hex[:4]}-{tag}"
 
 
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-
-
-def _apply_crds(kube: Kube) -> None:
-    for path in sorted((ROOT / "crds").glob("*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        name = body["metadata"]["name"]
-        try:
-            existing = kube.request("GET", f"{CRD_PATH}/{name}")
-        except ApiException as error:
-            if error.status != 404:
-                raise
-            kube.request("POST", CRD_PATH, body)
-        else:
-            body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-            kube.request("PUT", f"{CRD_PATH}/{name}", body)
-
-    def established() -> bool:
-        for plural in (ACCEPTANCE_PLURAL, POLICY_PLURAL):
-            crd = kube.request("GET", f"{CRD_PATH}/{plural}.{GROUP}")
-            conditions = {
-                c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []
-            }
-            if conditions.get("Established") != "True":
-                return False
-        return True
-
-    wait_for("the CRDs to be established", established, 60)
-
-
 def _create(kube: Kube, path: str, body: dict[str, Any]) -> None:
     try:
         kube.request("POST", path, body)
@@ -333,7 +303,7 @@ def env(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
     api = control_plane.api_client()
     kube = Kube(control_plane.api_client())  # the operator's own thin adapter, raw JSON
     kube.api.user_agent = "gpuaccept-operator-tests"
-    _apply_crds(kube)
+    apply_crds(kube.api)
     core = k8s.CoreV1Api(api)
     _create(kube, "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     _create(
