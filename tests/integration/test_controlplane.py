@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.testsupport import controlplane
 from gpuaccept.testsupport.controlplane import ControlPlane
+from gpuaccept.testsupport.processes import pid_alive
 
 pytestmark = pytest.mark.integration
 
@@ -210,14 +211,6 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 def _make(*args: str) -> subprocess.CompletedProcess[str]:
     root = controlplane.repo_root()
     return subprocess.run(
@@ -260,12 +253,12 @@ def test_lifecycle_make_up_reuse_refuse_down(tmp_path: Path) -> None:
     finally:
         down = _make("cluster-down", f"CLUSTER_DIR={d}")
     assert down.returncode == 0, down.stdout + down.stderr
-    assert not _pid_alive(cp.pid)
+    assert not pid_alive(cp.pid)
     assert not any(_listening(p) for p in ports)
     assert not d.exists()
     # No process of that instance is left.
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _pid_alive(int(entry.name)):
+        if entry.name.isdigit() and pid_alive(int(entry.name)):
             try:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:

@@ -24,6 +24,7 @@ from gpuaccept.testsupport.kubelet_standin import (
     prepared_reports,
     truncate_termination_message,
 )
+from gpuaccept.testsupport.processes import pid_alive
 
 pytestmark = pytest.mark.integration
 
@@ -184,14 +185,6 @@ def _running(pod: k8s.V1Pod) -> bool:
     return pod.status is not None and pod.status.phase == "Running"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 def test_registered_node_has_gpu_capacity(
     standin: KubeletStandIn, core: k8s.CoreV1Api, control_plane: ControlPlane, suffix: str
 ) -> None:
@@ -316,7 +309,7 @@ def test_active_deadline_kills_and_fails(
     assert pod.status.phase == "Failed"
     assert pod.status.reason == "DeadlineExceeded"
     assert pod.status.container_statuses[0].state.terminated.exit_code in (137, 143)
-    assert not any(_pid_alive(p) for p in pids.values())
+    assert not any(pid_alive(p) for p in pids.values())
 
 
 def test_hang_override_hits_the_deadline(
@@ -346,10 +339,10 @@ def test_deletion_kills_the_process_and_finalizes(
     _wait_pod(core, namespace, "victim", _running)
     pids = standin.process_ids(namespace, "victim")
     assert pids
-    assert all(_pid_alive(p) for p in pids.values())
+    assert all(pid_alive(p) for p in pids.values())
     core.delete_namespaced_pod("victim", namespace)  # graceful: the stand-in must finish it
     _wait_gone(core, namespace, "victim")
-    assert not any(_pid_alive(p) for p in pids.values())
+    assert not any(pid_alive(p) for p in pids.values())
 
 
 def test_prepared_report_without_a_process(
@@ -414,7 +407,7 @@ def test_reboot_kills_running_pods(
     assert pod.status.phase == "Failed"
     term = pod.status.container_statuses[0].state.terminated
     assert (term.exit_code, term.reason) == (137, "ContainerStatusUnknown")
-    assert not any(_pid_alive(p) for p in pids.values())
+    assert not any(pid_alive(p) for p in pids.values())
 
 
 def test_hundreds_of_nodes_with_prepared_reports(
