@@ -53,7 +53,9 @@ DECIDE_WITHIN_S = 240  # a generous bound for a slow CI machine; not a performan
 
 @pytest.fixture
 def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str, object]]:
-    suffix = uuid.uuid4().hex[:6]
+    # A leading letter: an all-digit suffix such as "296570" would reach the chart as a
+    # number through ``--set`` and fail values.schema.json (seen once in CI).
+    suffix = f"t{uuid.uuid4().hex[:6]}"
     release, namespace = f"local-{suffix}", f"gpuaccept-local-{suffix}"
     sets = {
         "operator.replicas": "0",
