@@ -22,7 +22,6 @@ docs/install.md shows the same steps by hand (e2e/local-controlplane.sh).
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -44,6 +43,7 @@ from gpuaccept.testsupport.chart_rbac import (
 )
 from gpuaccept.testsupport.controlplane import ControlPlane, repo_root
 from gpuaccept.testsupport.kubelet_standin import KubeletStandIn, SimNode
+from gpuaccept.testsupport.ports import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +57,7 @@ def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str,
     # number through ``--set`` and fail values.schema.json (seen once in CI).
     suffix = f"t{uuid.uuid4().hex[:6]}"
     release, namespace = f"local-{suffix}", f"gpuaccept-local-{suffix}"
+    health_port, metrics_port = free_ports(2)
     sets = {
         "operator.replicas": "0",
         "defaultPolicy.name": f"{release}-policy",
@@ -68,8 +69,8 @@ def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str,
         "probe.runtimeClassName": "",
         "probe.image.pullPolicy": "Never",
         # The chart's health and metrics ports, on free local ports.
-        "operator.healthPort": str(_free_port()),
-        "operator.metricsPort": str(_free_port()),
+        "operator.healthPort": str(health_port),
+        "operator.metricsPort": str(metrics_port),
     }
     args = ["-n", namespace]
     for key, value in sets.items():
@@ -81,13 +82,6 @@ def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str,
     yield {"release": release, "namespace": namespace, "sets": sets, "suffix": suffix}
     helm("uninstall", release, "-n", namespace, kubeconfig=control_plane.kubeconfig, check=False)
     control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

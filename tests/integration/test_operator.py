@@ -17,7 +17,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -58,6 +57,7 @@ from gpuaccept.testsupport.kubelet_standin import (
     PodInfo,
     SimNode,
 )
+from gpuaccept.testsupport.ports import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -270,10 +270,9 @@ class Env:
         return json.dumps({n: self.status(n) for n in names}, indent=1, default=str)[:4000]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _operator_ports() -> dict[str, int]:
+    metrics_port, health_port = free_ports(2)
+    return {"metrics_port": metrics_port, "health_port": health_port}
 
 
 def _http_get(port: int, path: str) -> tuple[int, str]:
@@ -314,9 +313,7 @@ def env(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
     log_dir = tmp_path_factory.mktemp("operator-logs")
     standin = KubeletStandIn(control_plane.configuration(), workdir=log_dir / "standin").start()
     lease = f"optest-{uuid.uuid4().hex[:6]}"
-    operator = Operator(control_plane, log_dir, lease=lease, name="main").start(
-        metrics_port=_free_port(), health_port=_free_port()
-    )
+    operator = Operator(control_plane, log_dir, lease=lease, name="main").start(**_operator_ports())
     environment = Env(control_plane, api, standin, log_dir, operator, kube)
     try:
         yield environment
@@ -658,7 +655,7 @@ def test_kill_mid_probe_and_restart_resumes_with_one_pod(env: Env) -> None:
             second.stop()
     finally:
         first.kill()
-        env.operator.start(metrics_port=_free_port(), health_port=_free_port())
+        env.operator.start(**_operator_ports())
 
 
 def test_refused_probe_pod_ends_in_probe_error_with_the_reason(env: Env) -> None:
@@ -677,7 +674,7 @@ def test_refused_probe_pod_ends_in_probe_error_with_the_reason(env: Env) -> None
         assert QUARANTINE_TAINT_KEY in env.taint_keys(name)
     finally:
         op.stop()
-        env.operator.start(metrics_port=_free_port(), health_port=_free_port())
+        env.operator.start(**_operator_ports())
 
 
 def test_two_replicas_never_double_act_and_the_standby_takes_over(env: Env) -> None:
@@ -709,7 +706,7 @@ def test_two_replicas_never_double_act_and_the_standby_takes_over(env: Env) -> N
     finally:
         a.stop()
         b.stop()
-        env.operator.start(metrics_port=_free_port(), health_port=_free_port())
+        env.operator.start(**_operator_ports())
 
 
 def test_two_policies_matching_one_node_is_an_error_on_both(env: Env) -> None:
