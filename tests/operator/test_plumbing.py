@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
+import kopf
 import pytest
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.nodeacceptance import Phase
@@ -15,12 +18,15 @@ from gpuaccept.operator.controller import (
     PODS_INDEX,
     POLICIES_INDEX,
     Cache,
+    Controller,
     index_na,
     index_node,
     index_pod,
 )
-from gpuaccept.operator.core import Taint
-from gpuaccept.operator.kube import ConflictError, _failed_test_op
+from gpuaccept.operator.core import OperatorConfig, Taint
+from gpuaccept.operator.core.judge import judge
+from gpuaccept.operator.handlers import build_registry
+from gpuaccept.operator.kube import ConflictError, Kube, _failed_test_op
 from gpuaccept.operator.leader import LeaderElector
 from gpuaccept.operator.views import node_view, pod_view, policy_entry
 from gpuaccept.operator.workqueue import WorkQueue
@@ -265,3 +271,25 @@ def test_failed_json_patch_test_op_is_told_from_a_schema_error() -> None:
     )
     assert _failed_test_op(bare)
     assert not _failed_test_op(schema)
+
+
+def test_kopf_handlers_run_on_the_event_loop() -> None:
+    """kopf runs a sync handler in a thread pool; ours touch the asyncio work queue.
+
+    ``WorkQueue.add`` from another thread is a race (a key can be dropped between
+    the "processing" check and the "dirty" mark) and does not wake the loop, so
+    every index, event and lifecycle handler must be ``async def``.
+    """
+    controller = Controller(Kube(k8s.ApiClient()), OperatorConfig(), judge)
+    try:
+        registry: kopf.OperatorRegistry = build_registry(controller)
+        handlers = [
+            *registry._indexing.get_all_handlers(),
+            *registry._watching.get_all_handlers(),
+            *registry._activities.get_all_handlers(),
+        ]
+        assert len(handlers) == 10
+        sync = [h.id for h in handlers if not inspect.iscoroutinefunction(h.fn)]
+        assert sync == []
+    finally:
+        controller.executor.shutdown()

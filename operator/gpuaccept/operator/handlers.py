@@ -55,18 +55,23 @@ def build_registry(
     probe_labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, COMPONENT_LABEL: COMPONENT_VALUE}
     node_labels = node_selector or None
 
+    # Every handler here is ``async def``: kopf runs a sync handler in a thread
+    # pool, and these touch the controller's asyncio work queue and cache, which
+    # belong to the event loop (an enqueue from another thread can be lost, or
+    # wait for the loop's next I/O). They do no I/O, so the loop is the right place.
+
     # ---------------------------------------------------------------- indexes
     # The function names are the index names (kopf passes them as kwargs).
-    def gpuaccept_nodes(body: kopf.Body, **_: Any) -> dict[str, Any]:
+    async def gpuaccept_nodes(body: kopf.Body, **_: Any) -> dict[str, Any]:
         return index_node(body)
 
-    def gpuaccept_nodeacceptances(body: kopf.Body, **_: Any) -> dict[str, Any]:
+    async def gpuaccept_nodeacceptances(body: kopf.Body, **_: Any) -> dict[str, Any]:
         return index_na(body)
 
-    def gpuaccept_policies(body: kopf.Body, **_: Any) -> dict[str, Any]:
+    async def gpuaccept_policies(body: kopf.Body, **_: Any) -> dict[str, Any]:
         return index_policy(body)
 
-    def gpuaccept_probe_pods(body: kopf.Body, **_: Any) -> dict[str, Any]:
+    async def gpuaccept_probe_pods(body: kopf.Body, **_: Any) -> dict[str, Any]:
         return index_pod(body)
 
     assert gpuaccept_nodes.__name__ == NODES_INDEX
@@ -88,22 +93,22 @@ def build_registry(
 
     # ---------------------------------------------------------------- events
     @kopf.on.event("", "v1", "nodes", labels=node_labels, registry=registry)
-    def node_event(name: str, **kwargs: Any) -> None:
+    async def node_event(name: str, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
         controller.enqueue(name)
 
     @kopf.on.event(GROUP, VERSION, ACCEPTANCE_PLURAL, registry=registry)
-    def na_event(name: str, spec: kopf.Spec, **kwargs: Any) -> None:
+    async def na_event(name: str, spec: kopf.Spec, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
         controller.enqueue(str(spec.get("nodeName") or name))
 
     @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, registry=registry)
-    def policy_event(name: str, meta: kopf.Meta, type: str | None, **kwargs: Any) -> None:
+    async def policy_event(name: str, meta: kopf.Meta, type: str | None, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
         controller.policy_seen(name, meta.get("generation"), deleted=type == "DELETED")
 
     @kopf.on.event("", "v1", "pods", labels=probe_labels, registry=registry)
-    def pod_event(spec: kopf.Spec, **kwargs: Any) -> None:
+    async def pod_event(spec: kopf.Spec, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
         controller.enqueue(str(spec.get("nodeName") or ""))
 
