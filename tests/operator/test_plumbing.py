@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from typing import Any
 
 import kopf
@@ -293,3 +294,26 @@ def test_kopf_handlers_run_on_the_event_loop() -> None:
         assert sync == []
     finally:
         controller.executor.shutdown()
+
+
+def test_na_names_while_api_threads_write_the_overlay() -> None:
+    """``Controller._apply`` writes the overlay from the API threads while the loop
+    lists names (a policy change, a new leader). Iterating the live dict raised
+    "dictionary changed size during iteration" here in every trial."""
+    cache = Cache()
+    for i in range(10_000):
+        cache.write("na", f"gpu-{i}", 1, None)
+
+    def api_thread() -> None:
+        for i in range(200_000):
+            cache.write("pod", f"probe-{i}", 1, None)
+
+    writer = threading.Thread(target=api_thread)
+    writer.start()
+    try:
+        rounds = 0
+        while writer.is_alive() or rounds == 0:
+            assert len(cache.na_names()) == 10_000
+            rounds += 1
+    finally:
+        writer.join()

@@ -101,7 +101,12 @@ class _Written:
 
 
 class Cache:
-    """kopf's indexes (the watch cache) plus a write-through overlay of our own writes."""
+    """kopf's indexes (the watch cache) plus a write-through overlay of our own writes.
+
+    Read on the event loop; the overlay is also written from the API threads, one
+    node's keys by one thread at a time (the work queue gives each node to one
+    worker). No code here iterates a live dict that those threads write to.
+    """
 
     def __init__(self) -> None:
         self.indexes: dict[str, Any] = {}
@@ -201,7 +206,10 @@ class Cache:
     def na_names(self) -> list[str]:
         index = self.indexes.get(NAS_INDEX)
         names = set(index) if index is not None else set()
-        names |= {key for kind, key in self._overlay if kind == "na"}
+        # list(): a snapshot taken in one C call. The API threads (``Controller._apply``)
+        # add overlay entries meanwhile; iterating the live dict here could raise
+        # "dictionary changed size during iteration".
+        names |= {key for kind, key in list(self._overlay) if kind == "na"}
         return sorted(names)
 
 
