@@ -8,7 +8,7 @@ from gpuaccept.contracts.policy import NodeAcceptancePolicySpec, ProbePolicy, Ve
 
 @pytest.mark.parametrize(
     ("low", "high"),
-    [("600", "500"), ("550.54.15", "550.54.14"), ("550.54", "550"), ("2.21.5", "2.3")],
+    [("600", "500"), ("550.54.15", "550.54.14"), ("551.1", "550"), ("2.21.5", "2.3")],
 )
 def test_version_range_min_above_max_is_rejected(low: str, high: str) -> None:
     with pytest.raises(ValidationError) as info:
@@ -26,6 +26,7 @@ def test_version_range_min_above_max_is_rejected(low: str, high: str) -> None:
         ("500", "600"),
         ("550.54.15", "550.54.15"),  # one version exactly
         ("2.3", "2.21.5"),  # compared as numbers, not text
+        ("550.54", "550"),  # max "550" is 550.*
         (None, "500"),
         ("600", None),
         (None, None),
@@ -34,6 +35,34 @@ def test_version_range_min_above_max_is_rejected(low: str, high: str) -> None:
 def test_version_range_in_order_or_open_is_accepted(low: str | None, high: str | None) -> None:
     bounds = VersionRange.model_validate({"min": low, "max": high})
     assert (bounds.min, bounds.max) == (low, high)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "version", "inside"),
+    [
+        (None, "2.21", "2.21.5", True),  # max at its own precision: 2.21.*
+        (None, "2.21", "2.22.0", False),
+        (None, "2.21.5", "2.21", True),  # 2.21 is 2.21.0
+        ("12.4.0", None, "12.4", True),  # a missing part counts as 0
+        ("12.4.1", None, "12.4", False),
+        ("2.21", "2.21", "2.21.5", True),
+        ("2.21", "2.21", "2.20.9", False),
+        ("550.54.15", "550.54.15", "550.54.15", True),
+        ("550.54.15", "550.54.15", "550.54.14", False),
+        ("12.9", None, "12.10", True),  # numbers, not text
+    ],
+)
+def test_version_range_contains(
+    low: str | None, high: str | None, version: str, inside: bool
+) -> None:
+    assert VersionRange.model_validate({"min": low, "max": high}).contains(version) is inside
+
+
+def test_a_policy_with_every_check_disabled_is_refused() -> None:
+    names = ("pcieLink", "cpuGovernor", "driverLibraries", "ncclAllreduce")
+    names += ("throttleReasons", "gpuCount")
+    with pytest.raises(ValidationError, match="every check is disabled"):
+        NodeAcceptancePolicySpec.model_validate({"probe": {n: {"enabled": False} for n in names}})
 
 
 def test_empty_range_is_rejected_where_a_policy_carries_it() -> None:

@@ -147,6 +147,30 @@ def test_no_gpu_says_so_and_is_not_accepted(tmp_path: Path) -> None:
     assert not evaluate(report, ProbePolicy()).accepted
 
 
+def test_no_gpu_is_not_accepted_even_when_the_checks_left_pass(tmp_path: Path) -> None:
+    """Only the governor check, on a sysfs tree where every CPU is on performance:
+    the check passes, but a probe that saw no GPU never accepts the node."""
+    cpu = tmp_path / "devices" / "system" / "cpu"
+    for n in (0, 1):
+        (cpu / f"cpu{n}" / "cpufreq").mkdir(parents=True)
+        (cpu / f"cpu{n}" / "cpufreq" / "scaling_governor").write_text("performance\n")
+    (cpu / "online").write_text("0-1\n")
+    (cpu / "possible").write_text("0-1\n")
+    code = (
+        "import sys; sys.modules['pynvml'] = None; "
+        "from gpuaccept.cli import main; "
+        "sys.exit(main(['probe', '--checks', 'cpu_governor', '--output', 'json', "
+        f"'--proc-root', {str(tmp_path)!r}, '--sysfs-root', {str(tmp_path)!r}]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    assert proc.returncode == 1, proc.stderr
+    report = ProbeReport.model_validate_json(proc.stdout)
+    assert statuses(report)["cpu_governor"] == "pass"
+    assert "no NVIDIA GPU found on this machine" in proc.stderr
+
+
 def test_this_machine_without_a_profile_is_not_accepted() -> None:
     """On this CI machine (no GPU) the plain command must say so and exit 1."""
     proc = run_cli()

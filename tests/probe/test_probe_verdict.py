@@ -4,13 +4,15 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 
+import pytest
 from probe_scenarios import HEALTHY, default_policy, fault, probe
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 from pydantic.alias_generators import to_camel
 
 from gpuaccept.contracts.nodeacceptance import KeyFigures
 from gpuaccept.contracts.policy import ProbePolicy
 from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareSummary, ProbeReport
+from gpuaccept.probe.checks import CHECKS
 from gpuaccept.probe.verdict import Decision, evaluate
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -189,8 +191,49 @@ def test_result_without_observed_keeps_its_status() -> None:
 
 
 def test_unknown_checks_in_the_report_are_ignored() -> None:
-    r = report(result("gpu_count", CheckStatus.PASS, COUNT_OK), result("probe", CheckStatus.ERROR))
+    # e.g. a newer probe's check that this evaluator does not know
+    r = report(
+        result("gpu_count", CheckStatus.PASS, COUNT_OK), result("future_check", CheckStatus.FAIL)
+    )
     assert evaluate(r, only("gpu_count")).accepted
+
+
+def test_an_error_the_probe_recorded_is_never_accepted() -> None:
+    # a probe that crashed after some checks ran: the enabled ones passed
+    r = report(
+        result("gpu_count", CheckStatus.PASS, COUNT_OK),
+        result("probe", CheckStatus.ERROR, msg="probe failed: RuntimeError: boom"),
+    )
+    v = evaluate(r, only("gpu_count"))
+    assert not v.accepted
+    assert [(x.check, x.reason, x.message) for x in v.reasons] == [
+        ("probe", "ProbeError", "probe failed: RuntimeError: boom")
+    ]
+
+
+def test_a_report_without_gpus_is_never_accepted() -> None:
+    # every enabled check passed, but the probe saw no GPU (e.g. no GPU runtime in the pod)
+    r = report(result("cpu_governor", CheckStatus.PASS, {"cpus": 2, "count": {"performance": 2}}))
+    r = r.model_copy(update={"summary": r.summary.model_copy(update={"gpu_count": 0})})
+    v = evaluate(r, only("cpu_governor"))
+    assert [(x.check, x.reason) for x in v.reasons] == [("probe", "ProbeError")]
+    assert v.reasons[0].message == "no GPU seen by the probe"
+
+
+def test_a_policy_with_every_check_disabled_is_refused() -> None:
+    with pytest.raises(ValidationError, match="every check is disabled"):
+        only()
+
+
+def test_no_enabled_check_is_never_accepted() -> None:
+    # the model refuses such a policy; evaluate does not rely on that
+    policy = only("gpu_count")
+    policy = policy.model_copy(
+        update={"gpu_count": policy.gpu_count.model_copy(update={"enabled": False})}
+    )
+    r = report(result("gpu_count", CheckStatus.PASS, COUNT_OK))
+    v = evaluate(r, policy)
+    assert [(x.check, x.message) for x in v.reasons] == [("probe", "the policy enables no check")]
 
 
 def test_failure_report_is_never_accepted() -> None:
@@ -198,13 +241,11 @@ def test_failure_report_is_never_accepted() -> None:
     v = evaluate(report(result("probe", CheckStatus.ERROR, msg="bad input")), ProbePolicy())
     assert not v.accepted
     assert {r.reason for r in v.reasons} == {"ProbeError"}
-    assert len(v.reasons) == 6
-
-
-def test_all_checks_disabled_is_accepted_and_says_so() -> None:
-    v = evaluate(report(), only())
-    assert v.accepted
-    assert v.checks == ()
+    # each of the six checks has no result; the probe's own error is named too
+    assert [r.check for r in v.reasons if r.message == "no result in the report"] == [
+        c.name for c in CHECKS
+    ]
+    assert ("probe", "bad input") in [(r.check, r.message) for r in v.reasons]
 
 
 def test_evaluate_is_deterministic_and_leaves_the_report_alone() -> None:

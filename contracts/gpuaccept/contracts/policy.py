@@ -42,8 +42,23 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
+def version_at_least(version: str, bound: str) -> bool:
+    """``version >= bound``, a missing part counting as 0: "12.4" is at least "12.4.0"."""
+    value, low = version_tuple(version), version_tuple(bound)
+    width = max(len(value), len(low))
+    return value + (0,) * (width - len(value)) >= low + (0,) * (width - len(low))
+
+
+def version_at_most(version: str, bound: str) -> bool:
+    """``version <= bound`` at the bound's precision: "2.21.5" is at most "2.21" (2.21.*)."""
+    value, high = version_tuple(version), version_tuple(bound)
+    return (value + (0,) * len(high))[: len(high)] <= high
+
+
 class VersionRange(ContractModel):
-    """Inclusive bounds; a missing bound is open. Compared component-wise."""
+    """Inclusive bounds; a missing bound is open. Compared component-wise as
+    integers; ``max`` holds at its own precision ("2.21" admits 2.21.5) and a
+    missing part counts as 0 for ``min`` ("12.4.0" admits 12.4)."""
 
     min: Version | None = None
     max: Version | None = None
@@ -53,16 +68,15 @@ class VersionRange(ContractModel):
         if (
             self.min is not None
             and self.max is not None
-            and version_tuple(self.min) > version_tuple(self.max)
+            and not version_at_most(self.min, self.max)
         ):
             raise ValueError(f"min {self.min} is above max {self.max}: no version is in this range")
         return self
 
     def contains(self, version: str) -> bool:
-        value = version_tuple(version)
-        if self.min is not None and value < version_tuple(self.min):
+        if self.min is not None and not version_at_least(version, self.min):
             return False
-        return not (self.max is not None and value > version_tuple(self.max))
+        return self.max is None or version_at_most(version, self.max)
 
     def describe(self) -> str:
         return f"[{self.min or '*'}, {self.max or '*'}]"
@@ -158,6 +172,13 @@ class ProbePolicy(ContractModel):
     nccl_allreduce: NcclAllreducePolicy = NcclAllreducePolicy()
     throttle_reasons: ThrottleReasonsPolicy = ThrottleReasonsPolicy()
     gpu_count: GpuCountPolicy = GpuCountPolicy()
+
+    @model_validator(mode="after")
+    def _some_check_enabled(self) -> "ProbePolicy":
+        switches = (getattr(self, name) for name in type(self).model_fields)
+        if not any(isinstance(s, CheckSwitch) and s.enabled for s in switches):
+            raise ValueError("every check is disabled: a node would be accepted on no evidence")
+        return self
 
     def switch(self, check: str) -> CheckSwitch | None:
         """The sub-policy of the check named ``check`` (snake_case), if any."""

@@ -10,6 +10,9 @@ changes, without probing again. Then the results are folded:
 * an enabled, required check that is missing or errored → ``ProbeError``,
   skipped → ``CheckSkipped`` (a non-required one only warns);
 * a warning is accepted, and listed in ``warnings``;
+* an error the probe itself recorded (the ``probe`` result of a probe that
+  crashed), a report with no GPU in it, or a policy with no check enabled →
+  ``ProbeError``, whatever the checks say;
 * the node is accepted only when every enabled, required check passed or
   warned. Nothing passes by default.
 
@@ -112,6 +115,23 @@ def key_figures(report: ProbeReport) -> KeyFigures:
     )
 
 
+def _probe_errors(
+    report: ProbeReport, policy: ProbePolicy, checks: Sequence[Check], *, judged: int
+) -> list[Reason]:
+    """What rules the node out whatever its checks say: nothing to accept it on."""
+    known = {check.name for check in checks}
+    out = [
+        Reason(check=r.check, reason=PROBE_ERROR, message=clip(r.message, 512))
+        for r in report.results
+        if r.check not in known and r.status is CheckStatus.ERROR
+    ]
+    if report.summary.gpu_count == 0:
+        out.append(Reason(check="probe", reason=PROBE_ERROR, message="no GPU seen by the probe"))
+    if judged == 0:
+        out.append(Reason(check="probe", reason=PROBE_ERROR, message="the policy enables no check"))
+    return out
+
+
 def evaluate(report: ProbeReport, policy: ProbePolicy, checks: Sequence[Check] = CHECKS) -> Verdict:
     """Judge ``report`` against ``policy``. Pure: no I/O, no clock, no randomness."""
     by_check = {r.check: r for r in report.results}
@@ -156,6 +176,7 @@ def evaluate(report: ProbeReport, policy: ProbePolicy, checks: Sequence[Check] =
             (reasons if required else warnings).append(
                 Reason(check=check.name, reason=word, message=message)
             )
+    reasons.extend(_probe_errors(report, policy, checks, judged=len(summaries)))
     decision = Decision.QUARANTINED if reasons else Decision.ACCEPTED
     return Verdict(
         decision=decision,

@@ -17,7 +17,7 @@ observed: ``{"kernelModule": "550.54.15", "nvmlLibrary": "550.54.15",
 
 from pydantic import JsonValue
 
-from gpuaccept.contracts.policy import ProbePolicy, version_tuple
+from gpuaccept.contracts.policy import ProbePolicy, version_at_least, version_tuple
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 from gpuaccept.probe.checks.base import (
     BadObservationError,
@@ -116,7 +116,7 @@ class DriverLibraries:
         if (
             p.min_cuda_driver_version
             and cuda_driver
-            and version_tuple(cuda_driver) < version_tuple(p.min_cuda_driver_version)
+            and not version_at_least(cuda_driver, p.min_cuda_driver_version)
         ):
             failures.append(f"CUDA driver {cuda_driver} < {p.min_cuda_driver_version}")
         if "nccl" in expected:
