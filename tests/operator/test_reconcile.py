@@ -474,3 +474,25 @@ def test_refused_pod_creation_is_an_attempt_error_with_the_api_message() -> None
     assert world.status.reason == "ProbePodError"
     assert world.status.message is not None
     assert 'serviceaccount "x" not found' in world.status.message
+
+
+def test_policy_change_never_rejudges_an_older_rounds_report() -> None:
+    """Accepted on boot 1; after a reboot every attempt fails (ProbeError). A policy
+    edit re-judges the stored report: it must not be boot 1's (which would accept)."""
+    w = accepted_world()
+    w.node = dataclasses.replace(w.node, boot_id="boot-2")
+    w.settle()
+    assert w.status.report is None
+    for _ in range(10):
+        if w.status.phase == Phase.QUARANTINED:
+            break
+        w.finish_pod(None, exit_code=1, phase="Failed")
+        w.settle()
+        w.advance(3600)
+        w.settle()
+    assert (w.status.phase, w.status.reason) == (Phase.QUARANTINED, "ProbeError")
+    assert w.status.report is None
+    w.policies = [PolicyView(name="default", generation=2, spec=spec())]
+    w.settle()
+    assert (w.status.phase, w.status.reason) == (Phase.QUARANTINED, "ProbeError")
+    assert "gpuaccept.io/quarantined" in w.taint_keys()

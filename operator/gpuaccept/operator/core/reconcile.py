@@ -309,6 +309,7 @@ class _Planner:
                 "probe_started_time": None,
                 "policy": policy.name,
                 "policy_generation": policy.generation,
+                "report": None,  # the old round's evidence is not this round's
             }
         )
         new = new.model_copy(update={"applied_taints": self._applied(node, spec, new)})
@@ -642,7 +643,9 @@ class _Planner:
         if not rejudged:
             update["last_probe_time"] = now
             update["probed_boot_id"] = report.boot_id if report is not None else node.boot_id
-            update["report"] = report if report is not None else st.report
+            # The report this verdict came from; an error verdict has none. Keeping
+            # an older one would let a later re-judge accept on stale evidence.
+            update["report"] = report
         if judgement.checks or report is not None:
             update["checks"] = list(judgement.checks)[:32]
         if judgement.figures is not None:
