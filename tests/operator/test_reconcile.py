@@ -15,6 +15,7 @@ from gpuaccept.operator.core import (
     CreateProbePod,
     DeleteNodeAcceptance,
     DeleteProbePod,
+    Judgement,
     NodeCondition,
     PatchNAStatus,
     PatchNodeTaintsLabels,
@@ -496,3 +497,18 @@ def test_policy_change_never_rejudges_an_older_rounds_report() -> None:
     w.settle()
     assert (w.status.phase, w.status.reason) == (Phase.QUARANTINED, "ProbeError")
     assert "gpuaccept.io/quarantined" in w.taint_keys()
+
+
+def test_a_report_the_judge_cannot_use_is_an_attempt_error() -> None:
+    """Valid against the contract, but the judge raises on it: an attempt error
+    (retry, then ProbeError), never an exception that leaves the node Probing."""
+
+    def broken_judge(report: object, policy: object) -> Judgement:
+        raise ValueError("min_pcie_generation must be >= 0")
+
+    w = probing_world(judge=broken_judge)
+    w.finish_with_report(make_report())
+    w.settle()
+    assert (w.status.phase, w.status.reason) == (Phase.PENDING, "InvalidReport")
+    assert "report cannot be judged: ValueError" in (w.status.message or "")
+    assert "gpuaccept.io/pending" in w.taint_keys()

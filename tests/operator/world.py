@@ -33,6 +33,7 @@ from gpuaccept.operator.core import (
     Taint,
     reconcile,
 )
+from gpuaccept.operator.core.model import Judge
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BOOT = "boot-1"
@@ -117,6 +118,7 @@ class World:
     events: list[EmitEvent] = field(default_factory=list)
     log: list[Plan] = field(default_factory=list)
     rv: int = 10
+    judge: Judge = fake_judge
 
     def observe(self) -> Observed:
         return Observed(
@@ -131,7 +133,7 @@ class World:
         )
 
     def plan(self) -> Plan:
-        return reconcile(self.observe(), fake_judge)
+        return reconcile(self.observe(), self.judge)
 
     def _rv(self) -> str:
         self.rv += 1

@@ -268,3 +268,15 @@ def test_verdict_imports_neither_torch_nor_nvml() -> None:
 def test_key_figures_tolerate_missing_results() -> None:
     v = evaluate(report(model=None), ProbePolicy())
     assert v.figures == KeyFigures(gpu_count=8, driver_version="550.54.15")
+
+
+def test_implausible_pcie_figures_are_left_out_not_raised() -> None:
+    # observed values outside what KeyFigures allows: the check judges them, the
+    # figures omit them, and evaluate returns a verdict
+    obs: JsonValue = {
+        "gen": [-1], "width": [16], "maxGen": [5], "maxWidth": [16],
+        "h2dGBps": [50.0], "d2hGBps": [50.0],
+    }  # fmt: skip
+    v = evaluate(report(result("pcie_link", CheckStatus.PASS, obs)), only("pcie_link"))
+    assert v.figures is not None
+    assert (v.figures.min_pcie_generation, v.figures.pcie) == (None, None)

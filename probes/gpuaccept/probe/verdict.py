@@ -98,7 +98,9 @@ def key_figures(report: ProbeReport) -> KeyFigures:
     pcie = report.result("pcie_link")
     if pcie is not None and pcie.observed is not None:
         link = min_link(pcie.observed)
-        if link is not None:
+        # Only plausible figures: they are for display, and a bad observed value
+        # is the check's to judge, not a reason for the whole verdict to fail.
+        if link is not None and all(0 <= v < 100 for v in link):
             gen, width = link
     busbw = None
     nccl = report.result("nccl_allreduce")

@@ -147,6 +147,15 @@ class _Planner:
                 PatchNodeCondition(node.name, want[0], want[1], _cut(want[2], 1000), self.obs.now)  # type: ignore[arg-type]
             )
 
+    def _judge(self, report: ProbeReport, spec: NodeAcceptancePolicySpec) -> Judgement | str:
+        """The judge's verdict, or why it failed. A report can pass the contract and
+        still break the judge (a value outside what the summary allows): that is a
+        bad report, never a reason for reconcile to raise and the node to hang."""
+        try:
+            return self.judge(report, spec.probe)
+        except Exception as error:  # untrusted input: any failure is the report's
+            return _cut(f"report cannot be judged: {type(error).__name__}: {error}", 500)
+
     # ----------------------------------------------------------------- main
 
     def run(self) -> Plan:
@@ -240,8 +249,14 @@ class _Planner:
                     message=f"policy {policy.name} changed (generation {policy.generation})",
                 )
             if action == PolicyChangeAction.REJUDGE:
-                if st.report is not None:
-                    judgement = self.judge(st.report, spec.probe)
+                stored = self._judge(st.report, spec) if st.report is not None else None
+                if isinstance(stored, Judgement):
+                    judgement = stored
+                elif isinstance(stored, str):  # the stored report cannot be judged
+                    judgement = Judgement(
+                        accepted=False,
+                        reasons=(Reason(check="probe", reason=REASON_PROBE_ERROR, message=stored),),
+                    )
                 else:  # an error verdict has no results to re-judge: it stands
                     judgement = Judgement(
                         accepted=False,
@@ -504,7 +519,11 @@ class _Planner:
         if pod.message:
             result = validate_report(pod.message, node_name=node.name, boot_id=node.boot_id)
             if isinstance(result, ProbeReport):
-                judgement = self.judge(result, spec.probe)
+                judgement = self._judge(result, spec)
+                if isinstance(judgement, str):  # valid JSON the judge cannot use
+                    return self.error(
+                        node, policy, spec, st, reason="InvalidReport", message=judgement, pod=pod
+                    )
                 return self.apply(
                     node, policy, spec, st, judgement, report=result, rejudged=False, pod=pod
                 )
