@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
+import time
 from typing import Any
 
 import kopf
@@ -248,6 +250,52 @@ def test_standby_takes_over_an_expired_lease(monkeypatch: pytest.MonkeyPatch) ->
     assert not a.try_acquire_or_renew()  # a, back, finds b holding a live lease
     assert b.try_acquire_or_renew()  # renew
     assert not a.try_acquire_or_renew()
+
+
+def test_a_renewal_after_a_gap_hands_the_work_back() -> None:
+    """A renewal slower than 80 % of the lease: ``leading`` is False for a while
+    (the workers drop what they take), then the renewal succeeds with no change of
+    holder. The controller must hear "leader" again, or dropped keys stay lost."""
+
+    class SlowOnce(FakeLeases):
+        slow = False
+
+        def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+            if self.slow:
+                self.slow = False
+                time.sleep(1.0)
+            return super().get_lease(namespace, name)
+
+    fake = SlowOnce()
+    heard: list[bool] = []
+    elector = LeaderElector(
+        fake,  # type: ignore[arg-type]
+        namespace="ns",
+        name="lease",
+        identity="a",
+        lease_duration=1.0,
+        renew_period=0.05,
+        on_change=heard.append,
+    )
+
+    async def scenario() -> list[bool]:
+        task = asyncio.create_task(elector.run())
+        try:
+            await asyncio.sleep(0.3)
+            assert heard == [True]
+            assert elector.leading
+            fake.slow = True  # the next renewal takes 1 s, 100 % of the lease
+            for _ in range(200):  # up to 10 s on a slow machine
+                if len(heard) > 1:
+                    break
+                await asyncio.sleep(0.05)
+            return heard
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    assert asyncio.run(scenario()) == [True, True]
 
 
 def test_released_lease_is_taken_at_once() -> None:

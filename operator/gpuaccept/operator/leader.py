@@ -136,6 +136,7 @@ class LeaderElector:
 
     async def run(self) -> None:
         while True:
+            last_renewal = self._renewed_at
             try:
                 leader = await asyncio.get_running_loop().run_in_executor(
                     self._executor, self.try_acquire_or_renew
@@ -143,6 +144,13 @@ class LeaderElector:
             except Exception as error:  # API trouble: we cannot prove we lead
                 log.warning("leader election: %s", error)
                 leader = self.leading
+            lapsed = time.monotonic() - last_renewal >= self.lease_duration * 0.8
+            if leader and lapsed and self.is_leader:
+                # Renewed after a gap in which ``leading`` was False: the workers
+                # dropped what they took meanwhile, so it is all leader work again.
+                log.info("leader election: renewed %s/%s after a gap", self.namespace, self.name)
+                if self.on_change is not None:
+                    self.on_change(True)
             if leader != self.is_leader:
                 self.is_leader = leader
                 log.info(
