@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import sys
 import threading
 import time
 from typing import Any
@@ -353,9 +354,11 @@ def test_na_names_while_api_threads_write_the_overlay() -> None:
         cache.write("na", f"gpu-{i}", 1, None)
 
     def api_thread() -> None:
-        for i in range(200_000):
+        for i in range(20_000):
             cache.write("pod", f"probe-{i}", 1, None)
 
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: the race shows at once
     writer = threading.Thread(target=api_thread)
     writer.start()
     try:
@@ -365,3 +368,4 @@ def test_na_names_while_api_threads_write_the_overlay() -> None:
             rounds += 1
     finally:
         writer.join()
+        sys.setswitchinterval(interval)

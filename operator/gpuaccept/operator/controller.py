@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -103,9 +104,11 @@ class _Written:
 class Cache:
     """kopf's indexes (the watch cache) plus a write-through overlay of our own writes.
 
-    Read on the event loop; the overlay is also written from the API threads, one
-    node's keys by one thread at a time (the work queue gives each node to one
-    worker). No code here iterates a live dict that those threads write to.
+    Read on the event loop; the overlay is also written from the API threads (one
+    node's keys by one thread at a time: the work queue gives each node to one
+    worker). Every read-then-change of the overlay holds ``_lock``, so a loop-side
+    clean-up (``_pick`` dropping an entry the watch has caught up with) can never
+    delete a newer entry a thread wrote in between.
     """
 
     def __init__(self) -> None:
@@ -114,6 +117,7 @@ class Cache:
         self._overlay: dict[tuple[str, str], _Written] = {}
         self._pod_nodes: dict[str, str] = {}  # overlay pod name -> node name
         self._node_pods: dict[str, set[str]] = defaultdict(set)  # node -> overlay pod names
+        self._lock = threading.Lock()
 
     def attach(self, kwargs: Mapping[str, Any]) -> None:
         """Take kopf's live index objects (they exist once the first handler runs)."""
@@ -126,13 +130,18 @@ class Cache:
         self.synced.set()
 
     def write(self, kind: str, key: str, rv: int, value: Any) -> None:
-        self._overlay[(kind, key)] = _Written(rv, value)
+        with self._lock:
+            self._overlay[(kind, key)] = _Written(rv, value)
 
     def _pick(self, kind: str, index: str, key: str) -> Any:
         best_rv, best = -1, None
         for rv, view in _index_values(self.indexes.get(index), key):
             if rv > best_rv:
                 best_rv, best = rv, view
+        with self._lock:
+            return self._pick_locked(kind, key, best_rv, best)
+
+    def _pick_locked(self, kind: str, key: str, best_rv: int, best: Any) -> Any:
         written = self._overlay.get((kind, key))
         if written is not None:
             if written.value is None and written.rv >= best_rv and best is not None:
@@ -156,6 +165,11 @@ class Cache:
         for rv, view in _index_values(self.indexes.get(PODS_INDEX), node):
             if view.name not in found or rv > found[view.name][0]:
                 found[view.name] = (rv, view)
+        with self._lock:
+            self._merge_pods_locked(node, found)
+        return tuple(view for _rv, view in found.values() if view is not None)
+
+    def _merge_pods_locked(self, node: str, found: dict[str, tuple[int, PodView | None]]) -> None:
         for key in list(self._node_pods.get(node, ())):
             written = self._overlay.get(("pod", key))
             if written is None:
@@ -171,7 +185,6 @@ class Cache:
                 found[key] = (written.rv, written.value)
             else:
                 self._forget_pod(key)
-        return tuple(view for _rv, view in found.values() if view is not None)
 
     def _forget_pod(self, name: str) -> None:
         self._overlay.pop(("pod", name), None)
@@ -184,9 +197,10 @@ class Cache:
                     del self._node_pods[node]
 
     def write_pod(self, node: str, name: str, rv: int, view: PodView | None) -> None:
-        self._pod_nodes[name] = node
-        self._node_pods[node].add(name)
-        self.write("pod", name, rv, view)
+        with self._lock:
+            self._pod_nodes[name] = node
+            self._node_pods[node].add(name)
+            self._overlay[("pod", name)] = _Written(rv, view)
 
     def policies(self) -> list[PolicyEntry]:
         index = self.indexes.get(POLICIES_INDEX)
@@ -206,10 +220,12 @@ class Cache:
     def na_names(self) -> list[str]:
         index = self.indexes.get(NAS_INDEX)
         names = set(index) if index is not None else set()
-        # list(): a snapshot taken in one C call. The API threads (``Controller._apply``)
-        # add overlay entries meanwhile; iterating the live dict here could raise
+        # A snapshot under the lock: the API threads (``Controller._apply``) add
+        # overlay entries meanwhile; iterating the live dict here could raise
         # "dictionary changed size during iteration".
-        names |= {key for kind, key in list(self._overlay) if kind == "na"}
+        with self._lock:
+            overlay = list(self._overlay)
+        names |= {key for kind, key in overlay if kind == "na"}
         return sorted(names)
 
 
