@@ -635,11 +635,15 @@ class Controller:
             self._quarantined.pop(gone, None)
             self._matched.pop(gone, None)
         self._reported_policies = current
+        # The breaker's counts, all replaced before the first await below: a
+        # quarantine that ``_track`` records while a status write is in flight
+        # must not be overwritten by this (then older) snapshot.
+        for entry in entries:
+            self._quarantined[entry.view.name] = quarantined.get(entry.view.name, set())
+            self._matched[entry.view.name] = len(matches.get(entry.view.name, []))
         for entry in entries:
             name = entry.view.name
             matched = len(matches.get(name, []))
-            self._quarantined[name] = quarantined.get(name, set())
-            self._matched[name] = matched
             for phase in Phase:
                 metrics.NODES_BY_PHASE.labels(name, phase.value).set(phases[name][phase])
             spec = entry.view.spec
