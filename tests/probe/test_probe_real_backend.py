@@ -26,7 +26,11 @@ class FakeNVMLError(Exception):
 
 
 def fake_nvml(
-    *, init_error: int | None = None, gpus: int = 2, pcie_error: bool = False
+    *,
+    init_error: int | None = None,
+    gpus: int = 2,
+    pcie_error: bool = False,
+    system_max_width: int = 16,
 ) -> types.ModuleType:
     m = types.ModuleType("pynvml")
     m.NVMLError = FakeNVMLError  # type: ignore[attr-defined]
@@ -55,7 +59,7 @@ def fake_nvml(
         "nvmlDeviceGetCurrPcieLinkGeneration": pcie(4),
         "nvmlDeviceGetCurrPcieLinkWidth": pcie(16),
         "nvmlDeviceGetMaxPcieLinkGeneration": pcie(5),
-        "nvmlDeviceGetMaxPcieLinkWidth": pcie(16),
+        "nvmlDeviceGetMaxPcieLinkWidth": pcie(system_max_width),
         "nvmlDeviceGetCurrentClocksEventReasons": lambda h: clocks.GPU_IDLE | clocks.HW_SLOWDOWN,
         "nvmlSystemGetDriverVersion": lambda: "550.54.15",
         "nvmlSystemGetNVMLVersion": lambda: "12.550.54.15",
@@ -98,6 +102,18 @@ def test_pcie_from_nvml_and_sysfs_fallback(monkeypatch: pytest.MonkeyPatch) -> N
     fallback = backend(monkeypatch, fake_nvml(pcie_error=True))
     link = fallback.pcie_link(1)  # 0000:43:00.0 in the fixture sysfs: 2.5 GT/s x8 of 32 GT/s x16
     assert (link.generation, link.width, link.max_generation, link.max_width) == (1, 8, 5, 16)
+
+
+def test_pcie_max_is_the_gpus_own_not_the_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML's max width is "possible with this device and system": behind a x8 slot
+    it says 8, and a x16 GPU running x8 would look at max. The GPU's own sysfs
+    max_link_width (16 for 0000:1b:00.0 in the fixture) is the maximum."""
+    nvml = fake_nvml(system_max_width=8)
+    nvml.nvmlDeviceGetCurrPcieLinkWidth = lambda _h: 8  # type: ignore[attr-defined]
+    hw = backend(monkeypatch, nvml)
+    link = hw.pcie_link(0)
+    assert (link.width, link.max_width) == (8, 16)
+    hw.close()
 
 
 def test_clock_event_reasons_judged(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -63,7 +63,9 @@ class RealBackend:
         self._mismatch = False
         self._gpus: list[GpuInfo] = []
         self._handles: list[Any] = []
-        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        self._device_max: dict[int, tuple[int, int]] = {}
+        # torch's cuda:i must be NVML's GPU i (CUDA's default order is fastest first).
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         self._init_nvml()
 
     # --- NVML -------------------------------------------------------------
@@ -124,10 +126,45 @@ class RealBackend:
             return None
 
     def pcie_link(self, gpu: int) -> PcieLinkState:
-        """NVML's current link, and its max "possible with this device and system".
+        """NVML's current link, against the GPU's own maximum.
 
+        NVML's ``nvmlDeviceGetMaxPcieLink*`` is the max "possible with this device
+        and system": a x16 GPU behind a slot or riser limited to x8 reports 8, and
+        would then look "at max" at x8. So the maximum is the larger of that and the
+        GPU's own capability (its sysfs ``max_link_speed``/``max_link_width``, and
+        ``nvmlDeviceGetGpuMaxPcieLinkGeneration``), read once per GPU.
         Falls back to the GPU's sysfs PCI device files when NVML cannot answer.
         """
+        state = self._nvml_pcie_link(gpu)
+        max_generation, max_width = self._device_max_link(gpu)
+        return PcieLinkState(
+            state.generation,
+            state.width,
+            max(state.max_generation, max_generation),
+            max(state.max_width, max_width),
+        )
+
+    def _device_max_link(self, gpu: int) -> tuple[int, int]:
+        """The GPU's own max generation and width (0 where unknown), cached."""
+        cached = self._device_max.get(gpu)
+        if cached is not None:
+            return cached
+        nvml = self._require_nvml()
+        generation = width = 0
+        getter = getattr(nvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", None)
+        if getter is not None:
+            with contextlib.suppress(nvml.NVMLError):
+                generation = int(getter(self._handles[gpu]))
+        bus = self._gpus[gpu].bus_id
+        if bus is not None:
+            with contextlib.suppress(SysfsError):
+                link = read_pcie_link(self._sysfs_root, bus)
+                generation = max(generation, link.max_generation)
+                width = link.max_width
+        self._device_max[gpu] = (generation, width)
+        return generation, width
+
+    def _nvml_pcie_link(self, gpu: int) -> PcieLinkState:
         nvml = self._require_nvml()
         handle = self._handles[gpu]
         try:
