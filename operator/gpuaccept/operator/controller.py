@@ -505,13 +505,15 @@ class Controller:
             body = kube.remove_node_annotation(action.node, REPROBE_ANNOTATION)
             cache.write("node", action.node, resource_version(body), node_view(body))
         elif isinstance(action, CreateProbePod):
+            # Only this attempt's refusal counts: an older one must not turn a later
+            # transient failure (a 5xx, a timeout) into a ProbePodError.
+            self._create_errors.pop(observed.node_name, None)
             try:
                 pod = kube.create_pod(self.config.namespace, action.manifest)
             except ApiException as error:
                 if error.status in (400, 403, 404, 422):  # refused, not a hiccup
                     self._create_errors[observed.node_name] = _api_message(error)[:500]
                 raise
-            self._create_errors.pop(observed.node_name, None)
             if pod is not None:
                 cache.write_pod(
                     observed.node_name, action.name, resource_version(pod), pod_view(pod)
@@ -534,6 +536,7 @@ class Controller:
                 raise StaleCacheError(action.name)
             kube.delete_na(action.name)
             cache.write("na", action.name, 1 << 62, None)
+            self._create_errors.pop(action.name, None)
         elif isinstance(action, EmitEvent):
             kube.create_event(
                 kind=action.kind,
