@@ -152,6 +152,26 @@ def test_manual_taint_and_cordon_survive_acceptance() -> None:
                 assert manual in action.taints
 
 
+def test_another_owners_noexecute_taint_is_rewritten_as_it_was() -> None:
+    # the taint list is patched whole: the other taint goes back with its timeAdded
+    world = World()
+    assert world.node is not None
+    wire = {"key": "example.com/drain", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}
+    other = Taint.from_wire(wire)
+    world.node = dataclasses.replace(world.node, taints=(other, PENDING))
+    world.settle()
+    world.finish_with_report()
+    world.settle()
+    patches = [
+        a.taints
+        for plan in world.log
+        for a in plan.actions
+        if isinstance(a, PatchNodeTaintsLabels) and a.taints is not None
+    ]
+    assert patches
+    assert [t.to_wire() for t in patches[-1]] == [wire]
+
+
 # ---------------------------------------------------------------- errors and retries
 
 

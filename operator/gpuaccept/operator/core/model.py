@@ -28,11 +28,16 @@ class Taint:
     key: str
     effect: str
     value: str | None = None
+    # Kept as read, so that rewriting the taint list (a JSON patch of the whole
+    # list) leaves another owner's NoExecute taint exactly as it was.
+    time_added: str | None = field(default=None, compare=False)
 
     def to_wire(self) -> dict[str, str]:
         wire = {"key": self.key, "effect": self.effect}
         if self.value:
             wire["value"] = self.value
+        if self.time_added:
+            wire["timeAdded"] = self.time_added
         return wire
 
     @classmethod
@@ -41,6 +46,7 @@ class Taint:
             key=str(raw.get("key", "")),
             effect=str(raw.get("effect", "")),
             value=(str(raw["value"]) if raw.get("value") else None),
+            time_added=(str(raw["timeAdded"]) if raw.get("timeAdded") else None),
         )
 
 
