@@ -283,6 +283,8 @@ def test_chart_ships_the_generated_crds() -> None:
         ("defaultPolicy.dryRun=maybe", "defaultPolicy.dryRun"),
         ("operator.logLevel=loud", "operator.logLevel"),
         ("probe.image.digest=sha256:nothex", "probe.image.digest"),
+        # dropping the only default key would leave a policy that governs every node
+        ("defaultPolicy.nodeSelector.nvidia\\.com/gpu\\.present=null", "minProperties"),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(setting: str, message: str) -> None:

@@ -83,3 +83,35 @@ def test_range_bounds_are_inclusive() -> None:
     assert bounds.contains("550")
     assert not bounds.contains("550.54.16")
     assert not bounds.contains("549.99")
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "says"),
+    [
+        ({"pendingTaintKey": "node.kubernetes.io/unschedulable"}, "pendingTaintKey", "belong to"),
+        ({"quarantine": {"taintKey": "nvidia.com/gpu"}}, "quarantine.taintKey", "belong to"),
+        ({"quarantine": {"labels": {"k8s.io/x": "y"}}}, "quarantine.labels.k8s.io/x", "belong to"),
+        ({"quarantine": {"taintKey": "gpuaccept.io/" + "q" * 64}}, "quarantine", "pattern"),
+        ({"pendingTaintKey": ".".join(["a" * 60] * 5) + "/p"}, "pendingTaintKey", "than 253"),
+        ({"nodeSelector": {}}, "nodeSelector", "at least 1"),
+    ],
+)
+def test_keys_the_operator_would_write_are_checked(
+    spec: dict[str, object], field: str, says: str
+) -> None:
+    with pytest.raises(ValidationError) as info:
+        NodeAcceptancePolicySpec.model_validate(spec)
+    (error,) = info.value.errors(include_url=False)
+    assert ".".join(str(p) for p in error["loc"]).startswith(field)
+    assert says in error["msg"]
+
+
+def test_owned_keys_elsewhere_and_63_character_names_are_fine() -> None:
+    spec = NodeAcceptancePolicySpec.model_validate(
+        {
+            "pendingTaintKey": "example.com/" + "p" * 63,
+            "quarantine": {"labels": {"gpu.example.com/bad": "yes"}},
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},  # reading is fine
+        }
+    )
+    assert spec.pending_taint_key.endswith("p" * 63)

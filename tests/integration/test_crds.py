@@ -129,6 +129,17 @@ def test_empty_and_typical_policies_are_accepted(cp: ControlPlane, name: str) ->
             "pendingTaintKey and quarantine.taintKey",
         ),
         ({"dryrun": True}, 'unknown field "spec.dryrun"'),
+        ({"nodeSelector": {}}, "spec.nodeSelector"),  # would govern every node
+        ({"quarantine": {"taintKey": "gpuaccept.io/" + "q" * 64}}, "spec.quarantine.taintKey"),
+        (
+            {"pendingTaintKey": "node.kubernetes.io/unschedulable"},
+            "pendingTaintKey: keys under kubernetes.io",
+        ),
+        ({"quarantine": {"taintKey": "nvidia.com/gpu"}}, "quarantine.taintKey: keys under"),
+        (
+            {"quarantine": {"labels": {"example.com/ok": "x", "kubernetes.io/hostname": "q"}}},
+            "quarantine.labels: keys under",
+        ),
     ],
 )
 def test_invalid_policy_is_refused_naming_the_field(

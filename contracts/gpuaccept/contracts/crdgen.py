@@ -46,7 +46,11 @@ from gpuaccept.contracts.nodeacceptance import (
     NodeAcceptanceSpec,
     NodeAcceptanceStatus,
 )
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec, QuarantineAction
+from gpuaccept.contracts.policy import (
+    RESERVED_KEY_PATTERN,
+    NodeAcceptancePolicySpec,
+    QuarantineAction,
+)
 
 Schema = dict[str, Any]
 
@@ -271,6 +275,32 @@ def _taints_differ_rule() -> Schema:
     }
 
 
+def _owned_key_rules() -> list[Schema]:
+    """The policy model's ``OwnedKey`` check as CEL rules: no taint or label key the
+    operator writes and removes may sit under a prefix that belongs to others."""
+    reserved = RESERVED_KEY_PATTERN.replace("\\", "\\\\")
+    message = "keys under kubernetes.io, k8s.io and nvidia.com belong to other owners"
+    return [
+        {
+            "rule": f"!has(self.pendingTaintKey) || !self.pendingTaintKey.matches('{reserved}')",
+            "message": f"pendingTaintKey: {message}",
+            "fieldPath": ".pendingTaintKey",
+        },
+        {
+            "rule": "!has(self.quarantine) || !has(self.quarantine.taintKey) || "
+            f"!self.quarantine.taintKey.matches('{reserved}')",
+            "message": f"quarantine.taintKey: {message}",
+            "fieldPath": ".quarantine.taintKey",
+        },
+        {
+            "rule": "!has(self.quarantine) || !has(self.quarantine.labels) || "
+            f"self.quarantine.labels.all(k, !k.matches('{reserved}'))",
+            "message": f"quarantine.labels: {message}",
+            "fieldPath": ".quarantine.labels",
+        },
+    ]
+
+
 def _column(name: str, json_path: str, kind: str, description: str, priority: int = 0) -> Schema:
     column: Schema = {
         "name": name,
@@ -338,7 +368,7 @@ def policy_crd() -> Schema:
             "Which nodes are probed, the thresholds they are judged against, and what "
             "happens to a node that fails.",
             spec_required=False,
-            spec_rules=[_taints_differ_rule()],
+            spec_rules=[_taints_differ_rule(), *_owned_key_rules()],
         ),
         columns=[
             _column("Accepted", ".status.counts.accepted", "integer", "Nodes accepted."),

@@ -10,25 +10,53 @@ from the operator's own configuration, never from a policy object, so a policy
 author cannot run arbitrary code on every GPU node.
 """
 
+import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
 from gpuaccept.contracts.api import GPU_PRESENT_LABEL, PENDING_TAINT_KEY, QUARANTINE_TAINT_KEY
 from gpuaccept.contracts.base import ContractModel
 
 # A dotted numeric version such as "550.54.15", "12.4" or "2.21.5".
 Version = Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+){0,3}$", max_length=32)]
-# A label or taint key: optional DNS prefix, then a name.
+
+
+def _prefix_fits(key: str) -> str:
+    prefix, _, _ = key.rpartition("/")
+    if len(prefix) > 253:
+        raise ValueError(f"the prefix of {key[:40]}… is longer than 253 characters")
+    return key
+
+
+# A label or taint key as Kubernetes takes it: an optional DNS-subdomain prefix
+# (labels of at most 63 characters, at most 253 in all), then a name of 1 to 63 characters.
 QualifiedName = Annotated[
     str,
     StringConstraints(
-        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
-        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/)?"
+        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+        max_length=317,
     ),
+    AfterValidator(_prefix_fits),
 ]
+# Prefixes of keys the operator must never write or remove: Kubernetes' own, and
+# the NVIDIA device plugin's (e.g. a cloud's ``nvidia.com/gpu`` NoSchedule taint).
+RESERVED_KEY_PATTERN = r"^([^/]*\.)?(kubernetes\.io|k8s\.io|nvidia\.com)/"
+
+
+def _not_reserved(key: str) -> str:
+    if re.match(RESERVED_KEY_PATTERN, key):
+        raise ValueError(
+            f"{key}: keys under kubernetes.io, k8s.io and nvidia.com belong to other "
+            "owners, and the operator writes and removes this one"
+        )
+    return key
+
+
+# A taint or label key the operator owns: it sets it and removes it again.
+OwnedKey = Annotated[QualifiedName, AfterValidator(_not_reserved)]
 LabelValue = Annotated[
     str, StringConstraints(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)
 ]
@@ -192,11 +220,12 @@ class TaintEffect(StrEnum):
 
 
 class QuarantineAction(ContractModel):
-    taint_key: QualifiedName = QUARANTINE_TAINT_KEY
+    taint_key: OwnedKey = QUARANTINE_TAINT_KEY
     taint_value: LabelValue = "true"
     taint_effect: TaintEffect = TaintEffect.NO_SCHEDULE
-    labels: dict[QualifiedName, LabelValue] = Field(
-        default_factory=dict, description="Extra labels set on a quarantined node."
+    labels: dict[OwnedKey, LabelValue] = Field(
+        default_factory=dict,
+        description="Extra labels set on a quarantined node (and removed on acceptance).",
     )
 
 
@@ -225,11 +254,13 @@ def _default_selector() -> dict[str, str]:
 class NodeAcceptancePolicySpec(ContractModel):
     node_selector: dict[QualifiedName, LabelValue] = Field(
         default_factory=_default_selector,
-        description="matchLabels for the nodes this policy governs (default: GPU nodes).",
+        min_length=1,
+        description="matchLabels for the nodes this policy governs (default: GPU nodes); "
+        "at least one label, so that no policy governs every node by accident.",
     )
     probe: ProbePolicy = ProbePolicy()
     quarantine: QuarantineAction = QuarantineAction()
-    pending_taint_key: QualifiedName = PENDING_TAINT_KEY
+    pending_taint_key: OwnedKey = PENDING_TAINT_KEY
     probe_run: ProbeRun = ProbeRun()
     reprobe: ReprobeTriggers = ReprobeTriggers()
     max_quarantined: NonNegativeCount | Percentage = Field(
