@@ -93,3 +93,21 @@ def test_manifest_is_locked_down() -> None:
     )
     assert pod["volumes"][0]["emptyDir"]["medium"] == "Memory"
     assert container["volumeMounts"][0]["mountPath"] == "/dev/shm"
+    # Pod Security "restricted"
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def test_an_old_owned_taint_still_on_the_node_is_tolerated() -> None:
+    node = NodeView(name="gpu-1", gpus=8, boot_id="b")
+    manifest = probe_pod_manifest(
+        name="p", serial=1, node=node, policy_name="default", spec=spec(),
+        config=OperatorConfig(),
+        applied_taints=["example.com/old-q", "gpuaccept.io/pending"],
+    )  # fmt: skip
+    keys = [t["key"] for t in manifest["spec"]["tolerations"]]
+    assert keys == ["gpuaccept.io/pending", "gpuaccept.io/quarantined", "example.com/old-q"]

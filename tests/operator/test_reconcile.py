@@ -532,3 +532,76 @@ def test_a_report_the_judge_cannot_use_is_an_attempt_error() -> None:
     assert (w.status.phase, w.status.reason) == (Phase.PENDING, "InvalidReport")
     assert "report cannot be judged: ValueError" in (w.status.message or "")
     assert "gpuaccept.io/pending" in w.taint_keys()
+
+
+# ---------------------------------------------------------------- review fixes
+
+
+def test_a_node_that_leaves_accepted_is_no_longer_labelled_accepted() -> None:
+    # accepted, rebooted, the new probe fails and the breaker is full: Held
+    w = accepted_world()
+    assert w.node is not None
+    assert w.node.labels["gpuaccept.io/acceptance"] == "accepted"
+    assert w.node.condition is not None
+    assert w.node.condition.status == "True"
+    w.breaker = BreakerCounts(quarantined=5, matched=10)
+    w.node = dataclasses.replace(w.node, boot_id="boot-2")
+    w.settle()
+    assert "gpuaccept.io/acceptance" not in w.node.labels  # re-probing: not accepted
+    assert w.node.condition is not None
+    assert w.node.condition.status == "Unknown"
+    w.finish_with_report(make_report(boot_id="boot-2", failing=["cpu_governor"]))
+    w.settle()
+    assert (w.status.phase, w.status.reason) == (Phase.HELD, "BreakerOpen")
+    assert "gpuaccept.io/acceptance" not in w.node.labels
+    assert w.node.condition.status == "Unknown"
+    assert w.taint_keys() == ["gpuaccept.io/pending"]
+
+
+def test_a_quarantine_moved_to_another_policy_takes_a_slot_there() -> None:
+    w = probing_world()
+    w.finish_with_report(make_report(failing=["cpu_governor"]))
+    w.settle()
+    assert (w.status.phase, w.status.policy) == (Phase.QUARANTINED, "default")
+    # relabelled into policy "b", which already has 5 of its 5 slots in use
+    w.policies = [PolicyView(name="b", generation=1, spec=spec())]
+    w.breaker = BreakerCounts(quarantined=5, matched=10)
+    w.settle()
+    assert (w.status.phase, w.status.reason, w.status.policy) == (Phase.HELD, "BreakerOpen", "b")
+
+
+def test_held_by_dry_run_is_rejudged_under_reprobe_too() -> None:
+    reprobe = {"reprobe": {"onPolicyChange": "Reprobe"}}
+    w = probing_world(policies=[PolicyView("default", 1, spec(dryRun=True, **reprobe))])
+    w.finish_with_report()
+    w.settle()
+    assert (w.status.phase, w.status.reason) == (Phase.HELD, "DryRun")
+    w.policies = [PolicyView("default", 2, spec(**reprobe))]
+    w.settle()
+    assert w.status.phase == Phase.ACCEPTED  # the stored verdict, applied, no new pod
+    assert w.status.rejudged
+    assert w.pods == {}
+
+
+def test_a_pod_stuck_terminating_past_the_deadline_is_a_timeout() -> None:
+    w = probing_world()
+    pod = w.current_pod()
+    w.pods[pod.name] = dataclasses.replace(pod, deleting=True)  # evicted, kubelet gone
+    w.advance(10_000)
+    w.settle()
+    assert (w.status.phase, w.status.reason) == (Phase.PENDING, "ProbeTimeout")
+    assert "stuck terminating" in (w.status.message or "")
+
+
+def test_no_probe_until_the_node_advertises_gpus() -> None:
+    w = World()
+    assert w.node is not None
+    w.node = dataclasses.replace(w.node, gpus=0)  # the device plugin has not registered
+    w.settle()
+    assert (w.status.phase, w.status.reason) == (Phase.PENDING, "WaitingForGPUs")
+    assert w.pods == {}
+    assert w.taint_keys() == ["gpuaccept.io/pending"]
+    w.node = dataclasses.replace(w.node, gpus=8)  # the Node update that wakes it
+    w.settle()
+    assert w.status.phase == Phase.PROBING
+    assert len(w.pods) == 1

@@ -70,6 +70,11 @@ def desired_labels(
     elif phase == Phase.QUARANTINED:
         want[ACCEPTANCE_LABEL] = QUARANTINED
         want.update(spec.quarantine.labels)
+    elif node.labels.get(ACCEPTANCE_LABEL) == ACCEPTED:
+        # Pending, Probing, Held: out of service again (a re-probe, a failed one
+        # held by the breaker), so no longer "accepted"; "quarantined" stays, like
+        # its taint, until the new verdict.
+        want[ACCEPTANCE_LABEL] = None
     return _changes(node.labels, want)
 
 

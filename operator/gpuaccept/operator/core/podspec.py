@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from gpuaccept.contracts.api import GPU_RESOURCE, GROUP
@@ -68,16 +69,21 @@ def probe_pod_manifest(
     policy_name: str,
     spec: NodeAcceptancePolicySpec,
     config: OperatorConfig,
+    applied_taints: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """``applied_taints``: owned keys recorded on the node, e.g. a quarantine key
+    the policy has since renamed; the pod must tolerate those too (a NoExecute one
+    would otherwise make the kubelet refuse it)."""
     gpus = node.gpus
     limits: dict[str, str] = dict(config.resources.get("limits", {}))
     requests: dict[str, str] = dict(config.resources.get("requests", {}))
     if gpus > 0:
         limits[GPU_RESOURCE] = str(gpus)
         requests[GPU_RESOURCE] = str(gpus)
+    owned = [spec.pending_taint_key, spec.quarantine.taint_key]
+    owned += sorted(set(applied_taints) - set(owned))
     tolerations: list[dict[str, Any]] = [
-        {"key": spec.pending_taint_key, "operator": "Exists"},
-        {"key": spec.quarantine.taint_key, "operator": "Exists"},
+        *({"key": key, "operator": "Exists"} for key in owned),
         *(dict(t) for t in config.extra_tolerations),
     ]
     env: list[dict[str, Any]] = [
@@ -101,7 +107,14 @@ def probe_pod_manifest(
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        # What Pod Security "restricted" asks; the probe needs no privilege
+        # (probes/Dockerfile: a numeric non-root user, GPUs through the runtime).
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
     }
     pod_spec: dict[str, Any] = {
         "nodeName": node.name,

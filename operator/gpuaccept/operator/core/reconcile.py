@@ -135,13 +135,16 @@ class _Planner:
                     labels,
                 )
             )
+        cond = node.condition
         if st.phase == Phase.ACCEPTED:
             want = ("True", "Accepted", "all required GPU acceptance checks passed")
         elif st.phase == Phase.QUARANTINED:
             want = ("False", st.reason or REASON_PROBE_ERROR, st.message or "")
+        elif cond is not None and cond.status == "True":
+            # No longer accepted (a re-probe, or a failing one held): not "True".
+            want = ("Unknown", st.reason or st.phase.value, st.message or st.phase.value)
         else:
             return
-        cond = node.condition
         if cond is None or (cond.status, cond.reason) != want[:2]:
             self.actions.append(
                 PatchNodeCondition(node.name, want[0], want[1], _cut(want[2], 1000), self.obs.now)  # type: ignore[arg-type]
@@ -237,7 +240,7 @@ class _Planner:
         changed = st.policy != policy.name or st.policy_generation != policy.generation
         if changed:
             action = spec.reprobe.on_policy_change
-            if st.phase == Phase.HELD and action == PolicyChangeAction.IGNORE:
+            if st.phase == Phase.HELD:
                 action = PolicyChangeAction.REJUDGE  # a held action is never left stale
             if action == PolicyChangeAction.REPROBE:
                 return self.new_round(
@@ -384,6 +387,20 @@ class _Planner:
         if st.next_attempt_time is not None and now < st.next_attempt_time:
             self.wake_in((st.next_attempt_time - now).total_seconds())
             return self.plan("backing off")
+        if node.gpus <= 0:
+            # The device plugin has not advertised nvidia.com/gpu yet (a node that
+            # just joined): a probe now would request no GPU. The Node update that
+            # adds them wakes this node again; it stays out meanwhile.
+            self.write_status(
+                st,
+                st.model_copy(
+                    update={
+                        "reason": "WaitingForGPUs",
+                        "message": "the node advertises no allocatable nvidia.com/gpu yet",
+                    }
+                ),
+            )
+            return self.plan("waiting for allocatable GPUs")
         serial = st.pod_serial + 1
         name = probe_pod_name(self.obs.config.pod_prefix, node.name, serial)
         new = st.model_copy(
@@ -403,7 +420,7 @@ class _Planner:
         # Status first: the attempt is on record before its pod exists, so a
         # restart in between recreates the same pod name, never a second pod.
         self.write_status(st, new)
-        self.actions.append(CreateProbePod(name, self._manifest(node, policy, spec, name, serial)))
+        self.actions.append(CreateProbePod(name, self._manifest(node, policy, spec, new)))
         self.wake_in(self.obs.config.timeout_for(spec) + self.obs.config.deadline_grace_seconds)
         return self.plan(f"probe attempt {new.attempts}")
 
@@ -412,16 +429,17 @@ class _Planner:
         node: NodeView,
         policy: PolicyView,
         spec: NodeAcceptancePolicySpec,
-        name: str,
-        serial: int,
+        st: NodeAcceptanceStatus,
     ) -> dict[str, Any]:
+        """The pod of the attempt recorded in ``st`` (its name and serial)."""
         return probe_pod_manifest(
-            name=name,
-            serial=serial,
+            name=st.probe_pod or "",
+            serial=st.pod_serial,
             node=node,
             policy_name=policy.name,
             spec=spec,
             config=self.obs.config,
+            applied_taints=st.applied_taints,
         )
 
     # ----------------------------------------------------------------- probing
@@ -466,7 +484,7 @@ class _Planner:
                 self.actions.append(
                     CreateProbePod(
                         st.probe_pod,
-                        self._manifest(node, policy, spec, st.probe_pod, st.pod_serial),
+                        self._manifest(node, policy, spec, st),
                     )
                 )
                 self.wake_in((deadline - now).total_seconds())
@@ -483,7 +501,18 @@ class _Planner:
         if pod.terminated or pod.phase in ("Succeeded", "Failed"):
             return self.finished(node, policy, spec, st, pod)
         if pod.deleting:
-            self.wake_in(WAIT_FOR_DELETION_SECONDS)
+            if now >= deadline:  # e.g. evicted from a dead kubelet: it never finishes
+                return self.error(
+                    node,
+                    policy,
+                    spec,
+                    st,
+                    reason="ProbeTimeout",
+                    message="no result within "
+                    f"{self.obs.config.timeout_for(spec)}s; the probe pod is stuck terminating",
+                    pod=pod,
+                )
+            self.wake_in(min(WAIT_FOR_DELETION_SECONDS, (deadline - now).total_seconds()))
             return self.plan("probe pod is being deleted")
         if pod.waiting_reason in STUCK_WAITING:
             return self.error(
@@ -634,7 +663,10 @@ class _Planner:
         else:
             main = reasons[0].reason if reasons else REASON_PROBE_ERROR
             limit = spec.max_quarantined_count(self.obs.breaker.matched)
-            if st.phase != Phase.QUARANTINED and self.obs.breaker.quarantined + 1 > limit:
+            # Already quarantined under this policy: no new slot is taken. Under
+            # another policy (the node was relabelled), it takes one here.
+            already = st.phase == Phase.QUARANTINED and st.policy == policy.name
+            if not already and self.obs.breaker.quarantined + 1 > limit:
                 phase, held_action, reason = Phase.HELD, HELD_QUARANTINE, REASON_BREAKER
                 message = (
                     f"breaker: quarantining would exceed maxQuarantined={spec.max_quarantined}"
