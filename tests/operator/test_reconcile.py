@@ -605,3 +605,20 @@ def test_no_probe_until_the_node_advertises_gpus() -> None:
     w.settle()
     assert w.status.phase == Phase.PROBING
     assert len(w.pods) == 1
+
+
+def test_a_policy_recreated_under_its_name_is_a_change() -> None:
+    # kubectl replace --force, or a Helm reinstall: generation 1 again, a new UID
+    old = PolicyView("default", 1, spec(dryRun=True), uid="uid-1")
+    w = probing_world(policies=[old])
+    w.finish_with_report()
+    w.settle()
+    assert (w.status.phase, w.status.reason, w.status.policy_uid) == (
+        Phase.HELD,
+        "DryRun",
+        "uid-1",
+    )
+    w.policies = [PolicyView("default", 1, spec(), uid="uid-2")]
+    w.settle()
+    assert (w.status.phase, w.status.policy_uid) == (Phase.ACCEPTED, "uid-2")
+    assert w.taint_keys() == []

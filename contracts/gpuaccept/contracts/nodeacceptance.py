@@ -75,6 +75,13 @@ class NodeAcceptanceStatus(ContractModel):
     policy_generation: int | None = Field(
         default=None, ge=0, description="Generation of the policy the verdict was judged against."
     )
+    policy_uid: str | None = Field(
+        default=None,
+        alias="policyUID",
+        max_length=64,
+        description="UID of that policy: a policy deleted and created again starts at "
+        "generation 1 again, and is still a change.",
+    )
     attempts: int = Field(default=0, ge=0, description="Probe attempts in the current round.")
     pod_serial: int = Field(
         default=0,

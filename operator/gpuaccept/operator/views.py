@@ -151,7 +151,9 @@ def policy_entry(body: Mapping[str, Any]) -> PolicyEntry:
         loc = ".".join(str(p) for p in first.get("loc", ()))
         spec, error = None, f"spec.{loc}: {first.get('msg', '')}"
     return PolicyEntry(
-        view=PolicyView(name=name, generation=generation, spec=spec, error=error),
+        view=PolicyView(
+            name=name, generation=generation, spec=spec, error=error, uid=str(meta.get("uid", ""))
+        ),
         uid=str(meta.get("uid", "")),
         status=dict(body.get("status") or {}),
     )

@@ -106,6 +106,7 @@ class PolicyView:
     generation: int = 1
     spec: NodeAcceptancePolicySpec | None = None  # None: the spec is invalid
     error: str | None = None
+    uid: str = ""
 
 
 @dataclass(frozen=True)

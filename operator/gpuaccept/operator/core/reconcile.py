@@ -237,7 +237,12 @@ class _Planner:
                 reason="ReprobeRequested",
                 message=f"annotation {REPROBE_ANNOTATION} was set",
             )
-        changed = st.policy != policy.name or st.policy_generation != policy.generation
+        changed = (
+            st.policy != policy.name
+            or st.policy_generation != policy.generation
+            # recreated under the same name: generation 1 again, but a new object
+            or (bool(st.policy_uid) and bool(policy.uid) and st.policy_uid != policy.uid)
+        )
         if changed:
             action = spec.reprobe.on_policy_change
             if st.phase == Phase.HELD:
@@ -327,6 +332,7 @@ class _Planner:
                 "probe_started_time": None,
                 "policy": policy.name,
                 "policy_generation": policy.generation,
+                "policy_uid": policy.uid or None,
                 "report": None,  # the old round's evidence is not this round's
             }
         )
@@ -413,6 +419,7 @@ class _Planner:
                 "next_attempt_time": None,
                 "policy": policy.name,
                 "policy_generation": policy.generation,
+                "policy_uid": policy.uid or None,
                 "held_action": None,
             }
         )
@@ -686,6 +693,7 @@ class _Planner:
             "held_action": held_action,
             "policy": policy.name,
             "policy_generation": policy.generation,
+            "policy_uid": policy.uid or None,
             "rejudged": rejudged,
             "probe_pod": None,
             "probe_started_time": None,
