@@ -285,6 +285,9 @@ def test_chart_ships_the_generated_crds() -> None:
         ("probe.image.digest=sha256:nothex", "probe.image.digest"),
         # dropping the only default key would leave a policy that governs every node
         ("defaultPolicy.nodeSelector.nvidia\\.com/gpu\\.present=null", "minProperties"),
+        # a probe toleration without a key would tolerate every taint
+        ("probe.tolerations[0].operator=Exists", "probe.tolerations.0"),
+        ("operator.tolerations[0].operator=Sometimes", "operator.tolerations.0.operator"),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(setting: str, message: str) -> None:

@@ -59,6 +59,11 @@ def test_bad_json_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
             ["--probe-tolerations", '[{"key": 7}]'],
             "--probe-tolerations: [0].key: expected a string, got integer",
         ),
+        (  # Kubernetes would take it and tolerate every taint
+            ["--probe-tolerations", '[{"operator": "Exists"}]'],
+            "--probe-tolerations: [0].key: required (a toleration without one tolerates "
+            "every taint)",
+        ),
         (
             [
                 "--probe-tolerations",
@@ -79,7 +84,8 @@ def test_bad_json_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         ),
         (
             ["--probe-tolerations", '[{"value": "v"}]'],
-            "--probe-tolerations: [0].key: required unless operator is Exists",
+            "--probe-tolerations: [0].key: required (a toleration without one tolerates "
+            "every taint)",
         ),
         (
             ["--probe-resources", "[]"],
@@ -156,7 +162,6 @@ def test_valid_probe_resources_and_tolerations() -> None:
     tolerations = [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "a", "value": "b"},
-        {"operator": "Exists"},
         {"key": "c", "operator": "Equal", "value": "d", "effect": "NoExecute",
          "tolerationSeconds": 300},
     ]  # fmt: skip

@@ -152,8 +152,10 @@ def _toleration(item: Any, where: str) -> dict[str, Any]:
             raise UsageError(f"{where}.tolerationSeconds: only valid with effect NoExecute")
     if operator == "Exists" and item.get("value"):
         raise UsageError(f"{where}.value: must be empty when operator is Exists")
-    if not item.get("key") and operator != "Exists":
-        raise UsageError(f"{where}.key: required unless operator is Exists")
+    if not item.get("key"):
+        # Kubernetes allows an empty key with Exists (tolerate every taint); a probe
+        # pod that tolerated every taint would run on nodes others fenced off.
+        raise UsageError(f"{where}.key: required (a toleration without one tolerates every taint)")
     return dict(item)
 
 
