@@ -349,6 +349,15 @@ def test_ha_defaults_spread_replicas() -> None:
     assert "affinity" not in one(single, "Deployment")["spec"]["template"]["spec"]
 
 
+def test_one_port_for_health_and_metrics_is_refused() -> None:
+    proc = helm(
+        "template", "x", str(CHART),
+        "--set", "operator.healthPort=9090", "--set", "operator.metricsPort=9090", check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "operator.healthPort and operator.metricsPort are both 9090" in proc.stderr
+
+
 def test_pdb_that_would_block_drains_is_refused() -> None:
     proc = helm(
         "template", "x", str(CHART), "--set", "podDisruptionBudget.enabled=true", check=False
