@@ -603,7 +603,7 @@ def test_no_probe_until_the_node_advertises_gpus() -> None:
     assert w.taint_keys() == ["gpuaccept.io/pending"]
     w.node = dataclasses.replace(w.node, gpus=8)  # the Node update that wakes it
     w.settle()
-    assert w.status.phase == Phase.PROBING
+    assert (w.status.phase, w.status.reason) == (Phase.PROBING, None)
     assert len(w.pods) == 1
 
 

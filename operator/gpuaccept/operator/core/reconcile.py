@@ -63,6 +63,7 @@ STUCK_WAITING = frozenset(
     }
 )
 WAIT_FOR_DELETION_SECONDS = 10.0
+REASON_WAITING_FOR_GPUS = "WaitingForGPUs"
 
 
 def _cut(text: str, limit: int) -> str:
@@ -401,7 +402,7 @@ class _Planner:
                 st,
                 st.model_copy(
                     update={
-                        "reason": "WaitingForGPUs",
+                        "reason": REASON_WAITING_FOR_GPUS,
                         "message": "the node advertises no allocatable nvidia.com/gpu yet",
                     }
                 ),
@@ -409,8 +410,11 @@ class _Planner:
             return self.plan("waiting for allocatable GPUs")
         serial = st.pod_serial + 1
         name = probe_pod_name(self.obs.config.pod_prefix, node.name, serial)
+        waited = st.reason == REASON_WAITING_FOR_GPUS  # over now: not this attempt's reason
         new = st.model_copy(
             update={
+                "reason": None if waited else st.reason,
+                "message": None if waited else st.message,
                 "phase": Phase.PROBING,
                 "attempts": st.attempts + 1,
                 "pod_serial": serial,
