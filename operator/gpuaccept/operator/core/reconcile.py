@@ -511,21 +511,10 @@ class _Planner:
             )
         if pod.terminated or pod.phase in ("Succeeded", "Failed"):
             return self.finished(node, policy, spec, st, pod)
-        if pod.deleting:
-            if now >= deadline:  # e.g. evicted from a dead kubelet: it never finishes
-                return self.error(
-                    node,
-                    policy,
-                    spec,
-                    st,
-                    reason="ProbeTimeout",
-                    message="no result within "
-                    f"{self.obs.config.timeout_for(spec)}s; the probe pod is stuck terminating",
-                    pod=pod,
-                )
+        if pod.deleting and now < deadline:
             self.wake_in(min(WAIT_FOR_DELETION_SECONDS, (deadline - now).total_seconds()))
             return self.plan("probe pod is being deleted")
-        if pod.waiting_reason in STUCK_WAITING:
+        if not pod.deleting and pod.waiting_reason in STUCK_WAITING:
             return self.error(
                 node,
                 policy,
@@ -536,13 +525,15 @@ class _Planner:
                 pod=pod,
             )
         if now >= deadline:
+            # A pod still terminating past it was e.g. evicted from a dead kubelet.
+            stuck = "; the probe pod is stuck terminating" if pod.deleting else ""
             return self.error(
                 node,
                 policy,
                 spec,
                 st,
                 reason="ProbeTimeout",
-                message=f"no result within {self.obs.config.timeout_for(spec)}s",
+                message=f"no result within {self.obs.config.timeout_for(spec)}s{stuck}",
                 pod=pod,
             )
         self.wake_in((deadline - now).total_seconds())
