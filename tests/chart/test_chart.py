@@ -165,7 +165,7 @@ def test_probe_settings_reach_the_operator_not_the_policy(ha_docs: list[Manifest
     args = args_of(ha_docs)
     assert args["--probe-image"] == "registry.example.com/gpuaccept/probe:0.1.0-cuda12.4"
     assert args["--probe-runtime-class"] == ""
-    assert args["--probe-priority-class"] == "system-node-critical"
+    assert args["--probe-priority-class"] == "gpu-acceptance-probe"
     assert args["--probe-timeout"] == "1200"
     assert json.loads(args["--probe-tolerations"])[0]["key"] == "nvidia.com/gpu"
     assert json.loads(args["--probe-resources"])["requests"]["memory"] == "8Gi"
@@ -288,6 +288,9 @@ def test_chart_ships_the_generated_crds() -> None:
         # a probe toleration without a key would tolerate every taint
         ("probe.tolerations[0].operator=Exists", "probe.tolerations.0"),
         ("operator.tolerations[0].operator=Sometimes", "operator.tolerations.0.operator"),
+        # a critical probe pod pinned with nodeName makes the kubelet evict workloads
+        ("probe.priorityClassName=system-node-critical", "probe.priorityClassName"),
+        ("probe.priorityClassName=system-cluster-critical", "probe.priorityClassName"),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(setting: str, message: str) -> None:

@@ -117,6 +117,10 @@ def test_bad_json_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         (["--status-interval", "0"], "--status-interval: must be positive (got 0.0)"),
         (["--metrics-port", "70000"], "--metrics-port: must be a port, 0 to 65535 (got 70000)"),
         (["--probe-command", " "], "--probe-command: must not be empty"),
+        (
+            ["--probe-priority-class", "system-node-critical"],
+            "--probe-priority-class: system-node-critical is a system class",
+        ),
         (["--log-format", "xml"], "argument --log-format: invalid choice: 'xml'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["--node-selector", "=x"], "--node-selector: empty key in '=x'"),

@@ -300,6 +300,11 @@ def _check_ranges(args: argparse.Namespace) -> None:
     for flag, port in (("--metrics-port", args.metrics_port), ("--health-port", args.health_port)):
         if not 0 <= port <= 65535:
             raise UsageError(f"{flag}: must be a port, 0 to 65535 (got {port})")
+    if args.probe_priority_class.startswith("system-"):
+        raise UsageError(
+            f"--probe-priority-class: {args.probe_priority_class} is a system class; the kubelet "
+            "would evict running pods to admit the probe (critical-pod admission)"
+        )
     if not args.probe_command.split():
         raise UsageError("--probe-command: must not be empty")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
