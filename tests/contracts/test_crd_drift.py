@@ -320,6 +320,8 @@ def test_printer_columns() -> None:
         "ACCEPTED",
         "QUARANTINED",
         "PENDING",
+        "HELD",
+        "BREAKER",
         "DRYRUN",
         "PAUSED",
         "AGE",
