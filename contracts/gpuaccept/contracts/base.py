@@ -8,7 +8,9 @@ class ContractModel(BaseModel):
     """Strict, immutable, camelCase on the wire (as Kubernetes objects are).
 
     Unknown fields are an error, so a misspelled field in a policy or a report
-    is reported instead of silently ignored.
+    is reported instead of silently ignored. NaN and Infinity are refused in
+    every number: a NaN threshold compares false both ways (it would pass
+    everything), and the API server refuses a status that carries one.
     """
 
     model_config = ConfigDict(
@@ -17,6 +19,7 @@ class ContractModel(BaseModel):
         extra="forbid",
         frozen=True,
         use_enum_values=False,
+        allow_inf_nan=False,
     )
 
     def to_wire(self) -> dict[str, object]:

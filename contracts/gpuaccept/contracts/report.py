@@ -4,11 +4,12 @@ The compact JSON form travels in the probe pod's termination message, so it
 must fit in :data:`~gpuaccept.contracts.api.TERMINATION_MESSAGE_MAX_BYTES`.
 """
 
+import math
 from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from gpuaccept.contracts.api import REPORT_KIND, TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.base import ContractModel
@@ -42,6 +43,23 @@ class HardwareSummary(ContractModel):
     nccl_version: str | None = Field(default=None, max_length=16)
 
 
+def first_non_finite(value: JsonValue, where: str = "") -> str | None:
+    """The path of the first NaN or Infinity in a JSON value, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(value)"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = first_non_finite(item, f"{where}.{key}" if where else key)
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = first_non_finite(item, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
 class CheckResult(ContractModel):
     """The outcome of one check.
 
@@ -56,6 +74,14 @@ class CheckResult(ContractModel):
     expected: JsonValue = None
     message: str = Field(default="", max_length=240)
     duration_s: float = Field(ge=0, alias="durationS")
+
+    @field_validator("observed", "expected")
+    @classmethod
+    def _finite(cls, value: JsonValue) -> JsonValue:
+        where = first_non_finite(value)
+        if where is not None:
+            raise ValueError(f"{where}: NaN or Infinity is not a measurement")
+        return value
 
 
 class ProbeReport(ContractModel):
@@ -73,6 +99,15 @@ class ProbeReport(ContractModel):
     hardware: HardwareMode
     summary: HardwareSummary
     results: list[CheckResult] = Field(max_length=32)
+
+    @model_validator(mode="after")
+    def _one_result_per_check(self) -> "ProbeReport":
+        seen: set[str] = set()
+        for result in self.results:
+            if result.check in seen:
+                raise ValueError(f"check {result.check} is reported twice")
+            seen.add(result.check)
+        return self
 
     def result(self, check: str) -> CheckResult | None:
         return next((r for r in self.results if r.check == check), None)
