@@ -470,6 +470,10 @@ func cmdDown(args []string) error {
 			s.PID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		}
 	}
+	// First what runs against the cluster (the demo's operator and stand-in).
+	if stuck := stopAttached(d, *timeout); len(stuck) > 0 {
+		return fmt.Errorf("attached processes still running: %s", strings.Join(stuck, ", "))
+	}
 	if alive(s.PID) {
 		// serve runs in its own session: signal the whole process group.
 		_ = syscall.Kill(-s.PID, syscall.SIGTERM)
