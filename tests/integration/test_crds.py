@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import (
     CheckSummary,
     Condition,
@@ -28,7 +29,6 @@ from gpuaccept.contracts.nodeacceptance import (
     PhaseCounts,
     Reason,
 )
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.report import (
     CheckResult,
     CheckStatus,

@@ -7,12 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuaccept.contracts.policy import ProbePolicy
-from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.probe.checks import ProbeContext
+from pydantic import JsonValue
+
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.spec import AnyCheckSpec, CheckJudgement
+from gpuaccept.contracts.report import HardwareSummary, ProbeReport
 from gpuaccept.probe.hardware.profile import HardwareProfile, load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import load_policy
+from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.runner import run_probe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,3 +97,15 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def judge_json(
+    check: AnyCheckSpec, observed: JsonValue, policy: ProbePolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    """Judge a report's ``observed`` value as the verdict does: parse, then judge."""
+    return check.judge(check.parse(observed), policy.section(check), summary)
+
+
+def condense_json(check: AnyCheckSpec, observed: JsonValue) -> JsonValue:
+    """The condensed ``observed`` value as the compact report writes it."""
+    return check.condense(check.parse(observed)).to_observed()
