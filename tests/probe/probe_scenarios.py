@@ -28,16 +28,18 @@ H200_16 = PROFILES / "h200-16gpu-healthy.yaml"
 WORST_16 = FIXTURES / "profiles" / "h200-16gpu-everything-wrong.yaml"
 COLLAPSE_64 = FIXTURES / "profiles" / "h100-64gpu-collapse.yaml"
 
-# Each fault profile and the one check it must fail.
-FAULTS: dict[str, str] = {
-    "pcie-x8": "pcie_link",
-    "governor-powersave": "cpu_governor",
-    "driver-too-old": "driver_libraries",
-    "driver-library-mismatch": "driver_libraries",
-    "nccl-slow": "nccl_allreduce",
-    "hw-slowdown": "throttle_reasons",
-    "gpu-missing": "gpu_count",
-}
+
+def _fault_checks() -> dict[str, str]:
+    """Each fault profile and the one check it must fail (its ``expect.check``)."""
+    out: dict[str, str] = {}
+    for path in sorted((PROFILES / "faults").glob("*.yaml")):
+        expect = load_profile(path).expect
+        if expect is not None and expect.check is not None:
+            out[path.stem] = expect.check
+    return out
+
+
+FAULTS: dict[str, str] = _fault_checks()
 HEALTHY_PROFILES = [HEALTHY, IDLE_DOWNSHIFT, H200_16]
 
 
