@@ -30,8 +30,8 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 lint: venv
-	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench scripts/docgen.py
-	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench scripts/docgen.py
+	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench
+	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench
 	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py
 
 # Every test: unit, torch.distributed (gloo, real processes), integration tests
