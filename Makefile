@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BIN := .bin
 CLUSTER_DIR := .cluster
-PACKAGE_DIRS := contracts/gpuaccept probes/gpuaccept operator/gpuaccept testsupport/gpuaccept
+PACKAGE_DIRS := contracts/gpuaccept checks/gpuaccept probes/gpuaccept operator/gpuaccept testsupport/gpuaccept
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help venv lint typecheck unit test demo clean
@@ -30,8 +30,8 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 lint: venv
-	$(VENV)/bin/ruff check contracts probes operator testsupport tests bench
-	$(VENV)/bin/ruff format --check contracts probes operator testsupport tests bench
+	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench
+	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench
 	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py
 
 # Every test: unit, torch.distributed (gloo, real processes), integration tests

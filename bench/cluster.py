@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from bench.audit import AUDIT_POLICY
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import (
     ACCEPTANCE_PLURAL,
     API_VERSION,
@@ -27,7 +28,6 @@ from gpuaccept.contracts.api import (
     POLICY_PLURAL,
     VERSION,
 )
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec
 from gpuaccept.testsupport import controlplane
 from gpuaccept.testsupport.controlplane import ControlPlane
 

@@ -32,6 +32,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.contracts.api import (
     ACCEPTANCE_LABEL,
     ACCEPTANCE_PLURAL,
@@ -49,7 +50,6 @@ from gpuaccept.contracts.nodeacceptance import (
     Phase,
     Reason,
 )
-from gpuaccept.contracts.policy import ProbePolicy
 from gpuaccept.contracts.report import CheckStatus, ProbeReport, decode_termination_message
 
 POD_LABEL = "bench.gpuaccept.io/floor-probe"

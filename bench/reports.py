@@ -25,26 +25,29 @@ from gpuaccept.contracts.report import (
     ProbeReport,
     encode_termination_message,
 )
+from gpuaccept.probe.hardware.profile import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
 JSON_OUT = ("--output", "json")
 
 
 def default_profiles() -> tuple[Path, Path]:
-    """A healthy profile and a fault profile from ``profiles/``.
+    """A healthy profile and a fault profile from ``profiles/``, by their ``expect`` field.
 
     The fault is one that quarantines: a PCIe link narrower than its maximum
-    (``pcie-x8``) if the probe ships it, else the first fault profile.
+    (the fault profile expecting ``pcie_link`` to fail) if the probe ships it,
+    else the first fault profile.
     """
-    healthy = sorted(p for p in (REPO / "profiles").glob("*.yaml") if "health" in p.name)
-    faults = sorted((REPO / "profiles" / "faults").glob("*.yaml"))
+    expected = {p: load_profile(p).expect for p in sorted((REPO / "profiles").glob("**/*.yaml"))}
+    healthy = [p for p, e in expected.items() if e is not None and e.accepted]
+    faults = [p for p, e in expected.items() if e is not None and not e.accepted]
     if not healthy or not faults:
         raise FileNotFoundError(
-            "no profiles/*healthy*.yaml or profiles/faults/*.yaml: the probe's simulated "
+            "no accepted and no fault profile (expect:) under profiles/: the probe's simulated "
             "profiles are needed to build reports (pass --healthy-profile/--fault-profile)"
         )
-    preferred = [p for p in faults if "pcie" in p.name] or faults
-    return healthy[0], preferred[0]
+    preferred = [p for p in faults if (e := expected[p]) is not None and e.check == "pcie_link"]
+    return healthy[0], (preferred or faults)[0]
 
 
 def probe_report(profile: Path, gpus: int) -> ProbeReport:

@@ -35,21 +35,14 @@ from gpuaccept.contracts.api import (
     VERSION,
 )
 from gpuaccept.operator.kube import Kube
+from gpuaccept.probe.hardware.profile import expected_fault_reasons
 from gpuaccept.testsupport.controlplane import ControlPlane, default_dir, start
 from gpuaccept.testsupport.crd_install import apply_crds
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "gpuaccept-system"
 POLICY = "demo"
-FAULTS = {
-    "pcie-x8": "PcieLinkFailed",
-    "governor-powersave": "CpuGovernorFailed",
-    "driver-too-old": "DriverLibrariesFailed",
-    "driver-library-mismatch": "DriverLibrariesFailed",
-    "nccl-slow": "NcclAllreduceFailed",
-    "hw-slowdown": "ThrottleReasonsFailed",
-    "gpu-missing": "GpuCountFailed",
-}
+FAULTS = expected_fault_reasons(ROOT / "profiles" / "faults")  # each profile's expect.reason
 GOOD = {
     "gpu-healthy-1": "profiles/h100-sxm-8gpu-healthy.yaml",
     "gpu-healthy-2": "profiles/h100-sxm-8gpu-healthy.yaml",

@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return operator_main(rest)
     if command == "crds":
-        from gpuaccept.contracts.crdgen import main as crds_main  # noqa: PLC0415 (lazy: one component only)
+        from gpuaccept.checks.crdgen import main as crds_main  # noqa: PLC0415 (lazy: one component only)
 
         return crds_main(rest)
     sys.stderr.write(f"gpuaccept: unknown command {command!r}\n{USAGE}")

@@ -12,7 +12,7 @@ from bench.floor import judge
 from bench.phases import timeline
 from bench.profile_summary import summarise
 
-from gpuaccept.contracts.policy import ProbePolicy
+from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.contracts.report import (
     CheckResult,
     CheckStatus,

@@ -214,7 +214,7 @@ def test_default_policy_is_dry_run(default_docs: list[Manifest], ha_docs: list[M
 def test_rendered_policies_validate_against_the_contract(
     default_docs: list[Manifest], ha_docs: list[Manifest]
 ) -> None:
-    from gpuaccept.contracts.policy import NodeAcceptancePolicySpec  # noqa: PLC0415
+    from gpuaccept.checks.policy import NodeAcceptancePolicySpec  # noqa: PLC0415
 
     for docs in (default_docs, ha_docs):
         NodeAcceptancePolicySpec.model_validate(one(docs, "NodeAcceptancePolicy")["spec"])

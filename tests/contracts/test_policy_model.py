@@ -3,7 +3,8 @@
 import pytest
 from pydantic import ValidationError
 
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec, ProbePolicy, VersionRange
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
+from gpuaccept.contracts.policy import VersionRange
 
 
 @pytest.mark.parametrize(

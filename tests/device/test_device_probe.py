@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.contracts.policy import ProbePolicy
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.registry import BY_NAME
 from gpuaccept.contracts.report import CheckStatus, ProbeReport, decode_termination_message
 from gpuaccept.probe import clocks
 from gpuaccept.probe.allreduce import run_allreduce
-from gpuaccept.probe.checks import BY_NAME, ProbeContext
 from gpuaccept.probe.hardware.real import RealBackend
+from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.runner import hardware_summary, run_check
 
 pytestmark = pytest.mark.device
@@ -80,7 +81,7 @@ def test_every_check_produces_a_result(hw: RealBackend) -> None:
 
 @pytest.mark.parametrize("max_bytes", [1 << 30])
 def test_nccl_allreduce_on_real_gpus(hw: RealBackend, max_bytes: int) -> None:
-    from gpuaccept.probe.checks.nccl_allreduce import sweep_sizes  # noqa: PLC0415
+    from gpuaccept.probe.measure.nccl_allreduce import sweep_sizes  # noqa: PLC0415
 
     ranks = len(hw.gpus())
     m = run_allreduce(ranks, "nccl", sweep_sizes(max_bytes), iterations=10, warmup=3)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import (
     CheckSummary,
     Condition,
@@ -28,7 +29,6 @@ from gpuaccept.contracts.nodeacceptance import (
     PhaseCounts,
     Reason,
 )
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.report import (
     CheckResult,
     CheckStatus,
@@ -247,14 +247,14 @@ def test_acceptance_status_round_trips_and_columns_show(cp: ControlPlane, name: 
         "NAME",
         "PHASE",
         "REASON",
+        "PCIE",  # the key figures' columns, in check registry order
         "BUSBW",
-        "PCIE",
         "DRIVER",
         "PROBED",
         "AGE",
     ]
     row = table[1].split()
-    assert row[:6] == [name, "Quarantined", "LowBusBandwidth", "80.5", "Gen5x16", "550.54.15"]
+    assert row[:6] == [name, "Quarantined", "LowBusBandwidth", "Gen5x16", "80.5", "550.54.15"]
     wide = cp.kubectl("get", "na", name, "-o", "wide").stdout.splitlines()[0].split()
     assert wide[-3:] == ["AGE", "POLICY", "ATTEMPTS"] or {"POLICY", "ATTEMPTS"} <= set(wide)
 

@@ -45,6 +45,7 @@ from gpuaccept.contracts.api import (
     VERSION,
 )
 from gpuaccept.operator.kube import Kube
+from gpuaccept.probe.hardware.profile import expected_fault_reasons
 from gpuaccept.testsupport.chart_rbac import operator_kubeconfig
 from gpuaccept.testsupport.controlplane import ControlPlane
 from gpuaccept.testsupport.crd_install import apply_crds
@@ -66,15 +67,7 @@ NAMESPACE = "gpuaccept-optest"
 SUITE_LABEL = "gpuaccept.io/test-suite"
 HEALTHY = str(ROOT / "profiles/h100-sxm-8gpu-healthy.yaml")
 DOWNSHIFT = str(ROOT / "profiles/h100-sxm-8gpu-idle-downshift.yaml")
-FAULTS = {
-    "pcie-x8": "PcieLinkFailed",
-    "governor-powersave": "CpuGovernorFailed",
-    "driver-too-old": "DriverLibrariesFailed",
-    "driver-library-mismatch": "DriverLibrariesFailed",
-    "nccl-slow": "NcclAllreduceFailed",
-    "hw-slowdown": "ThrottleReasonsFailed",
-    "gpu-missing": "GpuCountFailed",
-}
+FAULTS = expected_fault_reasons(ROOT / "profiles" / "faults")  # each profile's expect.reason
 PENDING_TAINT = {"key": PENDING_TAINT_KEY, "effect": "NoSchedule"}
 _counter = itertools.count()
 _operators: list[Operator] = []  # for failure messages

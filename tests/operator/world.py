@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.contracts.nodeacceptance import CheckSummary, NodeAcceptanceStatus, Reason
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareSummary, ProbeReport
 from gpuaccept.operator.core import (
     BreakerCounts,

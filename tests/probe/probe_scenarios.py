@@ -7,12 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuaccept.contracts.policy import ProbePolicy
-from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.probe.checks import ProbeContext
+from pydantic import JsonValue
+
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.spec import AnyCheckSpec, CheckJudgement
+from gpuaccept.contracts.report import HardwareSummary, ProbeReport
 from gpuaccept.probe.hardware.profile import HardwareProfile, load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import load_policy
+from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.runner import run_probe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,16 +28,18 @@ H200_16 = PROFILES / "h200-16gpu-healthy.yaml"
 WORST_16 = FIXTURES / "profiles" / "h200-16gpu-everything-wrong.yaml"
 COLLAPSE_64 = FIXTURES / "profiles" / "h100-64gpu-collapse.yaml"
 
-# Each fault profile and the one check it must fail.
-FAULTS: dict[str, str] = {
-    "pcie-x8": "pcie_link",
-    "governor-powersave": "cpu_governor",
-    "driver-too-old": "driver_libraries",
-    "driver-library-mismatch": "driver_libraries",
-    "nccl-slow": "nccl_allreduce",
-    "hw-slowdown": "throttle_reasons",
-    "gpu-missing": "gpu_count",
-}
+
+def _fault_checks() -> dict[str, str]:
+    """Each fault profile and the one check it must fail (its ``expect.check``)."""
+    out: dict[str, str] = {}
+    for path in sorted((PROFILES / "faults").glob("*.yaml")):
+        expect = load_profile(path).expect
+        if expect is not None and expect.check is not None:
+            out[path.stem] = expect.check
+    return out
+
+
+FAULTS: dict[str, str] = _fault_checks()
 HEALTHY_PROFILES = [HEALTHY, IDLE_DOWNSHIFT, H200_16]
 
 
@@ -94,3 +99,15 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def judge_json(
+    check: AnyCheckSpec, observed: JsonValue, policy: ProbePolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    """Judge a report's ``observed`` value as the verdict does: parse, then judge."""
+    return check.judge(check.parse(observed), policy.section(check), summary)
+
+
+def condense_json(check: AnyCheckSpec, observed: JsonValue) -> JsonValue:
+    """The condensed ``observed`` value as the compact report writes it."""
+    return check.condense(check.parse(observed)).to_observed()

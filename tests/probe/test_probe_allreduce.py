@@ -6,14 +6,14 @@ device and the timer differ)."""
 import pytest
 from probe_scenarios import HEALTHY
 
-from gpuaccept.contracts.policy import ProbePolicy
+from gpuaccept.checks.nccl_allreduce import SPEC as NCCL
+from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 from gpuaccept.probe.allreduce import AllreduceError, bus_bandwidth, run_allreduce
-from gpuaccept.probe.checks import ProbeContext
-from gpuaccept.probe.checks.nccl_allreduce import CHECK as NCCL
 from gpuaccept.probe.hardware.base import AllreduceMeasurement
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
+from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.runner import run_check
 
 SIZES = [4096, 65536, 1 << 20]

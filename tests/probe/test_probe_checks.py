@@ -11,26 +11,31 @@ from probe_scenarios import (
     HEALTHY,
     HEALTHY_PROFILES,
     IDLE_DOWNSHIFT,
+    condense_json,
     default_policy,
     fault,
+    judge_json,
     probe,
 )
 from pydantic import JsonValue
 
-from gpuaccept.contracts.policy import ProbePolicy, ThrottleReason
+from gpuaccept.checks.cpu_governor import SPEC as CPU_GOVERNOR
+from gpuaccept.checks.driver_libraries import SPEC as DRIVER_LIBRARIES
+from gpuaccept.checks.gpu_count import SPEC as GPU_COUNT
+from gpuaccept.checks.nccl_allreduce import SPEC as NCCL
+from gpuaccept.checks.pcie_link import SPEC as PCIE_LINK
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.registry import BY_NAME, CHECKS
+from gpuaccept.checks.spec import CheckJudgement
+from gpuaccept.checks.throttle_reasons import SPEC as THROTTLE
+from gpuaccept.checks.throttle_reasons import ThrottleReason
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 from gpuaccept.probe import clocks
-from gpuaccept.probe.checks import BY_NAME, CHECKS, ProbeContext
-from gpuaccept.probe.checks.base import round_figure
-from gpuaccept.probe.checks.cpu_governor import CHECK as CPU_GOVERNOR
-from gpuaccept.probe.checks.driver_libraries import CHECK as DRIVER_LIBRARIES
-from gpuaccept.probe.checks.gpu_count import CHECK as GPU_COUNT
-from gpuaccept.probe.checks.nccl_allreduce import CHECK as NCCL
-from gpuaccept.probe.checks.nccl_allreduce import sweep_sizes
-from gpuaccept.probe.checks.pcie_link import CHECK as PCIE_LINK
-from gpuaccept.probe.checks.throttle_reasons import CHECK as THROTTLE
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
+from gpuaccept.probe.measure import ProbeContext
+from gpuaccept.probe.measure.nccl_allreduce import sweep_sizes
+from gpuaccept.probe.measure.rounding import round_figure
 from gpuaccept.probe.runner import run_check
 
 SUMMARY = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8)
@@ -171,7 +176,7 @@ def test_governor_check_reads_fixture_tree() -> None:
     }
     assert result.message == "2 of 6 CPUs not on performance: powersave on CPU 2-3"
     relaxed = policy(cpuGovernor={"requiredGovernor": "powersave"})
-    assert CPU_GOVERNOR.judge(result.observed, relaxed, SUMMARY).status is CheckStatus.FAIL
+    assert judge_json(CPU_GOVERNOR, result.observed, relaxed, SUMMARY).status is CheckStatus.FAIL
 
 
 def test_governor_check_without_cpufreq_skips() -> None:
@@ -215,7 +220,9 @@ def test_broken_measurement_is_an_error_not_a_pass() -> None:
 
 
 def test_gpu_count_judge() -> None:
-    j = GPU_COUNT.judge
+    def j(observed: JsonValue, p: ProbePolicy, summary: HardwareSummary) -> CheckJudgement:
+        return judge_json(GPU_COUNT, observed, p, summary)
+
     assert j({"visible": 8, "advertised": 8}, ProbePolicy(), SUMMARY).status is CheckStatus.PASS
     assert j({"visible": 8, "advertised": 7}, ProbePolicy(), SUMMARY).status is CheckStatus.FAIL
     # the policy's expected count wins over the node's advertised one
@@ -254,23 +261,23 @@ GOOD_VERSIONS: dict[str, JsonValue] = {
     ],
 )
 def test_driver_libraries_failures(change: dict[str, JsonValue], needle: str) -> None:
-    judgement = DRIVER_LIBRARIES.judge({**GOOD_VERSIONS, **change}, default_policy(), SUMMARY)
+    judgement = judge_json(DRIVER_LIBRARIES, {**GOOD_VERSIONS, **change}, default_policy(), SUMMARY)
     assert judgement.status is CheckStatus.FAIL
     assert needle in judgement.message
 
 
 def test_driver_libraries_pass_and_unknowns() -> None:
     p = default_policy()
-    assert DRIVER_LIBRARIES.judge(GOOD_VERSIONS, p, SUMMARY).status is CheckStatus.PASS
+    assert judge_json(DRIVER_LIBRARIES, GOOD_VERSIONS, p, SUMMARY).status is CheckStatus.PASS
     # an older runtime on a newer driver is fine (backward compatibility)
     older = {**GOOD_VERSIONS, "cudaRuntime": "12.1"}
-    assert DRIVER_LIBRARIES.judge(older, p, SUMMARY).status is CheckStatus.PASS
+    assert judge_json(DRIVER_LIBRARIES, older, p, SUMMARY).status is CheckStatus.PASS
     no_nccl = {k: v for k, v in GOOD_VERSIONS.items() if k != "nccl"}
-    assert DRIVER_LIBRARIES.judge(no_nccl, p, SUMMARY).status is CheckStatus.SKIP
+    assert judge_json(DRIVER_LIBRARIES, no_nccl, p, SUMMARY).status is CheckStatus.SKIP
     # with no NCCL range in the policy, an unknown NCCL does not matter
-    assert DRIVER_LIBRARIES.judge(no_nccl, ProbePolicy(), SUMMARY).status is CheckStatus.PASS
+    assert judge_json(DRIVER_LIBRARIES, no_nccl, ProbePolicy(), SUMMARY).status is CheckStatus.PASS
     no_runtime = {k: v for k, v in GOOD_VERSIONS.items() if k != "cudaRuntime"}
-    skipped = DRIVER_LIBRARIES.judge(no_runtime, p, SUMMARY)
+    skipped = judge_json(DRIVER_LIBRARIES, no_runtime, p, SUMMARY)
     assert skipped.status is CheckStatus.SKIP
     assert "CUDA runtime" in skipped.message
 
@@ -288,9 +295,9 @@ FULL_PCIE: dict[str, JsonValue] = {
 
 def test_pcie_gen_below_max_under_load_fails_and_condensed_agrees() -> None:
     p = default_policy()
-    full = PCIE_LINK.judge(FULL_PCIE, p, SUMMARY)
-    condensed_observed = PCIE_LINK.condense(FULL_PCIE)
-    condensed = PCIE_LINK.judge(condensed_observed, p, SUMMARY)
+    full = judge_json(PCIE_LINK, FULL_PCIE, p, SUMMARY)
+    condensed_observed = condense_json(PCIE_LINK, FULL_PCIE)
+    condensed = judge_json(PCIE_LINK, condensed_observed, p, SUMMARY)
     assert full.status is condensed.status is CheckStatus.FAIL
     assert "GPU 2 below max generation under load" in full.message
     assert "GPU 2 below max generation under load" in condensed.message
@@ -309,34 +316,36 @@ def test_pcie_gen_below_max_under_load_fails_and_condensed_agrees() -> None:
 
 def test_pcie_rules_without_require_max() -> None:
     relaxed = policy(pcieLink={"requireMax": False, "minGeneration": 4, "minH2DGBps": 25})
-    assert PCIE_LINK.judge(FULL_PCIE, relaxed, SUMMARY).status is CheckStatus.PASS
+    assert judge_json(PCIE_LINK, FULL_PCIE, relaxed, SUMMARY).status is CheckStatus.PASS
     stricter = policy(pcieLink={"requireMax": False, "minGeneration": 5})
-    assert PCIE_LINK.judge(FULL_PCIE, stricter, SUMMARY).message == "Gen4 < Gen5"
+    assert judge_json(PCIE_LINK, FULL_PCIE, stricter, SUMMARY).message == "Gen4 < Gen5"
     narrow = policy(pcieLink={"requireMax": False, "minWidth": 32})
-    assert PCIE_LINK.judge(FULL_PCIE, narrow, SUMMARY).status is CheckStatus.FAIL
+    assert judge_json(PCIE_LINK, FULL_PCIE, narrow, SUMMARY).status is CheckStatus.FAIL
 
 
 def test_pcie_malformed_observed_raises() -> None:
     with pytest.raises(ValueError, match="equal length"):
-        PCIE_LINK.judge({**FULL_PCIE, "width": [16]}, ProbePolicy(), SUMMARY)
-    with pytest.raises(ValueError, match="object"):
-        PCIE_LINK.judge([1, 2], ProbePolicy(), SUMMARY)
+        judge_json(PCIE_LINK, {**FULL_PCIE, "width": [16]}, ProbePolicy(), SUMMARY)
+    with pytest.raises(ValueError, match="valid dictionary"):
+        judge_json(PCIE_LINK, [1, 2], ProbePolicy(), SUMMARY)
 
 
 def test_throttle_reasons_policy_decides() -> None:
     observed: JsonValue = {"samples": 10, "reasons": {"sw_power_cap": [0, 1], "sync_boost": [2]}}
-    default = THROTTLE.judge(observed, ProbePolicy(), SUMMARY)
+    default = judge_json(THROTTLE, observed, ProbePolicy(), SUMMARY)
     assert default.status is CheckStatus.WARN
     assert default.message == "sw_power_cap on GPUs 0, 1"
     raised = policy(throttleReasons={"failOn": [ThrottleReason.SW_POWER_CAP.value]})
-    assert THROTTLE.judge(observed, raised, SUMMARY).status is CheckStatus.FAIL
+    assert judge_json(THROTTLE, observed, raised, SUMMARY).status is CheckStatus.FAIL
     quiet = policy(throttleReasons={"warnOn": []})
-    passed = THROTTLE.judge(observed, quiet, SUMMARY)
+    passed = judge_json(THROTTLE, observed, quiet, SUMMARY)
     assert passed.status is CheckStatus.PASS
     assert "not judged: sw_power_cap, sync_boost" in passed.message
-    condensed = THROTTLE.condense(observed)
+    condensed = condense_json(THROTTLE, observed)
     assert condensed == {"samples": 10, "reasons": {"sw_power_cap": 2, "sync_boost": 1}}
-    assert THROTTLE.judge(condensed, ProbePolicy(), SUMMARY).message == "sw_power_cap on 2 GPUs"
+    assert (
+        judge_json(THROTTLE, condensed, ProbePolicy(), SUMMARY).message == "sw_power_cap on 2 GPUs"
+    )
 
 
 def test_throttle_ignores_idle_and_clock_settings() -> None:
@@ -381,15 +390,15 @@ def test_nccl_judge() -> None:
         "busbwGBps": 370.0,
     }
     p = default_policy()
-    assert NCCL.judge(observed, p, SUMMARY).status is CheckStatus.PASS
+    assert judge_json(NCCL, observed, p, SUMMARY).status is CheckStatus.PASS
     h200 = HardwareSummary(gpu_model="NVIDIA H200", gpu_count=8)
-    by_model = NCCL.judge(observed, p, h200)  # 380 for H200
+    by_model = judge_json(NCCL, observed, p, h200)  # 380 for H200
     assert by_model.status is CheckStatus.FAIL
     assert by_model.expected == {"minBusbwGBps": 380.0}
-    unset = NCCL.judge(observed, ProbePolicy(), SUMMARY)
+    unset = judge_json(NCCL, observed, ProbePolicy(), SUMMARY)
     assert unset.status is CheckStatus.PASS
     assert "no minimum set" in unset.message
-    zero = NCCL.judge({**observed, "busbwGBps": 0}, ProbePolicy(), SUMMARY)
+    zero = judge_json(NCCL, {**observed, "busbwGBps": 0}, ProbePolicy(), SUMMARY)
     assert zero.status is CheckStatus.FAIL
 
 

@@ -17,11 +17,11 @@ from probe_scenarios import (
     run_cli,
 )
 
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
-from gpuaccept.contracts.policy import ProbePolicy
 from gpuaccept.contracts.report import ProbeReport, decode_termination_message
 from gpuaccept.probe import cli
-from gpuaccept.probe.verdict import evaluate
 
 
 def statuses(report: ProbeReport) -> dict[str, str]:

@@ -4,9 +4,10 @@ from probe_scenarios import REPO
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
-from gpuaccept.contracts.policy import CheckSwitch, ProbePolicy
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.registry import CHECKS
+from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckResult, HardwareSummary, ProbeReport
-from gpuaccept.probe.checks import CHECKS
 from gpuaccept.probe.hardware import profile
 
 DOCS = REPO / "docs"

@@ -10,12 +10,13 @@ import pytest
 import torch
 from probe_scenarios import FIXTURES
 
-from gpuaccept.contracts.policy import ProbePolicy
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.registry import BY_NAME
 from gpuaccept.contracts.report import CheckStatus
 from gpuaccept.probe import clocks
-from gpuaccept.probe.checks import BY_NAME, ProbeContext
 from gpuaccept.probe.hardware.base import Unavailable
 from gpuaccept.probe.hardware.real import RealBackend
+from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.runner import hardware_summary, run_check
 
 

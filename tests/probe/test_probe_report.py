@@ -2,6 +2,7 @@
 
 from probe_scenarios import COLLAPSE_64, H200_16, HEALTHY, WORST_16, default_policy, probe
 
+from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.report import (
     CheckResult,
@@ -10,7 +11,6 @@ from gpuaccept.contracts.report import (
     decode_termination_message,
 )
 from gpuaccept.probe.compact import fit_report, termination_message
-from gpuaccept.probe.verdict import evaluate
 
 LONG_NODE = "gpu-node-" + "x" * 244  # 253 characters, the longest node name
 

@@ -9,11 +9,11 @@ from probe_scenarios import HEALTHY, default_policy, fault, probe
 from pydantic import JsonValue, ValidationError
 from pydantic.alias_generators import to_camel
 
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.registry import CHECKS
+from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.nodeacceptance import KeyFigures
-from gpuaccept.contracts.policy import ProbePolicy
 from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareSummary, ProbeReport
-from gpuaccept.probe.checks import CHECKS
-from gpuaccept.probe.verdict import Decision, evaluate
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -53,7 +53,7 @@ NCCL_OBS: JsonValue = {"backend": "nccl", "source": "measured", "ranks": 8, "bus
 
 def test_healthy_report_is_accepted_with_figures() -> None:
     v = evaluate(probe(HEALTHY), default_policy())
-    assert v.decision is Decision.ACCEPTED
+    assert v.accepted
     assert v.accepted
     assert v.reasons == ()
     assert v.warnings == ()
@@ -73,7 +73,7 @@ def test_healthy_report_is_accepted_with_figures() -> None:
 
 def test_fault_reason_names_the_check() -> None:
     v = evaluate(probe(fault("pcie-x8")), default_policy())
-    assert v.decision is Decision.QUARANTINED
+    assert not v.accepted
     assert [(r.check, r.reason) for r in v.reasons] == [("pcie_link", "PcieLinkFailed")]
     assert v.reason == "PcieLinkFailed"
     assert v.figures.pcie == "Gen5x8"
@@ -257,8 +257,8 @@ def test_evaluate_is_deterministic_and_leaves_the_report_alone() -> None:
 
 def test_verdict_imports_neither_torch_nor_nvml() -> None:
     code = (
-        "import sys; from gpuaccept.probe.verdict import evaluate, Verdict; "
-        "import gpuaccept.probe.checks, gpuaccept.probe.compact; "
+        "import sys; from gpuaccept.checks.verdict import evaluate, Verdict; "
+        "import gpuaccept.checks.registry, gpuaccept.probe.compact; "
         "print(','.join(m for m in ('torch', 'pynvml') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -7,7 +7,6 @@ image emits reports that validate against it.
 
 from gpuaccept.contracts.api import GROUP, VERSION
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.contracts.report import CheckResult, CheckStatus, ProbeReport
 
 __all__ = [
@@ -15,9 +14,7 @@ __all__ = [
     "VERSION",
     "CheckResult",
     "CheckStatus",
-    "NodeAcceptancePolicySpec",
     "NodeAcceptanceStatus",
     "Phase",
-    "ProbePolicy",
     "ProbeReport",
 ]

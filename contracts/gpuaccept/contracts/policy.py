@@ -1,9 +1,9 @@
-"""The acceptance policy.
+"""The parts of the acceptance policy that are not about one check.
 
-:class:`ProbePolicy` holds the thresholds the checks are judged against; it is
-what ``gpuaccept probe --policy FILE`` reads and what the ``NodeAcceptancePolicy``
-CRD carries under ``spec.probe``. :class:`NodeAcceptancePolicySpec` adds what
-the operator does with a verdict.
+Field types (versions, label and taint keys), :class:`CheckSwitch` (the base of
+every check's policy section) and what the operator does with a verdict. The
+whole policy, ``ProbePolicy`` and ``NodeAcceptancePolicySpec``, is assembled
+from the check registry in :mod:`gpuaccept.checks.policy`.
 
 Deliberately absent: image, command, privileges, runtime class. Those come
 from the operator's own configuration, never from a policy object, so a policy
@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
-from gpuaccept.contracts.api import GPU_PRESENT_LABEL, PENDING_TAINT_KEY, QUARANTINE_TAINT_KEY
+from gpuaccept.contracts.api import GPU_PRESENT_LABEL, QUARANTINE_TAINT_KEY
 from gpuaccept.contracts.base import ContractModel
 
 # A dotted numeric version such as "550.54.15", "12.4" or "2.21.5".
@@ -118,102 +118,6 @@ class CheckSwitch(ContractModel):
     required: bool = True
 
 
-class PcieLinkPolicy(CheckSwitch):
-    require_max: bool = Field(
-        default=True,
-        description="Under load, each GPU's link generation and width must equal its maximum.",
-    )
-    min_generation: int | None = Field(default=None, ge=1, le=7)
-    min_width: int | None = Field(default=None, ge=1, le=32)
-    min_h2d_gbps: float | None = Field(default=None, ge=0, alias="minH2DGBps")
-    min_d2h_gbps: float | None = Field(default=None, ge=0, alias="minD2HGBps")
-
-
-class CpuGovernorPolicy(CheckSwitch):
-    required_governor: str = Field(default="performance", pattern=r"^[a-z_]{1,32}$")
-
-
-class DriverLibrariesPolicy(CheckSwitch):
-    driver_versions: VersionRange = VersionRange()
-    nccl_versions: VersionRange = VersionRange()
-    min_cuda_driver_version: Version | None = None
-
-
-class NcclAllreducePolicy(CheckSwitch):
-    min_busbw_gbps: float | None = Field(default=None, ge=0, alias="minBusbwGBps")
-    min_busbw_gbps_by_model: dict[str, float] = Field(
-        default_factory=dict,
-        alias="minBusbwGBpsByModel",
-        description="Per GPU model (as NVML names it); overrides minBusbwGBps for that model.",
-    )
-    max_message_bytes: int = Field(default=1 << 30, ge=1 << 10, le=1 << 34)
-    iterations: int = Field(default=20, ge=1, le=1000)
-    warmup_iterations: int = Field(default=5, ge=0, le=100)
-
-    def min_busbw_for(self, gpu_model: str | None) -> float | None:
-        if gpu_model is not None and gpu_model in self.min_busbw_gbps_by_model:
-            return self.min_busbw_gbps_by_model[gpu_model]
-        return self.min_busbw_gbps
-
-
-class ThrottleReason(StrEnum):
-    """NVML clock event reasons that matter (idle, application and display
-    clock settings are never judged)."""
-
-    HW_SLOWDOWN = "hw_slowdown"
-    HW_THERMAL_SLOWDOWN = "hw_thermal_slowdown"
-    HW_POWER_BRAKE = "hw_power_brake"
-    SW_POWER_CAP = "sw_power_cap"
-    SW_THERMAL_SLOWDOWN = "sw_thermal_slowdown"
-    SYNC_BOOST = "sync_boost"
-
-
-class ThrottleReasonsPolicy(CheckSwitch):
-    fail_on: list[ThrottleReason] = Field(
-        default_factory=lambda: [
-            ThrottleReason.HW_SLOWDOWN,
-            ThrottleReason.HW_THERMAL_SLOWDOWN,
-            ThrottleReason.HW_POWER_BRAKE,
-        ]
-    )
-    warn_on: list[ThrottleReason] = Field(
-        default_factory=lambda: [ThrottleReason.SW_POWER_CAP, ThrottleReason.SW_THERMAL_SLOWDOWN]
-    )
-    sample_seconds: float = Field(default=5.0, gt=0, le=600)
-
-
-class GpuCountPolicy(CheckSwitch):
-    expected: int | None = Field(
-        default=None,
-        ge=0,
-        le=64,
-        description="GPUs that must be visible; unset means the node's advertised nvidia.com/gpu.",
-    )
-
-
-class ProbePolicy(ContractModel):
-    """Thresholds for every check. Empty means the defaults documented in docs/policy.md."""
-
-    pcie_link: PcieLinkPolicy = PcieLinkPolicy()
-    cpu_governor: CpuGovernorPolicy = CpuGovernorPolicy()
-    driver_libraries: DriverLibrariesPolicy = DriverLibrariesPolicy()
-    nccl_allreduce: NcclAllreducePolicy = NcclAllreducePolicy()
-    throttle_reasons: ThrottleReasonsPolicy = ThrottleReasonsPolicy()
-    gpu_count: GpuCountPolicy = GpuCountPolicy()
-
-    @model_validator(mode="after")
-    def _some_check_enabled(self) -> "ProbePolicy":
-        switches = (getattr(self, name) for name in type(self).model_fields)
-        if not any(isinstance(s, CheckSwitch) and s.enabled for s in switches):
-            raise ValueError("every check is disabled: a node would be accepted on no evidence")
-        return self
-
-    def switch(self, check: str) -> CheckSwitch | None:
-        """The sub-policy of the check named ``check`` (snake_case), if any."""
-        value = getattr(self, check, None)
-        return value if isinstance(value, CheckSwitch) else None
-
-
 class TaintEffect(StrEnum):
     NO_SCHEDULE = "NoSchedule"
     NO_EXECUTE = "NoExecute"
@@ -247,41 +151,9 @@ class ReprobeTriggers(ContractModel):
     on_policy_change: PolicyChangeAction = PolicyChangeAction.REJUDGE
 
 
-def _default_selector() -> dict[str, str]:
+def default_node_selector() -> dict[str, str]:
+    """GPU nodes: the label the NVIDIA GPU feature discovery sets."""
     return {GPU_PRESENT_LABEL: "true"}
-
-
-class NodeAcceptancePolicySpec(ContractModel):
-    node_selector: dict[QualifiedName, LabelValue] = Field(
-        default_factory=_default_selector,
-        min_length=1,
-        description="matchLabels for the nodes this policy governs (default: GPU nodes); "
-        "at least one label, so that no policy governs every node by accident.",
-    )
-    probe: ProbePolicy = ProbePolicy()
-    quarantine: QuarantineAction = QuarantineAction()
-    pending_taint_key: OwnedKey = PENDING_TAINT_KEY
-    probe_run: ProbeRun = ProbeRun()
-    reprobe: ReprobeTriggers = ReprobeTriggers()
-    max_quarantined: NonNegativeCount | Percentage = Field(
-        default="10%",
-        description="Circuit breaker: an absolute count or a percentage of matched nodes.",
-    )
-    dry_run: bool = False
-    paused: bool = False
-
-    @model_validator(mode="after")
-    def _taints_differ(self) -> "NodeAcceptancePolicySpec":
-        if self.pending_taint_key == self.quarantine.taint_key:
-            raise ValueError("pendingTaintKey and quarantine.taintKey must differ")
-        return self
-
-    def max_quarantined_count(self, matched_nodes: int) -> int:
-        """The breaker limit for a fleet of ``matched_nodes`` nodes."""
-        if isinstance(self.max_quarantined, int):
-            return max(self.max_quarantined, 0)
-        percent = int(self.max_quarantined.rstrip("%"))
-        return (matched_nodes * percent) // 100
 
 
 PolicyKind = Literal["NodeAcceptancePolicy"]

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import GPU_RESOURCE, NODE_CONDITION_TYPE
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec
 from gpuaccept.operator.core.model import (
     NAView,
     NodeCondition,

@@ -1,7 +1,8 @@
 """``gpuaccept probe``: measure this node, print a report, exit with the verdict.
 
-Exit codes: 0 accepted, 1 quarantined (or not a GPU node, or the probe
-failed), 2 bad usage or a bad input file. With ``--termination-log`` the
+The environment, flags and exit codes are the contract in
+:mod:`gpuaccept.contracts.probe_invocation`: 0 accepted, 1 quarantined (or not
+a GPU node, or the probe failed), 2 bad usage or a bad input file. With ``--termination-log`` the
 compact report is written on every path, failures included, so the operator
 never mistakes a missing report for success.
 """
@@ -20,7 +21,29 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpuaccept.contracts.policy import ProbePolicy
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.registry import BY_NAME, CHECKS
+from gpuaccept.checks.spec import AnyCheckSpec, clip
+from gpuaccept.checks.verdict import Verdict, evaluate
+from gpuaccept.contracts.probe_invocation import (
+    ENV_BOOT_ID,
+    ENV_EXPECTED_GPUS,
+    ENV_NODE_NAME,
+    ENV_POLICY,
+    ENV_PROC_ROOT,
+    ENV_PROFILE,
+    ENV_SYSFS_ROOT,
+    FLAG_CHECKS,
+    FLAG_EXPECTED_GPUS,
+    FLAG_NODE_NAME,
+    FLAG_OUTPUT,
+    FLAG_POLICY,
+    FLAG_PROC_ROOT,
+    FLAG_PROFILE,
+    FLAG_SYSFS_ROOT,
+    FLAG_TERMINATION_LOG,
+    ProbeExit,
+)
 from gpuaccept.contracts.report import (
     CheckResult,
     CheckStatus,
@@ -29,25 +52,15 @@ from gpuaccept.contracts.report import (
     ProbeReport,
 )
 from gpuaccept.probe import PROBE_VERSION
-from gpuaccept.probe.checks import BY_NAME, CHECKS, Check, ProbeContext
-from gpuaccept.probe.checks.base import clip
 from gpuaccept.probe.compact import termination_message
 from gpuaccept.probe.hardware.base import HardwareBackend
 from gpuaccept.probe.inputs import InputError, default_policy, load_policy, policy_from_json
+from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.runner import UNKNOWN_BOOT_ID, run_probe
-from gpuaccept.probe.verdict import Verdict, evaluate
 
-EXIT_ACCEPTED = 0
-EXIT_QUARANTINED = 1
-EXIT_USAGE = 2
-
-ENV_PROFILE = "GPUACCEPT_PROFILE"
-ENV_POLICY = "GPUACCEPT_POLICY"
-ENV_EXPECTED_GPUS = "GPUACCEPT_EXPECTED_GPUS"
-ENV_BOOT_ID = "GPUACCEPT_BOOT_ID"
-ENV_NODE_NAME = "NODE_NAME"
-ENV_SYSFS_ROOT = "GPUACCEPT_SYSFS_ROOT"
-ENV_PROC_ROOT = "GPUACCEPT_PROC_ROOT"
+EXIT_ACCEPTED = ProbeExit.ACCEPTED
+EXIT_QUARANTINED = ProbeExit.QUARANTINED
+EXIT_USAGE = ProbeExit.USAGE
 
 STATUS_STYLE = {
     CheckStatus.PASS: "green",
@@ -72,43 +85,45 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gpuaccept probe",
-        description="Measure this GPU node (PCIe links, CPU governors, driver/CUDA/NCCL, "
-        "all-reduce bandwidth, clock throttling, GPU count) and judge it against a policy. "
-        "Exit 0 accepted, 1 quarantined, 2 bad usage or bad input file.",
+        description="Measure this GPU node and judge it against a policy. "
+        f"Exit {ProbeExit.ACCEPTED} accepted, {ProbeExit.QUARANTINED} quarantined, "
+        f"{ProbeExit.USAGE} bad usage or bad input file.",
+        epilog="checks, in the order they run: "
+        + "; ".join(f"{c.name} ({c.summary})" for c in CHECKS),
     )
     parser.add_argument(
-        "--profile",
+        FLAG_PROFILE,
         type=Path,
         help=f"simulate the node described by this hardware profile (env {ENV_PROFILE})",
     )
     parser.add_argument(
-        "--policy",
+        FLAG_POLICY,
         type=Path,
         help=f"ProbePolicy YAML/JSON, or a NodeAcceptancePolicy manifest "
         f"(env {ENV_POLICY}: the policy as JSON text; default: the packaged "
         "policies/default-h100-h200.yaml)",
     )
-    parser.add_argument("--output", choices=("table", "json"), default="table")
+    parser.add_argument(FLAG_OUTPUT, choices=("table", "json"), default="table")
     parser.add_argument(
-        "--checks",
+        FLAG_CHECKS,
         help="comma-separated checks to run (the others are disabled): "
         + ",".join(c.name for c in CHECKS),
     )
     parser.add_argument(
-        "--termination-log", type=Path, help="write the compact report here (for the pod)"
+        FLAG_TERMINATION_LOG, type=Path, help="write the compact report here (for the pod)"
     )
-    parser.add_argument("--node-name", help=f"default: env {ENV_NODE_NAME}, then the hostname")
+    parser.add_argument(FLAG_NODE_NAME, help=f"default: env {ENV_NODE_NAME}, then the hostname")
     parser.add_argument(
-        "--expected-gpus",
+        FLAG_EXPECTED_GPUS,
         type=int,
         help=f"the node's advertised GPU count (env {ENV_EXPECTED_GPUS}); "
         "gpuCount.expected in the policy wins",
     )
     parser.add_argument(
-        "--sysfs-root", type=Path, help=f"real hardware: sysfs root (env {ENV_SYSFS_ROOT}, /sys)"
+        FLAG_SYSFS_ROOT, type=Path, help=f"real hardware: sysfs root (env {ENV_SYSFS_ROOT}, /sys)"
     )
     parser.add_argument(
-        "--proc-root", type=Path, help=f"real hardware: procfs root (env {ENV_PROC_ROOT}, /proc)"
+        FLAG_PROC_ROOT, type=Path, help=f"real hardware: procfs root (env {ENV_PROC_ROOT}, /proc)"
     )
     return parser
 
@@ -116,9 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _termination_log_from_argv(argv: Sequence[str]) -> Path | None:
     """Where to write the failure report when the arguments themselves are bad."""
     for i, arg in enumerate(argv):
-        if arg == "--termination-log" and i + 1 < len(argv):
+        if arg == FLAG_TERMINATION_LOG and i + 1 < len(argv):
             return Path(argv[i + 1])
-        if arg.startswith("--termination-log="):
+        if arg.startswith(f"{FLAG_TERMINATION_LOG}="):
             return Path(arg.split("=", 1)[1])
     return None
 
@@ -303,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _progress(err, args.output == "table" or err.is_terminal) as (progress, task):
 
-            def on_check(check: Check) -> None:
+            def on_check(check: AnyCheckSpec) -> None:
                 if progress is not None and task is not None:
                     progress.update(task, description=check.title, note="")
 

@@ -17,10 +17,10 @@ guard.
 
 from collections.abc import Callable
 
+from gpuaccept.checks.registry import get_check
+from gpuaccept.checks.spec import clip
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.report import CheckResult, ProbeReport, encode_termination_message
-from gpuaccept.probe.checks import get_check
-from gpuaccept.probe.checks.base import clip
 
 
 def _condensed(result: CheckResult) -> CheckResult:
@@ -28,7 +28,8 @@ def _condensed(result: CheckResult) -> CheckResult:
     if check is None or result.observed is None:
         return result
     try:
-        return result.model_copy(update={"observed": check.condense(result.observed)})
+        condensed = check.condense(check.parse(result.observed))
+        return result.model_copy(update={"observed": condensed.to_observed()})
     except Exception:  # an odd observation is kept as is; later steps still shrink it
         return result
 

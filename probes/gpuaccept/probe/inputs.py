@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.contracts.api import POLICY_KIND
-from gpuaccept.contracts.policy import ProbePolicy
 
 M = TypeVar("M", bound=BaseModel)
 

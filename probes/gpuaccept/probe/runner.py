@@ -1,4 +1,5 @@
-"""Runs the checks in registry order against one backend and builds the report."""
+"""Runs the checks in registry order against one backend and builds the report:
+for each, its measuring function (:mod:`gpuaccept.probe.measure`), then its judge."""
 
 import time
 from collections.abc import Callable, Sequence
@@ -6,12 +7,13 @@ from datetime import UTC, datetime
 
 from pydantic import JsonValue
 
-from gpuaccept.contracts.policy import ProbePolicy
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.registry import CHECKS
+from gpuaccept.checks.spec import AnyCheckSpec, clip
 from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareSummary, ProbeReport
 from gpuaccept.probe import PROBE_VERSION
-from gpuaccept.probe.checks import CHECKS, Check
-from gpuaccept.probe.checks.base import ProbeContext, clip
 from gpuaccept.probe.hardware.base import HardwareBackend, Unavailable, VersionInfo
+from gpuaccept.probe.measure import ProbeContext, measurer
 
 UNKNOWN_BOOT_ID = "unknown"
 
@@ -46,7 +48,7 @@ def hardware_summary(hardware: HardwareBackend) -> HardwareSummary:
 
 
 def run_check(
-    check: Check,
+    check: AnyCheckSpec,
     hardware: HardwareBackend,
     policy: ProbePolicy,
     context: ProbeContext,
@@ -61,8 +63,10 @@ def run_check(
     started = time.monotonic()
     observed: JsonValue = None
     try:
-        observed = check.measure(hardware, policy, context).observed
-        judgement = check.judge(observed, policy, summary)
+        section = policy.section(check)
+        measured = measurer(check)(hardware, section, context)
+        observed = measured.to_observed()
+        judgement = check.judge(measured, section, summary)
     except Unavailable as exc:
         return CheckResult(
             check=check.name,
@@ -95,8 +99,8 @@ def run_probe(
     node_name: str,
     boot_id: str | None,
     context: ProbeContext | None = None,
-    checks: Sequence[Check] = CHECKS,
-    on_check: Callable[[Check], None] = lambda _check: None,
+    checks: Sequence[AnyCheckSpec] = CHECKS,
+    on_check: Callable[[AnyCheckSpec], None] = lambda _check: None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> ProbeReport:
     """Every check in ``checks``, in order; ``on_check`` is called as each starts."""

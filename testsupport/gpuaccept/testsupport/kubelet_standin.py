@@ -90,6 +90,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from gpuaccept.contracts.probe_invocation import ENV_BOOT_ID, ENV_PROFILE, TERMINATION_LOG_PATH
+
 __all__ = [
     "Behaviour",
     "BehaviourHook",
@@ -118,7 +120,7 @@ MAX_TERMINATION_LOG_LINES = 80
 
 DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
-DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+DEFAULT_TERMINATION_MESSAGE_PATH = TERMINATION_LOG_PATH
 KUBELET_VERSION = "v1.37.2-standin"
 
 
@@ -543,10 +545,10 @@ class _PodRunner:
         pod_env = self.s._container_env(self.pod, c, self.node)
         env.update({k: v.replace(tpath, str(msg_file)) for k, v in pod_env.items()})
         if self.node.profile is not None:
-            env["GPUACCEPT_PROFILE"] = self.node.profile
+            env[ENV_PROFILE] = self.node.profile
         # The simulated node's boot ID, which the probe reports (gpuaccept probe
         # reads GPUACCEPT_BOOT_ID in simulation); the operator checks it.
-        env.setdefault("GPUACCEPT_BOOT_ID", self.node.boot_id)
+        env.setdefault(ENV_BOOT_ID, self.node.boot_id)
         env["GPUACCEPT_TERMINATION_LOG"] = str(msg_file)
         command = list(c.get("command") or [])
         if not command:

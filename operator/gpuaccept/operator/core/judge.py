@@ -1,11 +1,11 @@
-"""The probe's pure ``evaluate`` as the core's :data:`Judge` (no torch, no NVML)."""
+"""The checks' pure ``evaluate`` as the core's :data:`Judge` (no torch, no NVML, no probe)."""
 
 from __future__ import annotations
 
-from gpuaccept.contracts.policy import ProbePolicy
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.model import Judgement
-from gpuaccept.probe.verdict import evaluate
 
 
 def judge(report: ProbeReport, policy: ProbePolicy) -> Judgement:

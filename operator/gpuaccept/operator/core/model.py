@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.contracts.nodeacceptance import (
     CheckSummary,
     KeyFigures,
     NodeAcceptanceStatus,
     Reason,
 )
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.contracts.report import ProbeReport
 
 # --------------------------------------------------------------------------- observed

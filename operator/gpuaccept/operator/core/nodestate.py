@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import ACCEPTANCE_LABEL
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec
 from gpuaccept.operator.core.model import NodeView, Taint
 
 PENDING_EFFECT = "NoSchedule"

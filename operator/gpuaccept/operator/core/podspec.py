@@ -13,8 +13,15 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import GPU_RESOURCE, GROUP
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec
+from gpuaccept.contracts.probe_invocation import (
+    ENV_EXPECTED_GPUS,
+    ENV_NODE_NAME,
+    ENV_POLICY,
+    FLAG_TERMINATION_LOG,
+    TERMINATION_LOG_PATH,
+)
 from gpuaccept.operator.core.model import NodeView, OperatorConfig
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -26,7 +33,7 @@ ATTEMPT_LABEL = f"{GROUP}/attempt"
 NODE_NAME_ANNOTATION = f"{GROUP}/node-name"
 POLICY_ANNOTATION = f"{GROUP}/policy"
 PROBE_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{COMPONENT_LABEL}={COMPONENT_VALUE}"
-TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_LOG = TERMINATION_LOG_PATH
 CONTAINER_NAME = "probe"
 
 MAX_NAME = 63
@@ -87,12 +94,12 @@ def probe_pod_manifest(
         *(dict(t) for t in config.extra_tolerations),
     ]
     env: list[dict[str, Any]] = [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {
-            "name": "GPUACCEPT_POLICY",
+            "name": ENV_POLICY,
             "value": json.dumps(spec.probe.to_wire(), separators=(",", ":"), sort_keys=True),
         },
-        {"name": "GPUACCEPT_EXPECTED_GPUS", "value": str(gpus)},
+        {"name": ENV_EXPECTED_GPUS, "value": str(gpus)},
     ]
     shm: dict[str, Any] = {"medium": "Memory"}
     if config.shm_size:
@@ -101,7 +108,7 @@ def probe_pod_manifest(
         "name": CONTAINER_NAME,
         "image": config.probe_image,
         "imagePullPolicy": config.image_pull_policy,
-        "command": [*config.probe_command, "--termination-log", TERMINATION_LOG],
+        "command": [*config.probe_command, FLAG_TERMINATION_LOG, TERMINATION_LOG],
         "env": env,
         "resources": {"limits": limits, "requests": requests},
         "terminationMessagePath": TERMINATION_LOG,

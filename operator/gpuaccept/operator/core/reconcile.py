@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
-from gpuaccept.contracts.policy import NodeAcceptancePolicySpec, PolicyChangeAction
+from gpuaccept.contracts.policy import PolicyChangeAction
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core import nodestate
 from gpuaccept.operator.core.model import (

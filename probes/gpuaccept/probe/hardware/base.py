@@ -7,10 +7,8 @@ has them), the kernel module version and the boot ID through the same readers
 in :mod:`.sysfs`.
 """
 
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 from gpuaccept.contracts.report import HardwareMode
@@ -104,7 +102,9 @@ class HardwareBackend(Protocol):
 
     def allreduce(self, sizes: list[int], iterations: int, warmup: int) -> AllreduceMeasurement: ...
 
-    def sysfs_root(self) -> Path: ...
+    def cpu_governors(self) -> dict[int, str]:
+        """``{cpu: cpufreq governor}`` for the online CPUs; raises :class:`Unavailable`
+        when the kernel exposes no cpufreq (common in VMs)."""
 
     def boot_id(self) -> str | None:
         """The host's boot ID (``<proc>/sys/kernel/random/boot_id``), if readable."""
@@ -113,8 +113,3 @@ class HardwareBackend(Protocol):
         """Wait between samples (instant in simulation)."""
 
     def close(self) -> None: ...
-
-
-def iter_indices(backend: HardwareBackend) -> Iterator[int]:
-    for gpu in backend.gpus():
-        yield gpu.index

@@ -139,8 +139,32 @@ class Node(ProfileModel):
     boot_id: str | None = Field(default=None, alias="bootID", max_length=64)
 
 
+class ExpectedVerdict(ProfileModel):
+    """The verdict this profile must produce under ``policies/default-h100-h200.yaml``.
+
+    A healthy (or trap) profile says ``accepted: true``; a fault profile names the
+    check that fails and its reason. The demo, the operator tests and the
+    benchmark read this instead of keeping their own tables.
+    """
+
+    accepted: bool
+    check: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]{1,31}$")
+    reason: str | None = Field(default=None, pattern=r"^[A-Z][A-Za-z0-9]*$")
+
+    @model_validator(mode="after")
+    def _fault_names_its_reason(self) -> "ExpectedVerdict":
+        if self.accepted and (self.check or self.reason):
+            raise ValueError("an accepted profile names no failing check or reason")
+        if not self.accepted and not (self.check and self.reason):
+            raise ValueError("a fault profile names the check that fails and its reason")
+        return self
+
+
 class HardwareProfile(ProfileModel):
     description: str = ""
+    expect: ExpectedVerdict | None = Field(
+        default=None, description="The verdict under the default policy (shipped profiles)."
+    )
     node: Node = Node()
     gpus: Gpus
     driver: Driver
@@ -150,3 +174,15 @@ class HardwareProfile(ProfileModel):
 
 def load_profile(path: Path) -> HardwareProfile:
     return validate(HardwareProfile, read_structured_file(path), str(path))
+
+
+def expected_fault_reasons(directory: Path) -> dict[str, str]:
+    """``{profile stem: reason}`` for the fault profiles in ``directory``, from their
+    ``expect`` fields (for the demo, the operator tests and the benchmark)."""
+    out: dict[str, str] = {}
+    for path in sorted(directory.glob("*.yaml")):
+        expect = load_profile(path).expect
+        if expect is None or expect.reason is None:
+            raise ValueError(f"{path}: a fault profile states its reason (expect.reason)")
+        out[path.stem] = expect.reason
+    return out

@@ -29,9 +29,11 @@ from gpuaccept.probe.hardware.base import (
     VersionInfo,
 )
 from gpuaccept.probe.hardware.sysfs import (
+    NoCpufreq,
     SysfsError,
     nvml_bus_id_to_sysfs,
     read_boot_id,
+    read_cpu_governors,
     read_kernel_module_version,
     read_pcie_link,
 )
@@ -118,6 +120,12 @@ class RealBackend:
 
     def sysfs_root(self) -> Path:
         return self._sysfs_root
+
+    def cpu_governors(self) -> dict[int, str]:
+        try:
+            return read_cpu_governors(self._sysfs_root)
+        except NoCpufreq as exc:
+            raise Unavailable(f"no cpufreq: {exc}") from exc
 
     def boot_id(self) -> str | None:
         try:

@@ -30,10 +30,12 @@ from gpuaccept.probe.hardware.profile import HardwareProfile, Link
 from gpuaccept.probe.hardware.sysfs import (
     GEN_TO_SPEED,
     NVIDIA_VENDOR,
+    NoCpufreq,
     SysfsError,
     parse_cpu_list,
     pci_device_dir,
     read_boot_id,
+    read_cpu_governors,
     read_kernel_module_version,
     read_pcie_link,
 )
@@ -117,6 +119,12 @@ class SimulatedBackend:
 
     def sysfs_root(self) -> Path:
         return self._tmp / "sys"
+
+    def cpu_governors(self) -> dict[int, str]:
+        try:
+            return read_cpu_governors(self.sysfs_root())
+        except NoCpufreq as exc:
+            raise Unavailable(f"no cpufreq: {exc}") from exc
 
     def boot_id(self) -> str | None:
         try:

@@ -5,7 +5,7 @@ Every result is re-judged from its ``observed`` value with its check's
 changes, without probing again. Then the results are folded:
 
 * a disabled check is ignored;
-* an enabled check that failed → quarantined, reason ``<CheckName>Failed``
+* an enabled check that failed → not accepted, reason ``<CheckName>Failed``
   (e.g. ``PcieLinkFailed`` for ``pcie_link``);
 * an enabled, required check that is missing or errored → ``ProbeError``,
   skipped → ``CheckSkipped`` (a non-required one only warns);
@@ -17,43 +17,33 @@ changes, without probing again. Then the results are folded:
   warned. Nothing passes by default.
 
 A result without ``observed`` (the probe dropped it to fit the termination
-message, see :mod:`gpuaccept.probe.compact`) keeps the status the probe gave
-it. A result whose ``observed`` cannot be judged counts as an error.
+message) keeps the status the probe gave it. A result whose ``observed``
+cannot be judged counts as an error.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
+from pydantic import JsonValue
+
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.registry import CHECKS
+from gpuaccept.checks.spec import AnyCheckSpec, clip
 from gpuaccept.contracts.nodeacceptance import CheckSummary, KeyFigures, Reason
-from gpuaccept.contracts.policy import ProbePolicy
 from gpuaccept.contracts.report import CheckResult, CheckStatus, ProbeReport
-from gpuaccept.probe.checks import CHECKS, Check
-from gpuaccept.probe.checks.base import clip
-from gpuaccept.probe.checks.nccl_allreduce import busbw_of
-from gpuaccept.probe.checks.pcie_link import min_link
 
 PROBE_ERROR = "ProbeError"
 CHECK_SKIPPED = "CheckSkipped"
 
 
-class Decision(StrEnum):
-    ACCEPTED = "accepted"
-    QUARANTINED = "quarantined"
-
-
 @dataclass(frozen=True)
 class Verdict:
-    decision: Decision
+    accepted: bool
     reasons: tuple[Reason, ...]  # why not accepted (empty when accepted)
     warnings: tuple[Reason, ...]  # accepted, but worth a look
     checks: tuple[CheckSummary, ...]  # one per enabled check, registry order
     figures: KeyFigures
     results: tuple[CheckResult, ...]  # the re-judged results, registry order
-
-    @property
-    def accepted(self) -> bool:
-        return self.decision is Decision.ACCEPTED
 
     @property
     def reason(self) -> str | None:
@@ -68,13 +58,15 @@ class Verdict:
         return clip("; ".join(f"{r.check}: {r.message}" for r in items), 1024)
 
 
-def _rejudge(
-    check: Check, result: CheckResult, report: ProbeReport, policy: ProbePolicy
+def rejudge(
+    check: AnyCheckSpec, result: CheckResult, report: ProbeReport, policy: ProbePolicy
 ) -> CheckResult:
+    """``result`` judged again from its ``observed`` value against ``policy``."""
     if result.status in (CheckStatus.ERROR, CheckStatus.SKIP) or result.observed is None:
         return result
     try:
-        judgement = check.judge(result.observed, policy, report.summary)
+        observed = check.parse(result.observed)
+        judgement = check.judge(observed, policy.section(check), report.summary)
     except Exception as exc:  # a malformed stored observation is an error, never a pass
         return result.model_copy(
             update={
@@ -91,34 +83,30 @@ def _rejudge(
     )
 
 
-def key_figures(report: ProbeReport) -> KeyFigures:
+def _check_figures(check: AnyCheckSpec, observed: JsonValue) -> dict[str, JsonValue]:
+    try:
+        return check.key_figures(check.parse(observed))
+    except ValueError:  # a bad observed value is the check's to judge, not the figures'
+        return {}
+
+
+def key_figures(report: ProbeReport, checks: Sequence[AnyCheckSpec] = CHECKS) -> KeyFigures:
     """The numbers a person looks at first, from the summary and the results."""
     s = report.summary
-    gen = width = None
-    pcie = report.result("pcie_link")
-    if pcie is not None and pcie.observed is not None:
-        link = min_link(pcie.observed)
-        # Only plausible figures: they are for display, and a bad observed value
-        # is the check's to judge, not a reason for the whole verdict to fail.
-        if link is not None and all(0 <= v < 100 for v in link):
-            gen, width = link
-    busbw = None
-    nccl = report.result("nccl_allreduce")
-    if nccl is not None and nccl.observed is not None:
-        busbw = busbw_of(nccl.observed)
-    return KeyFigures(
-        gpu_model=s.gpu_model[:64] if s.gpu_model else None,
-        gpu_count=s.gpu_count,
-        min_pcie_generation=gen,
-        min_pcie_width=width,
-        pcie=f"Gen{gen}x{width}" if gen is not None and width is not None else None,
-        busbw_gbps=busbw if busbw is None or busbw >= 0 else None,
-        driver_version=s.driver_version,
-    )
+    figures: dict[str, JsonValue] = {
+        "gpu_model": s.gpu_model[:64] if s.gpu_model else None,
+        "gpu_count": s.gpu_count,
+        "driver_version": s.driver_version,
+    }
+    for check in checks:
+        result = report.result(check.name)
+        if result is not None and result.observed is not None:
+            figures.update(_check_figures(check, result.observed))
+    return KeyFigures.model_validate(figures)
 
 
 def _probe_errors(
-    report: ProbeReport, policy: ProbePolicy, checks: Sequence[Check], *, judged: int
+    report: ProbeReport, checks: Sequence[AnyCheckSpec], *, judged: int
 ) -> list[Reason]:
     """What rules the node out whatever its checks say: nothing to accept it on."""
     known = {check.name for check in checks}
@@ -134,7 +122,25 @@ def _probe_errors(
     return out
 
 
-def evaluate(report: ProbeReport, policy: ProbePolicy, checks: Sequence[Check] = CHECKS) -> Verdict:
+def _reason_for(check: AnyCheckSpec, result: CheckResult) -> Reason | None:
+    """The reason a judged result contributes (``None`` for a pass)."""
+    message = clip(result.message, 512)
+    match result.status:
+        case CheckStatus.FAIL:
+            return Reason(check=check.name, reason=check.reason, message=message)
+        case CheckStatus.WARN:
+            return Reason(check=check.name, reason=check.warning_reason, message=message)
+        case CheckStatus.ERROR:
+            return Reason(check=check.name, reason=PROBE_ERROR, message=message)
+        case CheckStatus.SKIP:
+            return Reason(check=check.name, reason=CHECK_SKIPPED, message=message)
+        case CheckStatus.PASS:
+            return None
+
+
+def evaluate(
+    report: ProbeReport, policy: ProbePolicy, checks: Sequence[AnyCheckSpec] = CHECKS
+) -> Verdict:
     """Judge ``report`` against ``policy``. Pure: no I/O, no clock, no randomness."""
     by_check = {r.check: r for r in report.results}
     reasons: list[Reason] = []
@@ -143,48 +149,36 @@ def evaluate(report: ProbeReport, policy: ProbePolicy, checks: Sequence[Check] =
     results: list[CheckResult] = []
     for check in checks:
         switch = policy.switch(check.name)
-        enabled = switch.enabled if switch is not None else True
-        required = switch.required if switch is not None else True
-        if not enabled:
+        if switch is not None and not switch.enabled:
             continue
+        required = switch.required if switch is not None else True
         stored = by_check.get(check.name)
         if stored is None:
+            missing = "no result in the report"
             summaries.append(
-                CheckSummary(
-                    check=check.name, status=CheckStatus.ERROR, message="no result in the report"
-                )
+                CheckSummary(check=check.name, status=CheckStatus.ERROR, message=missing)
             )
-            item = Reason(check=check.name, reason=PROBE_ERROR, message="no result in the report")
+            item = Reason(check=check.name, reason=PROBE_ERROR, message=missing)
             (reasons if required else warnings).append(item)
             continue
-        result = _rejudge(check, stored, report, policy)
+        result = rejudge(check, stored, report, policy)
         results.append(result)
         summaries.append(
             CheckSummary(check=check.name, status=result.status, message=result.message)
         )
-        message = clip(result.message, 512)
-        if result.status is CheckStatus.FAIL:
-            reasons.append(Reason(check=check.name, reason=check.reason, message=message))
-        elif result.status is CheckStatus.WARN:
-            warnings.append(
-                Reason(
-                    check=check.name,
-                    reason=check.reason.removesuffix("Failed") + "Warning",
-                    message=message,
-                )
-            )
-        elif result.status in (CheckStatus.ERROR, CheckStatus.SKIP):
-            word = PROBE_ERROR if result.status is CheckStatus.ERROR else CHECK_SKIPPED
-            (reasons if required else warnings).append(
-                Reason(check=check.name, reason=word, message=message)
-            )
-    reasons.extend(_probe_errors(report, policy, checks, judged=len(summaries)))
-    decision = Decision.QUARANTINED if reasons else Decision.ACCEPTED
+        reason = _reason_for(check, result)
+        if reason is None:
+            continue
+        blocking = result.status is CheckStatus.FAIL or (
+            required and result.status is not CheckStatus.WARN
+        )
+        (reasons if blocking else warnings).append(reason)
+    reasons.extend(_probe_errors(report, checks, judged=len(summaries)))
     return Verdict(
-        decision=decision,
+        accepted=not reasons,
         reasons=tuple(reasons),
         warnings=tuple(warnings),
         checks=tuple(summaries),
-        figures=key_figures(report),
+        figures=key_figures(report, checks),
         results=tuple(results),
     )

@@ -1,0 +1,9 @@
+"""The checks' pure half, shared by the probe and the operator.
+
+One module per check (policy section, ``Observed`` model, ``judge``,
+condensing, key figures, reason code), the registry that lists them
+(:mod:`.registry`), the policy models built from it (:mod:`.policy`), the
+node-level verdict (:mod:`.verdict`) and the CRDs (:mod:`.crdgen`). No torch,
+no NVML, no Kubernetes client: layers are contracts ← checks ← probe and
+contracts ← checks ← operator.
+"""

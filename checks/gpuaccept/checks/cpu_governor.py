@@ -1,0 +1,64 @@
+"""``cpu_governor``: every online CPU runs the required cpufreq governor.
+
+The probe reads ``<sysfs>/devices/system/cpu/cpuN/cpufreq/scaling_governor``
+through its hardware backend. No cpufreq (common in VMs) gives ``skip``.
+
+observed: ``{"cpus": 64, "count": {"performance": 60, "powersave": 4},
+"list": {"performance": "4-63", "powersave": "0-3"}}`` (``list`` is dropped
+when condensed; cpulists longer than 96 characters are clipped).
+"""
+
+from pydantic import Field, JsonValue
+
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "CpuGovernorFailed"
+CPULIST_MAX = 96
+
+
+class CpuGovernorPolicy(CheckSwitch):
+    required_governor: str = Field(default="performance", pattern=r"^[a-z_]{1,32}$")
+
+
+class CpuGovernorObserved(ObservedModel):
+    cpus: int = Field(ge=0)
+    count: dict[str, int]  # governor -> CPUs on it
+    cpu_lists: dict[str, str] | None = Field(default=None, alias="list")  # detail: cpulists
+
+
+def judge(
+    observed: CpuGovernorObserved, policy: CpuGovernorPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    required = policy.required_governor
+    expected: JsonValue = {"governor": required}
+    offending = {g: n for g, n in observed.count.items() if g != required}
+    if not offending:
+        return CheckJudgement(CheckStatus.PASS, expected, f"all {observed.cpus} CPUs on {required}")
+    lists = observed.cpu_lists or {}
+    details = "; ".join(
+        f"{g} on CPU {lists[g]}" if g in lists else f"{g} on {n} CPUs" for g, n in offending.items()
+    )
+    bad = sum(offending.values())
+    return CheckJudgement(
+        CheckStatus.FAIL,
+        expected,
+        clip(f"{bad} of {observed.cpus} CPUs not on {required}: {details}"),
+    )
+
+
+def condense(observed: CpuGovernorObserved) -> CpuGovernorObserved:
+    return observed.model_copy(update={"cpu_lists": None})
+
+
+SPEC = CheckSpec(
+    name="cpu_governor",
+    title="CPU governor",
+    summary="every online CPU runs the required cpufreq governor (`performance`)",
+    reason=REASON,
+    policy_model=CpuGovernorPolicy,
+    observed_model=CpuGovernorObserved,
+    judge=judge,
+    condense=condense,
+)

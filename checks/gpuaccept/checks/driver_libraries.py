@@ -1,0 +1,129 @@
+"""``driver_libraries``: the driver, CUDA and NCCL fit together and the policy.
+
+Fails when
+* NVML reports "driver/library version mismatch", or the kernel module
+  (``/proc/driver/nvidia/version``) and the NVML library versions differ;
+* GPUs disagree on the driver version;
+* the CUDA runtime (torch's) needs a newer CUDA than the driver supports;
+* the driver, the CUDA driver or the NCCL version is outside the policy.
+
+A value the policy constrains but the hardware could not report gives
+``skip`` (unless something already failed).
+
+observed: ``{"kernelModule": "550.54.15", "nvmlLibrary": "550.54.15",
+"nvmlMismatch": false, "gpuDrivers": ["550.54.15"], "cudaDriver": "12.4",
+"cudaRuntime": "12.4", "nccl": "2.21.5"}`` (unknown values omitted).
+"""
+
+from pydantic import JsonValue
+
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
+from gpuaccept.contracts.policy import (
+    CheckSwitch,
+    Version,
+    VersionRange,
+    version_at_least,
+    version_tuple,
+)
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "DriverLibrariesFailed"
+
+
+class DriverLibrariesPolicy(CheckSwitch):
+    driver_versions: VersionRange = VersionRange()
+    nccl_versions: VersionRange = VersionRange()
+    min_cuda_driver_version: Version | None = None
+
+
+class DriverLibrariesObserved(ObservedModel):
+    kernel_module: str | None = None  # /proc/driver/nvidia/version
+    nvml_library: str | None = None
+    nvml_mismatch: bool = False  # NVML said "driver/library version mismatch"
+    gpu_drivers: list[str] | None = None  # the distinct versions the GPUs report
+    cuda_driver: str | None = None  # the highest CUDA the driver supports
+    cuda_runtime: str | None = None  # torch's CUDA
+    nccl: str | None = None
+
+
+def _major_minor(version: str) -> tuple[int, ...]:
+    return version_tuple(version)[:2]
+
+
+def judge(
+    observed: DriverLibrariesObserved, policy: DriverLibrariesPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    p = policy
+    kernel = observed.kernel_module
+    library = observed.nvml_library
+    mismatch = observed.nvml_mismatch
+    gpu_drivers = observed.gpu_drivers or []
+    cuda_driver = observed.cuda_driver
+    cuda_runtime = observed.cuda_runtime
+    nccl = observed.nccl
+
+    expected: dict[str, JsonValue] = {}
+    if p.driver_versions.min or p.driver_versions.max:
+        expected["driver"] = p.driver_versions.describe()
+    if p.nccl_versions.min or p.nccl_versions.max:
+        expected["nccl"] = p.nccl_versions.describe()
+    if p.min_cuda_driver_version:
+        expected["minCudaDriver"] = p.min_cuda_driver_version
+    expected["cuda"] = "runtime<=driver"
+
+    failures: list[str] = []
+    unknown: list[str] = []
+    if mismatch:
+        failures.append("NVML: driver/library version mismatch")
+    if kernel and library and version_tuple(kernel) != version_tuple(library):
+        failures.append(f"kernel module {kernel} != NVML library {library}")
+    if len(set(gpu_drivers)) > 1:
+        failures.append(f"GPUs disagree on the driver: {', '.join(sorted(set(gpu_drivers)))}")
+    driver = kernel or (gpu_drivers[0] if gpu_drivers else None) or library
+    if "driver" in expected:
+        if driver is None:
+            unknown.append("driver version")
+        elif not p.driver_versions.contains(driver):
+            failures.append(f"driver {driver} outside {p.driver_versions.describe()}")
+    if cuda_driver and cuda_runtime:
+        if _major_minor(cuda_runtime) > _major_minor(cuda_driver):
+            failures.append(
+                f"CUDA runtime {cuda_runtime} needs a newer driver "
+                f"(driver supports CUDA {cuda_driver})"
+            )
+    else:
+        unknown.append("CUDA driver" if not cuda_driver else "CUDA runtime")
+    if (
+        p.min_cuda_driver_version
+        and cuda_driver
+        and not version_at_least(cuda_driver, p.min_cuda_driver_version)
+    ):
+        failures.append(f"CUDA driver {cuda_driver} < {p.min_cuda_driver_version}")
+    if "nccl" in expected:
+        if nccl is None:
+            unknown.append("NCCL version")
+        elif not p.nccl_versions.contains(nccl):
+            failures.append(f"NCCL {nccl} outside {p.nccl_versions.describe()}")
+    if failures:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
+    if unknown:
+        return CheckJudgement(
+            CheckStatus.SKIP, expected, clip(f"cannot verify: {', '.join(unknown)} unknown")
+        )
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expected,
+        clip(f"driver {driver}, CUDA {cuda_driver} (runtime {cuda_runtime}), NCCL {nccl}"),
+    )
+
+
+SPEC = CheckSpec(
+    name="driver_libraries",
+    title="Driver and libraries",
+    summary="kernel module = NVML library, CUDA runtime <= driver, driver/NCCL/CUDA "
+    "versions inside the policy",
+    reason=REASON,
+    policy_model=DriverLibrariesPolicy,
+    observed_model=DriverLibrariesObserved,
+    judge=judge,
+)

@@ -1,0 +1,94 @@
+"""``nccl_allreduce``: all-reduce bus bandwidth across every local GPU.
+
+One process per GPU with ``torch.distributed`` (NCCL on GPUs, timed with CUDA
+events; the same code runs with gloo on CPU processes in the tests), a sweep
+of message sizes up to ``ncclAllreduce.maxMessageBytes`` (1 GiB by default)
+after warm-up. As in nccl-tests: ``algbw = bytes / time``, ``busbw = algbw x
+2(n-1)/n``, and the slowest rank's time counts. The headline figure is the
+busbw of the largest message. With one GPU busbw is undefined (``skip``).
+
+observed::
+
+    {"backend": "nccl", "source": "measured", "ranks": 8, "bytes": 1073741824,
+     "busbwGBps": 452.1, "algbwGBps": 258.3,
+     "sweep": [[1048576, 61.2], ..., [1073741824, 452.1]]}
+
+(``sweep``: [bytes, busbw GB/s]; dropped when condensed). ``source:
+"profile"`` means the figure came from a simulated hardware profile.
+"""
+
+from pydantic import Field, JsonValue
+
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, FigureColumn, ObservedModel, clip
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "NcclAllreduceFailed"
+
+
+class NcclAllreducePolicy(CheckSwitch):
+    min_busbw_gbps: float | None = Field(default=None, ge=0, alias="minBusbwGBps")
+    min_busbw_gbps_by_model: dict[str, float] = Field(
+        default_factory=dict,
+        alias="minBusbwGBpsByModel",
+        description="Per GPU model (as NVML names it); overrides minBusbwGBps for that model.",
+    )
+    max_message_bytes: int = Field(default=1 << 30, ge=1 << 10, le=1 << 34)
+    iterations: int = Field(default=20, ge=1, le=1000)
+    warmup_iterations: int = Field(default=5, ge=0, le=100)
+
+    def min_busbw_for(self, gpu_model: str | None) -> float | None:
+        if gpu_model is not None and gpu_model in self.min_busbw_gbps_by_model:
+            return self.min_busbw_gbps_by_model[gpu_model]
+        return self.min_busbw_gbps
+
+
+class NcclAllreduceObserved(ObservedModel):
+    backend: str | None = None
+    source: str | None = None  # "measured", or "profile" for a simulated node
+    ranks: int
+    bytes: int | None = None  # the largest message
+    busbw_gbps: float = Field(alias="busbwGBps")
+    algbw_gbps: float | None = Field(default=None, alias="algbwGBps")
+    sweep: list[tuple[int, float]] | None = None  # detail: [bytes, busbw GB/s] per message size
+
+
+def judge(
+    observed: NcclAllreduceObserved, policy: NcclAllreducePolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    busbw = observed.busbw_gbps
+    source = observed.source or "measured"
+    label = " (from the simulated profile)" if source == "profile" else ""
+    minimum = policy.min_busbw_for(summary.gpu_model)
+    expected: JsonValue = {"minBusbwGBps": minimum} if minimum is not None else None
+    figure = f"busbw {busbw:g} GB/s over {observed.ranks} GPUs{label}"
+    if busbw <= 0:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip(f"{figure}: no bandwidth"))
+    if minimum is None:
+        return CheckJudgement(CheckStatus.PASS, expected, clip(f"{figure}; no minimum set"))
+    if busbw < minimum:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip(f"{figure} < {minimum:g}"))
+    return CheckJudgement(CheckStatus.PASS, expected, clip(f"{figure} >= {minimum:g}"))
+
+
+def condense(observed: NcclAllreduceObserved) -> NcclAllreduceObserved:
+    return observed.model_copy(update={"sweep": None})
+
+
+def key_figures(observed: NcclAllreduceObserved) -> dict[str, JsonValue]:
+    busbw = observed.busbw_gbps
+    return {"busbw_gbps": busbw if busbw >= 0 else None}
+
+
+SPEC = CheckSpec(
+    name="nccl_allreduce",
+    title="NCCL all-reduce",
+    summary="all-reduce bus bandwidth across every local GPU at or above the policy minimum",
+    reason=REASON,
+    policy_model=NcclAllreducePolicy,
+    observed_model=NcclAllreduceObserved,
+    judge=judge,
+    condense=condense,
+    key_figures=key_figures,
+    columns=(FigureColumn("BusBW", "busbwGBps", "number", "NCCL all-reduce GB/s."),),
+)

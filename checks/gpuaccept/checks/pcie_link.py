@@ -1,0 +1,236 @@
+"""``pcie_link``: every GPU's PCIe link under load, and its copy bandwidth.
+
+GPUs lower their link generation when idle, so the generation that counts is
+the one sampled *during* a pinned-memory copy (the probe samples it while the
+copies are in flight). An idle downshift is recorded (``idleGen``) but never
+judged. Under the default policy (``requireMax``) a generation or width below
+the GPU's maximum under load fails, as do H2D/D2H bandwidths below the policy
+minimum.
+
+observed, as measured (one column per field, one entry per GPU, index order)::
+
+    {"gen": [5, 5], "width": [16, 16], "maxGen": [5, 5], "maxWidth": [16, 16],
+     "idleGen": [1, 5], "h2dGBps": [53.1, 52.9], "d2hGBps": [52.7, 52.8]}
+
+condensed (when the report must shrink; the columns are dropped)::
+
+    {"gpus": 2, "minGen": 5, "minWidth": 16, "belowMaxGen": [], "belowMaxWidth": [],
+     "minH2DGBps": 52.9, "minD2HGBps": 52.7, "slowH2D": [1], "slowD2H": [0]}
+
+(``slow*``: the GPUs with the lowest bandwidth.)
+"""
+
+from dataclasses import dataclass
+
+from pydantic import Field, JsonValue, model_validator
+
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FigureColumn,
+    ObservedModel,
+    clip,
+    gpu_list,
+)
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "PcieLinkFailed"
+SLOWEST_SHOWN = 4
+
+
+class PcieLinkPolicy(CheckSwitch):
+    require_max: bool = Field(
+        default=True,
+        description="Under load, each GPU's link generation and width must equal its maximum.",
+    )
+    min_generation: int | None = Field(default=None, ge=1, le=7)
+    min_width: int | None = Field(default=None, ge=1, le=32)
+    min_h2d_gbps: float | None = Field(default=None, ge=0, alias="minH2DGBps")
+    min_d2h_gbps: float | None = Field(default=None, ge=0, alias="minD2HGBps")
+
+
+class PcieLinkObserved(ObservedModel):
+    """Either the per-GPU columns (as measured) or the condensed summary."""
+
+    # per GPU, index order (detail: dropped when condensed)
+    gen: list[int] | None = None
+    width: list[int] | None = None
+    max_gen: list[int] | None = None
+    max_width: list[int] | None = None
+    idle_gen: list[int] | None = None
+    h2d_gbps: list[float] | None = Field(default=None, alias="h2dGBps")
+    d2h_gbps: list[float] | None = Field(default=None, alias="d2hGBps")
+    # the condensed summary
+    gpus: int | None = None
+    min_gen: int | None = None
+    min_width: int | None = None
+    below_max_gen: list[int] | None = None
+    below_max_width: list[int] | None = None
+    min_h2d_gbps: float | None = Field(default=None, alias="minH2DGBps")
+    min_d2h_gbps: float | None = Field(default=None, alias="minD2HGBps")
+    slow_h2d: list[int] | None = Field(default=None, alias="slowH2D")
+    slow_d2h: list[int] | None = Field(default=None, alias="slowD2H")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "PcieLinkObserved":
+        columns = (self.gen, self.width, self.max_gen, self.max_width, self.h2d_gbps, self.d2h_gbps)
+        if self.gen is not None:
+            n = len(self.gen)
+            if n == 0 or any(col is None or len(col) != n for col in columns):
+                raise ValueError("observed columns must be non-empty and of equal length")
+            return self
+        summary = (
+            self.gpus,
+            self.min_gen,
+            self.min_width,
+            self.below_max_gen,
+            self.below_max_width,
+            self.min_h2d_gbps,
+            self.min_d2h_gbps,
+            self.slow_h2d,
+            self.slow_d2h,
+        )
+        if any(value is None for value in summary):
+            raise ValueError("observed needs the per-GPU columns or the condensed summary")
+        return self
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What judging needs, from either form."""
+
+    gpus: int
+    min_gen: int
+    min_width: int
+    below_max_gen: list[int]
+    below_max_width: list[int]
+    h2d: list[tuple[int, float]]  # (gpu, GB/s), full list or just the slowest
+    d2h: list[tuple[int, float]]
+
+
+def _facts(o: PcieLinkObserved) -> _Facts:
+    # The model validator guarantees one complete form; `or []` / `or 0` only satisfy the types.
+    if o.gen is not None:
+        gen, width = o.gen, o.width or []
+        max_gen, max_width = o.max_gen or [], o.max_width or []
+        n = len(gen)
+        return _Facts(
+            gpus=n,
+            min_gen=min(gen),
+            min_width=min(width),
+            below_max_gen=[i for i in range(n) if gen[i] < max_gen[i]],
+            below_max_width=[i for i in range(n) if width[i] < max_width[i]],
+            h2d=list(enumerate(o.h2d_gbps or [])),
+            d2h=list(enumerate(o.d2h_gbps or [])),
+        )
+    min_h2d, min_d2h = o.min_h2d_gbps or 0.0, o.min_d2h_gbps or 0.0
+    return _Facts(
+        gpus=o.gpus or 0,
+        min_gen=o.min_gen or 0,
+        min_width=o.min_width or 0,
+        below_max_gen=o.below_max_gen or [],
+        below_max_width=o.below_max_width or [],
+        h2d=[(i, min_h2d) for i in o.slow_h2d or []],
+        d2h=[(i, min_d2h) for i in o.slow_d2h or []],
+    )
+
+
+def _expected(p: PcieLinkPolicy) -> dict[str, JsonValue]:
+    expected: dict[str, JsonValue] = {"requireMax": p.require_max}
+    for key, value in (
+        ("minGen", p.min_generation),
+        ("minWidth", p.min_width),
+        ("minH2DGBps", p.min_h2d_gbps),
+        ("minD2HGBps", p.min_d2h_gbps),
+    ):
+        if value is not None:
+            expected[key] = value
+    return expected
+
+
+def _failures(facts: _Facts, p: PcieLinkPolicy) -> list[str]:
+    failures: list[str] = []
+    if p.require_max and facts.below_max_width:
+        failures.append(f"{gpu_list(facts.below_max_width)} below max width")
+    if p.require_max and facts.below_max_gen:
+        failures.append(f"{gpu_list(facts.below_max_gen)} below max generation under load")
+    if p.min_generation is not None and facts.min_gen < p.min_generation:
+        failures.append(f"Gen{facts.min_gen} < Gen{p.min_generation}")
+    if p.min_width is not None and facts.min_width < p.min_width:
+        failures.append(f"x{facts.min_width} < x{p.min_width}")
+    for label, values, minimum in (
+        ("H2D", facts.h2d, p.min_h2d_gbps),
+        ("D2H", facts.d2h, p.min_d2h_gbps),
+    ):
+        if minimum is None:
+            continue
+        slow = [(i, v) for i, v in values if v < minimum]
+        if slow:
+            worst = min(v for _, v in slow)
+            failures.append(
+                f"{label} {worst:g} GB/s < {minimum:g} on {gpu_list([i for i, _ in slow])}"
+            )
+    return failures
+
+
+def judge(
+    observed: PcieLinkObserved, policy: PcieLinkPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    facts = _facts(observed)
+    expected = _expected(policy)
+    failures = _failures(facts, policy)
+    if failures:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
+    link = f"Gen{facts.min_gen}x{facts.min_width}"
+    h2d = min(v for _, v in facts.h2d) if facts.h2d else None
+    d2h = min(v for _, v in facts.d2h) if facts.d2h else None
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expected,
+        clip(f"{facts.gpus} GPUs at {link} under load; min H2D {h2d:g}, D2H {d2h:g} GB/s"),
+    )
+
+
+def condense(observed: PcieLinkObserved) -> PcieLinkObserved:
+    if observed.gen is None:
+        return observed
+    facts = _facts(observed)
+    h2d = observed.h2d_gbps or []
+    d2h = observed.d2h_gbps or []
+    return PcieLinkObserved(
+        gpus=facts.gpus,
+        min_gen=facts.min_gen,
+        min_width=facts.min_width,
+        below_max_gen=facts.below_max_gen,
+        below_max_width=facts.below_max_width,
+        min_h2d_gbps=min(h2d),
+        min_d2h_gbps=min(d2h),
+        slow_h2d=[i for i, v in enumerate(h2d) if v == min(h2d)][:SLOWEST_SHOWN],
+        slow_d2h=[i for i, v in enumerate(d2h) if v == min(d2h)][:SLOWEST_SHOWN],
+    )
+
+
+def key_figures(observed: PcieLinkObserved) -> dict[str, JsonValue]:
+    """The weakest link under load. Only plausible figures: they are for display,
+    and a bad observed value is the judge's to reject, not the verdict's."""
+    facts = _facts(observed)
+    gen, width = facts.min_gen, facts.min_width
+    if not all(0 <= v < 100 for v in (gen, width)):
+        return {}
+    return {"min_pcie_generation": gen, "min_pcie_width": width, "pcie": f"Gen{gen}x{width}"}
+
+
+SPEC = CheckSpec(
+    name="pcie_link",
+    title="PCIe link",
+    summary="every GPU's link at its max generation and width under load; H2D/D2H "
+    "copy bandwidth at or above the minimum",
+    reason=REASON,
+    policy_model=PcieLinkPolicy,
+    observed_model=PcieLinkObserved,
+    judge=judge,
+    condense=condense,
+    key_figures=key_figures,
+    columns=(FigureColumn("PCIe", "pcie", "string", "Weakest PCIe link under load."),),
+)

@@ -1,0 +1,110 @@
+"""The whole acceptance policy, assembled from the check registry.
+
+:data:`ProbePolicy` holds one section per registered check (the field is named
+after the check: ``pcie_link`` → ``pcieLink`` on the wire); it is what
+``gpuaccept probe --policy FILE`` reads and what the ``NodeAcceptancePolicy``
+CRD carries under ``spec.probe``. :class:`NodeAcceptancePolicySpec` adds what
+the operator does with a verdict.
+
+Deliberately absent: image, command, privileges, runtime class. Those come
+from the operator's own configuration, never from a policy object, so a policy
+author cannot run arbitrary code on every GPU node.
+"""
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import Field, create_model, model_validator
+
+from gpuaccept.checks.registry import CHECKS
+from gpuaccept.checks.spec import CheckSpec
+from gpuaccept.contracts.api import PENDING_TAINT_KEY
+from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.policy import (
+    CheckSwitch,
+    LabelValue,
+    NonNegativeCount,
+    OwnedKey,
+    Percentage,
+    ProbeRun,
+    QualifiedName,
+    QuarantineAction,
+    ReprobeTriggers,
+    default_node_selector,
+)
+
+SectionT = TypeVar("SectionT", bound=CheckSwitch)
+
+PROBE_POLICY_DOC = (
+    "Thresholds for every check. Empty means the defaults documented in docs/policy.md."
+)
+
+
+class ProbePolicySections(ContractModel):
+    """What every ``ProbePolicy`` has, whatever checks are registered."""
+
+    @model_validator(mode="after")
+    def _some_check_enabled(self) -> "ProbePolicySections":
+        switches = (getattr(self, name) for name in type(self).model_fields)
+        if not any(isinstance(s, CheckSwitch) and s.enabled for s in switches):
+            raise ValueError("every check is disabled: a node would be accepted on no evidence")
+        return self
+
+    def switch(self, check: str) -> CheckSwitch | None:
+        """The section of the check named ``check`` (snake_case), if any."""
+        value = getattr(self, check, None)
+        return value if isinstance(value, CheckSwitch) else None
+
+    def section(self, spec: CheckSpec[SectionT, Any]) -> SectionT:
+        """The section of the check ``spec``, typed as that check's policy model."""
+        value = getattr(self, spec.name)
+        if not isinstance(value, spec.policy_model):
+            raise TypeError(f"ProbePolicy.{spec.name} is not a {spec.policy_model.__name__}")
+        return value
+
+
+if TYPE_CHECKING:
+
+    class ProbePolicy(ProbePolicySections):
+        """Thresholds for every check (one section per registered check)."""
+
+else:
+    ProbePolicy = create_model(
+        "ProbePolicy",
+        __base__=ProbePolicySections,
+        __module__=__name__,
+        __doc__=PROBE_POLICY_DOC,
+        **{spec.name: (spec.policy_model, spec.policy_model()) for spec in CHECKS},
+    )
+
+
+class NodeAcceptancePolicySpec(ContractModel):
+    node_selector: dict[QualifiedName, LabelValue] = Field(
+        default_factory=default_node_selector,
+        min_length=1,
+        description="matchLabels for the nodes this policy governs (default: GPU nodes); "
+        "at least one label, so that no policy governs every node by accident.",
+    )
+    probe: ProbePolicy = ProbePolicy()
+    quarantine: QuarantineAction = QuarantineAction()
+    pending_taint_key: OwnedKey = PENDING_TAINT_KEY
+    probe_run: ProbeRun = ProbeRun()
+    reprobe: ReprobeTriggers = ReprobeTriggers()
+    max_quarantined: NonNegativeCount | Percentage = Field(
+        default="10%",
+        description="Circuit breaker: an absolute count or a percentage of matched nodes.",
+    )
+    dry_run: bool = False
+    paused: bool = False
+
+    @model_validator(mode="after")
+    def _taints_differ(self) -> "NodeAcceptancePolicySpec":
+        if self.pending_taint_key == self.quarantine.taint_key:
+            raise ValueError("pendingTaintKey and quarantine.taintKey must differ")
+        return self
+
+    def max_quarantined_count(self, matched_nodes: int) -> int:
+        """The breaker limit for a fleet of ``matched_nodes`` nodes."""
+        if isinstance(self.max_quarantined, int):
+            return max(self.max_quarantined, 0)
+        percent = int(self.max_quarantined.rstrip("%"))
+        return (matched_nodes * percent) // 100

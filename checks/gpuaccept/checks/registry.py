@@ -1,0 +1,35 @@
+"""The check registry: the one hand-written list of checks, in the order the
+probe runs them.
+
+Everything else that lists checks is built from :data:`CHECKS`: the
+``ProbePolicy`` sections (:mod:`gpuaccept.checks.policy`), the key-figure
+printer columns of the NodeAcceptance CRD (:mod:`gpuaccept.checks.crdgen`),
+the probe CLI help and the docs' check tables (``make docs``).
+
+Importing this module imports no torch, no NVML and no Kubernetes client.
+"""
+
+from gpuaccept.checks import (
+    cpu_governor,
+    driver_libraries,
+    gpu_count,
+    nccl_allreduce,
+    pcie_link,
+    throttle_reasons,
+)
+from gpuaccept.checks.spec import AnyCheckSpec
+
+CHECKS: tuple[AnyCheckSpec, ...] = (
+    gpu_count.SPEC,
+    driver_libraries.SPEC,
+    cpu_governor.SPEC,
+    pcie_link.SPEC,
+    throttle_reasons.SPEC,
+    nccl_allreduce.SPEC,
+)
+
+BY_NAME: dict[str, AnyCheckSpec] = {check.name: check for check in CHECKS}
+
+
+def get_check(name: str) -> AnyCheckSpec | None:
+    return BY_NAME.get(name)

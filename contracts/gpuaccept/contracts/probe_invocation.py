@@ -1,0 +1,41 @@
+"""How the probe is invoked: the contract between the probe CLI, the pod the
+operator builds, and the kubelet stand-in that runs that pod in tests.
+
+``gpuaccept probe [FLAGS]`` reads the environment variables below, writes its
+compact report to the termination log given by :data:`FLAG_TERMINATION_LOG`
+(the pod's ``terminationMessagePath``), and exits with one of the exit codes.
+"""
+
+from enum import IntEnum
+from typing import Final
+
+# Environment variables the probe reads.
+ENV_NODE_NAME: Final = "NODE_NAME"  # the node (downward API spec.nodeName)
+ENV_POLICY: Final = "GPUACCEPT_POLICY"  # the ProbePolicy as JSON text
+ENV_EXPECTED_GPUS: Final = "GPUACCEPT_EXPECTED_GPUS"  # the node's advertised nvidia.com/gpu
+ENV_PROFILE: Final = "GPUACCEPT_PROFILE"  # simulate this hardware profile (tests, demo)
+ENV_BOOT_ID: Final = "GPUACCEPT_BOOT_ID"  # the boot ID to report (simulated nodes)
+ENV_SYSFS_ROOT: Final = "GPUACCEPT_SYSFS_ROOT"  # real hardware: sysfs root (default /sys)
+ENV_PROC_ROOT: Final = "GPUACCEPT_PROC_ROOT"  # real hardware: procfs root (default /proc)
+
+# Where the pod's report goes: the container's terminationMessagePath.
+TERMINATION_LOG_PATH: Final = "/dev/termination-log"
+
+# Command-line flags of ``gpuaccept probe``.
+FLAG_PROFILE: Final = "--profile"
+FLAG_POLICY: Final = "--policy"
+FLAG_OUTPUT: Final = "--output"
+FLAG_CHECKS: Final = "--checks"
+FLAG_TERMINATION_LOG: Final = "--termination-log"
+FLAG_NODE_NAME: Final = "--node-name"
+FLAG_EXPECTED_GPUS: Final = "--expected-gpus"
+FLAG_SYSFS_ROOT: Final = "--sysfs-root"
+FLAG_PROC_ROOT: Final = "--proc-root"
+
+
+class ProbeExit(IntEnum):
+    """The probe's exit codes."""
+
+    ACCEPTED = 0
+    QUARANTINED = 1  # or not a GPU node, or the probe failed
+    USAGE = 2  # bad usage or a bad input file
