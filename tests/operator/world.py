@@ -33,6 +33,7 @@ from gpuaccept.operator.core import (
     Taint,
     reconcile,
 )
+from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.model import Judge
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -142,56 +143,64 @@ class World:
     def apply(self, plan: Plan) -> None:
         self.log.append(plan)
         for action in plan.actions:
-            if isinstance(action, CreateNodeAcceptance):
-                assert self.na is None
-                self.na = NAView(name=action.name, resource_version=self._rv(), uid="uid-na")
-            elif isinstance(action, PatchNAStatus):
-                assert self.na is not None
-                assert action.resource_version == self.na.resource_version
-                wire = action.status.to_wire()
-                status = NodeAcceptanceStatus.model_validate(wire)  # valid on the wire
-                self.na = dataclasses.replace(self.na, status=status, resource_version=self._rv())
-            elif isinstance(action, PatchNodeTaintsLabels):
-                assert self.node is not None
-                assert action.resource_version == self.node.resource_version
-                labels = dict(self.node.labels)
-                for key, value in action.labels.items():
-                    if value is None:
-                        labels.pop(key, None)
-                    else:
-                        labels[key] = value
-                taints = self.node.taints if action.taints is None else action.taints
-                self.node = dataclasses.replace(
-                    self.node, labels=labels, taints=taints, resource_version=self._rv()
-                )
-            elif isinstance(action, PatchNodeCondition):
-                assert self.node is not None
-                self.node = dataclasses.replace(
-                    self.node,
-                    condition=NodeCondition(action.status, action.reason, action.message),
-                )
-            elif isinstance(action, CreateProbePod):
-                if action.name not in self.pods:
-                    labels = action.manifest["metadata"]["labels"]
-                    self.pods[action.name] = PodView(
-                        name=action.name, serial=int(labels["gpuaccept.io/attempt"])
-                    )
-            elif isinstance(action, DeleteProbePod):
-                self.pods.pop(action.name, None)
-            elif isinstance(action, EmitEvent):
-                self.events.append(action)
-            elif isinstance(action, RemoveReprobeAnnotation):
-                assert self.node is not None
-                annotations = {
-                    k: v for k, v in self.node.annotations.items() if k != "gpuaccept.io/reprobe"
-                }
-                self.node = dataclasses.replace(
-                    self.node, annotations=annotations, resource_version=self._rv()
-                )
-            elif isinstance(action, DeleteNodeAcceptance):
-                self.na = None
-            else:  # pragma: no cover
-                raise AssertionError(action)
+            interpret(self, action)
+
+    # ---- the ActionInterpreter protocol, in memory
+    def create_node_acceptance(self, action: CreateNodeAcceptance) -> None:
+        assert self.na is None
+        self.na = NAView(name=action.name, resource_version=self._rv(), uid="uid-na")
+
+    def patch_na_status(self, action: PatchNAStatus) -> None:
+        assert self.na is not None
+        assert action.resource_version == self.na.resource_version
+        wire = action.status.to_wire()
+        status = NodeAcceptanceStatus.model_validate(wire)  # valid on the wire
+        self.na = dataclasses.replace(self.na, status=status, resource_version=self._rv())
+
+    def patch_node_taints_labels(self, action: PatchNodeTaintsLabels) -> None:
+        assert self.node is not None
+        assert action.resource_version == self.node.resource_version
+        labels = dict(self.node.labels)
+        for key, value in action.labels.items():
+            if value is None:
+                labels.pop(key, None)
+            else:
+                labels[key] = value
+        taints = self.node.taints if action.taints is None else action.taints
+        self.node = dataclasses.replace(
+            self.node, labels=labels, taints=taints, resource_version=self._rv()
+        )
+
+    def patch_node_condition(self, action: PatchNodeCondition) -> None:
+        assert self.node is not None
+        self.node = dataclasses.replace(
+            self.node, condition=NodeCondition(action.status, action.reason, action.message)
+        )
+
+    def create_probe_pod(self, action: CreateProbePod) -> None:
+        if action.name not in self.pods:
+            labels = action.manifest["metadata"]["labels"]
+            self.pods[action.name] = PodView(
+                name=action.name, serial=int(labels["gpuaccept.io/attempt"])
+            )
+
+    def delete_probe_pod(self, action: DeleteProbePod) -> None:
+        self.pods.pop(action.name, None)
+
+    def emit_event(self, action: EmitEvent) -> None:
+        self.events.append(action)
+
+    def remove_reprobe_annotation(self, action: RemoveReprobeAnnotation) -> None:
+        assert self.node is not None
+        annotations = {
+            k: v for k, v in self.node.annotations.items() if k != "gpuaccept.io/reprobe"
+        }
+        self.node = dataclasses.replace(
+            self.node, annotations=annotations, resource_version=self._rv()
+        )
+
+    def delete_node_acceptance(self, action: DeleteNodeAcceptance) -> None:
+        self.na = None
 
     def settle(self, rounds: int = 10) -> Plan:
         """Reconcile and apply until the plan has no writes; returns the last plan."""
@@ -243,3 +252,6 @@ class World:
 
 
 PENDING = Taint("gpuaccept.io/pending", "NoSchedule")
+
+
+_: type[ActionInterpreter] = World  # the world is checked against the protocol
