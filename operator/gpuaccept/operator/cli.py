@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
-from gpuaccept.operator.controller import Controller
+from gpuaccept.operator.controller import Controller, RuntimeSettings
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import OperatorConfig
 from gpuaccept.operator.handlers import build_registry, configure, parse_node_selector
@@ -376,15 +376,10 @@ def main(argv: Sequence[str]) -> int:
             identity=identity,
             lease_duration=args.lease_duration,
         )
-    controller = Controller(
-        kube,
-        config,
-        judge,
-        workers=args.workers,
-        status_interval=args.status_interval,
-        identity=identity,
-        leader=leader,
+    runtime = RuntimeSettings(
+        workers=args.workers, status_interval=args.status_interval, identity=identity
     )
+    controller = Controller(kube, config, judge, runtime=runtime, leader=leader)
     registry = build_registry(controller, node_selector)
 
     @kopf.on.login(registry=registry)
