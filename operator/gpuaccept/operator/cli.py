@@ -29,7 +29,7 @@ from gpuaccept.operator.core.model import OperatorConfig
 from gpuaccept.operator.handlers import build_registry, configure, parse_node_selector
 from gpuaccept.operator.health import serve_health
 from gpuaccept.operator.kube import Kube
-from gpuaccept.operator.leader import LeaderElector
+from gpuaccept.operator.leader import LeaderElector, LeaseSettings
 
 EXIT_USAGE = 2
 
@@ -306,6 +306,30 @@ def _check_ranges(args: argparse.Namespace) -> None:
         raise UsageError(f"--kubeconfig: {args.kubeconfig} does not exist")
 
 
+def _load_credentials(kubeconfig: str | None) -> kubernetes.client.Configuration | None:
+    """The API server's address and credentials: the kubeconfig, else in-cluster."""
+    configuration = kubernetes.client.Configuration()
+    try:
+        if kubeconfig:
+            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=configuration
+            )
+        else:
+            try:
+                kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration
+                )
+            except kubernetes.config.ConfigException:
+                kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration
+                )
+    except (kubernetes.config.ConfigException, OSError, ValueError) as error:
+        reason = " ".join(str(error).split())
+        sys.stderr.write(f"gpuaccept operator: cannot load Kubernetes credentials: {reason}\n")
+        return None
+    return configuration
+
+
 def main(argv: Sequence[str]) -> int:
     try:
         args = parser().parse_args(list(argv))
@@ -321,24 +345,8 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_USAGE
     _setup_logging(args.log_format, args.log_level)
 
-    configuration = kubernetes.client.Configuration()
-    try:
-        if args.kubeconfig:
-            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=args.kubeconfig, client_configuration=configuration
-            )
-        else:
-            try:
-                kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration
-                )
-            except kubernetes.config.ConfigException:
-                kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration
-                )
-    except (kubernetes.config.ConfigException, OSError, ValueError) as error:
-        reason = " ".join(str(error).split())
-        sys.stderr.write(f"gpuaccept operator: cannot load Kubernetes credentials: {reason}\n")
+    configuration = _load_credentials(args.kubeconfig)
+    if configuration is None:
         return EXIT_USAGE
     configuration.connection_pool_maxsize = args.workers + 4
     api = kubernetes.client.ApiClient(configuration)
@@ -369,13 +377,13 @@ def main(argv: Sequence[str]) -> int:
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     leader = None
     if not args.standalone:
-        leader = LeaderElector(
-            kube,
+        lease = LeaseSettings(
             namespace=args.namespace,
             name=args.lease_name,
             identity=identity,
             lease_duration=args.lease_duration,
         )
+        leader = LeaderElector(kube, lease)
     runtime = RuntimeSettings(
         workers=args.workers, status_interval=args.status_interval, identity=identity
     )

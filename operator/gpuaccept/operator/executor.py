@@ -30,7 +30,7 @@ from gpuaccept.operator.core.model import (
     PatchNodeTaintsLabels,
     RemoveReprobeAnnotation,
 )
-from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.kube import EventRecord, Kube
 from gpuaccept.operator.views import na_view, node_view, pod_view, resource_version
 
 log = logging.getLogger("gpuaccept.operator")
@@ -151,14 +151,17 @@ class _NodeWrites:
         self.executor.create_errors.pop(action.name, None)
 
     def emit_event(self, action: EmitEvent) -> None:
-        self.kube.create_event(
+        event = EventRecord(
             kind=action.kind,
             api_version="v1" if action.kind == "Node" else API_VERSION,
             name=action.name,
             uid=action.uid,
-            type_=action.type,
+            type=action.type,
             reason=action.reason,
             message=action.message,
+        )
+        self.kube.create_event(
+            event,
             now=datetime.now(UTC),
             reporting_instance=self.executor.identity,
         )

@@ -19,7 +19,7 @@ from gpuaccept.contracts.api import API_VERSION, POLICY_KIND
 from gpuaccept.operator import metrics
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core import fleet
-from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.kube import EventRecord, Kube
 from gpuaccept.operator.ledger import QuarantineLedger
 from gpuaccept.operator.views import PolicyEntry
 
@@ -95,13 +95,15 @@ class PolicyStatusLoop:
             await loop.run_in_executor(
                 self.executor,
                 lambda: self.kube.create_event(
-                    kind=POLICY_KIND,
-                    api_version=API_VERSION,
-                    name=view.name,
-                    uid=entry.uid,
-                    type_="Warning",
-                    reason="BreakerOpen",
-                    message=breaker.message,
+                    EventRecord(
+                        kind=POLICY_KIND,
+                        api_version=API_VERSION,
+                        name=view.name,
+                        uid=entry.uid,
+                        type="Warning",
+                        reason="BreakerOpen",
+                        message=breaker.message,
+                    ),
                     now=now,
                     reporting_instance=self.identity,
                 ),

@@ -20,7 +20,7 @@ from gpuaccept.operator.core.context import (
 )
 from gpuaccept.operator.core.fleet import quarantine_allowed
 from gpuaccept.operator.core.model import Judgement, Plan
-from gpuaccept.operator.core.verdict import record_verdict
+from gpuaccept.operator.core.verdict import Evidence, record_verdict
 
 DECIDED = frozenset({Phase.ACCEPTED, Phase.QUARANTINED, Phase.HELD})
 
@@ -44,9 +44,7 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
             message = f"policy {policy.name} changed (generation {policy.generation})"
             return new_round(ctx, out, reason="PolicyChanged", message=message)
         if action == PolicyChangeAction.REJUDGE:
-            return record_verdict(
-                ctx, out, _rejudged(ctx), report=st.report, rejudged=True, pod=None
-            )
+            return record_verdict(ctx, out, _rejudged(ctx), Evidence(st.report, rejudged=True))
     held_by_limit = st.phase == Phase.HELD and st.reason == REASON_BREAKER and not spec.dry_run
     if held_by_limit and quarantine_allowed(spec, ctx.obs.breaker):
         judgement = Judgement(
@@ -55,7 +53,7 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
             checks=tuple(st.checks),
             figures=st.figures,
         )
-        return record_verdict(ctx, out, judgement, report=st.report, rejudged=st.rejudged, pod=None)
+        return record_verdict(ctx, out, judgement, Evidence(st.report, rejudged=st.rejudged))
     return _keep(ctx, out)
 
 

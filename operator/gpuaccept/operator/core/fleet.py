@@ -134,15 +134,17 @@ def held_to_release(policy: PolicyView, share: PolicyTally) -> tuple[str, ...]:
 
 def _condition(
     ctype: str,
-    ok: bool,
-    reason: str,
-    message: str,
+    state: tuple[bool, str, str],
     *,
     previous: Mapping[str, Any],
     now: datetime,
     generation: int,
 ) -> Condition:
-    """A condition whose lastTransitionTime moves only when its status changes."""
+    """A condition whose lastTransitionTime moves only when its status changes.
+
+    ``state``: (ok, reason, message).
+    """
+    ok, reason, message = state
     status = ConditionStatus.TRUE if ok else ConditionStatus.FALSE
     stamp = now
     if previous.get("status") == status.value and previous.get("lastTransitionTime"):
@@ -191,16 +193,14 @@ def policy_status(
     """
     previous = {c.get("type"): c for c in old.get("conditions") or ()}
     conditions = []
-    for ctype, (ok, reason, message) in (
+    for ctype, state in (
         ("Ready", _ready(policy, share)),
         ("BreakerOpen", _breaker_open(share)),
     ):
         conditions.append(
             _condition(
                 ctype,
-                ok,
-                reason,
-                message,
+                state,
                 previous=previous.get(ctype) or {},
                 now=now,
                 generation=policy.generation,

@@ -9,7 +9,7 @@ from gpuaccept.operator.core.context import WAIT_FOR_DELETION_SECONDS, NodeConte
 from gpuaccept.operator.core.model import CreateProbePod, Plan, PodView
 from gpuaccept.operator.core.pending import probe_manifest
 from gpuaccept.operator.core.report import validate_report
-from gpuaccept.operator.core.verdict import attempt_failed, record_verdict
+from gpuaccept.operator.core.verdict import Evidence, attempt_failed, record_verdict
 
 # Container states that will not resolve by waiting.
 STUCK_WAITING = frozenset(
@@ -99,7 +99,7 @@ def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
         judgement = ctx.judge_report(result)
         if isinstance(judgement, str):  # valid JSON the judge cannot use
             return attempt_failed(ctx, out, reason="InvalidReport", message=judgement, pod=pod)
-        return record_verdict(ctx, out, judgement, report=result, rejudged=False, pod=pod)
+        return record_verdict(ctx, out, judgement, Evidence(report=result, pod=pod))
     why = pod.reason or pod.phase
     detail = pod.pod_message or ""
     if pod.exit_code is not None:

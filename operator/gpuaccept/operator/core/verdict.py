@@ -8,6 +8,7 @@ records a ``ProbeError`` verdict. Neither ever accepts a node on an error.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -71,7 +72,7 @@ def attempt_failed(
             ),
         ),
     )
-    return record_verdict(ctx, out, judgement, report=None, rejudged=False, pod=pod)
+    return record_verdict(ctx, out, judgement, Evidence(pod=pod))
 
 
 def _outcome(
@@ -105,17 +106,21 @@ def _outcome(
     return Phase.HELD, REASON_BREAKER, message, HELD_QUARANTINE
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What a judgement rests on."""
+
+    report: ProbeReport | None = None  # the report judged; None for an error verdict
+    rejudged: bool = False  # a stored report judged again (no new probe)
+    pod: PodView | None = None  # the attempt's pod, deleted once the verdict is recorded
+
+
 def record_verdict(
-    ctx: NodeContext,
-    out: PlanBuilder,
-    judgement: Judgement,
-    *,
-    report: ProbeReport | None,
-    rejudged: bool,
-    pod: PodView | None,
+    ctx: NodeContext, out: PlanBuilder, judgement: Judgement, evidence: Evidence
 ) -> Plan:
     """Record a verdict (subject to dryRun and the breaker) and act on the node."""
     st = ctx.status
+    report, rejudged, pod = evidence.report, evidence.rejudged, evidence.pod
     reasons = list(judgement.reasons)[:32]
     summary = reasons_message(reasons)
     phase, reason, message, held_action = _outcome(ctx, judgement, summary)
