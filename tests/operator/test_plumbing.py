@@ -347,7 +347,7 @@ def test_kopf_handlers_run_on_the_event_loop() -> None:
 
 
 def test_na_names_while_api_threads_write_the_overlay() -> None:
-    """``Controller._apply`` writes the overlay from the API threads while the loop
+    """The executor (``KubeExecutor``) writes the overlay from the API threads while the loop
     lists names (a policy change, a new leader). Iterating the live dict raised
     "dictionary changed size during iteration" here in every trial."""
     cache = Cache()
