@@ -12,7 +12,7 @@ CLUSTER_DIR := .cluster
 PACKAGE_DIRS := contracts/gpuaccept checks/gpuaccept probes/gpuaccept operator/gpuaccept testsupport/gpuaccept
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv lint typecheck unit test demo clean
+.PHONY: help venv lint test demo
 
 help:
 	@echo "make demo        run the operator against a simulated GPU fleet (real kube-apiserver)"

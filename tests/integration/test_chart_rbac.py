@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
 from gpuaccept.operator.core.model import Taint
-from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.kube import EventRecord, Kube
 from gpuaccept.testsupport.chart_rbac import (
     OperatorIdentity,
     apply_chart_rbac,
@@ -166,13 +166,15 @@ def test_every_operator_call_is_allowed(identity: OperatorIdentity, node: str) -
     kube.delete_pod(NAMESPACE, pod["metadata"]["name"], force=True)
 
     kube.create_event(
-        kind="Node",
-        api_version="v1",
-        name=node,
-        uid=observed["metadata"]["uid"],
-        type_="Normal",
-        reason="Probing",
-        message="probe pod created",
+        EventRecord(
+            kind="Node",
+            api_version="v1",
+            name=node,
+            uid=observed["metadata"]["uid"],
+            type="Normal",
+            reason="Probing",
+            message="probe pod created",
+        ),
         now=now,
         reporting_instance="rbac-test",
     )

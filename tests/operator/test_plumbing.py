@@ -32,7 +32,7 @@ from gpuaccept.operator.core import OperatorConfig, Taint
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.handlers import build_registry
 from gpuaccept.operator.kube import ConflictError, Kube, _failed_test_op
-from gpuaccept.operator.leader import LeaderElector
+from gpuaccept.operator.leader import LeaderElector, LeaseSettings
 from gpuaccept.operator.views import node_view, pod_view, policy_entry
 from gpuaccept.operator.workqueue import WorkQueue
 
@@ -224,10 +224,7 @@ class FakeLeases:
 def _elector(fake: FakeLeases, identity: str, duration: float = 15) -> LeaderElector:
     return LeaderElector(
         fake,  # type: ignore[arg-type]
-        namespace="ns",
-        name="lease",
-        identity=identity,
-        lease_duration=duration,
+        LeaseSettings(namespace="ns", name="lease", identity=identity, lease_duration=duration),
     )
 
 
@@ -272,11 +269,9 @@ def test_a_renewal_after_a_gap_hands_the_work_back() -> None:
     heard: list[bool] = []
     elector = LeaderElector(
         fake,  # type: ignore[arg-type]
-        namespace="ns",
-        name="lease",
-        identity="a",
-        lease_duration=1.0,
-        renew_period=0.05,
+        LeaseSettings(
+            namespace="ns", name="lease", identity="a", lease_duration=1.0, renew_period=0.05
+        ),
         on_change=heard.append,
     )
 
@@ -352,7 +347,7 @@ def test_kopf_handlers_run_on_the_event_loop() -> None:
 
 
 def test_na_names_while_api_threads_write_the_overlay() -> None:
-    """``Controller._apply`` writes the overlay from the API threads while the loop
+    """The executor (``KubeExecutor``) writes the overlay from the API threads while the loop
     lists names (a policy change, a new leader). Iterating the live dict raised
     "dictionary changed size during iteration" here in every trial."""
     cache = Cache()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from world import BOOT, PENDING, World, fake_judge, make_report, spec
+from world import BOOT, PENDING, World, make_report, spec
 
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.contracts.policy import PolicyChangeAction
@@ -412,7 +412,7 @@ def test_reprobe_annotation_while_probing_is_just_removed() -> None:
 
 def test_policy_change_rejudges_stored_report() -> None:
     world = accepted_world()
-    stricter = spec(probe={"ncclAllreduce": {"minBusbwGBps": 450}})
+    stricter = spec(probe={"ncclAllreduce": {"minBusbwGBps": 500}})  # the report: 468
     world.policies = [PolicyView("default", 2, stricter)]
     world.settle()
     st = world.status
@@ -488,7 +488,7 @@ def test_refused_pod_creation_is_an_attempt_error_with_the_api_message() -> None
     world.pods.clear()  # the API server refused the pod
     plan = reconcile(
         dataclasses.replace(world.observe(), pod_create_error='serviceaccount "x" not found'),
-        fake_judge,
+        world.judge,
     )
     world.apply(plan)
     assert world.status.phase == Phase.PENDING

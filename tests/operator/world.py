@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
+import subprocess
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
-from gpuaccept.contracts.nodeacceptance import CheckSummary, NodeAcceptanceStatus, Reason
-from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareSummary, ProbeReport
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
+from gpuaccept.contracts.report import CheckStatus, ProbeReport, encode_termination_message
 from gpuaccept.operator.core import (
     BreakerCounts,
     CreateNodeAcceptance,
@@ -17,7 +22,6 @@ from gpuaccept.operator.core import (
     DeleteNodeAcceptance,
     DeleteProbePod,
     EmitEvent,
-    Judgement,
     NAView,
     NodeCondition,
     NodeView,
@@ -33,56 +37,54 @@ from gpuaccept.operator.core import (
     Taint,
     reconcile,
 )
+from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
+from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import Judge
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BOOT = "boot-1"
 
 
-def fake_judge(report: ProbeReport, policy: ProbePolicy) -> Judgement:
-    """Accepted iff no result failed; nccl busbw judged against the policy minimum."""
-    reasons: list[Reason] = []
-    checks: list[CheckSummary] = []
-    for result in report.results:
-        status = result.status
-        if result.check == "nccl_allreduce" and isinstance(result.observed, (int, float)):
-            minimum = policy.nccl_allreduce.min_busbw_gbps
-            ok = minimum is None or result.observed >= minimum
-            status = CheckStatus.PASS if ok else CheckStatus.FAIL
-        checks.append(CheckSummary(check=result.check, status=status))
-        if status in (CheckStatus.FAIL, CheckStatus.ERROR):
-            name = "".join(part.title() for part in result.check.split("_"))
-            reasons.append(Reason(check=result.check, reason=f"{name}Failed", message="bad"))
-    return Judgement(accepted=not reasons, reasons=tuple(reasons), checks=tuple(checks))
+REPO = Path(__file__).resolve().parents[2]
+HEALTHY_PROFILE = REPO / "profiles" / "h100-sxm-8gpu-healthy.yaml"
+# The fault profile whose report fails the given check (its simulated hardware).
+FAULT_PROFILES = {
+    "pcie_link": "pcie-x8",
+    "cpu_governor": "governor-powersave",
+    "gpu_count": "gpu-missing",
+    "nccl_allreduce": "nccl-slow",
+}
+
+
+@functools.cache
+def probed(profile: Path) -> ProbeReport:
+    """The real probe's report on ``profile`` (simulated hardware), once per session."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuaccept.cli", "probe", "--profile", str(profile),
+         "--output", "json"],
+        capture_output=True, text=True, check=False, timeout=120,
+        env={**os.environ, "GPUACCEPT_EXPECTED_GPUS": "8"},
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    return ProbeReport.model_validate_json(proc.stdout)
 
 
 def make_report(
     node: str = "gpu-1",
     boot_id: str = BOOT,
     failing: Iterable[str] = (),
-    busbw: float = 400.0,
 ) -> ProbeReport:
-    failing = set(failing)
-    results = [
-        CheckResult(
-            check=name,
-            status=CheckStatus.FAIL if name in failing else CheckStatus.PASS,
-            duration_s=0.1,
-        )
-        for name in ("pcie_link", "cpu_governor", "gpu_count")
-    ]
-    results.append(
-        CheckResult(check="nccl_allreduce", status=CheckStatus.PASS, observed=busbw, duration_s=1)
+    """A real probe report for ``node``: healthy, or from the fault profile that
+    fails the one check named in ``failing``; judged by the real judge."""
+    failing = list(failing)
+    assert len(failing) <= 1, "one fault profile per report"
+    profile = (
+        REPO / "profiles" / "faults" / f"{FAULT_PROFILES[failing[0]]}.yaml"
+        if failing
+        else HEALTHY_PROFILE
     )
-    return ProbeReport(
-        node_name=node,
-        boot_id=boot_id,
-        probe_version="0.1.0",
-        started_at=T0,
-        finished_at=T0,
-        hardware="simulated",
-        summary=HardwareSummary(gpu_count=8),
-        results=results,
+    return probed(profile).model_copy(
+        update={"node_name": node, "boot_id": boot_id, "started_at": T0, "finished_at": T0}
     )
 
 
@@ -118,7 +120,7 @@ class World:
     events: list[EmitEvent] = field(default_factory=list)
     log: list[Plan] = field(default_factory=list)
     rv: int = 10
-    judge: Judge = fake_judge
+    judge: Judge = judge
 
     def observe(self) -> Observed:
         return Observed(
@@ -142,56 +144,64 @@ class World:
     def apply(self, plan: Plan) -> None:
         self.log.append(plan)
         for action in plan.actions:
-            if isinstance(action, CreateNodeAcceptance):
-                assert self.na is None
-                self.na = NAView(name=action.name, resource_version=self._rv(), uid="uid-na")
-            elif isinstance(action, PatchNAStatus):
-                assert self.na is not None
-                assert action.resource_version == self.na.resource_version
-                wire = action.status.to_wire()
-                status = NodeAcceptanceStatus.model_validate(wire)  # valid on the wire
-                self.na = dataclasses.replace(self.na, status=status, resource_version=self._rv())
-            elif isinstance(action, PatchNodeTaintsLabels):
-                assert self.node is not None
-                assert action.resource_version == self.node.resource_version
-                labels = dict(self.node.labels)
-                for key, value in action.labels.items():
-                    if value is None:
-                        labels.pop(key, None)
-                    else:
-                        labels[key] = value
-                taints = self.node.taints if action.taints is None else action.taints
-                self.node = dataclasses.replace(
-                    self.node, labels=labels, taints=taints, resource_version=self._rv()
-                )
-            elif isinstance(action, PatchNodeCondition):
-                assert self.node is not None
-                self.node = dataclasses.replace(
-                    self.node,
-                    condition=NodeCondition(action.status, action.reason, action.message),
-                )
-            elif isinstance(action, CreateProbePod):
-                if action.name not in self.pods:
-                    labels = action.manifest["metadata"]["labels"]
-                    self.pods[action.name] = PodView(
-                        name=action.name, serial=int(labels["gpuaccept.io/attempt"])
-                    )
-            elif isinstance(action, DeleteProbePod):
-                self.pods.pop(action.name, None)
-            elif isinstance(action, EmitEvent):
-                self.events.append(action)
-            elif isinstance(action, RemoveReprobeAnnotation):
-                assert self.node is not None
-                annotations = {
-                    k: v for k, v in self.node.annotations.items() if k != "gpuaccept.io/reprobe"
-                }
-                self.node = dataclasses.replace(
-                    self.node, annotations=annotations, resource_version=self._rv()
-                )
-            elif isinstance(action, DeleteNodeAcceptance):
-                self.na = None
-            else:  # pragma: no cover
-                raise AssertionError(action)
+            interpret(self, action)
+
+    # ---- the ActionInterpreter protocol, in memory
+    def create_node_acceptance(self, action: CreateNodeAcceptance) -> None:
+        assert self.na is None
+        self.na = NAView(name=action.name, resource_version=self._rv(), uid="uid-na")
+
+    def patch_na_status(self, action: PatchNAStatus) -> None:
+        assert self.na is not None
+        assert action.resource_version == self.na.resource_version
+        wire = action.status.to_wire()
+        status = NodeAcceptanceStatus.model_validate(wire)  # valid on the wire
+        self.na = dataclasses.replace(self.na, status=status, resource_version=self._rv())
+
+    def patch_node_taints_labels(self, action: PatchNodeTaintsLabels) -> None:
+        assert self.node is not None
+        assert action.resource_version == self.node.resource_version
+        labels = dict(self.node.labels)
+        for key, value in action.labels.items():
+            if value is None:
+                labels.pop(key, None)
+            else:
+                labels[key] = value
+        taints = self.node.taints if action.taints is None else action.taints
+        self.node = dataclasses.replace(
+            self.node, labels=labels, taints=taints, resource_version=self._rv()
+        )
+
+    def patch_node_condition(self, action: PatchNodeCondition) -> None:
+        assert self.node is not None
+        self.node = dataclasses.replace(
+            self.node, condition=NodeCondition(action.status, action.reason, action.message)
+        )
+
+    def create_probe_pod(self, action: CreateProbePod) -> None:
+        if action.name not in self.pods:
+            labels = action.manifest["metadata"]["labels"]
+            self.pods[action.name] = PodView(
+                name=action.name, serial=int(labels["gpuaccept.io/attempt"])
+            )
+
+    def delete_probe_pod(self, action: DeleteProbePod) -> None:
+        self.pods.pop(action.name, None)
+
+    def emit_event(self, action: EmitEvent) -> None:
+        self.events.append(action)
+
+    def remove_reprobe_annotation(self, action: RemoveReprobeAnnotation) -> None:
+        assert self.node is not None
+        annotations = {
+            k: v for k, v in self.node.annotations.items() if k != "gpuaccept.io/reprobe"
+        }
+        self.node = dataclasses.replace(
+            self.node, annotations=annotations, resource_version=self._rv()
+        )
+
+    def delete_node_acceptance(self, action: DeleteNodeAcceptance) -> None:
+        self.na = None
 
     def settle(self, rounds: int = 10) -> Plan:
         """Reconcile and apply until the plan has no writes; returns the last plan."""
@@ -224,7 +234,7 @@ class World:
         report = report or make_report()
         failed = any(r.status == CheckStatus.FAIL for r in report.results)
         self.finish_pod(
-            report.to_compact_json(),
+            encode_termination_message(report),
             exit_code=1 if failed else 0,
             phase="Failed" if failed else "Succeeded",
         )
@@ -243,3 +253,6 @@ class World:
 
 
 PENDING = Taint("gpuaccept.io/pending", "NoSchedule")
+
+
+_: type[ActionInterpreter] = World  # the world is checked against the protocol

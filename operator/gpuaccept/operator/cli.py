@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
 import os
-import re
-import socket
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any
 
 import kopf
 import kubernetes
@@ -23,13 +20,22 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
-from gpuaccept.operator.controller import Controller
+from gpuaccept.operator.controller import Controller, RuntimeSettings
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import OperatorConfig
 from gpuaccept.operator.handlers import build_registry, configure, parse_node_selector
 from gpuaccept.operator.health import serve_health
 from gpuaccept.operator.kube import Kube
-from gpuaccept.operator.leader import LeaderElector
+from gpuaccept.operator.leader import LeaderElector, LeaseSettings
+from gpuaccept.operator.options import (
+    UsageError,
+    check_ranges,
+    parser,
+    probe_resources,
+    probe_tolerations,
+)
+
+__all__ = ["EXIT_USAGE", "UsageError", "main", "parser", "probe_resources", "probe_tolerations"]
 
 EXIT_USAGE = 2
 
@@ -47,231 +53,6 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry, separators=(",", ":"))
 
 
-class UsageError(Exception):
-    """Bad configuration; the message is one line: ``--flag: field: reason``."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (no usage block); ``main`` exits 2 on them."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(" ".join(message.split()))
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    names = {dict: "object", list: "array", str: "string", int: "integer", float: "number"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _json_flag(text: str, flag: str, default: Any) -> Any:
-    if not text.strip():
-        return default
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{flag}: not valid JSON: {error.msg} at char {error.pos}") from None
-
-
-# A Kubernetes resource quantity: "4", "500m", "16Gi", "1.5", "1e3".
-_QUANTITY = re.compile(r"^(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
-_RESOURCE_SECTIONS = ("requests", "limits")
-
-
-def _quantity(value: Any, where: str) -> str:
-    # A number is a quantity too (Helm renders an unquoted `cpu: 2` as one).
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str):
-        raise UsageError(
-            f'{where}: expected a quantity such as "4" or "16Gi", got {_json_type(value)}'
-        )
-    if not _QUANTITY.match(value):
-        raise UsageError(f"{where}: not a Kubernetes quantity (got {value!r})")
-    return value
-
-
-def probe_resources(text: str) -> dict[str, dict[str, str]]:
-    """``--probe-resources``: ``{"requests": {name: quantity}, "limits": {...}}``."""
-    flag = "--probe-resources"
-    data = _json_flag(text, flag, {})
-    if not isinstance(data, dict):
-        raise UsageError(
-            f"{flag}: expected a JSON object with requests and/or limits, got {_json_type(data)}"
-        )
-    resources: dict[str, dict[str, str]] = {}
-    for section, quantities in data.items():
-        if section not in _RESOURCE_SECTIONS:
-            raise UsageError(f"{flag}: {section}: unknown field (allowed: requests, limits)")
-        if not isinstance(quantities, dict):
-            raise UsageError(
-                f"{flag}: {section}: expected an object of resource name to quantity, "
-                f"got {_json_type(quantities)}"
-            )
-        resources[section] = {
-            name: _quantity(quantity, f"{flag}: {section}.{name}")
-            for name, quantity in quantities.items()
-        }
-    return resources
-
-
-_TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
-_TOLERATION_OPERATORS = ("Exists", "Equal")
-_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-
-
-def _toleration(item: Any, where: str) -> dict[str, Any]:
-    if not isinstance(item, dict):
-        raise UsageError(f"{where}: expected a toleration object, got {_json_type(item)}")
-    for name in item:
-        if name not in _TOLERATION_FIELDS:
-            raise UsageError(
-                f"{where}.{name}: unknown field (allowed: {', '.join(_TOLERATION_FIELDS)})"
-            )
-    for name in ("key", "value"):
-        if name in item and not isinstance(item[name], str):
-            raise UsageError(f"{where}.{name}: expected a string, got {_json_type(item[name])}")
-    operator = item.get("operator", "Equal")  # the API server's default
-    if operator not in _TOLERATION_OPERATORS:
-        raise UsageError(f"{where}.operator: must be Exists or Equal (got {operator!r})")
-    if "effect" in item and item["effect"] not in _TAINT_EFFECTS:
-        raise UsageError(
-            f"{where}.effect: must be NoSchedule, PreferNoSchedule or NoExecute "
-            f"(got {item['effect']!r})"
-        )
-    if "tolerationSeconds" in item:
-        seconds = item["tolerationSeconds"]
-        if not isinstance(seconds, int) or isinstance(seconds, bool):
-            raise UsageError(
-                f"{where}.tolerationSeconds: expected an integer, got {_json_type(seconds)}"
-            )
-        if item.get("effect") != "NoExecute":
-            raise UsageError(f"{where}.tolerationSeconds: only valid with effect NoExecute")
-    if operator == "Exists" and item.get("value"):
-        raise UsageError(f"{where}.value: must be empty when operator is Exists")
-    if not item.get("key"):
-        # Kubernetes allows an empty key with Exists (tolerate every taint); a probe
-        # pod that tolerated every taint would run on nodes others fenced off.
-        raise UsageError(f"{where}.key: required (a toleration without one tolerates every taint)")
-    return dict(item)
-
-
-def probe_tolerations(text: str) -> tuple[dict[str, Any], ...]:
-    """``--probe-tolerations``: a JSON array of Kubernetes tolerations."""
-    flag = "--probe-tolerations"
-    data = _json_flag(text, flag, [])
-    if not isinstance(data, list):
-        raise UsageError(f"{flag}: expected a JSON array of tolerations, got {_json_type(data)}")
-    return tuple(_toleration(item, f"{flag}: [{i}]") for i, item in enumerate(data))
-
-
-def parser() -> argparse.ArgumentParser:
-    env = os.environ.get
-    p = _Parser(
-        prog="gpuaccept operator",
-        description="Probe new GPU nodes and accept or quarantine them (NodeAcceptancePolicy).",
-    )
-    p.add_argument(
-        "--kubeconfig",
-        default=env("KUBECONFIG"),
-        help="kubeconfig file (default: in-cluster, then $KUBECONFIG / ~/.kube/config)",
-    )
-    p.add_argument(
-        "--namespace",
-        default=env("POD_NAMESPACE", "gpuaccept-system"),
-        help="namespace of probe pods and the leader Lease",
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=int(env("GPUACCEPT_WORKERS", "16")),
-        help="concurrent reconciles (and API threads)",
-    )
-    p.add_argument(
-        "--status-interval", type=float, default=5.0, help="seconds between policy status updates"
-    )
-    p.add_argument(
-        "--node-selector",
-        default=env("GPUACCEPT_NODE_SELECTOR", ""),
-        help="only watch Nodes with these labels: key=value or key (present), comma-separated "
-        "(default: all Nodes; policies select among them)",
-    )
-    p.add_argument(
-        "--crd-wait",
-        type=float,
-        default=30.0,
-        help="seconds to wait at start for the CRDs to be served, then exit 1",
-    )
-    ha = p.add_argument_group("high availability")
-    ha.add_argument(
-        "--peering",
-        "--lease-name",
-        dest="lease_name",
-        default="gpuaccept-operator",
-        help="name of the leader-election Lease (one per installation)",
-    )
-    ha.add_argument(
-        "--standalone",
-        action="store_true",
-        help="no leader election: this process always acts (one replica only!)",
-    )
-    ha.add_argument(
-        "--identity",
-        default=env("POD_NAME") or socket.gethostname(),
-        help="this replica's identity in the Lease (default: $POD_NAME or hostname)",
-    )
-    ha.add_argument("--lease-duration", type=float, default=15.0)
-    ha.add_argument("--priority", type=int, default=0, help=argparse.SUPPRESS)  # kopf-compat
-    probe = p.add_argument_group("probe pods (never taken from a policy)")
-    probe.add_argument(
-        "--probe-image", default=env("GPUACCEPT_PROBE_IMAGE", "ghcr.io/gpuaccept/probe:0.1.0")
-    )
-    probe.add_argument(
-        "--probe-image-pull-policy",
-        default="IfNotPresent",
-        choices=["Always", "IfNotPresent", "Never"],
-    )
-    probe.add_argument(
-        "--probe-command",
-        default=env("GPUACCEPT_PROBE_COMMAND", "gpuaccept probe"),
-        help="the probe's command, before --termination-log",
-    )
-    probe.add_argument("--probe-service-account", default="gpuaccept-probe")
-    probe.add_argument("--probe-runtime-class", default=env("GPUACCEPT_PROBE_RUNTIME_CLASS", ""))
-    probe.add_argument("--probe-priority-class", default="")
-    probe.add_argument(
-        "--probe-timeout",
-        type=int,
-        default=None,
-        help="probe timeout (s) for policies that do not set probeRun.timeoutSeconds",
-    )
-    probe.add_argument("--probe-shm-size", default="16Gi")
-    probe.add_argument(
-        "--probe-resources",
-        default=env("GPUACCEPT_PROBE_RESOURCES", "{}"),
-        help='JSON: {"requests": {...}, "limits": {...}} (GPUs are added)',
-    )
-    probe.add_argument(
-        "--probe-tolerations",
-        default=env("GPUACCEPT_PROBE_TOLERATIONS", "[]"),
-        help="JSON list of extra tolerations",
-    )
-    probe.add_argument("--probe-pod-prefix", default="gpuaccept-probe")
-    obs = p.add_argument_group("observability")
-    obs.add_argument("--metrics-port", type=int, default=8080, help="/metrics (0: off)")
-    obs.add_argument("--health-port", type=int, default=8081, help="/healthz, /readyz (0: off)")
-    obs.add_argument("--log-format", choices=["text", "json"], default="text")
-    obs.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"],
-    )
-    return p
-
-
 def _setup_logging(fmt: str, level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
@@ -286,51 +67,13 @@ def _setup_logging(fmt: str, level: str) -> None:
         logging.getLogger("kopf").setLevel(max(logging.WARNING, root.level))
 
 
-def _check_ranges(args: argparse.Namespace) -> None:
-    if args.workers < 1:
-        raise UsageError(f"--workers: must be at least 1 (got {args.workers})")
-    if args.status_interval <= 0:
-        raise UsageError(f"--status-interval: must be positive (got {args.status_interval})")
-    if args.crd_wait < 0:
-        raise UsageError(f"--crd-wait: must not be negative (got {args.crd_wait})")
-    if args.lease_duration < 1:
-        raise UsageError(f"--lease-duration: must be at least 1 (got {args.lease_duration})")
-    if args.probe_timeout is not None and args.probe_timeout < 1:
-        raise UsageError(f"--probe-timeout: must be at least 1 (got {args.probe_timeout})")
-    for flag, port in (("--metrics-port", args.metrics_port), ("--health-port", args.health_port)):
-        if not 0 <= port <= 65535:
-            raise UsageError(f"{flag}: must be a port, 0 to 65535 (got {port})")
-    if args.probe_priority_class.startswith("system-"):
-        raise UsageError(
-            f"--probe-priority-class: {args.probe_priority_class} is a system class; the kubelet "
-            "would evict running pods to admit the probe (critical-pod admission)"
-        )
-    if not args.probe_command.split():
-        raise UsageError("--probe-command: must not be empty")
-    if args.kubeconfig and not os.path.exists(args.kubeconfig):
-        raise UsageError(f"--kubeconfig: {args.kubeconfig} does not exist")
-
-
-def main(argv: Sequence[str]) -> int:
-    try:
-        args = parser().parse_args(list(argv))
-        _check_ranges(args)
-        resources = probe_resources(args.probe_resources)
-        tolerations = probe_tolerations(args.probe_tolerations)
-        try:
-            node_selector = parse_node_selector(args.node_selector)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-    except UsageError as error:
-        sys.stderr.write(f"gpuaccept operator: {' '.join(str(error).split())}\n")
-        return EXIT_USAGE
-    _setup_logging(args.log_format, args.log_level)
-
+def _load_credentials(kubeconfig: str | None) -> kubernetes.client.Configuration | None:
+    """The API server's address and credentials: the kubeconfig, else in-cluster."""
     configuration = kubernetes.client.Configuration()
     try:
-        if args.kubeconfig:
+        if kubeconfig:
             kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=args.kubeconfig, client_configuration=configuration
+                config_file=kubeconfig, client_configuration=configuration
             )
         else:
             try:
@@ -344,6 +87,27 @@ def main(argv: Sequence[str]) -> int:
     except (kubernetes.config.ConfigException, OSError, ValueError) as error:
         reason = " ".join(str(error).split())
         sys.stderr.write(f"gpuaccept operator: cannot load Kubernetes credentials: {reason}\n")
+        return None
+    return configuration
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = parser().parse_args(list(argv))
+        check_ranges(args)
+        resources = probe_resources(args.probe_resources)
+        tolerations = probe_tolerations(args.probe_tolerations)
+        try:
+            node_selector = parse_node_selector(args.node_selector)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    except UsageError as error:
+        sys.stderr.write(f"gpuaccept operator: {' '.join(str(error).split())}\n")
+        return EXIT_USAGE
+    _setup_logging(args.log_format, args.log_level)
+
+    configuration = _load_credentials(args.kubeconfig)
+    if configuration is None:
         return EXIT_USAGE
     configuration.connection_pool_maxsize = args.workers + 4
     api = kubernetes.client.ApiClient(configuration)
@@ -374,22 +138,17 @@ def main(argv: Sequence[str]) -> int:
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     leader = None
     if not args.standalone:
-        leader = LeaderElector(
-            kube,
+        lease = LeaseSettings(
             namespace=args.namespace,
             name=args.lease_name,
             identity=identity,
             lease_duration=args.lease_duration,
         )
-    controller = Controller(
-        kube,
-        config,
-        judge,
-        workers=args.workers,
-        status_interval=args.status_interval,
-        identity=identity,
-        leader=leader,
+        leader = LeaderElector(kube, lease)
+    runtime = RuntimeSettings(
+        workers=args.workers, status_interval=args.status_interval, identity=identity
     )
+    controller = Controller(kube, config, judge, runtime=runtime, leader=leader)
     registry = build_registry(controller, node_selector)
 
     @kopf.on.login(registry=registry)

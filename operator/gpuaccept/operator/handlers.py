@@ -15,17 +15,17 @@ from typing import Any
 import kopf
 
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
-from gpuaccept.operator.controller import (
+from gpuaccept.operator.cache import (
     NAS_INDEX,
     NODES_INDEX,
     PODS_INDEX,
     POLICIES_INDEX,
-    Controller,
     index_na,
     index_node,
     index_pod,
     index_policy,
 )
+from gpuaccept.operator.controller import Controller
 from gpuaccept.operator.core.podspec import (
     COMPONENT_LABEL,
     COMPONENT_VALUE,

@@ -12,6 +12,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +34,19 @@ EVENT_NAMESPACE = "default"  # Events on cluster-scoped objects live here (as th
 NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
 POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """An Event about one object (``involvedObject``), as :meth:`Kube.create_event` posts it."""
+
+    kind: str
+    api_version: str
+    name: str
+    uid: str
+    type: str  # Normal | Warning
+    reason: str
+    message: str
 
 
 class ConflictError(ApiException):
@@ -266,20 +280,10 @@ class Kube:
         return self.request("PUT", f"{LEASE_PATH.format(ns=namespace)}/{name}", dict(body))
 
     # ------------------------------------------------------------- events
-    def create_event(
-        self,
-        *,
-        kind: str,
-        api_version: str,
-        name: str,
-        uid: str,
-        type_: str,
-        reason: str,
-        message: str,
-        now: datetime,
-        reporting_instance: str,
-    ) -> None:
+    def create_event(self, event: EventRecord, *, now: datetime, reporting_instance: str) -> None:
         self._count("event.create")
+        kind, name, uid, reason = event.kind, event.name, event.uid, event.reason
+        api_version, type_, message = event.api_version, event.type, event.message
         involved: dict[str, str] = {"kind": kind, "apiVersion": api_version, "name": name}
         if uid:
             involved["uid"] = uid

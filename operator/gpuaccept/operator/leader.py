@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,24 +30,31 @@ def _now_micro() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@dataclass(frozen=True)
+class LeaseSettings:
+    """Which Lease, who this replica is, and how long a hold lasts."""
+
+    namespace: str
+    name: str
+    identity: str
+    lease_duration: float = 15.0
+    renew_period: float = 2.0
+
+
 class LeaderElector:
     def __init__(
         self,
         kube: Kube,
+        lease: LeaseSettings,
         *,
-        namespace: str,
-        name: str,
-        identity: str,
-        lease_duration: float = 15.0,
-        renew_period: float = 2.0,
         on_change: Callable[[bool], None] | None = None,
     ) -> None:
         self.kube = kube
-        self.namespace = namespace
-        self.name = name
-        self.identity = identity
-        self.lease_duration = lease_duration
-        self.renew_period = renew_period
+        self.namespace = lease.namespace
+        self.name = lease.name
+        self.identity = lease.identity
+        self.lease_duration = lease.lease_duration
+        self.renew_period = lease.renew_period
         self.on_change = on_change
         self.is_leader = False
         self._renewed_at = 0.0  # monotonic time of our last successful renewal

@@ -157,7 +157,3 @@ def policy_entry(body: Mapping[str, Any]) -> PolicyEntry:
         uid=str(meta.get("uid", "")),
         status=dict(body.get("status") or {}),
     )
-
-
-def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return all(labels.get(key) == value for key, value in selector.items())

@@ -6,7 +6,7 @@ Everything here is immutable and free of I/O. The Kubernetes adapter builds
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -257,14 +257,57 @@ Action = (
 )
 
 
+# The ordering of a plan's actions. The planner appends actions in the order it
+# decides them (status before pod, node patch before events, ...), and that
+# order is kept, with one rule made explicit here: an action that bumps the
+# Node's resourceVersion without being guarded by it must come after every
+# action guarded by the resourceVersion the plan was made from (the taint and
+# label patch). ``RemoveReprobeAnnotation`` is such an action: it runs last.
+LAST_ACTIONS: tuple[type[Action], ...] = (RemoveReprobeAnnotation,)
+
+
+def order_rank(action: Action) -> int:
+    """0 for an action that keeps its planned place; 1 for one that must run last."""
+    return 1 if isinstance(action, LAST_ACTIONS) else 0
+
+
 @dataclass(frozen=True)
 class Plan:
+    """The writes for one node, in execution order (see :func:`order_rank`).
+
+    Build it with :meth:`ordered`, which moves the must-run-last actions to the
+    end; the constructor refuses a plan that breaks the ordering rule.
+    """
+
     actions: tuple[Action, ...] = ()
     requeue_after: float | None = None  # seconds; a time-based wake-up
     # The plan quarantines a node: the executor must re-plan under the policy's
     # breaker lock so that two workers cannot both take the last slot.
     needs_breaker: bool = False
     note: str = ""  # why (for logs)
+
+    def __post_init__(self) -> None:
+        ranks = [order_rank(a) for a in self.actions]
+        if ranks != sorted(ranks):
+            names = [type(a).__name__ for a in self.actions]
+            raise ValueError(f"plan actions out of order: {names}")
+
+    @classmethod
+    def ordered(
+        cls,
+        actions: Iterable[Action],
+        *,
+        requeue_after: float | None = None,
+        needs_breaker: bool = False,
+        note: str = "",
+    ) -> Plan:
+        """A plan of ``actions`` in planned order, must-run-last actions moved to the end."""
+        return cls(
+            actions=tuple(sorted(actions, key=order_rank)),  # stable: planned order kept
+            requeue_after=requeue_after,
+            needs_breaker=needs_breaker,
+            note=note,
+        )
 
     @property
     def writes(self) -> int:

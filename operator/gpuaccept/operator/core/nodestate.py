@@ -52,12 +52,6 @@ def desired_taints(
     return (*node.taints, pending)
 
 
-def applied_keys(taints: tuple[Taint, ...], spec: NodeAcceptancePolicySpec) -> list[str]:
-    """The owned keys present in ``taints`` (recorded in status.appliedTaints)."""
-    owned = {spec.pending_taint_key, spec.quarantine.taint_key}
-    return sorted({t.key for t in taints if t.key in owned})
-
-
 def desired_labels(
     node: NodeView, spec: NodeAcceptancePolicySpec, phase: Phase
 ) -> dict[str, str | None]:

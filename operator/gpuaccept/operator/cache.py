@@ -1,0 +1,206 @@
+"""The operator's cache: kopf's indexes (the watch cache) plus a write-through
+overlay of the operator's own writes, keyed by resourceVersion, so the next
+pass never acts on a cache that has not caught up with a write.
+
+kopf keeps the indexes (``@kopf.index`` on Nodes, NodeAcceptances, policies
+and probe pods, with the ``index_*`` functions below); ``Cache.attach`` takes
+them once the first handler runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuaccept.operator.core.fleet import FleetSnapshot
+from gpuaccept.operator.core.model import NAView, NodeView, PodView
+from gpuaccept.operator.views import (
+    PolicyEntry,
+    na_view,
+    node_view,
+    pod_view,
+    policy_entry,
+    resource_version,
+)
+
+NODES_INDEX = "gpuaccept_nodes"
+NAS_INDEX = "gpuaccept_nodeacceptances"
+POLICIES_INDEX = "gpuaccept_policies"
+PODS_INDEX = "gpuaccept_probe_pods"
+
+
+def _index_values(index: Any, key: str) -> list[Any]:
+    if index is None:
+        return []
+    try:
+        return list(index[key])
+    except KeyError:
+        return []
+
+
+@dataclass
+class _Written:
+    rv: int
+    value: Any  # a view, or None: deleted by us
+
+
+class Cache:
+    """kopf's indexes (the watch cache) plus a write-through overlay of our own writes.
+
+    Read on the event loop; the overlay is also written from the API threads (one
+    node's keys by one thread at a time: the work queue gives each node to one
+    worker). Every read-then-change of the overlay holds ``_lock``, so a loop-side
+    clean-up (``_pick`` dropping an entry the watch has caught up with) can never
+    delete a newer entry a thread wrote in between.
+    """
+
+    def __init__(self) -> None:
+        self.indexes: dict[str, Any] = {}
+        self.synced = asyncio.Event()
+        self._overlay: dict[tuple[str, str], _Written] = {}
+        self._pod_nodes: dict[str, str] = {}  # overlay pod name -> node name
+        self._node_pods: dict[str, set[str]] = defaultdict(set)  # node -> overlay pod names
+        self._lock = threading.Lock()
+
+    def attach(self, kwargs: Mapping[str, Any]) -> None:
+        """Take kopf's live index objects (they exist once the first handler runs)."""
+        if self.synced.is_set():
+            return
+        for name in (NODES_INDEX, NAS_INDEX, POLICIES_INDEX, PODS_INDEX):
+            if name not in kwargs:
+                raise RuntimeError(f"kopf did not pass the index {name!r}")
+            self.indexes[name] = kwargs[name]
+        self.synced.set()
+
+    def write(self, kind: str, key: str, rv: int, value: Any) -> None:
+        with self._lock:
+            self._overlay[(kind, key)] = _Written(rv, value)
+
+    def _pick(self, kind: str, index: str, key: str) -> Any:
+        best_rv, best = -1, None
+        for rv, view in _index_values(self.indexes.get(index), key):
+            if rv > best_rv:
+                best_rv, best = rv, view
+        with self._lock:
+            return self._pick_locked(kind, key, best_rv, best)
+
+    def _pick_locked(self, kind: str, key: str, best_rv: int, best: Any) -> Any:
+        written = self._overlay.get((kind, key))
+        if written is not None:
+            if written.value is None and written.rv >= best_rv and best is not None:
+                return None  # deleted by us; the watch has not caught up
+            if written.value is not None and written.rv > best_rv:
+                return written.value
+            if written.rv <= best_rv or best is None:
+                del self._overlay[(kind, key)]
+        return best
+
+    def node(self, name: str) -> NodeView | None:
+        view = self._pick("node", NODES_INDEX, name)
+        return view if isinstance(view, NodeView) else None
+
+    def na(self, name: str) -> NAView | None:
+        view = self._pick("na", NAS_INDEX, name)
+        return view if isinstance(view, NAView) else None
+
+    def pods(self, node: str) -> tuple[PodView, ...]:
+        found: dict[str, tuple[int, PodView | None]] = {}
+        for rv, view in _index_values(self.indexes.get(PODS_INDEX), node):
+            if view.name not in found or rv > found[view.name][0]:
+                found[view.name] = (rv, view)
+        with self._lock:
+            self._merge_pods_locked(node, found)
+        return tuple(view for _rv, view in found.values() if view is not None)
+
+    def _merge_pods_locked(self, node: str, found: dict[str, tuple[int, PodView | None]]) -> None:
+        for key in list(self._node_pods.get(node, ())):
+            written = self._overlay.get(("pod", key))
+            if written is None:
+                self._forget_pod(key)
+                continue
+            current = found.get(key)
+            if current is None:
+                if written.value is not None:
+                    found[key] = (written.rv, written.value)
+                else:
+                    self._forget_pod(key)
+            elif written.rv > current[0] or (written.value is None and written.rv >= current[0]):
+                found[key] = (written.rv, written.value)
+            else:
+                self._forget_pod(key)
+
+    def _forget_pod(self, name: str) -> None:
+        self._overlay.pop(("pod", name), None)
+        node = self._pod_nodes.pop(name, None)
+        if node is not None:
+            names = self._node_pods.get(node)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self._node_pods[node]
+
+    def write_pod(self, node: str, name: str, rv: int, view: PodView | None) -> None:
+        with self._lock:
+            self._pod_nodes[name] = node
+            self._node_pods[node].add(name)
+            self._overlay[("pod", name)] = _Written(rv, view)
+
+    def policies(self) -> list[PolicyEntry]:
+        index = self.indexes.get(POLICIES_INDEX)
+        if index is None:
+            return []
+        out = []
+        for key in list(index):
+            values = _index_values(index, key)
+            if values:
+                out.append(max(values, key=lambda pair: pair[0])[1])
+        return out
+
+    def node_names(self) -> list[str]:
+        index = self.indexes.get(NODES_INDEX)
+        return list(index) if index is not None else []
+
+    def na_names(self) -> list[str]:
+        index = self.indexes.get(NAS_INDEX)
+        names = set(index) if index is not None else set()
+        # A snapshot under the lock: the API threads (the executor) add
+        # overlay entries meanwhile; iterating the live dict here could raise
+        # "dictionary changed size during iteration".
+        with self._lock:
+            overlay = list(self._overlay)
+        names |= {key for kind, key in overlay if kind == "na"}
+        return sorted(names)
+
+    def fleet(self) -> FleetSnapshot:
+        """Every policy, node and NodeAcceptance as the cache sees them now."""
+        nodes = (self.node(name) for name in self.node_names())
+        nas = (self.na(name) for name in self.na_names())
+        return FleetSnapshot(
+            policies=tuple(entry.view for entry in self.policies()),
+            nodes=tuple(n for n in nodes if n is not None),
+            acceptances=tuple(na for na in nas if na is not None),
+        )
+
+
+def index_node(body: Mapping[str, Any]) -> dict[str, tuple[int, NodeView]]:
+    view = node_view(body)
+    return {view.name: (resource_version(body), view)}
+
+
+def index_na(body: Mapping[str, Any]) -> dict[str, tuple[int, NAView]]:
+    view = na_view(body)
+    return {view.name: (resource_version(body), view)}
+
+
+def index_pod(body: Mapping[str, Any]) -> dict[str, tuple[int, PodView]]:
+    node = (body.get("spec") or {}).get("nodeName") or ""
+    return {node: (resource_version(body), pod_view(body))} if node else {}
+
+
+def index_policy(body: Mapping[str, Any]) -> dict[str, tuple[int, PolicyEntry]]:
+    entry = policy_entry(body)
+    return {entry.view.name: (resource_version(body), entry)}

@@ -1,0 +1,186 @@
+"""The per-node context and the plan builder that every reconcile phase uses.
+
+:class:`NodeContext` is what one node's reconcile looks at once it is governed
+by exactly one valid policy (the node, the policy, its spec, the
+NodeAcceptance status as read); :class:`PlanBuilder` collects the actions a
+phase decides and turns them into an ordered :class:`Plan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
+from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.operator.core import nodestate
+from gpuaccept.operator.core.fleet import REASON_BREAKER
+from gpuaccept.operator.core.model import (
+    Action,
+    DeleteProbePod,
+    EmitEvent,
+    Judge,
+    Judgement,
+    NodeView,
+    Observed,
+    PatchNAStatus,
+    PatchNodeCondition,
+    PatchNodeTaintsLabels,
+    Plan,
+    PodView,
+    PolicyView,
+    RemoveReprobeAnnotation,
+)
+
+__all__ = ["REASON_BREAKER", "NodeContext", "PlanBuilder", "cut", "reasons_message"]
+
+REASON_PROBE_ERROR = "ProbeError"
+REASON_DRY_RUN = "DryRun"
+REASON_WAITING_FOR_GPUS = "WaitingForGPUs"
+WAIT_FOR_DELETION_SECONDS = 10.0
+
+
+def cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def reasons_message(reasons: tuple[Reason, ...] | list[Reason]) -> str:
+    parts = [f"{r.check}: {r.reason}" + (f" ({r.message})" if r.message else "") for r in reasons]
+    return cut("; ".join(parts) or "no reason given", 1000)
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """One governed node: what every phase of its reconcile reads."""
+
+    obs: Observed
+    judge: Judge
+    node: NodeView
+    policy: PolicyView
+    spec: NodeAcceptancePolicySpec
+    status: NodeAcceptanceStatus  # as read; a phase writes a new one
+
+    def judge_report(self, report: ProbeReport) -> Judgement | str:
+        """The judge's verdict, or why it failed. A report can pass the contract and
+        still break the judge (a value outside what the summary allows): that is a
+        bad report, never a reason for reconcile to raise and the node to hang."""
+        try:
+            return self.judge(report, self.spec.probe)
+        except Exception as error:  # untrusted input: any failure is the report's
+            return cut(f"report cannot be judged: {type(error).__name__}: {error}", 500)
+
+    def applied_taints(self, st: NodeAcceptanceStatus) -> list[str]:
+        """Owned taint keys on the node once ``st`` is in place.
+
+        A key recorded earlier (e.g. an old quarantine key) stays on record
+        while the node still carries it, so a crash between the status write
+        and the node patch cannot orphan it.
+        """
+        spec, node = self.spec, self.node
+        if spec.dry_run:
+            return list(st.applied_taints)
+        current = {spec.pending_taint_key, spec.quarantine.taint_key}
+        desired = {t.key for t in nodestate.desired_taints(node, spec, st)} & current
+        on_node = {t.key for t in node.taints}
+        stale = {k for k in st.applied_taints if k not in current and k in on_node}
+        return sorted(desired | stale)
+
+    def with_applied_taints(self, st: NodeAcceptanceStatus) -> NodeAcceptanceStatus:
+        return st.model_copy(update={"applied_taints": self.applied_taints(st)})
+
+    def stamped(self, st: NodeAcceptanceStatus, **update: object) -> NodeAcceptanceStatus:
+        """``st`` with ``update`` and the policy it was decided under."""
+        policy = self.policy
+        return st.model_copy(
+            update={
+                **update,
+                "policy": policy.name,
+                "policy_generation": policy.generation,
+                "policy_uid": policy.uid or None,
+            }
+        )
+
+
+@dataclass
+class PlanBuilder:
+    """Collects one pass's actions; :meth:`build` orders them into a :class:`Plan`."""
+
+    obs: Observed
+    actions: list[Action] = field(default_factory=list)
+    requeue: float | None = None
+    needs_breaker: bool = False
+    remove_annotation: bool = False
+
+    def wake_in(self, seconds: float) -> None:
+        seconds = max(seconds, 0.5)
+        self.requeue = seconds if self.requeue is None else min(self.requeue, seconds)
+
+    def build(self, note: str) -> Plan:
+        tail = (RemoveReprobeAnnotation(self.obs.node_name),) if self.remove_annotation else ()
+        return Plan.ordered(
+            (*self.actions, *tail),
+            requeue_after=self.requeue,
+            needs_breaker=self.needs_breaker,
+            note=note,
+        )
+
+    def event(
+        self,
+        kind: Literal["Node", "NodeAcceptance"],
+        etype: Literal["Normal", "Warning"],
+        reason: str,
+        message: str,
+    ) -> None:
+        target = self.obs.node if kind == "Node" else self.obs.na
+        if target is not None:
+            self.actions.append(
+                EmitEvent(kind, target.name, target.uid, etype, reason, cut(message, 1000))
+            )
+
+    def write_status(self, old: NodeAcceptanceStatus, new: NodeAcceptanceStatus) -> None:
+        na = self.obs.na
+        if new != old and na is not None:
+            self.actions.append(PatchNAStatus(na.name, na.resource_version, new))
+
+    def delete_pod(self, pod: PodView) -> None:
+        """Delete ``pod`` at once if it already terminated, else with its grace period."""
+        self.actions.append(DeleteProbePod(pod.name, force=pod.phase in ("Succeeded", "Failed")))
+
+    def ensure_node(self, ctx: NodeContext, st: NodeAcceptanceStatus) -> None:
+        """Bring taints, labels and the condition in line with ``st`` (not in dryRun)."""
+        node, spec = ctx.node, ctx.spec
+        if spec.dry_run:
+            return
+        taints = nodestate.desired_taints(node, spec, st)
+        labels = nodestate.desired_labels(node, spec, st.phase)
+        if taints != node.taints or labels:
+            self.actions.append(
+                PatchNodeTaintsLabels(
+                    node.name,
+                    node.resource_version,
+                    taints if taints != node.taints else None,
+                    labels,
+                )
+            )
+        want = _wanted_condition(node, st)
+        cond = node.condition
+        if want is not None and (cond is None or (cond.status, cond.reason) != want[:2]):
+            self.actions.append(
+                PatchNodeCondition(node.name, want[0], want[1], cut(want[2], 1000), self.obs.now)
+            )
+
+
+def _wanted_condition(
+    node: NodeView, st: NodeAcceptanceStatus
+) -> tuple[Literal["True", "False", "Unknown"], str, str] | None:
+    """The node's GPUAcceptance condition for ``st``; None: leave it as it is."""
+    if st.phase == Phase.ACCEPTED:
+        return ("True", "Accepted", "all required GPU acceptance checks passed")
+    if st.phase == Phase.QUARANTINED:
+        return ("False", st.reason or REASON_PROBE_ERROR, st.message or "")
+    cond = node.condition
+    if cond is not None and cond.status == "True":
+        # No longer accepted (a re-probe, or a failing one held): not "True".
+        return ("Unknown", st.reason or st.phase.value, st.message or st.phase.value)
+    return None

@@ -1,0 +1,122 @@
+"""Phases ``Accepted``, ``Quarantined`` and ``Held``: re-probe, re-judge, release, keep.
+
+A decided node starts a new round on a reboot, a re-probe request or (by the
+policy's choice) a policy change; a policy change can instead re-judge the
+stored report; a verdict the quarantine limit held back goes through once
+there is room. Otherwise the node is kept as decided.
+"""
+
+from __future__ import annotations
+
+from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
+from gpuaccept.contracts.nodeacceptance import Phase, Reason
+from gpuaccept.contracts.policy import PolicyChangeAction
+from gpuaccept.operator.core.context import (
+    REASON_BREAKER,
+    REASON_PROBE_ERROR,
+    NodeContext,
+    PlanBuilder,
+    cut,
+)
+from gpuaccept.operator.core.fleet import quarantine_allowed
+from gpuaccept.operator.core.model import Judgement, Plan
+from gpuaccept.operator.core.verdict import Evidence, record_verdict
+
+DECIDED = frozenset({Phase.ACCEPTED, Phase.QUARANTINED, Phase.HELD})
+
+
+def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    node, spec, st, policy = ctx.node, ctx.spec, ctx.status, ctx.policy
+    annotated = REPROBE_ANNOTATION in node.annotations and spec.reprobe.on_annotation
+    if annotated:
+        out.remove_annotation = True
+    if spec.reprobe.on_boot_id_change and st.probed_boot_id and st.probed_boot_id != node.boot_id:
+        message = f"bootID changed from {st.probed_boot_id} to {node.boot_id}"
+        return new_round(ctx, out, reason="BootIDChanged", message=message)
+    if annotated:
+        message = f"annotation {REPROBE_ANNOTATION} was set"
+        return new_round(ctx, out, reason="ReprobeRequested", message=message)
+    if policy_changed(ctx):
+        action = spec.reprobe.on_policy_change
+        if st.phase == Phase.HELD:
+            action = PolicyChangeAction.REJUDGE  # a held action is never left stale
+        if action == PolicyChangeAction.REPROBE:
+            message = f"policy {policy.name} changed (generation {policy.generation})"
+            return new_round(ctx, out, reason="PolicyChanged", message=message)
+        if action == PolicyChangeAction.REJUDGE:
+            return record_verdict(ctx, out, _rejudged(ctx), Evidence(st.report, rejudged=True))
+    held_by_limit = st.phase == Phase.HELD and st.reason == REASON_BREAKER and not spec.dry_run
+    if held_by_limit and quarantine_allowed(spec, ctx.obs.breaker):
+        judgement = Judgement(
+            accepted=False,
+            reasons=tuple(st.reasons),
+            checks=tuple(st.checks),
+            figures=st.figures,
+        )
+        return record_verdict(ctx, out, judgement, Evidence(st.report, rejudged=st.rejudged))
+    return _keep(ctx, out)
+
+
+def policy_changed(ctx: NodeContext) -> bool:
+    st, policy = ctx.status, ctx.policy
+    return (
+        st.policy != policy.name
+        or st.policy_generation != policy.generation
+        # recreated under the same name: generation 1 again, but a new object
+        or (bool(st.policy_uid) and bool(policy.uid) and st.policy_uid != policy.uid)
+    )
+
+
+def _rejudged(ctx: NodeContext) -> Judgement:
+    """The stored report judged under the current policy."""
+    st = ctx.status
+    if st.report is None:  # an error verdict has no results to re-judge: it stands
+        return Judgement(
+            accepted=False,
+            reasons=tuple(st.reasons)
+            or (Reason(check="probe", reason=REASON_PROBE_ERROR, message=st.message or ""),),
+        )
+    stored = ctx.judge_report(st.report)
+    if isinstance(stored, str):  # the stored report cannot be judged
+        return Judgement(
+            accepted=False,
+            reasons=(Reason(check="probe", reason=REASON_PROBE_ERROR, message=stored),),
+        )
+    return stored
+
+
+def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    st = ctx.status
+    # Leftover probe pods (e.g. a pod whose deletion was lost in a restart).
+    for pod in ctx.obs.pods:
+        if not pod.deleting:
+            out.delete_pod(pod)
+    applied = ctx.applied_taints(st)
+    if applied != st.applied_taints:
+        out.write_status(st, st.model_copy(update={"applied_taints": applied}))
+    out.ensure_node(ctx, st)
+    return out.build("decided")
+
+
+def new_round(ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str) -> Plan:
+    """Start over: Pending, attempts reset, the old round's evidence dropped."""
+    st = ctx.status
+    new = ctx.stamped(
+        st,
+        phase=Phase.PENDING,
+        reason=reason,
+        message=cut(message, 1000),
+        attempts=0,
+        held_action=None,
+        rejudged=False,
+        next_attempt_time=None,
+        probe_pod=None,
+        probe_started_time=None,
+        report=None,  # the old round's evidence is not this round's
+    )
+    new = ctx.with_applied_taints(new)
+    out.write_status(st, new)
+    out.event(ACCEPTANCE_KIND, "Normal", "Reprobe", message)
+    out.ensure_node(ctx, new)
+    out.wake_in(1)
+    return out.build(f"new round: {reason}")

@@ -1,0 +1,234 @@
+"""Fleet rules, pure: which policy governs a node, the quarantine limit, and
+each policy's counts, conflicts, status and conditions.
+
+Everything here is a function of a :class:`FleetSnapshot` (plain views, no
+cache, no API); the runtime takes the snapshot from its cache and writes what
+these functions return. In the style of cluster-api's
+``isAllowedRemediation``: :func:`quarantine_allowed` is the one place the
+``maxQuarantined`` limit is decided, for a node's verdict and for releasing
+nodes the limit held back.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.contracts.nodeacceptance import (
+    Condition,
+    ConditionStatus,
+    NodeAcceptancePolicyStatus,
+    Phase,
+    PhaseCounts,
+)
+from gpuaccept.operator.core.model import BreakerCounts, NAView, NodeView, PolicyView
+
+# The NodeAcceptance reason of a verdict the quarantine limit holds back.
+REASON_BREAKER = "BreakerOpen"
+
+
+def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def matching_policies(
+    policies: Iterable[PolicyView], labels: Mapping[str, str]
+) -> tuple[PolicyView, ...]:
+    """The valid policies whose selector matches ``labels`` (one governs; more conflict)."""
+    return tuple(
+        p for p in policies if p.spec is not None and selector_matches(p.spec.node_selector, labels)
+    )
+
+
+def quarantine_allowed(
+    spec: NodeAcceptancePolicySpec, counts: BreakerCounts, *, already_quarantined: bool = False
+) -> bool:
+    """May one more node be quarantined under ``spec``? ``counts`` exclude that node.
+
+    A node already quarantined under this policy takes no new slot.
+    """
+    if already_quarantined:
+        return True
+    return counts.quarantined + 1 <= spec.max_quarantined_count(counts.matched)
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    policies: tuple[PolicyView, ...] = ()
+    nodes: tuple[NodeView, ...] = ()
+    acceptances: tuple[NAView, ...] = ()
+
+
+@dataclass(frozen=True)
+class PolicyTally:
+    """One policy's share of the fleet."""
+
+    matched: int = 0  # nodes its selector matches, conflicting ones included
+    conflicts: tuple[str, ...] = ()  # matched nodes that another policy matches too
+    counts: PhaseCounts = field(default_factory=PhaseCounts)
+    quarantined: frozenset[str] = frozenset()
+    held_by_breaker: tuple[str, ...] = ()  # Held by the quarantine limit
+    limit: int = 0  # maxQuarantined as a node count; 0 for an invalid spec
+
+    def breaker(self, node: str) -> BreakerCounts:
+        """The limit's counts as seen by ``node`` (itself excluded)."""
+        return BreakerCounts(quarantined=len(self.quarantined - {node}), matched=self.matched)
+
+
+def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyTally]:
+    """Every policy's (or just ``only``'s) tally, keyed by policy name."""
+    policies = [p for p in snapshot.policies if only is None or p.name == only]
+    matched: Counter[str] = Counter()
+    conflicts: dict[str, list[str]] = {p.name: [] for p in policies}
+    for node in snapshot.nodes:
+        matching = matching_policies(snapshot.policies, node.labels)
+        for policy in matching:
+            if policy.name in conflicts:
+                matched[policy.name] += 1
+                if len(matching) > 1:
+                    conflicts[policy.name].append(node.name)
+    phases: dict[str, Counter[Phase]] = {p.name: Counter() for p in policies}
+    quarantined: dict[str, set[str]] = {p.name: set() for p in policies}
+    held: dict[str, list[str]] = {p.name: [] for p in policies}
+    for na in snapshot.acceptances:
+        st = na.status
+        if st.policy not in phases:
+            continue
+        phases[st.policy][st.phase] += 1
+        if st.phase == Phase.QUARANTINED:
+            quarantined[st.policy].add(na.name)
+        if st.phase == Phase.HELD and st.reason == REASON_BREAKER:
+            held[st.policy].append(na.name)
+    out: dict[str, PolicyTally] = {}
+    for policy in policies:
+        name, counts = policy.name, phases[policy.name]
+        spec = policy.spec
+        out[name] = PolicyTally(
+            matched=matched[name],
+            conflicts=tuple(conflicts[name]),
+            counts=PhaseCounts(
+                pending=counts[Phase.PENDING],
+                probing=counts[Phase.PROBING],
+                accepted=counts[Phase.ACCEPTED],
+                quarantined=counts[Phase.QUARANTINED],
+                held=counts[Phase.HELD],
+            ),
+            quarantined=frozenset(quarantined[name]),
+            held_by_breaker=tuple(held[name]),
+            limit=spec.max_quarantined_count(matched[name]) if spec is not None else 0,
+        )
+    return out
+
+
+def held_to_release(policy: PolicyView, share: PolicyTally) -> tuple[str, ...]:
+    """Nodes held by the limit that may now go through (each re-plans under the lock)."""
+    if policy.spec is None or not share.held_by_breaker:
+        return ()
+    room = BreakerCounts(quarantined=len(share.quarantined), matched=share.matched)
+    return share.held_by_breaker if quarantine_allowed(policy.spec, room) else ()
+
+
+def _condition(
+    ctype: str,
+    state: tuple[bool, str, str],
+    *,
+    previous: Mapping[str, Any],
+    now: datetime,
+    generation: int,
+) -> Condition:
+    """A condition whose lastTransitionTime moves only when its status changes.
+
+    ``state``: (ok, reason, message).
+    """
+    ok, reason, message = state
+    status = ConditionStatus.TRUE if ok else ConditionStatus.FALSE
+    stamp = now
+    if previous.get("status") == status.value and previous.get("lastTransitionTime"):
+        stamp = datetime.fromisoformat(str(previous["lastTransitionTime"]).replace("Z", "+00:00"))
+    return Condition(
+        type=ctype,
+        status=status,
+        reason=reason,
+        message=message[:1000],
+        last_transition_time=stamp,
+        observed_generation=generation,
+    )
+
+
+def _ready(policy: PolicyView, share: PolicyTally) -> tuple[bool, str, str]:
+    if policy.spec is None:
+        return False, "InvalidSpec", policy.error or "invalid spec"
+    if share.conflicts:
+        return (
+            False,
+            "PolicyConflict",
+            f"{len(share.conflicts)} node(s) match more than one policy and are left alone: "
+            + ", ".join(sorted(share.conflicts)[:10]),
+        )
+    return True, "Reconciling", f"{share.matched} node(s) matched"
+
+
+def _breaker_open(share: PolicyTally) -> tuple[bool, str, str]:
+    held = share.held_by_breaker
+    if held:
+        return (
+            True,
+            "QuarantineLimitReached",
+            f"{len(held)} node(s) held: quarantining them would exceed maxQuarantined "
+            f"(limit {share.limit}); raise spec.maxQuarantined to let them through",
+        )
+    return False, "BelowLimit", f"quarantine limit {share.limit}"
+
+
+def policy_status(
+    policy: PolicyView, share: PolicyTally, old: Mapping[str, Any], now: datetime
+) -> NodeAcceptancePolicyStatus:
+    """The policy's status: counts, matched nodes, and its Ready and BreakerOpen conditions.
+
+    ``old`` is the status as read (wire form), for the conditions' transition times.
+    """
+    previous = {c.get("type"): c for c in old.get("conditions") or ()}
+    conditions = []
+    for ctype, state in (
+        ("Ready", _ready(policy, share)),
+        ("BreakerOpen", _breaker_open(share)),
+    ):
+        conditions.append(
+            _condition(
+                ctype,
+                state,
+                previous=previous.get(ctype) or {},
+                now=now,
+                generation=policy.generation,
+            )
+        )
+    return NodeAcceptancePolicyStatus(
+        counts=share.counts,
+        matched_nodes=share.matched,
+        breaker_open=bool(share.held_by_breaker),
+        conditions=conditions,
+        observed_generation=policy.generation,
+    )
+
+
+def same_status(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Equal but for the conditions' transition times (no write needed)."""
+
+    def strip(status: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(status)
+        out["conditions"] = [
+            {k: v for k, v in c.items() if k != "lastTransitionTime"}
+            for c in status.get("conditions") or ()
+        ]
+        return out
+
+    return strip(old) == strip(new)
+
+
+def breaker_just_opened(old: Mapping[str, Any], new: NodeAcceptancePolicyStatus) -> bool:
+    """The limit started holding nodes back: worth a Warning Event on the policy."""
+    return new.breaker_open and not old.get("breakerOpen")

@@ -1,0 +1,111 @@
+"""Phase ``Probing``: watch this attempt's pod to a report, an error or the deadline."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.operator.core.context import WAIT_FOR_DELETION_SECONDS, NodeContext, PlanBuilder
+from gpuaccept.operator.core.model import CreateProbePod, Plan, PodView
+from gpuaccept.operator.core.pending import probe_manifest
+from gpuaccept.operator.core.report import validate_report
+from gpuaccept.operator.core.verdict import Evidence, attempt_failed, record_verdict
+
+# Container states that will not resolve by waiting.
+STUCK_WAITING = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+def _this_attempts_pod(ctx: NodeContext, out: PlanBuilder) -> PodView | None:
+    """The pod recorded in status; any other live pod (an earlier attempt's) is deleted."""
+    pod: PodView | None = None
+    for candidate in ctx.obs.pods:
+        if candidate.name == ctx.status.probe_pod:
+            pod = candidate
+        elif not candidate.deleting:  # stale pod of an earlier attempt
+            out.delete_pod(candidate)
+    return pod
+
+
+def _pod_missing(ctx: NodeContext, out: PlanBuilder, remaining: float) -> Plan:
+    st, obs = ctx.status, ctx.obs
+    if obs.pod_create_error:
+        return attempt_failed(
+            ctx,
+            out,
+            reason="ProbePodError",
+            message=f"the probe pod could not be created: {obs.pod_create_error}",
+            pod=None,
+        )
+    started = st.probe_started_time or obs.now
+    if obs.now - started < timedelta(seconds=obs.config.pod_missing_grace_seconds) and st.probe_pod:
+        # Status was written, the pod not (yet): create it; AlreadyExists is fine.
+        out.actions.append(CreateProbePod(st.probe_pod, probe_manifest(ctx, st)))
+        out.wake_in(remaining)
+        return out.build("probe pod (re)created")
+    return attempt_failed(
+        ctx,
+        out,
+        reason="ProbePodLost",
+        message="the probe pod disappeared before it reported",
+        pod=None,
+    )
+
+
+def plan_probing(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    st, obs = ctx.status, ctx.obs
+    out.ensure_node(ctx, st)
+    now = obs.now
+    pod = _this_attempts_pod(ctx, out)
+    timeout = obs.config.timeout_for(ctx.spec)
+    deadline = (st.probe_started_time or now) + timedelta(
+        seconds=timeout + obs.config.deadline_grace_seconds
+    )
+    remaining = (deadline - now).total_seconds()
+    if pod is None:
+        return _pod_missing(ctx, out, remaining)
+    if pod.terminated or pod.phase in ("Succeeded", "Failed"):
+        return _pod_finished(ctx, out, pod)
+    if pod.deleting and now < deadline:
+        out.wake_in(min(WAIT_FOR_DELETION_SECONDS, remaining))
+        return out.build("probe pod is being deleted")
+    if not pod.deleting and pod.waiting_reason in STUCK_WAITING:
+        message = f"{pod.waiting_reason}: {pod.waiting_message or ''}".strip()
+        return attempt_failed(ctx, out, reason="ProbePodError", message=message, pod=pod)
+    if now >= deadline:
+        # A pod still terminating past it was e.g. evicted from a dead kubelet.
+        stuck = "; the probe pod is stuck terminating" if pod.deleting else ""
+        message = f"no result within {timeout}s{stuck}"
+        return attempt_failed(ctx, out, reason="ProbeTimeout", message=message, pod=pod)
+    out.wake_in(remaining)
+    return out.build("probing")
+
+
+def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
+    node = ctx.node
+    if pod.message:
+        result = validate_report(pod.message, node_name=node.name, boot_id=node.boot_id)
+        if not isinstance(result, ProbeReport):
+            return attempt_failed(ctx, out, reason=result.reason, message=result.message, pod=pod)
+        judgement = ctx.judge_report(result)
+        if isinstance(judgement, str):  # valid JSON the judge cannot use
+            return attempt_failed(ctx, out, reason="InvalidReport", message=judgement, pod=pod)
+        return record_verdict(ctx, out, judgement, Evidence(report=result, pod=pod))
+    why = pod.reason or pod.phase
+    detail = pod.pod_message or ""
+    if pod.exit_code is not None:
+        detail = f"exit code {pod.exit_code}. {detail}".strip()
+    if pod.reason == "DeadlineExceeded":
+        return attempt_failed(ctx, out, reason="ProbeTimeout", message=f"{why}: {detail}", pod=pod)
+    return attempt_failed(
+        ctx, out, reason="ProbeFailed", message=f"{why}: {detail or 'no report'}", pod=pod
+    )

@@ -1,0 +1,167 @@
+"""The real action interpreter: a plan's actions as API calls (in the API threads).
+
+:class:`KubeExecutor` carries out one action through :func:`interpret` (the
+same dispatch the unit tests' world uses) and writes what the API server
+returned into the cache's overlay, so the next pass sees its own writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from kubernetes.client.exceptions import ApiException
+
+from gpuaccept.contracts.api import API_VERSION, REPROBE_ANNOTATION
+from gpuaccept.operator.cache import Cache
+from gpuaccept.operator.core.interpret import interpret
+from gpuaccept.operator.core.model import (
+    Action,
+    CreateNodeAcceptance,
+    CreateProbePod,
+    DeleteNodeAcceptance,
+    DeleteProbePod,
+    EmitEvent,
+    Observed,
+    PatchNAStatus,
+    PatchNodeCondition,
+    PatchNodeTaintsLabels,
+    RemoveReprobeAnnotation,
+)
+from gpuaccept.operator.kube import EventRecord, Kube
+from gpuaccept.operator.views import na_view, node_view, pod_view, resource_version
+
+log = logging.getLogger("gpuaccept.operator")
+
+# The overlay's resourceVersion for an object this process deleted: newer than any.
+DELETED_RV = 1 << 62
+
+
+class StaleCacheError(Exception):
+    """The cache disagreed with the API server; the plan is dropped and re-made."""
+
+
+def api_message(error: ApiException) -> str:
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except (ValueError, AttributeError):
+        return str(error.reason)
+
+
+class KubeExecutor:
+    """Executes actions for the controller; remembers refused probe pod creations."""
+
+    def __init__(self, kube: Kube, cache: Cache, *, namespace: str, identity: str) -> None:
+        self.kube = kube
+        self.cache = cache
+        self.namespace = namespace
+        self.identity = identity
+        self.create_errors: dict[str, str] = {}  # node -> why its probe pod was refused
+
+    def execute(self, observed: Observed, action: Action) -> None:  # runs in a thread
+        interpret(_NodeWrites(self, observed), action)
+
+    def refresh(self, node: str, action: Action) -> None:  # runs in a thread
+        """After a conflict: re-read the object ``action`` conflicted on."""
+        if isinstance(action, PatchNAStatus):
+            body = self.kube.get_na(action.name)
+            if body is not None:
+                self.cache.write("na", action.name, resource_version(body), na_view(body))
+        else:
+            body = self.kube.get_node(node)
+            if body is not None:
+                self.cache.write("node", node, resource_version(body), node_view(body))
+
+
+@dataclass(frozen=True)
+class _NodeWrites:
+    """The :class:`~gpuaccept.operator.core.interpret.ActionInterpreter` for one node's plan."""
+
+    executor: KubeExecutor
+    observed: Observed
+
+    @property
+    def kube(self) -> Kube:
+        return self.executor.kube
+
+    @property
+    def cache(self) -> Cache:
+        return self.executor.cache
+
+    def create_node_acceptance(self, action: CreateNodeAcceptance) -> None:
+        body = self.kube.create_na(action.name, action.policy)
+        if body:
+            self.cache.write("na", action.name, resource_version(body), na_view(body))
+
+    def patch_na_status(self, action: PatchNAStatus) -> None:
+        wire = action.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        body = self.kube.patch_na_status(action.name, action.resource_version, wire)
+        self.cache.write("na", action.name, resource_version(body), na_view(body))
+
+    def patch_node_taints_labels(self, action: PatchNodeTaintsLabels) -> None:
+        body = self.kube.patch_node(
+            action.node, action.resource_version, action.taints, action.labels
+        )
+        self.cache.write("node", action.node, resource_version(body), node_view(body))
+
+    def patch_node_condition(self, action: PatchNodeCondition) -> None:
+        body = self.kube.patch_node_condition(
+            action.node, action.status, action.reason, action.message, action.now
+        )
+        self.cache.write("node", action.node, resource_version(body), node_view(body))
+
+    def remove_reprobe_annotation(self, action: RemoveReprobeAnnotation) -> None:
+        body = self.kube.remove_node_annotation(action.node, REPROBE_ANNOTATION)
+        self.cache.write("node", action.node, resource_version(body), node_view(body))
+
+    def create_probe_pod(self, action: CreateProbePod) -> None:
+        node, errors = self.observed.node_name, self.executor.create_errors
+        # Only this attempt's refusal counts: an older one must not turn a later
+        # transient failure (a 5xx, a timeout) into a ProbePodError.
+        errors.pop(node, None)
+        try:
+            pod = self.kube.create_pod(self.executor.namespace, action.manifest)
+        except ApiException as error:
+            if error.status in (400, 403, 404, 422):  # refused, not a hiccup
+                errors[node] = api_message(error)[:500]
+            raise
+        if pod is not None:
+            self.cache.write_pod(node, action.name, resource_version(pod), pod_view(pod))
+
+    def delete_probe_pod(self, action: DeleteProbePod) -> None:
+        node = self.observed.node_name
+        known = next((p for p in self.observed.pods if p.name == action.name), None)
+        gone = self.kube.delete_pod(self.executor.namespace, action.name, force=action.force)
+        if gone is not None:
+            self.cache.write_pod(node, action.name, resource_version(gone), pod_view(gone))
+        elif known is not None:
+            self.cache.write_pod(node, action.name, DELETED_RV, None)
+
+    def delete_node_acceptance(self, action: DeleteNodeAcceptance) -> None:
+        # The cache says the node is gone; make sure before deleting its record.
+        node = self.kube.get_node(action.name)
+        if node is not None:
+            log.warning("node=%s is not in the cache but exists; keeping it", action.name)
+            self.cache.write("node", action.name, resource_version(node), node_view(node))
+            raise StaleCacheError(action.name)
+        self.kube.delete_na(action.name)
+        self.cache.write("na", action.name, DELETED_RV, None)
+        self.executor.create_errors.pop(action.name, None)
+
+    def emit_event(self, action: EmitEvent) -> None:
+        event = EventRecord(
+            kind=action.kind,
+            api_version="v1" if action.kind == "Node" else API_VERSION,
+            name=action.name,
+            uid=action.uid,
+            type=action.type,
+            reason=action.reason,
+            message=action.message,
+        )
+        self.kube.create_event(
+            event,
+            now=datetime.now(UTC),
+            reporting_instance=self.executor.identity,
+        )

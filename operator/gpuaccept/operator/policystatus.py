@@ -1,0 +1,110 @@
+"""The policy status loop (runtime): every few seconds, each policy's counts,
+conflicts and conditions are computed by the pure fleet rules
+(:mod:`gpuaccept.operator.core.fleet`) from a cache snapshot, and written
+when they changed. It also recounts the quarantine ledger, sets the policy
+gauges, and wakes nodes held by the quarantine limit once there is room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+from gpuaccept.contracts.api import API_VERSION, POLICY_KIND
+from gpuaccept.operator import metrics
+from gpuaccept.operator.cache import Cache
+from gpuaccept.operator.core import fleet
+from gpuaccept.operator.kube import EventRecord, Kube
+from gpuaccept.operator.ledger import QuarantineLedger
+from gpuaccept.operator.views import PolicyEntry
+
+log = logging.getLogger("gpuaccept.operator")
+
+
+class PolicyStatusLoop:
+    def __init__(
+        self,
+        kube: Kube,
+        cache: Cache,
+        ledger: QuarantineLedger,
+        *,
+        wake: Callable[[str], None],
+        leading: Callable[[], bool],
+    ) -> None:
+        self.kube = kube
+        self.cache = cache
+        self.ledger = ledger
+        self.wake = wake
+        self.leading = leading
+        self.identity = "gpuaccept"
+        self.executor: ThreadPoolExecutor | None = None  # the API threads
+        self._reported: set[str] = set()
+
+    async def run(self, interval: float) -> None:
+        await self.cache.synced.wait()
+        last_logged, last_calls = time.monotonic(), dict(self.kube.calls)
+        while True:
+            if time.monotonic() - last_logged >= 60 and dict(self.kube.calls) != last_calls:
+                last_logged, last_calls = time.monotonic(), dict(self.kube.calls)
+                log.info("API calls so far: %s", json.dumps(last_calls, sort_keys=True))
+            try:
+                await self.update()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("policy status update failed")
+            await asyncio.sleep(interval)
+
+    async def update(self) -> None:
+        """Counts, limit and conflicts per policy; patched only when changed."""
+        entries = self.cache.policies()
+        tallies = fleet.tally(self.cache.fleet())
+        current = {entry.view.name for entry in entries}
+        for gone in self._reported - current:  # a deleted policy: drop its series
+            metrics.forget_policy(gone)
+            self.ledger.forget(gone)
+        self._reported = current
+        # The limit's counts, all replaced before the first await below: a
+        # quarantine that the ledger tracks while a status write is in flight
+        # must not be overwritten by this (then older) snapshot.
+        self.ledger.replace(tallies)
+        for entry in entries:
+            share = tallies[entry.view.name]
+            metrics.record_policy(entry.view.name, share)
+            for node in fleet.held_to_release(entry.view, share):
+                self.wake(node)
+            if self.leading():
+                await self._write(entry, share)
+
+    async def _write(self, entry: PolicyEntry, share: fleet.PolicyTally) -> None:
+        view, old = entry.view, entry.status
+        now = datetime.now(UTC)
+        status = fleet.policy_status(view, share, old, now)
+        wire = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if fleet.same_status(old, wire):
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.executor, self.kube.patch_policy_status, view.name, wire)
+        if fleet.breaker_just_opened(old, status):
+            breaker = next(c for c in status.conditions if c.type == "BreakerOpen")
+            await loop.run_in_executor(
+                self.executor,
+                lambda: self.kube.create_event(
+                    EventRecord(
+                        kind=POLICY_KIND,
+                        api_version=API_VERSION,
+                        name=view.name,
+                        uid=entry.uid,
+                        type="Warning",
+                        reason="BreakerOpen",
+                        message=breaker.message,
+                    ),
+                    now=now,
+                    reporting_instance=self.identity,
+                ),
+            )

@@ -1,0 +1,215 @@
+"""The fleet rules (core/fleet.py) as table tests over plain snapshots."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from world import spec
+
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, PhaseCounts
+from gpuaccept.operator.core import BreakerCounts, NAView, NodeView, PolicyView
+from gpuaccept.operator.core.fleet import (
+    FleetSnapshot,
+    PolicyTally,
+    breaker_just_opened,
+    held_to_release,
+    matching_policies,
+    policy_status,
+    quarantine_allowed,
+    same_status,
+    tally,
+)
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+EARLIER = "2025-12-31T00:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("max_quarantined", "quarantined", "matched", "already", "allowed"),
+    [
+        (5, 0, 10, False, True),
+        (5, 4, 10, False, True),  # the last slot
+        (5, 5, 10, False, False),  # full
+        (5, 5, 10, True, True),  # already quarantined here: no new slot
+        (0, 0, 10, False, False),  # quarantine nothing
+        ("10%", 0, 10, False, True),  # 10% of 10 = 1
+        ("10%", 1, 10, False, False),
+        ("10%", 0, 9, False, False),  # 10% of 9 rounds down to 0
+        ("50%", 2, 6, False, True),
+        ("50%", 3, 6, False, False),
+        ("100%", 9, 10, False, True),
+    ],
+)
+def test_quarantine_allowed(
+    max_quarantined: int | str, quarantined: int, matched: int, already: bool, allowed: bool
+) -> None:
+    counts = BreakerCounts(quarantined=quarantined, matched=matched)
+    policy = spec(maxQuarantined=max_quarantined)
+    assert quarantine_allowed(policy, counts, already_quarantined=already) is allowed
+
+
+GPU = {"gpu": "yes"}
+A = PolicyView("a", 1, spec(nodeSelector=GPU))
+B = PolicyView("b", 1, spec(nodeSelector={"pool": "b"}))
+BAD = PolicyView("bad", 3, None, "spec.maxQuarantined: bad value")
+
+
+def _node(name: str, **labels: str) -> NodeView:
+    return NodeView(name=name, labels=labels)
+
+
+def _na(name: str, policy: str, phase: Phase, reason: str | None = None) -> NAView:
+    return NAView(name, NodeAcceptanceStatus(phase=phase, policy=policy, reason=reason))
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        ({}, []),
+        ({"gpu": "yes"}, ["a"]),
+        ({"gpu": "no"}, []),
+        ({"gpu": "yes", "pool": "b"}, ["a", "b"]),  # a conflict
+        ({"pool": "b"}, ["b"]),
+    ],
+)
+def test_matching_policies(labels: dict[str, str], expected: list[str]) -> None:
+    assert [p.name for p in matching_policies((A, B, BAD), labels)] == expected
+
+
+def test_tally_counts_conflicts_limit_and_held() -> None:
+    snapshot = FleetSnapshot(
+        policies=(A, B, BAD),
+        nodes=(
+            _node("n1", gpu="yes"),
+            _node("n2", gpu="yes"),
+            _node("n3", gpu="yes", pool="b"),
+            _node("n4", pool="b"),
+        ),
+        acceptances=(
+            _na("n1", "a", Phase.QUARANTINED, "PcieLinkFailed"),
+            _na("n2", "a", Phase.HELD, "BreakerOpen"),
+            _na("n4", "b", Phase.ACCEPTED),
+            _na("gone", "deleted-policy", Phase.QUARANTINED),
+        ),
+    )
+    shares = tally(snapshot)
+    assert set(shares) == {"a", "b", "bad"}
+    a = shares["a"]
+    assert (a.matched, a.conflicts, a.limit) == (3, ("n3",), 5)
+    assert a.counts == PhaseCounts(quarantined=1, held=1)
+    assert a.quarantined == {"n1"}
+    assert a.held_by_breaker == ("n2",)
+    assert a.breaker("n1") == BreakerCounts(quarantined=0, matched=3)
+    assert a.breaker("n2") == BreakerCounts(quarantined=1, matched=3)
+    assert (shares["b"].matched, shares["b"].conflicts) == (2, ("n3",))
+    assert shares["bad"] == PolicyTally()
+    assert tally(snapshot, only="b") == {"b": shares["b"]}
+
+
+@pytest.mark.parametrize(
+    ("policy", "share", "released"),
+    [
+        (A, PolicyTally(), ()),
+        (A, PolicyTally(matched=10, held_by_breaker=("n2",)), ("n2",)),
+        (
+            A,
+            PolicyTally(
+                matched=10, quarantined=frozenset({"1", "2", "3", "4", "5"}), held_by_breaker=("x",)
+            ),
+            (),
+        ),
+        (
+            A,
+            PolicyTally(
+                matched=10, quarantined=frozenset({"1", "2", "3", "4"}), held_by_breaker=("x", "y")
+            ),
+            ("x", "y"),  # each re-plans under the lock; one gets the slot
+        ),
+        (BAD, PolicyTally(held_by_breaker=("n2",)), ()),
+    ],
+)
+def test_held_to_release(policy: PolicyView, share: PolicyTally, released: tuple[str, ...]) -> None:
+    assert held_to_release(policy, share) == released
+
+
+def _conditions(status: object) -> dict[str, tuple[str, str, str]]:
+    conditions = status.conditions  # type: ignore[attr-defined]
+    return {c.type: (c.status.value, c.reason, c.message) for c in conditions}
+
+
+@pytest.mark.parametrize(
+    ("policy", "share", "ready", "breaker"),
+    [
+        (
+            A,
+            PolicyTally(matched=3, limit=5),
+            ("True", "Reconciling", "3 node(s) matched"),
+            ("False", "BelowLimit", "quarantine limit 5"),
+        ),
+        (
+            A,
+            PolicyTally(matched=3, conflicts=("n9", "n3"), limit=5),
+            (
+                "False",
+                "PolicyConflict",
+                "2 node(s) match more than one policy and are left alone: n3, n9",
+            ),
+            ("False", "BelowLimit", "quarantine limit 5"),
+        ),
+        (
+            BAD,
+            PolicyTally(),
+            ("False", "InvalidSpec", "spec.maxQuarantined: bad value"),
+            ("False", "BelowLimit", "quarantine limit 0"),
+        ),
+        (
+            A,
+            PolicyTally(matched=3, held_by_breaker=("n2",), limit=1),
+            ("True", "Reconciling", "3 node(s) matched"),
+            (
+                "True",
+                "QuarantineLimitReached",
+                "1 node(s) held: quarantining them would exceed maxQuarantined (limit 1);"
+                " raise spec.maxQuarantined to let them through",
+            ),
+        ),
+    ],
+)
+def test_policy_status_conditions(
+    policy: PolicyView,
+    share: PolicyTally,
+    ready: tuple[str, str, str],
+    breaker: tuple[str, str, str],
+) -> None:
+    status = policy_status(policy, share, {}, NOW)
+    assert _conditions(status) == {"Ready": ready, "BreakerOpen": breaker}
+    assert status.breaker_open is bool(share.held_by_breaker)
+    assert status.matched_nodes == share.matched
+    assert status.observed_generation == policy.generation
+    assert all(c.last_transition_time == NOW for c in status.conditions)
+
+
+def test_condition_keeps_its_transition_time_while_its_status_holds() -> None:
+    old = {
+        "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": EARLIER},
+            {"type": "BreakerOpen", "status": "True", "lastTransitionTime": EARLIER},
+        ]
+    }
+    status = policy_status(A, PolicyTally(matched=1, limit=5), old, NOW)
+    stamps = {c.type: c.last_transition_time for c in status.conditions}
+    assert stamps["Ready"] == datetime(2025, 12, 31, tzinfo=UTC)  # still True
+    assert stamps["BreakerOpen"] == NOW  # True -> False
+
+
+def test_same_status_ignores_transition_times_and_breaker_event_on_opening() -> None:
+    share = PolicyTally(matched=1, held_by_breaker=("n1",), limit=0)
+    status = policy_status(A, share, {}, NOW)
+    wire = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    later = policy_status(A, share, {}, datetime(2026, 2, 1, tzinfo=UTC))
+    later_wire = later.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert wire != later_wire
+    assert same_status(wire, later_wire)
+    assert breaker_just_opened({}, status)
+    assert not breaker_just_opened(wire, status)
