@@ -12,11 +12,12 @@ CLUSTER_DIR := .cluster
 PACKAGE_DIRS := contracts/gpuaccept checks/gpuaccept probes/gpuaccept operator/gpuaccept testsupport/gpuaccept
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv lint test demo
+.PHONY: help venv lint unit test demo
 
 help:
 	@echo "make demo        run the operator against a simulated GPU fleet (real kube-apiserver)"
 	@echo "make test        install everything and run every test"
+	@echo "make unit        the tests that need no control plane (under a minute)"
 	@echo "make lint        ruff + mypy --strict"
 	@echo "make cluster-up  start kube-apiserver + etcd on 127.0.0.1 (.cluster/kubeconfig)"
 	@echo "make bench-quick 100-node benchmark; make bench for the full run"
@@ -33,6 +34,12 @@ lint: venv
 	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench
 	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench
 	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py
+	$(VENV)/bin/lint-imports --no-cache
+
+# The fast tier: every test that needs no control plane (pure core, checks,
+# probe, chart templates, torch.distributed with gloo).
+unit: venv $(BIN)/helm
+	$(VENV)/bin/pytest -q -m "not device and not integration" tests
 
 # Every test: unit, torch.distributed (gloo, real processes), integration tests
 # on the real kube-apiserver + etcd (started by the session fixture), chart and

@@ -1,5 +1,10 @@
-"""The layout keeps the standard library's ``operator`` module unshadowed and
-keeps the operator free of the probe's hardware dependencies."""
+"""Run-time layout facts that a static import graph cannot show.
+
+The layers themselves are import-linter contracts (``.importlinter``, run by
+``make lint``). These two tests check what only an import at run time shows:
+the standard library's ``operator`` module is not shadowed by the namespace
+package, and importing the operator pulls in no torch or NVML, not even
+through a third-party dependency (import-linter sees only our own imports)."""
 
 import subprocess
 import sys
