@@ -8,19 +8,21 @@
 3. Run ``gpuaccept operator`` (a subprocess) and wait until every node is decided.
 4. Print ``kubectl get nodeacceptance``, the nodes with taints and labels, and
    what to try next. Exit 0 only if every node ended where it should.
-5. Stop everything it started, unless ``KEEP=1``: then operator and stand-in keep
-   running (``make demo-down`` stops them) and the kubeconfig is printed.
+5. Stop everything it started, unless ``KEEP=1``: then everything keeps running
+   and the kubeconfig is printed. ``make demo-down`` stops what the demo
+   started (the control plane too, if the demo started it); ``make
+   cluster-down`` stops the control plane and every process attached to it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,9 @@ from gpuaccept.contracts.api import (
 )
 from gpuaccept.operator.kube import Kube
 from gpuaccept.probe.hardware.profile import expected_fault_reasons
+from gpuaccept.testsupport.attached import register, stop_attached
 from gpuaccept.testsupport.controlplane import ControlPlane, default_dir, start
+from gpuaccept.testsupport.controlplane import stop as stop_control_plane
 from gpuaccept.testsupport.crd_install import apply_crds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +57,8 @@ BAD = {
     f"gpu-{fault}": (f"profiles/faults/{fault}.yaml", reason) for fault, reason in FAULTS.items()
 }
 TIMEOUT_S = 300
+# In <cluster dir>/demo: the demo started the control plane, so demo-down stops it.
+STARTED_CLUSTER = "started-cluster"
 
 
 def say(text: str) -> None:
@@ -173,19 +179,6 @@ def kubectl(cp: ControlPlane, *args: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def stop_process(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    for _ in range(60):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.5)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-
-
 def stop_child(proc: subprocess.Popen[bytes]) -> None:
     """Stop a process this script started (SIGTERM to its group, then SIGKILL)."""
     with contextlib.suppress(ProcessLookupError):
@@ -199,28 +192,40 @@ def stop_child(proc: subprocess.Popen[bytes]) -> None:
 
 
 def down() -> int:
-    state = default_dir() / "demo"
-    pids = state / "pids.json"
-    if pids.exists():
-        for pid in json.loads(pids.read_text()).values():
-            stop_process(int(pid))
-        pids.unlink()
-        say("demo operator and kubelet stand-in stopped (make cluster-down stops the cluster)")
-    else:
-        say("no demo running")
+    """``make demo-down``: stop everything the demo started.
+
+    Its operator and kubelet stand-in (registered as attached to the control
+    plane), and the control plane too when the demo started it. A control plane
+    from ``make cluster-up`` is left running; ``make cluster-down`` stops it and
+    anything still attached to it.
+    """
+    directory = default_dir()
+    stopped = stop_attached(directory)
+    say(f"stopped {', '.join(stopped)}" if stopped else "no demo process running")
+    if (directory / "demo" / STARTED_CLUSTER).exists():
+        say("stopping the control plane the demo started")
+        stop_control_plane(directory)
     return 0
 
 
-def main() -> int:
-    if sys.argv[1:] == ["down"]:
-        return down()
-    keep = os.environ.get("KEEP") == "1"
-    say("starting the control plane (kube-apiserver + etcd; built on first use)")
-    cp = start(default_dir())
+@dataclass
+class DemoRun:
+    """The processes of one demo run and where they write."""
+
+    cp: ControlPlane
+    kube: Kube
+    state: Path
+    operator: subprocess.Popen[bytes]
+    standin: subprocess.Popen[bytes]
+
+
+def start_fleet(cp: ControlPlane, *, keep: bool) -> DemoRun:
+    """Install the demo, then start the kubelet stand-in and the operator."""
     state = cp.dir / "demo"
     state.mkdir(exist_ok=True)
-    if (state / "pids.json").exists():
-        down()
+    if cp.owned:
+        (state / STARTED_CLUSTER).touch()
+    stop_attached(cp.dir)  # an earlier KEEP=1 run's processes
     kube = Kube(cp.api_client())
     kube.api.user_agent = "gpuaccept-demo"
     forget_fleet(kube)
@@ -233,6 +238,7 @@ def main() -> int:
         + ([] if keep else ["--delete-nodes-on-exit"]),
         state / "kubelet-standin.log",
     )  # fmt: skip
+    register(cp.dir, "demo-kubelet-standin", standin.pid)
     say("running gpuaccept operator")
     operator = spawn(
         [sys.executable, "-m", "gpuaccept.cli", "operator", "--kubeconfig", str(cp.kubeconfig),
@@ -240,79 +246,108 @@ def main() -> int:
          "--status-interval", "2", "--probe-image", "local/gpuaccept-probe:demo"],
         state / "operator.log",
     )  # fmt: skip
-    (state / "pids.json").write_text(json.dumps({"operator": operator.pid, "standin": standin.pid}))
+    register(cp.dir, "demo-operator", operator.pid)
+    return DemoRun(cp, kube, state, operator, standin)
+
+
+def wait_for_verdicts(run: DemoRun) -> bool:
+    """Until every node is Accepted or Quarantined, printing the counts as they change."""
+    deadline = time.monotonic() + TIMEOUT_S
+    last = ""
+    while time.monotonic() < deadline:
+        if run.operator.poll() is not None or run.standin.poll() is not None:
+            say(f"a process died; see {run.state}/operator.log and kubelet-standin.log")
+            return False
+        current = phases(run.kube)
+        counts: dict[str, int] = {}
+        for status in current.values():
+            phase = status.get("phase", "Pending")
+            counts[phase] = counts.get(phase, 0) + 1
+        line = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "waiting"
+        if line != last:
+            say(f"nodes: {line}")
+            last = line
+        decided = {n for n, s in current.items() if s.get("phase") in ("Accepted", "Quarantined")}
+        if decided == set(GOOD) | set(BAD):
+            return True
+        time.sleep(1)
+    say(f"not every node was decided within {TIMEOUT_S}s")
+    return False
+
+
+def unexpected(current: dict[str, dict[str, Any]]) -> list[str]:
+    """Every node not where its profile says it must end."""
+    problems = []
+    for name in GOOD:
+        if current.get(name, {}).get("phase") != "Accepted":
+            problems.append(f"{name}: expected Accepted, got {current.get(name)}")
+    for name, (_profile, reason) in BAD.items():
+        status = current.get(name, {})
+        if status.get("phase") != "Quarantined" or status.get("reason") != reason:
+            problems.append(
+                f"{name}: expected Quarantined/{reason}, got "
+                f"{status.get('phase')}/{status.get('reason')}"
+            )
+    return problems
+
+
+def show(cp: ControlPlane) -> None:
+    out("")
+    time.sleep(3)  # let the policy status catch up (it is written every 2 s)
+    out(kubectl(cp, "get", "nodeacceptancepolicy"))
+    out(kubectl(cp, "get", "nodeacceptance"))
+    out(kubectl(cp, "get", "nodes", "-l", "gpuaccept.io/demo=true", "-o",
+                "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept\\.io/"
+                "acceptance,TAINTS:.spec.taints[*].key"))  # fmt: skip
+
+
+def next_steps(cp: ControlPlane) -> None:
+    out("Try next (with KEEP=1 make demo):")
+    out(f"  export KUBECONFIG={cp.kubeconfig}")
+    out(f"  export PATH={ROOT / '.bin'}:$PATH   # the kubectl built for this control plane")
+    out("  kubectl get nodeacceptance gpu-pcie-x8 -o yaml        # reasons, checks, report")
+    out("  kubectl annotate node gpu-healthy-1 gpuaccept.io/reprobe=now   # re-probe")
+    out("  kubectl patch nodeacceptancepolicy demo --type merge -p "
+        "'{\"spec\":{\"dryRun\":true}}'   # dry run")  # fmt: skip
+    out("  docs/runbook.md, 'Release a quarantined node': repair + re-probe, or no probe")
+    out("  docs/runbook.md also: reset the breaker, dryRun, paused")
+    out("  make demo-down                                          # stop it all")
+
+
+def tear_down(run: DemoRun) -> None:
+    say("stopping the operator and the kubelet stand-in")
+    stop_child(run.operator)
+    stop_child(run.standin)
+    stop_attached(run.cp.dir)  # removes the registrations
+    with contextlib.suppress(ApiException):
+        run.kube.request("DELETE", f"{POLICY_PATH}/{POLICY}")
+    for name in (*GOOD, *BAD):
+        run.kube.delete_na(name)
+    if run.cp.owned:
+        say("stopping the control plane")
+        run.cp.stop()
+
+
+def main() -> int:
+    if sys.argv[1:] == ["down"]:
+        return down()
+    keep = os.environ.get("KEEP") == "1"
+    say("starting the control plane (kube-apiserver + etcd; built on first use)")
+    run = start_fleet(start(default_dir()), keep=keep)
     ok = False
     try:
-        deadline = time.monotonic() + TIMEOUT_S
-        last = ""
-        while time.monotonic() < deadline:
-            if operator.poll() is not None or standin.poll() is not None:
-                say(f"a process died; see {state}/operator.log and kubelet-standin.log")
-                break
-            current = phases(kube)
-            counts: dict[str, int] = {}
-            for status in current.values():
-                phase = status.get("phase", "Pending")
-                counts[phase] = counts.get(phase, 0) + 1
-            line = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "waiting"
-            if line != last:
-                say(f"nodes: {line}")
-                last = line
-            decided = {
-                n for n, s in current.items() if s.get("phase") in ("Accepted", "Quarantined")
-            }
-            if decided == set(GOOD) | set(BAD):
-                ok = True
-                break
-            time.sleep(1)
-        else:
-            say(f"not every node was decided within {TIMEOUT_S}s")
-        out("")
-        time.sleep(3)  # let the policy status catch up (it is written every 2 s)
-        out(kubectl(cp, "get", "nodeacceptancepolicy"))
-        out(kubectl(cp, "get", "nodeacceptance"))
-        out(kubectl(cp, "get", "nodes", "-l", "gpuaccept.io/demo=true", "-o",
-                    "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept\\.io/"
-                    "acceptance,TAINTS:.spec.taints[*].key"))  # fmt: skip
-        current = phases(kube)
-        problems = []
-        for name in GOOD:
-            if current.get(name, {}).get("phase") != "Accepted":
-                problems.append(f"{name}: expected Accepted, got {current.get(name)}")
-        for name, (_profile, reason) in BAD.items():
-            status = current.get(name, {})
-            if status.get("phase") != "Quarantined" or status.get("reason") != reason:
-                problems.append(
-                    f"{name}: expected Quarantined/{reason}, got "
-                    f"{status.get('phase')}/{status.get('reason')}"
-                )
+        ok = wait_for_verdicts(run)
+        show(run.cp)
+        problems = unexpected(phases(run.kube))
         for problem in problems:
             say(f"UNEXPECTED {problem}")
         ok = ok and not problems
-        out("Try next (with KEEP=1 make demo):")
-        out(f"  export KUBECONFIG={cp.kubeconfig}")
-        out(f"  export PATH={ROOT / '.bin'}:$PATH   # the kubectl built for this control plane")
-        out("  kubectl get nodeacceptance gpu-pcie-x8 -o yaml        # reasons, checks, report")
-        out("  kubectl annotate node gpu-healthy-1 gpuaccept.io/reprobe=now   # re-probe")
-        out("  kubectl patch nodeacceptancepolicy demo --type merge -p "
-            "'{\"spec\":{\"dryRun\":true}}'   # dry run")  # fmt: skip
-        out("  docs/runbook.md, 'Release a quarantined node': repair + re-probe, or no probe")
-        out("  docs/runbook.md also: reset the breaker, dryRun, paused")
+        next_steps(run.cp)
     finally:
         if keep:
-            say(f"KEEP=1: left running. KUBECONFIG={cp.kubeconfig}; stop with: make demo-down")
+            say(f"KEEP=1: left running. KUBECONFIG={run.cp.kubeconfig}; stop with: make demo-down")
         else:
-            say("stopping the operator and the kubelet stand-in")
-            stop_child(operator)
-            stop_child(standin)
-            (state / "pids.json").unlink(missing_ok=True)
-            with contextlib.suppress(ApiException):
-                kube.request("DELETE", f"{POLICY_PATH}/{POLICY}")
-            for name in (*GOOD, *BAD):
-                kube.delete_na(name)
-            if cp.owned:
-                say("stopping the control plane")
-                cp.stop()
+            tear_down(run)
     say("demo ok" if ok else "demo FAILED")
     return 0 if ok else 1
 
