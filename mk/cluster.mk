@@ -3,7 +3,7 @@
 #
 #   make cluster-tools   build .bin/controlplane, .bin/kubectl, .bin/helm
 #   make cluster-up      start (or reuse) the control plane; kubeconfig in .cluster/kubeconfig
-#   make cluster-down    stop it, remove .cluster/
+#   make cluster-down    stop what is attached to it (a KEEP=1 demo), then it; remove .cluster/
 #   make cluster-status  is it running and ready?
 #   make cluster-test    the control plane + kubelet stand-in integration tests
 

@@ -1,5 +1,7 @@
 # make demo: the operator on the local control plane with a simulated GPU fleet
-# (see scripts/demo.py). KEEP=1 leaves it running; make demo-down stops it.
+# (see scripts/demo.py). KEEP=1 leaves it running; make demo-down stops what the
+# demo started (the control plane too, if it started it); make cluster-down stops
+# the control plane and any demo attached to it.
 
 .PHONY: demo demo-down
 
