@@ -19,11 +19,19 @@ observed::
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, FigureColumn, ObservedModel, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FigureColumn,
+    FiguresModel,
+    ObservedModel,
+    clip,
+)
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "NcclAllreduceFailed"
+BUSBW_FIGURE = "busbwGBps"  # the key figure's wire name (.status.figures.busbwGBps)
 
 
 class NcclAllreducePolicy(CheckSwitch):
@@ -75,9 +83,15 @@ def condense(observed: NcclAllreduceObserved) -> NcclAllreduceObserved:
     return observed.model_copy(update={"sweep": None})
 
 
-def key_figures(observed: NcclAllreduceObserved) -> dict[str, JsonValue]:
+class NcclAllreduceFigures(FiguresModel):
+    busbw_gbps: float | None = Field(
+        default=None, ge=0, alias=BUSBW_FIGURE, description="All-reduce bus bandwidth, GB/s."
+    )
+
+
+def key_figures(observed: NcclAllreduceObserved) -> NcclAllreduceFigures:
     busbw = observed.busbw_gbps
-    return {"busbw_gbps": busbw if busbw >= 0 else None}
+    return NcclAllreduceFigures(busbw_gbps=busbw if busbw >= 0 else None)
 
 
 SPEC = CheckSpec(
@@ -89,6 +103,7 @@ SPEC = CheckSpec(
     observed_model=NcclAllreduceObserved,
     judge=judge,
     condense=condense,
+    figures_model=NcclAllreduceFigures,
     key_figures=key_figures,
-    columns=(FigureColumn("BusBW", "busbwGBps", "number", "NCCL all-reduce GB/s."),),
+    columns=(FigureColumn("BusBW", BUSBW_FIGURE, "NCCL all-reduce GB/s.", position=1),),
 )
