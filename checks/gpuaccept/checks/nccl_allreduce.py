@@ -35,15 +35,24 @@ BUSBW_FIGURE = "busbwGBps"  # the key figure's wire name (.status.figures.busbwG
 
 
 class NcclAllreducePolicy(CheckSwitch):
-    min_busbw_gbps: float | None = Field(default=None, ge=0, alias="minBusbwGBps")
+    min_busbw_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        alias="minBusbwGBps",
+        description="Lowest acceptable all-reduce bus bandwidth, GB/s; unset: any positive figure.",
+    )
     min_busbw_gbps_by_model: dict[str, float] = Field(
         default_factory=dict,
         alias="minBusbwGBpsByModel",
         description="Per GPU model (as NVML names it); overrides minBusbwGBps for that model.",
     )
-    max_message_bytes: int = Field(default=1 << 30, ge=1 << 10, le=1 << 34)
-    iterations: int = Field(default=20, ge=1, le=1000)
-    warmup_iterations: int = Field(default=5, ge=0, le=100)
+    max_message_bytes: int = Field(
+        default=1 << 30, ge=1 << 10, le=1 << 34, description="The largest message of the sweep."
+    )
+    iterations: int = Field(default=20, ge=1, le=1000, description="Timed all-reduces per size.")
+    warmup_iterations: int = Field(
+        default=5, ge=0, le=100, description="Untimed all-reduces before the timed ones."
+    )
 
     def min_busbw_for(self, gpu_model: str | None) -> float | None:
         if gpu_model is not None and gpu_model in self.min_busbw_gbps_by_model:

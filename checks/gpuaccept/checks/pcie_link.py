@@ -45,10 +45,24 @@ class PcieLinkPolicy(CheckSwitch):
         default=True,
         description="Under load, each GPU's link generation and width must equal its maximum.",
     )
-    min_generation: int | None = Field(default=None, ge=1, le=7)
-    min_width: int | None = Field(default=None, ge=1, le=32)
-    min_h2d_gbps: float | None = Field(default=None, ge=0, alias="minH2DGBps")
-    min_d2h_gbps: float | None = Field(default=None, ge=0, alias="minD2HGBps")
+    min_generation: int | None = Field(
+        default=None, ge=1, le=7, description="Lowest acceptable link generation under load."
+    )
+    min_width: int | None = Field(
+        default=None, ge=1, le=32, description="Lowest acceptable link width under load."
+    )
+    min_h2d_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        alias="minH2DGBps",
+        description="Lowest acceptable host-to-device pinned copy bandwidth per GPU, GB/s.",
+    )
+    min_d2h_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        alias="minD2HGBps",
+        description="Lowest acceptable device-to-host pinned copy bandwidth per GPU, GB/s.",
+    )
 
 
 class PcieLinkObserved(ObservedModel):
