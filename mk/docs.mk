@@ -1,8 +1,9 @@
 # Docs generated from the check registry (issue 9).
 #
-#   make docs        rewrite the marked sections of docs/policy.md, docs/probe.md and
-#                    docs/report-format.md (<!-- BEGIN GENERATED: NAME --> ... END) from
-#                    gpuaccept.checks.registry; tests/contracts/test_docs_drift.py fails until you do
+#   make docs        rewrite the marked sections (<!-- BEGIN GENERATED: NAME --> ... END) of
+#                    docs/policy.md, probe.md, report-format.md and profile-format.md from the
+#                    check registry (gpuaccept.checks.registry) and the shipped profiles;
+#                    tests/contracts/test_docs_drift.py fails until you do
 #   make docs-check  only report stale docs (exit 1)
 
 DOCS_PYTHON ?= .venv/bin/python

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ def test_every_doc_has_generated_sections(doc: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(docgen.GENERATORS))
 def test_every_generated_table_has_a_row_per_check(name: str) -> None:
-    table = docgen.GENERATORS[name]()
+    table = docgen.GENERATORS[name](ROOT)
     assert all(f"`{c.name}`" in table or f"`{docgen.section_name(c)}." in table for c in CHECKS)
 
 
@@ -36,11 +37,11 @@ def test_a_stale_section_is_rewritten() -> None:
         "intro\n<!-- BEGIN GENERATED: probe-checks (make docs) -->\n| old |\n"
         "<!-- END GENERATED: probe-checks -->\nend\n"
     )
-    fresh = docgen.regenerate(text)
+    fresh = docgen.regenerate(text, ROOT)
     assert fresh != text
     assert fresh.startswith("intro\n<!-- BEGIN GENERATED: probe-checks (make docs) -->\n")
     assert fresh.endswith("<!-- END GENERATED: probe-checks -->\nend\n")
-    assert docgen.regenerate(fresh) == fresh
+    assert docgen.regenerate(fresh, ROOT) == fresh
     assert "| old |" not in fresh
 
 
@@ -54,6 +55,7 @@ def test_cli_check_reports_stale_docs(tmp_path: Path) -> None:
     for doc in docgen.DOCS:
         (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / doc).write_text((ROOT / doc).read_text(encoding="utf-8"), encoding="utf-8")
+    shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
     assert docgen.main(["--root", str(tmp_path), "--check"]) == 0
     policy = tmp_path / "docs/policy.md"
     policy.write_text(policy.read_text().replace("`PcieLinkFailed`", "`Nope`", 1))

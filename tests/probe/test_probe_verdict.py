@@ -39,9 +39,9 @@ def result(
 
 def only(*checks: str, **overrides: dict[str, object]) -> ProbePolicy:
     """A policy with only ``checks`` enabled."""
-    names = ["gpu_count", "driver_libraries", "cpu_governor", "pcie_link",
-             "throttle_reasons", "nccl_allreduce"]  # fmt: skip
-    data: dict[str, dict[str, object]] = {to_camel(n): {"enabled": n in checks} for n in names}
+    data: dict[str, dict[str, object]] = {
+        to_camel(c.name): {"enabled": c.name in checks} for c in CHECKS
+    }
     for name, values in overrides.items():
         data[name] = {**data[name], **values}
     return ProbePolicy.model_validate(data)

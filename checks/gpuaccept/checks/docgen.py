@@ -9,7 +9,8 @@ A doc marks each generated section with a pair of comments::
 and ``gpuaccept docs`` (``make docs``) rewrites what lies between them from
 :data:`gpuaccept.checks.registry.CHECKS`: the checks with their reasons, their
 policy fields with defaults and descriptions (from each policy section model),
-and the shape of their ``observed`` value (from each ``Observed`` model). A
+and the shape of their ``observed`` value (from each ``Observed`` model); and
+the list of shipped hardware profiles from their own ``expect`` fields. A
 new check appears in every table without editing a doc by hand;
 ``tests/contracts/test_docs_drift.py`` fails while the docs are stale.
 
@@ -28,6 +29,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -36,7 +38,8 @@ from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec
 from gpuaccept.contracts.policy import CheckSwitch
 
-DOCS = ("docs/policy.md", "docs/probe.md", "docs/report-format.md")
+DOCS = ("docs/policy.md", "docs/probe.md", "docs/report-format.md", "docs/profile-format.md")
+PROFILE_DIRS = ("profiles", "profiles/faults")
 
 _SECTION = re.compile(
     r"(?P<begin><!-- BEGIN GENERATED: (?P<name>[a-z-]+)[^>]*-->\n)"
@@ -176,22 +179,52 @@ def observed_shapes(checks: Sequence[AnyCheckSpec] = CHECKS) -> str:
     return "\n".join(rows) + "\n"
 
 
-GENERATORS: dict[str, Callable[[], str]] = {
-    "checks-table": checks_table,
-    "policy-fields": policy_fields,
-    "probe-checks": probe_checks,
-    "observed-shapes": observed_shapes,
+def _expected_verdict(expect: Mapping[str, Any] | None) -> str:
+    if not expect:
+        return "not stated"
+    if expect.get("accepted"):
+        return "accepted"
+    return f"quarantined: `{expect.get('check')}` fails (`{expect.get('reason')}`)"
+
+
+def shipped_profiles(root: Path) -> str:
+    """profile-format.md: the shipped profiles, from their ``description`` and
+    ``expect`` fields (the profiles are the data; the doc only lists them)."""
+    rows = [
+        "| profile | expected verdict (with `policies/default-h100-h200.yaml`) | description |",
+        "|---------|----------------------------------------------------------|-------------|",
+    ]
+    for directory in PROFILE_DIRS:
+        for path in sorted((root / directory).glob("*.yaml")):
+            profile = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            name = path.relative_to(root).as_posix()
+            verdict = _expected_verdict(profile.get("expect"))
+            description = _cell(str(profile.get("description", "")))
+            rows.append(f"| `{name}` | {verdict} | {description} |")
+    return "\n".join(rows) + "\n"
+
+
+Generator = Callable[[Path], str]  # the repository root → the section's text
+
+GENERATORS: dict[str, Generator] = {
+    "checks-table": lambda _root: checks_table(),
+    "policy-fields": lambda _root: policy_fields(),
+    "probe-checks": lambda _root: probe_checks(),
+    "observed-shapes": lambda _root: observed_shapes(),
+    "shipped-profiles": shipped_profiles,
 }
 
 
-def regenerate(text: str, generators: Mapping[str, Callable[[], str]] = GENERATORS) -> str:
+def regenerate(
+    text: str, root: Path = Path(), generators: Mapping[str, Generator] = GENERATORS
+) -> str:
     """``text`` with every marked section rewritten (raises on an unknown section)."""
 
     def replace(match: re.Match[str]) -> str:
         name = match["name"]
         if name not in generators:
             raise UnknownSectionError(f"unknown generated section {name!r}")
-        return f"{match['begin']}{generators[name]()}{match['end']}"
+        return f"{match['begin']}{generators[name](root)}{match['end']}"
 
     return _SECTION.sub(replace, text)
 
@@ -201,7 +234,7 @@ def stale_docs(root: Path, docs: Sequence[str] = DOCS) -> dict[str, str]:
     out: dict[str, str] = {}
     for doc in docs:
         text = (root / doc).read_text(encoding="utf-8")
-        fresh = regenerate(text)
+        fresh = regenerate(text, root)
         if fresh != text:
             out[doc] = fresh
     return out
