@@ -274,11 +274,13 @@ def test_policy_status_and_columns(cp: ControlPlane, name: str) -> None:
         "ACCEPTED",
         "QUARANTINED",
         "PENDING",
+        "HELD",
+        "BREAKER",
         "DRYRUN",
         "PAUSED",
         "AGE",
     ]
-    assert table[1].split()[:5] == [name, "7", "2", "1", "true"]
+    assert table[1].split()[:7] == [name, "7", "2", "1", "0", "false", "true"]
     everything = cp.kubectl("get", "gpuaccept").stdout
     assert name in everything
 
