@@ -8,11 +8,12 @@ operator never loads torch or NVML and the probe never loads kopf.
 import sys
 from collections.abc import Sequence
 
-USAGE = """usage: gpuaccept {probe,operator,crds} [options]
+USAGE = """usage: gpuaccept {probe,operator,crds,docs} [options]
 
   probe      measure this node and print a report (see: gpuaccept probe --help)
   operator   run the Kubernetes operator (see: gpuaccept operator --help)
   crds       print the CustomResourceDefinitions generated from the contract models
+  docs       rewrite the docs' check tables from the check registry
 """
 
 EXIT_USAGE = 2
@@ -36,6 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuaccept.checks.crdgen import main as crds_main  # noqa: PLC0415 (lazy: one component only)
 
         return crds_main(rest)
+    if command == "docs":
+        from gpuaccept.checks.docgen import main as docs_main  # noqa: PLC0415 (lazy: one component only)
+
+        return docs_main(rest)
     sys.stderr.write(f"gpuaccept: unknown command {command!r}\n{USAGE}")
     return EXIT_USAGE
 

@@ -2,8 +2,10 @@
 
 import pytest
 from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
+from gpuaccept.checks.registry import CHECKS
 from gpuaccept.contracts.policy import VersionRange
 
 
@@ -60,10 +62,9 @@ def test_version_range_contains(
 
 
 def test_a_policy_with_every_check_disabled_is_refused() -> None:
-    names = ("pcieLink", "cpuGovernor", "driverLibraries", "ncclAllreduce")
-    names += ("throttleReasons", "gpuCount")
+    sections = {to_camel(check.name): {"enabled": False} for check in CHECKS}
     with pytest.raises(ValidationError, match="every check is disabled"):
-        NodeAcceptancePolicySpec.model_validate({"probe": {n: {"enabled": False} for n in names}})
+        NodeAcceptancePolicySpec.model_validate({"probe": sections})
 
 
 def test_empty_range_is_rejected_where_a_policy_carries_it() -> None:

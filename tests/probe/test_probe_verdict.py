@@ -39,9 +39,9 @@ def result(
 
 def only(*checks: str, **overrides: dict[str, object]) -> ProbePolicy:
     """A policy with only ``checks`` enabled."""
-    names = ["gpu_count", "driver_libraries", "cpu_governor", "pcie_link",
-             "throttle_reasons", "nccl_allreduce"]  # fmt: skip
-    data: dict[str, dict[str, object]] = {to_camel(n): {"enabled": n in checks} for n in names}
+    data: dict[str, dict[str, object]] = {
+        to_camel(c.name): {"enabled": c.name in checks} for c in CHECKS
+    }
     for name, values in overrides.items():
         data[name] = {**data[name], **values}
     return ProbePolicy.model_validate(data)
@@ -60,14 +60,16 @@ def test_healthy_report_is_accepted_with_figures() -> None:
     assert v.reason is None
     assert v.message == "all checks passed"
     assert [c.status for c in v.checks] == [CheckStatus.PASS] * 6
-    assert v.figures == KeyFigures(
-        gpu_model="NVIDIA H100 80GB HBM3",
-        gpu_count=8,
-        min_pcie_generation=5,
-        min_pcie_width=16,
-        pcie="Gen5x16",
-        busbw_gbps=468.0,
-        driver_version="550.54.15",
+    assert v.figures == KeyFigures.model_validate(
+        {
+            "gpuModel": "NVIDIA H100 80GB HBM3",
+            "gpuCount": 8,
+            "minPcieGeneration": 5,
+            "minPcieWidth": 16,
+            "pcie": "Gen5x16",
+            "busbwGBps": 468.0,
+            "driverVersion": "550.54.15",
+        }
     )
 
 
@@ -76,7 +78,7 @@ def test_fault_reason_names_the_check() -> None:
     assert not v.accepted
     assert [(r.check, r.reason) for r in v.reasons] == [("pcie_link", "PcieLinkFailed")]
     assert v.reason == "PcieLinkFailed"
-    assert v.figures.pcie == "Gen5x8"
+    assert v.figures.figure("pcie") == "Gen5x8"
     assert v.message.startswith("pcie_link: GPU 3 below max width")
 
 
@@ -279,4 +281,4 @@ def test_implausible_pcie_figures_are_left_out_not_raised() -> None:
     }  # fmt: skip
     v = evaluate(report(result("pcie_link", CheckStatus.PASS, obs)), only("pcie_link"))
     assert v.figures is not None
-    assert (v.figures.min_pcie_generation, v.figures.pcie) == (None, None)
+    assert (v.figures.figure("minPcieGeneration"), v.figures.figure("pcie")) == (None, None)

@@ -19,7 +19,11 @@ CPULIST_MAX = 96
 
 
 class CpuGovernorPolicy(CheckSwitch):
-    required_governor: str = Field(default="performance", pattern=r"^[a-z_]{1,32}$")
+    required_governor: str = Field(
+        default="performance",
+        pattern=r"^[a-z_]{1,32}$",
+        description="The cpufreq scaling_governor every online CPU must run.",
+    )
 
 
 class CpuGovernorObserved(ObservedModel):

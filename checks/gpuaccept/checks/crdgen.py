@@ -231,7 +231,7 @@ def model_schema(model: type[BaseModel]) -> Schema:
 
 def _object_schema(
     spec_model: type[BaseModel],
-    status_model: type[BaseModel],
+    status: Schema,
     description: str,
     *,
     spec_required: bool,
@@ -248,7 +248,7 @@ def _object_schema(
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
             "spec": spec,
-            "status": model_schema(status_model),
+            "status": status,
         },
     }
     if spec_required:
@@ -363,7 +363,7 @@ def policy_crd() -> Schema:
         short_names=["nap"],
         schema=_object_schema(
             NodeAcceptancePolicySpec,
-            NodeAcceptancePolicyStatus,
+            model_schema(NodeAcceptancePolicyStatus),
             "Which nodes are probed, the thresholds they are judged against, and what "
             "happens to a node that fails.",
             spec_required=False,
@@ -382,13 +382,32 @@ def policy_crd() -> Schema:
     )
 
 
+def check_figure_schemas() -> dict[str, Schema]:
+    """Wire name → schema of every key figure the registered checks declare."""
+    out: dict[str, Schema] = {}
+    for check in CHECKS:
+        if check.figures_model is not None:
+            out.update(model_schema(check.figures_model)["properties"])
+    return out
+
+
 def figure_columns() -> list[Schema]:
-    """The registered checks' key figures, in registry order."""
+    """The registered checks' key-figure columns, in their declared display order."""
+    kinds = {name: schema["type"] for name, schema in check_figure_schemas().items()}
+    columns = sorted((c for check in CHECKS for c in check.columns), key=lambda c: c.position)
     return [
-        _column(c.name, f".status.figures.{c.figure}", c.kind, c.description)
-        for check in CHECKS
-        for c in check.columns
+        _column(c.name, f".status.figures.{c.figure}", kinds[c.figure], c.description)
+        for c in columns
     ]
+
+
+def _status_schema() -> Schema:
+    """``NodeAcceptanceStatus`` with the checks' key figures in ``status.figures``
+    (the contract keeps them as bounded extra fields; the CRD names each one, so
+    the API server validates them and prunes what no check declares)."""
+    status = model_schema(NodeAcceptanceStatus)
+    status["properties"]["figures"]["properties"].update(check_figure_schemas())
+    return status
 
 
 def acceptance_crd() -> Schema:
@@ -399,7 +418,7 @@ def acceptance_crd() -> Schema:
         short_names=["na"],
         schema=_object_schema(
             NodeAcceptanceSpec,
-            NodeAcceptanceStatus,
+            _status_schema(),
             "The acceptance state of one node (the object is named after the node).",
             spec_required=True,
         ),

@@ -19,23 +19,40 @@ observed::
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, FigureColumn, ObservedModel, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FigureColumn,
+    FiguresModel,
+    ObservedModel,
+    clip,
+)
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "NcclAllreduceFailed"
+BUSBW_FIGURE = "busbwGBps"  # the key figure's wire name (.status.figures.busbwGBps)
 
 
 class NcclAllreducePolicy(CheckSwitch):
-    min_busbw_gbps: float | None = Field(default=None, ge=0, alias="minBusbwGBps")
+    min_busbw_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        alias="minBusbwGBps",
+        description="Lowest acceptable all-reduce bus bandwidth, GB/s; unset: any positive figure.",
+    )
     min_busbw_gbps_by_model: dict[str, float] = Field(
         default_factory=dict,
         alias="minBusbwGBpsByModel",
         description="Per GPU model (as NVML names it); overrides minBusbwGBps for that model.",
     )
-    max_message_bytes: int = Field(default=1 << 30, ge=1 << 10, le=1 << 34)
-    iterations: int = Field(default=20, ge=1, le=1000)
-    warmup_iterations: int = Field(default=5, ge=0, le=100)
+    max_message_bytes: int = Field(
+        default=1 << 30, ge=1 << 10, le=1 << 34, description="The largest message of the sweep."
+    )
+    iterations: int = Field(default=20, ge=1, le=1000, description="Timed all-reduces per size.")
+    warmup_iterations: int = Field(
+        default=5, ge=0, le=100, description="Untimed all-reduces before the timed ones."
+    )
 
     def min_busbw_for(self, gpu_model: str | None) -> float | None:
         if gpu_model is not None and gpu_model in self.min_busbw_gbps_by_model:
@@ -75,9 +92,15 @@ def condense(observed: NcclAllreduceObserved) -> NcclAllreduceObserved:
     return observed.model_copy(update={"sweep": None})
 
 
-def key_figures(observed: NcclAllreduceObserved) -> dict[str, JsonValue]:
+class NcclAllreduceFigures(FiguresModel):
+    busbw_gbps: float | None = Field(
+        default=None, ge=0, alias=BUSBW_FIGURE, description="All-reduce bus bandwidth, GB/s."
+    )
+
+
+def key_figures(observed: NcclAllreduceObserved) -> NcclAllreduceFigures:
     busbw = observed.busbw_gbps
-    return {"busbw_gbps": busbw if busbw >= 0 else None}
+    return NcclAllreduceFigures(busbw_gbps=busbw if busbw >= 0 else None)
 
 
 SPEC = CheckSpec(
@@ -89,6 +112,7 @@ SPEC = CheckSpec(
     observed_model=NcclAllreduceObserved,
     judge=judge,
     condense=condense,
+    figures_model=NcclAllreduceFigures,
     key_figures=key_figures,
-    columns=(FigureColumn("BusBW", "busbwGBps", "number", "NCCL all-reduce GB/s."),),
+    columns=(FigureColumn("BusBW", BUSBW_FIGURE, "NCCL all-reduce GB/s.", position=1),),
 )

@@ -28,6 +28,7 @@ from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
     FigureColumn,
+    FiguresModel,
     ObservedModel,
     clip,
     gpu_list,
@@ -44,10 +45,24 @@ class PcieLinkPolicy(CheckSwitch):
         default=True,
         description="Under load, each GPU's link generation and width must equal its maximum.",
     )
-    min_generation: int | None = Field(default=None, ge=1, le=7)
-    min_width: int | None = Field(default=None, ge=1, le=32)
-    min_h2d_gbps: float | None = Field(default=None, ge=0, alias="minH2DGBps")
-    min_d2h_gbps: float | None = Field(default=None, ge=0, alias="minD2HGBps")
+    min_generation: int | None = Field(
+        default=None, ge=1, le=7, description="Lowest acceptable link generation under load."
+    )
+    min_width: int | None = Field(
+        default=None, ge=1, le=32, description="Lowest acceptable link width under load."
+    )
+    min_h2d_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        alias="minH2DGBps",
+        description="Lowest acceptable host-to-device pinned copy bandwidth per GPU, GB/s.",
+    )
+    min_d2h_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        alias="minD2HGBps",
+        description="Lowest acceptable device-to-host pinned copy bandwidth per GPU, GB/s.",
+    )
 
 
 class PcieLinkObserved(ObservedModel):
@@ -211,14 +226,20 @@ def condense(observed: PcieLinkObserved) -> PcieLinkObserved:
     )
 
 
-def key_figures(observed: PcieLinkObserved) -> dict[str, JsonValue]:
+class PcieLinkFigures(FiguresModel):
+    min_pcie_generation: int | None = Field(default=None, ge=0)
+    min_pcie_width: int | None = Field(default=None, ge=0)
+    pcie: str | None = Field(default=None, max_length=16, description="e.g. Gen5x16")
+
+
+def key_figures(observed: PcieLinkObserved) -> PcieLinkFigures | None:
     """The weakest link under load. Only plausible figures: they are for display,
     and a bad observed value is the judge's to reject, not the verdict's."""
     facts = _facts(observed)
     gen, width = facts.min_gen, facts.min_width
     if not all(0 <= v < 100 for v in (gen, width)):
-        return {}
-    return {"min_pcie_generation": gen, "min_pcie_width": width, "pcie": f"Gen{gen}x{width}"}
+        return None
+    return PcieLinkFigures(min_pcie_generation=gen, min_pcie_width=width, pcie=f"Gen{gen}x{width}")
 
 
 SPEC = CheckSpec(
@@ -231,6 +252,7 @@ SPEC = CheckSpec(
     observed_model=PcieLinkObserved,
     judge=judge,
     condense=condense,
+    figures_model=PcieLinkFigures,
     key_figures=key_figures,
-    columns=(FigureColumn("PCIe", "pcie", "string", "Weakest PCIe link under load."),),
+    columns=(FigureColumn("PCIe", "pcie", "Weakest PCIe link under load.", position=2),),
 )

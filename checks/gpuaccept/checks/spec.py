@@ -10,8 +10,10 @@ or I/O). It defines
   detail fields dropped, and ``judge`` accepts both;
 * ``judge(observed, section, summary) -> CheckJudgement``, pure; the probe calls
   it once, and the operator again on stored reports when the policy changes;
-* its key figures (values for :class:`~gpuaccept.contracts.nodeacceptance.KeyFigures`)
-  and the printer columns that show them;
+* its key figures: a :class:`FiguresModel` (flat fields of ``status.figures``
+  next to the summary fields of :class:`~gpuaccept.contracts.nodeacceptance.KeyFigures`;
+  the CRD schema of ``status.figures`` is generated from these models) and the
+  printer columns that show them;
 * its reason code (``<CheckName>Failed``);
 
 and registers all of it as one ``SPEC`` in :mod:`gpuaccept.checks.registry`.
@@ -49,22 +51,30 @@ class CheckJudgement:
     message: str
 
 
+class FiguresModel(ContractModel):
+    """Base of a check's key figures: optional scalar fields that travel flat in
+    ``status.figures`` (camelCase, e.g. ``busbwGBps``). Their names must not
+    collide with another check's or with the summary fields."""
+
+
 @dataclass(frozen=True)
 class FigureColumn:
     """A ``kubectl get nodeacceptances`` printer column showing one key figure."""
 
     name: str  # column header, e.g. "PCIe"
-    figure: str  # the KeyFigures field, by alias, e.g. "pcie"
-    kind: str  # OpenAPI type: "string", "number", "integer"
+    figure: str  # the figure's wire name (a field of the check's FiguresModel), e.g. "pcie"
     description: str
+    # Left to right among the key-figure columns (they sit between REASON and
+    # DRIVER); registry order would put PCIe before BusBW, the README shows BusBW first.
+    position: int
 
 
 PolicyT = TypeVar("PolicyT", bound=CheckSwitch)
 ObservedT = TypeVar("ObservedT", bound=ObservedModel)
 
 
-def _no_figures(_observed: Any) -> dict[str, JsonValue]:
-    return {}
+def _no_figures(_observed: Any) -> None:
+    return None
 
 
 def _unchanged(observed: ObservedT) -> ObservedT:
@@ -83,8 +93,9 @@ class CheckSpec(Generic[PolicyT, ObservedT]):
     observed_model: type[ObservedT]
     judge: Callable[[ObservedT, PolicyT, HardwareSummary], CheckJudgement]
     condense: Callable[[ObservedT], ObservedT] = _unchanged
-    # KeyFigures field name (snake_case) -> value, from this check's observed value.
-    key_figures: Callable[[ObservedT], dict[str, JsonValue]] = _no_figures
+    # This check's key figures (None: the check has none), from its observed value.
+    figures_model: type[FiguresModel] | None = None
+    key_figures: Callable[[ObservedT], FiguresModel | None] = _no_figures
     columns: tuple[FigureColumn, ...] = ()
 
     @property

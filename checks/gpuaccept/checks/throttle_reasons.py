@@ -40,12 +40,19 @@ class ThrottleReasonsPolicy(CheckSwitch):
             ThrottleReason.HW_SLOWDOWN,
             ThrottleReason.HW_THERMAL_SLOWDOWN,
             ThrottleReason.HW_POWER_BRAKE,
-        ]
+        ],
+        description="Clock event reasons that fail the node when any GPU shows them under load.",
     )
     warn_on: list[ThrottleReason] = Field(
-        default_factory=lambda: [ThrottleReason.SW_POWER_CAP, ThrottleReason.SW_THERMAL_SLOWDOWN]
+        default_factory=lambda: [ThrottleReason.SW_POWER_CAP, ThrottleReason.SW_THERMAL_SLOWDOWN],
+        description="Reasons that only warn; a reason in both lists fails.",
     )
-    sample_seconds: float = Field(default=5.0, gt=0, le=600)
+    sample_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="How long every GPU is kept busy while the reasons are sampled.",
+    )
 
 
 class ThrottleReasonsObserved(ObservedModel):

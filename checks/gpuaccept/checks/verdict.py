@@ -84,19 +84,24 @@ def rejudge(
 
 
 def _check_figures(check: AnyCheckSpec, observed: JsonValue) -> dict[str, JsonValue]:
+    """The check's key figures by wire name (``busbwGBps``), unset ones left out."""
     try:
-        return check.key_figures(check.parse(observed))
+        figures = check.key_figures(check.parse(observed))
     except ValueError:  # a bad observed value is the check's to judge, not the figures'
         return {}
+    if figures is None:
+        return {}
+    wire: dict[str, JsonValue] = figures.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return wire
 
 
 def key_figures(report: ProbeReport, checks: Sequence[AnyCheckSpec] = CHECKS) -> KeyFigures:
     """The numbers a person looks at first, from the summary and the results."""
     s = report.summary
     figures: dict[str, JsonValue] = {
-        "gpu_model": s.gpu_model[:64] if s.gpu_model else None,
-        "gpu_count": s.gpu_count,
-        "driver_version": s.driver_version,
+        "gpuModel": s.gpu_model[:64] if s.gpu_model else None,
+        "gpuCount": s.gpu_count,
+        "driverVersion": s.driver_version,
     }
     for check in checks:
         result = report.result(check.name)

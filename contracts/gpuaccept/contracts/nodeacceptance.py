@@ -1,9 +1,11 @@
 """Status of the ``NodeAcceptance`` (one per node) and ``NodeAcceptancePolicy`` objects."""
 
+import re
 from datetime import datetime
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, StrictInt, model_validator
 
 from gpuaccept.contracts.base import ContractModel
 from gpuaccept.contracts.report import CheckStatus, ProbeReport
@@ -48,16 +50,46 @@ class CheckSummary(ContractModel):
     message: str = Field(default="", max_length=240)
 
 
+CheckFigure = Annotated[str, Field(max_length=64)] | StrictInt | float | bool
+"""One check's key figure: a scalar (a number, a flag or a short text such as ``Gen5x16``)."""
+
+FIGURE_NAME_PATTERN = r"^[a-z][A-Za-z0-9]{0,62}$"
+MAX_CHECK_FIGURES = 32
+
+
 class KeyFigures(ContractModel):
-    """The numbers a person looks at first (also shown as printer columns)."""
+    """The numbers a person looks at first (also shown as printer columns). The
+    summary fields are fixed; each check adds its own figures as further flat
+    fields, declared with the check in gpuaccept.checks."""
+
+    # The check figures (``.status.figures.busbwGBps``) are extra fields: the check
+    # registry declares them, and generates their CRD schema and printer columns.
+    # Here they are bounded: at most MAX_CHECK_FIGURES scalars under camelCase names.
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, CheckFigure] = Field(init=False)
 
     gpu_model: str | None = Field(default=None, max_length=64)
     gpu_count: int | None = Field(default=None, ge=0)
-    min_pcie_generation: int | None = Field(default=None, ge=0)
-    min_pcie_width: int | None = Field(default=None, ge=0)
-    pcie: str | None = Field(default=None, max_length=16, description="e.g. Gen5x16")
-    busbw_gbps: float | None = Field(default=None, ge=0, alias="busbwGBps")
     driver_version: str | None = Field(default=None, max_length=32)
+
+    @model_validator(mode="after")
+    def _bounded_check_figures(self) -> "KeyFigures":
+        extra = self.model_extra or {}
+        if len(extra) > MAX_CHECK_FIGURES:
+            raise ValueError(f"at most {MAX_CHECK_FIGURES} check figures, got {len(extra)}")
+        bad = sorted(name for name in extra if not re.fullmatch(FIGURE_NAME_PATTERN, name))
+        if bad:
+            raise ValueError(f"check figure names must be camelCase: {bad}")
+        return self
+
+    @property
+    def check_figures(self) -> dict[str, CheckFigure]:
+        """The figures the checks added, by wire name."""
+        return dict(self.model_extra or {})
+
+    def figure(self, name: str) -> CheckFigure | None:
+        """One check figure by its wire name (``busbwGBps``), ``None`` when absent."""
+        return self.check_figures.get(name)
 
 
 class NodeAcceptanceSpec(ContractModel):

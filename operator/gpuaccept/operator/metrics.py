@@ -6,6 +6,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from gpuaccept.checks.nccl_allreduce import BUSBW_FIGURE
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core.fleet import PolicyTally
 from gpuaccept.operator.core.model import Action, DeleteNodeAcceptance, Observed, PatchNAStatus
@@ -89,5 +90,6 @@ def record_write(observed: Observed, action: Action) -> None:
     ):
         for reason in new.reasons:
             CHECK_FAILURES.labels(reason.check, reason.reason).inc()
-    if new.figures is not None and new.figures.busbw_gbps is not None:
-        BUSBW.labels(action.name).set(new.figures.busbw_gbps)
+    busbw = new.figures.figure(BUSBW_FIGURE) if new.figures is not None else None
+    if isinstance(busbw, int | float):
+        BUSBW.labels(action.name).set(busbw)
