@@ -101,6 +101,7 @@ __all__ = [
     "PodInfo",
     "RunProcess",
     "SimNode",
+    "StandInSettings",
     "main",
     "prepared_reports",
     "truncate_termination_message",
@@ -122,6 +123,7 @@ DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 DEFAULT_TERMINATION_MESSAGE_PATH = TERMINATION_LOG_PATH
 KUBELET_VERSION = "v1.37.2-standin"
+_BOUND_PODS = "spec.nodeName!="  # the field selector of the pods the stand-in watches
 
 
 # --------------------------------------------------------------------------
@@ -352,6 +354,18 @@ class _StartError(Exception):
     """A container could not be started (exit code 128, reason StartError)."""
 
 
+@dataclass
+class _PodProgress:
+    """How far a pod has come: when it started, its containers and their states so far."""
+
+    start_time: str
+    init_containers: list[JSON]
+    containers: list[JSON]
+    init_results: dict[str, JSON] = field(default_factory=dict)  # name -> terminated state
+    running: dict[str, str] = field(default_factory=dict)  # name -> startedAt
+    results: dict[str, JSON] = field(default_factory=dict)  # name -> terminated state
+
+
 class _PodRunner:
     """Runs one pod to completion in its own thread."""
 
@@ -433,69 +447,55 @@ class _PodRunner:
         containers: list[JSON] = list(spec.get("containers", []))
         init_containers: list[JSON] = list(spec.get("initContainers", []))
         start_mono = time.monotonic()
-        start_time = _now()
+        progress = _PodProgress(_now(), init_containers, containers)
         ads = spec.get("activeDeadlineSeconds")
         deadline = start_mono + float(ads) if ads is not None else None
         behaviour = self._behaviour()
-
-        results: dict[str, JSON] = {}  # container name -> terminated state
-        started: dict[str, str] = {}
 
         if isinstance(behaviour, Complete) and behaviour.delay_s <= 0:
             # One status write, straight to the terminal phase.
             t = _now()
             for c in containers:
-                results[c["name"]] = self._terminated(
+                progress.results[c["name"]] = self._terminated(
                     behaviour.exit_code, behaviour.message.encode(), t, t
                 )
-            self._finish(start_time, init_containers, containers, results, deadline_hit=False)
+            self._finish(progress, deadline_hit=False)
             return
 
-        # Init containers run one after the other, before the Running write.
-        init_results: dict[str, JSON] = {}
-        if isinstance(behaviour, RunProcess):
-            for c in init_containers:
-                res = self._run_containers([c], deadline)
-                init_results.update(res)
-                if res[c["name"]]["exitCode"] != 0 or self.kill_reason:
-                    break
-        else:
-            t = _now()
-            for c in init_containers:
-                init_results[c["name"]] = self._terminated(0, b"", t, t)
-
-        failed_init = any(r["exitCode"] != 0 for r in init_results.values())
+        self._run_init_containers(behaviour, progress, deadline)
+        failed_init = any(r["exitCode"] != 0 for r in progress.init_results.values())
         if not failed_init and self.kill_reason is None and not self._deadline_passed(deadline):
 
             def write_running(running: Mapping[str, str]) -> None:
                 # Like the kubelet: Running once the containers have been started.
-                started.update(running)
-                self._write_status(
-                    self._status(
-                        "Running",
-                        start_time,
-                        init_containers,
-                        containers,
-                        init_results=init_results,
-                        running=started,
-                    )
-                )
+                progress.running.update(running)
+                self._write_status(self._status("Running", progress))
 
             if isinstance(behaviour, RunProcess):
-                results = self._run_containers(containers, deadline, on_started=write_running)
+                progress.results = self._run_containers(
+                    containers, deadline, on_started=write_running
+                )
             else:
                 t = _now()
                 write_running({c["name"]: t for c in containers})
-                results = self._simulate(behaviour, containers, deadline, started)
-        deadline_hit = self.kill_reason == "deadline"
-        self._finish(
-            start_time,
-            init_containers,
-            containers,
-            results,
-            init_results=init_results,
-            deadline_hit=deadline_hit,
-        )
+                progress.results = self._simulate(behaviour, containers, deadline, progress.running)
+        self._finish(progress, deadline_hit=self.kill_reason == "deadline")
+
+    def _run_init_containers(
+        self, behaviour: Behaviour, progress: _PodProgress, deadline: float | None
+    ) -> None:
+        """Init containers run one after the other, before the Running write; simulated
+        behaviours complete them at once."""
+        if isinstance(behaviour, RunProcess):
+            for c in progress.init_containers:
+                res = self._run_containers([c], deadline)
+                progress.init_results.update(res)
+                if res[c["name"]]["exitCode"] != 0 or self.kill_reason:
+                    break
+        else:
+            t = _now()
+            for c in progress.init_containers:
+                progress.init_results[c["name"]] = self._terminated(0, b"", t, t)
 
     def _deadline_passed(self, deadline: float | None) -> bool:
         if deadline is not None and time.monotonic() >= deadline:
@@ -718,19 +718,15 @@ class _PodRunner:
     def _status(
         self,
         phase: str,
-        start_time: str,
-        init_containers: list[JSON],
-        containers: list[JSON],
+        progress: _PodProgress,
         *,
-        init_results: Mapping[str, JSON],
-        running: Mapping[str, str] | None = None,
-        results: Mapping[str, JSON] | None = None,
         reason: str | None = None,
         message: str | None = None,
     ) -> JSON:
         now = _now()
-        running = running or {}
-        results = results or {}
+        start_time, running = progress.start_time, progress.running
+        init_containers, containers = progress.init_containers, progress.containers
+        init_results, results = progress.init_results, progress.results
         terminal = phase in ("Succeeded", "Failed")
         init_done = all(
             init_results.get(c["name"], {}).get("exitCode") == 0 for c in init_containers
@@ -811,19 +807,12 @@ class _PodRunner:
             status["initContainerStatuses"] = istatuses
         return status
 
-    def _finish(
-        self,
-        start_time: str,
-        init_containers: list[JSON],
-        containers: list[JSON],
-        results: dict[str, JSON],
-        *,
-        init_results: Mapping[str, JSON] | None = None,
-        deadline_hit: bool,
-    ) -> None:
-        init_results = init_results or {}
+    def _finish(self, progress: _PodProgress, *, deadline_hit: bool) -> None:
+        """The terminal status write (and the pod's deletion, if it was being deleted).
+        Containers that never started (failed init, killed early) end as unknown or errors."""
+        results, init_results = progress.results, progress.init_results
         t = _now()
-        for c in containers:  # containers that never started (failed init / killed early)
+        for c in progress.containers:  # containers that never started (failed init / killed early)
             if c["name"] not in results:
                 results[c["name"]] = {
                     "exitCode": 137 if self.kill_reason else 1,
@@ -839,18 +828,7 @@ class _PodRunner:
         message = DEADLINE_MESSAGE if deadline_hit else None
         if self.kill_reason in ("shutdown",) or self.gone:
             return
-        self._write_status(
-            self._status(
-                phase,
-                start_time,
-                init_containers,
-                containers,
-                init_results=init_results,
-                results=results,
-                reason=reason,
-                message=message,
-            )
-        )
+        self._write_status(self._status(phase, progress, reason=reason, message=message))
         if self.finalize:
             self.s._delete_pod(self.namespace, self.name, self.uid)
 
@@ -866,6 +844,21 @@ class _PodRunner:
             raise
 
 
+@dataclass(frozen=True)
+class StandInSettings:
+    """How the stand-in talks to the API server and runs pod processes.
+
+    ``api_concurrency``: API requests in flight at most; ``kill_grace_cap_s``: the
+    longest grace period before SIGKILL; ``extra_path``: directories searched first
+    for ``command[0]``; ``entrypoints``: image -> argv for containers without a
+    ``command``."""
+
+    api_concurrency: int = 32
+    kill_grace_cap_s: float = 5.0
+    extra_path: Sequence[str] = ()
+    entrypoints: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+
 class KubeletStandIn:
     """The kubelet stand-in for a set of :class:`SimNode`. See the module docstring."""
 
@@ -876,12 +869,9 @@ class KubeletStandIn:
         nodes: Iterable[SimNode] = (),
         default_behaviour: Behaviour | BehaviourHook | None = None,
         workdir: str | Path | None = None,
-        extra_path: Sequence[str] = (),
-        entrypoints: Mapping[str, Sequence[str]] | None = None,
-        api_concurrency: int = 32,
-        kill_grace_cap_s: float = 5.0,
-        field_manager: str = "kubelet-standin",
+        settings: StandInSettings = StandInSettings(),
     ) -> None:
+        api_concurrency = settings.api_concurrency
         cfg = copy.deepcopy(configuration)
         cfg.connection_pool_maxsize = max(api_concurrency + 4, 8)
         self._api = k8s.ApiClient(cfg)
@@ -889,12 +879,15 @@ class KubeletStandIn:
         self.core = k8s.CoreV1Api(self._api)
         self.default_behaviour: Behaviour | BehaviourHook = default_behaviour or RunProcess()
         self.entrypoints: dict[str, list[str]] = {
-            k: list(v) for k, v in (entrypoints or {}).items()
+            k: list(v) for k, v in settings.entrypoints.items()
         }
-        self.kill_grace_cap_s = kill_grace_cap_s
-        self.field_manager = field_manager
+        self.kill_grace_cap_s = settings.kill_grace_cap_s
         self.search_path = os.pathsep.join(
-            [*extra_path, str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]
+            [
+                *settings.extra_path,
+                str(Path(sys.executable).parent),
+                os.environ.get("PATH", os.defpath),
+            ]
         )
         self._own_workdir = workdir is None
         self.workdir = (
@@ -913,6 +906,7 @@ class KubeletStandIn:
         self._watch_error: BaseException | None = None
         self._watch_thread: threading.Thread | None = None
         self._watch_resp: Any = None
+        self._resource_version: str | None = None  # where the pod watch resumes; None: relist
         self._ip_counter = 0
 
     # -- lifecycle -----------------------------------------------------------
@@ -1230,27 +1224,46 @@ class KubeletStandIn:
             self._runners[uid] = runner
         runner.thread.start()
 
+    def _relist(self) -> None:
+        """List every bound pod (from then on the watch starts at the list's
+        resourceVersion), handle each, and kill runners whose pod is gone."""
+        with self._api_sem:
+            lst = _call(self.core.list_pod_for_all_namespaces, field_selector=_BOUND_PODS)
+        self._resource_version = lst["metadata"]["resourceVersion"]
+        live = set()
+        for pod in lst.get("items", []):
+            live.add(pod["metadata"]["uid"])
+            self._handle("ADDED", pod)
+        with self._lock:
+            gone = [r for uid, r in self._runners.items() if uid not in live]
+        for r in gone:
+            r.request_kill("deleted", gone=True, grace_s=0.0)
+
+    def _follow(self, resp: Any) -> None:
+        """Handle a watch stream's events, keeping the resourceVersion seen last."""
+        for ev in _watch_events(resp):
+            typ = ev.get("type")
+            obj = ev.get("object") or {}
+            if typ == "ERROR":
+                if obj.get("code") == 410:
+                    self._resource_version = None  # too old: relist
+                    return
+                raise RuntimeError(f"watch error: {obj}")
+            self._resource_version = obj.get("metadata", {}).get(
+                "resourceVersion", self._resource_version
+            )
+            if typ in ("ADDED", "MODIFIED", "DELETED"):
+                self._handle(typ, obj)
+
     def _watch_loop(self) -> None:
-        selector = "spec.nodeName!="
-        rv: str | None = None
         while not self._stopping.is_set():
             try:
-                if rv is None:
-                    with self._api_sem:
-                        lst = _call(self.core.list_pod_for_all_namespaces, field_selector=selector)
-                    rv = lst["metadata"]["resourceVersion"]
-                    live = set()
-                    for pod in lst.get("items", []):
-                        live.add(pod["metadata"]["uid"])
-                        self._handle("ADDED", pod)
-                    with self._lock:
-                        gone = [r for uid, r in self._runners.items() if uid not in live]
-                    for r in gone:
-                        r.request_kill("deleted", gone=True, grace_s=0.0)
+                if self._resource_version is None:
+                    self._relist()
                 resp = self.core.list_pod_for_all_namespaces(
-                    field_selector=selector,
+                    field_selector=_BOUND_PODS,
                     watch=True,
-                    resource_version=rv,
+                    resource_version=self._resource_version,
                     allow_watch_bookmarks=True,
                     timeout_seconds=300,
                     _preload_content=False,
@@ -1259,23 +1272,13 @@ class KubeletStandIn:
                 self._watch_ready.set()
                 if self._stopping.is_set():
                     break
-                for ev in _watch_events(resp):
-                    typ = ev.get("type")
-                    obj = ev.get("object") or {}
-                    if typ == "ERROR":
-                        if obj.get("code") == 410:
-                            rv = None  # too old: relist
-                            break
-                        raise RuntimeError(f"watch error: {obj}")
-                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                    if typ in ("ADDED", "MODIFIED", "DELETED"):
-                        self._handle(typ, obj)
+                self._follow(resp)
             except Exception as e:  # keep watching
                 if self._stopping.is_set():
                     break
                 self._watch_error = e
                 if isinstance(e, ApiException) and e.status == 410:
-                    rv = None
+                    self._resource_version = None
                 log.warning("pod watch: %s; retrying", e)
                 time.sleep(0.5)
             finally:
@@ -1436,7 +1439,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             exit_code=args.prepared_exit_code,
         )
     standin = KubeletStandIn(
-        cfg, nodes=nodes, default_behaviour=default, api_concurrency=args.api_concurrency
+        cfg,
+        nodes=nodes,
+        default_behaviour=default,
+        settings=StandInSettings(api_concurrency=args.api_concurrency),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
