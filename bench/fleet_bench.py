@@ -68,7 +68,12 @@ from gpuaccept.contracts.api import (
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.testsupport.controlplane import ControlPlane
 from gpuaccept.testsupport.crd_install import apply_crds
-from gpuaccept.testsupport.kubelet_standin import KubeletStandIn, SimNode, prepared_reports
+from gpuaccept.testsupport.kubelet_standin import (
+    KubeletStandIn,
+    SimNode,
+    StandInSettings,
+    prepared_reports,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 FINAL = ("Accepted", "Quarantined")
@@ -292,82 +297,110 @@ def wait_watching(setup: Setup, user: str, proc: subprocess.Popen[bytes], timeou
     raise TimeoutError(f"{user}: no watch on Nodes after {timeout:.0f}s")
 
 
-def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
-    tag = f"{arm}-n{n}"
-    result = ArmResult(arm=arm, nodes=n)
-    selector = f"{BENCH_LABEL}=true"
-    log(f"[bold]{tag}[/]: cleaning the previous fleet")
-    clean_fleet(setup.admin, selector)
-    me = identity(setup.cp, tag, setup.out)
-    standin_id = identity(setup.cp, f"standin-{tag}", setup.out)
-    log_path = setup.out / f"{tag}.log"
-    result.log_file = str(log_path)
-    cmd = arm_command(setup, arm, me.kubeconfig, tag)
-    log(f"{tag}: starting {shlex.join(cmd)}")
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(
-            cmd, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
-        )
-    tracker = Tracker(setup.admin, NAMESPACE)
-    spy: subprocess.Popen[bytes] | None = None
-    standin: KubeletStandIn | None = None
-    last: procstat.ProcSample | None = None
-    try:
-        wait_watching(setup, me.user, proc, timeout=120)
-        tracker.start()
-        if setup.py_spy and arm == "operator":
-            spy = start_py_spy(
-                setup.py_spy, proc.pid, setup.out / f"py-spy-{tag}.txt", gil=setup.py_spy_gil
+class ArmRun:
+    """One arm deciding one fleet of N nodes, in the steps of the module docstring."""
+
+    def __init__(self, setup: Setup, arm: str, n: int) -> None:
+        self.setup, self.arm, self.n = setup, arm, n
+        self.tag = f"{arm}-n{n}"
+        self.result = ArmResult(arm=arm, nodes=n)
+        self.tracker = Tracker(setup.admin, NAMESPACE)
+        self.spy: subprocess.Popen[bytes] | None = None
+        self.standin: KubeletStandIn | None = None
+        self.last: procstat.ProcSample | None = None
+        self.created: dict[str, float] = {}  # node → when the stand-in created it
+        self.samples: list[procstat.ProcSample] = []
+        self.sampler_stop = threading.Event()
+
+    def launch(self) -> None:
+        """Step 1 and the start of 2: clean up, then start the arm under its identity."""
+        setup, tag = self.setup, self.tag
+        log(f"[bold]{tag}[/]: cleaning the previous fleet")
+        clean_fleet(setup.admin, f"{BENCH_LABEL}=true")
+        self.me = identity(setup.cp, tag, setup.out)
+        self.standin_id = identity(setup.cp, f"standin-{tag}", setup.out)
+        log_path = setup.out / f"{tag}.log"
+        self.result.log_file = str(log_path)
+        cmd = arm_command(setup, self.arm, self.me.kubeconfig, tag)
+        log(f"{tag}: starting {shlex.join(cmd)}")
+        with log_path.open("wb") as log_file:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
             )
 
-        def fails(name: str) -> bool:
-            return int(name.rsplit("-", 1)[1]) % setup.fail_every == 0
+    def fails(self, name: str) -> bool:
+        """Every ``fail_every``-th node gets the faulty report."""
+        return int(name.rsplit("-", 1)[1]) % self.setup.fail_every == 0
 
-        message = reports.message_for(setup.healthy, setup.faulty, fails)
-        standin = KubeletStandIn(
-            setup.cp.configuration(token=standin_id.token),
+    def _await_watching(self) -> None:
+        """The rest of step 2: the arm watches Nodes; the tracker and py-spy start."""
+        setup = self.setup
+        wait_watching(setup, self.me.user, self.proc, timeout=120)
+        self.tracker.start()
+        if setup.py_spy and self.arm == "operator":
+            self.spy = start_py_spy(
+                setup.py_spy,
+                self.proc.pid,
+                setup.out / f"py-spy-{self.tag}.txt",
+                gil=setup.py_spy_gil,
+            )
+
+    def _start_standin(self) -> KubeletStandIn:
+        setup = self.setup
+        message = reports.message_for(setup.healthy, setup.faulty, self.fails)
+        self.standin = KubeletStandIn(
+            setup.cp.configuration(token=self.standin_id.token),
             default_behaviour=prepared_reports(message, delay_s=setup.probe_delay_s),
-            api_concurrency=setup.standin_concurrency,
+            settings=StandInSettings(api_concurrency=setup.standin_concurrency),
         )
-        standin.start()
+        self.standin.start()
+        return self.standin
+
+    def _fleet(self) -> tuple[list[SimNode], dict[str, str]]:
+        """The N nodes, under the pending taint, and the final phase each must reach."""
         nodes = [
             SimNode(
-                name=f"{arm}-{n}-{i:05d}",
+                name=f"{self.arm}-{self.n}-{i:05d}",
                 gpu_count=GPUS_PER_NODE,
                 labels={BENCH_LABEL: "true"},
                 taints=[{"key": PENDING_TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
             )
-            for i in range(n)
+            for i in range(self.n)
         ]
-        expected = {node.name: "Quarantined" if fails(node.name) else "Accepted" for node in nodes}
-        before = apiserver_metrics.scrape(setup.admin)
-        created: dict[str, float] = {}
+        expected = {
+            node.name: "Quarantined" if self.fails(node.name) else "Accepted" for node in nodes
+        }
+        return nodes, expected
 
-        def register(node: SimNode) -> None:
-            assert standin is not None
-            standin.add_node(node)
-            created[node.name] = time.monotonic()
-
-        log(f"{tag}: registering {n} nodes with the pending taint")
-        cpu_pids = {"arm": proc.pid, "apiserver+etcd": setup.cp.pid, "harness+standin": os.getpid()}
-        cpu_before = {k: procstat.sample(pid) for k, pid in cpu_pids.items()}
-        t0 = time.monotonic()
-        sampler_stop = threading.Event()
-        samples: list[procstat.ProcSample] = []
+    def _start_sampler(self) -> threading.Thread:
+        """Samples the arm's RSS and CPU every 0.5 s until ``sampler_stop``."""
 
         def sample_loop() -> None:
-            while not sampler_stop.wait(0.5):
-                s = procstat.sample(proc.pid)
+            while not self.sampler_stop.wait(0.5):
+                s = procstat.sample(self.proc.pid)
                 if s is not None:
-                    samples.append(s)
+                    self.samples.append(s)
 
         sampler = threading.Thread(target=sample_loop, daemon=True)
         sampler.start()
-        with ThreadPoolExecutor(max_workers=setup.standin_concurrency) as pool:
+        return sampler
+
+    def _register(self, standin: KubeletStandIn, nodes: list[SimNode], t0: float) -> None:
+        """Step 3: the stand-in registers every node at once."""
+
+        def register(node: SimNode) -> None:
+            standin.add_node(node)
+            self.created[node.name] = time.monotonic()
+
+        with ThreadPoolExecutor(max_workers=self.setup.standin_concurrency) as pool:
             list(pool.map(register, nodes))
-        result.register_s = round(time.monotonic() - t0, 3)
-        log(f"{tag}: registered in {result.register_s:.1f}s; waiting for verdicts")
-        deadline = t0 + setup.timeout_s(n)
+        self.result.register_s = round(time.monotonic() - t0, 3)
+        log(f"{self.tag}: registered in {self.result.register_s:.1f}s; waiting for verdicts")
+
+    def _await_verdicts(self, t0: float) -> None:
+        """Step 4: until every node is decided, the arm exits or the deadline passes."""
+        n, proc, tracker = self.n, self.proc, self.tracker
+        deadline = t0 + self.setup.timeout_s(n)
         progress_at = time.monotonic()
         while not tracker.wait_decided(
             n, min(deadline, time.monotonic() + 15), lambda: proc.poll() is None
@@ -376,31 +409,29 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
                 break
             if time.monotonic() - progress_at >= 15:
                 progress_at = time.monotonic()
-                log(f"{tag}: {tracker.decided()}/{n} decided after {time.monotonic() - t0:.0f}s")
-        cpu_after = {k: procstat.sample(pid) for k, pid in cpu_pids.items()}
-        for key, start in cpu_before.items():
-            end = cpu_after[key]
-            if start is not None and end is not None:
-                result.window_cpu_s[key] = round(end.cpu_s - start.cpu_s, 2)
-        t_end = max(tracker.decided_at.values(), default=time.monotonic())
-        result.wall_s = round(t_end - t0, 3)
-        log(f"{tag}: {tracker.decided()}/{n} decided; settling {setup.settle_s:.0f}s")
-        time.sleep(setup.settle_s)  # a late duplicate action would show up here
-        if spy is not None:
-            stop_py_spy(spy)
-            spy = None
-        sampler_stop.set()
+                elapsed = time.monotonic() - t0
+                log(f"{self.tag}: {tracker.decided()}/{n} decided after {elapsed:.0f}s")
+
+    def _settle(self, sampler: threading.Thread) -> None:
+        """Watch a while longer (a late duplicate action would show up), then stop sampling."""
+        decided, settle_s = self.tracker.decided(), self.setup.settle_s
+        log(f"{self.tag}: {decided}/{self.n} decided; settling {settle_s:.0f}s")
+        time.sleep(self.setup.settle_s)
+        if self.spy is not None:
+            stop_py_spy(self.spy)
+            self.spy = None
+        self.sampler_stop.set()
         sampler.join()
-        last = procstat.sample(proc.pid) or (samples[-1] if samples else None)
-        after = apiserver_metrics.scrape(setup.admin)
-        result.apiserver_delta_by_verb = dict(
-            sorted(apiserver_metrics.by_verb(apiserver_metrics.delta(after, before)).items())
-        )
+        self.last = procstat.sample(self.proc.pid) or (self.samples[-1] if self.samples else None)
+
+    def _tally(self, expected: dict[str, str]) -> None:
+        """Latency, decided, held and duplicated nodes, as the tracker saw them."""
+        tracker, result = self.tracker, self.result
         with tracker.lock:
             latencies = [
-                tracker.decided_at[name] - created[name]
+                tracker.decided_at[name] - self.created[name]
                 for name in expected
-                if name in tracker.decided_at and name in created
+                if name in tracker.decided_at and name in self.created
             ]
             result.decided = sum(1 for name in expected if tracker.phase.get(name) in FINAL)
             result.held = sum(1 for name in expected if tracker.phase.get(name) == "Held")
@@ -410,29 +441,78 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
                 if tracker.final_entries.get(name, 0) > 1 or len(tracker.pods.get(name, ())) > 1
             )
         result.latency = latency_summary(latencies)
+
+    def decide_fleet(self) -> None:
+        """Steps 2 to 4: the fleet joins and the arm decides it; measured meanwhile."""
+        setup, result = self.setup, self.result
+        self._await_watching()
+        standin = self._start_standin()
+        nodes, expected = self._fleet()
+        before = apiserver_metrics.scrape(setup.admin)
+        log(f"{self.tag}: registering {self.n} nodes with the pending taint")
+        cpu_pids = {
+            "arm": self.proc.pid,
+            "apiserver+etcd": setup.cp.pid,
+            "harness+standin": os.getpid(),
+        }
+        cpu_before = {k: procstat.sample(pid) for k, pid in cpu_pids.items()}
+        t0 = time.monotonic()
+        sampler = self._start_sampler()
+        self._register(standin, nodes, t0)
+        self._await_verdicts(t0)
+        cpu_after = {k: procstat.sample(pid) for k, pid in cpu_pids.items()}
+        for key, start in cpu_before.items():
+            end = cpu_after[key]
+            if start is not None and end is not None:
+                result.window_cpu_s[key] = round(end.cpu_s - start.cpu_s, 2)
+        t_end = max(self.tracker.decided_at.values(), default=time.monotonic())
+        result.wall_s = round(t_end - t0, 3)
+        self._settle(sampler)
+        after = apiserver_metrics.scrape(setup.admin)
+        result.apiserver_delta_by_verb = dict(
+            sorted(apiserver_metrics.by_verb(apiserver_metrics.delta(after, before)).items())
+        )
+        self._tally(expected)
         check_end_state(setup.admin, expected, result)
+
+    def stop(self) -> None:
+        """Stop the tracker, py-spy, the arm (recording its RSS and CPU) and the stand-in."""
+        self.tracker.stop.set()
+        if self.spy is not None:
+            stop_py_spy(self.spy)
+        self.result.exit_code = stop_process(self.proc, self.last, self.result)
+        if self.standin is not None:
+            self.standin.stop()
+
+    def count_requests(self) -> ArmResult:
+        """Step 5: the arm's and the stand-in's requests, from the audit log."""
+        setup, result, n = self.setup, self.result, self.n
+        setup.audit.poll()
+        counts = RequestCounts()
+        for request in setup.audit.of_user(self.me.user):
+            counts.add(request)
+        result.requests = counts.to_json(n)
+        standin_counts = RequestCounts()
+        for request in setup.audit.of_user(self.standin_id.user):
+            standin_counts.add(request)
+        result.standin_requests = standin_counts.to_json(n)
+        log(
+            f"{self.tag}: decided={result.decided}/{n} lost={result.lost} "
+            f"dup={result.duplicated} wall={result.wall_s:.1f}s "
+            f"req/node={counts.per_node(n):.2f} "
+            f"rss={result.peak_rss_mb:.0f}MB cpu={result.cpu_s:.1f}s"
+        )
+        return result
+
+
+def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
+    run = ArmRun(setup, arm, n)
+    run.launch()
+    try:
+        run.decide_fleet()
     finally:
-        tracker.stop.set()
-        if spy is not None:
-            stop_py_spy(spy)
-        result.exit_code = stop_process(proc, last, result)
-        if standin is not None:
-            standin.stop()
-    setup.audit.poll()
-    counts = RequestCounts()
-    for request in setup.audit.of_user(me.user):
-        counts.add(request)
-    result.requests = counts.to_json(n)
-    standin_counts = RequestCounts()
-    for request in setup.audit.of_user(standin_id.user):
-        standin_counts.add(request)
-    result.standin_requests = standin_counts.to_json(n)
-    log(
-        f"{tag}: decided={result.decided}/{n} lost={result.lost} dup={result.duplicated} "
-        f"wall={result.wall_s:.1f}s req/node={counts.per_node(n):.2f} "
-        f"rss={result.peak_rss_mb:.0f}MB cpu={result.cpu_s:.1f}s"
-    )
-    return result
+        run.stop()
+    return run.count_requests()
 
 
 def start_py_spy(binary: str, pid: int, out: Path, *, gil: bool) -> subprocess.Popen[bytes]:
@@ -635,9 +715,66 @@ def machine_description() -> str:
     return f"{cores} cores, {mem}, Python {sys.version.split()[0]}"
 
 
+def show_problems(results: Sequence[ArmResult]) -> None:
+    for r in results:
+        for problem in r.problems:
+            console.print(f"[yellow]{r.arm} N={r.nodes}: {problem}[/]")
+
+
 # --------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PreparedReports:
+    """The two reports the stand-in completes probe pods with, and where they came from."""
+
+    healthy_profile: Path
+    fault_profile: Path
+    healthy: ProbeReport
+    faulty: ProbeReport
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> PreparedReports:
+        """The probe's reports on two profiles, or hand-made ones (``--synthetic-reports``)."""
+        if args.synthetic_reports:
+            return cls(
+                Path("synthetic-pass"),
+                Path("synthetic-fail"),
+                reports.synthetic(True),
+                reports.synthetic(False),
+            )
+        healthy_profile, fault_profile = (
+            (args.healthy_profile, args.fault_profile)
+            if args.healthy_profile and args.fault_profile
+            else reports.default_profiles()
+        )
+        return cls(
+            healthy_profile,
+            fault_profile,
+            reports.probe_report(healthy_profile, GPUS_PER_NODE),
+            reports.probe_report(fault_profile, GPUS_PER_NODE),
+        )
+
+
+def run_arms(
+    setup: Setup, sizes: Sequence[int], arms: Sequence[str]
+) -> tuple[list[ArmResult], int]:
+    """Every arm for every N; an arm that fails counts all its nodes lost (exit code 1)."""
+    results: list[ArmResult] = []
+    code = 0
+    for n in sizes:
+        for arm in arms:
+            try:
+                results.append(run_arm(setup, arm, n))
+            except (ApiException, RuntimeError, TimeoutError) as error:
+                log(f"[red]{arm} N={n} failed: {error}[/]")
+                failed = ArmResult(arm=arm, nodes=n, lost=n)
+                failed.problems.append(str(error)[:500])
+                results.append(failed)
+                code = 1
+    return results, code
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.fleet_bench",
@@ -702,17 +839,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = datetime.now(UTC)
     log(f"fleet benchmark: N={sizes} arms={arms} on {machine}; output in {out}")
 
-    if args.synthetic_reports:
-        healthy_profile, fault_profile = Path("synthetic-pass"), Path("synthetic-fail")
-        healthy, faulty = reports.synthetic(True), reports.synthetic(False)
-    else:
-        healthy_profile, fault_profile = (
-            (args.healthy_profile, args.fault_profile)
-            if args.healthy_profile and args.fault_profile
-            else reports.default_profiles()
-        )
-        healthy = reports.probe_report(healthy_profile, GPUS_PER_NODE)
-        faulty = reports.probe_report(fault_profile, GPUS_PER_NODE)
+    prepared = PreparedReports.from_args(args)
+    healthy_profile, fault_profile = prepared.healthy_profile, prepared.fault_profile
     log(
         f"reports: {healthy_profile.name} and {fault_profile.name} (every {args.fail_every}th node)"
     )
@@ -739,8 +867,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 admin=admin,
                 audit=AuditTail(audit_log),
                 out=out,
-                healthy=healthy,
-                faulty=faulty,
+                healthy=prepared.healthy,
+                faulty=prepared.faulty,
                 fail_every=args.fail_every,
                 timeout_s=lambda n: args.timeout_base + args.timeout_per_node * n,
                 operator_cmd=shlex.split(args.operator_cmd),
@@ -752,16 +880,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 py_spy=args.py_spy,
                 py_spy_gil=not args.py_spy_all_threads,
             )
-            for n in sizes:
-                for arm in arms:
-                    try:
-                        results.append(run_arm(setup, arm, n))
-                    except (ApiException, RuntimeError, TimeoutError) as error:
-                        log(f"[red]{arm} N={n} failed: {error}[/]")
-                        failed = ArmResult(arm=arm, nodes=n, lost=n)
-                        failed.problems.append(str(error)[:500])
-                        results.append(failed)
-                        code = 1
+            results, code = run_arms(setup, sizes, arms)
     finally:
         if not args.keep_cluster:
             cp.stop(force=True)
@@ -787,9 +906,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.label}: {machine}, {started:%Y-%m-%d}",
     )
     show_table(results, machine)
-    for r in results:
-        for problem in r.problems:
-            console.print(f"[yellow]{r.arm} N={r.nodes}: {problem}[/]")
+    show_problems(results)
     print(f"results: {out / 'results.json'}  plot: {plot}", flush=True)
     if any(r.decided != r.nodes or r.lost or r.duplicated for r in results):
         code = 1

@@ -4,6 +4,7 @@ the per-node timeline and the profile summary. No cluster needed."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.audit import AuditTail, Request, count_by_user
@@ -25,44 +26,52 @@ ARM = "system:serviceaccount:gpuaccept-bench:operator-n2"
 STANDIN = "system:serviceaccount:gpuaccept-bench:standin-operator-n2"
 
 
-def event(
-    audit_id: str,
-    user: str,
-    verb: str,
-    resource: str,
-    name: str = "",
-    *,
-    sub: str = "",
-    stage: str = "ResponseComplete",
-    code: int = 200,
-    at: str = "2026-11-29T16:00:00.000000Z",
-) -> str:
-    ref = {"resource": resource, "name": name, **({"subresource": sub} if sub else {})}
-    return json.dumps(
-        {
-            "kind": "Event",
-            "auditID": audit_id,
-            "stage": stage,
-            "verb": verb,
-            "user": {"username": user},
-            "objectRef": ref,
-            "responseStatus": {"code": code},
-            "requestReceivedTimestamp": at,
-            "stageTimestamp": at,
+@dataclass(frozen=True)
+class AuditEvent:
+    """One kube-apiserver audit event, as the audit log writes it (one JSON line)."""
+
+    audit_id: str
+    user: str
+    verb: str
+    resource: str
+    name: str = ""
+    sub: str = ""
+    stage: str = "ResponseComplete"
+    code: int = 200
+    at: str = "2026-11-29T16:00:00.000000Z"
+
+    def line(self) -> str:
+        ref = {
+            "resource": self.resource,
+            "name": self.name,
+            **({"subresource": self.sub} if self.sub else {}),
         }
-    )
+        return json.dumps(
+            {
+                "kind": "Event",
+                "auditID": self.audit_id,
+                "stage": self.stage,
+                "verb": self.verb,
+                "user": {"username": self.user},
+                "objectRef": ref,
+                "responseStatus": {"code": self.code},
+                "requestReceivedTimestamp": self.at,
+                "stageTimestamp": self.at,
+            }
+        )
 
 
 def test_audit_counts_each_request_once_per_user(tmp_path: Path) -> None:
     log = tmp_path / "audit.log"
-    lines = [
-        event("w1", ARM, "watch", "nodes", stage="ResponseStarted"),
-        event("w1", ARM, "watch", "nodes"),  # the same watch, later stage
-        event("c1", ARM, "create", "nodeacceptances", "n-1", code=201),
-        event("p1", ARM, "patch", "nodeacceptances", "n-1", sub="status"),
-        event("x1", ARM, "create", "pods", "p", code=409),
-        event("s1", STANDIN, "create", "nodes", "n-1", code=201),
+    events = [
+        AuditEvent("w1", ARM, "watch", "nodes", stage="ResponseStarted"),
+        AuditEvent("w1", ARM, "watch", "nodes"),  # the same watch, later stage
+        AuditEvent("c1", ARM, "create", "nodeacceptances", "n-1", code=201),
+        AuditEvent("p1", ARM, "patch", "nodeacceptances", "n-1", sub="status"),
+        AuditEvent("x1", ARM, "create", "pods", "p", code=409),
+        AuditEvent("s1", STANDIN, "create", "nodes", "n-1", code=201),
     ]
+    lines = [e.line() for e in events]
     log.write_text("\n".join(lines) + "\n" + '{"kind": "Event", "auditID": "partial')
     tail = AuditTail(log)
     assert len(tail.poll()) == 5  # the partial last line waits for the next poll

@@ -92,69 +92,103 @@ def _walk(schema: dict[str, Any], path: str, fn: Any) -> None:
         _walk(schema["items"], f"{path}[]", fn)
 
 
+def _int_or_string_errors(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return [f"{path}: must be an integer or a string"]
+    errors: list[str] = []
+    if isinstance(value, str) and not re.search(schema.get("pattern", ""), value):
+        errors.append(f"{path}: {value!r} does not match {schema['pattern']}")
+    low, high = schema.get("minimum", value), schema.get("maximum", value)
+    if isinstance(value, int) and not low <= value <= high:
+        errors.append(f"{path}: {value} out of range")
+    return errors
+
+
+def _string_errors(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    errors: list[str] = []
+    if "pattern" in schema and not re.search(schema["pattern"], value):
+        errors.append(f"{path}: {value!r} does not match {schema['pattern']}")
+    if len(value) > schema.get("maxLength", len(value)):
+        errors.append(f"{path}: longer than {schema['maxLength']}")
+    if len(value) < schema.get("minLength", 0):
+        errors.append(f"{path}: shorter than {schema['minLength']}")
+    return errors
+
+
+def _number_errors(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    errors: list[str] = []
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None and (value < low or (schema.get("exclusiveMinimum") and value == low)):
+        errors.append(f"{path}: {value} below minimum {low}")
+    if high is not None and value > high:
+        errors.append(f"{path}: {value} above maximum {high}")
+    return errors
+
+
+def _array_errors(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    errors: list[str] = []
+    if len(value) > schema.get("maxItems", len(value)):
+        errors.append(f"{path}: more than {schema['maxItems']} items")
+    for i, item in enumerate(value):
+        errors += validate(schema["items"], item, f"{path}[{i}]")
+    return errors
+
+
+def _object_errors(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    errors: list[str] = []
+    props = schema.get("properties")
+    if props is not None:
+        for name in schema.get("required", []):
+            if name not in value:
+                errors.append(f"{path}.{name}: Required value")
+        for name, item in value.items():
+            if name not in props:
+                if not schema.get("x-kubernetes-preserve-unknown-fields"):
+                    errors.append(f'{path}: unknown field "{name}"')
+                continue
+            errors += validate(props[name], item, f"{path}.{name}")
+    elif "additionalProperties" in schema:
+        for name, item in value.items():
+            errors += validate(schema["additionalProperties"], item, f"{path}[{name}]")
+    return errors
+
+
+_IS_TYPE = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+}
+# The validations each type adds after its type and enum checks.
+_TYPE_ERRORS = {
+    "string": _string_errors,
+    "integer": _number_errors,
+    "number": _number_errors,
+    "array": _array_errors,
+    "object": _object_errors,
+}
+
+
 def validate(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
     """Errors for ``value`` against a structural schema, with strict field validation
     (an unknown field is an error, as ``kubectl apply`` reports it)."""
-    errors: list[str] = []
     if value is None:
         return [] if schema.get("nullable") else [f"{path}: null not allowed"]
     if schema.get("x-kubernetes-preserve-unknown-fields") and "type" not in schema:
         return []
     if schema.get("x-kubernetes-int-or-string"):
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            return [f"{path}: must be an integer or a string"]
-        if isinstance(value, str) and not re.search(schema.get("pattern", ""), value):
-            errors.append(f"{path}: {value!r} does not match {schema['pattern']}")
-        low, high = schema.get("minimum", value), schema.get("maximum", value)
-        if isinstance(value, int) and not low <= value <= high:
-            errors.append(f"{path}: {value} out of range")
-        return errors
+        return _int_or_string_errors(schema, value, path)
     kind = schema["type"]
-    checks = {
-        "object": lambda v: isinstance(v, dict),
-        "array": lambda v: isinstance(v, list),
-        "string": lambda v: isinstance(v, str),
-        "boolean": lambda v: isinstance(v, bool),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    }
-    if not checks[kind](value):
+    if not _IS_TYPE[kind](value):
         return [f"{path}: expected {kind}, got {type(value).__name__}"]
+    errors: list[str] = []
     if "enum" in schema and value not in schema["enum"]:
         errors.append(f"{path}: {value!r} not in {schema['enum']}")
-    if kind == "string":
-        if "pattern" in schema and not re.search(schema["pattern"], value):
-            errors.append(f"{path}: {value!r} does not match {schema['pattern']}")
-        if len(value) > schema.get("maxLength", len(value)):
-            errors.append(f"{path}: longer than {schema['maxLength']}")
-        if len(value) < schema.get("minLength", 0):
-            errors.append(f"{path}: shorter than {schema['minLength']}")
-    if kind in {"integer", "number"}:
-        low, high = schema.get("minimum"), schema.get("maximum")
-        if low is not None and (value < low or (schema.get("exclusiveMinimum") and value == low)):
-            errors.append(f"{path}: {value} below minimum {low}")
-        if high is not None and value > high:
-            errors.append(f"{path}: {value} above maximum {high}")
-    if kind == "array":
-        if len(value) > schema.get("maxItems", len(value)):
-            errors.append(f"{path}: more than {schema['maxItems']} items")
-        for i, item in enumerate(value):
-            errors += validate(schema["items"], item, f"{path}[{i}]")
-    if kind == "object":
-        props = schema.get("properties")
-        if props is not None:
-            for name in schema.get("required", []):
-                if name not in value:
-                    errors.append(f"{path}.{name}: Required value")
-            for name, item in value.items():
-                if name not in props:
-                    if not schema.get("x-kubernetes-preserve-unknown-fields"):
-                        errors.append(f'{path}: unknown field "{name}"')
-                    continue
-                errors += validate(props[name], item, f"{path}.{name}")
-        elif "additionalProperties" in schema:
-            for name, item in value.items():
-                errors += validate(schema["additionalProperties"], item, f"{path}[{name}]")
+    type_errors = _TYPE_ERRORS.get(kind)
+    if type_errors is not None:
+        errors += type_errors(schema, value, path)
     return errors
 
 

@@ -16,7 +16,7 @@ from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.contracts.report import CheckStatus, ProbeReport, decode_termination_message
 from gpuaccept.probe import clocks
-from gpuaccept.probe.allreduce import run_allreduce
+from gpuaccept.probe.allreduce import AllreduceTiming, run_allreduce
 from gpuaccept.probe.hardware.real import RealBackend
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.runner import hardware_summary, run_check
@@ -84,7 +84,9 @@ def test_nccl_allreduce_on_real_gpus(hw: RealBackend, max_bytes: int) -> None:
     from gpuaccept.probe.measure.nccl_allreduce import sweep_sizes  # noqa: PLC0415
 
     ranks = len(hw.gpus())
-    m = run_allreduce(ranks, "nccl", sweep_sizes(max_bytes), iterations=10, warmup=3)
+    m = run_allreduce(
+        ranks, "nccl", sweep_sizes(max_bytes), AllreduceTiming(iterations=10, warmup=3)
+    )
     for size, seconds, algbw, busbw in m.sweep:
         print(f"{ranks} ranks {size:>11} B {seconds * 1e6:10.1f} us algbw {algbw:7.1f} "
               f"busbw {busbw:7.1f} GB/s")  # fmt: skip

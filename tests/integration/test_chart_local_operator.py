@@ -127,20 +127,10 @@ def _wait_final(
     raise AssertionError(f"not decided: {phases}\n{log_path.read_text()[-4000:]}")
 
 
-def test_local_operator_under_chart_rbac_decides_nodes(
-    control_plane: ControlPlane, installed: dict[str, object], tmp_path: Path
-) -> None:
-    release, namespace = str(installed["release"]), str(installed["namespace"])
-    sets = dict(installed["sets"])  # type: ignore[call-overload]
-    rendered = render_chart(release=release, namespace=namespace, set_values=sets)
-    sa = f"{release}-gpuaccept"
-    kubeconfig = release_token_kubeconfig(
-        control_plane.kubeconfig, namespace=namespace, service_account=sa, out=tmp_path / "op.kc"
-    )
-    assert "client-certificate" not in kubeconfig.read_text()
-
+def _sim_nodes(suffix: str) -> tuple[str, str, list[SimNode]]:
+    """A healthy and a failing node (names, then nodes) with this test's label, under the
+    pending taint."""
     profiles = repo_root() / "profiles"
-    suffix = str(installed["suffix"])
     labels = {"gpuaccept.io/test": suffix, "nvidia.com/gpu.present": "false"}
     pending = [{"key": "gpuaccept.io/pending", "value": "true", "effect": "NoSchedule"}]
     good, bad = f"demo-{suffix}-good", f"demo-{suffix}-bad"
@@ -158,17 +148,62 @@ def test_local_operator_under_chart_rbac_decides_nodes(
             taints=pending,
         ),
     ]
-    standin = KubeletStandIn(control_plane.configuration(), nodes=nodes)
-    standin.start()
-    log_path = tmp_path / "operator.log"
-    args = operator_args(rendered)
+    return good, bad, nodes
+
+
+def _start_operator(args: list[str], kubeconfig: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """``gpuaccept operator`` with the chart's arguments, as the chart's ServiceAccount."""
     assert args[0] == "operator"
     command = [
         sys.executable, "-m", "gpuaccept.cli", *args,
         "--kubeconfig", str(kubeconfig), "--log-format", "text",
     ]  # fmt: skip
     with log_path.open("wb") as log:
-        operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _stop(operator: subprocess.Popen[bytes]) -> None:
+    operator.terminate()
+    try:
+        operator.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        operator.kill()
+
+
+def _assert_endpoints_serve(sets: dict[str, str], release: str) -> None:
+    """The endpoints the chart's probes and Service point at."""
+    health, metrics = int(sets["operator.healthPort"]), int(sets["operator.metricsPort"])
+    assert _get(health, "/healthz")[0] == 200
+    assert _get(health, "/readyz")[0] == 200
+    # The policy gauges are refreshed periodically: wait for them.
+    wanted = f'gpuaccept_nodes{{phase="Accepted",policy="{release}-policy"}} 1.0'
+    deadline = time.monotonic() + DECIDE_WITHIN_S
+    status, text = _get(metrics, "/metrics")
+    while wanted not in text and time.monotonic() < deadline:
+        time.sleep(1)
+        status, text = _get(metrics, "/metrics")
+    assert status == 200
+    assert wanted in text, text[-2000:]
+    assert "gpuaccept_leader 1.0" in text
+
+
+def test_local_operator_under_chart_rbac_decides_nodes(
+    control_plane: ControlPlane, installed: dict[str, object], tmp_path: Path
+) -> None:
+    release, namespace = str(installed["release"]), str(installed["namespace"])
+    sets = dict(installed["sets"])  # type: ignore[call-overload]
+    rendered = render_chart(release=release, namespace=namespace, set_values=sets)
+    sa = f"{release}-gpuaccept"
+    kubeconfig = release_token_kubeconfig(
+        control_plane.kubeconfig, namespace=namespace, service_account=sa, out=tmp_path / "op.kc"
+    )
+    assert "client-certificate" not in kubeconfig.read_text()
+
+    good, bad, nodes = _sim_nodes(str(installed["suffix"]))
+    standin = KubeletStandIn(control_plane.configuration(), nodes=nodes)
+    standin.start()
+    log_path = tmp_path / "operator.log"
+    operator = _start_operator(operator_args(rendered), kubeconfig, log_path)
     try:
         phases = _wait_final(control_plane, [good, bad], operator, log_path)
         assert phases[good]["phase"] == "Held", phases
@@ -190,31 +225,14 @@ def test_local_operator_under_chart_rbac_decides_nodes(
         assert _taint_keys(control_plane, good) == set()
         assert _taint_keys(control_plane, bad) == {"gpuaccept.io/quarantined"}
 
-        # The endpoints the chart's probes and Service point at.
-        health, metrics = int(sets["operator.healthPort"]), int(sets["operator.metricsPort"])
-        assert _get(health, "/healthz")[0] == 200
-        assert _get(health, "/readyz")[0] == 200
-        # The policy gauges are refreshed periodically: wait for them.
-        wanted = f'gpuaccept_nodes{{phase="Accepted",policy="{release}-policy"}} 1.0'
-        deadline = time.monotonic() + DECIDE_WITHIN_S
-        status, text = _get(metrics, "/metrics")
-        while wanted not in text and time.monotonic() < deadline:
-            time.sleep(1)
-            status, text = _get(metrics, "/metrics")
-        assert status == 200
-        assert wanted in text, text[-2000:]
-        assert "gpuaccept_leader 1.0" in text
+        _assert_endpoints_serve(sets, release)
 
         # Nothing the operator tried was refused by the chart's RBAC.
         output = log_path.read_text()
         assert "Forbidden" not in output, output[-4000:]
         assert " 403" not in output, output[-4000:]
     finally:
-        operator.terminate()
-        try:
-            operator.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
+        _stop(operator)
         standin.stop(delete_nodes=True)
         for name in (good, bad):
             control_plane.kubectl("delete", "nodeacceptance", name, "--ignore-not-found")

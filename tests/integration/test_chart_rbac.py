@@ -25,6 +25,7 @@ from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VER
 from gpuaccept.operator.core.model import Taint
 from gpuaccept.operator.kube import EventRecord, Kube
 from gpuaccept.testsupport.chart_rbac import (
+    ChartRelease,
     OperatorIdentity,
     apply_chart_rbac,
     remove_chart_rbac,
@@ -53,8 +54,7 @@ def identity(
     applied = apply_chart_rbac(
         control_plane,
         workdir=tmp_path_factory.mktemp("rbac"),
-        release=RELEASE,
-        namespace=NAMESPACE,
+        release=ChartRelease(RELEASE, NAMESPACE),
     )
     yield applied
     remove_chart_rbac(control_plane, applied)
@@ -246,8 +246,7 @@ def test_a_missing_verb_fails_the_exact_call(
     crippled = apply_chart_rbac(
         control_plane,
         workdir=tmp_path,
-        release="rbacmissing",
-        namespace=NAMESPACE + "-missing",
+        release=ChartRelease("rbacmissing", NAMESPACE + "-missing"),
         transform=_drop_verb("", "nodes", "patch"),
         crds=False,
     )

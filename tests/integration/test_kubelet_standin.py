@@ -21,6 +21,7 @@ from gpuaccept.testsupport.kubelet_standin import (
     Hang,
     KubeletStandIn,
     SimNode,
+    StandInSettings,
     prepared_reports,
     truncate_termination_message,
 )
@@ -77,7 +78,11 @@ def standin(control_plane: ControlPlane, suffix: str, profile: Path) -> Iterator
         SimNode(f"gpu-{suffix}-garbage", behaviour=Complete(exit_code=0, message="\x00{{not json")),
         SimNode(f"gpu-{suffix}-reboot", profile=str(profile)),
     ]
-    s = KubeletStandIn(control_plane.configuration(), nodes=nodes, kill_grace_cap_s=2.0)
+    s = KubeletStandIn(
+        control_plane.configuration(),
+        nodes=nodes,
+        settings=StandInSettings(kill_grace_cap_s=2.0),
+    )
     s.start()
     yield s
     s.stop(delete_nodes=True)

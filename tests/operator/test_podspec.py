@@ -10,6 +10,7 @@ from world import spec
 
 from gpuaccept.operator.core import NodeView, OperatorConfig
 from gpuaccept.operator.core.podspec import (
+    ProbeAttempt,
     node_label_value,
     probe_pod_manifest,
     probe_pod_name,
@@ -56,9 +57,8 @@ def test_manifest_is_locked_down() -> None:
         resources={"requests": {"cpu": "2"}},
     )
     node = NodeView(name="gpu-1", gpus=8, boot_id="b")
-    manifest = probe_pod_manifest(
-        name="p", serial=4, node=node, policy_name="default", spec=spec(), config=config
-    )
+    attempt = ProbeAttempt(name="p", serial=4, node=node, policy_name="default", spec=spec())
+    manifest = probe_pod_manifest(attempt, config)
     pod = manifest["spec"]
     assert manifest["metadata"]["namespace"] == "ns"
     assert manifest["metadata"]["labels"]["gpuaccept.io/attempt"] == "4"
@@ -104,10 +104,10 @@ def test_manifest_is_locked_down() -> None:
 
 def test_an_old_owned_taint_still_on_the_node_is_tolerated() -> None:
     node = NodeView(name="gpu-1", gpus=8, boot_id="b")
-    manifest = probe_pod_manifest(
+    attempt = ProbeAttempt(
         name="p", serial=1, node=node, policy_name="default", spec=spec(),
-        config=OperatorConfig(),
         applied_taints=["example.com/old-q", "gpuaccept.io/pending"],
     )  # fmt: skip
+    manifest = probe_pod_manifest(attempt, OperatorConfig())
     keys = [t["key"] for t in manifest["spec"]["tolerations"]]
     assert keys == ["gpuaccept.io/pending", "gpuaccept.io/quarantined", "example.com/old-q"]

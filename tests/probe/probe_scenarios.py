@@ -16,7 +16,7 @@ from gpuaccept.probe.hardware.profile import HardwareProfile, load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import load_policy
 from gpuaccept.probe.measure import ProbeContext
-from gpuaccept.probe.runner import run_probe
+from gpuaccept.probe.runner import ProbeRun, run_probe
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "profiles"
@@ -62,17 +62,11 @@ def probe(
     loaded = load_profile(profile) if isinstance(profile, Path) else profile
     hardware = SimulatedBackend(loaded)
     try:
-        return run_probe(
-            hardware,
-            policy or default_policy(),
-            node_name=node_name,
-            boot_id=None,
-            context=ProbeContext(
-                advertised_gpus=advertised
-                if advertised is not None
-                else loaded.node.advertised_gpus
-            ),
+        context = ProbeContext(
+            advertised_gpus=advertised if advertised is not None else loaded.node.advertised_gpus
         )
+        run = ProbeRun(node_name=node_name, boot_id=None, context=context)
+        return run_probe(hardware, policy or default_policy(), run)
     finally:
         hardware.close()
 

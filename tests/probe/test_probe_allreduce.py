@@ -9,7 +9,12 @@ from probe_scenarios import HEALTHY
 from gpuaccept.checks.nccl_allreduce import SPEC as NCCL
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
-from gpuaccept.probe.allreduce import AllreduceError, bus_bandwidth, run_allreduce
+from gpuaccept.probe.allreduce import (
+    AllreduceError,
+    AllreduceTiming,
+    bus_bandwidth,
+    run_allreduce,
+)
 from gpuaccept.probe.hardware.base import AllreduceMeasurement
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
@@ -29,7 +34,7 @@ def test_bus_bandwidth_is_nccl_tests_definition() -> None:
 @pytest.mark.torchdist
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_gloo_allreduce_real_processes(ranks: int) -> None:
-    m = run_allreduce(ranks, "gloo", SIZES, iterations=3, warmup=1, timeout_s=120)
+    m = run_allreduce(ranks, "gloo", SIZES, AllreduceTiming(iterations=3, warmup=1, timeout_s=120))
     assert m.backend == "gloo"
     assert m.source == "measured"
     assert m.ranks == ranks
@@ -51,9 +56,8 @@ class _GlooNode(SimulatedBackend):
         )
 
     def allreduce(self, sizes: list[int], iterations: int, warmup: int) -> AllreduceMeasurement:
-        return run_allreduce(
-            len(self.gpus()), "gloo", sizes, iterations=iterations, warmup=warmup, timeout_s=120
-        )
+        timing = AllreduceTiming(iterations=iterations, warmup=warmup, timeout_s=120)
+        return run_allreduce(len(self.gpus()), "gloo", sizes, timing)
 
 
 @pytest.mark.torchdist
@@ -85,7 +89,7 @@ def test_nccl_allreduce_check_over_gloo() -> None:
 @pytest.mark.torchdist
 def test_worker_failure_is_reported_not_hung() -> None:
     with pytest.raises(AllreduceError, match="all-reduce worker"):
-        run_allreduce(2, "mpi", [4096], iterations=1, warmup=0, timeout_s=60)  # type: ignore[arg-type]
+        run_allreduce(2, "mpi", [4096], AllreduceTiming(iterations=1, warmup=0, timeout_s=60))  # type: ignore[arg-type]
 
 
 def test_bad_arguments() -> None:

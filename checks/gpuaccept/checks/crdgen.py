@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,37 +130,50 @@ def _int_or_string(options: Sequence[Mapping[str, Any]], defs: Mapping[str, Any]
     return out
 
 
-def structural(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Schema:
-    """Convert one pydantic JSON schema node into a structural CRD schema node."""
-    node, ref_name = _resolve(schema, defs)
-    if ref_name == "JsonValue" or (not node.keys() - {"description", "default", "title"}):
-        # pydantic's JsonValue (or an unconstrained Any): any JSON value.
-        out: Schema = {}
-        if "description" in node:
-            out["description"] = _one_line(node["description"])
-        out["x-kubernetes-preserve-unknown-fields"] = True
-        out["nullable"] = True
-        return out
+# Keys this generator maps into other keys (see the module docstring).
+_MAPPED = frozenset(
+    {
+        "const",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "properties",
+        "required",
+        "items",
+        "patternProperties",
+    }
+)
+_UNSUPPORTED = ("oneOf", "allOf", "not", "if", "prefixItems")
 
-    if "anyOf" in node:
-        options = [o for o in node["anyOf"] if not _is_null(o)]
-        nullable = len(options) != len(node["anyOf"])
-        if len(options) == 1:
-            inner = structural(options[0], defs)
-        else:
-            inner = _int_or_string([_resolve(o, defs)[0] for o in options], defs)
-        if "description" in node:
-            rest = {k: v for k, v in inner.items() if k != "description"}
-            inner = {"description": _one_line(node["description"]), **rest}
-        if nullable:
-            inner["nullable"] = True
-        return inner
 
-    for key in ("oneOf", "allOf", "not", "if", "prefixItems"):
-        if key in node:
-            raise UnsupportedSchemaError(f"unsupported keyword {key!r} in {node!r}")
+def _any_json(node: Mapping[str, Any]) -> Schema:
+    """pydantic's JsonValue (or an unconstrained Any): any JSON value."""
+    out: Schema = {}
+    if "description" in node:
+        out["description"] = _one_line(node["description"])
+    out["x-kubernetes-preserve-unknown-fields"] = True
+    out["nullable"] = True
+    return out
 
-    out = {}
+
+def _any_of(node: Mapping[str, Any], defs: Mapping[str, Any]) -> Schema:
+    """An optional field (``X | None``) or ``int | "NN%"``."""
+    options = [o for o in node["anyOf"] if not _is_null(o)]
+    nullable = len(options) != len(node["anyOf"])
+    if len(options) == 1:
+        inner = structural(options[0], defs)
+    else:
+        inner = _int_or_string([_resolve(o, defs)[0] for o in options], defs)
+    if "description" in node:
+        rest = {k: v for k, v in inner.items() if k != "description"}
+        inner = {"description": _one_line(node["description"]), **rest}
+    if nullable:
+        inner["nullable"] = True
+    return inner
+
+
+def _value_keywords(node: Mapping[str, Any]) -> Schema:
+    """The value validations, copied or mapped to their OpenAPI 3.0 form."""
+    out: Schema = {}
     for key in _PASSTHROUGH:
         if key in node:
             out[key] = _one_line(node[key]) if key == "description" else node[key]
@@ -172,52 +185,75 @@ def structural(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Schema:
     if "exclusiveMaximum" in node:
         out["maximum"] = node["exclusiveMaximum"]
         out["exclusiveMaximum"] = True
+    return out
 
-    kind = node.get("type")
-    if kind == "object":
-        if "properties" in node:
-            out["properties"] = {
-                name: structural(sub, defs) for name, sub in node["properties"].items()
-            }
-            if node.get("required"):
-                out["required"] = list(node["required"])
-        else:
-            # A map: dict[K, V]. Kubernetes has no patternProperties, so the
-            # value schema moves to additionalProperties.
-            values: Mapping[str, Any] | None = None
-            pattern_props = node.get("patternProperties")
-            if pattern_props:
-                if len(pattern_props) != 1:
-                    raise UnsupportedSchemaError(f"several patternProperties in {node!r}")
-                values = next(iter(pattern_props.values()))
-            elif isinstance(node.get("additionalProperties"), Mapping):
-                values = node["additionalProperties"]
-            if values is None:
-                out["x-kubernetes-preserve-unknown-fields"] = True
-            else:
-                out["additionalProperties"] = structural(values, defs)
-    elif kind == "array":
-        if "items" not in node:
-            raise UnsupportedSchemaError(f"array without items: {node!r}")
-        out["items"] = structural(node["items"], defs)
-    elif kind is None and "enum" not in node:
-        raise UnsupportedSchemaError(f"schema without a type: {node!r}")
-    elif kind is None:
-        out["type"] = "string"
-    unknown = (
-        node.keys()
-        - set(_PASSTHROUGH)
-        - _DROPPED
-        - {
-            "const",
-            "exclusiveMinimum",
-            "exclusiveMaximum",
-            "properties",
-            "required",
-            "items",
-            "patternProperties",
+
+def _map_values(node: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The value schema of a map (``dict[K, V]``), None when values are free."""
+    pattern_props = node.get("patternProperties")
+    if pattern_props:
+        if len(pattern_props) != 1:
+            raise UnsupportedSchemaError(f"several patternProperties in {node!r}")
+        values: Mapping[str, Any] = next(iter(pattern_props.values()))
+        return values
+    if isinstance(node.get("additionalProperties"), Mapping):
+        additional: Mapping[str, Any] = node["additionalProperties"]
+        return additional
+    return None
+
+
+def _object_shape(node: Mapping[str, Any], defs: Mapping[str, Any]) -> Schema:
+    if "properties" in node:
+        out: Schema = {
+            "properties": {name: structural(sub, defs) for name, sub in node["properties"].items()}
         }
-    )
+        if node.get("required"):
+            out["required"] = list(node["required"])
+        return out
+    # A map: dict[K, V]. Kubernetes has no patternProperties, so the
+    # value schema moves to additionalProperties.
+    values = _map_values(node)
+    if values is None:
+        return {"x-kubernetes-preserve-unknown-fields": True}
+    return {"additionalProperties": structural(values, defs)}
+
+
+def _array_shape(node: Mapping[str, Any], defs: Mapping[str, Any]) -> Schema:
+    if "items" not in node:
+        raise UnsupportedSchemaError(f"array without items: {node!r}")
+    return {"items": structural(node["items"], defs)}
+
+
+def _untyped_shape(node: Mapping[str, Any], _defs: Mapping[str, Any]) -> Schema:
+    """Only an enum may leave out its type (a string enum)."""
+    if "enum" not in node:
+        raise UnsupportedSchemaError(f"schema without a type: {node!r}")
+    return {"type": "string"}
+
+
+# What each JSON-schema type adds besides its value validations.
+_SHAPES: dict[str | None, Callable[[Mapping[str, Any], Mapping[str, Any]], Schema]] = {
+    "object": _object_shape,
+    "array": _array_shape,
+    None: _untyped_shape,
+}
+
+
+def structural(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Schema:
+    """Convert one pydantic JSON schema node into a structural CRD schema node."""
+    node, ref_name = _resolve(schema, defs)
+    if ref_name == "JsonValue" or (not node.keys() - {"description", "default", "title"}):
+        return _any_json(node)
+    if "anyOf" in node:
+        return _any_of(node, defs)
+    for key in _UNSUPPORTED:
+        if key in node:
+            raise UnsupportedSchemaError(f"unsupported keyword {key!r} in {node!r}")
+    out = _value_keywords(node)
+    shape = _SHAPES.get(node.get("type"))
+    if shape is not None:
+        out.update(shape(node, defs))
+    unknown = node.keys() - set(_PASSTHROUGH) - _DROPPED - _MAPPED
     if unknown:
         raise UnsupportedSchemaError(f"unmapped keywords {sorted(unknown)} in {node!r}")
     return out

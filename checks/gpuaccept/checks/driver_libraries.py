@@ -15,6 +15,8 @@ observed: ``{"kernelModule": "550.54.15", "nvmlLibrary": "550.54.15",
 "cudaRuntime": "12.4", "nccl": "2.21.5"}`` (unknown values omitted).
 """
 
+from dataclasses import dataclass, field
+
 from pydantic import JsonValue
 
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
@@ -50,18 +52,15 @@ def _major_minor(version: str) -> tuple[int, ...]:
     return version_tuple(version)[:2]
 
 
-def judge(
-    observed: DriverLibrariesObserved, policy: DriverLibrariesPolicy, summary: HardwareSummary
-) -> CheckJudgement:
-    p = policy
-    kernel = observed.kernel_module
-    library = observed.nvml_library
-    mismatch = observed.nvml_mismatch
-    gpu_drivers = observed.gpu_drivers or []
-    cuda_driver = observed.cuda_driver
-    cuda_runtime = observed.cuda_runtime
-    nccl = observed.nccl
+@dataclass
+class _Findings:
+    """What the judge found so far: failures, and values it could not verify."""
 
+    failures: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+
+
+def _expected(p: DriverLibrariesPolicy) -> dict[str, JsonValue]:
     expected: dict[str, JsonValue] = {}
     if p.driver_versions.min or p.driver_versions.max:
         expected["driver"] = p.driver_versions.describe()
@@ -70,50 +69,97 @@ def judge(
     if p.min_cuda_driver_version:
         expected["minCudaDriver"] = p.min_cuda_driver_version
     expected["cuda"] = "runtime<=driver"
+    return expected
 
-    failures: list[str] = []
-    unknown: list[str] = []
-    if mismatch:
-        failures.append("NVML: driver/library version mismatch")
+
+def _driver(observed: DriverLibrariesObserved) -> str | None:
+    """The driver version: the kernel module's, else the GPUs', else NVML's."""
+    gpu_drivers = observed.gpu_drivers or []
+    return (
+        observed.kernel_module
+        or (gpu_drivers[0] if gpu_drivers else None)
+        or (observed.nvml_library)
+    )
+
+
+def _check_consistency(observed: DriverLibrariesObserved, found: _Findings) -> None:
+    """The kernel module, NVML and the GPUs agree on one driver."""
+    kernel, library = observed.kernel_module, observed.nvml_library
+    gpu_drivers = observed.gpu_drivers or []
+    if observed.nvml_mismatch:
+        found.failures.append("NVML: driver/library version mismatch")
     if kernel and library and version_tuple(kernel) != version_tuple(library):
-        failures.append(f"kernel module {kernel} != NVML library {library}")
+        found.failures.append(f"kernel module {kernel} != NVML library {library}")
     if len(set(gpu_drivers)) > 1:
-        failures.append(f"GPUs disagree on the driver: {', '.join(sorted(set(gpu_drivers)))}")
-    driver = kernel or (gpu_drivers[0] if gpu_drivers else None) or library
-    if "driver" in expected:
-        if driver is None:
-            unknown.append("driver version")
-        elif not p.driver_versions.contains(driver):
-            failures.append(f"driver {driver} outside {p.driver_versions.describe()}")
+        found.failures.append(f"GPUs disagree on the driver: {', '.join(sorted(set(gpu_drivers)))}")
+
+
+def _check_driver_range(
+    driver: str | None, p: DriverLibrariesPolicy, constrained: bool, found: _Findings
+) -> None:
+    if not constrained:
+        return
+    if driver is None:
+        found.unknown.append("driver version")
+    elif not p.driver_versions.contains(driver):
+        found.failures.append(f"driver {driver} outside {p.driver_versions.describe()}")
+
+
+def _check_cuda(
+    observed: DriverLibrariesObserved, p: DriverLibrariesPolicy, found: _Findings
+) -> None:
+    """The CUDA runtime fits the driver, and the driver's CUDA the policy."""
+    cuda_driver, cuda_runtime = observed.cuda_driver, observed.cuda_runtime
     if cuda_driver and cuda_runtime:
         if _major_minor(cuda_runtime) > _major_minor(cuda_driver):
-            failures.append(
+            found.failures.append(
                 f"CUDA runtime {cuda_runtime} needs a newer driver "
                 f"(driver supports CUDA {cuda_driver})"
             )
     else:
-        unknown.append("CUDA driver" if not cuda_driver else "CUDA runtime")
+        found.unknown.append("CUDA driver" if not cuda_driver else "CUDA runtime")
     if (
         p.min_cuda_driver_version
         and cuda_driver
         and not version_at_least(cuda_driver, p.min_cuda_driver_version)
     ):
-        failures.append(f"CUDA driver {cuda_driver} < {p.min_cuda_driver_version}")
-    if "nccl" in expected:
-        if nccl is None:
-            unknown.append("NCCL version")
-        elif not p.nccl_versions.contains(nccl):
-            failures.append(f"NCCL {nccl} outside {p.nccl_versions.describe()}")
-    if failures:
-        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
-    if unknown:
+        found.failures.append(f"CUDA driver {cuda_driver} < {p.min_cuda_driver_version}")
+
+
+def _check_nccl_range(
+    nccl: str | None, p: DriverLibrariesPolicy, constrained: bool, found: _Findings
+) -> None:
+    if not constrained:
+        return
+    if nccl is None:
+        found.unknown.append("NCCL version")
+    elif not p.nccl_versions.contains(nccl):
+        found.failures.append(f"NCCL {nccl} outside {p.nccl_versions.describe()}")
+
+
+def judge(
+    observed: DriverLibrariesObserved, policy: DriverLibrariesPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    expected = _expected(policy)
+    driver = _driver(observed)
+    found = _Findings()
+    _check_consistency(observed, found)
+    _check_driver_range(driver, policy, "driver" in expected, found)
+    _check_cuda(observed, policy, found)
+    _check_nccl_range(observed.nccl, policy, "nccl" in expected, found)
+    if found.failures:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(found.failures)))
+    if found.unknown:
         return CheckJudgement(
-            CheckStatus.SKIP, expected, clip(f"cannot verify: {', '.join(unknown)} unknown")
+            CheckStatus.SKIP, expected, clip(f"cannot verify: {', '.join(found.unknown)} unknown")
         )
     return CheckJudgement(
         CheckStatus.PASS,
         expected,
-        clip(f"driver {driver}, CUDA {cuda_driver} (runtime {cuda_runtime}), NCCL {nccl}"),
+        clip(
+            f"driver {driver}, CUDA {observed.cuda_driver} (runtime {observed.cuda_runtime}), "
+            f"NCCL {observed.nccl}"
+        ),
     )
 
 

@@ -41,14 +41,22 @@ def bus_bandwidth(algbw: float, ranks: int) -> float:
 
 
 @dataclass(frozen=True)
+class AllreduceTiming:
+    """How each message size is timed: untimed warm-up rounds, then timed rounds,
+    all within ``timeout_s``."""
+
+    iterations: int = 20
+    warmup: int = 5
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
 class _Job:
     world: int
     backend: Backend
     store_dir: str
     sizes: list[int]
-    iterations: int
-    warmup: int
-    timeout_s: float
+    timing: AllreduceTiming
 
 
 def _worker(rank: int, job: _Job) -> None:
@@ -56,7 +64,8 @@ def _worker(rank: int, job: _Job) -> None:
     import torch.distributed as dist  # noqa: PLC0415
 
     world, backend, store_dir = job.world, job.backend, job.store_dir
-    sizes, iterations, warmup, timeout_s = job.sizes, job.iterations, job.warmup, job.timeout_s
+    sizes, iterations, warmup = job.sizes, job.timing.iterations, job.timing.warmup
+    timeout_s = job.timing.timeout_s
 
     if backend == "gloo":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -112,10 +121,7 @@ def run_allreduce(
     ranks: int,
     backend: Backend,
     sizes: list[int],
-    *,
-    iterations: int = 20,
-    warmup: int = 5,
-    timeout_s: float = 300.0,
+    timing: AllreduceTiming = AllreduceTiming(),
 ) -> AllreduceMeasurement:
     """Run the benchmark with ``ranks`` processes; raises AllreduceError on failure."""
     if ranks < 1:
@@ -129,7 +135,8 @@ def run_allreduce(
     )
 
     with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as store_dir:
-        args = (_Job(ranks, backend, store_dir, sizes, iterations, warmup, timeout_s),)
+        args = (_Job(ranks, backend, store_dir, sizes, timing),)
+        timeout_s = timing.timeout_s
         context = start_processes(  # type: ignore[no-untyped-call]
             _worker, args=args, nprocs=ranks, join=False, start_method="spawn"
         )

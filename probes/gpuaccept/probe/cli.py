@@ -13,6 +13,7 @@ import socket
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
@@ -56,7 +57,7 @@ from gpuaccept.probe.compact import termination_message
 from gpuaccept.probe.hardware.base import HardwareBackend
 from gpuaccept.probe.inputs import InputError, default_policy, load_policy, policy_from_json
 from gpuaccept.probe.measure import ProbeContext
-from gpuaccept.probe.runner import UNKNOWN_BOOT_ID, run_probe
+from gpuaccept.probe.runner import UNKNOWN_BOOT_ID, ProbeRun, run_probe
 
 EXIT_ACCEPTED = ProbeExit.ACCEPTED
 EXIT_QUARANTINED = ProbeExit.QUARANTINED
@@ -265,91 +266,76 @@ def render_table(report: ProbeReport, verdict: Verdict, out: Console) -> None:
         )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    err = Console(stderr=True)
-    out = Console()
-    parser = build_parser()
-    term_log = _termination_log_from_argv(argv)
-    node_name = default_node_name()
-    boot_env = os.environ.get(ENV_BOOT_ID) or None
-    mode = HardwareMode.REAL
+@dataclass(frozen=True)
+class _FailureReporter:
+    """Reports a probe that could not run: a one-line error, and with
+    ``--termination-log`` a failure report for the operator."""
 
-    def bad_input(message: str) -> int:
-        err.print(
+    err: Console
+    term_log: Path | None
+    node_name: str
+    boot_id: str | None
+    mode: HardwareMode = HardwareMode.REAL
+
+    def write(self, message: str, *, boot_id: str | None) -> None:
+        if self.term_log is not None:
+            report = failure_report(
+                message, node_name=self.node_name, boot_id=boot_id, mode=self.mode
+            )
+            write_termination_log(self.term_log, report, self.err)
+
+    def bad_input(self, message: str) -> int:
+        self.err.print(
             f"gpuaccept probe: error: {message}", markup=False, highlight=False, soft_wrap=True
         )
-        if term_log is not None:
-            report = failure_report(message, node_name=node_name, boot_id=boot_env, mode=mode)
-            write_termination_log(term_log, report, err)
+        self.write(message, boot_id=self.boot_id)
         return EXIT_USAGE
 
-    try:
-        args = parser.parse_args(argv)
-    except UsageError as exc:
-        return bad_input(str(exc))
-    node_name = (args.node_name or node_name)[:253]
-    profile_path: Path | None = args.profile or (
-        Path(os.environ[ENV_PROFILE]) if os.environ.get(ENV_PROFILE) else None
-    )
+
+def _profile_path(args: argparse.Namespace) -> Path | None:
+    if args.profile is not None:
+        return Path(args.profile)
+    return Path(os.environ[ENV_PROFILE]) if os.environ.get(ENV_PROFILE) else None
+
+
+def _open_hardware(
+    args: argparse.Namespace, profile_path: Path | None, advertised: int | None
+) -> tuple[HardwareBackend, int | None]:
+    """The backend to measure, and the advertised GPU count (a profile may state it)."""
     if profile_path is not None:
-        mode = HardwareMode.SIMULATED
-    try:
-        policy = _select_checks(_resolve_policy(args), args.checks)
-        advertised = _advertised(args)
-        hardware: HardwareBackend
-        if profile_path is not None:
-            from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
-            from gpuaccept.probe.hardware.simulated import SimulatedBackend  # noqa: PLC0415
+        from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
+        from gpuaccept.probe.hardware.simulated import SimulatedBackend  # noqa: PLC0415
 
-            profile = load_profile(profile_path)
-            if advertised is None:
-                advertised = profile.node.advertised_gpus
-            hardware = SimulatedBackend(profile)
-        else:
-            from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415
+        profile = load_profile(profile_path)
+        if advertised is None:
+            advertised = profile.node.advertised_gpus
+        return SimulatedBackend(profile), advertised
+    from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415
 
-            sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
-            proc = args.proc_root or Path(os.environ.get(ENV_PROC_ROOT) or "/proc")
-            hardware = RealBackend(sysfs_root=sysfs, proc_root=proc)
-    except (InputError, UsageError) as exc:
-        return bad_input(str(exc))
+    sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
+    proc = args.proc_root or Path(os.environ.get(ENV_PROC_ROOT) or "/proc")
+    return RealBackend(sysfs_root=sysfs, proc_root=proc), advertised
 
-    try:
-        with _progress(err, args.output == "table" or err.is_terminal) as (progress, task):
 
-            def on_check(check: AnyCheckSpec) -> None:
-                if progress is not None and task is not None:
-                    progress.update(task, description=check.title, note="")
+def _measure(
+    hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun, err: Console, progress_on: bool
+) -> ProbeReport:
+    """Run the probe, showing the check under way and its notes on ``err``."""
+    with _progress(err, progress_on) as (progress, task):
 
-            def note(text: str) -> None:
-                if progress is not None and task is not None:
-                    progress.update(task, note=text)
+        def on_check(check: AnyCheckSpec) -> None:
+            if progress is not None and task is not None:
+                progress.update(task, description=check.title, note="")
 
-            context = ProbeContext(advertised_gpus=advertised, progress=note)
-            report = run_probe(
-                hardware,
-                policy,
-                node_name=node_name,
-                boot_id=boot_env,
-                context=context,
-                on_check=on_check,
-            )
-        verdict = evaluate(report, policy)
-    except Exception as exc:  # fail safe: a crashed probe is a failed probe, with a report
-        message = f"probe failed: {type(exc).__name__}: {exc}"
-        err.print(f"gpuaccept probe: {message}", markup=False, highlight=False)
-        if term_log is not None:
-            boot = boot_env or hardware.boot_id()
-            failed = failure_report(message, node_name=node_name, boot_id=boot, mode=mode)
-            write_termination_log(term_log, failed, err)
-        return EXIT_QUARANTINED
-    finally:
-        hardware.close()
+        def note(text: str) -> None:
+            if progress is not None and task is not None:
+                progress.update(task, note=text)
 
-    written = True
-    if term_log is not None:
-        written = write_termination_log(term_log, report, err)
+        context = replace(run.context, progress=note)
+        return run_probe(hardware, policy, replace(run, context=context, on_check=on_check))
+
+
+def _warn_no_gpu(report: ProbeReport, hardware: HardwareBackend, err: Console) -> None:
     if report.summary.gpu_count == 0 and report.hardware is HardwareMode.REAL:
         problem = hardware.gpu_problem()
         err.print(
@@ -360,6 +346,57 @@ def main(argv: Sequence[str] | None = None) -> int:
             highlight=False,
             soft_wrap=True,
         )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    err = Console(stderr=True)
+    out = Console()
+    parser = build_parser()
+    failures = _FailureReporter(
+        err=err,
+        term_log=_termination_log_from_argv(argv),
+        node_name=default_node_name(),
+        boot_id=os.environ.get(ENV_BOOT_ID) or None,
+    )
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return failures.bad_input(str(exc))
+    profile_path = _profile_path(args)
+    failures = replace(
+        failures,
+        node_name=(args.node_name or failures.node_name)[:253],
+        mode=HardwareMode.REAL if profile_path is None else HardwareMode.SIMULATED,
+    )
+    try:
+        policy = _select_checks(_resolve_policy(args), args.checks)
+        hardware, advertised = _open_hardware(args, profile_path, _advertised(args))
+    except (InputError, UsageError) as exc:
+        return failures.bad_input(str(exc))
+
+    run = ProbeRun(
+        node_name=failures.node_name,
+        boot_id=failures.boot_id,
+        context=ProbeContext(advertised_gpus=advertised),
+    )
+    try:
+        show_progress = args.output == "table" or err.is_terminal
+        report = _measure(hardware, policy, run, err, show_progress)
+        verdict = evaluate(report, policy)
+    except Exception as exc:  # fail safe: a crashed probe is a failed probe, with a report
+        message = f"probe failed: {type(exc).__name__}: {exc}"
+        err.print(f"gpuaccept probe: {message}", markup=False, highlight=False)
+        if failures.term_log is not None:
+            failures.write(message, boot_id=failures.boot_id or hardware.boot_id())
+        return EXIT_QUARANTINED
+    finally:
+        hardware.close()
+
+    written = True
+    if failures.term_log is not None:
+        written = write_termination_log(failures.term_log, report, err)
+    _warn_no_gpu(report, hardware, err)
     if args.output == "json":
         sys.stdout.write(report.model_dump_json(by_alias=True, exclude_none=True, indent=2) + "\n")
     else:

@@ -3,6 +3,7 @@ for each, its measuring function (:mod:`gpuaccept.probe.measure`), then its judg
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pydantic import JsonValue
@@ -92,31 +93,42 @@ def run_check(
     )
 
 
-def run_probe(
-    hardware: HardwareBackend,
-    policy: ProbePolicy,
-    *,
-    node_name: str,
-    boot_id: str | None,
-    context: ProbeContext | None = None,
-    checks: Sequence[AnyCheckSpec] = CHECKS,
-    on_check: Callable[[AnyCheckSpec], None] = lambda _check: None,
-    now: Callable[[], datetime] = lambda: datetime.now(UTC),
-) -> ProbeReport:
-    """Every check in ``checks``, in order; ``on_check`` is called as each starts."""
-    context = context or ProbeContext()
-    started_at = now()
+def _no_progress(_check: AnyCheckSpec) -> None:
+    pass
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """What one probe run reports on and how: the node, its boot ID when known from
+    outside, the facts a measurement may need, the checks in order, a callback as
+    each check starts, and the clock."""
+
+    node_name: str
+    boot_id: str | None = None
+    context: ProbeContext = field(default_factory=ProbeContext)
+    checks: Sequence[AnyCheckSpec] = CHECKS
+    on_check: Callable[[AnyCheckSpec], None] = _no_progress
+    now: Callable[[], datetime] = _utc_now
+
+
+def run_probe(hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun) -> ProbeReport:
+    """Every check in ``run.checks``, in order; ``run.on_check`` is called as each starts."""
+    started_at = run.now()
     summary = hardware_summary(hardware)
     results = []
-    for check in checks:
-        on_check(check)
-        results.append(run_check(check, hardware, policy, context, summary))
+    for check in run.checks:
+        run.on_check(check)
+        results.append(run_check(check, hardware, policy, run.context, summary))
     return ProbeReport(
-        node_name=node_name,
-        boot_id=(boot_id or hardware.boot_id() or UNKNOWN_BOOT_ID)[:64],
+        node_name=run.node_name,
+        boot_id=(run.boot_id or hardware.boot_id() or UNKNOWN_BOOT_ID)[:64],
         probe_version=PROBE_VERSION,
         started_at=started_at,
-        finished_at=now(),
+        finished_at=run.now(),
         hardware=hardware.mode,
         summary=summary,
         results=results,

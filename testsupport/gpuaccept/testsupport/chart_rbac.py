@@ -24,7 +24,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,9 @@ from gpuaccept.testsupport.controlplane import (
 __all__ = [
     "DEFAULT_NAMESPACE",
     "DEFAULT_RELEASE",
+    "OPERATOR_TOKEN_SECONDS",
     "RBAC_KINDS",
+    "ChartRelease",
     "OperatorIdentity",
     "apply_chart_rbac",
     "apply_crds",
@@ -66,6 +68,7 @@ RBAC_KINDS = frozenset(
 )
 
 Manifest = dict[str, Any]
+OPERATOR_TOKEN_SECONDS = 3600  # how long the operator's test kubeconfig stays valid
 
 
 def chart_dir() -> Path:
@@ -112,25 +115,38 @@ def helm(
     return proc
 
 
+@dataclass(frozen=True)
+class ChartRelease:
+    """A release of the chart: its name, its namespace and the values it is rendered with."""
+
+    name: str = DEFAULT_RELEASE
+    namespace: str = DEFAULT_NAMESPACE
+    values_files: Sequence[Path] = ()
+    set_values: Mapping[str, str] = field(default_factory=dict)
+
+    def render(self, *, chart: Path | None = None, include_crds: bool = False) -> list[Manifest]:
+        """``helm template`` the chart (default: this checkout's); the rendered objects
+        (empty documents dropped)."""
+        args = ["template", self.name, str(chart or chart_dir()), "--namespace", self.namespace]
+        for path in self.values_files:
+            args += ["--values", str(path)]
+        for key, value in self.set_values.items():
+            args += ["--set", f"{key}={value}"]
+        if include_crds:
+            args.append("--include-crds")
+        out = helm(*args).stdout
+        return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
 def render_chart(
     *,
     release: str = DEFAULT_RELEASE,
     namespace: str = DEFAULT_NAMESPACE,
     values_files: Sequence[Path] = (),
     set_values: Mapping[str, str] | None = None,
-    chart: Path | None = None,
-    include_crds: bool = False,
 ) -> list[Manifest]:
-    """``helm template`` the chart; the rendered objects (empty documents dropped)."""
-    args = ["template", release, str(chart or chart_dir()), "--namespace", namespace]
-    for path in values_files:
-        args += ["--values", str(path)]
-    for key, value in (set_values or {}).items():
-        args += ["--set", f"{key}={value}"]
-    if include_crds:
-        args.append("--include-crds")
-    out = helm(*args).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
+    """``helm template`` this checkout's chart as ``release`` in ``namespace``."""
+    return ChartRelease(release, namespace, values_files, set_values or {}).render()
 
 
 def apply_manifests(
@@ -213,16 +229,13 @@ def apply_chart_rbac(
     cp: ControlPlane,
     *,
     workdir: Path,
-    release: str = DEFAULT_RELEASE,
-    namespace: str = DEFAULT_NAMESPACE,
-    values_files: Sequence[Path] = (),
-    set_values: Mapping[str, str] | None = None,
+    release: ChartRelease = ChartRelease(),
     transform: Callable[[list[Manifest]], list[Manifest]] | None = None,
     crds: bool = True,
-    token_seconds: int = 3600,
 ) -> OperatorIdentity:
-    """Render the chart, apply its ServiceAccounts/ClusterRole/Role/bindings (and the
-    CRDs) to ``cp``, and return a kubeconfig for the operator's ServiceAccount.
+    """Render ``release``, apply its ServiceAccounts/ClusterRole/Role/bindings (and the
+    CRDs) to ``cp``, and return a kubeconfig for the operator's ServiceAccount (its
+    token valid for :data:`OPERATOR_TOKEN_SECONDS`).
 
     ``transform`` edits the rendered RBAC objects before they are applied (e.g. drop
     a verb, to prove a test fails without it). Only RBAC kinds are applied: the
@@ -230,21 +243,17 @@ def apply_chart_rbac(
     """
     if crds:
         apply_crds(cp)
-    rendered = render_chart(
-        release=release,
-        namespace=namespace,
-        values_files=values_files,
-        set_values=set_values or {},
-    )
+    namespace = release.namespace
+    rendered = release.render()
     sa_name = operator_service_account(rendered)
     rbac = [obj for obj in rendered if obj.get("kind") in RBAC_KINDS]
     if transform is not None:
         rbac = transform(rbac)
     cp.kubectl("create", "namespace", namespace, check=False)
     apply_manifests(cp, rbac)
-    token = cp.service_account_token(namespace, sa_name, expiration_seconds=token_seconds)
+    token = cp.service_account_token(namespace, sa_name, expiration_seconds=OPERATOR_TOKEN_SECONDS)
     kubeconfig = write_token_kubeconfig(
-        workdir / f"{release}-{sa_name}.kubeconfig",
+        workdir / f"{release.name}-{sa_name}.kubeconfig",
         server=cp.server,
         ca_file=cp.ca_file,
         token=token,
@@ -337,16 +346,13 @@ def operator_kubeconfig(cp: ControlPlane, *, namespace: str, lease: str, workdir
     cached = _IDENTITIES.get(key)
     if cached is None or not cached.kubeconfig.exists():
         release = f"rbac-{lease}"[:40].rstrip("-.")
+        values = {
+            "fullnameOverride": release,
+            "operator.leaderElection.leaseName": lease,
+            "defaultPolicy.enabled": "false",
+        }
         cached = apply_chart_rbac(
-            cp,
-            workdir=workdir,
-            release=release,
-            namespace=namespace,
-            set_values={
-                "fullnameOverride": release,
-                "operator.leaderElection.leaseName": lease,
-                "defaultPolicy.enabled": "false",
-            },
+            cp, workdir=workdir, release=ChartRelease(release, namespace, set_values=values)
         )
         _IDENTITIES[key] = cached
     return cached.kubeconfig
@@ -437,9 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     token_cmd.add_argument("--token-seconds", type=int, default=3600)
     ns = parser.parse_args(argv)
     sets = dict(item.split("=", 1) for item in ns.set)
-    rendered = render_chart(
-        release=ns.release, namespace=ns.namespace, values_files=ns.values, set_values=sets
-    )
+    rendered = ChartRelease(ns.release, ns.namespace, ns.values, sets).render()
     if ns.command == "args":
         # One argument per line: `mapfile -t ARGS < <(...)` keeps JSON values whole.
         print("\n".join(operator_args(rendered)))

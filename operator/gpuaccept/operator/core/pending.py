@@ -13,21 +13,21 @@ from gpuaccept.operator.core.context import (
     PlanBuilder,
 )
 from gpuaccept.operator.core.model import CreateProbePod, Plan
-from gpuaccept.operator.core.podspec import probe_pod_manifest, probe_pod_name
+from gpuaccept.operator.core.podspec import ProbeAttempt, probe_pod_manifest, probe_pod_name
 from gpuaccept.operator.core.verdict import attempt_failed
 
 
 def probe_manifest(ctx: NodeContext, st: NodeAcceptanceStatus) -> dict[str, Any]:
     """The pod of the attempt recorded in ``st`` (its name and serial)."""
-    return probe_pod_manifest(
+    attempt = ProbeAttempt(
         name=st.probe_pod or "",
         serial=st.pod_serial,
         node=ctx.node,
         policy_name=ctx.policy.name,
         spec=ctx.spec,
-        config=ctx.obs.config,
         applied_taints=st.applied_taints,
     )
+    return probe_pod_manifest(attempt, ctx.obs.config)
 
 
 def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:

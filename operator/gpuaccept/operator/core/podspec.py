@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
@@ -68,43 +69,49 @@ def node_label_value(node: str) -> str:
     return f"{node[:50].rstrip('.-_')}-{_short_hash(node)}"
 
 
-def probe_pod_manifest(
-    *,
-    name: str,
-    serial: int,
-    node: NodeView,
-    policy_name: str,
-    spec: NodeAcceptancePolicySpec,
-    config: OperatorConfig,
-    applied_taints: Sequence[str] = (),
-) -> dict[str, Any]:
-    """``applied_taints``: owned keys recorded on the node, e.g. a quarantine key
+@dataclass(frozen=True)
+class ProbeAttempt:
+    """One probe attempt on one node: the pod's name and serial, and what it checks.
+
+    ``applied_taints``: owned keys recorded on the node, e.g. a quarantine key
     the policy has since renamed; the pod must tolerate those too (a NoExecute one
     would otherwise make the kubelet refuse it)."""
-    gpus = node.gpus
+
+    name: str
+    serial: int
+    node: NodeView
+    policy_name: str
+    spec: NodeAcceptancePolicySpec
+    applied_taints: Sequence[str] = ()
+
+
+def _tolerations(attempt: ProbeAttempt, config: OperatorConfig) -> list[dict[str, Any]]:
+    owned = [attempt.spec.pending_taint_key, attempt.spec.quarantine.taint_key]
+    owned += sorted(set(attempt.applied_taints) - set(owned))
+    return [
+        *({"key": key, "operator": "Exists"} for key in owned),
+        *(dict(t) for t in config.extra_tolerations),
+    ]
+
+
+def _probe_container(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
+    gpus = attempt.node.gpus
     limits: dict[str, str] = dict(config.resources.get("limits", {}))
     requests: dict[str, str] = dict(config.resources.get("requests", {}))
     if gpus > 0:
         limits[GPU_RESOURCE] = str(gpus)
         requests[GPU_RESOURCE] = str(gpus)
-    owned = [spec.pending_taint_key, spec.quarantine.taint_key]
-    owned += sorted(set(applied_taints) - set(owned))
-    tolerations: list[dict[str, Any]] = [
-        *({"key": key, "operator": "Exists"} for key in owned),
-        *(dict(t) for t in config.extra_tolerations),
-    ]
     env: list[dict[str, Any]] = [
         {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {
             "name": ENV_POLICY,
-            "value": json.dumps(spec.probe.to_wire(), separators=(",", ":"), sort_keys=True),
+            "value": json.dumps(
+                attempt.spec.probe.to_wire(), separators=(",", ":"), sort_keys=True
+            ),
         },
         {"name": ENV_EXPECTED_GPUS, "value": str(gpus)},
     ]
-    shm: dict[str, Any] = {"medium": "Memory"}
-    if config.shm_size:
-        shm["sizeLimit"] = config.shm_size
-    container: dict[str, Any] = {
+    return {
         "name": CONTAINER_NAME,
         "image": config.probe_image,
         "imagePullPolicy": config.image_pull_policy,
@@ -123,36 +130,50 @@ def probe_pod_manifest(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
+
+
+def _pod_spec(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if config.shm_size:
+        shm["sizeLimit"] = config.shm_size
     pod_spec: dict[str, Any] = {
-        "nodeName": node.name,
+        "nodeName": attempt.node.name,
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "serviceAccountName": config.service_account,
         "hostNetwork": False,
         "enableServiceLinks": False,
-        "activeDeadlineSeconds": config.timeout_for(spec),
+        "activeDeadlineSeconds": config.timeout_for(attempt.spec),
         "terminationGracePeriodSeconds": 30,
-        "tolerations": tolerations,
-        "containers": [container],
+        "tolerations": _tolerations(attempt, config),
+        "containers": [_probe_container(attempt, config)],
         "volumes": [{"name": "dshm", "emptyDir": shm}],
     }
     if config.runtime_class:
         pod_spec["runtimeClassName"] = config.runtime_class
     if config.priority_class:
         pod_spec["priorityClassName"] = config.priority_class
+    return pod_spec
+
+
+def probe_pod_manifest(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
+    """The probe pod of ``attempt``, built from the operator's own ``config``."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": name,
+            "name": attempt.name,
             "namespace": config.namespace,
             "labels": {
                 MANAGED_BY_LABEL: MANAGED_BY_VALUE,
                 COMPONENT_LABEL: COMPONENT_VALUE,
-                NODE_LABEL: node_label_value(node.name),
-                ATTEMPT_LABEL: str(serial),
+                NODE_LABEL: node_label_value(attempt.node.name),
+                ATTEMPT_LABEL: str(attempt.serial),
             },
-            "annotations": {NODE_NAME_ANNOTATION: node.name, POLICY_ANNOTATION: policy_name},
+            "annotations": {
+                NODE_NAME_ANNOTATION: attempt.node.name,
+                POLICY_ANNOTATION: attempt.policy_name,
+            },
         },
-        "spec": pod_spec,
+        "spec": _pod_spec(attempt, config),
     }

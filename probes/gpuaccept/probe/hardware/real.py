@@ -283,12 +283,13 @@ class RealBackend:
             raise RuntimeError(f"GPU load failed: {errors[0]}")
 
     def allreduce(self, sizes: list[int], iterations: int, warmup: int) -> AllreduceMeasurement:
-        from gpuaccept.probe.allreduce import run_allreduce  # noqa: PLC0415
+        from gpuaccept.probe.allreduce import AllreduceTiming, run_allreduce  # noqa: PLC0415
 
         torch = self._torch_cuda()
         if not torch.distributed.is_nccl_available():
             raise Unavailable("torch was built without NCCL")
-        return run_allreduce(len(self._gpus), "nccl", sizes, iterations=iterations, warmup=warmup)
+        timing = AllreduceTiming(iterations=iterations, warmup=warmup)
+        return run_allreduce(len(self._gpus), "nccl", sizes, timing)
 
     # --- versions -----------------------------------------------------------
     @cache  # noqa: B019 - one backend per process

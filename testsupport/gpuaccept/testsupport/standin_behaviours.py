@@ -1,0 +1,63 @@
+"""What a simulated node's pods do (kubelet stand-in, test support): run the
+containers' commands as processes (the default), hang, or complete with a given
+exit code and termination message without a process. :func:`prepared_reports`
+is the scale mode: every pod completes with a prepared probe report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunProcess:
+    """Run the containers' commands as local processes (the default)."""
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Start the pod (phase Running) and never finish: only the deadline or deletion ends it."""
+
+
+@dataclass(frozen=True)
+class Complete:
+    """Run no process: after ``delay_s``, every container terminates with this exit code and
+    termination message (raw; truncated like the kubelet would)."""
+
+    exit_code: int = 0
+    message: str = ""
+    delay_s: float = 0.0
+
+
+Behaviour = RunProcess | Hang | Complete
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """What a :data:`BehaviourHook` gets to decide on a pod."""
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    boot_id: str
+    profile: str | None
+    pod: Mapping[str, Any]
+
+
+BehaviourHook = Callable[[PodInfo], Behaviour]
+
+
+def prepared_reports(
+    report: Callable[[str, str], str], *, exit_code: int = 0, delay_s: float = 0.0
+) -> BehaviourHook:
+    """Scale mode: complete each pod with ``report(node_name, boot_id)`` as its
+    termination message and ``exit_code``, without starting a process."""
+
+    def hook(p: PodInfo) -> Behaviour:
+        return Complete(
+            exit_code=exit_code, message=report(p.node_name, p.boot_id), delay_s=delay_s
+        )
+
+    return hook
