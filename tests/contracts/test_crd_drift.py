@@ -321,6 +321,7 @@ def test_printer_columns() -> None:
         "QUARANTINED",
         "PENDING",
         "HELD",
+        "STALLED",
         "BREAKER",
         "DRYRUN",
         "PAUSED",

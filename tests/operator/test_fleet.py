@@ -26,6 +26,30 @@ EARLIER = "2025-12-31T00:00:00Z"
 
 
 @pytest.mark.parametrize(
+    ("max_quarantined", "matched", "limit"),
+    [
+        ("10%", 0, 1),
+        ("10%", 1, 1),
+        ("10%", 9, 1),  # cluster-api's maxUnhealthy would round this down to 0
+        ("10%", 10, 1),
+        ("10%", 19, 1),
+        ("10%", 20, 2),
+        ("25%", 7, 1),
+        ("50%", 7, 3),
+        ("100%", 7, 7),
+        ("0%", 5, 0),
+        ("0%", 500, 0),
+        (0, 5, 0),
+        (3, 1, 3),  # an absolute count is as given
+    ],
+)
+def test_max_quarantined_count_rounds_to_at_least_one(
+    max_quarantined: int | str, matched: int, limit: int
+) -> None:
+    assert spec(maxQuarantined=max_quarantined).max_quarantined_count(matched) == limit
+
+
+@pytest.mark.parametrize(
     ("max_quarantined", "quarantined", "matched", "already", "allowed"),
     [
         (5, 0, 10, False, True),
@@ -35,7 +59,10 @@ EARLIER = "2025-12-31T00:00:00Z"
         (0, 0, 10, False, False),  # quarantine nothing
         ("10%", 0, 10, False, True),  # 10% of 10 = 1
         ("10%", 1, 10, False, False),
-        ("10%", 0, 9, False, False),  # 10% of 9 rounds down to 0
+        ("10%", 0, 9, False, True),  # 10% of 9: at least 1, never 0 from a percentage
+        ("10%", 1, 9, False, False),
+        ("10%", 0, 3, False, True),  # a small fleet: its first bad node is quarantined
+        ("0%", 0, 10, False, False),  # "0%" quarantines nothing
         ("50%", 2, 6, False, True),
         ("50%", 3, 6, False, False),
         ("100%", 9, 10, False, True),
