@@ -240,3 +240,42 @@ def test_same_status_ignores_transition_times_and_breaker_event_on_opening() -> 
     assert same_status(wire, later_wire)
     assert breaker_just_opened({}, status)
     assert not breaker_just_opened(wire, status)
+
+
+CONTROL_PLANE = {"node-role.kubernetes.io/control-plane": ""}
+MASTER = {"node-role.kubernetes.io/master": "true"}
+OPTED_IN = PolicyView("cp", 1, spec(nodeSelector=GPU, includeControlPlane=True))
+
+
+@pytest.mark.parametrize(
+    ("labels", "policies", "expected"),
+    [
+        (GPU, [A], ["a"]),
+        ({**GPU, **CONTROL_PLANE}, [A], []),  # a control-plane node is never selected...
+        ({**GPU, **MASTER}, [A], []),
+        ({**GPU, **CONTROL_PLANE}, [OPTED_IN], ["cp"]),  # ...unless the policy opts in
+    ],
+)
+def test_control_plane_nodes_only_under_a_policy_that_opts_in(
+    labels: dict[str, str], policies: list[PolicyView], expected: list[str]
+) -> None:
+    assert [p.name for p in matching_policies(policies, labels)] == expected
+
+
+def test_a_selector_naming_a_control_plane_role_needs_the_opt_in() -> None:
+    with pytest.raises(ValueError, match="includeControlPlane"):
+        spec(nodeSelector=CONTROL_PLANE)
+    assert spec(nodeSelector=CONTROL_PLANE, includeControlPlane=True).include_control_plane
+
+
+def test_tally_counts_waiting_and_stalled_nodes() -> None:
+    def na(name: str, phase: Phase) -> NAView:
+        return NAView(name, NodeAcceptanceStatus(phase=phase, policy="a"))
+
+    snapshot = FleetSnapshot(
+        policies=(A,),
+        nodes=(NodeView("n1", labels=GPU), NodeView("n2", labels=GPU)),
+        acceptances=(na("n1", Phase.PENDING), na("n2", Phase.STALLED)),
+    )
+    counts = tally(snapshot)["a"].counts
+    assert (counts.pending, counts.stalled) == (1, 1)
