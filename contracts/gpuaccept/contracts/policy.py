@@ -173,7 +173,7 @@ class GPUWait(ContractModel):
 
     timeout_seconds: int = Field(
         default=1800,
-        ge=60,
+        ge=30,
         le=604800,
         description="Seconds a selected node may advertise no allocatable nvidia.com/gpu "
         "before it goes to phase Stalled (reason NoGPUsAdvertised).",
