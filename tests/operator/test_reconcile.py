@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from world import BOOT, PENDING, World, make_report, spec
+from world import BOOT, PENDING, T0, World, make_report, spec
 
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.contracts.policy import PolicyChangeAction
@@ -739,6 +739,20 @@ def test_a_node_that_never_advertises_gpus_stalls_at_the_deadline(
     w.finish_with_report()
     w.settle()
     assert w.status.phase == Phase.ACCEPTED
+
+
+def test_a_stalled_node_waits_again_when_the_deadline_is_raised() -> None:
+    w = World(policies=[PolicyView("default", 1, spec(waitForGPUs={"timeoutSeconds": 60}))])
+    assert w.node is not None
+    w.node = dataclasses.replace(w.node, gpus=0)
+    w.settle()
+    w.advance(60)
+    w.settle()
+    assert w.status.phase == Phase.STALLED
+    w.policies = [PolicyView("default", 2, spec(waitForGPUs={"timeoutSeconds": 3600}))]
+    w.settle()
+    assert (w.status.phase, w.status.reason) == (Phase.PENDING, "WaitingForGPUs")
+    assert w.status.waiting_since == T0  # the deadline still counts from the start
 
 
 def test_the_first_bad_node_of_a_small_fleet_is_quarantined_under_a_percentage() -> None:

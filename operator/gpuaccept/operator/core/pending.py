@@ -97,6 +97,7 @@ def _wait_for_gpus(ctx: NodeContext, out: PlanBuilder) -> Plan:
     if now < deadline:
         waiting = ctx.stamped(
             st,
+            phase=Phase.PENDING,  # a Stalled node waits again under a longer deadline
             reason=REASON_WAITING_FOR_GPUS,
             message=f"the node advertises no allocatable {GPU_RESOURCE} yet",
             waiting_since=since,
