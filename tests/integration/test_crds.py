@@ -272,11 +272,14 @@ def test_policy_status_and_columns(cp: ControlPlane, name: str) -> None:
         "ACCEPTED",
         "QUARANTINED",
         "PENDING",
+        "HELD",
+        "STALLED",
+        "BREAKER",
         "DRYRUN",
         "PAUSED",
         "AGE",
     ]
-    assert table[1].split()[:5] == [name, "7", "2", "1", "true"]
+    assert table[1].split()[:8] == [name, "7", "2", "1", "0", "0", "false", "true"]
     everything = cp.kubectl("get", "gpuaccept").stdout
     assert name in everything
 

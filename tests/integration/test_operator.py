@@ -845,7 +845,11 @@ def test_quarantine_labels_are_recorded_and_an_old_key_is_cleaned_up(env: Env) -
     (name,) = env.nodes(suite, {"n": str(ROOT / "profiles/faults/pcie-x8.yaml")})
     env.wait_phase([name], "Quarantined")
     assert env.status(name)["appliedLabels"] == ["gpuaccept.io/pool"]
-    assert env.node(name)["metadata"]["labels"]["gpuaccept.io/pool"] == "bad"
+    wait_for(  # the status is written first, then the node
+        "the quarantine label",
+        lambda: env.node(name)["metadata"]["labels"].get("gpuaccept.io/pool") == "bad",
+        60,
+    )
     # The label key changes (merge patch: null drops the old key from the map).
     _patch_policy(
         env, policy, {"quarantine": {"labels": {"gpuaccept.io/pool": None, "gpuaccept.io/q": "y"}}}
