@@ -291,6 +291,10 @@ def test_chart_ships_the_generated_crds() -> None:
         # a critical probe pod pinned with nodeName makes the kubelet evict workloads
         ("probe.priorityClassName=system-node-critical", "probe.priorityClassName"),
         ("probe.priorityClassName=system-cluster-critical", "probe.priorityClassName"),
+        # an owned key prefix is a subdomain and "/", never another owner's
+        ("operator.ownedKeyPrefixes={example.com}", "operator.ownedKeyPrefixes.0"),
+        ("operator.ownedKeyPrefixes={kubernetes.io/}", "operator.ownedKeyPrefixes.0"),
+        ("operator.ownedKeyPrefixes={nvidia.com/gpu-}", "operator.ownedKeyPrefixes.0"),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(setting: str, message: str) -> None:
@@ -392,3 +396,19 @@ def test_a_default_selector_key_can_be_dropped() -> None:
         },
     )
     assert one(docs, "NodeAcceptancePolicy")["spec"]["nodeSelector"] == {"pool": "h100"}
+
+
+def test_owned_key_prefixes_reach_the_operator() -> None:
+    cli = pytest.importorskip("gpuaccept.operator.cli")
+    options = pytest.importorskip("gpuaccept.operator.options")
+    docs = render_chart(
+        namespace=NAMESPACE,
+        set_values={"operator.ownedKeyPrefixes": "{example.com/gpu-,gpu.example.org/}"},
+    )
+    parsed = cli.parser().parse_args(container(docs)["args"][1:])
+    assert options.owned_key_prefixes(parsed.owned_key_prefixes) == (
+        "gpuaccept.io/",
+        "example.com/gpu-",
+        "gpu.example.org/",
+    )
+    assert "--owned-key-prefix" not in args_of(render_chart(namespace=NAMESPACE))

@@ -357,6 +357,7 @@ def test_printer_columns() -> None:
         "QUARANTINED",
         "PENDING",
         "HELD",
+        "STALLED",
         "BREAKER",
         "DRYRUN",
         "PAUSED",

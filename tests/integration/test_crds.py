@@ -189,14 +189,12 @@ def sample_status(node: str) -> NodeAcceptanceStatus:
             CheckSummary(check="nccl_allreduce", status=CheckStatus.FAIL),
             CheckSummary(check="cpu_governor", status=CheckStatus.PASS),
         ],
-        figures=KeyFigures.model_validate(
-            {
-                "gpuModel": "NVIDIA H100 80GB HBM3",
-                "gpuCount": 8,
-                "busbwGBps": 80.5,
-                "pcie": "Gen5x16",
-                "driverVersion": "550.54.15",
-            }
+        figures=KeyFigures(
+            gpu_model="NVIDIA H100 80GB HBM3",
+            gpu_count=8,
+            busbw_gbps=80.5,
+            pcie="Gen5x16",
+            driver_version="550.54.15",
         ),
         policy="default",
         policy_generation=1,
@@ -249,14 +247,14 @@ def test_acceptance_status_round_trips_and_columns_show(cp: ControlPlane, name: 
         "NAME",
         "PHASE",
         "REASON",
-        "BUSBW",  # the key figures' columns, in their declared order (README's)
-        "PCIE",
+        "PCIE",  # the key figures' columns, in check registry order
+        "BUSBW",
         "DRIVER",
         "PROBED",
         "AGE",
     ]
     row = table[1].split()
-    assert row[:6] == [name, "Quarantined", "LowBusBandwidth", "80.5", "Gen5x16", "550.54.15"]
+    assert row[:6] == [name, "Quarantined", "LowBusBandwidth", "Gen5x16", "80.5", "550.54.15"]
     wide = cp.kubectl("get", "na", name, "-o", "wide").stdout.splitlines()[0].split()
     assert wide[-3:] == ["AGE", "POLICY", "ATTEMPTS"] or {"POLICY", "ATTEMPTS"} <= set(wide)
 
@@ -275,12 +273,13 @@ def test_policy_status_and_columns(cp: ControlPlane, name: str) -> None:
         "QUARANTINED",
         "PENDING",
         "HELD",
+        "STALLED",
         "BREAKER",
         "DRYRUN",
         "PAUSED",
         "AGE",
     ]
-    assert table[1].split()[:7] == [name, "7", "2", "1", "0", "false", "true"]
+    assert table[1].split()[:8] == [name, "7", "2", "1", "0", "0", "false", "true"]
     everything = cp.kubectl("get", "gpuaccept").stdout
     assert name in everything
 

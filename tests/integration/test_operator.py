@@ -785,3 +785,156 @@ def test_no_node_carries_kopf_annotations_or_finalizers(env: Env) -> None:
         finalizers = meta.get("finalizers") or []
         bad = [k for k in annotations if "kopf" in k] + [f for f in finalizers if "kopf" in f]
         assert not bad, f"{meta['name']}: {bad}"
+
+
+# ---------------------------------------------------------------------- issue 10
+
+
+CILIUM_TAINT = {"key": "node.cilium.io/agent-not-ready", "effect": "NoSchedule"}
+KARPENTER_LABEL = "karpenter.sh/nodepool"
+
+
+def test_a_policy_naming_other_owners_keys_is_invalid_and_touches_nothing(env: Env) -> None:
+    # The issue's example: a policy that would have the operator remove Cilium's
+    # taint and overwrite and remove Karpenter's label.
+    suite = suite_id("foreign")
+    policy = env.policy(
+        suite,
+        pendingTaintKey=CILIUM_TAINT["key"],
+        quarantine={"labels": {KARPENTER_LABEL: "quarantined"}},
+    )
+    sim = SimNode(
+        name=f"{suite}-n",
+        profile=HEALTHY,
+        labels={SUITE_LABEL: suite, "nvidia.com/gpu.present": "false", KARPENTER_LABEL: "gpu"},
+        taints=[CILIUM_TAINT],
+    )
+    env.standin.add_nodes([sim])
+
+    def ready_false() -> dict[str, Any] | None:
+        conditions = {c["type"]: c for c in env.policy_status(policy).get("conditions") or []}
+        ready = conditions.get("Ready") or {}
+        return ready if ready.get("reason") == "InvalidSpec" else None
+
+    ready = wait_for("the policy's Ready condition to say InvalidSpec", ready_false, 60)
+    assert ready["status"] == "False"
+    assert CILIUM_TAINT["key"] in ready["message"]
+    assert KARPENTER_LABEL in ready["message"]
+    assert "gpuaccept.io/" in ready["message"]
+    time.sleep(5)  # give a (wrong) operator time to act; nothing may happen
+    node = env.node(sim.name)
+    assert env.taint_keys(sim.name) == [CILIUM_TAINT["key"]]
+    assert node["metadata"]["labels"][KARPENTER_LABEL] == "gpu"
+    assert ACCEPTANCE_LABEL not in node["metadata"]["labels"]
+    assert env.na(sim.name) is None
+    assert env.pods(sim.name) == []
+
+
+def _patch_policy(env: Env, name: str, spec: dict[str, Any]) -> None:
+    env.kube.request(
+        "PATCH",
+        f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}/{name}",
+        {"spec": spec},
+        content_type="application/merge-patch+json",
+    )
+
+
+def test_quarantine_labels_are_recorded_and_an_old_key_is_cleaned_up(env: Env) -> None:
+    suite = suite_id("labels")
+    policy = env.policy(suite, quarantine={"labels": {"gpuaccept.io/pool": "bad"}})
+    (name,) = env.nodes(suite, {"n": str(ROOT / "profiles/faults/pcie-x8.yaml")})
+    env.wait_phase([name], "Quarantined")
+    assert env.status(name)["appliedLabels"] == ["gpuaccept.io/pool"]
+    wait_for(  # the status is written first, then the node
+        "the quarantine label",
+        lambda: env.node(name)["metadata"]["labels"].get("gpuaccept.io/pool") == "bad",
+        60,
+    )
+    # The label key changes (merge patch: null drops the old key from the map).
+    _patch_policy(
+        env, policy, {"quarantine": {"labels": {"gpuaccept.io/pool": None, "gpuaccept.io/q": "y"}}}
+    )
+
+    def relabelled() -> dict[str, str] | None:
+        labels = env.node(name)["metadata"]["labels"]
+        done = "gpuaccept.io/pool" not in labels and labels.get("gpuaccept.io/q") == "y"
+        return labels if done else None
+
+    wait_for("the old quarantine label to go and the new one to be set", relabelled, 60)
+    wait_for(
+        "appliedLabels to record only the new key",
+        lambda: env.status(name).get("appliedLabels") == ["gpuaccept.io/q"],
+        60,
+    )
+    assert env.status(name)["phase"] == "Quarantined"
+
+
+def test_a_node_without_gpus_is_counted_then_stalls_at_the_deadline(env: Env) -> None:
+    suite = suite_id("nogpu")
+    policy = env.policy(suite, waitForGPUs={"timeoutSeconds": 30})
+    sim = SimNode(
+        name=f"{suite}-cpu",
+        profile=HEALTHY,
+        gpu_count=0,
+        labels={SUITE_LABEL: suite, "nvidia.com/gpu.present": "false"},
+        taints=[PENDING_TAINT],
+    )
+    env.standin.add_nodes([sim])
+    name = sim.name
+    wait_for(
+        "the waiting node to name its policy",
+        lambda: (
+            env.status(name).get("policy") == policy
+            and env.status(name).get("reason") == "WaitingForGPUs"
+        ),
+        60,
+    )
+    assert env.status(name)["phase"] == "Pending"
+    wait_for(
+        "the policy to count the waiting node",
+        lambda: (env.policy_status(policy).get("counts") or {}).get("pending") == 1,
+        60,
+    )
+
+    def scraped() -> str | None:
+        status, text = _http_get(env.operator.metrics_port, "/metrics")
+        wanted = f'gpuaccept_nodes{{phase="Pending",policy="{policy}"}} 1.0'
+        return text if status == 200 and wanted in text else None
+
+    wait_for("the waiting node in gpuaccept_nodes{phase=Pending}", scraped, 60)
+    env.wait_phase([name], "Stalled", timeout=120)
+    status = env.status(name)
+    assert status["reason"] == "NoGPUsAdvertised"
+    assert "does not tolerate the pending taint" in status["message"]
+    assert env.taint_keys(name) == [PENDING_TAINT_KEY]  # the default keeps it
+    assert env.pods(name) == []
+    wait_for(
+        "the policy to count the stalled node",
+        lambda: (env.policy_status(policy).get("counts") or {}).get("stalled") == 1,
+        60,
+    )
+    wait_for(
+        "a NoGPUsAdvertised Event",
+        lambda: [
+            e for e in env.events(name, "NodeAcceptance") if e["reason"] == "NoGPUsAdvertised"
+        ],
+        60,
+    )
+
+
+def test_a_selector_naming_control_plane_nodes_needs_the_opt_in(env: Env) -> None:
+    name = f"optest-cp-{uuid.uuid4().hex[:4]}"
+    spec: dict[str, Any] = {"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}}
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodeAcceptancePolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    with pytest.raises(ApiException) as raised:
+        env.kube.request("POST", f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}", body)
+    assert raised.value.status == 422
+    assert "includeControlPlane" in json.loads(raised.value.body or "{}")["message"]
+    spec["includeControlPlane"] = True
+    env.kube.request("POST", f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}", body)
+    env.policies.append(name)

@@ -26,6 +26,30 @@ EARLIER = "2025-12-31T00:00:00Z"
 
 
 @pytest.mark.parametrize(
+    ("max_quarantined", "matched", "limit"),
+    [
+        ("10%", 0, 1),
+        ("10%", 1, 1),
+        ("10%", 9, 1),  # cluster-api's maxUnhealthy would round this down to 0
+        ("10%", 10, 1),
+        ("10%", 19, 1),
+        ("10%", 20, 2),
+        ("25%", 7, 1),
+        ("50%", 7, 3),
+        ("100%", 7, 7),
+        ("0%", 5, 0),
+        ("0%", 500, 0),
+        (0, 5, 0),
+        (3, 1, 3),  # an absolute count is as given
+    ],
+)
+def test_max_quarantined_count_rounds_to_at_least_one(
+    max_quarantined: int | str, matched: int, limit: int
+) -> None:
+    assert spec(maxQuarantined=max_quarantined).max_quarantined_count(matched) == limit
+
+
+@pytest.mark.parametrize(
     ("max_quarantined", "quarantined", "matched", "already", "allowed"),
     [
         (5, 0, 10, False, True),
@@ -35,7 +59,10 @@ EARLIER = "2025-12-31T00:00:00Z"
         (0, 0, 10, False, False),  # quarantine nothing
         ("10%", 0, 10, False, True),  # 10% of 10 = 1
         ("10%", 1, 10, False, False),
-        ("10%", 0, 9, False, False),  # 10% of 9 rounds down to 0
+        ("10%", 0, 9, False, True),  # 10% of 9: at least 1, never 0 from a percentage
+        ("10%", 1, 9, False, False),
+        ("10%", 0, 3, False, True),  # a small fleet: its first bad node is quarantined
+        ("0%", 0, 10, False, False),  # "0%" quarantines nothing
         ("50%", 2, 6, False, True),
         ("50%", 3, 6, False, False),
         ("100%", 9, 10, False, True),
@@ -213,3 +240,42 @@ def test_same_status_ignores_transition_times_and_breaker_event_on_opening() -> 
     assert same_status(wire, later_wire)
     assert breaker_just_opened({}, status)
     assert not breaker_just_opened(wire, status)
+
+
+CONTROL_PLANE = {"node-role.kubernetes.io/control-plane": ""}
+MASTER = {"node-role.kubernetes.io/master": "true"}
+OPTED_IN = PolicyView("cp", 1, spec(nodeSelector=GPU, includeControlPlane=True))
+
+
+@pytest.mark.parametrize(
+    ("labels", "policies", "expected"),
+    [
+        (GPU, [A], ["a"]),
+        ({**GPU, **CONTROL_PLANE}, [A], []),  # a control-plane node is never selected...
+        ({**GPU, **MASTER}, [A], []),
+        ({**GPU, **CONTROL_PLANE}, [OPTED_IN], ["cp"]),  # ...unless the policy opts in
+    ],
+)
+def test_control_plane_nodes_only_under_a_policy_that_opts_in(
+    labels: dict[str, str], policies: list[PolicyView], expected: list[str]
+) -> None:
+    assert [p.name for p in matching_policies(policies, labels)] == expected
+
+
+def test_a_selector_naming_a_control_plane_role_needs_the_opt_in() -> None:
+    with pytest.raises(ValueError, match="includeControlPlane"):
+        spec(nodeSelector=CONTROL_PLANE)
+    assert spec(nodeSelector=CONTROL_PLANE, includeControlPlane=True).include_control_plane
+
+
+def test_tally_counts_waiting_and_stalled_nodes() -> None:
+    def na(name: str, phase: Phase) -> NAView:
+        return NAView(name, NodeAcceptanceStatus(phase=phase, policy="a"))
+
+    snapshot = FleetSnapshot(
+        policies=(A,),
+        nodes=(NodeView("n1", labels=GPU), NodeView("n2", labels=GPU)),
+        acceptances=(na("n1", Phase.PENDING), na("n2", Phase.STALLED)),
+    )
+    counts = tally(snapshot)["a"].counts
+    assert (counts.pending, counts.stalled) == (1, 1)

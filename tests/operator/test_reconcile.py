@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from world import BOOT, PENDING, World, make_report, spec
+from world import BOOT, PENDING, T0, World, make_report, spec
 
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.contracts.policy import PolicyChangeAction
@@ -622,3 +622,144 @@ def test_a_policy_recreated_under_its_name_is_a_change() -> None:
     w.settle()
     assert (w.status.phase, w.status.policy_uid) == (Phase.ACCEPTED, "uid-2")
     assert w.taint_keys() == []
+
+
+# ---------------------------------------------------------------- issue 10: keys, waiting, limits
+
+
+def test_quarantine_labels_are_recorded_and_only_those_are_removed() -> None:
+    labels = {"gpuaccept.io/pool": "bad"}
+    w = probing_world(policies=[PolicyView("default", 1, spec(quarantine={"labels": labels}))])
+    assert w.node is not None
+    # A label the operator never set stays through quarantine and acceptance.
+    w.node = dataclasses.replace(w.node, labels={**w.node.labels, "gpuaccept.io/team": "ml"})
+    w.finish_with_report(make_report(failing=["pcie_link"]))
+    w.settle()
+    assert w.status.applied_labels == ["gpuaccept.io/pool"]
+    assert w.node.labels["gpuaccept.io/pool"] == "bad"
+    w.node = dataclasses.replace(w.node, annotations={"gpuaccept.io/reprobe": "1"})
+    w.settle()
+    w.finish_with_report()
+    w.settle()
+    assert w.status.phase == Phase.ACCEPTED
+    assert "gpuaccept.io/pool" not in w.node.labels
+    assert w.node.labels["gpuaccept.io/team"] == "ml"
+    assert w.status.applied_labels == []
+
+
+def test_a_label_the_operator_never_set_survives_acceptance() -> None:
+    # The policy names a key the node already carries from its owner: the operator
+    # did not set it, so accepting the node leaves it (it used to remove it).
+    labels = {"gpuaccept.io/pool": "quarantined"}
+    w = World(policies=[PolicyView("default", 1, spec(quarantine={"labels": labels}))])
+    assert w.node is not None
+    w.node = dataclasses.replace(w.node, labels={**w.node.labels, "gpuaccept.io/pool": "gpu-a"})
+    w.settle()
+    w.finish_with_report()
+    w.settle()
+    assert w.status.phase == Phase.ACCEPTED
+    assert w.node.labels["gpuaccept.io/pool"] == "gpu-a"
+
+
+def test_an_old_quarantine_label_key_is_removed_after_a_policy_change() -> None:
+    old = spec(quarantine={"labels": {"gpuaccept.io/old": "yes"}})
+    w = probing_world(policies=[PolicyView("default", 1, old)])
+    w.finish_with_report(make_report(failing=["pcie_link"]))
+    w.settle()
+    assert w.node is not None
+    assert w.node.labels["gpuaccept.io/old"] == "yes"
+    new = spec(quarantine={"labels": {"gpuaccept.io/new": "yes"}})
+    w.policies = [PolicyView("default", 2, new)]
+    w.settle()
+    assert w.status.phase == Phase.QUARANTINED
+    assert "gpuaccept.io/old" not in w.node.labels
+    assert w.node.labels["gpuaccept.io/new"] == "yes"
+    assert w.status.applied_labels == ["gpuaccept.io/new"]
+
+
+def test_a_waiting_node_names_its_policy_at_once() -> None:
+    w = World()
+    assert w.node is not None
+    w.node = dataclasses.replace(w.node, gpus=0)
+    w.settle()
+    assert (w.status.phase, w.status.reason, w.status.policy) == (
+        Phase.PENDING,
+        "WaitingForGPUs",
+        "default",
+    )
+    assert w.status.waiting_since == w.now
+
+
+def test_a_new_node_under_a_paused_policy_names_its_policy() -> None:
+    w = World(policies=[PolicyView("default", 1, spec(paused=True))])
+    w.settle()
+    assert (w.status.phase, w.status.policy) == (Phase.PENDING, "default")
+
+
+@pytest.mark.parametrize(
+    ("on_timeout", "taints_after"),
+    [
+        ("KeepPendingTaint", ["gpuaccept.io/pending"]),
+        ("RemovePendingTaint", []),
+    ],
+)
+def test_a_node_that_never_advertises_gpus_stalls_at_the_deadline(
+    on_timeout: str, taints_after: list[str]
+) -> None:
+    policy = spec(waitForGPUs={"timeoutSeconds": 600, "onTimeout": on_timeout})
+    w = World(policies=[PolicyView("default", 1, policy)])
+    assert w.node is not None
+    w.node = dataclasses.replace(w.node, gpus=0)
+    w.settle()
+    assert w.log[-1].requeue_after == 600  # woken at the deadline
+    w.advance(599)
+    w.settle()
+    assert w.status.phase == Phase.PENDING
+    w.advance(1)
+    w.settle()
+    st = w.status
+    assert (st.phase, st.reason) == (Phase.STALLED, "NoGPUsAdvertised")
+    assert "does not tolerate the pending taint gpuaccept.io/pending" in (st.message or "")
+    assert on_timeout in (st.message or "")
+    assert w.taint_keys() == taints_after
+    assert [e.reason for e in w.events] == ["NoGPUsAdvertised"]
+    assert w.pods == {}
+    w.advance(3600)
+    assert w.plan().actions == ()  # stays Stalled, one Event
+    # The device plugin is fixed: the node is probed, under the pending taint.
+    w.node = dataclasses.replace(w.node, gpus=8)
+    w.plan()
+    w.settle()
+    assert (w.status.phase, w.status.reason, w.status.waiting_since) == (
+        Phase.PROBING,
+        None,
+        None,
+    )
+    assert w.taint_keys() == ["gpuaccept.io/pending"]
+    w.finish_with_report()
+    w.settle()
+    assert w.status.phase == Phase.ACCEPTED
+
+
+def test_a_stalled_node_waits_again_when_the_deadline_is_raised() -> None:
+    w = World(policies=[PolicyView("default", 1, spec(waitForGPUs={"timeoutSeconds": 60}))])
+    assert w.node is not None
+    w.node = dataclasses.replace(w.node, gpus=0)
+    w.settle()
+    w.advance(60)
+    w.settle()
+    assert w.status.phase == Phase.STALLED
+    w.policies = [PolicyView("default", 2, spec(waitForGPUs={"timeoutSeconds": 3600}))]
+    w.settle()
+    assert (w.status.phase, w.status.reason) == (Phase.PENDING, "WaitingForGPUs")
+    assert w.status.waiting_since == T0  # the deadline still counts from the start
+
+
+def test_the_first_bad_node_of_a_small_fleet_is_quarantined_under_a_percentage() -> None:
+    w = probing_world(
+        breaker=BreakerCounts(quarantined=0, matched=4),
+        policies=[PolicyView("default", 1, spec(maxQuarantined="10%"))],
+    )
+    w.finish_with_report(make_report(failing=["pcie_link"]))
+    w.settle()
+    assert w.status.phase == Phase.QUARANTINED  # 10% of 4 rounds to 1, not 0

@@ -96,4 +96,7 @@ app.kubernetes.io/component: operator
 - --probe-shm-size={{ .Values.probe.shmSize }}
 - --probe-resources={{ toJson .Values.probe.resources }}
 - --probe-tolerations={{ toJson .Values.probe.tolerations }}
+{{- range .Values.operator.ownedKeyPrefixes }}
+- --owned-key-prefix={{ . }}
+{{- end }}
 {{- end }}

@@ -49,7 +49,11 @@ from gpuaccept.contracts.nodeacceptance import (
     NodeAcceptanceSpec,
     NodeAcceptanceStatus,
 )
-from gpuaccept.contracts.policy import RESERVED_KEY_PATTERN, QuarantineAction
+from gpuaccept.contracts.policy import (
+    CONTROL_PLANE_ROLE_LABELS,
+    RESERVED_KEY_PATTERN,
+    QuarantineAction,
+)
 
 Schema = dict[str, Any]
 
@@ -336,6 +340,19 @@ def _owned_key_rules() -> list[Schema]:
     ]
 
 
+def _control_plane_rule() -> Schema:
+    """The policy model's ``_control_plane_opt_in`` as a CEL rule: a nodeSelector
+    naming a control-plane role label needs ``includeControlPlane: true``."""
+    named = " || ".join(f"'{label}' in self.nodeSelector" for label in CONTROL_PLANE_ROLE_LABELS)
+    return {
+        "rule": "(has(self.includeControlPlane) && self.includeControlPlane) || "
+        f"!has(self.nodeSelector) || !({named})",
+        "message": "nodeSelector names a control-plane role label: the pending taint would go "
+        "on control-plane nodes; set includeControlPlane: true if that is meant",
+        "fieldPath": ".nodeSelector",
+    }
+
+
 def _column(name: str, json_path: str, kind: str, description: str, priority: int = 0) -> Schema:
     column: Schema = {
         "name": name,
@@ -403,13 +420,16 @@ def policy_crd() -> Schema:
             "Which nodes are probed, the thresholds they are judged against, and what "
             "happens to a node that fails.",
             spec_required=False,
-            spec_rules=[_taints_differ_rule(), *_owned_key_rules()],
+            spec_rules=[_taints_differ_rule(), *_owned_key_rules(), _control_plane_rule()],
         ),
         columns=[
             _column("Accepted", ".status.counts.accepted", "integer", "Nodes accepted."),
             _column("Quarantined", ".status.counts.quarantined", "integer", "Nodes quarantined."),
             _column("Pending", ".status.counts.pending", "integer", "Nodes waiting for a probe."),
             _column("Held", ".status.counts.held", "integer", "Nodes held (breaker or dryRun)."),
+            _column(
+                "Stalled", ".status.counts.stalled", "integer", "Nodes that never advertised GPUs."
+            ),
             _column("Breaker", ".status.breakerOpen", "boolean", "Circuit breaker tripped."),
             _column("DryRun", ".spec.dryRun", "boolean", "Verdicts are recorded, not enforced."),
             _column("Paused", ".spec.paused", "boolean", "No new probes or actions."),

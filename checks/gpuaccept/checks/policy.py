@@ -11,6 +11,7 @@ from the operator's own configuration, never from a policy object, so a policy
 author cannot run arbitrary code on every GPU node.
 """
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, create_model, model_validator
@@ -20,7 +21,9 @@ from gpuaccept.checks.spec import CheckSpec
 from gpuaccept.contracts.api import PENDING_TAINT_KEY
 from gpuaccept.contracts.base import ContractModel
 from gpuaccept.contracts.policy import (
+    CONTROL_PLANE_ROLE_LABELS,
     CheckSwitch,
+    GPUWait,
     LabelValue,
     NonNegativeCount,
     OwnedKey,
@@ -30,6 +33,7 @@ from gpuaccept.contracts.policy import (
     QuarantineAction,
     ReprobeTriggers,
     default_node_selector,
+    key_owned,
 )
 
 SectionT = TypeVar("SectionT", bound=CheckSwitch)
@@ -86,7 +90,18 @@ class NodeAcceptancePolicySpec(ContractModel):
     )
     probe: ProbePolicy = ProbePolicy()
     quarantine: QuarantineAction = QuarantineAction()
+    include_control_plane: bool = Field(
+        default=False,
+        description="Govern control-plane nodes (node-role.kubernetes.io/control-plane or "
+        "master) too. Off: they are never selected, and a nodeSelector naming those "
+        "labels is refused.",
+    )
     pending_taint_key: OwnedKey = PENDING_TAINT_KEY
+    wait_for_gpus: GPUWait = Field(
+        default_factory=GPUWait,
+        alias="waitForGPUs",
+        description="How long a selected node may advertise no GPUs, and what then.",
+    )
     probe_run: ProbeRun = ProbeRun()
     reprobe: ReprobeTriggers = ReprobeTriggers()
     max_quarantined: NonNegativeCount | Percentage = Field(
@@ -102,9 +117,43 @@ class NodeAcceptancePolicySpec(ContractModel):
             raise ValueError("pendingTaintKey and quarantine.taintKey must differ")
         return self
 
+    @model_validator(mode="after")
+    def _control_plane_opt_in(self) -> "NodeAcceptancePolicySpec":
+        named = sorted(set(self.node_selector) & set(CONTROL_PLANE_ROLE_LABELS))
+        if named and not self.include_control_plane:
+            raise ValueError(
+                f"nodeSelector names {', '.join(named)}: the pending taint would go on "
+                "control-plane nodes; set includeControlPlane: true if that is meant"
+            )
+        return self
+
+    def governs_role(self, labels: Mapping[str, str]) -> bool:
+        """False for a control-plane node, unless the policy opts in."""
+        return self.include_control_plane or not any(
+            key in labels for key in CONTROL_PLANE_ROLE_LABELS
+        )
+
+    def keys_named(self) -> list[str]:
+        """Every taint and label key this policy has the operator write and remove."""
+        return [self.pending_taint_key, self.quarantine.taint_key, *self.quarantine.labels]
+
+    def keys_not_owned(self, prefixes: Iterable[str]) -> list[str]:
+        """The keys this policy names that are under none of the owned ``prefixes``."""
+        owned = tuple(prefixes)
+        return [key for key in self.keys_named() if not key_owned(key, owned)]
+
     def max_quarantined_count(self, matched_nodes: int) -> int:
-        """The breaker limit for a fleet of ``matched_nodes`` nodes."""
+        """The breaker limit for a fleet of ``matched_nodes`` nodes.
+
+        A percentage rounds down, but to at least 1 unless it is "0%": "10%" of
+        4 nodes is 1, not 0. Unlike cluster-api's ``maxUnhealthy`` (which rounds
+        down, because remediation deletes machines), a quarantine only taints one
+        node, and a limit of 0 on a small fleet would turn its first bad node
+        into a held verdict and a critical alert. An absolute count is as given.
+        """
         if isinstance(self.max_quarantined, int):
             return max(self.max_quarantined, 0)
         percent = int(self.max_quarantined.rstrip("%"))
-        return (matched_nodes * percent) // 100
+        if percent == 0:
+            return 0
+        return max((matched_nodes * percent) // 100, 1)

@@ -17,6 +17,8 @@ class Phase(StrEnum):
     ACCEPTED = "Accepted"
     QUARANTINED = "Quarantined"
     HELD = "Held"
+    # A selected node advertised no GPUs within the policy's waitForGPUs deadline.
+    STALLED = "Stalled"
 
 
 class ConditionStatus(StrEnum):
@@ -137,6 +139,16 @@ class NodeAcceptanceStatus(ContractModel):
     applied_taints: list[str] = Field(
         default_factory=list, description="Taint keys this operator applied to the node."
     )
+    applied_labels: list[str] = Field(
+        default_factory=list,
+        description="Quarantine label keys this operator set on the node; only these are "
+        "ever removed.",
+    )
+    waiting_since: datetime | None = Field(
+        default=None,
+        description="When the node started waiting to advertise GPUs (the waitForGPUs "
+        "deadline counts from here).",
+    )
     report: ProbeReport | None = Field(default=None, description="The last valid probe report.")
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = Field(default=None, ge=0)
@@ -148,6 +160,7 @@ class PhaseCounts(ContractModel):
     accepted: int = 0
     quarantined: int = 0
     held: int = 0
+    stalled: int = 0
 
 
 class NodeAcceptancePolicyStatus(ContractModel):

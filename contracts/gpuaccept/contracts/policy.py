@@ -11,12 +11,13 @@ author cannot run arbitrary code on every GPU node.
 """
 
 import re
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
-from gpuaccept.contracts.api import GPU_PRESENT_LABEL, QUARANTINE_TAINT_KEY
+from gpuaccept.contracts.api import GPU_PRESENT_LABEL, GROUP, QUARANTINE_TAINT_KEY
 from gpuaccept.contracts.base import ContractModel
 
 # A dotted numeric version such as "550.54.15", "12.4" or "2.21.5".
@@ -55,8 +56,35 @@ def _not_reserved(key: str) -> str:
     return key
 
 
-# A taint or label key the operator owns: it sets it and removes it again.
+# A taint or label key the operator owns: it sets it and removes it again. The
+# model refuses the reserved prefixes above statically; the operator is the
+# enforcement point and takes only keys under its owned prefixes (below).
 OwnedKey = Annotated[QualifiedName, AfterValidator(_not_reserved)]
+
+# The prefix every gpuaccept key is under. The operator may be started with more
+# (``--owned-key-prefix``, the chart's ``ownedKeyPrefixes``, which the platform
+# team owns); a policy naming a key under none of them is invalid.
+OWNED_KEY_PREFIX = f"{GROUP}/"
+# An owned prefix: a DNS subdomain and "/", optionally the start of a name
+# ("gpuaccept.io/", "example.com/gpu-"); the "/" keeps "gpuaccept.io" from
+# also owning "gpuaccept.io.evil.example/...".
+OWNED_PREFIX_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/"
+    r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?$"
+)
+
+
+def key_owned(key: str, prefixes: Iterable[str]) -> bool:
+    """Is ``key`` under one of the owned ``prefixes``?"""
+    return any(key.startswith(prefix) for prefix in prefixes)
+
+
+# Role labels of control-plane nodes: a policy selecting such nodes would taint
+# them; it must opt in (``includeControlPlane``).
+CONTROL_PLANE_ROLE_LABELS = (
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+)
 LabelValue = Annotated[
     str, StringConstraints(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)
 ]
@@ -130,6 +158,31 @@ class QuarantineAction(ContractModel):
     labels: dict[OwnedKey, LabelValue] = Field(
         default_factory=dict,
         description="Extra labels set on a quarantined node (and removed on acceptance).",
+    )
+
+
+class GPUWaitExpiry(StrEnum):
+    """What happens to the pending taint when a node's wait for GPUs runs out."""
+
+    KEEP_PENDING_TAINT = "KeepPendingTaint"
+    REMOVE_PENDING_TAINT = "RemovePendingTaint"
+
+
+class GPUWait(ContractModel):
+    """How long a selected node may take to advertise ``nvidia.com/gpu``."""
+
+    timeout_seconds: int = Field(
+        default=1800,
+        ge=30,
+        le=604800,
+        description="Seconds a selected node may advertise no allocatable nvidia.com/gpu "
+        "before it goes to phase Stalled (reason NoGPUsAdvertised).",
+    )
+    on_timeout: GPUWaitExpiry = Field(
+        default=GPUWaitExpiry.KEEP_PENDING_TAINT,
+        description="KeepPendingTaint (default): the node stays out of service. "
+        "RemovePendingTaint: the node takes pods again, unprobed (it is probed, under "
+        "the pending taint again, once it advertises GPUs).",
     )
 
 

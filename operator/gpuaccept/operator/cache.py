@@ -201,6 +201,8 @@ def index_pod(body: Mapping[str, Any]) -> dict[str, tuple[int, PodView]]:
     return {node: (resource_version(body), pod_view(body))} if node else {}
 
 
-def index_policy(body: Mapping[str, Any]) -> dict[str, tuple[int, PolicyEntry]]:
-    entry = policy_entry(body)
+def index_policy(
+    body: Mapping[str, Any], owned_prefixes: tuple[str, ...]
+) -> dict[str, tuple[int, PolicyEntry]]:
+    entry = policy_entry(body, owned_prefixes)
     return {entry.view.name: (resource_version(body), entry)}

@@ -30,6 +30,7 @@ from gpuaccept.operator.leader import LeaderElector, LeaseSettings
 from gpuaccept.operator.options import (
     UsageError,
     check_ranges,
+    owned_key_prefixes,
     parser,
     probe_resources,
     probe_tolerations,
@@ -134,6 +135,7 @@ def main(argv: Sequence[str]) -> int:
         resources=resources,
         shm_size=args.probe_shm_size or None,
         default_timeout_seconds=args.probe_timeout,
+        owned_key_prefixes=owned_key_prefixes(args.owned_key_prefixes),
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     leader = None

@@ -69,7 +69,7 @@ def build_registry(
         return index_na(body)
 
     async def gpuaccept_policies(body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return index_policy(body)
+        return index_policy(body, controller.config.owned_key_prefixes)
 
     async def gpuaccept_probe_pods(body: kopf.Body, **_: Any) -> dict[str, Any]:
         return index_pod(body)

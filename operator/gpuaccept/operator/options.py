@@ -11,6 +11,12 @@ import re
 import socket
 from typing import Any, NoReturn
 
+from gpuaccept.contracts.policy import (
+    OWNED_KEY_PREFIX,
+    OWNED_PREFIX_PATTERN,
+    RESERVED_KEY_PATTERN,
+)
+
 
 class UsageError(Exception):
     """Bad configuration; the message is one line: ``--flag: field: reason``."""
@@ -190,6 +196,15 @@ def parser() -> argparse.ArgumentParser:
     )
     ha.add_argument("--lease-duration", type=float, default=15.0)
     ha.add_argument("--priority", type=int, default=0, help=argparse.SUPPRESS)  # kopf-compat
+    p.add_argument(
+        "--owned-key-prefix",
+        dest="owned_key_prefixes",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help=f"a taint and label key prefix policies may name, besides {OWNED_KEY_PREFIX} "
+        "(repeatable; e.g. example.com/gpu-): a policy naming any other key is invalid",
+    )
     probe = p.add_argument_group("probe pods (never taken from a policy)")
     probe.add_argument(
         "--probe-image", default=env("GPUACCEPT_PROBE_IMAGE", "ghcr.io/gpuaccept/probe:0.1.0")
@@ -256,7 +271,23 @@ def check_ranges(args: argparse.Namespace) -> None:
             f"--probe-priority-class: {args.probe_priority_class} is a system class; the kubelet "
             "would evict running pods to admit the probe (critical-pod admission)"
         )
+    owned_key_prefixes(args.owned_key_prefixes)
     if not args.probe_command.split():
         raise UsageError("--probe-command: must not be empty")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
         raise UsageError(f"--kubeconfig: {args.kubeconfig} does not exist")
+
+
+def owned_key_prefixes(extra: list[str]) -> tuple[str, ...]:
+    """``gpuaccept.io/`` and the ``--owned-key-prefix`` values, checked."""
+    for prefix in extra:
+        if not re.match(OWNED_PREFIX_PATTERN, prefix):
+            raise UsageError(
+                f"--owned-key-prefix: {prefix!r} is not a DNS subdomain and '/', optionally "
+                "followed by the start of a name (e.g. example.com/ or example.com/gpu-)"
+            )
+        if re.match(RESERVED_KEY_PATTERN, prefix):
+            raise UsageError(
+                f"--owned-key-prefix: {prefix} belongs to Kubernetes or the NVIDIA device plugin"
+            )
+    return tuple(dict.fromkeys([OWNED_KEY_PREFIX, *extra]))

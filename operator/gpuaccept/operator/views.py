@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import GPU_RESOURCE, NODE_CONDITION_TYPE
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
+from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.model import (
     NAView,
     NodeCondition,
@@ -137,7 +138,12 @@ class PolicyEntry:
     status: Mapping[str, Any] = field(default_factory=dict)
 
 
-def policy_entry(body: Mapping[str, Any]) -> PolicyEntry:
+def policy_entry(
+    body: Mapping[str, Any], owned_prefixes: tuple[str, ...] = (OWNED_KEY_PREFIX,)
+) -> PolicyEntry:
+    """The policy as the core sees it; ``spec`` None (and ``error`` why) when it is
+    invalid: the model refuses it, or it names a taint or label key under none of
+    the ``owned_prefixes`` (another owner's key, which the operator would remove)."""
     meta = _meta(body)
     name = str(meta.get("name", ""))
     generation = int(meta.get("generation") or 1)
@@ -150,6 +156,15 @@ def policy_entry(body: Mapping[str, Any]) -> PolicyEntry:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ()))
         spec, error = None, f"spec.{loc}: {first.get('msg', '')}"
+    if spec is not None:
+        foreign = spec.keys_not_owned(owned_prefixes)
+        if foreign:
+            spec, error = (
+                None,
+                f"spec names {', '.join(foreign)}: taint and label keys must be under "
+                f"{', '.join(owned_prefixes)} (the operator removes the keys a policy "
+                "names; another owner's key is not its to remove)",
+            )
     return PolicyEntry(
         view=PolicyView(
             name=name, generation=generation, spec=spec, error=error, uid=str(meta.get("uid", ""))

@@ -86,8 +86,27 @@ class NodeContext:
         stale = {k for k in st.applied_taints if k not in current and k in on_node}
         return sorted(desired | stale)
 
-    def with_applied_taints(self, st: NodeAcceptanceStatus) -> NodeAcceptanceStatus:
-        return st.model_copy(update={"applied_taints": self.applied_taints(st)})
+    def applied_labels(self, st: NodeAcceptanceStatus) -> list[str]:
+        """Quarantine label keys this operator set on the node, once ``st`` is in place.
+
+        The policy's labels while ``st`` is Quarantined; a key recorded earlier
+        stays on record while the node still carries it (the next node patch
+        removes it where ``st`` says so; the pass after that drops the record).
+        """
+        if self.spec.dry_run:
+            return list(st.applied_labels)
+        desired = set(self.spec.quarantine.labels) if st.phase == Phase.QUARANTINED else set()
+        kept = {key for key in st.applied_labels if key in self.node.labels}
+        return sorted(desired | kept)
+
+    def with_applied_keys(self, st: NodeAcceptanceStatus) -> NodeAcceptanceStatus:
+        """``st`` recording the taint and label keys the operator owns on the node."""
+        return st.model_copy(
+            update={
+                "applied_taints": self.applied_taints(st),
+                "applied_labels": self.applied_labels(st),
+            }
+        )
 
     def stamped(self, st: NodeAcceptanceStatus, **update: object) -> NodeAcceptanceStatus:
         """``st`` with ``update`` and the policy it was decided under."""
@@ -153,7 +172,7 @@ class PlanBuilder:
         if spec.dry_run:
             return
         taints = nodestate.desired_taints(node, spec, st)
-        labels = nodestate.desired_labels(node, spec, st.phase)
+        labels = nodestate.desired_labels(node, spec, st)
         if taints != node.taints or labels:
             self.actions.append(
                 PatchNodeTaintsLabels(

@@ -91,9 +91,7 @@ def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
     for pod in ctx.obs.pods:
         if not pod.deleting:
             out.delete_pod(pod)
-    applied = ctx.applied_taints(st)
-    if applied != st.applied_taints:
-        out.write_status(st, st.model_copy(update={"applied_taints": applied}))
+    out.write_status(st, ctx.with_applied_keys(st))
     out.ensure_node(ctx, st)
     return out.build("decided")
 
@@ -114,7 +112,7 @@ def new_round(ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str) 
         probe_started_time=None,
         report=None,  # the old round's evidence is not this round's
     )
-    new = ctx.with_applied_taints(new)
+    new = ctx.with_applied_keys(new)
     out.write_status(st, new)
     out.event(ACCEPTANCE_KIND, "Normal", "Reprobe", message)
     out.ensure_node(ctx, new)

@@ -38,9 +38,17 @@ def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> 
 def matching_policies(
     policies: Iterable[PolicyView], labels: Mapping[str, str]
 ) -> tuple[PolicyView, ...]:
-    """The valid policies whose selector matches ``labels`` (one governs; more conflict)."""
+    """The valid policies whose selector matches ``labels`` (one governs; more conflict).
+
+    A control-plane node is matched only by a policy that opts in
+    (``includeControlPlane``), whatever its selector says.
+    """
     return tuple(
-        p for p in policies if p.spec is not None and selector_matches(p.spec.node_selector, labels)
+        p
+        for p in policies
+        if p.spec is not None
+        and selector_matches(p.spec.node_selector, labels)
+        and p.spec.governs_role(labels)
     )
 
 
@@ -116,6 +124,7 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
                 accepted=counts[Phase.ACCEPTED],
                 quarantined=counts[Phase.QUARANTINED],
                 held=counts[Phase.HELD],
+                stalled=counts[Phase.STALLED],
             ),
             quarantined=frozenset(quarantined[name]),
             held_by_breaker=tuple(held[name]),

@@ -18,6 +18,7 @@ from gpuaccept.contracts.nodeacceptance import (
     NodeAcceptanceStatus,
     Reason,
 )
+from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
 
 # --------------------------------------------------------------------------- observed
@@ -141,6 +142,8 @@ class OperatorConfig:
     max_backoff_seconds: int = 3600
     # Timeout for policies that leave probeRun.timeoutSeconds unset.
     default_timeout_seconds: int | None = None
+    # The taint and label key prefixes a policy may name (--owned-key-prefix).
+    owned_key_prefixes: tuple[str, ...] = (OWNED_KEY_PREFIX,)
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run

@@ -2,7 +2,9 @@
 
 Owned taints: the operator only ever removes taints whose key it owns (the
 policy's pending and quarantine keys, and keys it recorded in
-``status.appliedTaints``). A person's taint, or a cordon
+``status.appliedTaints``). Owned labels: besides its own acceptance label, it
+removes only the quarantine label keys it recorded in ``status.appliedLabels``
+(those it set). A person's taint or label, or a cordon
 (``spec.unschedulable``), is never touched.
 """
 
@@ -13,6 +15,7 @@ from collections.abc import Mapping
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import ACCEPTANCE_LABEL
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.contracts.policy import GPUWaitExpiry
 from gpuaccept.operator.core.model import NodeView, Taint
 
 PENDING_EFFECT = "NoSchedule"
@@ -45,7 +48,12 @@ def desired_taints(
             if taint not in unique:
                 unique.append(taint)
         return tuple(unique)
-    # Pending, Probing, Held: out of service under the pending taint; a
+    if phase == Phase.STALLED and (
+        spec.wait_for_gpus.on_timeout == GPUWaitExpiry.REMOVE_PENDING_TAINT
+    ):
+        # The policy lets a node that never advertised GPUs take pods, unprobed.
+        return tuple(t for t in node.taints if t.key != pending.key)
+    # Pending, Probing, Held, Stalled: out of service under the pending taint; a
     # quarantine taint from an earlier verdict stays until the new verdict.
     if any(t.key == pending.key for t in node.taints):
         return node.taints
@@ -53,21 +61,30 @@ def desired_taints(
 
 
 def desired_labels(
-    node: NodeView, spec: NodeAcceptancePolicySpec, phase: Phase
+    node: NodeView, spec: NodeAcceptancePolicySpec, status: NodeAcceptanceStatus
 ) -> dict[str, str | None]:
-    """Label changes only (key → value, or None to remove); empty when in place."""
+    """Label changes only (key → value, or None to remove); empty when in place.
+
+    Quarantine labels are removed only where ``status.appliedLabels`` records
+    that the operator set them: all of them on acceptance, and on a quarantined
+    node those the policy no longer names (an old key after a policy change).
+    """
     want: dict[str, str | None] = {}
+    phase = status.phase
     if phase == Phase.ACCEPTED:
         want[ACCEPTANCE_LABEL] = ACCEPTED
-        for key in spec.quarantine.labels:
+        for key in status.applied_labels:
             want[key] = None
     elif phase == Phase.QUARANTINED:
         want[ACCEPTANCE_LABEL] = QUARANTINED
+        for key in status.applied_labels:
+            if key not in spec.quarantine.labels:
+                want[key] = None
         want.update(spec.quarantine.labels)
     elif node.labels.get(ACCEPTANCE_LABEL) == ACCEPTED:
-        # Pending, Probing, Held: out of service again (a re-probe, a failed one
-        # held by the breaker), so no longer "accepted"; "quarantined" stays, like
-        # its taint, until the new verdict.
+        # Pending, Probing, Held, Stalled: out of service again (a re-probe, a
+        # failed one held by the breaker), so no longer "accepted"; "quarantined"
+        # and the quarantine labels stay, like its taint, until the new verdict.
         want[ACCEPTANCE_LABEL] = None
     return _changes(node.labels, want)
 

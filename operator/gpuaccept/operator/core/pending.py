@@ -1,20 +1,28 @@
-"""Phase ``Pending``: clear out old pods, wait out backoff and GPUs, start an attempt."""
+"""Phases ``Pending`` and ``Stalled``: clear out old pods, wait out backoff and
+GPUs (until the policy's ``waitForGPUs`` deadline), start an attempt."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from gpuaccept.contracts.api import ACCEPTANCE_KIND, GPU_RESOURCE
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.contracts.policy import GPUWaitExpiry
 from gpuaccept.operator.core.context import (
     REASON_PROBE_ERROR,
     REASON_WAITING_FOR_GPUS,
     WAIT_FOR_DELETION_SECONDS,
     NodeContext,
     PlanBuilder,
+    cut,
 )
 from gpuaccept.operator.core.model import CreateProbePod, Plan
 from gpuaccept.operator.core.podspec import ProbeAttempt, probe_pod_manifest, probe_pod_name
 from gpuaccept.operator.core.verdict import attempt_failed
+
+# Phase Stalled: the node advertised no GPUs within the policy's waitForGPUs deadline.
+REASON_NO_GPUS = "NoGPUsAdvertised"
 
 
 def probe_manifest(ctx: NodeContext, st: NodeAcceptanceStatus) -> dict[str, Any]:
@@ -49,22 +57,11 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
         out.wake_in((st.next_attempt_time - now).total_seconds())
         return out.build("backing off")
     if node.gpus <= 0:
-        # The device plugin has not advertised nvidia.com/gpu yet (a node that
-        # just joined): a probe now would request no GPU. The Node update that
-        # adds them wakes this node again; it stays out meanwhile.
-        out.write_status(
-            st,
-            st.model_copy(
-                update={
-                    "reason": REASON_WAITING_FOR_GPUS,
-                    "message": "the node advertises no allocatable nvidia.com/gpu yet",
-                }
-            ),
-        )
-        return out.build("waiting for allocatable GPUs")
+        return _wait_for_gpus(ctx, out)
     serial = st.pod_serial + 1
     name = probe_pod_name(obs.config.pod_prefix, node.name, serial)
-    waited = st.reason == REASON_WAITING_FOR_GPUS  # over now: not this attempt's reason
+    # The wait is over now: not this attempt's reason.
+    waited = st.reason in (REASON_WAITING_FOR_GPUS, REASON_NO_GPUS)
     new = ctx.stamped(
         st,
         reason=None if waited else st.reason,
@@ -76,11 +73,67 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
         probe_started_time=now,
         next_attempt_time=None,
         held_action=None,
+        waiting_since=None,
     )
-    new = ctx.with_applied_taints(new)
+    new = ctx.with_applied_keys(new)
     # Status first: the attempt is on record before its pod exists, so a
     # restart in between recreates the same pod name, never a second pod.
     out.write_status(st, new)
     out.actions.append(CreateProbePod(name, probe_manifest(ctx, new)))
     out.wake_in(obs.config.timeout_for(spec) + obs.config.deadline_grace_seconds)
     return out.build(f"probe attempt {new.attempts}")
+
+
+def _wait_for_gpus(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    """The device plugin has not advertised nvidia.com/gpu (a node that just
+    joined): a probe now would request no GPU. The Node update that adds them
+    wakes this node again; it stays out meanwhile, until the policy's
+    ``waitForGPUs`` deadline, then it is Stalled (still probed once GPUs appear).
+    """
+    st, spec, now = ctx.status, ctx.spec, ctx.obs.now
+    wait = spec.wait_for_gpus
+    since = st.waiting_since or now
+    deadline = since + timedelta(seconds=wait.timeout_seconds)
+    if now < deadline:
+        waiting = ctx.stamped(
+            st,
+            phase=Phase.PENDING,  # a Stalled node waits again under a longer deadline
+            reason=REASON_WAITING_FOR_GPUS,
+            message=f"the node advertises no allocatable {GPU_RESOURCE} yet",
+            waiting_since=since,
+        )
+        out.write_status(st, waiting)
+        out.wake_in((deadline - now).total_seconds())
+        return out.build("waiting for allocatable GPUs")
+    stalled = ctx.with_applied_keys(
+        ctx.stamped(
+            st,
+            phase=Phase.STALLED,
+            reason=REASON_NO_GPUS,
+            message=cut(stalled_message(ctx), 1000),
+            waiting_since=since,
+        )
+    )
+    if st.phase != Phase.STALLED:
+        out.write_status(st, stalled)
+        out.event(ACCEPTANCE_KIND, "Warning", REASON_NO_GPUS, stalled.message or "")
+        out.wake_in(1)  # the next pass brings the node in line with Stalled
+    return out.build("stalled: no GPUs advertised")
+
+
+def stalled_message(ctx: NodeContext) -> str:
+    wait, pending = ctx.spec.wait_for_gpus, ctx.spec.pending_taint_key
+    if wait.on_timeout == GPUWaitExpiry.KEEP_PENDING_TAINT:
+        taint = f"the pending taint stays (waitForGPUs.onTimeout: {wait.on_timeout.value})"
+    else:
+        taint = (
+            f"the pending taint is removed (waitForGPUs.onTimeout: {wait.on_timeout.value}): "
+            "the node takes pods unprobed"
+        )
+    return (
+        f"no allocatable {GPU_RESOURCE} within waitForGPUs.timeoutSeconds "
+        f"({wait.timeout_seconds} s). The common cause is a device plugin that does not "
+        f"tolerate the pending taint {pending}:NoSchedule: add that toleration to its "
+        f"DaemonSet (or check that this node has GPUs at all); {taint}. It is probed once "
+        "it advertises GPUs."
+    )

@@ -70,8 +70,10 @@ def reconcile(observed: Observed, judge: Judge) -> Plan:
         return out.build("new node")
     if spec.paused:
         # No new probes, nothing decided changes; undecided nodes stay out.
-        if status.phase in (Phase.PENDING, Phase.PROBING):
+        if status.phase in (Phase.PENDING, Phase.PROBING, Phase.STALLED):
             out.ensure_node(ctx, status)
+        if status.policy is None:  # a new node: counted under its policy at once
+            out.write_status(status, ctx.stamped(status))
         return out.build("paused")
     if status.phase in DECIDED:
         return plan_decided(ctx, out)

@@ -149,7 +149,7 @@ def record_verdict(
         update["checks"] = list(judgement.checks)[:32]
     if judgement.figures is not None:
         update["figures"] = judgement.figures
-    new = ctx.with_applied_taints(ctx.stamped(st, **update))
+    new = ctx.with_applied_keys(ctx.stamped(st, **update))
     out.write_status(st, new)
     if (new.phase, new.reason) != (st.phase, st.reason):
         _verdict_events(out, new, summary, judgement.accepted)
