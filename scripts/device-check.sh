@@ -104,14 +104,22 @@ for module, requirement in needs:
             raise ImportError(f"pydantic {imported.VERSION}")
     except Exception:
         print(module, requirement)
+        missing = True
+if "missing" not in globals():  # with every dependency there, the probe itself must import
+    try:
+        for module in ("gpuaccept.probe.cli", "gpuaccept.probe.hardware.real"):
+            importlib.import_module(module)
+    except Exception as exc:
+        print("gpuaccept", f"the probe does not import: {type(exc).__name__}: {exc}")
 PYEOF
 }
 
 t=$SECONDS
 missing=$(missing_modules) || missing="python-failed $PY"
 installed=""
-if [[ -n $missing ]] && grep -qv '^torch ' <<<"$missing"; then
-  wanted=$(grep -v '^torch ' <<<"$missing" | cut -d' ' -f2)
+installable=$(grep -v -e '^torch ' -e '^gpuaccept ' <<<"$missing")
+if [[ -n $installable ]]; then
+  wanted=$(cut -d' ' -f2 <<<"$installable")
   if compgen -G "$WHEELS/*.whl" >/dev/null; then
     # shellcheck disable=SC2086 # one requirement per word
     if timeout "$(limit 90)" "$PY" -m pip install --quiet --disable-pip-version-check \
@@ -134,7 +142,7 @@ if [[ -n $missing ]]; then
   done <<<"$missing"
   step deps missing "$t" "missing: $(cut -d' ' -f1 <<<"$missing" | tr '\n' ' ')(see above)"
 else
-  step deps ok "$t" "torch, pydantic, nvidia-ml-py, rich, PyYAML, pytest import${installed}"
+  step deps ok "$t" "torch, pydantic, nvidia-ml-py, rich, PyYAML, pytest and the probe import${installed}"
 fi
 
 facts=(
