@@ -1,34 +1,73 @@
 #!/usr/bin/env bash
-# Real-hardware check of the probe agent on a GPU host; finishes in under 5 minutes.
+# Proves on one real GPU host what the probe claims about real hardware.
 #
-#   scripts/device-check.sh [OUTDIR]      (default: $OUT, else ./device-check-out)
+#   scripts/device-check.sh [--deps-only] [OUTDIR]   (OUTDIR: $OUT, else ./device-check-out)
 #
-# Records the machine it ran on, runs `gpuaccept probe` on the real hardware
-# (NVML, sysfs, /proc, CUDA pinned copies, NCCL all-reduce through
-# torch.distributed) and the real-hardware tests in tests/device
-# (GPUACCEPT_DEVICE=1 selects them). Everything lands in OUTDIR:
-#   machine.txt  probe.json  probe.stderr  probe-table.txt  termination-log
-#   device-tests.txt  summary.txt
-# Needs a Python with torch (CUDA build), nvidia-ml-py, pydantic, PyYAML, rich
-# and pytest: $PYTHON, else .venv/bin/python, else python3. The package is used
-# from the source tree (PYTHONPATH), so no install step and no network.
+# For a host with a GPU, torch (CUDA build) and no network or Kubernetes. Steps, each
+# with its own time limit inside a total budget of DEVICE_CHECK_BUDGET_S (360 s):
+#   1 machine  nvidia-smi, driver, Python and torch versions        -> machine.txt
+#   2 deps     pydantic, nvidia-ml-py, rich, PyYAML, pytest: the host's, else installed
+#              offline from the wheel folder DEVICE_WHEELS (.device-wheels, filled
+#              beforehand by `make device-wheels` on a machine with network); what is
+#              still missing is named, and nothing else runs
+#   3 gpu      NVML and CUDA see at least one GPU
+#   4 claims   tests/device (GPUACCEPT_DEVICE=1): one test per claim, each recording
+#              its evidence from NVML                 -> device-tests.txt, evidence/
+#   5 summary  every claim, proven or not, its evidence, the steps, and what one GPU
+#              cannot test                            -> summary.json (for docs/probe.md)
+# --deps-only runs steps 1, 2 and 5 (no GPU needed).
+# Exit code: 0 every claim proven; 1 a claim not proven or a step failed; 2 bad usage;
+# 3 a dependency is missing, so nothing was tested.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-OUTDIR=${1:-${OUT:-device-check-out}}
-mkdir -p "$OUTDIR"
 
-PY=${PYTHON:-}
-if [[ -z $PY ]]; then
-  if [[ -x .venv/bin/python ]] && .venv/bin/python -c 'import torch' 2>/dev/null; then
-    PY=.venv/bin/python
-  else
-    PY=python3
-  fi
+DEPS_ONLY=0
+if [[ ${1:-} == --deps-only ]]; then
+  DEPS_ONLY=1
+  shift
 fi
-export PYTHONPATH="$PWD/contracts:$PWD/probes:$PWD/operator:$PWD/testsupport${PYTHONPATH:+:$PYTHONPATH}"
-export GPUACCEPT_DEVICE=1
-unset GPUACCEPT_PROFILE GPUACCEPT_POLICY
+if [[ ${1:-} == -* || $# -gt 1 ]]; then
+  echo "usage: scripts/device-check.sh [--deps-only] [OUTDIR]" >&2
+  exit 2
+fi
+OUTDIR=${1:-${OUT:-device-check-out}}
+BUDGET_S=${DEVICE_CHECK_BUDGET_S:-360}
+WHEELS=${DEVICE_WHEELS:-.device-wheels}
+PY=${PYTHON:-python3}
+mkdir -p "$OUTDIR" || exit 2
+rm -rf "$OUTDIR/evidence" "$OUTDIR/steps.tsv" "$OUTDIR/missing.txt" "$OUTDIR/summary.json" \
+  "$OUTDIR/device-tests.xml"
+SITE=$(mktemp -d "${TMPDIR:-/tmp}/gpuaccept-device-site.XXXXXX") || exit 2
+trap 'rm -rf "$SITE"' EXIT
+export PYTHONPATH="$PWD/contracts:$PWD/checks:$PWD/probes${PYTHONPATH:+:$PYTHONPATH}"
+unset GPUACCEPT_PROFILE GPUACCEPT_POLICY GPUACCEPT_EXPECTED_GPUS
+START=$SECONDS
+status=0
 
+# The seconds a step may take: what it asks for, within what is left of the budget.
+limit() {
+  local want=$1 left=$((BUDGET_S - (SECONDS - START)))
+  ((left < want)) && want=$left
+  ((want < 1)) && want=1
+  echo "$want"
+}
+
+# step NAME STATUS STARTED DETAIL: one line here and one in steps.tsv for the summary.
+step() {
+  local seconds=$((SECONDS - $3)) detail=${4//$'\t'/ }
+  detail=${detail//$'\n'/; }
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$seconds" "$detail" >>"$OUTDIR/steps.tsv"
+  printf '==> %-8s %-7s %4ss  %s\n' "$1" "$2" "$seconds" "$detail"
+  [[ $2 == ok || $2 == skipped ]] || status=1
+}
+
+# --- 1 machine -----------------------------------------------------------------
+t=$SECONDS
+echo "==> machine (budget ${BUDGET_S}s in all, output in $OUTDIR)"
+if ! command -v "$PY" >/dev/null 2>&1; then
+  step machine failed "$t" "no Python: $PY (set PYTHON)"
+  exit 3
+fi
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "host: $(hostname)"
@@ -37,55 +76,142 @@ unset GPUACCEPT_PROFILE GPUACCEPT_POLICY
   echo "--- /proc/driver/nvidia/version"
   cat /proc/driver/nvidia/version 2>&1 || true
   echo "--- nvidia-smi"
-  timeout 30 nvidia-smi 2>&1 || echo "nvidia-smi not available"
+  timeout "$(limit 20)" nvidia-smi 2>&1 || echo "nvidia-smi not available"
   echo "--- nvidia-smi topo -m"
-  timeout 30 nvidia-smi topo -m 2>&1 || true
-  echo "--- torch"
-  timeout 60 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None, "devices", torch.cuda.device_count())' 2>&1 || true
+  timeout "$(limit 20)" nvidia-smi topo -m 2>&1 || true
   echo "--- lscpu (model, cores)"
   lscpu 2>/dev/null | grep -E 'Model name|^CPU\(s\)' || true
-} > "$OUTDIR/machine.txt" 2>&1
-cat "$OUTDIR/machine.txt"
+} >"$OUTDIR/machine.txt" 2>&1
+step machine ok "$t" "$(grep -c . "$OUTDIR/machine.txt") lines in machine.txt"
 
-GPUS=$(timeout 60 "$PY" -c 'import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount())' 2>/dev/null || echo 0)
-echo "GPUs visible to NVML: $GPUS"
-
-status=0
-echo "=== gpuaccept probe (real hardware, default H100/H200 policy)"
-timeout 120 "$PY" -m gpuaccept.cli probe --policy policies/default-h100-h200.yaml \
-  --expected-gpus "$GPUS" --output json --termination-log "$OUTDIR/termination-log" \
-  > "$OUTDIR/probe.json" 2> "$OUTDIR/probe.stderr"
-probe_rc=$?
-echo "probe exit code: $probe_rc (0 accepted, 1 quarantined, 2 bad input, 124 timeout)"
-"$PY" - "$OUTDIR/probe.json" > "$OUTDIR/probe-table.txt" 2>&1 <<'PYEOF'
-import sys
-from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.probe.inputs import load_policy
-from gpuaccept.probe.verdict import evaluate
-from pathlib import Path
-report = ProbeReport.model_validate_json(Path(sys.argv[1]).read_text())
-verdict = evaluate(report, load_policy(Path("policies/default-h100-h200.yaml")))
-s = report.summary
-print(f"{report.node_name}: {s.gpu_count} x {s.gpu_model}, driver {s.driver_version}, "
-      f"CUDA {s.cuda_driver_version} (runtime {s.cuda_runtime_version}), NCCL {s.nccl_version}")
-for r in report.results:
-    print(f"  {r.check:17} {r.status.value:5} {r.duration_s:6.1f}s  {r.message}")
-print("verdict:", verdict.decision.value, [f"{x.reason}({x.check})" for x in verdict.reasons])
+# --- 2 deps ----------------------------------------------------------------------
+# Prints "import-name distribution-requirement" for each module the host lacks.
+missing_modules() {
+  timeout "$(limit 60)" "$PY" - <<'PYEOF'
+import importlib
+needs = [
+    ("torch", "torch (a CUDA build; not carried: the host must have it)"),
+    ("pydantic", "pydantic>=2.7,<3"),
+    ("pynvml", "nvidia-ml-py>=12.535"),
+    ("rich", "rich>=13.7"),
+    ("yaml", "PyYAML>=6.0"),
+    ("pytest", "pytest>=8"),
+]
+for module, requirement in needs:
+    try:
+        imported = importlib.import_module(module)
+        if module == "pydantic" and not str(imported.VERSION).startswith("2."):
+            raise ImportError(f"pydantic {imported.VERSION}")
+    except Exception:
+        print(module, requirement)
+        missing = True
+if "missing" not in globals():  # with every dependency there, the probe itself must import
+    try:
+        for module in ("gpuaccept.probe.cli", "gpuaccept.probe.hardware.real"):
+            importlib.import_module(module)
+    except Exception as exc:
+        print("gpuaccept", f"the probe does not import: {type(exc).__name__}: {exc}")
 PYEOF
-cat "$OUTDIR/probe-table.txt"
-[[ $probe_rc -le 1 ]] || status=1
+}
 
-echo "=== real-hardware tests (tests/device)"
-timeout 160 "$PY" -m pytest -p no:cacheprovider -m device tests/device -v -s \
-  > "$OUTDIR/device-tests.txt" 2>&1
-tests_rc=$?
-tail -n 40 "$OUTDIR/device-tests.txt"
-[[ $tests_rc -eq 0 ]] || status=1
+t=$SECONDS
+missing=$(missing_modules) || missing="python-failed $PY"
+installed=""
+installable=$(grep -v -e '^torch ' -e '^gpuaccept ' <<<"$missing")
+if [[ -n $installable ]]; then
+  wanted=$(cut -d' ' -f2 <<<"$installable")
+  if compgen -G "$WHEELS/*.whl" >/dev/null; then
+    # shellcheck disable=SC2086 # one requirement per word
+    if timeout "$(limit 90)" "$PY" -m pip install --quiet --disable-pip-version-check \
+      --no-index --find-links "$WHEELS" --target "$SITE" --no-compile $wanted \
+      >"$OUTDIR/pip-install.txt" 2>&1; then
+      export PYTHONPATH="$SITE:$PYTHONPATH"
+      installed=" (installed offline from $WHEELS: $(echo "$wanted" | tr '\n' ' '))"
+    else
+      echo "pip install from $WHEELS failed: $(tail -n 3 "$OUTDIR/pip-install.txt")"
+    fi
+    missing=$(missing_modules) || missing="python-failed $PY"
+  else
+    echo "no wheels in $WHEELS: run \`make device-wheels\` on a machine with network and carry $WHEELS"
+  fi
+fi
+if [[ -n $missing ]]; then
+  cut -d' ' -f2- <<<"$missing" >"$OUTDIR/missing.txt"
+  while read -r module requirement; do
+    echo "    missing: $module: $requirement"
+  done <<<"$missing"
+  step deps missing "$t" "missing: $(cut -d' ' -f1 <<<"$missing" | tr '\n' ' ')(see above)"
+else
+  step deps ok "$t" "torch, pydantic, nvidia-ml-py, rich, PyYAML, pytest and the probe import${installed}"
+fi
 
-{
-  echo "host: $(hostname)  GPUs: $GPUS"
-  echo "probe exit code: $probe_rc"
-  echo "device tests exit code: $tests_rc"
-  echo "overall: $([[ $status -eq 0 ]] && echo OK || echo FAILED)"
-} | tee "$OUTDIR/summary.txt"
-exit $status
+facts=(
+  --fact "date=$(date -u +%FT%TZ)"
+  --fact "commit=${DEVICE_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+  --fact "host=$(hostname)"
+  --fact "python=$("$PY" --version 2>&1)"
+  --fact "budget_s=$BUDGET_S"
+)
+summary() {
+  echo "==> summary"
+  "$PY" tests/device/device_claims.py not-testable
+  "$PY" tests/device/device_claims.py summary --outdir "$OUTDIR" --exit-code "$1" "${facts[@]}"
+}
+
+if [[ -n $missing ]]; then
+  summary 3
+  exit 3
+fi
+if ((DEPS_ONLY)); then
+  facts+=(--fact "mode=deps-only: the GPU steps were not run")
+  summary 0 >/dev/null
+  echo "deps only: every dependency imports; the GPU steps were not run ($OUTDIR/summary.json)"
+  exit 0
+fi
+
+# --- 3 gpu -----------------------------------------------------------------------
+t=$SECONDS
+gpus=$(timeout "$(limit 60)" "$PY" - 2>&1 <<'PYEOF'
+import pynvml, torch
+pynvml.nvmlInit()
+count = pynvml.nvmlDeviceGetCount()
+names = {str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)}
+print(count, "x", ", ".join(sorted(names)), "| driver", pynvml.nvmlSystemGetDriverVersion(),
+      "| torch", torch.__version__, "CUDA", torch.version.cuda,
+      "available" if torch.cuda.is_available() else "NOT available",
+      "devices", torch.cuda.device_count())
+PYEOF
+)
+gpu_rc=$?
+gpus=$(tail -n 1 <<<"$gpus")
+facts+=(--fact "gpus=$gpus")
+if ((gpu_rc == 0)) && [[ $gpus =~ ^[1-9] && $gpus == *" available devices "[1-9]* ]]; then
+  step gpu ok "$t" "$gpus"
+else
+  step gpu failed "$t" "no usable GPU: $gpus"
+fi
+
+# --- 4 claims --------------------------------------------------------------------
+t=$SECONDS
+if [[ $status -eq 0 ]]; then
+  GPUACCEPT_DEVICE=1 GPUACCEPT_DEVICE_EVIDENCE="$OUTDIR/evidence" \
+    timeout "$(limit 280)" "$PY" -m pytest -p no:cacheprovider --noconftest -o timeout=200 \
+    -m device tests/device -v -s --junitxml "$OUTDIR/device-tests.xml" \
+    >"$OUTDIR/device-tests.txt" 2>&1
+  tests_rc=$?
+  grep -E '::test_[a-z_]+.* (PASSED|FAILED|ERROR)' "$OUTDIR/device-tests.txt" \
+    | sed -E 's/^.*::(test_[a-z_]+).* (PASSED|FAILED|ERROR).*$/    \2 \1/'
+  if ((tests_rc == 0)); then
+    step claims ok "$t" "tests/device passed"
+  elif ((tests_rc == 124)); then
+    step claims timeout "$t" "tests/device ran out of the time budget (device-tests.txt)"
+  else
+    step claims failed "$t" "tests/device exit code $tests_rc (device-tests.txt)"
+  fi
+else
+  step claims skipped "$t" "no usable GPU"
+fi
+
+# --- 5 summary -------------------------------------------------------------------
+summary "$status"
+exit $?

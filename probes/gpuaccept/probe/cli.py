@@ -208,7 +208,7 @@ def _advertised(args: argparse.Namespace) -> int | None:
     raw = os.environ.get(ENV_EXPECTED_GPUS, "").strip()
     if not raw:
         return None
-    if not raw.isdigit():
+    if not raw.isascii() or not raw.isdigit():  # "²".isdigit() is true, int("²") fails
         raise InputError(f"{ENV_EXPECTED_GPUS}: not a non-negative integer (got {raw!r})")
     return int(raw)
 
@@ -290,6 +290,11 @@ class _FailureReporter:
         )
         self.write(message, boot_id=self.boot_id)
         return EXIT_USAGE
+
+    def crashed(self, message: str, *, boot_id: str | None) -> int:
+        self.err.print(f"gpuaccept probe: {message}", markup=False, highlight=False, soft_wrap=True)
+        self.write(message, boot_id=boot_id or self.boot_id)
+        return EXIT_QUARANTINED
 
 
 def _profile_path(args: argparse.Namespace) -> Path | None:
@@ -374,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         hardware, advertised = _open_hardware(args, profile_path, _advertised(args))
     except (InputError, UsageError) as exc:
         return failures.bad_input(str(exc))
+    except Exception as exc:  # fail safe: hardware that cannot be set up is a failed probe
+        return failures.crashed(f"probe failed: {type(exc).__name__}: {exc}", boot_id=None)
 
     run = ProbeRun(
         node_name=failures.node_name,
@@ -386,10 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verdict = evaluate(report, policy)
     except Exception as exc:  # fail safe: a crashed probe is a failed probe, with a report
         message = f"probe failed: {type(exc).__name__}: {exc}"
-        err.print(f"gpuaccept probe: {message}", markup=False, highlight=False)
-        if failures.term_log is not None:
-            failures.write(message, boot_id=failures.boot_id or hardware.boot_id())
-        return EXIT_QUARANTINED
+        return failures.crashed(message, boot_id=failures.boot_id or hardware.boot_id())
     finally:
         hardware.close()
 

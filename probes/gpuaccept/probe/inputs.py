@@ -29,11 +29,17 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def shorten(text: str, limit: int = 40) -> str:
+    """``text``, or its start and ``…`` when longer than ``limit`` (a hostile key or
+    value must not make the error line megabytes long)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def describe_validation_error(source: str, exc: ValidationError) -> str:
     """``source: field.path: reason`` for the first error (+ how many more)."""
     errors = exc.errors(include_url=False)
     first = errors[0]
-    loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    loc = ".".join(shorten(str(part)) for part in first["loc"]) or "(top level)"
     if first["type"] == "extra_forbidden":
         reason = "unknown field"
     elif first["type"] == "missing":
@@ -42,7 +48,11 @@ def describe_validation_error(source: str, exc: ValidationError) -> str:
         reason = str(first["ctx"]["error"])  # a model validator's own message
     else:
         value = first.get("input")
-        shown = repr(value) if isinstance(value, str | int | float | bool) else type(value).__name__
+        shown = (
+            shorten(repr(value), 80)
+            if isinstance(value, str | int | float | bool)
+            else type(value).__name__
+        )
         reason = f"{first['msg']} (got {shown})"
     more = (
         f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
@@ -52,21 +62,52 @@ def describe_validation_error(source: str, exc: ValidationError) -> str:
     return _one_line(f"{source}: {loc}: {reason}{more}")
 
 
-def read_structured_file(path: Path) -> Any:
-    """YAML (or JSON, which is YAML) from ``path``."""
+MAX_INPUT_BYTES = 64 * 1024
+"""The largest profile or policy the probe reads (the shipped ones are near 1 KiB)."""
+
+
+def _read_bounded(path: Path) -> bytes:
+    """At most :data:`MAX_INPUT_BYTES` of ``path``; a longer file is an error, also
+    when it has no size (``/dev/zero``, a pipe)."""
     try:
-        text = path.read_text()
+        with path.open("rb") as stream:
+            data = stream.read(MAX_INPUT_BYTES + 1)
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"{path}: too large: over {MAX_INPUT_BYTES} bytes, the input file limit")
+    return data
+
+
+def decode_text(data: bytes, source: str) -> str:
+    """UTF-8 text, or a one-line error naming the first byte that is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{source}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        ) from None
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """``yaml.safe_load`` with one-line errors, deep nesting included."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise InputError(_one_line(f"{path}: not valid YAML{where}: {problem}")) from None
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "invalid YAML"
+        raise InputError(_one_line(f"{source}: not valid YAML{where}: {problem}")) from None
+    except RecursionError:
+        raise InputError(f"{source}: not valid YAML: nested too deeply") from None
+
+
+def read_structured_file(path: Path) -> Any:
+    """YAML (or JSON, which is YAML) from ``path``: at most :data:`MAX_INPUT_BYTES`
+    of UTF-8 text."""
+    return parse_yaml(decode_text(_read_bounded(path), str(path)), str(path))
 
 
 def validate(model: type[M], data: Any, source: str) -> M:
@@ -112,9 +153,13 @@ def default_policy() -> ProbePolicy:
 
 
 def policy_from_json(text: str, source: str = "GPUACCEPT_POLICY") -> ProbePolicy:
+    if len(text.encode("utf-8", "surrogateescape")) > MAX_INPUT_BYTES:
+        raise InputError(f"{source}: too large: over {MAX_INPUT_BYTES} bytes, the input file limit")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{source}: not valid JSON: {exc.msg} at char {exc.pos}") from None
+    except RecursionError:
+        raise InputError(f"{source}: not valid JSON: nested too deeply") from None
     data, source = _probe_policy_data(data, source)
     return validate(ProbePolicy, data, source)

@@ -7,14 +7,43 @@ an unknown or misspelled field is an error naming the file and the field.
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from gpuaccept.probe.clocks import REASON_BITS
-from gpuaccept.probe.inputs import read_structured_file, validate
+from gpuaccept.probe.inputs import read_structured_file, shorten, validate
 
 Version = Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+){0,3}$", max_length=32)]
-CpuList = Annotated[str, StringConstraints(pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")]
+MAX_CPUS = 4096
+"""The most CPUs a profile describes; every CPU number and range is bounded by it."""
+
+
+def _bounded_cpu_list(text: str) -> str:
+    """A cpulist whose CPU numbers are below :data:`MAX_CPUS` and whose ranges run
+    upwards, so that expanding it can never take more than ``MAX_CPUS`` entries
+    per part (``0-4000000000`` is refused, not expanded)."""
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        for number in (first, last):
+            if len(number) > len(str(MAX_CPUS)) or (number and int(number) >= MAX_CPUS):
+                raise ValueError(f"CPU {shorten(number, 12)} is not below {MAX_CPUS}")
+        if last and int(first) > int(last):
+            raise ValueError(f"range {part} runs downwards")
+    return text
+
+
+CpuList = Annotated[
+    str,
+    StringConstraints(pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$", max_length=4096),
+    AfterValidator(_bounded_cpu_list),
+]
 Governor = Annotated[str, StringConstraints(pattern=r"^[a-z_]{1,32}$")]
 ReasonName = Literal[
     "gpu_idle",
@@ -32,7 +61,11 @@ assert set(ReasonName.__args__) == set(REASON_BITS)  # type: ignore[attr-defined
 
 class ProfileModel(BaseModel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,  # a bandwidth of .inf is no measurement
     )
 
 
@@ -124,7 +157,7 @@ class Allreduce(ProfileModel):
 
 
 class Cpus(ProfileModel):
-    count: int = Field(ge=1, le=4096)
+    count: int = Field(ge=1, le=MAX_CPUS)
     cpufreq: bool = True
     governor: Governor = "performance"
     overrides: dict[CpuList, Governor] = Field(
@@ -161,7 +194,7 @@ class ExpectedVerdict(ProfileModel):
 
 
 class HardwareProfile(ProfileModel):
-    description: str = ""
+    description: str = Field(default="", max_length=4096)
     expect: ExpectedVerdict | None = Field(
         default=None, description="The verdict under the default policy (shipped profiles)."
     )

@@ -107,10 +107,14 @@ class SimulatedBackend:
         self.profile = profile
         self._tmp = Path(tempfile.mkdtemp(prefix="gpuaccept-sim-", dir=_fast_tmp()))
         try:
-            host_boot_id: str | None = read_boot_id(host_proc_root)
-        except SysfsError:
-            host_boot_id = None
-        materialize(profile, self._tmp, host_boot_id)
+            try:
+                host_boot_id: str | None = read_boot_id(host_proc_root)
+            except SysfsError:
+                host_boot_id = None
+            materialize(profile, self._tmp, host_boot_id)
+        except BaseException:  # a half-built tree must not stay behind in /dev/shm
+            self.close()
+            raise
         self._loaded = False
 
     @property

@@ -1,0 +1,230 @@
+"""What ``scripts/device-check.sh`` claims to prove on a GPU host, and its summary.
+
+Standard library only: the script runs this with the host's Python even when the
+project's own dependencies are missing, to say so in the summary.
+
+Each claim is proven by one test in ``tests/device/test_device_probe.py``. The
+test records its evidence (:func:`record`) before it asserts; a claim is proven
+only when its test passed *and* its evidence says so. A claim whose test did not
+run, was deselected or crashed is not proven, and the script exits non-zero.
+
+    python3 tests/device/device_claims.py summary --outdir OUTDIR --exit-code N
+
+writes ``OUTDIR/summary.json`` from ``OUTDIR/steps.tsv`` (one line per step of the
+script: name, status, seconds, detail), ``OUTDIR/evidence/*.json`` and
+``OUTDIR/device-tests.xml`` (pytest's JUnit XML), prints one line per claim,
+and exits with the summary's exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "gpuaccept-device-check/1"
+ENV_EVIDENCE_DIR = "GPUACCEPT_DEVICE_EVIDENCE"
+TEST_MODULE = "tests/device/test_device_probe.py"
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str
+    test: str
+    statement: str
+
+
+CLAIMS = (
+    Claim(
+        "nvml_and_cuda_see_the_same_gpus",
+        "test_nvml_enumerates_gpus",
+        "NVML and CUDA (torch) see the same GPUs, matched by PCI bus id.",
+    ),
+    Claim(
+        "driver_versions_are_read",
+        "test_versions_agree",
+        "The kernel module, NVML library and CUDA driver versions are read, "
+        "and the kernel module's matches NVML's own report.",
+    ),
+    Claim(
+        "probe_runs_on_real_hardware",
+        "test_gpuaccept_probe_on_real_hardware",
+        "`gpuaccept probe` measures the real hardware: its report parses, names real "
+        "hardware and every GPU, no check errors, the termination log holds the same "
+        "report, and the exit code is the verdict's (0 accepted, 1 quarantined for a "
+        "named check, never a crash).",
+    ),
+    Claim(
+        "every_check_measures",
+        "test_every_check_produces_a_result",
+        "Every check but the all-reduce measures the real hardware without an error.",
+    ),
+    Claim(
+        "gpu_busy_while_link_sampled",
+        "test_gpu_busy_while_link_sampled",
+        "While the probe's load runs and the PCIe link is sampled, NVML reports the GPU "
+        "busy (utilisation at least 90 % in most samples) and the GPU_IDLE clock-event "
+        "bit clear in every sample.",
+    ),
+    Claim(
+        "copy_bandwidth_near_link_rate",
+        "test_copy_bandwidth_near_link_rate",
+        "Pinned host-to-device and device-to-host copies reach at least 60 % of the "
+        "negotiated PCIe link's raw rate, and never more than the link can carry.",
+    ),
+    Claim(
+        "clocks_under_load",
+        "test_clocks_under_load",
+        "Under the probe's load the SM clock runs at at least half its maximum "
+        "(NVML's current against its maximum SM clock).",
+    ),
+    Claim(
+        "nccl_runs",
+        "test_nccl_allreduce_on_real_gpus",
+        "NCCL all-reduce through torch.distributed runs on every GPU of this host and "
+        "is timed (one rank on a one-GPU host: no bandwidth claim).",
+    ),
+)
+
+NOT_TESTABLE_ON_ONE_GPU = (
+    ("NVLink", "needs two or more GPUs linked by NVLink"),
+    ("NVSwitch fabric", "the fabric manager and NVSwitch exist only on multi-GPU (HGX) nodes"),
+    ("GPU pair matrix", "peer-to-peer bandwidth needs a pair of GPUs"),
+    ("multi-GPU all-reduce", "busbw is 0 by definition with one rank; needs 2 or more GPUs"),
+    ("NUMA spread", "one GPU sits on one NUMA node; the far-socket case needs GPUs on both"),
+    ("InfiniBand", "no HCA and no network on this host"),
+    ("Xid injection", "needs root on the host driver and a fault-injection build, not a VM"),
+)
+
+
+def record(test: str, *, proven: bool, **evidence: Any) -> None:
+    """Write ``test``'s evidence where the script collects it (nowhere without one),
+    and print it for the test's own output."""
+    payload = {"test": test, "proven": proven, "evidence": evidence}
+    print(json.dumps(payload, indent=None, default=str))
+    directory = os.environ.get(ENV_EVIDENCE_DIR)
+    if directory:
+        path = Path(directory) / f"{test}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def junit_outcomes(xml_path: Path) -> dict[str, str]:
+    """``{test function name: passed|failed|error|skipped}`` from pytest's JUnit XML
+    (the name without parameters; a parametrized test counts as passed only when
+    every case passed)."""
+    if not xml_path.is_file():
+        return {}
+    try:
+        root = ET.parse(xml_path).getroot()
+    except ET.ParseError:
+        return {}
+    outcomes: dict[str, str] = {}
+    rank = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+    for case in root.iter("testcase"):
+        name = case.get("name", "").split("[", 1)[0]
+        outcome = "passed"
+        for child, label in (("error", "error"), ("failure", "failed"), ("skipped", "skipped")):
+            if case.find(child) is not None:
+                outcome = label
+                break
+        if rank[outcome] >= rank[outcomes.get(name, "passed")]:
+            outcomes[name] = outcome
+    return outcomes
+
+
+def read_steps(path: Path) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = []
+    if not path.is_file():
+        return steps
+    for line in path.read_text(errors="replace").splitlines():
+        parts = line.split("\t", 3)
+        if len(parts) == 4:
+            name, status, seconds, detail = parts
+            steps.append(
+                {"step": name, "status": status, "seconds": int(seconds or 0), "detail": detail}
+            )
+    return steps
+
+
+def claim_results(outdir: Path) -> list[dict[str, Any]]:
+    outcomes = junit_outcomes(outdir / "device-tests.xml")
+    results: list[dict[str, Any]] = []
+    for claim in CLAIMS:
+        evidence_file = outdir / "evidence" / f"{claim.test}.json"
+        evidence: dict[str, Any] = {}
+        recorded = False
+        if evidence_file.is_file():
+            try:
+                payload = json.loads(evidence_file.read_text())
+                evidence = payload.get("evidence", {})
+                recorded = payload.get("proven") is True
+            except (ValueError, AttributeError):
+                evidence = {"unreadable": str(evidence_file)}
+        outcome = outcomes.get(claim.test, "not run")
+        results.append(
+            {
+                "claim": claim.name,
+                "statement": claim.statement,
+                "test": f"{TEST_MODULE}::{claim.test}",
+                "test_outcome": outcome,
+                "proven": outcome == "passed" and recorded,
+                "evidence": evidence,
+            }
+        )
+    return results
+
+
+def build_summary(outdir: Path, exit_code: int, facts: dict[str, Any]) -> dict[str, Any]:
+    claims = claim_results(outdir)
+    steps = read_steps(outdir / "steps.tsv")
+    missing_file = outdir / "missing.txt"
+    missing = missing_file.read_text().split() if missing_file.is_file() else []
+    proven = bool(claims) and all(c["proven"] for c in claims) and not missing
+    return {
+        "schema": SCHEMA,
+        **facts,
+        "proven": proven,
+        "exit_code": 0 if proven and exit_code == 0 else (exit_code or 1),
+        "steps": steps,
+        "missing": missing,
+        "claims": claims,
+        "not_testable_on_one_gpu": [
+            {"what": what, "why": why} for what, why in NOT_TESTABLE_ON_ONE_GPU
+        ],
+    }
+
+
+def _main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="device_claims.py")
+    sub = parser.add_subparsers(dest="command", required=True)
+    summary = sub.add_parser("summary", help="write OUTDIR/summary.json and print it")
+    summary.add_argument("--outdir", type=Path, required=True)
+    summary.add_argument("--exit-code", type=int, required=True)
+    summary.add_argument("--fact", action="append", default=[], help="KEY=VALUE")
+    sub.add_parser("not-testable", help="print what one GPU cannot test")
+    args = parser.parse_args(argv)
+    if args.command == "not-testable":
+        for what, why in NOT_TESTABLE_ON_ONE_GPU:
+            print(f"  not tested on one GPU: {what} ({why})")
+        return 0
+    facts = dict(fact.split("=", 1) for fact in args.fact if "=" in fact)
+    result = build_summary(args.outdir, args.exit_code, facts)
+    (args.outdir / "summary.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    for claim in result["claims"]:
+        mark = "PROVEN    " if claim["proven"] else "NOT PROVEN"
+        print(f"  {mark} {claim['claim']} ({claim['test_outcome']})")
+    print(
+        f"  {'all claims proven' if result['proven'] else 'NOT every claim proven'}; "
+        f"exit code {result['exit_code']}; {args.outdir / 'summary.json'}"
+    )
+    return int(result["exit_code"])
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
