@@ -147,7 +147,9 @@ def test_both_field_numberings_give_the_same_verdict(
     policy = ProbePolicy.model_validate(
         {"throttleReasons": {"sampleSeconds": 2, "warmupSeconds": 0}}
     )
-    result = run_check(BY_NAME["throttle_reasons"], hw, policy, ProbeContext(), hardware_summary(hw))
+    result = run_check(
+        BY_NAME["throttle_reasons"], hw, policy, ProbeContext(), hardware_summary(hw)
+    )
     assert calls == []  # neither the fields nor the deprecated violation counters
     assert result.status is CheckStatus.WARN
     assert result.message == "sw_power_cap 100% of samples on GPU 0"

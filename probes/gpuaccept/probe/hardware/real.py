@@ -55,6 +55,9 @@ NVML_CLOCK_SM = 1
 # Deadlines of the waits on one GPU; all well below the pod's (policy timeoutSeconds,
 # 900 s by default), so that a hung GPU is named in a report, not a bare timeout.
 COPY_DEADLINE_S = 60.0  # 2 x 20 copies of 256 MiB: well under 1 s at Gen5, 10 s at Gen1
+# The copy thread's own deadline: later than the in-flight wait's (which names the step),
+# for a thread stuck inside a CUDA call (allocation, synchronize).
+COPY_THREAD_MARGIN_S = 10.0
 LOAD_STOP_DEADLINE_S = 60.0  # one batch of 8 matmuls of 8192^2 bf16: milliseconds
 ALLREDUCE_DEADLINE_S = 300.0
 COPY_REPETITIONS = 20
@@ -320,9 +323,9 @@ class RealBackend:
 
         thread = threading.Thread(target=run, name=f"gpuaccept-copy-{gpu}", daemon=True)
         thread.start()
-        thread.join(COPY_DEADLINE_S)
+        thread.join(COPY_DEADLINE_S + COPY_THREAD_MARGIN_S)
         if thread.is_alive():
-            raise GpuHungError(gpu, "copy", COPY_DEADLINE_S)
+            raise GpuHungError(gpu, "copy", COPY_DEADLINE_S + COPY_THREAD_MARGIN_S)
         if errors:
             raise errors[0]
         h2d, d2h, link = result[0]
