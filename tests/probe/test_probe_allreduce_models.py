@@ -90,7 +90,8 @@ def test_simulated_curve_matches_published_shape() -> None:
 
 def test_judged_at_the_largest_size_with_the_curve_reported() -> None:
     result = probe(PROFILES / "h100-sxm-8gpu-ring-only.yaml").result("nccl_allreduce")
-    assert result is not None and result.status is CheckStatus.PASS, result
+    assert result is not None
+    assert result.status is CheckStatus.PASS, result
     assert isinstance(result.observed, dict)
     curve = dict(result.observed["sweep"])
     assert curve[GIB] < 360 < curve[8 * GIB]  # the old 1 GiB judgement failed this node
@@ -110,7 +111,8 @@ def test_judged_at_the_largest_size_with_the_curve_reported() -> None:
 )
 def test_profiles_on_both_sides_of_the_minimum(path: object, status: CheckStatus) -> None:
     result = probe(path).result("nccl_allreduce")  # type: ignore[arg-type]
-    assert result is not None and result.status is status, result.message
+    assert result is not None
+    assert result.status is status, result.message
 
 
 @pytest.mark.parametrize("path", [H200_16, WORST_16], ids=lambda p: p.stem)
@@ -119,7 +121,8 @@ def test_the_curve_survives_the_termination_message(path: object) -> None:
     message = termination_message(report)
     assert len(message.encode()) <= TERMINATION_MESSAGE_MAX_BYTES
     nccl = decode_termination_message(message).result("nccl_allreduce")
-    assert nccl is not None and isinstance(nccl.observed, dict)
+    assert nccl is not None
+    assert isinstance(nccl.observed, dict)
     assert len(nccl.observed["sweep"]) == 5
 
 

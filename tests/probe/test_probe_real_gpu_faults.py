@@ -36,7 +36,7 @@ class FakeTorch:
     """Just enough of torch for the real backend's copies and load: CUDA sees the
     GPUs in ``cuda_uuids`` order, and a GPU in ``hung`` never completes work."""
 
-    def __init__(self, cuda_uuids: list[str], hung: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+    def __init__(self, cuda_uuids: list[str], hung: frozenset[int] = frozenset()) -> None:
         self.uuids = cuda_uuids
         self.hung = hung
         self.copy_affinity: dict[int, set[int]] = {}
@@ -178,7 +178,8 @@ def test_copy_unpinned_when_the_cpuset_excludes_the_gpus_node(
 def test_two_socket_trap_is_pinned_and_the_far_socket_would_fail() -> None:
     report = probe(Path("profiles/h100-sxm-8gpu-two-socket.yaml").resolve())
     result = report.result("pcie_link")
-    assert result is not None and result.status is CheckStatus.PASS, result
+    assert result is not None
+    assert result.status is CheckStatus.PASS, result
     assert isinstance(result.observed, dict)
     assert result.observed["numaNode"] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert "unpinned" not in result.observed
@@ -214,7 +215,8 @@ def test_gpu_is_lost_at_enumeration_names_it_and_measures_the_others(
     pcie = run_check(BY_NAME["pcie_link"], hw, ProbePolicy(), ProbeContext(), hardware_summary(hw))
     assert pcie.status is CheckStatus.FAIL
     assert isinstance(pcie.observed, dict)
-    assert pcie.observed["h2dGBps"][0] > 0 and pcie.observed["h2dGBps"][1] == 0
+    assert pcie.observed["h2dGBps"][0] > 0
+    assert pcie.observed["h2dGBps"][1] == 0
     assert "GPU 1 failed" in pcie.message
 
 
@@ -236,7 +238,7 @@ def test_gpu_lost_mid_sampling_is_failed_by_name(monkeypatch: pytest.MonkeyPatch
 
 def test_a_hung_copy_names_the_gpu_and_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(real, "COPY_DEADLINE_S", 0.2)
-    torch = FakeTorch(cuda_uuids=[u[4:] for u in NVML_UUIDS], hung={1})
+    torch = FakeTorch(cuda_uuids=[u[4:] for u in NVML_UUIDS], hung=frozenset({1}))
     hw = backend(monkeypatch, fake_nvml(), torch)
     result = run_check(
         BY_NAME["pcie_link"], hw, ProbePolicy(), ProbeContext(), hardware_summary(hw)
@@ -250,7 +252,7 @@ def test_a_hung_copy_names_the_gpu_and_the_step(monkeypatch: pytest.MonkeyPatch)
 def test_a_hung_load_thread_names_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(real, "LOAD_STOP_DEADLINE_S", 0.2)
     monkeypatch.setattr(real, "LOAD_RAMP_S", 0.0)
-    torch = FakeTorch(cuda_uuids=[u[4:] for u in NVML_UUIDS], hung={0})
+    torch = FakeTorch(cuda_uuids=[u[4:] for u in NVML_UUIDS], hung=frozenset({0}))
     hw = backend(monkeypatch, fake_nvml(), torch)
     with pytest.raises(GpuHungError) as info, hw.gpu_load():
         pass
@@ -274,9 +276,14 @@ def test_simulated_gpu_lost_under_load_names_it_everywhere() -> None:
     pcie, throttle, nccl = (
         report.result(c) for c in ("pcie_link", "throttle_reasons", "nccl_allreduce")
     )
-    assert pcie is not None and throttle is not None and nccl is not None
-    assert pcie.status is CheckStatus.FAIL and pcie.message.startswith("GPU 3 failed: copy")
-    assert isinstance(pcie.observed, dict) and pcie.observed["h2dGBps"][4] > 0
+    assert pcie is not None
+    assert throttle is not None
+    assert nccl is not None
+    assert pcie.status is CheckStatus.FAIL
+    assert pcie.message.startswith("GPU 3 failed: copy")
+    assert isinstance(pcie.observed, dict)
+    assert pcie.observed["h2dGBps"][4] > 0
     assert throttle.status is CheckStatus.FAIL
     assert throttle.message.startswith("GPU 3 failed: clock event reasons")
-    assert nccl.status is CheckStatus.ERROR and "GPU 3: all-reduce" in nccl.message
+    assert nccl.status is CheckStatus.ERROR
+    assert "GPU 3: all-reduce" in nccl.message

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import JsonValue
 from probe_scenarios import FIXTURES, PROFILES, default_policy, fault, probe
+from pydantic import JsonValue
 from test_probe_real_backend import FakeNVMLError, fake_nvml
 
 from gpuaccept.checks.policy import ProbePolicy
