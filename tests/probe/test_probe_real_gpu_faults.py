@@ -30,6 +30,7 @@ NVML_UUIDS = [
     "GPU-bbbb1111-1111-1111-1111-111111111111",
 ]
 LOST_LOG = "tests/fixtures/profiles/h100-sxm-8gpu-gpu-lost.yaml"
+HANG_LOG = "tests/fixtures/profiles/h100-sxm-8gpu-gpu-hangs.yaml"
 
 
 class FakeTorch:
@@ -105,6 +106,7 @@ class FakeTorch:
             empty_cache=lambda: None,
         )
         m.cuda = cuda  # type: ignore[attr-defined]
+        m.distributed = types.SimpleNamespace(is_nccl_available=lambda: True)  # type: ignore[attr-defined]
         m.empty = empty  # type: ignore[attr-defined]
         m.randn = lambda *_a, **_k: Tensor(None)  # type: ignore[attr-defined]
         m.matmul = lambda a, _b: a  # type: ignore[attr-defined]
@@ -258,6 +260,8 @@ def test_a_hung_load_thread_names_the_gpu(monkeypatch: pytest.MonkeyPatch) -> No
         pass
     torch.never.set()  # let the stuck thread end
     assert (info.value.gpu, info.value.step) == (0, "load")
+    assert hw.gpus()[0].problem == "load: hung: no completion within 0.2 s"  # later steps skip it
+    hw = backend(monkeypatch, fake_nvml(), torch)
     monkeypatch.setattr(hw, "sleep", lambda _s: None)
     torch.never.clear()
     policy = ProbePolicy.model_validate(
@@ -287,3 +291,30 @@ def test_simulated_gpu_lost_under_load_names_it_everywhere() -> None:
     assert throttle.message.startswith("GPU 3 failed: clock event reasons")
     assert nccl.status is CheckStatus.ERROR
     assert "GPU 3: all-reduce" in nccl.message
+
+
+def test_simulated_hung_gpu_is_named_with_its_step_in_the_report() -> None:
+    report = probe(Path(HANG_LOG).resolve())
+    pcie, throttle, nccl = (
+        report.result(c) for c in ("pcie_link", "throttle_reasons", "nccl_allreduce")
+    )
+    assert pcie is not None
+    assert throttle is not None
+    assert nccl is not None
+    assert pcie.message.startswith("GPU 5 failed: copy warm-up: hung: no completion within 60 s")
+    assert throttle.message.startswith("GPU 5 failed: load: hung")
+    assert isinstance(throttle.observed, dict)
+    assert throttle.observed["smClockMHz"][0] == 1980  # the others still sampled
+    assert nccl.status is CheckStatus.ERROR
+    assert "GPU 5: all-reduce: not attempted" in nccl.message
+
+
+def test_no_later_step_waits_on_a_gpu_that_hung(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(real, "COPY_DEADLINE_S", 0.2)
+    monkeypatch.setattr(real, "COPY_THREAD_MARGIN_S", 0.0)
+    torch = FakeTorch(cuda_uuids=[u[4:] for u in NVML_UUIDS], hung=frozenset({1}))
+    hw = backend(monkeypatch, fake_nvml(), torch)
+    with pytest.raises(GpuHungError):
+        hw.copy_bandwidth(1, 1 << 20)
+    with pytest.raises(GpuFailedError, match="GPU 1: all-reduce: not attempted"):
+        hw.allreduce([1 << 20], iterations=1, warmup=0)

@@ -67,7 +67,7 @@ class ClockEventReasons(ProfileModel):
     )
 
 
-GpuLoss = Literal["before", "under_load"]
+GpuLoss = Literal["before", "under_load", "hangs"]
 
 
 class GpuOverride(ProfileModel):
@@ -118,7 +118,8 @@ class Gpu(ProfileModel):
     lost: GpuLoss | None = Field(
         default=None,
         description="NVML answers GPU_IS_LOST for this GPU: from the start ('before', its "
-        "handle cannot be had) or once it is loaded ('under_load').",
+        "handle cannot be had) or once it is loaded ('under_load'); or 'hangs': NVML still "
+        "answers, but work on the GPU never completes (each wait hits its deadline).",
     )
 
     @property

@@ -16,6 +16,7 @@ In a probe pod, ``/proc/sys/kernel/random/boot_id`` is the host's boot ID
 """
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -88,6 +89,8 @@ class RealBackend:
         self._handles: list[Any] = []
         self._device_max: dict[int, tuple[int, int]] = {}
         self._ordinals: dict[int, int] | None = None
+        # GPUs that hung in this run: no later step waits on them again.
+        self._hung: dict[int, str] = {}
         # Only a default for torch's own numbering; every mapping goes by UUID.
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         self._init_nvml()
@@ -157,7 +160,11 @@ class RealBackend:
         return self._nvml
 
     def gpus(self) -> list[GpuInfo]:
-        return list(self._gpus)
+        """NVML's GPUs; one that hung earlier in this run carries that as its problem."""
+        return [
+            dataclasses.replace(g, problem=self._hung[g.index]) if g.index in self._hung else g
+            for g in self._gpus
+        ]
 
     def gpu_problem(self) -> str | None:
         return self._problem
@@ -325,8 +332,10 @@ class RealBackend:
         thread.start()
         thread.join(COPY_DEADLINE_S + COPY_THREAD_MARGIN_S)
         if thread.is_alive():
-            raise GpuHungError(gpu, "copy", COPY_DEADLINE_S + COPY_THREAD_MARGIN_S)
+            errors.insert(0, GpuHungError(gpu, "copy", COPY_DEADLINE_S + COPY_THREAD_MARGIN_S))
         if errors:
+            if isinstance(errors[0], GpuHungError):
+                self._hung[gpu] = f"{errors[0].step}: {errors[0].detail}"
             raise errors[0]
         h2d, d2h, link = result[0]
         return CopyMeasurement(h2d, d2h, link, numa_node=node, pinned_local=bool(cpus))
@@ -394,7 +403,7 @@ class RealBackend:
 
         threads: dict[int, threading.Thread] = {}
         for g in self._gpus:
-            if g.problem is None:
+            if g.problem is None and g.index not in self._hung:
                 ordinal = self.cuda_ordinal(g.index)
                 threads[g.index] = threading.Thread(
                     target=burn,
@@ -413,6 +422,8 @@ class RealBackend:
             for thread in threads.values():
                 thread.join(timeout=max(0.0, deadline - time.monotonic()))
         hung = [gpu for gpu, thread in threads.items() if thread.is_alive()]
+        for gpu in hung:
+            self._hung[gpu] = f"load: hung: no completion within {LOAD_STOP_DEADLINE_S:g} s"
         if hung:
             raise GpuHungError(hung[0], "load", LOAD_STOP_DEADLINE_S)
         with contextlib.suppress(Exception):
@@ -427,8 +438,9 @@ class RealBackend:
         if not torch.distributed.is_nccl_available():
             raise Unavailable("torch was built without NCCL")
         for g in self._gpus:
-            if g.problem is not None:
-                raise GpuFailedError(g.index, "all-reduce", f"not attempted: {g.problem}")
+            problem = g.problem or self._hung.get(g.index)
+            if problem is not None:
+                raise GpuFailedError(g.index, "all-reduce", f"not attempted: {problem}")
         devices = tuple(self.cuda_ordinal(g.index) for g in self._gpus)
         timing = AllreduceTiming(
             iterations=iterations, warmup=warmup, timeout_s=ALLREDUCE_DEADLINE_S

@@ -23,6 +23,7 @@ from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
     GpuFailedError,
+    GpuHungError,
     GpuInfo,
     PcieLinkState,
     Unavailable,
@@ -47,6 +48,7 @@ from gpuaccept.probe.hardware.sysfs import (
 
 LOST = "NVML: GPU is lost (NVML_ERROR_GPU_IS_LOST)"
 SIM_IDLE_SM_MHZ = 345  # an idle H100's SM clock
+SIM_DEADLINE_S = 60.0  # the real backend's copy and load deadlines
 KERNEL_MODULE_LINE = (
     "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Tue Mar  5 22:23:56 UTC 2024\n"
     "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
@@ -157,7 +159,8 @@ class SimulatedBackend:
         ]
 
     def _check_lost(self, gpu: int, step: str) -> None:
-        """What NVML does for a GPU that fell off the bus: every query fails."""
+        """What NVML does for a GPU that fell off the bus: every query fails (a hung
+        GPU still answers NVML)."""
         lost = self.profile.gpus.gpu(gpu).lost
         if lost == "before" or (lost == "under_load" and self._loaded):
             raise GpuFailedError(gpu, step, LOST)
@@ -171,6 +174,8 @@ class SimulatedBackend:
 
     def copy_bandwidth(self, gpu: int, nbytes: int) -> CopyMeasurement:
         spec = self.profile.gpus.gpu(gpu)
+        if spec.lost == "hangs":  # the real backend's copy wait hits its deadline
+            raise GpuHungError(gpu, "copy warm-up", SIM_DEADLINE_S)
         if spec.lost is not None:  # a copy loads the GPU
             raise GpuFailedError(gpu, "copy", LOST)
         numa = read_pci_numa(self.sysfs_root(), bus_id(gpu))
@@ -206,6 +211,9 @@ class SimulatedBackend:
             self._loaded = False
             for index in range(self.profile.gpus.count):
                 write_link(self.sysfs_root(), index, self.profile.gpus.gpu(index).idle)
+        for index in range(self.profile.gpus.count):  # its load thread never stops
+            if self.profile.gpus.gpu(index).lost == "hangs":
+                raise GpuHungError(index, "load", SIM_DEADLINE_S)
 
     def clock_event_reasons(self, gpu: int) -> int:
         self._check_lost(gpu, "clock event reasons")
@@ -256,7 +264,10 @@ class SimulatedBackend:
         if n < 2:
             raise Unavailable("all-reduce needs at least 2 GPUs")
         for index in range(n):
-            if self.profile.gpus.gpu(index).lost is not None:  # NCCL cannot init on it
+            lost = self.profile.gpus.gpu(index).lost
+            if lost == "hangs":  # the real backend does not start NCCL over a hung GPU
+                raise GpuFailedError(index, "all-reduce", "not attempted: hung earlier")
+            if lost is not None:  # NCCL cannot init on it
                 raise GpuFailedError(index, "all-reduce", LOST)
         sweep = []
         for size in sizes:  # the latency-bandwidth curve of the profile
