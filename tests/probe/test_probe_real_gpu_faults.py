@@ -43,6 +43,10 @@ class FakeTorch:
         self.copy_affinity: dict[int, set[int]] = {}
         self.used_ordinals: list[int] = []
         self.never = threading.Event()
+        self.pinned_cache_emptied = 0
+
+    def empty_pinned_cache(self) -> None:
+        self.pinned_cache_emptied += 1
 
     def module(self) -> types.ModuleType:
         fake = self
@@ -106,6 +110,7 @@ class FakeTorch:
             empty_cache=lambda: None,
         )
         m.cuda = cuda  # type: ignore[attr-defined]
+        m._C = types.SimpleNamespace(_host_emptyCache=fake.empty_pinned_cache)  # type: ignore[attr-defined]
         m.distributed = types.SimpleNamespace(is_nccl_available=lambda: True)  # type: ignore[attr-defined]
         m.empty = empty  # type: ignore[attr-defined]
         m.randn = lambda *_a, **_k: Tensor(None)  # type: ignore[attr-defined]
@@ -162,6 +167,7 @@ def test_copy_thread_and_buffer_pinned_to_the_gpus_numa_node(
     first = hw.copy_bandwidth(0, 1 << 20)
     second = hw.copy_bandwidth(1, 1 << 20)
     assert torch.copy_affinity == {0: {0}, 1: {1}}
+    assert torch.pinned_cache_emptied == 2  # no GPU reuses the other node's cached buffer
     assert (first.numa_node, first.pinned_local) == (0, True)
     assert (second.numa_node, second.pinned_local) == (1, True)
     assert os.sched_getaffinity(0) >= {0, 1}  # the probe's own thread is left alone

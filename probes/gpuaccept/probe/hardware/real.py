@@ -374,6 +374,11 @@ class RealBackend:
             h2d = timed(dev, host, COPY_REPETITIONS, "copy H2D")
             d2h = timed(host, dev, COPY_REPETITIONS, "copy D2H")
             del host, dev
+        # torch caches freed pinned blocks and would hand this one (on this GPU's node)
+        # to the next GPU's copy thread: release it, so each buffer is allocated afresh.
+        host_empty_cache = getattr(getattr(torch, "_C", None), "_host_emptyCache", None)
+        if host_empty_cache is not None:
+            host_empty_cache()
         if not samples:  # the copies were too quick to sample: best effort
             samples.append(self.pcie_link(gpu))
         best = max(samples, key=lambda s: (s.generation, s.width))
