@@ -99,9 +99,10 @@ def test_missing_profile_file(tmp_path: Path) -> None:
 def test_default_policy_file_loads() -> None:
     policy = load_policy(DEFAULT_POLICY_FILE)
     assert policy.pcie_link.min_h2d_gbps == 40
-    assert policy.nccl_allreduce.min_busbw_for("NVIDIA H200") == 380
-    assert policy.nccl_allreduce.min_busbw_for("NVIDIA H100 80GB HBM3") == 360
-    assert policy.nccl_allreduce.max_message_bytes == 1 << 30
+    assert policy.nccl_allreduce.min_busbw_for("NVIDIA H200") == 320
+    assert policy.nccl_allreduce.min_busbw_for("NVIDIA H100 80GB HBM3") == 320
+    assert policy.nccl_allreduce.min_busbw_for("NVIDIA H100 NVL") is None
+    assert policy.nccl_allreduce.max_message_bytes == 8 << 30
 
 
 def test_packaged_default_policy_is_the_shipped_file() -> None:

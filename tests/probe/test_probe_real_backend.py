@@ -62,6 +62,8 @@ def fake_nvml(
         "nvmlDeviceGetMaxPcieLinkGeneration": pcie(5),
         "nvmlDeviceGetMaxPcieLinkWidth": pcie(system_max_width),
         "nvmlDeviceGetCurrentClocksEventReasons": lambda h: clocks.GPU_IDLE | clocks.HW_SLOWDOWN,
+        "nvmlDeviceGetClockInfo": lambda h, clock: 1410,
+        "nvmlDeviceGetMaxClockInfo": lambda h, clock: 1980,
         "nvmlSystemGetDriverVersion": lambda: "550.54.15",
         "nvmlSystemGetNVMLVersion": lambda: "12.550.54.15",
         "nvmlSystemGetCudaDriverVersion_v2": lambda: 12040,
@@ -120,12 +122,20 @@ def test_pcie_max_is_the_gpus_own_not_the_slots(monkeypatch: pytest.MonkeyPatch)
 def test_clock_event_reasons_judged(monkeypatch: pytest.MonkeyPatch) -> None:
     hw = backend(monkeypatch, fake_nvml())
     monkeypatch.setattr(hw, "gpu_load", _no_load)
-    policy = ProbePolicy.model_validate({"throttleReasons": {"sampleSeconds": 0.5}})
+    policy = ProbePolicy.model_validate(
+        {"throttleReasons": {"sampleSeconds": 0.5, "warmupSeconds": 0}}
+    )
     monkeypatch.setattr(hw, "sleep", lambda _s: None)
     result = run_check(
         BY_NAME["throttle_reasons"], hw, policy, ProbeContext(), hardware_summary(hw)
     )
-    assert result.observed == {"samples": 1, "reasons": {"hw_slowdown": [0, 1]}}
+    assert result.observed == {
+        "samples": 1,
+        "warmupSamples": 0,
+        "activeFraction": {"hw_slowdown": [1.0, 1.0]},
+        "smClockMHz": [1410, 1410],
+        "smClockMaxMHz": [1980, 1980],
+    }
     assert result.status is CheckStatus.FAIL
 
 

@@ -1,24 +1,29 @@
 """``nccl_allreduce``: all-reduce bus bandwidth across every local GPU.
 
-One process per GPU with ``torch.distributed`` (NCCL on GPUs, timed with CUDA
-events; the same code runs with gloo on CPU processes in the tests), a sweep
-of message sizes up to ``ncclAllreduce.maxMessageBytes`` (1 GiB by default)
-after warm-up. As in nccl-tests: ``algbw = bytes / time``, ``busbw = algbw x
-2(n-1)/n``, and the slowest rank's time counts. The headline figure is the
-busbw of the largest message. With one GPU busbw is undefined (``skip``).
+One process per GPU with ``torch.distributed`` (NCCL on GPUs; the same code
+runs with gloo on CPU processes in the tests), a sweep of message sizes up to
+``ncclAllreduce.maxMessageBytes`` (8 GiB by default, on the bandwidth
+plateau) after warm-up. Timed as nccl-tests' ``src/common.cu`` does: per rank
+a batch of back-to-back launches timed on the host up to completion, divided
+by the iterations, then averaged across ranks; ``algbw = bytes / time``,
+``busbw = algbw x 2(n-1)/n``. The figure judged is the busbw of the largest
+message; the whole curve is reported. With one GPU busbw is undefined
+(``skip``).
 
 observed::
 
-    {"backend": "nccl", "source": "measured", "ranks": 8, "bytes": 1073741824,
-     "busbwGBps": 452.1, "algbwGBps": 258.3,
-     "sweep": [[1048576, 61.2], ..., [1073741824, 452.1]]}
+    {"backend": "nccl", "source": "measured", "ranks": 8, "bytes": 8589934592,
+     "busbwGBps": 467.1, "algbwGBps": 266.9, "timing": "host-batch-mean",
+     "sweep": [[2097152, 61.2], ..., [8589934592, 467.1]]}
 
-(``sweep``: [bytes, busbw GB/s]; dropped when condensed). ``source:
-"profile"`` means the figure came from a simulated hardware profile.
+(``sweep``: [bytes, busbw GB/s]; condensed, the busbw figures are rounded to
+whole GB/s but the curve stays). ``source: "profile"`` means the figure came
+from a simulated hardware profile.
 """
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.gpu_models import per_model_value
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
@@ -44,10 +49,14 @@ class NcclAllreducePolicy(CheckSwitch):
     min_busbw_gbps_by_model: dict[str, float] = Field(
         default_factory=dict,
         alias="minBusbwGBpsByModel",
-        description="Per GPU model (as NVML names it); overrides minBusbwGBps for that model.",
+        description="Per GPU model: an exact NVML name, or a model class such as h100-sxm "
+        "(docs/policy.md lists them); overrides minBusbwGBps for that model.",
     )
     max_message_bytes: int = Field(
-        default=1 << 30, ge=1 << 10, le=1 << 34, description="The largest message of the sweep."
+        default=1 << 33,
+        ge=1 << 10,
+        le=1 << 34,
+        description="The largest message of the sweep, the one judged (on the bandwidth plateau).",
     )
     iterations: int = Field(default=20, ge=1, le=1000, description="Timed all-reduces per size.")
     warmup_iterations: int = Field(
@@ -55,9 +64,7 @@ class NcclAllreducePolicy(CheckSwitch):
     )
 
     def min_busbw_for(self, gpu_model: str | None) -> float | None:
-        if gpu_model is not None and gpu_model in self.min_busbw_gbps_by_model:
-            return self.min_busbw_gbps_by_model[gpu_model]
-        return self.min_busbw_gbps
+        return per_model_value(self.min_busbw_gbps_by_model, gpu_model, self.min_busbw_gbps)
 
 
 class NcclAllreduceObserved(ObservedModel):
@@ -67,6 +74,9 @@ class NcclAllreduceObserved(ObservedModel):
     bytes: int | None = None  # the largest message
     busbw_gbps: float = Field(alias="busbwGBps")
     algbw_gbps: float | None = Field(default=None, alias="algbwGBps")
+    # how a size was timed: "host-batch-mean" (nccl-tests: host clock over the batch,
+    # mean of the ranks); absent in older reports (CUDA events, slowest rank)
+    timing: str | None = Field(default=None, max_length=32)
     sweep: list[tuple[int, float]] | None = None  # detail: [bytes, busbw GB/s] per message size
 
 
@@ -89,7 +99,11 @@ def judge(
 
 
 def condense(observed: NcclAllreduceObserved) -> NcclAllreduceObserved:
-    return observed.model_copy(update={"sweep": None})
+    """The curve stays (the report must show the plateau), with whole GB/s."""
+    if observed.sweep is None:
+        return observed
+    curve = [(size, float(round(busbw))) for size, busbw in observed.sweep]
+    return observed.model_copy(update={"sweep": curve})
 
 
 class NcclAllreduceFigures(FiguresModel):

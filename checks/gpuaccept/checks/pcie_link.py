@@ -18,6 +18,12 @@ condensed (when the report must shrink; the columns are dropped)::
      "minH2DGBps": 52.9, "minD2HGBps": 52.7, "slowH2D": [1], "slowD2H": [0]}
 
 (``slow*``: the GPUs with the lowest bandwidth.)
+
+Both forms also carry ``numaNode`` (per GPU, -1 where the kernel does not
+say), ``unpinned`` (the GPUs whose copy could not run on their own NUMA node's
+CPUs: ``local_cpulist`` and the pod's cpuset do not meet) and, when NVML lost
+a GPU, ``failedGpus`` (index → what failed; that GPU's columns are 0 and the
+check fails naming it, while the other GPUs are measured).
 """
 
 from dataclasses import dataclass
@@ -76,6 +82,10 @@ class PcieLinkObserved(ObservedModel):
     idle_gen: list[int] | None = None
     h2d_gbps: list[float] | None = Field(default=None, alias="h2dGBps")
     d2h_gbps: list[float] | None = Field(default=None, alias="d2hGBps")
+    # both forms: placement and failures
+    numa_node: list[int] | None = None
+    unpinned: list[int] | None = None
+    failed_gpus: dict[str, str] | None = None
     # the condensed summary
     gpus: int | None = None
     min_gen: int | None = None
@@ -122,6 +132,7 @@ class _Facts:
     below_max_width: list[int]
     h2d: list[tuple[int, float]]  # (gpu, GB/s), full list or just the slowest
     d2h: list[tuple[int, float]]
+    failed: dict[str, str]
 
 
 def _facts(o: PcieLinkObserved) -> _Facts:
@@ -138,6 +149,7 @@ def _facts(o: PcieLinkObserved) -> _Facts:
             below_max_width=[i for i in range(n) if width[i] < max_width[i]],
             h2d=list(enumerate(o.h2d_gbps or [])),
             d2h=list(enumerate(o.d2h_gbps or [])),
+            failed=o.failed_gpus or {},
         )
     min_h2d, min_d2h = o.min_h2d_gbps or 0.0, o.min_d2h_gbps or 0.0
     return _Facts(
@@ -148,6 +160,7 @@ def _facts(o: PcieLinkObserved) -> _Facts:
         below_max_width=o.below_max_width or [],
         h2d=[(i, min_h2d) for i in o.slow_h2d or []],
         d2h=[(i, min_d2h) for i in o.slow_d2h or []],
+        failed=o.failed_gpus or {},
     )
 
 
@@ -165,7 +178,7 @@ def _expected(p: PcieLinkPolicy) -> dict[str, JsonValue]:
 
 
 def _failures(facts: _Facts, p: PcieLinkPolicy) -> list[str]:
-    failures: list[str] = []
+    failures = [f"GPU {g} failed: {what}" for g, what in facts.failed.items()]
     if p.require_max and facts.below_max_width:
         failures.append(f"{gpu_list(facts.below_max_width)} below max width")
     if p.require_max and facts.below_max_gen:
@@ -198,12 +211,19 @@ def judge(
     if failures:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
     link = f"Gen{facts.min_gen}x{facts.min_width}"
+    unpinned = (
+        f"; copies of {gpu_list(observed.unpinned)} not on their NUMA node's CPUs"
+        if observed.unpinned
+        else ""
+    )
     h2d = min(v for _, v in facts.h2d) if facts.h2d else None
     d2h = min(v for _, v in facts.d2h) if facts.d2h else None
     return CheckJudgement(
         CheckStatus.PASS,
         expected,
-        clip(f"{facts.gpus} GPUs at {link} under load; min H2D {h2d:g}, D2H {d2h:g} GB/s"),
+        clip(
+            f"{facts.gpus} GPUs at {link} under load; min H2D {h2d:g}, D2H {d2h:g} GB/s{unpinned}"
+        ),
     )
 
 
@@ -214,6 +234,9 @@ def condense(observed: PcieLinkObserved) -> PcieLinkObserved:
     h2d = observed.h2d_gbps or []
     d2h = observed.d2h_gbps or []
     return PcieLinkObserved(
+        numa_node=observed.numa_node,
+        unpinned=observed.unpinned,
+        failed_gpus=observed.failed_gpus,
         gpus=facts.gpus,
         min_gen=facts.min_gen,
         min_width=facts.min_width,

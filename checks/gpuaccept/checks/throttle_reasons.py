@@ -1,14 +1,30 @@
-"""``throttle_reasons``: NVML clock event reasons while every GPU is busy.
+"""``throttle_reasons``: sustained NVML clock event reasons while every GPU is busy.
 
-The probe keeps the GPUs busy and samples each GPU's
-``nvmlDeviceGetCurrentClocksEventReasons`` bitmask every 0.5 s for
-``throttleReasons.sampleSeconds``, keeping the union per GPU. HW slowdown, HW
-thermal slowdown and HW power brake fail by default; SW power cap and SW
-thermal slowdown warn (the policy's ``failOn`` and ``warnOn`` lists decide).
-GPU idle, application clocks and display clock settings are never recorded.
+The probe keeps every GPU busy (a bf16 matmul loop) and samples each GPU's
+``nvmlDeviceGetCurrentClocksEventReasons`` bitmask every 0.5 s: first for
+``throttleReasons.warmupSeconds`` (not judged: NVML documents that HW slowdown
+"may be also reported during PState or clock change"), then for
+``throttleReasons.sampleSeconds``. A reason counts on a GPU when it is active
+in more than ``maxActiveFraction`` of that GPU's judged samples: a sustained
+condition, not one sample. HW slowdown, HW thermal slowdown and HW power brake
+fail by default; SW power cap and SW thermal slowdown warn (``failOn`` and
+``warnOn`` decide). GPU idle, application clocks and display clock settings are
+never recorded. The SM clock reached under load is recorded per GPU against
+its maximum (not judged). A GPU that NVML lost while sampling
+(``GPU_IS_LOST``) fails the check by name; the others are still sampled.
 
-observed: ``{"samples": 10, "reasons": {"sw_power_cap": [0, 1]}}`` (reason →
-GPUs that showed it at least once); condensed, the GPU lists become counts.
+observed::
+
+    {"samples": 120, "warmupSamples": 20,
+     "activeFraction": {"sw_power_cap": [0.35, 0.2, 0, 0, 0, 0, 0, 0]},
+     "smClockMHz": [1755, 1980, ...], "smClockMaxMHz": [1980, 1980, ...]}
+
+(``activeFraction``: reason → per GPU, index order, the fraction of the judged
+samples in which it was active; only reasons seen at least once). Condensed:
+``maxActiveFraction`` and ``worstGpu`` per reason, and ``minSmClockMHz`` /
+``minSmClockGpu`` / ``smClockMaxMHz`` instead of the columns. Reports of
+earlier probes carry ``reasons`` (reason → GPUs that showed it once); they are
+judged as before (any sample counts).
 """
 
 from enum import StrEnum
@@ -41,65 +57,130 @@ class ThrottleReasonsPolicy(CheckSwitch):
             ThrottleReason.HW_THERMAL_SLOWDOWN,
             ThrottleReason.HW_POWER_BRAKE,
         ],
-        description="Clock event reasons that fail the node when any GPU shows them under load.",
+        description="Clock event reasons that fail the node when sustained on any GPU under load.",
     )
     warn_on: list[ThrottleReason] = Field(
         default_factory=lambda: [ThrottleReason.SW_POWER_CAP, ThrottleReason.SW_THERMAL_SLOWDOWN],
         description="Reasons that only warn; a reason in both lists fails.",
     )
-    sample_seconds: float = Field(
-        default=5.0,
-        gt=0,
+    warmup_seconds: float = Field(
+        default=10.0,
+        ge=0,
         le=600,
-        description="How long every GPU is kept busy while the reasons are sampled.",
+        description="Load before sampling counts (clock and P-state changes report HW slowdown).",
+    )
+    sample_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=1800,
+        description="The judged window: how long the reasons are sampled after the warm-up.",
+    )
+    max_active_fraction: float = Field(
+        default=0.1,
+        ge=0,
+        lt=1,
+        description="A reason counts on a GPU when active in more than this fraction of its "
+        "judged samples.",
     )
 
 
 class ThrottleReasonsObserved(ObservedModel):
-    samples: int = Field(ge=0)
-    # reason -> the GPUs that showed it (condensed: how many GPUs)
-    reasons: dict[str, list[int] | int]
+    samples: int = Field(ge=0)  # judged samples per GPU (after the warm-up)
+    warmup_samples: int | None = Field(default=None, ge=0)
+    # reason -> per GPU (index order) the fraction of judged samples it was active in
+    active_fraction: dict[str, list[float]] | None = None
+    sm_clock_mhz: list[int] | None = Field(default=None, alias="smClockMHz")
+    sm_clock_max_mhz: list[int] | None = Field(default=None, alias="smClockMaxMHz")
+    # GPUs NVML lost (or that hung) while sampling: index -> what happened
+    failed_gpus: dict[str, str] | None = None
+    # condensed
+    max_active_fraction: dict[str, float] | None = None
+    worst_gpu: dict[str, int] | None = None
+    min_sm_clock_mhz: int | None = Field(default=None, alias="minSmClockMHz")
+    min_sm_clock_gpu: int | None = None
+    sm_clock_max_mhz_top: int | None = Field(default=None, alias="smClockMaxMHzTop")
+    # reports of earlier probes: reason -> the GPUs that showed it in any sample
+    reasons: dict[str, list[int] | int] | None = None
 
 
-def _describe(reason: str, gpus: list[int] | int) -> str:
-    if isinstance(gpus, list):
-        return f"{reason} on {gpu_list(gpus)}"
-    return f"{reason} on {gpus} GPUs"
+def _sustained(observed: ThrottleReasonsObserved, limit: float) -> dict[str, str]:
+    """reason → where it was sustained (above ``limit``), from whichever form is present."""
+    out: dict[str, str] = {}
+    if observed.active_fraction is not None:
+        for reason, fractions in observed.active_fraction.items():
+            over = [i for i, f in enumerate(fractions) if f > limit]
+            if over:
+                worst = max(fractions)
+                out[reason] = f"{reason} {worst:.0%} of samples on {gpu_list(over)}"
+    elif observed.max_active_fraction is not None:
+        worst_gpu = observed.worst_gpu or {}
+        for reason, worst in observed.max_active_fraction.items():
+            if worst > limit:
+                where = f"GPU {worst_gpu[reason]}" if reason in worst_gpu else "a GPU"
+                out[reason] = f"{reason} {worst:.0%} of samples on {where}"
+    for reason, gpus in (observed.reasons or {}).items():
+        where = gpu_list(gpus) if isinstance(gpus, list) else f"{gpus} GPUs"
+        out.setdefault(reason, f"{reason} on {where}")
+    return out
 
 
 def judge(
     observed: ThrottleReasonsObserved, policy: ThrottleReasonsPolicy, summary: HardwareSummary
 ) -> CheckJudgement:
-    reasons = observed.reasons
     fail_on = [str(r) for r in policy.fail_on]
     warn_on = [str(r) for r in policy.warn_on if r not in policy.fail_on]
-    expected: JsonValue = {"failOn": list(fail_on), "warnOn": list(warn_on)}
-    failing = [_describe(r, g) for r, g in reasons.items() if r in fail_on]
-    warning = [_describe(r, g) for r, g in reasons.items() if r in warn_on]
+    limit = policy.max_active_fraction
+    expected: JsonValue = {
+        "failOn": list(fail_on),
+        "warnOn": list(warn_on),
+        "maxActiveFraction": limit,
+    }
+    sustained = _sustained(observed, limit)
+    lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
+    failing = lost + [text for r, text in sustained.items() if r in fail_on]
+    warning = [text for r, text in sustained.items() if r in warn_on]
     if failing:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing + warning)))
     if warning:
         return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warning)))
-    other = [r for r in reasons if r not in fail_on and r not in warn_on]
+    other = [r for r in sustained if r not in fail_on and r not in warn_on]
     note = f" (not judged: {', '.join(other)})" if other else ""
     return CheckJudgement(
         CheckStatus.PASS,
         expected,
-        clip(f"no judged clock event reason under load in {observed.samples} samples{note}"),
+        clip(
+            f"no judged clock event reason sustained (> {limit:.0%}) under load "
+            f"in {observed.samples} samples{note}"
+        ),
     )
 
 
 def condense(observed: ThrottleReasonsObserved) -> ThrottleReasonsObserved:
-    counts: dict[str, list[int] | int] = {
-        r: (len(g) if isinstance(g, list) else g) for r, g in observed.reasons.items()
-    }
-    return observed.model_copy(update={"reasons": counts})
+    update: dict[str, object] = {}
+    if observed.active_fraction is not None:
+        update["active_fraction"] = None
+        update["max_active_fraction"] = {r: max(f) for r, f in observed.active_fraction.items()}
+        update["worst_gpu"] = {r: f.index(max(f)) for r, f in observed.active_fraction.items()}
+    clocks = observed.sm_clock_mhz
+    if clocks:
+        update.update(
+            sm_clock_mhz=None,
+            sm_clock_max_mhz=None,
+            min_sm_clock_mhz=min(clocks),
+            min_sm_clock_gpu=clocks.index(min(clocks)),
+            sm_clock_max_mhz_top=max(observed.sm_clock_max_mhz or [0]) or None,
+        )
+    if observed.reasons is not None:
+        update["reasons"] = {
+            r: (len(g) if isinstance(g, list) else g) for r, g in observed.reasons.items()
+        }
+    return observed.model_copy(update=update)
 
 
 SPEC = CheckSpec(
     name="throttle_reasons",
     title="Clock throttle reasons",
-    summary="no HW slowdown, thermal or power-brake clock event reason under load "
+    summary="no sustained HW slowdown, thermal or power-brake clock event reason under load "
     "(SW power cap and SW thermal warn)",
     reason=REASON,
     policy_model=ThrottleReasonsPolicy,

@@ -3,14 +3,17 @@
 One process per rank, started with ``torch.multiprocessing`` (spawn) and
 rendezvousing through a file store in a private temporary directory (no TCP
 port to pick). Each rank warms up, then times ``iterations`` all-reduces of
-each message size: with CUDA events on the NCCL backend, with
-``time.perf_counter`` on gloo. As nccl-tests defines them::
+each message size as nccl-tests' ``src/common.cu`` (``BenchTime``) does: a
+barrier, the host clock started, the batch launched back to back, the host
+clock stopped once the device has completed them (``torch.cuda.synchronize``),
+the time divided by the iterations, and that time **averaged across ranks**
+(``Allreduce(args, &deltaSec, average)``). As nccl-tests defines them::
 
     algbw = bytes / time
     busbw = algbw * 2 (n - 1) / n
 
-and the slowest rank's time counts. The same code runs with gloo on CPU
-processes (the tests run it for real with 2 and 4 ranks) and with NCCL on GPUs.
+The same code runs with gloo on CPU processes (the tests run it for real with
+2 and 4 ranks) and with NCCL on GPUs.
 
 torch is imported only inside the functions here.
 """
@@ -35,6 +38,13 @@ class AllreduceError(RuntimeError):
     pass
 
 
+def rank_mean_seconds(per_rank: list[list[float]], size_index: int) -> float:
+    """nccl-tests' figure for one size: the mean over ranks of each rank's time
+    per iteration (not the slowest rank's)."""
+    times = [float(times[size_index]) for times in per_rank]
+    return sum(times) / len(times)
+
+
 def bus_bandwidth(algbw: float, ranks: int) -> float:
     """nccl-tests' all-reduce bus bandwidth: ``algbw × 2(n−1)/n``."""  # noqa: RUF002
     return algbw * 2 * (ranks - 1) / ranks
@@ -57,6 +67,8 @@ class _Job:
     store_dir: str
     sizes: list[int]
     timing: AllreduceTiming
+    # CUDA device ordinal of each rank (NCCL); ranks map to the GPUs the backend chose
+    devices: tuple[int, ...] = ()
 
 
 def _worker(rank: int, job: _Job) -> None:
@@ -71,8 +83,9 @@ def _worker(rank: int, job: _Job) -> None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     device = torch.device("cpu")
     if backend == "nccl":
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
+        ordinal = job.devices[rank] if job.devices else rank
+        torch.cuda.set_device(ordinal)
+        device = torch.device("cuda", ordinal)
     init: dict[str, object] = {}
     if backend == "nccl" and "device_id" in inspect.signature(dist.init_process_group).parameters:
         init["device_id"] = device  # binds the communicator to this GPU (torch >= 2.3)
@@ -97,20 +110,12 @@ def _worker(rank: int, job: _Job) -> None:
             if backend == "nccl":
                 torch.cuda.synchronize(device)
             dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iterations):
+                dist.all_reduce(tensor)
             if backend == "nccl":
-                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                start.record()
-                for _ in range(iterations):
-                    dist.all_reduce(tensor)
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1000.0 / iterations)
-            else:
-                t0 = time.perf_counter()
-                for _ in range(iterations):
-                    dist.all_reduce(tensor)
-                times.append((time.perf_counter() - t0) / iterations)
+                torch.cuda.synchronize(device)  # nccl-tests' completeColl
+            times.append((time.perf_counter() - t0) / iterations)
             del tensor
         Path(store_dir, f"rank{rank}.json").write_text(json.dumps(times))
     finally:
@@ -122,6 +127,7 @@ def run_allreduce(
     backend: Backend,
     sizes: list[int],
     timing: AllreduceTiming = AllreduceTiming(),
+    devices: tuple[int, ...] = (),
 ) -> AllreduceMeasurement:
     """Run the benchmark with ``ranks`` processes; raises AllreduceError on failure."""
     if ranks < 1:
@@ -135,16 +141,19 @@ def run_allreduce(
     )
 
     with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as store_dir:
-        args = (_Job(ranks, backend, store_dir, sizes, timing),)
+        args = (_Job(ranks, backend, store_dir, sizes, timing, devices),)
         timeout_s = timing.timeout_s
         context = start_processes(  # type: ignore[no-untyped-call]
             _worker, args=args, nprocs=ranks, join=False, start_method="spawn"
         )
-        deadline = time.monotonic() + timeout_s + 60
+        deadline = time.monotonic() + timeout_s
         try:
             while not context.join(timeout=0.2):
                 if time.monotonic() > deadline:
-                    raise AllreduceError(f"all-reduce did not finish in {timeout_s:.0f} s")
+                    raise AllreduceError(
+                        f"all-reduce hung: not finished in {timeout_s:.0f} s "
+                        f"(step: all-reduce over {ranks} GPUs, sizes up to {sizes[-1]} bytes)"
+                    )
         except ProcessRaisedException as exc:
             last = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
             raise AllreduceError(f"all-reduce worker failed: {last}") from exc
@@ -160,7 +169,7 @@ def run_allreduce(
     sweep = []
     for i, size in enumerate(sizes):
         nbytes = max(1, size // FLOAT_BYTES) * FLOAT_BYTES
-        slowest = max(float(times[i]) for times in per_rank)
-        algbw = nbytes / slowest / 1e9 if slowest > 0 else 0.0
-        sweep.append((nbytes, slowest, algbw, bus_bandwidth(algbw, ranks)))
+        seconds = rank_mean_seconds(per_rank, i)
+        algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
+        sweep.append((nbytes, seconds, algbw, bus_bandwidth(algbw, ranks)))
     return AllreduceMeasurement(backend=backend, ranks=ranks, sweep=tuple(sweep))

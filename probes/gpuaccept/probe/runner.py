@@ -33,7 +33,8 @@ def hardware_summary(hardware: HardwareBackend) -> HardwareSummary:
         versions = hardware.versions()
     except Exception:
         versions = VersionInfo()
-    models = sorted({gpu.name for gpu in gpus})
+    # a GPU NVML could not open has no trustworthy name; it must not make the node "mixed"
+    models = sorted({gpu.name for gpu in gpus if gpu.problem is None})
     model = models[0] if len(models) == 1 else ("mixed: " + ", ".join(models) if models else None)
     driver = versions.kernel_module or (
         versions.gpu_drivers[0] if versions.gpu_drivers else versions.nvml_library

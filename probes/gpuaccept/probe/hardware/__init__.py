@@ -3,6 +3,8 @@
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
+    GpuFailedError,
+    GpuHungError,
     GpuInfo,
     HardwareBackend,
     PcieLinkState,
@@ -13,6 +15,8 @@ from gpuaccept.probe.hardware.base import (
 __all__ = [
     "AllreduceMeasurement",
     "CopyMeasurement",
+    "GpuFailedError",
+    "GpuHungError",
     "GpuInfo",
     "HardwareBackend",
     "PcieLinkState",

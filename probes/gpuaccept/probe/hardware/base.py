@@ -18,12 +18,35 @@ class Unavailable(Exception):  # noqa: N818 - reads as "the hardware is unavaila
     """The hardware cannot answer this question; the check result is ``skip``."""
 
 
+class GpuFailedError(Exception):
+    """One GPU failed (NVML ``GPU_IS_LOST``, fallen off the bus...) at one step.
+
+    A measurement records the GPU as failed, by name, and goes on with the others.
+    """
+
+    def __init__(self, gpu: int, step: str, detail: str) -> None:
+        super().__init__(f"GPU {gpu}: {step}: {detail}")
+        self.gpu = gpu
+        self.step = step
+        self.detail = detail
+
+
+class GpuHungError(GpuFailedError):
+    """A wait on one GPU passed its own deadline (below the probe pod's)."""
+
+    def __init__(self, gpu: int, step: str, deadline_s: float) -> None:
+        super().__init__(gpu, step, f"hung: no completion within {deadline_s:g} s")
+        self.deadline_s = deadline_s
+
+
 @dataclass(frozen=True)
 class GpuInfo:
     index: int
     name: str
     bus_id: str | None = None  # sysfs form, e.g. "0000:1b:00.0"
     uuid: str | None = None
+    # Why this GPU cannot be measured (NVML lost it: GPU_IS_LOST...); None when usable.
+    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,15 +64,20 @@ class CopyMeasurement:
     h2d_gbps: float
     d2h_gbps: float
     link_under_load: PcieLinkState
+    numa_node: int | None = None  # the GPU's NUMA node (sysfs numa_node; None: unknown)
+    # The copy thread and its pinned host buffer ran on the GPU's local CPUs
+    # (local_cpulist ∩ the process's affinity); False: they do not meet, or unknown.
+    pinned_local: bool = False
 
 
 @dataclass(frozen=True)
 class AllreduceMeasurement:
     backend: str  # "nccl" | "gloo" | "profile"
     ranks: int
-    # (bytes, seconds per iteration of the slowest rank, algbw GB/s, busbw GB/s)
+    # (bytes, seconds per iteration, mean over ranks, algbw GB/s, busbw GB/s)
     sweep: tuple[tuple[int, float, float, float], ...]
     source: str = "measured"  # "measured" | "profile"
+    timing: str = "host-batch-mean"  # nccl-tests' way (see gpuaccept.probe.allreduce)
 
     @property
     def busbw_gbps(self) -> float:
@@ -96,7 +124,11 @@ class HardwareBackend(Protocol):
         """Keep every GPU busy inside the ``with`` block."""
 
     def clock_event_reasons(self, gpu: int) -> int:
-        """NVML clock event reason bitmask (nvmlClocksEventReason*)."""
+        """NVML clock event reason bitmask (nvmlClocksEventReason*); raises
+        :class:`GpuFailedError` when NVML lost the GPU."""
+
+    def sm_clock(self, gpu: int) -> tuple[int, int]:
+        """(current SM clock, max SM clock) in MHz; raises :class:`Unavailable`."""
 
     def versions(self) -> VersionInfo: ...
 

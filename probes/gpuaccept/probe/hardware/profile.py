@@ -18,6 +18,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from gpuaccept.probe.clocks import REASON_BITS
+from gpuaccept.probe.hardware.sysfs import parse_cpu_list
 from gpuaccept.probe.inputs import read_structured_file, shorten, validate
 
 Version = Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+){0,3}$", max_length=32)]
@@ -78,9 +79,28 @@ def _idle_reasons() -> list[ReasonName]:
     return ["gpu_idle"]
 
 
+Fraction = Annotated[float, Field(ge=0, le=1)]
+Seconds = Annotated[float, Field(ge=0, le=3600)]
+
+
 class ClockEventReasons(ProfileModel):
     idle: list[ReasonName] = Field(default_factory=_idle_reasons)
-    load: list[ReasonName] = Field(default_factory=list)
+    load: list[ReasonName] = Field(
+        default_factory=list, description="Active in every sample under load (sustained)."
+    )
+    load_brief: dict[ReasonName, Seconds] = Field(
+        default_factory=dict,
+        description="Active only for this many seconds after the load starts, as a real GPU "
+        "reports HW slowdown during a P-state or clock change.",
+    )
+    load_fraction: dict[ReasonName, Fraction] = Field(
+        default_factory=dict,
+        description="Active in this fraction of the samples under load, spread evenly "
+        "(intermittent: SW power cap at the power limit, power-brake pulses).",
+    )
+
+
+GpuLoss = Literal["before", "under_load", "hangs"]
 
 
 class GpuOverride(ProfileModel):
@@ -92,8 +112,14 @@ class GpuOverride(ProfileModel):
     pcie_load: Link | None = None
     h2d_gbps: float | None = Field(default=None, ge=0, alias="h2dGBps")
     d2h_gbps: float | None = Field(default=None, ge=0, alias="d2hGBps")
+    h2d_remote_gbps: float | None = Field(default=None, ge=0, alias="h2dRemoteGBps")
+    d2h_remote_gbps: float | None = Field(default=None, ge=0, alias="d2hRemoteGBps")
+    numa_node: int | None = Field(default=None, ge=0, le=63)
     clock_event_reasons: ClockEventReasons | None = None
     driver_version: Version | None = None
+    sm_clock_max_mhz: int | None = Field(default=None, ge=1, le=10000, alias="smClockMaxMHz")
+    sm_clock_load_mhz: int | None = Field(default=None, ge=1, le=10000, alias="smClockLoadMHz")
+    lost: GpuLoss | None = None
 
 
 class Gpu(ProfileModel):
@@ -105,8 +131,29 @@ class Gpu(ProfileModel):
     pcie_load: Link | None = Field(default=None, description="Default: the maximum.")
     h2d_gbps: float = Field(ge=0, alias="h2dGBps")
     d2h_gbps: float = Field(ge=0, alias="d2hGBps")
+    h2d_remote_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        alias="h2dRemoteGBps",
+        description="H2D when the copy runs from CPUs on another NUMA node (across the "
+        "socket link). Default: h2dGBps.",
+    )
+    d2h_remote_gbps: float | None = Field(
+        default=None, ge=0, alias="d2hRemoteGBps", description="Same, D2H. Default: d2hGBps."
+    )
+    numa_node: int = Field(default=0, ge=0, le=63, description="The GPU's NUMA node.")
     clock_event_reasons: ClockEventReasons = ClockEventReasons()
     driver_version: Version | None = Field(default=None, description="Default: driver.version.")
+    sm_clock_max_mhz: int = Field(default=1980, ge=1, le=10000, alias="smClockMaxMHz")
+    sm_clock_load_mhz: int | None = Field(
+        default=None, ge=1, le=10000, alias="smClockLoadMHz", description="Default: the max."
+    )
+    lost: GpuLoss | None = Field(
+        default=None,
+        description="NVML answers GPU_IS_LOST for this GPU: from the start ('before', its "
+        "handle cannot be had) or once it is loaded ('under_load'); or 'hangs': NVML still "
+        "answers, but work on the GPU never completes (each wait hits its deadline).",
+    )
 
     @property
     def idle(self) -> Link:
@@ -153,7 +200,20 @@ class Driver(ProfileModel):
 
 
 class Allreduce(ProfileModel):
-    busbw_gbps: float = Field(ge=0, alias="busbwGBps")
+    busbw_gbps: float = Field(
+        ge=0, alias="busbwGBps", description="The plateau busbw (nccl-tests at 8-16 GiB)."
+    )
+    half_bandwidth_bytes: int = Field(
+        default=48 << 20,
+        ge=1,
+        le=1 << 40,
+        description="Message size at which busbw is half the plateau: busbw(s) = "
+        "plateau x s / (s + this). 48 MiB puts 1 GiB at 95.6 % of the plateau, as the "
+        "published H100 tables show (446 of 465 GB/s).",
+    )
+
+    def busbw_at(self, size: int) -> float:
+        return self.busbw_gbps * size / (size + self.half_bandwidth_bytes)
 
 
 class Cpus(ProfileModel):
@@ -163,6 +223,15 @@ class Cpus(ProfileModel):
     overrides: dict[CpuList, Governor] = Field(
         default_factory=dict, description="cpulist (e.g. '0-3,8') → governor"
     )
+    numa_nodes: dict[int, CpuList] = Field(
+        default_factory=dict,
+        description="NUMA node → its CPUs (a GPU's local_cpulist). Default: one node, every CPU.",
+    )
+
+    def node_cpus(self, node: int) -> list[int]:
+        if not self.numa_nodes:
+            return list(range(self.count))
+        return [c for c in parse_cpu_list(self.numa_nodes.get(node, "")) if c < self.count]
 
 
 class Node(ProfileModel):
@@ -170,6 +239,10 @@ class Node(ProfileModel):
         default=None, ge=0, le=64, description="nvidia.com/gpu the node advertises."
     )
     boot_id: str | None = Field(default=None, alias="bootID", max_length=64)
+    pod_cpus: CpuList | None = Field(
+        default=None,
+        description="The probe pod's cpuset (its sched_getaffinity). Default: every CPU.",
+    )
 
 
 class ExpectedVerdict(ProfileModel):

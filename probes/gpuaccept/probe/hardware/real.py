@@ -1,15 +1,22 @@
 """The real backend: NVML (nvidia-ml-py), sysfs, /proc and torch.
 
 pynvml and torch are imported lazily, inside this module's methods, so that
-nothing else in the package needs them. GPU indices are NVML's, and
-``CUDA_DEVICE_ORDER=PCI_BUS_ID`` is set before torch initializes CUDA so that
-torch's device ``cuda:i`` is NVML's GPU ``i``.
+nothing else in the package needs them. GPU indices are NVML's; each is mapped
+to its CUDA device by UUID (or PCI bus id), never by index order
+(:func:`gpuaccept.probe.hardware.device_map.cuda_ordinals`).
+
+A GPU that NVML has lost (``NVML_ERROR_GPU_IS_LOST``) raises
+:class:`~gpuaccept.probe.hardware.base.GpuFailedError` for that GPU only, and every
+wait on a GPU (copy events, load threads, the all-reduce) has its own deadline,
+well below the probe pod's, after which it raises
+:class:`~gpuaccept.probe.hardware.base.GpuHungError` naming the GPU and the step.
 
 In a probe pod, ``/proc/sys/kernel/random/boot_id`` is the host's boot ID
 (it is not namespaced), and ``/sys`` is the host's sysfs.
 """
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -23,22 +30,37 @@ from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
+    GpuFailedError,
+    GpuHungError,
     GpuInfo,
     PcieLinkState,
     Unavailable,
     VersionInfo,
 )
+from gpuaccept.probe.hardware.device_map import CudaDevice, cuda_ordinals
 from gpuaccept.probe.hardware.sysfs import (
     NoCpufreq,
     SysfsError,
+    copy_cpus,
     nvml_bus_id_to_sysfs,
     read_boot_id,
     read_cpu_governors,
     read_kernel_module_version,
+    read_pci_numa,
     read_pcie_link,
 )
 
+NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_CLOCK_SM = 1
+# Deadlines of the waits on one GPU; all well below the pod's (policy timeoutSeconds,
+# 900 s by default), so that a hung GPU is named in a report, not a bare timeout.
+COPY_DEADLINE_S = 60.0  # 2 x 20 copies of 256 MiB: well under 1 s at Gen5, 10 s at Gen1
+# The copy thread's own deadline: later than the in-flight wait's (which names the step),
+# for a thread stuck inside a CUDA call (allocation, synchronize).
+COPY_THREAD_MARGIN_S = 10.0
+LOAD_STOP_DEADLINE_S = 60.0  # one batch of 8 matmuls of 8192^2 bf16: milliseconds
+ALLREDUCE_DEADLINE_S = 300.0
 COPY_REPETITIONS = 20
 LINK_SAMPLE_INTERVAL_S = 0.002
 LOAD_RAMP_S = 0.5
@@ -66,8 +88,11 @@ class RealBackend:
         self._gpus: list[GpuInfo] = []
         self._handles: list[Any] = []
         self._device_max: dict[int, tuple[int, int]] = {}
-        # torch's cuda:i must be NVML's GPU i (CUDA's default order is fastest first).
-        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        self._ordinals: dict[int, int] | None = None
+        # GPUs that hung in this run: no later step waits on them again.
+        self._hung: dict[int, str] = {}
+        # Only a default for torch's own numbering; every mapping goes by UUID.
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         self._init_nvml()
 
     # --- NVML -------------------------------------------------------------
@@ -88,24 +113,46 @@ class RealBackend:
             return
         self._nvml = pynvml
         try:
-            for index in range(pynvml.nvmlDeviceGetCount()):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-                bus = None
-                with contextlib.suppress(pynvml.NVMLError):
-                    bus = nvml_bus_id_to_sysfs(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
-                uuid = None
-                with contextlib.suppress(pynvml.NVMLError):
-                    uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
-                name = _text(pynvml.nvmlDeviceGetName(handle))
-                self._handles.append(handle)
-                self._gpus.append(GpuInfo(index=index, name=name, bus_id=bus, uuid=uuid))
+            count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
             if _nvml_error_code(exc) == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
                 self._mismatch = True
             self._problem = f"NVML cannot enumerate GPUs: {exc}"
-            self._gpus, self._handles = [], []
+            return
+        for index in range(count):
+            self._add_gpu(pynvml, index)
         if not self._gpus and self._problem is None:
             self._problem = "NVML reports no GPU"
+
+    def _add_gpu(self, pynvml: ModuleType, index: int) -> None:
+        """One GPU; a GPU NVML cannot open (GPU_IS_LOST...) is kept, with its problem."""
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name = _text(pynvml.nvmlDeviceGetName(handle))
+        except pynvml.NVMLError as exc:
+            self._handles.append(None)
+            self._gpus.append(GpuInfo(index=index, name="unknown", problem=f"NVML: {exc}"))
+            return
+        bus = None
+        with contextlib.suppress(pynvml.NVMLError):
+            bus = nvml_bus_id_to_sysfs(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
+        uuid = None
+        with contextlib.suppress(pynvml.NVMLError):
+            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+        self._handles.append(handle)
+        self._gpus.append(GpuInfo(index=index, name=name, bus_id=bus, uuid=uuid))
+
+    def _handle(self, gpu: int, step: str) -> Any:
+        handle = self._handles[gpu]
+        if handle is None:
+            raise GpuFailedError(gpu, step, self._gpus[gpu].problem or "NVML cannot open it")
+        return handle
+
+    def _nvml_failure(self, gpu: int, step: str, exc: BaseException) -> Exception:
+        """GPU_IS_LOST fails that GPU; any other NVML error means NVML cannot answer."""
+        if _nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST:
+            return GpuFailedError(gpu, step, f"NVML: {exc} (GPU_IS_LOST)")
+        return Unavailable(f"GPU {gpu}: NVML cannot report {step}: {exc}")
 
     def _require_nvml(self) -> ModuleType:
         if self._nvml is None:
@@ -113,7 +160,11 @@ class RealBackend:
         return self._nvml
 
     def gpus(self) -> list[GpuInfo]:
-        return list(self._gpus)
+        """NVML's GPUs; one that hung earlier in this run carries that as its problem."""
+        return [
+            dataclasses.replace(g, problem=self._hung[g.index]) if g.index in self._hung else g
+            for g in self._gpus
+        ]
 
     def gpu_problem(self) -> str | None:
         return self._problem
@@ -162,7 +213,7 @@ class RealBackend:
         getter = getattr(nvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", None)
         if getter is not None:
             with contextlib.suppress(nvml.NVMLError):
-                generation = int(getter(self._handles[gpu]))
+                generation = int(getter(self._handle(gpu, "PCIe link")))
         bus = self._gpus[gpu].bus_id
         if bus is not None:
             with contextlib.suppress(SysfsError):
@@ -174,7 +225,7 @@ class RealBackend:
 
     def _nvml_pcie_link(self, gpu: int) -> PcieLinkState:
         nvml = self._require_nvml()
-        handle = self._handles[gpu]
+        handle = self._handle(gpu, "PCIe link")
         try:
             return PcieLinkState(
                 generation=nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle),
@@ -183,6 +234,8 @@ class RealBackend:
                 max_width=nvml.nvmlDeviceGetMaxPcieLinkWidth(handle),
             )
         except nvml.NVMLError as exc:
+            if _nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST:
+                raise self._nvml_failure(gpu, "PCIe link", exc) from exc
             bus = self._gpus[gpu].bus_id
             if bus is None:
                 raise Unavailable(f"GPU {gpu}: NVML cannot report the PCIe link: {exc}") from exc
@@ -194,7 +247,7 @@ class RealBackend:
 
     def clock_event_reasons(self, gpu: int) -> int:
         nvml = self._require_nvml()
-        handle = self._handles[gpu]
+        handle = self._handle(gpu, "clock event reasons")
         getter = (
             getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
             or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
@@ -202,7 +255,17 @@ class RealBackend:
         try:
             return int(getter(handle))
         except nvml.NVMLError as exc:
-            raise Unavailable(f"GPU {gpu}: NVML cannot report clock event reasons: {exc}") from exc
+            raise self._nvml_failure(gpu, "clock event reasons", exc) from exc
+
+    def sm_clock(self, gpu: int) -> tuple[int, int]:
+        nvml = self._require_nvml()
+        handle = self._handle(gpu, "SM clock")
+        try:
+            current = int(nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM))
+            maximum = int(nvml.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM))
+        except nvml.NVMLError as exc:
+            raise self._nvml_failure(gpu, "SM clock", exc) from exc
+        return current, maximum
 
     # --- torch --------------------------------------------------------------
     def _torch_cuda(self) -> ModuleType:
@@ -214,16 +277,81 @@ class RealBackend:
             raise Unavailable(f"torch {torch.__version__} sees no CUDA device")
         return torch
 
+    def cuda_ordinal(self, gpu: int) -> int:
+        """The CUDA device of NVML's GPU ``gpu``, matched by UUID (or PCI bus id)."""
+        if self._ordinals is None:
+            torch = self._torch_cuda()
+            devices = []
+            for ordinal in range(torch.cuda.device_count()):
+                props = torch.cuda.get_device_properties(ordinal)
+                bus = None
+                if hasattr(props, "pci_bus_id"):
+                    domain = int(getattr(props, "pci_domain_id", 0))
+                    bus = (
+                        f"{domain:04x}:{int(props.pci_bus_id):02x}:{int(props.pci_device_id):02x}.0"
+                    )
+                uuid = getattr(props, "uuid", None)
+                devices.append(CudaDevice(ordinal, str(uuid) if uuid else None, bus))
+            self._ordinals = cuda_ordinals(self._gpus, devices)
+        found = self._ordinals.get(gpu)
+        if found is None:
+            raise GpuFailedError(
+                gpu, "CUDA device", "CUDA does not see this NVML GPU (UUID/bus id)"
+            )
+        return found
+
+    def _copy_cpus(self, gpu: int) -> tuple[int | None, frozenset[int]]:
+        """(NUMA node, CPUs to pin the copy to: local ∩ our affinity; empty: unpinned)."""
+        bus = self._gpus[gpu].bus_id
+        if bus is None:
+            return None, frozenset()
+        try:
+            numa = read_pci_numa(self._sysfs_root, bus)
+        except SysfsError:
+            return None, frozenset()
+        return numa.node, copy_cpus(numa.local_cpus, frozenset(os.sched_getaffinity(0)))
+
     def copy_bandwidth(self, gpu: int, nbytes: int) -> CopyMeasurement:
+        """Pinned copies from a thread pinned to the GPU's NUMA node (its buffer is
+        allocated, so first touched, there); the thread has :data:`COPY_DEADLINE_S`."""
         torch = self._torch_cuda()
-        device = torch.device("cuda", gpu)
+        ordinal = self.cuda_ordinal(gpu)
+        node, cpus = self._copy_cpus(gpu)
+        result: list[tuple[float, float, PcieLinkState]] = []
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                if cpus:
+                    os.sched_setaffinity(0, cpus)  # 0: this thread only
+                result.append(self._copies(torch, gpu, ordinal, nbytes))
+            except BaseException as exc:  # re-raised in the caller
+                errors.append(exc)
+
+        thread = threading.Thread(target=run, name=f"gpuaccept-copy-{gpu}", daemon=True)
+        thread.start()
+        thread.join(COPY_DEADLINE_S + COPY_THREAD_MARGIN_S)
+        if thread.is_alive():
+            errors.insert(0, GpuHungError(gpu, "copy", COPY_DEADLINE_S + COPY_THREAD_MARGIN_S))
+        if errors:
+            if isinstance(errors[0], GpuHungError):
+                self._hung[gpu] = f"{errors[0].step}: {errors[0].detail}"
+            raise errors[0]
+        h2d, d2h, link = result[0]
+        return CopyMeasurement(h2d, d2h, link, numa_node=node, pinned_local=bool(cpus))
+
+    def _copies(
+        self, torch: Any, gpu: int, ordinal: int, nbytes: int
+    ) -> tuple[float, float, PcieLinkState]:
+        device = torch.device("cuda", ordinal)
+        deadline = time.monotonic() + COPY_DEADLINE_S
         with torch.cuda.device(device):
             host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
             dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
             stream = torch.cuda.Stream(device=device)
             samples: list[PcieLinkState] = []
 
-            def timed(dst: Any, src: Any, reps: int) -> float:
+            def timed(dst: Any, src: Any, reps: int, step: str) -> float:
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 with torch.cuda.stream(stream):
@@ -232,6 +360,8 @@ class RealBackend:
                         dst.copy_(src, non_blocking=True)
                     end.record(stream)
                 while not end.query():  # sample the link while the copies are in flight
+                    if time.monotonic() > deadline:
+                        raise GpuHungError(gpu, step, COPY_DEADLINE_S)
                     with contextlib.suppress(Unavailable):
                         samples.append(self.pcie_link(gpu))
                     time.sleep(LINK_SAMPLE_INTERVAL_S)
@@ -239,26 +369,34 @@ class RealBackend:
                 seconds = start.elapsed_time(end) / 1000.0
                 return float(nbytes * reps / seconds / 1e9)
 
-            timed(dev, host, 2)  # warm-up
+            timed(dev, host, 2, "copy warm-up")
             samples.clear()
-            h2d = timed(dev, host, COPY_REPETITIONS)
-            d2h = timed(host, dev, COPY_REPETITIONS)
+            h2d = timed(dev, host, COPY_REPETITIONS, "copy H2D")
+            d2h = timed(host, dev, COPY_REPETITIONS, "copy D2H")
             del host, dev
+        # torch caches freed pinned blocks and would hand this one (on this GPU's node)
+        # to the next GPU's copy thread: release it, so each buffer is allocated afresh.
+        host_empty_cache = getattr(getattr(torch, "_C", None), "_host_emptyCache", None)
+        if host_empty_cache is not None:
+            host_empty_cache()
         if not samples:  # the copies were too quick to sample: best effort
             samples.append(self.pcie_link(gpu))
         best = max(samples, key=lambda s: (s.generation, s.width))
-        return CopyMeasurement(h2d, d2h, best)
+        return h2d, d2h, best
 
     @contextlib.contextmanager
     def gpu_load(self) -> Iterator[None]:
-        """A bf16 matmul loop on every GPU, one thread each, until the block ends."""
+        """A bf16 matmul loop on every usable GPU, one thread each, until the block ends.
+
+        A thread that has not stopped :data:`LOAD_STOP_DEADLINE_S` after the block
+        (its GPU no longer completes work) raises :class:`GpuHungError` naming the GPU."""
         torch = self._torch_cuda()
         stop = threading.Event()
-        errors: list[BaseException] = []
+        errors: dict[int, BaseException] = {}
 
-        def burn(index: int) -> None:
+        def burn(gpu: int, ordinal: int) -> None:
             try:
-                device = torch.device("cuda", index)
+                device = torch.device("cuda", ordinal)
                 a = torch.randn(LOAD_MATRIX, LOAD_MATRIX, device=device, dtype=torch.bfloat16)
                 b = torch.randn(LOAD_MATRIX, LOAD_MATRIX, device=device, dtype=torch.bfloat16)
                 while not stop.is_set():
@@ -266,21 +404,37 @@ class RealBackend:
                         a = torch.matmul(a, b).clamp_(-1, 1)
                     torch.cuda.synchronize(device)
             except BaseException as exc:  # reported after the block
-                errors.append(exc)
+                errors[gpu] = exc
 
-        threads = [threading.Thread(target=burn, args=(g.index,), daemon=True) for g in self._gpus]
-        for thread in threads:
+        threads: dict[int, threading.Thread] = {}
+        for g in self._gpus:
+            if g.problem is None and g.index not in self._hung:
+                ordinal = self.cuda_ordinal(g.index)
+                threads[g.index] = threading.Thread(
+                    target=burn,
+                    args=(g.index, ordinal),
+                    name=f"gpuaccept-load-{g.index}",
+                    daemon=True,
+                )
+        for thread in threads.values():
             thread.start()
         time.sleep(LOAD_RAMP_S)
         try:
             yield
         finally:
             stop.set()
-            for thread in threads:
-                thread.join(timeout=30)
+            deadline = time.monotonic() + LOAD_STOP_DEADLINE_S
+            for thread in threads.values():
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        hung = [gpu for gpu, thread in threads.items() if thread.is_alive()]
+        for gpu in hung:
+            self._hung[gpu] = f"load: hung: no completion within {LOAD_STOP_DEADLINE_S:g} s"
+        if hung:
+            raise GpuHungError(hung[0], "load", LOAD_STOP_DEADLINE_S)
+        with contextlib.suppress(Exception):
             torch.cuda.empty_cache()  # leave the memory to the all-reduce processes
-        if errors:
-            raise RuntimeError(f"GPU load failed: {errors[0]}")
+        for gpu, exc in errors.items():
+            raise GpuFailedError(gpu, "load", f"{type(exc).__name__}: {exc}")
 
     def allreduce(self, sizes: list[int], iterations: int, warmup: int) -> AllreduceMeasurement:
         from gpuaccept.probe.allreduce import AllreduceTiming, run_allreduce  # noqa: PLC0415
@@ -288,8 +442,15 @@ class RealBackend:
         torch = self._torch_cuda()
         if not torch.distributed.is_nccl_available():
             raise Unavailable("torch was built without NCCL")
-        timing = AllreduceTiming(iterations=iterations, warmup=warmup)
-        return run_allreduce(len(self._gpus), "nccl", sizes, timing)
+        for g in self._gpus:
+            problem = g.problem or self._hung.get(g.index)
+            if problem is not None:
+                raise GpuFailedError(g.index, "all-reduce", f"not attempted: {problem}")
+        devices = tuple(self.cuda_ordinal(g.index) for g in self._gpus)
+        timing = AllreduceTiming(
+            iterations=iterations, warmup=warmup, timeout_s=ALLREDUCE_DEADLINE_S
+        )
+        return run_allreduce(len(devices), "nccl", sizes, timing, devices)
 
     # --- versions -----------------------------------------------------------
     @cache  # noqa: B019 - one backend per process

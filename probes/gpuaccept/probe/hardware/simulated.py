@@ -9,6 +9,7 @@ formats are exercised in simulation too. Under load (a copy, or
 well under a second.
 """
 
+import math
 import os
 import shutil
 import tempfile
@@ -21,6 +22,8 @@ from gpuaccept.probe import clocks
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
+    GpuFailedError,
+    GpuHungError,
     GpuInfo,
     PcieLinkState,
     Unavailable,
@@ -32,14 +35,20 @@ from gpuaccept.probe.hardware.sysfs import (
     NVIDIA_VENDOR,
     NoCpufreq,
     SysfsError,
+    copy_cpus,
+    format_cpu_list,
     parse_cpu_list,
     pci_device_dir,
     read_boot_id,
     read_cpu_governors,
     read_kernel_module_version,
+    read_pci_numa,
     read_pcie_link,
 )
 
+LOST = "NVML: GPU is lost (NVML_ERROR_GPU_IS_LOST)"
+SIM_IDLE_SM_MHZ = 345  # an idle H100's SM clock
+SIM_DEADLINE_S = 60.0  # the real backend's copy and load deadlines
 KERNEL_MODULE_LINE = (
     "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Tue Mar  5 22:23:56 UTC 2024\n"
     "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
@@ -83,6 +92,9 @@ def materialize(profile: HardwareProfile, root: Path, host_boot_id: str | None =
         (device / "class").write_text("0x030200\n")
         (device / "max_link_speed").write_text(GEN_TO_SPEED[gpu.pcie_max_generation] + "\n")
         (device / "max_link_width").write_text(f"{gpu.pcie_max_width}\n")
+        numa = gpu.numa_node if cpus.numa_nodes else -1  # -1: a single-node machine
+        (device / "numa_node").write_text(f"{numa}\n")
+        (device / "local_cpulist").write_text(format_cpu_list(cpus.node_cpus(gpu.numa_node)) + "\n")
         write_link(sys_root, index, gpu.idle)
     nvidia = proc_root / "driver" / "nvidia"
     nvidia.mkdir(parents=True)
@@ -116,6 +128,9 @@ class SimulatedBackend:
             self.close()
             raise
         self._loaded = False
+        self._clock_s = 0.0  # virtual time: sleep() advances it, instantly
+        self._load_started_s = 0.0
+        self._load_samples: dict[int, int] = {}
 
     @property
     def proc_root(self) -> Path:
@@ -138,9 +153,21 @@ class SimulatedBackend:
 
     def gpus(self) -> list[GpuInfo]:
         return [
-            GpuInfo(index=i, name=self.profile.gpus.model, bus_id=bus_id(i))
+            GpuInfo(
+                index=i,
+                name=self.profile.gpus.model,
+                bus_id=bus_id(i),
+                problem=LOST if self.profile.gpus.gpu(i).lost == "before" else None,
+            )
             for i in range(self.profile.gpus.count)
         ]
+
+    def _check_lost(self, gpu: int, step: str) -> None:
+        """What NVML does for a GPU that fell off the bus: every query fails (a hung
+        GPU still answers NVML)."""
+        lost = self.profile.gpus.gpu(gpu).lost
+        if lost == "before" or (lost == "under_load" and self._loaded):
+            raise GpuFailedError(gpu, step, LOST)
 
     def gpu_problem(self) -> str | None:
         return "the profile has no GPU" if self.profile.gpus.count == 0 else None
@@ -151,17 +178,35 @@ class SimulatedBackend:
 
     def copy_bandwidth(self, gpu: int, nbytes: int) -> CopyMeasurement:
         spec = self.profile.gpus.gpu(gpu)
+        if spec.lost == "hangs":  # the real backend's copy wait hits its deadline
+            raise GpuHungError(gpu, "copy warm-up", SIM_DEADLINE_S)
+        if spec.lost is not None:  # a copy loads the GPU
+            raise GpuFailedError(gpu, "copy", LOST)
+        numa = read_pci_numa(self.sysfs_root(), bus_id(gpu))
+        pinned = bool(copy_cpus(numa.local_cpus, self.affinity()))
+        # Unpinned, the scheduler may run the copy on any allowed CPU: model the far socket.
+        remote = not pinned and numa.node is not None
+        h2d = spec.h2d_remote_gbps if remote and spec.h2d_remote_gbps is not None else spec.h2d_gbps
+        d2h = spec.d2h_remote_gbps if remote and spec.d2h_remote_gbps is not None else spec.d2h_gbps
         write_link(self.sysfs_root(), gpu, spec.load)
         try:
             under_load = self.pcie_link(gpu)
         finally:
             if not self._loaded:
                 write_link(self.sysfs_root(), gpu, spec.idle)
-        return CopyMeasurement(spec.h2d_gbps, spec.d2h_gbps, under_load)
+        return CopyMeasurement(h2d, d2h, under_load, numa_node=numa.node, pinned_local=pinned)
+
+    def affinity(self) -> frozenset[int]:
+        """The probe's allowed CPUs (a real pod's ``os.sched_getaffinity(0)``)."""
+        pod = self.profile.node.pod_cpus
+        every = range(self.profile.cpus.count)
+        return frozenset(parse_cpu_list(pod) if pod is not None else every)
 
     @contextmanager
     def gpu_load(self) -> Iterator[None]:
         self._loaded = True
+        self._load_started_s = self._clock_s
+        self._load_samples = {}
         for index in range(self.profile.gpus.count):
             write_link(self.sysfs_root(), index, self.profile.gpus.gpu(index).load)
         try:
@@ -170,10 +215,33 @@ class SimulatedBackend:
             self._loaded = False
             for index in range(self.profile.gpus.count):
                 write_link(self.sysfs_root(), index, self.profile.gpus.gpu(index).idle)
+        for index in range(self.profile.gpus.count):  # its load thread never stops
+            if self.profile.gpus.gpu(index).lost == "hangs":
+                raise GpuHungError(index, "load", SIM_DEADLINE_S)
 
     def clock_event_reasons(self, gpu: int) -> int:
+        self._check_lost(gpu, "clock event reasons")
         reasons = self.profile.gpus.gpu(gpu).clock_event_reasons
-        return clocks.encode(list(reasons.load if self._loaded else reasons.idle))
+        if not self._loaded:
+            return clocks.encode(list(reasons.idle))
+        active = set(reasons.load)
+        since_load = self._clock_s - self._load_started_s
+        active |= {name for name, seconds in reasons.load_brief.items() if since_load < seconds}
+        k = self._load_samples.get(gpu, 0)
+        self._load_samples[gpu] = k + 1
+        active |= {
+            name  # the k-th sample is active when the running count of f*k steps up
+            for name, f in reasons.load_fraction.items()
+            if math.floor((k + 1) * f) > math.floor(k * f)
+        }
+        return clocks.encode(sorted(active))
+
+    def sm_clock(self, gpu: int) -> tuple[int, int]:
+        self._check_lost(gpu, "SM clock")
+        spec = self.profile.gpus.gpu(gpu)
+        if not self._loaded:
+            return (SIM_IDLE_SM_MHZ, spec.sm_clock_max_mhz)
+        return (spec.sm_clock_load_mhz or spec.sm_clock_max_mhz, spec.sm_clock_max_mhz)
 
     def versions(self) -> VersionInfo:
         d = self.profile.driver
@@ -199,16 +267,24 @@ class SimulatedBackend:
         n = self.profile.gpus.count
         if n < 2:
             raise Unavailable("all-reduce needs at least 2 GPUs")
-        busbw = self.profile.allreduce.busbw_gbps
-        algbw = busbw * n / (2 * (n - 1))
-        size = sizes[-1]
-        seconds = size / (algbw * 1e9) if algbw > 0 else float("inf")
+        for index in range(n):
+            lost = self.profile.gpus.gpu(index).lost
+            if lost == "hangs":  # the real backend does not start NCCL over a hung GPU
+                raise GpuFailedError(index, "all-reduce", "not attempted: hung earlier")
+            if lost is not None:  # NCCL cannot init on it
+                raise GpuFailedError(index, "all-reduce", LOST)
+        sweep = []
+        for size in sizes:  # the latency-bandwidth curve of the profile
+            busbw = self.profile.allreduce.busbw_at(size)
+            algbw = busbw * n / (2 * (n - 1))
+            seconds = size / (algbw * 1e9) if algbw > 0 else float("inf")
+            sweep.append((size, seconds, algbw, busbw))
         return AllreduceMeasurement(
-            backend="simulated", ranks=n, sweep=((size, seconds, algbw, busbw),), source="profile"
+            backend="simulated", ranks=n, sweep=tuple(sweep), source="profile"
         )
 
     def sleep(self, seconds: float) -> None:
-        return None
+        self._clock_s += seconds
 
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)

@@ -176,3 +176,36 @@ def count_nvidia_gpus(sysfs_root: Path) -> int:
         if vendor == NVIDIA_VENDOR and klass.startswith(_GPU_CLASSES):
             count += 1
     return count
+
+
+@dataclass(frozen=True)
+class PciNuma:
+    """A PCI device's NUMA placement: its node (``None`` where the kernel says -1,
+    i.e. a single-node machine or firmware that does not tell) and the CPUs local
+    to it (``local_cpulist``)."""
+
+    node: int | None
+    local_cpus: frozenset[int]
+
+
+def read_pci_numa(sysfs_root: Path, bus_id: str) -> PciNuma:
+    """``numa_node`` and ``local_cpulist`` of PCI device ``bus_id``."""
+    device = pci_device_dir(sysfs_root, bus_id)
+    try:
+        node_text = (device / "numa_node").read_text().strip()
+        cpus_text = (device / "local_cpulist").read_text().strip()
+    except OSError as exc:
+        raise SysfsError(f"{device}: no NUMA placement: {exc.strerror or exc}") from exc
+    try:
+        node = int(node_text)
+        cpus = frozenset(parse_cpu_list(cpus_text)) if cpus_text else frozenset()
+    except ValueError as exc:
+        raise SysfsError(f"{device}: unrecognised numa_node/local_cpulist: {exc}") from exc
+    return PciNuma(node=node if node >= 0 else None, local_cpus=cpus)
+
+
+def copy_cpus(local_cpus: frozenset[int], allowed: frozenset[int]) -> frozenset[int]:
+    """The CPUs to pin a GPU's copy thread to: its local CPUs that the process may
+    use (``sched_setaffinity`` outside the cpuset fails with EINVAL); empty when the
+    two do not meet (the copy then runs unpinned, and the report says so)."""
+    return local_cpus & allowed

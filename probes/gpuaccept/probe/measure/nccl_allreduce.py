@@ -10,7 +10,7 @@ SWEEP_FACTOR = 8
 
 
 def sweep_sizes(max_bytes: int, steps: int = SWEEP_STEPS, factor: int = SWEEP_FACTOR) -> list[int]:
-    """Message sizes ending at ``max_bytes``: 1 GiB → 256 KiB, 2, 16, 128 MiB, 1 GiB."""
+    """Message sizes ending at ``max_bytes``: 8 GiB → 2, 16, 128 MiB, 1, 8 GiB."""
     sizes: list[int] = []
     size = max_bytes
     while len(sizes) < steps and size >= 1024:
@@ -39,5 +39,6 @@ def measure(
         bytes=m.sweep[-1][0],
         busbw_gbps=round_figure(m.busbw_gbps),
         algbw_gbps=round_figure(m.algbw_gbps),
+        timing=m.timing,
         sweep=[(size, round_figure(busbw)) for size, _t, _alg, busbw in m.sweep],
     )

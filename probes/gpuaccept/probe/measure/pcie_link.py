@@ -1,11 +1,25 @@
-"""Measures :mod:`gpuaccept.checks.pcie_link`: each GPU's link while copying, and its bandwidth."""
+"""Measures :mod:`gpuaccept.checks.pcie_link`: each GPU's link while copying, and its bandwidth.
+
+Each GPU's copies run from its own NUMA node (the backend pins the copy thread
+and the pinned host buffer to the GPU's ``local_cpulist`` within the process's
+affinity). A GPU that fails (NVML lost it, or a copy hung past its deadline)
+is recorded by name with zero columns; the others are still measured.
+"""
 
 from gpuaccept.checks.pcie_link import PcieLinkObserved, PcieLinkPolicy
-from gpuaccept.probe.hardware.base import HardwareBackend, Unavailable
+from gpuaccept.probe.hardware.base import (
+    CopyMeasurement,
+    GpuFailedError,
+    HardwareBackend,
+    PcieLinkState,
+    Unavailable,
+)
 from gpuaccept.probe.measure.context import ProbeContext
 from gpuaccept.probe.measure.rounding import round1
 
 COPY_BYTES = 256 << 20
+FAILURE_MAX = 120
+_FAILED = CopyMeasurement(0.0, 0.0, PcieLinkState(0, 0, 0, 0))
 
 
 def measure(
@@ -21,10 +35,25 @@ def measure(
     idle_gen: list[int] = []
     h2d: list[float] = []
     d2h: list[float] = []
+    numa: list[int] = []
+    unpinned: list[int] = []
+    failed: dict[str, str] = {}
     for gpu in gpus:
         context.progress(f"GPU {gpu.index}: copy bandwidth")
-        idle = hardware.pcie_link(gpu.index)
-        copy = hardware.copy_bandwidth(gpu.index, COPY_BYTES)
+        try:
+            if gpu.problem:
+                raise GpuFailedError(gpu.index, "enumeration", gpu.problem)
+            idle = hardware.pcie_link(gpu.index)
+            copy = hardware.copy_bandwidth(gpu.index, COPY_BYTES)
+        except GpuFailedError as exc:
+            failed[str(gpu.index)] = f"{exc.step}: {exc.detail}"[:FAILURE_MAX]
+            idle, copy = _FAILED.link_under_load, _FAILED
+        else:
+            numa.append(-1 if copy.numa_node is None else copy.numa_node)
+            if not copy.pinned_local:
+                unpinned.append(gpu.index)
+        if str(gpu.index) in failed:
+            numa.append(-1)
         link = copy.link_under_load
         gen.append(link.generation)
         width.append(link.width)
@@ -41,4 +70,7 @@ def measure(
         idle_gen=idle_gen,
         h2d_gbps=h2d,
         d2h_gbps=d2h,
+        numa_node=numa,
+        unpinned=unpinned or None,
+        failed_gpus=failed or None,
     )

@@ -1,34 +1,97 @@
-"""Measures :mod:`gpuaccept.checks.throttle_reasons`: clock event reasons under load."""
+"""Measures :mod:`gpuaccept.checks.throttle_reasons`: clock event reasons under load.
+
+Every GPU is kept busy; each GPU's reason bitmask is sampled every
+:data:`SAMPLE_INTERVAL_S`, first through the policy's warm-up (not counted),
+then through the judged window, counting per GPU in how many judged samples
+each reason was active. The SM clock is sampled with it (median per GPU).
+
+Only the instantaneous bitmask is used. NVML's clock-event-reason *duration*
+fields (``NVML_FI_DEV_CLOCKS_EVENT_REASON_*``) were renumbered between driver
+branches: the IDs 269-271 of the installed nvidia-ml-py name power-smoothing
+fields on an R580 driver, which answers them without error; and
+``nvmlDeviceGetViolationStatus`` is deprecated in NVML 13. Reading either
+would mean trusting a numbering the driver present may not share.
+"""
+
+import contextlib
+import math
+import statistics
 
 from gpuaccept.checks.throttle_reasons import ThrottleReasonsObserved, ThrottleReasonsPolicy
 from gpuaccept.probe import clocks
-from gpuaccept.probe.hardware.base import HardwareBackend, Unavailable
+from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unavailable
 from gpuaccept.probe.measure.context import ProbeContext
 
 SAMPLE_INTERVAL_S = 0.5
+FAILURE_MAX = 120
+
+
+def sample_counts(policy: ThrottleReasonsPolicy) -> tuple[int, int]:
+    """(warm-up samples, judged samples) for ``policy`` at :data:`SAMPLE_INTERVAL_S`."""
+    warmup = math.ceil(policy.warmup_seconds / SAMPLE_INTERVAL_S)
+    judged = max(1, round(policy.sample_seconds / SAMPLE_INTERVAL_S))
+    return warmup, judged
+
+
+Tally = tuple[dict[str, int], dict[int, list[tuple[int, int]]], dict[int, str]]
+
+
+def _sample(hardware: HardwareBackend, gpu: int, counted: bool, tally: Tally) -> None:
+    """One sample of one GPU into (reason counts, SM clocks, failed GPUs)."""
+    counts, sm, failed = tally
+    try:
+        mask = hardware.clock_event_reasons(gpu)
+    except GpuFailedError as exc:
+        failed[gpu] = f"{exc.step}: {exc.detail}"[:FAILURE_MAX]
+        return
+    if not counted:
+        return
+    for name in clocks.decode(mask):
+        if name not in clocks.IGNORED:
+            counts[name] = counts.get(name, 0) + 1
+    with contextlib.suppress(Unavailable):
+        sm.setdefault(gpu, []).append(hardware.sm_clock(gpu))
 
 
 def measure(
     hardware: HardwareBackend, policy: ThrottleReasonsPolicy, context: ProbeContext
 ) -> ThrottleReasonsObserved:
-    gpus = [g.index for g in hardware.gpus()]
+    infos = hardware.gpus()
+    gpus = [g.index for g in infos]
     if not gpus:
         raise Unavailable("no GPU to sample")
-    samples = max(1, round(policy.sample_seconds / SAMPLE_INTERVAL_S))
-    seen = dict.fromkeys(gpus, 0)
+    warmup, judged = sample_counts(policy)
+    active: dict[int, dict[str, int]] = {gpu: {} for gpu in gpus}
+    sm: dict[int, list[tuple[int, int]]] = {}
+    failed = {g.index: g.problem[:FAILURE_MAX] for g in infos if g.problem}
     context.progress("loading GPUs")
-    with hardware.gpu_load():
-        for n in range(samples):
-            context.progress(f"sample {n + 1}/{samples}")
-            for gpu in gpus:
-                seen[gpu] |= hardware.clock_event_reasons(gpu)
-            if n + 1 < samples:
-                hardware.sleep(SAMPLE_INTERVAL_S)
-    reasons: dict[str, list[int] | int] = {}
-    for gpu, mask in seen.items():
-        for name in clocks.decode(mask):
-            if name not in clocks.IGNORED:
-                gpus_with = reasons.setdefault(name, [])
-                assert isinstance(gpus_with, list)
-                gpus_with.append(gpu)
-    return ThrottleReasonsObserved(samples=samples, reasons=reasons)
+    try:
+        with hardware.gpu_load():
+            for n in range(warmup + judged):
+                counted = n >= warmup
+                context.progress(f"{'sample' if counted else 'warm-up'} {n + 1}/{warmup + judged}")
+                for gpu in gpus:
+                    if gpu not in failed:
+                        _sample(hardware, gpu, counted, (active[gpu], sm, failed))
+                if n + 1 < warmup + judged:
+                    hardware.sleep(SAMPLE_INTERVAL_S)
+    except GpuFailedError as exc:  # a load thread hung or failed: that GPU, by name
+        failed.setdefault(exc.gpu, f"{exc.step}: {exc.detail}"[:FAILURE_MAX])
+    names = sorted({name for counts in active.values() for name in counts})
+    fractions = {
+        name: [round(active[gpu].get(name, 0) / judged, 3) for gpu in gpus] for name in names
+    }
+    clocks_complete = all(sm.get(gpu) for gpu in gpus if gpu not in failed)
+    sm = {gpu: sm.get(gpu) or [(0, 0)] for gpu in gpus}  # 0 MHz: a failed GPU
+    return ThrottleReasonsObserved(
+        samples=judged,
+        warmup_samples=warmup,
+        active_fraction=fractions,
+        sm_clock_mhz=(
+            [round(statistics.median(c for c, _m in sm[gpu])) for gpu in gpus]
+            if clocks_complete
+            else None
+        ),
+        sm_clock_max_mhz=[max(m for _c, m in sm[gpu]) for gpu in gpus] if clocks_complete else None,
+        failed_gpus={str(gpu): what for gpu, what in sorted(failed.items())} or None,
+    )
