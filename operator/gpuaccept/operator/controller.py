@@ -50,7 +50,12 @@ from gpuaccept.operator.core.model import (
     PolicyView,
 )
 from gpuaccept.operator.core.reconcile import reconcile
-from gpuaccept.operator.executor import KubeExecutor, StaleCacheError, api_message
+from gpuaccept.operator.executor import (
+    KubeExecutor,
+    StaleCacheError,
+    StatusRefusedError,
+    api_message,
+)
 from gpuaccept.operator.kube import ConflictError, Kube
 from gpuaccept.operator.leader import LeaderElector
 from gpuaccept.operator.ledger import QuarantineLedger
@@ -226,6 +231,7 @@ class Controller:
             breaker=breaker,
             config=self.config,
             pod_create_error=self.actions.create_errors.get(name),
+            status_write_error=self.actions.status_errors.get(name),
         )
 
     def cache_policies(self) -> list[PolicyView]:
@@ -273,6 +279,10 @@ class Controller:
             try:
                 await loop.run_in_executor(self.executor, self.actions.execute, observed, action)
             except StaleCacheError:
+                return False
+            except StatusRefusedError as error:
+                # Re-planned at once: the core sees the refusal and ends the attempt.
+                log.warning("node=%s status update refused: %s", observed.node_name, error)
                 return False
             except ConflictError:
                 log.info(

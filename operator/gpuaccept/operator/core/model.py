@@ -12,12 +12,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
-from gpuaccept.contracts.nodeacceptance import (
-    CheckSummary,
-    KeyFigures,
-    NodeAcceptanceStatus,
-    Reason,
-)
+from gpuaccept.checks.verdict import Verdict
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.report import ProbeReport
 
 # --------------------------------------------------------------------------- observed
@@ -141,6 +137,9 @@ class OperatorConfig:
     max_backoff_seconds: int = 3600
     # Timeout for policies that leave probeRun.timeoutSeconds unset.
     default_timeout_seconds: int | None = None
+    # Judge reports of ``hardware: simulated`` (the demo, the tests, the
+    # benchmark). Off: such a report is an attempt error and never accepts.
+    accept_simulated_reports: bool = False
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run
@@ -149,17 +148,10 @@ class OperatorConfig:
         return run.timeout_seconds
 
 
-@dataclass(frozen=True)
-class Judgement:
-    """What the probe's pure ``evaluate`` decided, in the operator's terms."""
-
-    accepted: bool
-    reasons: tuple[Reason, ...] = ()
-    checks: tuple[CheckSummary, ...] = ()
-    figures: KeyFigures | None = None
-
-
-Judge = Callable[[ProbeReport, ProbePolicy], Judgement]
+# How the core judges a report: :func:`gpuaccept.checks.verdict.evaluate`, or a
+# stand-in in tests. Its :class:`~gpuaccept.checks.verdict.Verdict` is the verdict
+# the core records; the core builds one itself only for an error verdict.
+Judge = Callable[[ProbeReport, ProbePolicy], Verdict]
 
 
 @dataclass(frozen=True)
@@ -175,6 +167,9 @@ class Observed:
     # The API server refused to create this node's probe pod (e.g. a missing
     # ServiceAccount or a quota): the attempt failed, with this message.
     pod_create_error: str | None = None
+    # The API server refused this node's last status write (a 400/422, not a
+    # conflict or an outage): writing it again would fail the same way.
+    status_write_error: str | None = None
 
 
 # --------------------------------------------------------------------------- actions
