@@ -65,10 +65,17 @@ from gpuaccept.contracts.api import (
     QUARANTINE_TAINT_KEY,
     VERSION,
 )
+from gpuaccept.contracts.probe_invocation import ProbeExit
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.testsupport.controlplane import ControlPlane
 from gpuaccept.testsupport.crd_install import apply_crds
-from gpuaccept.testsupport.kubelet_standin import KubeletStandIn, SimNode, prepared_reports
+from gpuaccept.testsupport.kubelet_standin import (
+    Behaviour,
+    Complete,
+    KubeletStandIn,
+    PodInfo,
+    SimNode,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 FINAL = ("Accepted", "Quarantined")
@@ -324,9 +331,17 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
             return int(name.rsplit("-", 1)[1]) % setup.fail_every == 0
 
         message = reports.message_for(setup.healthy, setup.faulty, fails)
+
+        def complete(p: PodInfo) -> Behaviour:
+            # As the probe ends: exit 1 with a failing report (the operator checks they agree).
+            code = ProbeExit.QUARANTINED if fails(p.node_name) else ProbeExit.ACCEPTED
+            return Complete(
+                exit_code=code, message=message(p.node_name, p.boot_id), delay_s=setup.probe_delay_s
+            )
+
         standin = KubeletStandIn(
             setup.cp.configuration(token=standin_id.token),
-            default_behaviour=prepared_reports(message, delay_s=setup.probe_delay_s),
+            default_behaviour=complete,
             api_concurrency=setup.standin_concurrency,
         )
         standin.start()
@@ -670,7 +685,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--operator-cmd",
         default="{python} -m gpuaccept.cli operator --kubeconfig {kubeconfig} "
-        "--namespace {namespace} --standalone --metrics-port 0 --health-port 0",
+        "--namespace {namespace} --standalone --metrics-port 0 --health-port 0 "
+        # The bench's reports come from simulated hardware profiles.
+        "--accept-simulated-reports",
         help="the operator's command line ({python} {kubeconfig} {namespace} are filled in)",
     )
     parser.add_argument(

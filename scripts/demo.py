@@ -237,7 +237,8 @@ def main() -> int:
     operator = spawn(
         [sys.executable, "-m", "gpuaccept.cli", "operator", "--kubeconfig", str(cp.kubeconfig),
          "--namespace", NAMESPACE, "--standalone", "--metrics-port", "0", "--health-port", "0",
-         "--status-interval", "2", "--probe-image", "local/gpuaccept-probe:demo"],
+         "--status-interval", "2", "--probe-image", "local/gpuaccept-probe:demo",
+         "--accept-simulated-reports"],  # the demo's nodes are simulated hardware
         state / "operator.log",
     )  # fmt: skip
     (state / "pids.json").write_text(json.dumps({"operator": operator.pid, "standin": standin.pid}))

@@ -166,6 +166,8 @@ def test_local_operator_under_chart_rbac_decides_nodes(
     command = [
         sys.executable, "-m", "gpuaccept.cli", *args,
         "--kubeconfig", str(kubeconfig), "--log-format", "text",
+        # Not a chart value: the stand-in's nodes are simulated hardware.
+        "--accept-simulated-reports",
     ]  # fmt: skip
     with log_path.open("wb") as log:
         operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

@@ -134,6 +134,7 @@ def main(argv: Sequence[str]) -> int:
         resources=resources,
         shm_size=args.probe_shm_size or None,
         default_timeout_seconds=args.probe_timeout,
+        accept_simulated_reports=args.accept_simulated_reports,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     leader = None
