@@ -157,9 +157,8 @@ def outcome_problem(
         )
     expected = ProbeExit.ACCEPTED if verdict.accepted else ProbeExit.QUARANTINED
     if pod.exit_code not in (ProbeExit.ACCEPTED, ProbeExit.QUARANTINED):
-        return ReportProblem(
-            PROBE_FAILED, f"the probe exited with code {pod.exit_code} after writing its report"
-        )
+        code = "no exit code" if pod.exit_code is None else f"exit code {pod.exit_code}"
+        return ReportProblem(PROBE_FAILED, f"the probe ended with {code} after writing its report")
     said = "passes" if verdict.accepted else "does not pass"
     if pod.exit_code != expected:
         return ReportProblem(
