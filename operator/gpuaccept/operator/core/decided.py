@@ -22,7 +22,7 @@ from gpuaccept.operator.core.context import (
 from gpuaccept.operator.core.fleet import quarantine_allowed
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.report import report_problem
-from gpuaccept.operator.core.verdict import Evidence, error_verdict, record_verdict
+from gpuaccept.operator.core.verdict import Evidence, failing_verdict, record_verdict
 
 DECIDED = frozenset({Phase.ACCEPTED, Phase.QUARANTINED, Phase.HELD})
 
@@ -49,7 +49,7 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
             return record_verdict(ctx, out, _rejudged(ctx), Evidence(st.report, rejudged=True))
     held_by_limit = st.phase == Phase.HELD and st.reason == REASON_BREAKER and not spec.dry_run
     if held_by_limit and quarantine_allowed(spec, ctx.obs.breaker):
-        held = error_verdict(tuple(st.reasons), checks=tuple(st.checks), figures=st.figures)
+        held = failing_verdict(tuple(st.reasons), checks=tuple(st.checks), figures=st.figures)
         return record_verdict(ctx, out, held, Evidence(st.report, rejudged=st.rejudged))
     return _keep(ctx, out)
 
@@ -68,7 +68,7 @@ def _rejudged(ctx: NodeContext) -> Verdict:
     """The stored report judged under the current policy."""
     st = ctx.status
     if st.report is None:  # an error verdict has no results to re-judge: it stands
-        return error_verdict(
+        return failing_verdict(
             tuple(st.reasons)
             or (Reason(check="probe", reason=REASON_PROBE_ERROR, message=st.message or ""),),
         )
@@ -79,11 +79,11 @@ def _rejudged(ctx: NodeContext) -> Verdict:
     )
     if problem is not None:  # e.g. simulated, and this operator no longer judges those
         error = Reason(check="probe", reason=REASON_PROBE_ERROR, message=problem.message)
-        return error_verdict((error,), figures=st.figures)
+        return failing_verdict((error,), figures=st.figures)
     stored = ctx.judge_report(st.report)
     if isinstance(stored, str):  # the stored report cannot be judged
         error = Reason(check="probe", reason=REASON_PROBE_ERROR, message=stored)
-        return error_verdict((error,), figures=st.figures)
+        return failing_verdict((error,), figures=st.figures)
     return stored
 
 

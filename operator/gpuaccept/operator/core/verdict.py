@@ -1,7 +1,7 @@
 """Recording a verdict, and an attempt that failed without one (pure).
 
 ``record_verdict`` applies a :class:`~gpuaccept.checks.verdict.Verdict` (the
-judge's, or :func:`error_verdict`) subject to dryRun and the
+judge's, or :func:`failing_verdict`) subject to dryRun and the
 quarantine limit (:func:`gpuaccept.operator.core.fleet.quarantine_allowed`);
 ``attempt_failed`` retries with backoff and, once the retries are spent,
 records a ``ProbeError`` verdict. Neither ever accepts a node on an error.
@@ -39,14 +39,14 @@ HELD_QUARANTINE = "Quarantine"
 HELD_ACCEPT = "Accept"
 
 
-def error_verdict(
+def failing_verdict(
     reasons: tuple[Reason, ...],
     *,
     checks: tuple[CheckSummary, ...] = (),
     figures: KeyFigures | None = None,
 ) -> Verdict:
-    """A verdict that does not accept, on ``reasons`` (an error, or a verdict replayed
-    from status). It carries no re-judged results: there is no new report behind it."""
+    """A verdict that does not accept, on ``reasons``: an error, or a failing verdict
+    replayed from status. It carries no re-judged results: no new report is behind it."""
     return Verdict(
         accepted=False,
         reasons=reasons,
@@ -91,7 +91,7 @@ def attempt_failed(
     error = Reason(
         check="probe", reason=REASON_PROBE_ERROR, message=cut(f"{reason}: {message}", 500)
     )
-    return record_verdict(ctx, out, error_verdict((error,)), Evidence(pod=pod))
+    return record_verdict(ctx, out, failing_verdict((error,)), Evidence(pod=pod))
 
 
 def _outcome(
