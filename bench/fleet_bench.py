@@ -65,14 +65,17 @@ from gpuaccept.contracts.api import (
     QUARANTINE_TAINT_KEY,
     VERSION,
 )
+from gpuaccept.contracts.probe_invocation import ProbeExit
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.testsupport.controlplane import ControlPlane
 from gpuaccept.testsupport.crd_install import apply_crds
 from gpuaccept.testsupport.kubelet_standin import (
+    Behaviour,
+    Complete,
     KubeletStandIn,
+    PodInfo,
     SimNode,
     StandInSettings,
-    prepared_reports,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -348,9 +351,17 @@ class ArmRun:
     def _start_standin(self) -> KubeletStandIn:
         setup = self.setup
         message = reports.message_for(setup.healthy, setup.faulty, self.fails)
+
+        def complete(p: PodInfo) -> Behaviour:
+            # As the probe ends: exit 1 with a failing report (the operator checks they agree).
+            code = ProbeExit.QUARANTINED if self.fails(p.node_name) else ProbeExit.ACCEPTED
+            return Complete(
+                exit_code=code, message=message(p.node_name, p.boot_id), delay_s=setup.probe_delay_s
+            )
+
         self.standin = KubeletStandIn(
             setup.cp.configuration(token=self.standin_id.token),
-            default_behaviour=prepared_reports(message, delay_s=setup.probe_delay_s),
+            default_behaviour=complete,
             settings=StandInSettings(api_concurrency=setup.standin_concurrency),
         )
         self.standin.start()
@@ -807,7 +818,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--operator-cmd",
         default="{python} -m gpuaccept.cli operator --kubeconfig {kubeconfig} "
-        "--namespace {namespace} --standalone --metrics-port 0 --health-port 0",
+        "--namespace {namespace} --standalone --metrics-port 0 --health-port 0 "
+        # The bench's reports come from simulated hardware profiles.
+        "--accept-simulated-reports",
         help="the operator's command line ({python} {kubeconfig} {namespace} are filled in)",
     )
     parser.add_argument(

@@ -243,7 +243,8 @@ def start_fleet(cp: ControlPlane, *, keep: bool) -> DemoRun:
     operator = spawn(
         [sys.executable, "-m", "gpuaccept.cli", "operator", "--kubeconfig", str(cp.kubeconfig),
          "--namespace", NAMESPACE, "--standalone", "--metrics-port", "0", "--health-port", "0",
-         "--status-interval", "2", "--probe-image", "local/gpuaccept-probe:demo"],
+         "--status-interval", "2", "--probe-image", "local/gpuaccept-probe:demo",
+         "--accept-simulated-reports"],  # the demo's nodes are simulated hardware
         state / "operator.log",
     )  # fmt: skip
     register(cp.dir, "demo-operator", operator.pid)

@@ -157,6 +157,8 @@ def _start_operator(args: list[str], kubeconfig: Path, log_path: Path) -> subpro
     command = [
         sys.executable, "-m", "gpuaccept.cli", *args,
         "--kubeconfig", str(kubeconfig), "--log-format", "text",
+        # Not a chart value: the stand-in's nodes are simulated hardware.
+        "--accept-simulated-reports",
     ]  # fmt: skip
     with log_path.open("wb") as log:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

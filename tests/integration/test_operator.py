@@ -44,6 +44,7 @@ from gpuaccept.contracts.api import (
     REPROBE_ANNOTATION,
     VERSION,
 )
+from gpuaccept.contracts.report import ProbeReport, encode_termination_message
 from gpuaccept.operator.kube import Kube
 from gpuaccept.probe.hardware.profile import expected_fault_reasons
 from gpuaccept.testsupport.chart_rbac import operator_kubeconfig
@@ -137,6 +138,8 @@ class Operator:
             "10",
             "--probe-image",
             "local/gpuaccept-probe:test",
+            # The stand-in runs the real probe on simulated hardware profiles.
+            "--accept-simulated-reports",
             # Only this module's nodes: other tests' nodes and policies on the
             # shared control plane are none of this operator's business.
             "--node-selector",
@@ -448,6 +451,71 @@ def test_untrustworthy_termination_messages_never_accept(env: Env) -> None:
         assert status["attempts"] == 2  # retries: 1
         assert QUARANTINE_TAINT_KEY in env.taint_keys(n)
         assert env.node(n)["metadata"]["labels"][ACCEPTANCE_LABEL] == "quarantined"
+
+
+def _passing_report(node: str, boot_id: str, *, gpus: int | None = None) -> str:
+    """The probe's passing report on an 8-GPU node; ``gpus``: claim only that many."""
+    out = Path(f"/tmp/gpuaccept-optest-report-{uuid.uuid4().hex[:6]}.json")
+    subprocess.run(
+        [sys.executable, "-m", "gpuaccept.cli", "probe", "--profile", HEALTHY,
+         "--termination-log", str(out)],
+        env={**os.environ, "NODE_NAME": node, "GPUACCEPT_BOOT_ID": boot_id,
+             "GPUACCEPT_EXPECTED_GPUS": "8"},
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    report = ProbeReport.model_validate_json(out.read_text())
+    out.unlink()
+    if gpus is not None:  # "4 of 4 GPUs": counts that agree with each other, not the node
+        results = [
+            r.model_copy(update={"observed": {"visible": gpus, "advertised": gpus}})
+            if r.check == "gpu_count"
+            else r.model_copy(update={"observed": {**r.observed, "ranks": gpus}})
+            if r.check == "nccl_allreduce" and isinstance(r.observed, dict)
+            else r
+            for r in report.results
+        ]
+        summary = report.summary.model_copy(update={"gpu_count": gpus})
+        report = report.model_copy(update={"summary": summary, "results": results})
+    return encode_termination_message(report)
+
+
+def test_hostile_probe_results_never_accept(env: Env) -> None:
+    """A passing report with exit 1 or 137, or claiming 4 of 4 GPUs on an 8-GPU node:
+    each attempt is an error (issue 10), and the node ends quarantined, never accepted."""
+    suite = suite_id("hostile")
+    env.policy(suite, probeRun={"retries": 1, "backoffSeconds": 1})
+
+    def exit_with(code: int, **kwargs: int) -> Callable[[PodInfo], Behaviour]:
+        def behaviour(info: PodInfo) -> Behaviour:
+            return Complete(code, _passing_report(info.node_name, info.boot_id, **kwargs))
+
+        return behaviour
+
+    nodes = {
+        "exit1": exit_with(1),
+        "exit137": exit_with(137),
+        "halfgpus": exit_with(0, gpus=4),
+    }
+    names = {
+        kind: env.nodes(suite, {kind: HEALTHY}, behaviour=behaviour)[0]
+        for kind, behaviour in nodes.items()
+    }
+    seen: dict[str, set[str]] = {n: set() for n in names.values()}
+
+    def all_quarantined() -> bool:
+        for n in names.values():
+            seen[n].add(str(env.status(n).get("phase")))
+        return all(env.status(n).get("phase") == "Quarantined" for n in names.values())
+
+    wait_for("every hostile node to be quarantined", all_quarantined, 180)
+    expected = {"exit1": "ReportMismatch", "exit137": "ProbeFailed", "halfgpus": "ReportMismatch"}
+    for kind, n in names.items():
+        assert "Accepted" not in seen[n], kind
+        status = env.status(n)
+        assert status["reason"] == "ProbeError", env.describe([n])
+        assert status["reasons"][0]["message"].startswith(expected[kind]), status
+        assert QUARANTINE_TAINT_KEY in env.taint_keys(n)
+    wait_for("the probe pods to be gone", lambda: not any(env.pods(n) for n in seen), 60)
 
 
 def test_deadline_exceeded_is_retried_then_probe_error(env: Env) -> None:

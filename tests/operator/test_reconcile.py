@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from world import BOOT, PENDING, T0, World, make_report, spec
 
+from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.contracts.policy import PolicyChangeAction
 from gpuaccept.operator.core import (
@@ -15,7 +16,6 @@ from gpuaccept.operator.core import (
     CreateProbePod,
     DeleteNodeAcceptance,
     DeleteProbePod,
-    Judgement,
     NodeCondition,
     PatchNAStatus,
     PatchNodeTaintsLabels,
@@ -523,7 +523,7 @@ def test_a_report_the_judge_cannot_use_is_an_attempt_error() -> None:
     """Valid against the contract, but the judge raises on it: an attempt error
     (retry, then ProbeError), never an exception that leaves the node Probing."""
 
-    def broken_judge(report: object, policy: object) -> Judgement:
+    def broken_judge(report: object, policy: object) -> Verdict:
         raise ValueError("min_pcie_generation must be >= 0")
 
     w = probing_world(judge=broken_judge)

@@ -7,14 +7,15 @@ import functools
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
-from gpuaccept.contracts.report import CheckStatus, ProbeReport, encode_termination_message
+from gpuaccept.contracts.probe_invocation import ProbeExit
+from gpuaccept.contracts.report import ProbeReport, encode_termination_message
 from gpuaccept.operator.core import (
     BreakerCounts,
     CreateNodeAcceptance,
@@ -97,6 +98,10 @@ def spec(**kwargs: object) -> NodeAcceptancePolicySpec:
     return NodeAcceptancePolicySpec.model_validate(base)
 
 
+class StatusRefusedError(Exception):
+    """The world's API server refused a status write."""
+
+
 @dataclass
 class World:
     node: NodeView | None = field(
@@ -116,11 +121,19 @@ class World:
     )
     breaker: BreakerCounts = field(default_factory=lambda: BreakerCounts(0, 10))
     now: datetime = T0
-    config: OperatorConfig = field(default_factory=OperatorConfig)
+    # The world's reports come from simulated hardware profiles.
+    config: OperatorConfig = field(
+        default_factory=lambda: OperatorConfig(accept_simulated_reports=True)
+    )
     events: list[EmitEvent] = field(default_factory=list)
     log: list[Plan] = field(default_factory=list)
     rv: int = 10
     judge: Judge = judge
+    # The API server's validation of a status write: why it refuses ``status``
+    # (a 400/422), or None to accept it. Refused writes are remembered as the
+    # executor remembers them, and the rest of the plan is dropped.
+    refuse_status: Callable[[NodeAcceptanceStatus], str | None] | None = None
+    status_write_error: str | None = None
 
     def observe(self) -> Observed:
         return Observed(
@@ -132,6 +145,7 @@ class World:
             policies=tuple(self.policies),
             breaker=self.breaker,
             config=self.config,
+            status_write_error=self.status_write_error,
         )
 
     def plan(self) -> Plan:
@@ -144,7 +158,10 @@ class World:
     def apply(self, plan: Plan) -> None:
         self.log.append(plan)
         for action in plan.actions:
-            interpret(self, action)
+            try:
+                interpret(self, action)
+            except StatusRefusedError:
+                return  # as the controller does: drop the plan, re-plan
 
     # ---- the ActionInterpreter protocol, in memory
     def create_node_acceptance(self, action: CreateNodeAcceptance) -> None:
@@ -154,6 +171,11 @@ class World:
     def patch_na_status(self, action: PatchNAStatus) -> None:
         assert self.na is not None
         assert action.resource_version == self.na.resource_version
+        refused = self.refuse_status(action.status) if self.refuse_status else None
+        if refused is not None:
+            self.status_write_error = refused
+            raise StatusRefusedError(refused)
+        self.status_write_error = None
         wire = action.status.to_wire()
         status = NodeAcceptanceStatus.model_validate(wire)  # valid on the wire
         self.na = dataclasses.replace(self.na, status=status, resource_version=self._rv())
@@ -231,12 +253,15 @@ class World:
         )
 
     def finish_with_report(self, report: ProbeReport | None = None) -> None:
+        """The pod ends as the probe ends it: the report, exit 0/1 by its own verdict."""
         report = report or make_report()
-        failed = any(r.status == CheckStatus.FAIL for r in report.results)
+        policy = self.policies[0].spec
+        assert policy is not None
+        accepted = judge(report, policy.probe).accepted  # the probe's own, real verdict
         self.finish_pod(
             encode_termination_message(report),
-            exit_code=1 if failed else 0,
-            phase="Failed" if failed else "Succeeded",
+            exit_code=ProbeExit.ACCEPTED if accepted else ProbeExit.QUARANTINED,
+            phase="Succeeded" if accepted else "Failed",
         )
 
     def advance(self, seconds: float) -> None:

@@ -50,7 +50,13 @@ from gpuaccept.operator.core.model import (
     PolicyView,
 )
 from gpuaccept.operator.core.reconcile import reconcile
-from gpuaccept.operator.executor import KubeExecutor, StaleCacheError, api_message
+from gpuaccept.operator.executor import (
+    KubeExecutor,
+    StaleCacheError,
+    StatusRefusedError,
+    api_message,
+)
+from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
 from gpuaccept.operator.kube import ConflictError, Kube
 from gpuaccept.operator.leader import LeaderElector
 from gpuaccept.operator.ledger import QuarantineLedger
@@ -115,6 +121,7 @@ class Controller:
         self.policy_status.executor = self.executor
         self._policy_generations: dict[str, int] = {}
         self._failures: Counter[str] = Counter()
+        self.failures = FailureLog("reconcile")
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
         self.writes: Counter[str] = Counter()
@@ -192,15 +199,17 @@ class Controller:
                     await self.reconcile_node(name)
             except asyncio.CancelledError:
                 raise
-            except ApiException as error:
-                log.warning("node=%s API error %s: %s", name, error.status, api_message(error))
-                self._retry_later(name)
-            except Exception:
-                log.exception("node=%s reconcile failed", name)
+            except Exception as error:
+                self._log_failure(name, error)
                 self._retry_later(name)
             finally:
                 self.queue.done(name)
                 metrics.QUEUE_DEPTH.set(len(self.queue))
+
+    def _log_failure(self, name: str, error: Exception) -> None:
+        """One line per failure kind with backoff (an outage fails every pass)."""
+        detail = api_message(error) if isinstance(error, ApiException) else str(error)
+        log_failure(log, self.failures, error, f"node={name} {detail}")
 
     def _retry_later(self, name: str) -> None:
         self._failures[name] += 1
@@ -226,6 +235,7 @@ class Controller:
             breaker=breaker,
             config=self.config,
             pod_create_error=self.actions.create_errors.get(name),
+            status_write_error=self.actions.status_errors.get(name),
         )
 
     def cache_policies(self) -> list[PolicyView]:
@@ -274,6 +284,10 @@ class Controller:
                 await loop.run_in_executor(self.executor, self.actions.execute, observed, action)
             except StaleCacheError:
                 return False
+            except StatusRefusedError as error:
+                # Re-planned at once: the core sees the refusal and ends the attempt.
+                log.warning("node=%s status update refused: %s", observed.node_name, error)
+                return False
             except ConflictError:
                 log.info(
                     "node=%s conflict on %s; re-reading", observed.node_name, type(action).__name__
@@ -282,6 +296,7 @@ class Controller:
                     self.executor, self.actions.refresh, observed.node_name, action
                 )
                 return False
+            log_recovery(log, self.failures)  # a write went through
             self.ledger.track(action)
             self.writes[type(action).__name__] += 1
             metrics.API_CALLS.labels(type(action).__name__).inc()

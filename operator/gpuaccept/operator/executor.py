@@ -30,7 +30,7 @@ from gpuaccept.operator.core.model import (
     PatchNodeTaintsLabels,
     RemoveReprobeAnnotation,
 )
-from gpuaccept.operator.kube import EventRecord, Kube
+from gpuaccept.operator.kube import ConflictError, EventRecord, Kube
 from gpuaccept.operator.views import na_view, node_view, pod_view, resource_version
 
 log = logging.getLogger("gpuaccept.operator")
@@ -43,6 +43,15 @@ class StaleCacheError(Exception):
     """The cache disagreed with the API server; the plan is dropped and re-made."""
 
 
+class StatusRefusedError(Exception):
+    """The API server refused a status write as invalid (400/422, not a conflict).
+
+    Writing the same status again would fail the same way: the refusal is kept
+    (:attr:`KubeExecutor.status_errors`) for the core, which ends the attempt
+    instead, and the plan is dropped and re-made.
+    """
+
+
 def api_message(error: ApiException) -> str:
     try:
         return str(json.loads(error.body or "{}").get("message") or error.reason)
@@ -51,7 +60,7 @@ def api_message(error: ApiException) -> str:
 
 
 class KubeExecutor:
-    """Executes actions for the controller; remembers refused probe pod creations."""
+    """Executes actions for the controller; remembers refused pod creations and status writes."""
 
     def __init__(self, kube: Kube, cache: Cache, *, namespace: str, identity: str) -> None:
         self.kube = kube
@@ -59,6 +68,7 @@ class KubeExecutor:
         self.namespace = namespace
         self.identity = identity
         self.create_errors: dict[str, str] = {}  # node -> why its probe pod was refused
+        self.status_errors: dict[str, str] = {}  # node -> why its last status write was refused
 
     def execute(self, observed: Observed, action: Action) -> None:  # runs in a thread
         interpret(_NodeWrites(self, observed), action)
@@ -96,8 +106,21 @@ class _NodeWrites:
             self.cache.write("na", action.name, resource_version(body), na_view(body))
 
     def patch_na_status(self, action: PatchNAStatus) -> None:
-        wire = action.status.model_dump(mode="json", by_alias=True, exclude_none=True)
-        body = self.kube.patch_na_status(action.name, action.resource_version, wire)
+        node, errors = self.observed.node_name, self.executor.status_errors
+        try:
+            wire = action.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+            body = self.kube.patch_na_status(action.name, action.resource_version, wire)
+        except ConflictError:
+            raise
+        except ApiException as error:
+            if error.status in (400, 422):  # invalid, not a hiccup: never the same write again
+                errors[node] = f"{error.status} {api_message(error)}"[:500]
+                raise StatusRefusedError(errors[node]) from error
+            raise
+        except ValueError as error:  # not even serialisable (e.g. NaN): refused before sending
+            errors[node] = f"status cannot be sent: {error}"[:500]
+            raise StatusRefusedError(errors[node]) from error
+        errors.pop(node, None)
         self.cache.write("na", action.name, resource_version(body), na_view(body))
 
     def patch_node_taints_labels(self, action: PatchNodeTaintsLabels) -> None:
@@ -149,6 +172,7 @@ class _NodeWrites:
         self.kube.delete_na(action.name)
         self.cache.write("na", action.name, DELETED_RV, None)
         self.executor.create_errors.pop(action.name, None)
+        self.executor.status_errors.pop(action.name, None)
 
     def emit_event(self, action: EmitEvent) -> None:
         event = EventRecord(

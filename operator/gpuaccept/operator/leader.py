@@ -21,6 +21,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
 from gpuaccept.operator.kube import Kube
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class LeaderElector:
         self._observed_at = 0.0
         # Its own thread: renewals never queue behind the workers' API calls.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease")
+        self.failures = FailureLog("leader election")  # one line per kind in an outage
 
     @property
     def leading(self) -> bool:
@@ -150,8 +152,10 @@ class LeaderElector:
                     self._executor, self.try_acquire_or_renew
                 )
             except Exception as error:  # API trouble: we cannot prove we lead
-                log.warning("leader election: %s", error)
+                log_failure(log, self.failures, error, str(error))
                 leader = self.leading
+            else:
+                log_recovery(log, self.failures)
             lapsed = time.monotonic() - last_renewal >= self.lease_duration * 0.8
             if leader and lapsed and self.is_leader:
                 # Renewed after a gap in which ``leading`` was False: the workers

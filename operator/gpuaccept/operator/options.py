@@ -176,6 +176,12 @@ def parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds to wait at start for the CRDs to be served, then exit 1",
     )
+    p.add_argument(
+        "--accept-simulated-reports",
+        action="store_true",
+        help="judge probe reports from simulated hardware (the demo and the tests only); "
+        "by default such a report is an attempt error and never accepts a node",
+    )
     ha = p.add_argument_group("high availability")
     ha.add_argument(
         "--peering",

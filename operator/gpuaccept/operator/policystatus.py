@@ -19,6 +19,7 @@ from gpuaccept.contracts.api import API_VERSION, POLICY_KIND
 from gpuaccept.operator import metrics
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core import fleet
+from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
 from gpuaccept.operator.kube import EventRecord, Kube
 from gpuaccept.operator.ledger import QuarantineLedger
 from gpuaccept.operator.views import PolicyEntry
@@ -44,6 +45,7 @@ class PolicyStatusLoop:
         self.identity = "gpuaccept"
         self.executor: ThreadPoolExecutor | None = None  # the API threads
         self._reported: set[str] = set()
+        self.failures = FailureLog("policy status update")
 
     async def run(self, interval: float) -> None:
         await self.cache.synced.wait()
@@ -56,8 +58,10 @@ class PolicyStatusLoop:
                 await self.update()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("policy status update failed")
+            except Exception as error:  # one line per kind, with backoff (faultlog)
+                log_failure(log, self.failures, error, str(error))
+            else:
+                log_recovery(log, self.failures)
             await asyncio.sleep(interval)
 
     async def update(self) -> None:

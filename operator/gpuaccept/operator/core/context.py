@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core import nodestate
@@ -21,7 +22,6 @@ from gpuaccept.operator.core.model import (
     DeleteProbePod,
     EmitEvent,
     Judge,
-    Judgement,
     NodeView,
     Observed,
     PatchNAStatus,
@@ -61,7 +61,7 @@ class NodeContext:
     spec: NodeAcceptancePolicySpec
     status: NodeAcceptanceStatus  # as read; a phase writes a new one
 
-    def judge_report(self, report: ProbeReport) -> Judgement | str:
+    def judge_report(self, report: ProbeReport) -> Verdict | str:
         """The judge's verdict, or why it failed. A report can pass the contract and
         still break the judge (a value outside what the summary allows): that is a
         bad report, never a reason for reconcile to raise and the node to hang."""

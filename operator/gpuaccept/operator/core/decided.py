@@ -8,6 +8,7 @@ there is room. Otherwise the node is kept as decided.
 
 from __future__ import annotations
 
+from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import Phase, Reason
 from gpuaccept.contracts.policy import PolicyChangeAction
@@ -19,8 +20,9 @@ from gpuaccept.operator.core.context import (
     cut,
 )
 from gpuaccept.operator.core.fleet import quarantine_allowed
-from gpuaccept.operator.core.model import Judgement, Plan
-from gpuaccept.operator.core.verdict import Evidence, record_verdict
+from gpuaccept.operator.core.model import Plan
+from gpuaccept.operator.core.report import report_problem
+from gpuaccept.operator.core.verdict import Evidence, failing_verdict, record_verdict
 
 DECIDED = frozenset({Phase.ACCEPTED, Phase.QUARANTINED, Phase.HELD})
 
@@ -47,13 +49,8 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
             return record_verdict(ctx, out, _rejudged(ctx), Evidence(st.report, rejudged=True))
     held_by_limit = st.phase == Phase.HELD and st.reason == REASON_BREAKER and not spec.dry_run
     if held_by_limit and quarantine_allowed(spec, ctx.obs.breaker):
-        judgement = Judgement(
-            accepted=False,
-            reasons=tuple(st.reasons),
-            checks=tuple(st.checks),
-            figures=st.figures,
-        )
-        return record_verdict(ctx, out, judgement, Evidence(st.report, rejudged=st.rejudged))
+        held = failing_verdict(tuple(st.reasons), checks=tuple(st.checks), figures=st.figures)
+        return record_verdict(ctx, out, held, Evidence(st.report, rejudged=st.rejudged))
     return _keep(ctx, out)
 
 
@@ -67,21 +64,26 @@ def policy_changed(ctx: NodeContext) -> bool:
     )
 
 
-def _rejudged(ctx: NodeContext) -> Judgement:
+def _rejudged(ctx: NodeContext) -> Verdict:
     """The stored report judged under the current policy."""
     st = ctx.status
     if st.report is None:  # an error verdict has no results to re-judge: it stands
-        return Judgement(
-            accepted=False,
-            reasons=tuple(st.reasons)
+        return failing_verdict(
+            tuple(st.reasons)
             or (Reason(check="probe", reason=REASON_PROBE_ERROR, message=st.message or ""),),
         )
+    problem = report_problem(
+        st.report,
+        node_gpus=ctx.node.gpus,
+        accept_simulated=ctx.obs.config.accept_simulated_reports,
+    )
+    if problem is not None:  # e.g. simulated, and this operator no longer judges those
+        error = Reason(check="probe", reason=REASON_PROBE_ERROR, message=problem.message)
+        return failing_verdict((error,), figures=st.figures)
     stored = ctx.judge_report(st.report)
     if isinstance(stored, str):  # the stored report cannot be judged
-        return Judgement(
-            accepted=False,
-            reasons=(Reason(check="probe", reason=REASON_PROBE_ERROR, message=stored),),
-        )
+        error = Reason(check="probe", reason=REASON_PROBE_ERROR, message=stored)
+        return failing_verdict((error,), figures=st.figures)
     return stored
 
 

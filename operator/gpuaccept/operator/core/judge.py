@@ -1,18 +1,12 @@
-"""The checks' pure ``evaluate`` as the core's :data:`Judge` (no torch, no NVML, no probe)."""
+"""The core's :data:`~gpuaccept.operator.core.model.Judge`: the checks' pure ``evaluate``.
+
+No torch, no NVML, no probe: :mod:`gpuaccept.checks` only. The core records the
+:class:`~gpuaccept.checks.verdict.Verdict` it returns as it is.
+"""
 
 from __future__ import annotations
 
-from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.verdict import evaluate
-from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.model import Judgement
+from gpuaccept.operator.core.model import Judge
 
-
-def judge(report: ProbeReport, policy: ProbePolicy) -> Judgement:
-    verdict = evaluate(report, policy)
-    return Judgement(
-        accepted=verdict.accepted,
-        reasons=tuple(verdict.reasons),
-        checks=tuple(verdict.checks),
-        figures=verdict.figures,
-    )
+judge: Judge = evaluate

@@ -12,12 +12,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
-from gpuaccept.contracts.nodeacceptance import (
-    CheckSummary,
-    KeyFigures,
-    NodeAcceptanceStatus,
-    Reason,
-)
+from gpuaccept.checks.verdict import Verdict
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
 
@@ -144,6 +140,9 @@ class OperatorConfig:
     default_timeout_seconds: int | None = None
     # The taint and label key prefixes a policy may name (--owned-key-prefix).
     owned_key_prefixes: tuple[str, ...] = (OWNED_KEY_PREFIX,)
+    # Judge reports of ``hardware: simulated`` (the demo, the tests, the
+    # benchmark). Off: such a report is an attempt error and never accepts.
+    accept_simulated_reports: bool = False
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run
@@ -152,17 +151,10 @@ class OperatorConfig:
         return run.timeout_seconds
 
 
-@dataclass(frozen=True)
-class Judgement:
-    """What the probe's pure ``evaluate`` decided, in the operator's terms."""
-
-    accepted: bool
-    reasons: tuple[Reason, ...] = ()
-    checks: tuple[CheckSummary, ...] = ()
-    figures: KeyFigures | None = None
-
-
-Judge = Callable[[ProbeReport, ProbePolicy], Judgement]
+# How the core judges a report: :func:`gpuaccept.checks.verdict.evaluate`, or a
+# stand-in in tests. Its :class:`~gpuaccept.checks.verdict.Verdict` is the verdict
+# the core records; the core builds one itself only for an error verdict.
+Judge = Callable[[ProbeReport, ProbePolicy], Verdict]
 
 
 @dataclass(frozen=True)
@@ -178,6 +170,9 @@ class Observed:
     # The API server refused to create this node's probe pod (e.g. a missing
     # ServiceAccount or a quota): the attempt failed, with this message.
     pod_create_error: str | None = None
+    # The API server refused this node's last status write (a 400/422, not a
+    # conflict or an outage): writing it again would fail the same way.
+    status_write_error: str | None = None
 
 
 # --------------------------------------------------------------------------- actions

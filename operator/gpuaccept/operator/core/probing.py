@@ -8,8 +8,16 @@ from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.context import WAIT_FOR_DELETION_SECONDS, NodeContext, PlanBuilder
 from gpuaccept.operator.core.model import CreateProbePod, Plan, PodView
 from gpuaccept.operator.core.pending import probe_manifest
-from gpuaccept.operator.core.report import validate_report
+from gpuaccept.operator.core.report import (
+    DEADLINE_EXCEEDED,
+    PROBE_TIMEOUT,
+    outcome_problem,
+    report_problem,
+    validate_report,
+)
 from gpuaccept.operator.core.verdict import Evidence, attempt_failed, record_verdict
+
+STATUS_WRITE_REFUSED = "StatusWriteRefused"
 
 # Container states that will not resolve by waiting.
 STUCK_WAITING = frozenset(
@@ -71,6 +79,11 @@ def plan_probing(ctx: NodeContext, out: PlanBuilder) -> Plan:
         seconds=timeout + obs.config.deadline_grace_seconds
     )
     remaining = (deadline - now).total_seconds()
+    if obs.status_write_error:
+        # The API server refused the status this attempt led to (e.g. a verdict):
+        # writing it again would fail the same way. End the attempt instead.
+        message = f"the API server refused the status update: {obs.status_write_error}"
+        return attempt_failed(ctx, out, reason=STATUS_WRITE_REFUSED, message=message, pod=pod)
     if pod is None:
         return _pod_missing(ctx, out, remaining)
     if pod.terminated or pod.phase in ("Succeeded", "Failed"):
@@ -91,21 +104,32 @@ def plan_probing(ctx: NodeContext, out: PlanBuilder) -> Plan:
 
 
 def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
+    """The pod ended: its report, judged, if the report and the pod's end can be trusted."""
     node = ctx.node
     if pod.message:
         result = validate_report(pod.message, node_name=node.name, boot_id=node.boot_id)
         if not isinstance(result, ProbeReport):
             return attempt_failed(ctx, out, reason=result.reason, message=result.message, pod=pod)
-        judgement = ctx.judge_report(result)
-        if isinstance(judgement, str):  # valid JSON the judge cannot use
-            return attempt_failed(ctx, out, reason="InvalidReport", message=judgement, pod=pod)
-        return record_verdict(ctx, out, judgement, Evidence(report=result, pod=pod))
+        problem = report_problem(
+            result,
+            node_gpus=node.gpus,
+            accept_simulated=ctx.obs.config.accept_simulated_reports,
+        )
+        if problem is not None:
+            return attempt_failed(ctx, out, reason=problem.reason, message=problem.message, pod=pod)
+        verdict = ctx.judge_report(result)
+        if isinstance(verdict, str):  # valid JSON the judge cannot use
+            return attempt_failed(ctx, out, reason="InvalidReport", message=verdict, pod=pod)
+        problem = outcome_problem(verdict, result, pod, node_gpus=node.gpus)
+        if problem is not None:
+            return attempt_failed(ctx, out, reason=problem.reason, message=problem.message, pod=pod)
+        return record_verdict(ctx, out, verdict, Evidence(report=result, pod=pod))
     why = pod.reason or pod.phase
     detail = pod.pod_message or ""
     if pod.exit_code is not None:
         detail = f"exit code {pod.exit_code}. {detail}".strip()
-    if pod.reason == "DeadlineExceeded":
-        return attempt_failed(ctx, out, reason="ProbeTimeout", message=f"{why}: {detail}", pod=pod)
+    if pod.reason == DEADLINE_EXCEEDED:
+        return attempt_failed(ctx, out, reason=PROBE_TIMEOUT, message=f"{why}: {detail}", pod=pod)
     return attempt_failed(
         ctx, out, reason="ProbeFailed", message=f"{why}: {detail or 'no report'}", pod=pod
     )

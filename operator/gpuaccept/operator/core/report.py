@@ -1,7 +1,16 @@
-"""Validation of a probe pod's termination message (pure).
+"""Whether a probe pod's result can be trusted (pure).
 
-Whatever is not a valid report for exactly this node and this boot is an
-error; an error never accepts a node.
+Three steps, each of which can only ever take trust away:
+
+1. :func:`validate_report`: the termination message is a valid report for
+   exactly this node and this boot;
+2. :func:`report_problem`: the report is what this operator may judge
+   (``hardware: simulated`` only when told so) and agrees with itself and with
+   the node (GPU counts);
+3. :func:`outcome_problem`: once judged, the verdict agrees with how the pod
+   ended (exit code, phase, deadline) and covers every GPU the node advertises.
+
+Whatever fails a step is an attempt error, never an accepted node.
 """
 
 from __future__ import annotations
@@ -10,13 +19,31 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from gpuaccept.checks import gpu_count, nccl_allreduce
+from gpuaccept.checks.spec import AnyCheckSpec
+from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
-from gpuaccept.contracts.report import ProbeReport, ReportTooLargeError, decode_termination_message
+from gpuaccept.contracts.probe_invocation import ProbeExit
+from gpuaccept.contracts.report import (
+    HardwareMode,
+    ProbeReport,
+    ReportTooLargeError,
+    decode_termination_message,
+)
+from gpuaccept.operator.core.model import PodView
+
+REPORT_MISMATCH = "ReportMismatch"
+SIMULATED_REPORT = "SimulatedReport"
+PROBE_TIMEOUT = "ProbeTimeout"
+PROBE_FAILED = "ProbeFailed"
+DEADLINE_EXCEEDED = "DeadlineExceeded"  # the pod reason when activeDeadlineSeconds ran out
 
 
 @dataclass(frozen=True)
 class ReportProblem:
-    reason: str  # one word: InvalidReport | ReportTooLargeError | ReportMismatch
+    # one word: InvalidReport | ReportTooLargeError | ReportMismatch | SimulatedReport
+    # | ProbeTimeout | ProbeFailed
+    reason: str
     message: str
 
 
@@ -46,11 +73,106 @@ def validate_report(message: str, *, node_name: str, boot_id: str) -> ProbeRepor
         return ReportProblem("InvalidReport", str(error)[:200])
     if report.node_name != node_name:
         return ReportProblem(
-            "ReportMismatch", f"report is for node {report.node_name!r}, not {node_name!r}"
+            REPORT_MISMATCH, f"report is for node {report.node_name!r}, not {node_name!r}"
         )
     if report.boot_id != boot_id:
         return ReportProblem(
-            "ReportMismatch",
+            REPORT_MISMATCH,
             f"report bootID {report.boot_id!r} does not match the node's {boot_id!r}",
         )
     return report
+
+
+def _observed(report: ProbeReport, check: AnyCheckSpec) -> object | None:
+    """``check``'s observed value as its model; None when absent or unparseable
+    (the judge then rules on it: an unparseable value is an error, never a pass)."""
+    result = report.result(check.name)
+    if result is None or result.observed is None:
+        return None
+    try:
+        parsed: object = check.parse(result.observed)
+    except ValueError:
+        return None
+    return parsed
+
+
+def report_problem(
+    report: ProbeReport, *, node_gpus: int, accept_simulated: bool
+) -> ReportProblem | None:
+    """Why a valid report still cannot be judged for this node, or None.
+
+    ``node_gpus`` is the node's advertised ``nvidia.com/gpu``: the probe pod
+    requests all of them and is told the count (``GPUACCEPT_EXPECTED_GPUS``),
+    so the report must echo it and cannot see more. Its own counts (summary,
+    ``gpu_count.visible``, the all-reduce ranks) must agree with each other.
+    """
+    if report.hardware is HardwareMode.SIMULATED and not accept_simulated:
+        return ReportProblem(
+            SIMULATED_REPORT,
+            "the report is from simulated hardware (a hardware profile); this operator "
+            "judges only real hardware (--accept-simulated-reports is off)",
+        )
+    seen = report.summary.gpu_count
+    if seen > node_gpus:
+        return ReportProblem(
+            REPORT_MISMATCH, f"report covers {seen} GPUs, the node advertises only {node_gpus}"
+        )
+    count = _observed(report, gpu_count.SPEC)
+    if isinstance(count, gpu_count.GpuCountObserved):
+        if count.advertised is not None and count.advertised != node_gpus:
+            return ReportProblem(
+                REPORT_MISMATCH,
+                f"report says the node advertises {count.advertised} GPUs; it advertises "
+                f"{node_gpus}",
+            )
+        if count.visible != seen:
+            return ReportProblem(
+                REPORT_MISMATCH,
+                f"report summary has {seen} GPUs but gpu_count saw {count.visible}",
+            )
+    allreduce = _observed(report, nccl_allreduce.SPEC)
+    if isinstance(allreduce, nccl_allreduce.NcclAllreduceObserved) and allreduce.ranks != seen:
+        return ReportProblem(
+            REPORT_MISMATCH,
+            f"report summary has {seen} GPUs but the all-reduce ran on {allreduce.ranks} ranks",
+        )
+    return None
+
+
+def outcome_problem(
+    verdict: Verdict, report: ProbeReport, pod: PodView, *, node_gpus: int
+) -> ReportProblem | None:
+    """Why the verdict on a finished pod's report cannot stand, or None.
+
+    The probe judges its report with the same policy and exits with the verdict
+    (:class:`~gpuaccept.contracts.probe_invocation.ProbeExit`): 0 and phase
+    ``Succeeded`` for accepted, 1 and ``Failed`` for not accepted. Any other
+    combination (a crash or kill after the report was written, a deadline, a
+    probe that disagrees with its own report) is an error. An accepting
+    verdict must also cover every GPU the node advertises.
+    """
+    if pod.reason == DEADLINE_EXCEEDED:
+        return ReportProblem(
+            PROBE_TIMEOUT, "the probe pod ran past its deadline (DeadlineExceeded)"
+        )
+    expected = ProbeExit.ACCEPTED if verdict.accepted else ProbeExit.QUARANTINED
+    if pod.exit_code not in (ProbeExit.ACCEPTED, ProbeExit.QUARANTINED):
+        code = "no exit code" if pod.exit_code is None else f"exit code {pod.exit_code}"
+        return ReportProblem(PROBE_FAILED, f"the probe ended with {code} after writing its report")
+    said = "passes" if verdict.accepted else "does not pass"
+    if pod.exit_code != expected:
+        return ReportProblem(
+            REPORT_MISMATCH,
+            f"the probe exited {pod.exit_code}, but its report {said} (expected exit {expected})",
+        )
+    phase = "Succeeded" if verdict.accepted else "Failed"
+    if pod.phase != phase:
+        return ReportProblem(
+            REPORT_MISMATCH, f"the probe pod is {pod.phase}, but its report {said}"
+        )
+    if verdict.accepted and report.summary.gpu_count != node_gpus:
+        return ReportProblem(
+            REPORT_MISMATCH,
+            f"report covers {report.summary.gpu_count} of the node's {node_gpus} GPUs",
+        )
+    return None

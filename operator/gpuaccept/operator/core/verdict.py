@@ -1,6 +1,7 @@
 """Recording a verdict, and an attempt that failed without one (pure).
 
-``record_verdict`` applies a :class:`Judgement` subject to dryRun and the
+``record_verdict`` applies a :class:`~gpuaccept.checks.verdict.Verdict` (the
+judge's, or :func:`failing_verdict`) subject to dryRun and the
 quarantine limit (:func:`gpuaccept.operator.core.fleet.quarantine_allowed`);
 ``attempt_failed`` retries with backoff and, once the retries are spent,
 records a ``ProbeError`` verdict. Neither ever accepts a node on an error.
@@ -12,8 +13,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
+from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import ACCEPTANCE_KIND
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
+from gpuaccept.contracts.nodeacceptance import (
+    CheckSummary,
+    KeyFigures,
+    NodeAcceptanceStatus,
+    Phase,
+    Reason,
+)
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.context import (
     REASON_BREAKER,
@@ -25,10 +33,28 @@ from gpuaccept.operator.core.context import (
     reasons_message,
 )
 from gpuaccept.operator.core.fleet import quarantine_allowed
-from gpuaccept.operator.core.model import Judgement, Plan, PodView
+from gpuaccept.operator.core.model import Plan, PodView
 
 HELD_QUARANTINE = "Quarantine"
 HELD_ACCEPT = "Accept"
+
+
+def failing_verdict(
+    reasons: tuple[Reason, ...],
+    *,
+    checks: tuple[CheckSummary, ...] = (),
+    figures: KeyFigures | None = None,
+) -> Verdict:
+    """A verdict that does not accept, on ``reasons``: an error, or a failing verdict
+    replayed from status. It carries no re-judged results: no new report is behind it."""
+    return Verdict(
+        accepted=False,
+        reasons=reasons,
+        warnings=(),
+        checks=checks,
+        figures=figures or KeyFigures(),
+        results=(),
+    )
 
 
 def attempt_failed(
@@ -62,21 +88,14 @@ def attempt_failed(
             out.delete_pod(pod)
         out.wake_in(backoff)
         return out.build(f"retry after {reason}")
-    judgement = Judgement(
-        accepted=False,
-        reasons=(
-            Reason(
-                check="probe",
-                reason=REASON_PROBE_ERROR,
-                message=cut(f"{reason}: {message}", 500),
-            ),
-        ),
+    error = Reason(
+        check="probe", reason=REASON_PROBE_ERROR, message=cut(f"{reason}: {message}", 500)
     )
-    return record_verdict(ctx, out, judgement, Evidence(pod=pod))
+    return record_verdict(ctx, out, failing_verdict((error,)), Evidence(pod=pod))
 
 
 def _outcome(
-    ctx: NodeContext, judgement: Judgement, summary: str
+    ctx: NodeContext, verdict: Verdict, summary: str
 ) -> tuple[Phase, str | None, str, str | None]:
     """(phase, reason, message, held action) for a verdict, and whether the breaker decided."""
     if ctx.spec.dry_run:
@@ -84,14 +103,14 @@ def _outcome(
             Phase.HELD,
             REASON_DRY_RUN,
             "dry run: would accept"
-            if judgement.accepted
+            if verdict.accepted
             else f"dry run: would quarantine: {summary}",
-            HELD_ACCEPT if judgement.accepted else HELD_QUARANTINE,
+            HELD_ACCEPT if verdict.accepted else HELD_QUARANTINE,
         )
-    if judgement.accepted:
+    if verdict.accepted:
         return Phase.ACCEPTED, None, "all required checks passed", None
     st, breaker, spec = ctx.status, ctx.obs.breaker, ctx.spec
-    main = judgement.reasons[0].reason if judgement.reasons else REASON_PROBE_ERROR
+    main = verdict.reasons[0].reason if verdict.reasons else REASON_PROBE_ERROR
     # Already quarantined under this policy: no new slot is taken. Under
     # another policy (the node was relabelled), it takes one here.
     already = st.phase == Phase.QUARANTINED and st.policy == ctx.policy.name
@@ -116,17 +135,17 @@ class Evidence:
 
 
 def record_verdict(
-    ctx: NodeContext, out: PlanBuilder, judgement: Judgement, evidence: Evidence
+    ctx: NodeContext, out: PlanBuilder, verdict: Verdict, evidence: Evidence
 ) -> Plan:
     """Record a verdict (subject to dryRun and the breaker) and act on the node."""
     st = ctx.status
     report, rejudged, pod = evidence.report, evidence.rejudged, evidence.pod
-    reasons = list(judgement.reasons)[:32]
+    reasons = list(verdict.reasons)[:32]
     summary = reasons_message(reasons)
-    phase, reason, message, held_action = _outcome(ctx, judgement, summary)
-    if not ctx.spec.dry_run and not judgement.accepted:
+    phase, reason, message, held_action = _outcome(ctx, verdict, summary)
+    if not ctx.spec.dry_run and not verdict.accepted:
         out.needs_breaker = True
-    if not reasons and not judgement.accepted:
+    if not reasons and not verdict.accepted:
         reasons = [Reason(check="probe", reason=REASON_PROBE_ERROR, message="no reason given")]
     update: dict[str, Any] = {
         "phase": phase,
@@ -145,14 +164,14 @@ def record_verdict(
         # The report this verdict came from; an error verdict has none. Keeping
         # an older one would let a later re-judge accept on stale evidence.
         update["report"] = report
-    if judgement.checks or report is not None:
-        update["checks"] = list(judgement.checks)[:32]
-    if judgement.figures is not None:
-        update["figures"] = judgement.figures
+    if verdict.checks or report is not None:
+        update["checks"] = list(verdict.checks)[:32]
+    if report is not None:  # the figures of the report judged (an error verdict has none)
+        update["figures"] = verdict.figures
     new = ctx.with_applied_keys(ctx.stamped(st, **update))
     out.write_status(st, new)
     if (new.phase, new.reason) != (st.phase, st.reason):
-        _verdict_events(out, new, summary, judgement.accepted)
+        _verdict_events(out, new, summary, verdict.accepted)
     out.ensure_node(ctx, new)
     if pod is not None and not pod.deleting:
         out.delete_pod(pod)
