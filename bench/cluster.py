@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from bench.audit import AUDIT_POLICY
-from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.contracts.api import (
     ACCEPTANCE_PLURAL,
     API_VERSION,
@@ -33,6 +33,9 @@ from gpuaccept.testsupport.controlplane import ControlPlane
 
 NAMESPACE = "gpuaccept-bench"
 POLICY_NAME = "bench"
+# The shipped default policy: the simulated profiles' `expect` verdicts, and the
+# probe's own verdict (its exit code), are stated against it.
+DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "policies" / "default-h100-h200.yaml"
 
 
 def start_cluster(state_dir: Path, audit_dir: Path) -> tuple[ControlPlane, Path]:
@@ -149,13 +152,15 @@ def identity(cp: ControlPlane, name: str, out_dir: Path, namespace: str = NAMESP
 
 
 def ensure_policy(api: client.ApiClient, selector: dict[str, str]) -> NodeAcceptancePolicySpec:
-    """The benchmark's policy: the defaults, with a breaker that never holds here.
+    """The benchmark's policy: the shipped default policy, with a breaker that never
+    holds here.
 
     10% of the fleet fails on purpose, and the default ``maxQuarantined`` (10%)
     would hold some of them (``Held``) instead of quarantining them; the
     benchmark measures the quarantine path, so the limit is 100%.
     """
-    spec = NodeAcceptancePolicySpec(node_selector=selector, max_quarantined="100%")
+    probe = ProbePolicy.model_validate(yaml.safe_load(DEFAULT_POLICY.read_text()))
+    spec = NodeAcceptancePolicySpec(node_selector=selector, max_quarantined="100%", probe=probe)
     body = {
         "apiVersion": API_VERSION,
         "kind": POLICY_KIND,

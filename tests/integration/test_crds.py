@@ -189,12 +189,14 @@ def sample_status(node: str) -> NodeAcceptanceStatus:
             CheckSummary(check="nccl_allreduce", status=CheckStatus.FAIL),
             CheckSummary(check="cpu_governor", status=CheckStatus.PASS),
         ],
-        figures=KeyFigures(
-            gpu_model="NVIDIA H100 80GB HBM3",
-            gpu_count=8,
-            busbw_gbps=80.5,
-            pcie="Gen5x16",
-            driver_version="550.54.15",
+        figures=KeyFigures.model_validate(
+            {
+                "gpuModel": "NVIDIA H100 80GB HBM3",
+                "gpuCount": 8,
+                "busbwGBps": 80.5,
+                "pcie": "Gen5x16",
+                "driverVersion": "550.54.15",
+            }
         ),
         policy="default",
         policy_generation=1,
@@ -247,14 +249,14 @@ def test_acceptance_status_round_trips_and_columns_show(cp: ControlPlane, name: 
         "NAME",
         "PHASE",
         "REASON",
-        "PCIE",  # the key figures' columns, in check registry order
-        "BUSBW",
+        "BUSBW",  # the key figures' columns, in their declared display order
+        "PCIE",
         "DRIVER",
         "PROBED",
         "AGE",
     ]
     row = table[1].split()
-    assert row[:6] == [name, "Quarantined", "LowBusBandwidth", "Gen5x16", "80.5", "550.54.15"]
+    assert row[:6] == [name, "Quarantined", "LowBusBandwidth", "80.5", "Gen5x16", "550.54.15"]
     wide = cp.kubectl("get", "na", name, "-o", "wide").stdout.splitlines()[0].split()
     assert wide[-3:] == ["AGE", "POLICY", "ATTEMPTS"] or {"POLICY", "ATTEMPTS"} <= set(wide)
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -69,6 +70,7 @@ SUITE_LABEL = "gpuaccept.io/test-suite"
 HEALTHY = str(ROOT / "profiles/h100-sxm-8gpu-healthy.yaml")
 DOWNSHIFT = str(ROOT / "profiles/h100-sxm-8gpu-idle-downshift.yaml")
 FAULTS = expected_fault_reasons(ROOT / "profiles" / "faults")  # each profile's expect.reason
+DEFAULT_POLICY = ROOT / "policies" / "default-h100-h200.yaml"
 PENDING_TAINT = {"key": PENDING_TAINT_KEY, "effect": "NoSchedule"}
 _counter = itertools.count()
 _operators: list[Operator] = []  # for failure messages
@@ -362,7 +364,8 @@ def quarantine_events(env: Env, name: str, kind: str) -> list[dict[str, Any]]:
 
 def test_each_fault_profile_is_quarantined_with_the_right_reason(env: Env) -> None:
     suite = suite_id("fault")
-    env.policy(suite, probe={"ncclAllreduce": {"minBusbwGBps": 350}})
+    # Each profile's `expect` is stated against the default policy.
+    env.policy(suite, probe=yaml.safe_load(DEFAULT_POLICY.read_text()))
     profiles = {fault: str(ROOT / f"profiles/faults/{fault}.yaml") for fault in FAULTS}
     names = env.nodes(suite, profiles)
     env.wait_phase(names, "Quarantined", timeout=180)
