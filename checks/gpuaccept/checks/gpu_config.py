@@ -1,0 +1,274 @@
+"""``gpu_config``: power limit, persistence, MIG and compute mode, and no clocks held low.
+
+Per GPU the probe reads the enforced power limit
+(``nvmlDeviceGetEnforcedPowerLimit``) and the default one
+(``nvmlDeviceGetPowerManagementDefaultLimit``), persistence mode
+(``nvmlDeviceGetPersistenceMode``), the current and pending MIG mode
+(``nvmlDeviceGetMigMode``) and the compute mode (``nvmlDeviceGetComputeMode``).
+An item NVML answers with NotSupported is listed in ``unsupported`` and not
+judged on that GPU.
+
+Clocks held low by configuration (application clocks, locked clocks: NVML
+reports both as the ``applications_clocks_setting`` clock event reason, and
+has no getter for locked clocks) are judged from the samples the
+``throttle_reasons`` check takes under load, not from a second load: the
+fraction of samples with that reason, and the median SM clock against
+``nvmlDeviceGetMaxClockInfo``. A GPU on which a power or thermal reason was
+sustained is left out of the SM clock rule (its clock is low for that reason,
+judged by ``throttle_reasons``). Without those samples (``throttleReasons``
+disabled or skipped) the clock rule is not judged.
+
+observed::
+
+    {"gpus": 8, "powerLimitW": [700, ...], "defaultPowerLimitW": [700, ...],
+     "persistenceOff": [3], "migEnabled": [], "migPending": {"2": "enabled"},
+     "computeModes": {"4": "exclusive_process"}, "unsupported": {"mig": [0]},
+     "loadSamples": 120, "appClocksFraction": {"6": 1.0},
+     "smClockFraction": [0.9, ...], "limited": [5]}
+
+Condensed: ``belowDefault`` (GPU → [enforced, default] W, the GPUs below their
+default only) instead of the two power columns, and ``minSmClockFraction`` /
+``minSmClockGpu`` (over the GPUs not ``limited``) instead of
+``smClockFraction``.
+"""
+
+from enum import StrEnum
+
+from pydantic import Field, JsonValue
+
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "GpuConfigFailed"
+
+
+class MigRequirement(StrEnum):
+    DISABLED = "disabled"
+    ENABLED = "enabled"
+    ANY = "any"
+
+
+class ComputeModeRequirement(StrEnum):
+    """``NVML_COMPUTEMODE_*`` names (EXCLUSIVE_THREAD is no longer supported by NVML)."""
+
+    DEFAULT = "default"
+    EXCLUSIVE_PROCESS = "exclusive_process"
+    PROHIBITED = "prohibited"
+    ANY = "any"
+
+
+class GpuConfigPolicy(CheckSwitch):
+    power_limit_tolerance: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="How far (a fraction of the default limit) the enforced power limit may be "
+        "below the default one.",
+    )
+    require_persistence: bool = Field(
+        default=True, description="Persistence mode must be on for every GPU."
+    )
+    mig_mode: MigRequirement = Field(
+        default=MigRequirement.DISABLED,
+        description="MIG mode every GPU must be in, now and after its next reset (pending).",
+    )
+    compute_mode: ComputeModeRequirement = Field(
+        default=ComputeModeRequirement.DEFAULT, description="Compute mode every GPU must be in."
+    )
+    max_app_clocks_fraction: float = Field(
+        default=0.1,
+        ge=0,
+        lt=1,
+        description="Under load, the applications_clocks_setting reason (application or locked "
+        "clocks) may be active in at most this fraction of a GPU's samples.",
+    )
+    min_sm_clock_fraction: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Under load, each GPU's median SM clock must reach this fraction of its "
+        "maximum (GPUs held by a power or thermal reason excepted).",
+    )
+
+
+class GpuConfigObserved(ObservedModel):
+    gpus: int = Field(ge=0)
+    # per GPU, index order, watts (detail: dropped when condensed)
+    power_limit_w: list[float] | None = Field(default=None, alias="powerLimitW")
+    default_power_limit_w: list[float] | None = Field(default=None, alias="defaultPowerLimitW")
+    persistence_off: list[int] | None = None
+    mig_enabled: list[int] | None = None
+    mig_pending: dict[str, str] | None = None  # GPU -> pending mode where it differs
+    compute_modes: dict[str, str] | None = None  # GPU -> mode, where not "default"
+    unsupported: dict[str, list[int]] | None = None  # item -> GPUs
+    # under load, from the throttle_reasons samples (absent: not sampled)
+    load_samples: int | None = Field(default=None, ge=0)
+    app_clocks_fraction: dict[str, float] | None = None  # GPU -> fraction, non-zero only
+    sm_clock_fraction: list[float] | None = None
+    limited: list[int] | None = None
+    failed_gpus: dict[str, str] | None = None
+    # condensed
+    below_default: dict[str, list[float]] | None = None
+    min_sm_clock_fraction: float | None = None
+    min_sm_clock_gpu: int | None = None
+
+
+def _below_default(o: GpuConfigObserved) -> dict[int, tuple[float, float]]:
+    if o.power_limit_w is not None and o.default_power_limit_w is not None:
+        return {
+            i: (enforced, default)
+            for i, (enforced, default) in enumerate(
+                zip(o.power_limit_w, o.default_power_limit_w, strict=False)
+            )
+            if default > 0 and enforced < default
+        }
+    return {int(g): (v[0], v[1]) for g, v in (o.below_default or {}).items() if len(v) == 2}
+
+
+def _power_findings(o: GpuConfigObserved, tolerance: float) -> list[str]:
+    low = {
+        gpu: (enforced, default)
+        for gpu, (enforced, default) in _below_default(o).items()
+        if enforced < default * (1 - tolerance)
+    }
+    if not low:
+        return []
+    worst = min(low, key=lambda g: low[g][0] / low[g][1])
+    enforced, default = low[worst]
+    return [
+        f"power limit {enforced:g} W < default {default:g} W - {tolerance:.0%} on "
+        f"{gpu_list(sorted(low))}"
+    ]
+
+
+def _mode_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
+    out = []
+    if p.require_persistence and o.persistence_off:
+        out.append(f"persistence mode off on {gpu_list(o.persistence_off)}")
+    mig_unknown = set((o.unsupported or {}).get("mig", []))
+    enabled = set(o.mig_enabled or [])
+    if p.mig_mode is MigRequirement.DISABLED and enabled:
+        out.append(f"MIG enabled on {gpu_list(sorted(enabled))}")
+    if p.mig_mode is MigRequirement.ENABLED:
+        disabled = [g for g in range(o.gpus) if g not in enabled and g not in mig_unknown]
+        if disabled:
+            out.append(f"MIG disabled on {gpu_list(disabled)}")
+    if p.mig_mode is not MigRequirement.ANY:
+        pending = [int(g) for g, mode in (o.mig_pending or {}).items() if mode != p.mig_mode]
+        if pending:
+            out.append(
+                f"MIG {'enable' if p.mig_mode is MigRequirement.DISABLED else 'disable'} "
+                f"pending (at next reset) on {gpu_list(sorted(pending))}"
+            )
+    if p.compute_mode is not ComputeModeRequirement.ANY:
+        unknown = set((o.unsupported or {}).get("computeMode", []))
+        modes = o.compute_modes or {}
+        wrong: dict[str, list[int]] = {}
+        for gpu in range(o.gpus):
+            mode = modes.get(str(gpu), "default")
+            if gpu not in unknown and mode != p.compute_mode:
+                wrong.setdefault(mode, []).append(gpu)
+        out += [f"compute mode {mode} on {gpu_list(gpus)}" for mode, gpus in wrong.items()]
+    return out
+
+
+def _clock_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
+    if o.load_samples is None:
+        return []
+    out = []
+    held = sorted(
+        int(g) for g, f in (o.app_clocks_fraction or {}).items() if f > p.max_app_clocks_fraction
+    )
+    if held:
+        out.append(
+            f"applications_clocks_setting under load (clocks set or locked) on {gpu_list(held)}"
+        )
+    limited = set(o.limited or [])
+    if o.sm_clock_fraction is not None:
+        low = [
+            (g, f)
+            for g, f in enumerate(o.sm_clock_fraction)
+            if g not in limited and f < p.min_sm_clock_fraction
+        ]
+    elif o.min_sm_clock_fraction is not None and o.min_sm_clock_gpu is not None:
+        low = [(o.min_sm_clock_gpu, o.min_sm_clock_fraction)]
+        low = [(g, f) for g, f in low if f < p.min_sm_clock_fraction]
+    else:
+        low = []
+    if low:
+        worst = min(f for _, f in low)
+        out.append(
+            f"SM clock under load {worst:.0%} of max < {p.min_sm_clock_fraction:.0%} on "
+            f"{gpu_list([g for g, _ in low])}"
+        )
+    return out
+
+
+def judge(
+    observed: GpuConfigObserved, policy: GpuConfigPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    expected: JsonValue = {
+        "powerLimitTolerance": policy.power_limit_tolerance,
+        "persistence": policy.require_persistence,
+        "migMode": str(policy.mig_mode),
+        "computeMode": str(policy.compute_mode),
+        "maxAppClocksFraction": policy.max_app_clocks_fraction,
+        "minSmClockFraction": policy.min_sm_clock_fraction,
+    }
+    lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
+    failing = (
+        lost
+        + _power_findings(observed, policy.power_limit_tolerance)
+        + _mode_findings(observed, policy)
+        + _clock_findings(observed, policy)
+    )
+    if failing:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing)))
+    notes = [
+        f"{item} not supported on {gpu_list(gpus)}"
+        for item, gpus in (observed.unsupported or {}).items()
+        if gpus
+    ]
+    if observed.load_samples is None:
+        notes.append("clocks under load not sampled (throttleReasons did not run)")
+    note = f" ({'; '.join(notes)}: not judged)" if notes else ""
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expected,
+        clip(
+            f"{observed.gpus} GPUs: power limit at default, persistence, MIG, compute mode and "
+            f"clocks under load as the policy says{note}"
+        ),
+    )
+
+
+def condense(observed: GpuConfigObserved) -> GpuConfigObserved:
+    update: dict[str, object] = {}
+    if observed.power_limit_w is not None:
+        update.update(
+            power_limit_w=None,
+            default_power_limit_w=None,
+            below_default={str(g): list(v) for g, v in _below_default(observed).items()} or None,
+        )
+    if observed.sm_clock_fraction is not None:
+        limited = set(observed.limited or [])
+        judged = [(f, g) for g, f in enumerate(observed.sm_clock_fraction) if g not in limited]
+        update["sm_clock_fraction"] = None
+        if judged:
+            fraction, gpu = min(judged)
+            update.update(min_sm_clock_fraction=fraction, min_sm_clock_gpu=gpu)
+    return observed.model_copy(update=update)
+
+
+SPEC = CheckSpec(
+    name="gpu_config",
+    title="GPU configuration",
+    summary="enforced power limit not below the default (5 % tolerance), persistence on, MIG "
+    "disabled, compute mode default, no clocks held low under load",
+    reason=REASON,
+    policy_model=GpuConfigPolicy,
+    observed_model=GpuConfigObserved,
+    judge=judge,
+    condense=condense,
+)

@@ -1,0 +1,219 @@
+"""``nvlink``: every GPU's active NVLinks against its model, and the link error counters.
+
+Per GPU the probe reads the number of links the device has
+(``NVML_FI_DEV_NVLINK_LINK_COUNT`` through ``nvmlDeviceGetFieldValues``; not
+the binding's ``NVML_NVLINK_MAX_LINKS`` of 36, which is no device's count),
+asks ``nvmlDeviceGetNvLinkState`` for each of those links, and reads the
+cumulative error counters of each link with ``nvmlDeviceGetNvLinkErrorCounter``
+(replay, recovery, and CRC = flit CRC + data CRC). The expected number of
+active links comes from the policy per GPU model (H100/H200 SXM: 18); a model
+without an entry (PCIe and NVL parts, whose bridges link pairs or none) has
+its links recorded, not judged. Counters above ``failAbove`` fail and above
+``warnAbove`` warn, per link.
+
+observed::
+
+    {"links": [18, 18, ...], "active": [18, 16, ...], "inactive": {"1": [16, 17]},
+     "errors": {"replay": {"3:7": 12}, "recovery": {"3:7": 1}}}
+
+(``links``/``active`` per GPU in index order; ``inactive``: GPU → its inactive
+links; ``errors``: counter → ``"gpu:link"`` → count, non-zero counts only;
+``countersUnsupported``: GPUs whose driver answers the counters with
+NotSupported: not judged.) Condensed: ``gpus``, ``links`` (the largest
+count), ``minActive`` and ``minActiveGpus`` instead of the columns, and
+``worst``: counter → ``[count, gpu, link]`` instead of ``errors``.
+"""
+
+from enum import StrEnum
+
+from pydantic import Field, JsonValue
+
+from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "NvlinkFailed"
+SHOWN = 3  # offending links named in a message, per kind
+
+
+class NvlinkCounter(StrEnum):
+    REPLAY = "replay"
+    RECOVERY = "recovery"
+    CRC = "crc"
+
+
+def _default_links() -> dict[str, float]:
+    return {"h100-sxm": 18, "h200-sxm": 18, "b200": 18}
+
+
+def _default_warn() -> dict[NvlinkCounter, int]:
+    return {NvlinkCounter.REPLAY: 0, NvlinkCounter.RECOVERY: 0, NvlinkCounter.CRC: 0}
+
+
+def _default_fail() -> dict[NvlinkCounter, int]:
+    return {NvlinkCounter.RECOVERY: 0}
+
+
+class NvlinkPolicy(CheckSwitch):
+    active_links_by_model: dict[str, float] = Field(
+        default_factory=_default_links,
+        description="Active NVLinks every GPU of this model must have: an exact NVML name or a "
+        "model class (docs/policy.md); a model not listed has its links recorded, not judged.",
+    )
+    warn_above: dict[NvlinkCounter, int] = Field(
+        default_factory=_default_warn,
+        description="Per link: a cumulative error count above this warns (replay, recovery, crc).",
+    )
+    fail_above: dict[NvlinkCounter, int] = Field(
+        default_factory=_default_fail,
+        description="Per link: a cumulative error count above this fails; a counter not listed "
+        "never fails.",
+    )
+
+
+class NvlinkObserved(ObservedModel):
+    # per GPU, index order (detail: dropped when condensed)
+    links: list[int] | None = None
+    active: list[int] | None = None
+    inactive: dict[str, list[int]] | None = None
+    errors: dict[str, dict[str, int]] | None = None  # counter -> "gpu:link" -> count
+    # both forms
+    counters_unsupported: list[int] | None = None
+    failed_gpus: dict[str, str] | None = None
+    # condensed
+    gpus: int | None = Field(default=None, ge=0)
+    max_links: int | None = Field(default=None, ge=0)
+    min_active: int | None = Field(default=None, ge=0)
+    min_active_gpus: list[int] | None = None
+    worst: dict[str, list[int]] | None = None  # counter -> [count, gpu, link]
+
+
+def _active_facts(o: NvlinkObserved) -> tuple[int, int, list[int]]:
+    """(GPUs, fewest active links, the GPUs with that few), from either form."""
+    if o.active is not None:
+        active = o.active
+        if not active:
+            return 0, 0, []
+        least = min(active)
+        return len(active), least, [i for i, a in enumerate(active) if a == least]
+    return o.gpus or 0, o.min_active or 0, o.min_active_gpus or []
+
+
+def _worst_errors(o: NvlinkObserved) -> dict[str, list[tuple[int, str]]]:
+    """counter → [(count, "GPU g link l")], largest first, from either form."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    if o.errors is not None:
+        for counter, by_link in o.errors.items():
+            entries = []
+            for where, count in by_link.items():
+                gpu, _, link = where.partition(":")
+                entries.append((count, f"GPU {gpu} link {link}"))
+            out[counter] = sorted(entries, reverse=True)
+    for counter, worst in (o.worst or {}).items():
+        if len(worst) == 3:
+            out.setdefault(counter, [(worst[0], f"GPU {worst[1]} link {worst[2]}")])
+    return out
+
+
+def _link_failures(o: NvlinkObserved, expected: int | None) -> list[str]:
+    gpus, least, where = _active_facts(o)
+    if expected is None or gpus == 0 or least >= expected:
+        return []
+    down = o.inactive or {}
+    named = []
+    for gpu in where[:SHOWN]:
+        links = down.get(str(gpu))
+        detail = f" (inactive: {', '.join(map(str, links[:6]))})" if links else ""
+        named.append(f"GPU {gpu}: {least} of {expected} NVLinks active{detail}")
+    more = f" (+{len(where) - SHOWN} GPUs)" if len(where) > SHOWN else ""
+    return ["; ".join(named) + more]
+
+
+def _counter_findings(o: NvlinkObserved, limits: dict[NvlinkCounter, int]) -> list[str]:
+    findings = []
+    for counter, entries in _worst_errors(o).items():
+        limit = limits.get(NvlinkCounter(counter)) if counter in set(NvlinkCounter) else None
+        if limit is None:
+            continue
+        over = [(count, where) for count, where in entries if count > limit]
+        if over:
+            shown = ", ".join(f"{where}: {count}" for count, where in over[:SHOWN])
+            more = f" (+{len(over) - SHOWN})" if len(over) > SHOWN else ""
+            findings.append(f"{counter} errors > {limit} on {shown}{more}")
+    return findings
+
+
+def expected_links(policy: NvlinkPolicy, summary: HardwareSummary) -> int | None:
+    value = per_model_value(policy.active_links_by_model, summary.gpu_model, None)
+    return None if value is None else int(value)
+
+
+def judge(
+    observed: NvlinkObserved, policy: NvlinkPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    expected_count = expected_links(policy, summary)
+    expected: JsonValue = {
+        "activeLinks": expected_count,
+        "warnAbove": {str(k): v for k, v in policy.warn_above.items()},
+        "failAbove": {str(k): v for k, v in policy.fail_above.items()},
+    }
+    lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
+    failing = lost + _link_failures(observed, expected_count)
+    failing += _counter_findings(observed, policy.fail_above)
+    if failing:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing)))
+    unsupported = (
+        f"; error counters not supported on {gpu_list(observed.counters_unsupported)}: not judged"
+        if observed.counters_unsupported
+        else ""
+    )
+    warning = _counter_findings(observed, policy.warn_above)
+    if warning:
+        return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warning) + unsupported))
+    gpus, least, _where = _active_facts(observed)
+    model = gpu_model_class(summary.gpu_model) or summary.gpu_model or "this model"
+    links = (
+        f"every GPU has >= {expected_count} active NVLinks ({least} at least)"
+        if expected_count is not None
+        else f"fewest active NVLinks {least} (no expected count for {model}: not judged)"
+    )
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expected,
+        clip(f"{gpus} GPUs: {links}; no error counter above its limit{unsupported}"),
+    )
+
+
+def condense(observed: NvlinkObserved) -> NvlinkObserved:
+    if observed.active is None:
+        return observed
+    gpus, least, where = _active_facts(observed)
+    worst: dict[str, list[int]] = {}
+    for counter, by_link in (observed.errors or {}).items():
+        if by_link:
+            at = max(by_link, key=by_link.__getitem__)
+            gpu, _, link = at.partition(":")
+            worst[counter] = [by_link[at], int(gpu), int(link)]
+    return NvlinkObserved(
+        counters_unsupported=observed.counters_unsupported,
+        failed_gpus=observed.failed_gpus,
+        gpus=gpus,
+        max_links=max(observed.links or [0]),
+        min_active=least,
+        min_active_gpus=where[:SHOWN],
+        worst=worst or None,
+    )
+
+
+SPEC = CheckSpec(
+    name="nvlink",
+    title="NVLink",
+    summary="every GPU has the active NVLinks its model should (H100/H200 SXM: 18); link "
+    "replay, recovery and CRC error counters within limits",
+    reason=REASON,
+    policy_model=NvlinkPolicy,
+    observed_model=NvlinkObserved,
+    judge=judge,
+    condense=condense,
+)

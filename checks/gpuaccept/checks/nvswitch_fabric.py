@@ -1,0 +1,188 @@
+"""``nvswitch_fabric``: every GPU registered with the NVSwitch fabric, and healthy on it.
+
+Per GPU the probe calls ``nvmlDeviceGetGpuFabricInfoV`` (with the v3
+structure, or v2 where the driver knows no v3; the deprecated
+``nvmlDeviceGetGpuFabricInfo`` only where the driver has no versioned call).
+On an NVSwitch system the state must be ``completed`` and its status success:
+until nvidia-fabricmanager (which must match the driver, or it does not start)
+has registered the GPU, CUDA fails with "system not yet initialized". The
+health mask (v2 and v3) and the health summary (v3) report degraded
+bandwidth, unhealthy routes, an incorrect configuration and recoveries in
+progress; ``failOn`` and ``warnOn`` decide. A GPU whose state is
+``not_supported`` is on no fabric: that passes only for a model the policy
+does not expect on one (PCIe and NVL parts).
+
+observed (one form; it is small)::
+
+    {"gpus": 8, "completed": 7, "notCompleted": {"5": "not_started"},
+     "statusErrors": {"3": 999}, "health": {"2": ["degraded_bandwidth"]},
+     "structVersion": 3}
+"""
+
+from enum import StrEnum
+
+from pydantic import Field, JsonValue
+
+from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "NvswitchFabricFailed"
+NOT_SUPPORTED = "not_supported"
+UNSUPPORTED = "unsupported"  # the fabric call itself answered NotSupported
+STATE_TEXT = {
+    "not_started": "fabric registration not started (nvidia-fabricmanager not running, or "
+    "not matching the driver)",
+    "in_progress": "fabric registration still in progress",
+    NOT_SUPPORTED: "on no NVSwitch fabric",
+    UNSUPPORTED: "no fabric info (NVML NotSupported)",
+}
+
+
+class FabricCondition(StrEnum):
+    """Conditions of the fabric health mask and summary (``NVML_GPU_FABRIC_HEALTH_*``)."""
+
+    DEGRADED_BANDWIDTH = "degraded_bandwidth"
+    ROUTE_UNHEALTHY = "route_unhealthy"
+    INCORRECT_CONFIGURATION = "incorrect_configuration"
+    UNHEALTHY = "unhealthy"  # health summary (v3)
+    ROUTE_RECOVERY = "route_recovery"
+    ACCESS_TIMEOUT_RECOVERY = "access_timeout_recovery"
+    LIMITED_CAPACITY = "limited_capacity"  # health summary (v3)
+
+
+def _default_expected() -> dict[str, float]:
+    return {"h100-sxm": 1, "h200-sxm": 1, "b200": 1}
+
+
+class NvswitchFabricPolicy(CheckSwitch):
+    expected_by_model: dict[str, float] = Field(
+        default_factory=_default_expected,
+        description="Models whose GPUs must be on an NVSwitch fabric (1) or need not be (0): an "
+        "exact NVML name or a model class; a model not listed need not be.",
+    )
+    fail_on: list[FabricCondition] = Field(
+        default_factory=lambda: [
+            FabricCondition.DEGRADED_BANDWIDTH,
+            FabricCondition.ROUTE_UNHEALTHY,
+            FabricCondition.INCORRECT_CONFIGURATION,
+            FabricCondition.UNHEALTHY,
+        ],
+        description="Fabric health conditions that fail the node on any GPU.",
+    )
+    warn_on: list[FabricCondition] = Field(
+        default_factory=lambda: [
+            FabricCondition.ROUTE_RECOVERY,
+            FabricCondition.ACCESS_TIMEOUT_RECOVERY,
+            FabricCondition.LIMITED_CAPACITY,
+        ],
+        description="Conditions that only warn; one in both lists fails.",
+    )
+
+
+class NvswitchFabricObserved(ObservedModel):
+    gpus: int = Field(ge=0)
+    completed: int = Field(ge=0)
+    all_state: str | None = Field(default=None, max_length=32)  # every GPU in this state
+    not_completed: dict[str, str] | None = None  # GPU -> state
+    status_errors: dict[str, int] | None = None  # GPU -> nvmlReturn of a completed registration
+    health: dict[str, list[str]] | None = None  # GPU -> conditions flagged
+    struct_version: int | None = Field(default=None, ge=1, le=9)
+    failed_gpus: dict[str, str] | None = None
+
+
+def _by_gpu(findings: dict[str, list[int]]) -> list[str]:
+    return [f"{gpu_list(gpus)}: {text}" for text, gpus in findings.items()]
+
+
+def _condition_findings(observed: NvswitchFabricObserved, conditions: set[str]) -> list[str]:
+    found: dict[str, list[int]] = {}
+    for gpu, flagged in sorted((observed.health or {}).items(), key=lambda i: int(i[0])):
+        for condition in flagged:
+            if condition in conditions:
+                found.setdefault(condition.replace("_", " "), []).append(int(gpu))
+    return _by_gpu(found)
+
+
+def _state_findings(observed: NvswitchFabricObserved) -> list[str]:
+    found: dict[str, list[int]] = {}
+    states = dict(observed.not_completed or {})
+    if observed.all_state is not None:
+        states = {str(gpu): observed.all_state for gpu in range(observed.gpus)}
+    for gpu, state in sorted(states.items(), key=lambda i: int(i[0])):
+        found.setdefault(STATE_TEXT.get(state, f"fabric state {state}"), []).append(int(gpu))
+    for gpu, code in sorted((observed.status_errors or {}).items(), key=lambda i: int(i[0])):
+        found.setdefault(f"fabric registration failed (NVML error {code})", []).append(int(gpu))
+    return _by_gpu(found)
+
+
+def _no_fabric(
+    observed: NvswitchFabricObserved, fabric_expected: bool, model: str, expected: JsonValue
+) -> CheckJudgement:
+    """Every GPU on no fabric (state not_supported) or without fabric info (NotSupported)."""
+    answer = (
+        "NVML fabric state not supported"
+        if observed.all_state == NOT_SUPPORTED
+        else "NVML answers the fabric call with NotSupported"
+    )
+    if not fabric_expected:
+        return CheckJudgement(
+            CheckStatus.PASS,
+            expected,
+            f"{observed.gpus} GPUs on no NVSwitch fabric ({answer}); none expected for {model}",
+        )
+    if observed.all_state == UNSUPPORTED:
+        return CheckJudgement(
+            CheckStatus.SKIP, expected, f"{answer}: cannot tell whether {model} is on its fabric"
+        )
+    return CheckJudgement(
+        CheckStatus.FAIL,
+        expected,
+        f"no GPU is on an NVSwitch fabric ({answer}); {model} is expected on one",
+    )
+
+
+def judge(
+    observed: NvswitchFabricObserved, policy: NvswitchFabricPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    fabric_expected = bool(per_model_value(policy.expected_by_model, summary.gpu_model, 0))
+    fail_on = {str(c) for c in policy.fail_on}
+    warn_on = {str(c) for c in policy.warn_on} - fail_on
+    fail_list: list[JsonValue] = [*sorted(fail_on)]
+    warn_list: list[JsonValue] = [*sorted(warn_on)]
+    expected: JsonValue = {
+        "fabric": fabric_expected,
+        "state": "completed",
+        "failOn": fail_list,
+        "warnOn": warn_list,
+    }
+    model = gpu_model_class(summary.gpu_model) or summary.gpu_model or "this model"
+    lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
+    if observed.all_state in (NOT_SUPPORTED, UNSUPPORTED) and not lost:
+        return _no_fabric(observed, fabric_expected, model, expected)
+    failing = lost + _state_findings(observed) + _condition_findings(observed, fail_on)
+    warning = _condition_findings(observed, warn_on)
+    if failing:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing + warning)))
+    if warning:
+        return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warning)))
+    version = f" (fabric info v{observed.struct_version})" if observed.struct_version else ""
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expected,
+        f"{observed.completed} GPUs registered with the NVSwitch fabric, no judged health "
+        f"condition{version}",
+    )
+
+
+SPEC = CheckSpec(
+    name="nvswitch_fabric",
+    title="NVSwitch fabric",
+    summary="on NVSwitch systems every GPU's fabric registration completed with success, no "
+    "degraded bandwidth or unhealthy route",
+    reason=REASON,
+    policy_model=NvswitchFabricPolicy,
+    observed_model=NvswitchFabricObserved,
+    judge=judge,
+)

@@ -1,0 +1,99 @@
+"""Measures :mod:`gpuaccept.checks.gpu_config`: power limits, persistence, MIG, compute
+mode, and the clocks ``throttle_reasons`` sampled under load (no second load)."""
+
+from dataclasses import dataclass, field
+
+from gpuaccept.checks.gpu_config import GpuConfigObserved, GpuConfigPolicy
+from gpuaccept.probe.hardware.base import (
+    GpuFailedError,
+    GpuSettings,
+    HardwareBackend,
+    Unavailable,
+)
+from gpuaccept.probe.measure.context import LoadClocks, ProbeContext
+
+FAILURE_MAX = 120
+
+
+@dataclass
+class _Settings:
+    """The GPUs' settings as the observed value lists them."""
+
+    enforced: list[float] = field(default_factory=list)
+    default: list[float] = field(default_factory=list)
+    persistence_off: list[int] = field(default_factory=list)
+    mig_enabled: list[int] = field(default_factory=list)
+    mig_pending: dict[str, str] = field(default_factory=dict)
+    compute: dict[str, str] = field(default_factory=dict)
+    unsupported: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, gpu: int, s: GpuSettings) -> None:
+        if s.power_limit_mw is None or s.default_power_limit_mw is None:
+            self.unsupported.setdefault("powerLimit", []).append(gpu)
+        self.enforced.append(round((s.power_limit_mw or 0) / 1000, 1))
+        self.default.append(round((s.default_power_limit_mw or 0) / 1000, 1))
+        if s.persistence is None:
+            self.unsupported.setdefault("persistence", []).append(gpu)
+        elif not s.persistence:
+            self.persistence_off.append(gpu)
+        if s.mig_current is None:
+            self.unsupported.setdefault("mig", []).append(gpu)
+        else:
+            if s.mig_current:
+                self.mig_enabled.append(gpu)
+            if s.mig_pending is not None and s.mig_pending != s.mig_current:
+                self.mig_pending[str(gpu)] = "enabled" if s.mig_pending else "disabled"
+        if s.compute_mode is None:
+            self.unsupported.setdefault("computeMode", []).append(gpu)
+        elif s.compute_mode != "default":
+            self.compute[str(gpu)] = s.compute_mode
+
+
+def _under_load(load: LoadClocks | None, gpus: list[int]) -> dict[str, object]:
+    """The clock fields of the observed value, from the throttle_reasons samples."""
+    if load is None:
+        return {}
+    # GPUs without clock samples (failed while sampled) are not judged here
+    unsampled = {g for g in gpus if g not in load.sm_clock_fraction}
+    return {
+        "load_samples": load.samples,
+        "app_clocks_fraction": {
+            str(g): f for g, f in sorted(load.app_clocks_fraction.items()) if f > 0
+        }
+        or None,
+        "sm_clock_fraction": [load.sm_clock_fraction.get(g, 0.0) for g in gpus]
+        if load.sm_clock_fraction
+        else None,
+        "limited": sorted(load.limited | unsampled) or None,
+    }
+
+
+def measure(
+    hardware: HardwareBackend, policy: GpuConfigPolicy, context: ProbeContext
+) -> GpuConfigObserved:
+    gpus = hardware.gpus()
+    if not gpus:
+        raise Unavailable("no GPU to read the configuration of")
+    settings = _Settings()
+    failed: dict[str, str] = {}
+    for gpu in gpus:
+        try:
+            if gpu.problem:
+                raise GpuFailedError(gpu.index, "enumeration", gpu.problem)
+            settings.add(gpu.index, hardware.gpu_settings(gpu.index))
+        except GpuFailedError as exc:
+            failed[str(gpu.index)] = f"{exc.step}: {exc.detail}"[:FAILURE_MAX]
+            settings.enforced.append(0.0)
+            settings.default.append(0.0)
+    observed = GpuConfigObserved(
+        gpus=len(gpus),
+        power_limit_w=settings.enforced,
+        default_power_limit_w=settings.default,
+        persistence_off=settings.persistence_off or None,
+        mig_enabled=settings.mig_enabled or None,
+        mig_pending=settings.mig_pending or None,
+        compute_modes=settings.compute or None,
+        unsupported=settings.unsupported or None,
+        failed_gpus=failed or None,
+    )
+    return observed.model_copy(update=_under_load(context.under_load, [g.index for g in gpus]))
