@@ -21,21 +21,23 @@ disabled or skipped) the clock rule is not judged.
 observed::
 
     {"gpus": 8, "powerLimitW": [700, ...], "defaultPowerLimitW": [700, ...],
-     "persistenceOff": [3], "migEnabled": [], "migPending": {"2": "enabled"},
-     "computeModes": {"4": "exclusive_process"}, "unsupported": {"mig": [0]},
+     "persistenceOff": "3", "migEnabled": "0-1", "migPending": {"2": "enabled"},
+     "computeModes": {"4": "exclusive_process"}, "unsupported": {"mig": "0-7"},
      "loadSamples": 120, "appClocksFraction": {"6": 1.0},
-     "smClockFraction": [0.9, ...], "limited": [5]}
+     "smClockFraction": [0.9, ...], "limited": "5"}
 
-Condensed: ``belowDefault`` (GPU → [enforced, default] W, the GPUs below their
-default only) instead of the two power columns, and ``minSmClockFraction`` /
-``minSmClockGpu`` (over the GPUs not ``limited``) instead of
-``smClockFraction``.
+(GPU sets are ranges, ``"0-3,5"``; maps keyed by GPUs group the GPUs that share
+a value.) Condensed: ``belowDefault`` (GPUs → [enforced, default] W, the GPUs
+below their default only) instead of the two power columns, and
+``minSmClockFraction`` / ``minSmClockGpu`` (over the GPUs not ``limited``)
+instead of ``smClockFraction``.
 """
 
 from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.gpu_ranges import group, parse_gpus, ungroup
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -97,19 +99,19 @@ class GpuConfigObserved(ObservedModel):
     # per GPU, index order, watts (detail: dropped when condensed)
     power_limit_w: list[float] | None = Field(default=None, alias="powerLimitW")
     default_power_limit_w: list[float] | None = Field(default=None, alias="defaultPowerLimitW")
-    persistence_off: list[int] | None = None
-    mig_enabled: list[int] | None = None
-    mig_pending: dict[str, str] | None = None  # GPU -> pending mode where it differs
-    compute_modes: dict[str, str] | None = None  # GPU -> mode, where not "default"
-    unsupported: dict[str, list[int]] | None = None  # item -> GPUs
+    persistence_off: str | None = None  # GPUs
+    mig_enabled: str | None = None  # GPUs
+    mig_pending: dict[str, str] | None = None  # GPUs -> pending mode where it differs
+    compute_modes: dict[str, str] | None = None  # GPUs -> mode, where not "default"
+    unsupported: dict[str, str] | None = None  # item -> GPUs
     # under load, from the throttle_reasons samples (absent: not sampled)
     load_samples: int | None = Field(default=None, ge=0)
-    app_clocks_fraction: dict[str, float] | None = None  # GPU -> fraction, non-zero only
+    app_clocks_fraction: dict[str, float] | None = None  # GPUs -> fraction, non-zero only
     sm_clock_fraction: list[float] | None = None
-    limited: list[int] | None = None
+    limited: str | None = None  # GPUs
     failed_gpus: dict[str, str] | None = None
     # condensed
-    below_default: dict[str, list[float]] | None = None
+    below_default: dict[str, list[float]] | None = None  # GPUs -> [enforced, default]
     min_sm_clock_fraction: float | None = None
     min_sm_clock_gpu: int | None = None
 
@@ -123,7 +125,7 @@ def _below_default(o: GpuConfigObserved) -> dict[int, tuple[float, float]]:
             )
             if default > 0 and enforced < default
         }
-    return {int(g): (v[0], v[1]) for g, v in (o.below_default or {}).items() if len(v) == 2}
+    return {g: (v[0], v[1]) for g, v in ungroup(o.below_default or {}).items() if len(v) == 2}
 
 
 def _power_findings(o: GpuConfigObserved, tolerance: float) -> list[str]:
@@ -145,9 +147,10 @@ def _power_findings(o: GpuConfigObserved, tolerance: float) -> list[str]:
 def _mode_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
     out = []
     if p.require_persistence and o.persistence_off:
-        out.append(f"persistence mode off on {gpu_list(o.persistence_off)}")
-    mig_unknown = set((o.unsupported or {}).get("mig", []))
-    enabled = set(o.mig_enabled or [])
+        out.append(f"persistence mode off on {gpu_list(parse_gpus(o.persistence_off))}")
+    unsupported = {item: set(parse_gpus(gpus)) for item, gpus in (o.unsupported or {}).items()}
+    mig_unknown = unsupported.get("mig", set())
+    enabled = set(parse_gpus(o.mig_enabled or "")) if o.mig_enabled else set()
     if p.mig_mode is MigRequirement.DISABLED and enabled:
         out.append(f"MIG enabled on {gpu_list(sorted(enabled))}")
     if p.mig_mode is MigRequirement.ENABLED:
@@ -155,18 +158,18 @@ def _mode_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
         if disabled:
             out.append(f"MIG disabled on {gpu_list(disabled)}")
     if p.mig_mode is not MigRequirement.ANY:
-        pending = [int(g) for g, mode in (o.mig_pending or {}).items() if mode != p.mig_mode]
+        pending = [g for g, mode in ungroup(o.mig_pending or {}).items() if mode != p.mig_mode]
         if pending:
             out.append(
                 f"MIG {'enable' if p.mig_mode is MigRequirement.DISABLED else 'disable'} "
                 f"pending (at next reset) on {gpu_list(sorted(pending))}"
             )
     if p.compute_mode is not ComputeModeRequirement.ANY:
-        unknown = set((o.unsupported or {}).get("computeMode", []))
-        modes = o.compute_modes or {}
+        unknown = unsupported.get("computeMode", set())
+        modes = ungroup(o.compute_modes or {})
         wrong: dict[str, list[int]] = {}
         for gpu in range(o.gpus):
-            mode = modes.get(str(gpu), "default")
+            mode = modes.get(gpu, "default")
             if gpu not in unknown and mode != p.compute_mode:
                 wrong.setdefault(mode, []).append(gpu)
         out += [f"compute mode {mode} on {gpu_list(gpus)}" for mode, gpus in wrong.items()]
@@ -178,13 +181,13 @@ def _clock_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
         return []
     out = []
     held = sorted(
-        int(g) for g, f in (o.app_clocks_fraction or {}).items() if f > p.max_app_clocks_fraction
+        g for g, f in ungroup(o.app_clocks_fraction or {}).items() if f > p.max_app_clocks_fraction
     )
     if held:
         out.append(
             f"applications_clocks_setting under load (clocks set or locked) on {gpu_list(held)}"
         )
-    limited = set(o.limited or [])
+    limited = set(parse_gpus(o.limited)) if o.limited else set()
     if o.sm_clock_fraction is not None:
         low = [
             (g, f)
@@ -226,9 +229,8 @@ def judge(
     if failing:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing)))
     notes = [
-        f"{item} not supported on {gpu_list(gpus)}"
+        f"{item} not supported on {gpu_list(parse_gpus(gpus))}"
         for item, gpus in (observed.unsupported or {}).items()
-        if gpus
     ]
     if observed.load_samples is None:
         notes.append("clocks under load not sampled (throttleReasons did not run)")
@@ -249,10 +251,10 @@ def condense(observed: GpuConfigObserved) -> GpuConfigObserved:
         update.update(
             power_limit_w=None,
             default_power_limit_w=None,
-            below_default={str(g): list(v) for g, v in _below_default(observed).items()} or None,
+            below_default=group({g: list(v) for g, v in _below_default(observed).items()}) or None,
         )
     if observed.sm_clock_fraction is not None:
-        limited = set(observed.limited or [])
+        limited = set(parse_gpus(observed.limited)) if observed.limited else set()
         judged = [(f, g) for g, f in enumerate(observed.sm_clock_fraction) if g not in limited]
         update["sm_clock_fraction"] = None
         if judged:

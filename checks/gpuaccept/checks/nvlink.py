@@ -29,6 +29,7 @@ from enum import StrEnum
 from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
+from gpuaccept.checks.gpu_ranges import parse_gpus
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -79,7 +80,7 @@ class NvlinkObserved(ObservedModel):
     inactive: dict[str, list[int]] | None = None
     errors: dict[str, dict[str, int]] | None = None  # counter -> "gpu:link" -> count
     # both forms
-    counters_unsupported: list[int] | None = None
+    counters_unsupported: str | None = None  # GPUs, "0-7"
     failed_gpus: dict[str, str] | None = None
     # condensed
     gpus: int | None = Field(default=None, ge=0)
@@ -164,7 +165,8 @@ def judge(
     if failing:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing)))
     unsupported = (
-        f"; error counters not supported on {gpu_list(observed.counters_unsupported)}: not judged"
+        f"; error counters not supported on {gpu_list(parse_gpus(observed.counters_unsupported))}"
+        ": not judged"
         if observed.counters_unsupported
         else ""
     )

@@ -12,11 +12,14 @@ progress; ``failOn`` and ``warnOn`` decide. A GPU whose state is
 ``not_supported`` is on no fabric: that passes only for a model the policy
 does not expect on one (PCIe and NVL parts).
 
-observed (one form; it is small)::
+observed (one form: GPU sets are ranges, so it stays small for 16 failing GPUs)::
 
     {"gpus": 8, "completed": 7, "notCompleted": {"5": "not_started"},
-     "statusErrors": {"3": 999}, "health": {"2": ["degraded_bandwidth"]},
+     "statusErrors": {"3": 999}, "health": {"degraded_bandwidth": "2,6"},
      "structVersion": 3}
+
+(``notCompleted``: GPUs → state; ``statusErrors``: GPUs → the registration's
+``nvmlReturn_t``; ``health``: condition → GPUs.)
 """
 
 from enum import StrEnum
@@ -24,6 +27,7 @@ from enum import StrEnum
 from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
+from gpuaccept.checks.gpu_ranges import parse_gpus, ungroup
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -84,10 +88,9 @@ class NvswitchFabricPolicy(CheckSwitch):
 class NvswitchFabricObserved(ObservedModel):
     gpus: int = Field(ge=0)
     completed: int = Field(ge=0)
-    all_state: str | None = Field(default=None, max_length=32)  # every GPU in this state
-    not_completed: dict[str, str] | None = None  # GPU -> state
-    status_errors: dict[str, int] | None = None  # GPU -> nvmlReturn of a completed registration
-    health: dict[str, list[str]] | None = None  # GPU -> conditions flagged
+    not_completed: dict[str, str] | None = None  # GPUs ("0-3,5") -> state
+    status_errors: dict[str, int] | None = None  # GPUs -> nvmlReturn of a completed registration
+    health: dict[str, str] | None = None  # condition -> GPUs
     struct_version: int | None = Field(default=None, ge=1, le=9)
     failed_gpus: dict[str, str] | None = None
 
@@ -97,24 +100,31 @@ def _by_gpu(findings: dict[str, list[int]]) -> list[str]:
 
 
 def _condition_findings(observed: NvswitchFabricObserved, conditions: set[str]) -> list[str]:
-    found: dict[str, list[int]] = {}
-    for gpu, flagged in sorted((observed.health or {}).items(), key=lambda i: int(i[0])):
-        for condition in flagged:
-            if condition in conditions:
-                found.setdefault(condition.replace("_", " "), []).append(int(gpu))
-    return _by_gpu(found)
+    return _by_gpu(
+        {
+            condition.replace("_", " "): parse_gpus(gpus)
+            for condition, gpus in (observed.health or {}).items()
+            if condition in conditions
+        }
+    )
 
 
 def _state_findings(observed: NvswitchFabricObserved) -> list[str]:
     found: dict[str, list[int]] = {}
-    states = dict(observed.not_completed or {})
-    if observed.all_state is not None:
-        states = {str(gpu): observed.all_state for gpu in range(observed.gpus)}
-    for gpu, state in sorted(states.items(), key=lambda i: int(i[0])):
-        found.setdefault(STATE_TEXT.get(state, f"fabric state {state}"), []).append(int(gpu))
-    for gpu, code in sorted((observed.status_errors or {}).items(), key=lambda i: int(i[0])):
-        found.setdefault(f"fabric registration failed (NVML error {code})", []).append(int(gpu))
+    for gpu, state in sorted(ungroup(observed.not_completed or {}).items()):
+        found.setdefault(STATE_TEXT.get(state, f"fabric state {state}"), []).append(gpu)
+    for gpu, code in sorted(ungroup(observed.status_errors or {}).items()):
+        found.setdefault(f"fabric registration failed (NVML error {code})", []).append(gpu)
     return _by_gpu(found)
+
+
+def _all_state(observed: NvswitchFabricObserved) -> str | None:
+    """The state every GPU is in, when none completed and all share one."""
+    states = ungroup(observed.not_completed or {})
+    distinct = set(states.values())
+    if observed.completed == 0 and len(states) == observed.gpus and len(distinct) == 1:
+        return distinct.pop()
+    return None
 
 
 def _no_fabric(
@@ -123,7 +133,7 @@ def _no_fabric(
     """Every GPU on no fabric (state not_supported) or without fabric info (NotSupported)."""
     answer = (
         "NVML fabric state not supported"
-        if observed.all_state == NOT_SUPPORTED
+        if _all_state(observed) == NOT_SUPPORTED
         else "NVML answers the fabric call with NotSupported"
     )
     if not fabric_expected:
@@ -132,7 +142,7 @@ def _no_fabric(
             expected,
             f"{observed.gpus} GPUs on no NVSwitch fabric ({answer}); none expected for {model}",
         )
-    if observed.all_state == UNSUPPORTED:
+    if _all_state(observed) == UNSUPPORTED:
         return CheckJudgement(
             CheckStatus.SKIP, expected, f"{answer}: cannot tell whether {model} is on its fabric"
         )
@@ -159,7 +169,7 @@ def judge(
     }
     model = gpu_model_class(summary.gpu_model) or summary.gpu_model or "this model"
     lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
-    if observed.all_state in (NOT_SUPPORTED, UNSUPPORTED) and not lost:
+    if _all_state(observed) in (NOT_SUPPORTED, UNSUPPORTED) and not lost:
         return _no_fabric(observed, fabric_expected, model, expected)
     failing = lost + _state_findings(observed) + _condition_findings(observed, fail_on)
     warning = _condition_findings(observed, warn_on)

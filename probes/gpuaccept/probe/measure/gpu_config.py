@@ -4,6 +4,7 @@ mode, and the clocks ``throttle_reasons`` sampled under load (no second load).""
 from dataclasses import dataclass, field
 
 from gpuaccept.checks.gpu_config import GpuConfigObserved, GpuConfigPolicy
+from gpuaccept.checks.gpu_ranges import format_gpus, group
 from gpuaccept.probe.hardware.base import (
     GpuFailedError,
     GpuSettings,
@@ -23,8 +24,8 @@ class _Settings:
     default: list[float] = field(default_factory=list)
     persistence_off: list[int] = field(default_factory=list)
     mig_enabled: list[int] = field(default_factory=list)
-    mig_pending: dict[str, str] = field(default_factory=dict)
-    compute: dict[str, str] = field(default_factory=dict)
+    mig_pending: dict[int, str] = field(default_factory=dict)
+    compute: dict[int, str] = field(default_factory=dict)
     unsupported: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, gpu: int, s: GpuSettings) -> None:
@@ -42,11 +43,11 @@ class _Settings:
             if s.mig_current:
                 self.mig_enabled.append(gpu)
             if s.mig_pending is not None and s.mig_pending != s.mig_current:
-                self.mig_pending[str(gpu)] = "enabled" if s.mig_pending else "disabled"
+                self.mig_pending[gpu] = "enabled" if s.mig_pending else "disabled"
         if s.compute_mode is None:
             self.unsupported.setdefault("computeMode", []).append(gpu)
         elif s.compute_mode != "default":
-            self.compute[str(gpu)] = s.compute_mode
+            self.compute[gpu] = s.compute_mode
 
 
 def _under_load(load: LoadClocks | None, gpus: list[int]) -> dict[str, object]:
@@ -57,14 +58,14 @@ def _under_load(load: LoadClocks | None, gpus: list[int]) -> dict[str, object]:
     unsampled = {g for g in gpus if g not in load.sm_clock_fraction}
     return {
         "load_samples": load.samples,
-        "app_clocks_fraction": {
-            str(g): f for g, f in sorted(load.app_clocks_fraction.items()) if f > 0
-        }
+        "app_clocks_fraction": group(
+            {g: round(f, 2) for g, f in load.app_clocks_fraction.items() if f > 0}
+        )
         or None,
         "sm_clock_fraction": [load.sm_clock_fraction.get(g, 0.0) for g in gpus]
         if load.sm_clock_fraction
         else None,
-        "limited": sorted(load.limited | unsampled) or None,
+        "limited": format_gpus(load.limited | unsampled) or None,
     }
 
 
@@ -89,11 +90,11 @@ def measure(
         gpus=len(gpus),
         power_limit_w=settings.enforced,
         default_power_limit_w=settings.default,
-        persistence_off=settings.persistence_off or None,
-        mig_enabled=settings.mig_enabled or None,
-        mig_pending=settings.mig_pending or None,
-        compute_modes=settings.compute or None,
-        unsupported=settings.unsupported or None,
+        persistence_off=format_gpus(settings.persistence_off) or None,
+        mig_enabled=format_gpus(settings.mig_enabled) or None,
+        mig_pending=group(settings.mig_pending) or None,
+        compute_modes=group(settings.compute) or None,
+        unsupported={item: format_gpus(g) for item, g in settings.unsupported.items()} or None,
         failed_gpus=failed or None,
     )
     return observed.model_copy(update=_under_load(context.under_load, [g.index for g in gpus]))

@@ -5,6 +5,7 @@ the binding's maximum of 36. A GPU NVML lost is named in ``failedGpus``; a
 GPU whose link count NVML cannot give makes the check ``skip`` (naming it).
 """
 
+from gpuaccept.checks.gpu_ranges import format_gpus
 from gpuaccept.checks.nvlink import NvlinkObserved, NvlinkPolicy
 from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unavailable
 from gpuaccept.probe.measure.context import ProbeContext
@@ -51,6 +52,6 @@ def measure(
         active=active,
         inactive=inactive or None,
         errors=errors or None,
-        counters_unsupported=unsupported or None,
+        counters_unsupported=format_gpus(unsupported) or None,
         failed_gpus=failed or None,
     )

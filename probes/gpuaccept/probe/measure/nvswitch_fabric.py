@@ -4,6 +4,7 @@
 state NVML reports: the GPU is on no fabric) are both recorded as they are.
 """
 
+from gpuaccept.checks.gpu_ranges import format_gpus, group
 from gpuaccept.checks.nvswitch_fabric import NvswitchFabricObserved, NvswitchFabricPolicy
 from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unavailable
 from gpuaccept.probe.measure.context import ProbeContext
@@ -18,9 +19,9 @@ def measure(
     if not gpus:
         raise Unavailable("no GPU to read the fabric state of")
     completed = 0
-    states: dict[str, str] = {}
-    status_errors: dict[str, int] = {}
-    health: dict[str, list[str]] = {}
+    states: dict[int, str] = {}
+    status_errors: dict[int, int] = {}
+    health: dict[str, list[int]] = {}
     versions: set[int] = set()
     failed: dict[str, str] = {}
     for gpu in gpus:
@@ -34,22 +35,19 @@ def measure(
         if info.struct_version:
             versions.add(info.struct_version)
         if info.state != "completed":
-            states[str(gpu.index)] = info.state
+            states[gpu.index] = info.state
             continue
         completed += 1
         if info.status != 0:
-            status_errors[str(gpu.index)] = info.status
-        if info.conditions:
-            health[str(gpu.index)] = list(info.conditions)
-    same = set(states.values())
-    all_state = same.pop() if len(same) == 1 and len(states) == len(gpus) else None
+            status_errors[gpu.index] = info.status
+        for condition in info.conditions:
+            health.setdefault(condition, []).append(gpu.index)
     return NvswitchFabricObserved(
         gpus=len(gpus),
         completed=completed,
-        all_state=all_state,
-        not_completed=None if all_state else states or None,
-        status_errors=status_errors or None,
-        health=health or None,
+        not_completed=group(states) or None,
+        status_errors=group(status_errors) or None,
+        health={condition: format_gpus(g) for condition, g in health.items()} or None,
         struct_version=min(versions) if versions else None,
         failed_gpus=failed or None,
     )
