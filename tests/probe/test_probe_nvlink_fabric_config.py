@@ -50,7 +50,7 @@ def judged(
 
 # --- nvlink -----------------------------------------------------------------------
 
-EIGHTEEN = [18] * 8
+EIGHTEEN = {"0-7": 18}
 
 
 @pytest.mark.parametrize(
@@ -58,13 +58,13 @@ EIGHTEEN = [18] * 8
     [
         ({"links": EIGHTEEN, "active": EIGHTEEN}, H100, CheckStatus.PASS, ">= 18 active"),
         (
-            {"links": EIGHTEEN, "active": [18] * 5 + [16, 18, 18], "inactive": {"5": [16, 17]}},
+            {"links": EIGHTEEN, "active": {"0-4,6-7": 18, "5": 16}, "inactive": {"5": [16, 17]}},
             H100,
             CheckStatus.FAIL,
             "GPU 5: 16 of 18 NVLinks active (inactive: 16, 17)",
         ),
         # an NVL part: no expected count, inactive links are recorded only
-        ({"links": EIGHTEEN, "active": [12] * 8}, H100_NVL, CheckStatus.PASS, "not judged"),
+        ({"links": EIGHTEEN, "active": {"0-7": 12}}, H100_NVL, CheckStatus.PASS, "not judged"),
         (
             {"links": EIGHTEEN, "active": EIGHTEEN, "errors": {"crc": {"4:3": 14}}},
             H100,
@@ -84,7 +84,11 @@ EIGHTEEN = [18] * 8
             "error counters not supported on GPUs 0, 1: not judged",
         ),
         (
-            {"links": [18, 0], "active": [18, 0], "failedGpus": {"1": "NVLink: lost"}},
+            {
+                "links": {"0": 18, "1": 0},
+                "active": {"0": 18, "1": 0},
+                "failedGpus": {"1": "NVLink: lost"},
+            },
             H100,
             CheckStatus.FAIL,
             "GPU 1 failed: NVLink: lost",
@@ -101,7 +105,11 @@ def test_nvlink_judge(
 
 def test_nvlink_fail_thresholds_come_from_the_policy() -> None:
     policy = ProbePolicy.model_validate({"nvlink": {"failAbove": {"replay": 100}}})
-    observed: JsonValue = {"links": [18], "active": [18], "errors": {"replay": {"0:1": 101}}}
+    observed: JsonValue = {
+        "links": {"0": 18},
+        "active": {"0": 18},
+        "errors": {"replay": {"0:1": 101}},
+    }
     assert judged(NVLINK, observed, policy=policy)[0] is CheckStatus.FAIL
     assert judged(NVLINK, observed)[0] is CheckStatus.WARN  # default: replay only warns
 
@@ -180,7 +188,7 @@ def test_fabric_judge(
 
 # --- gpu_config -----------------------------------------------------------------------
 
-W700 = [700.0] * 4
+W700 = {"0-3": 700}
 
 
 def config(**fields: Any) -> JsonValue:
@@ -193,8 +201,8 @@ def config(**fields: Any) -> JsonValue:
     ("observed", "status", "says"),
     [
         (config(), CheckStatus.PASS, "clocks under load not sampled"),
-        (config(powerLimitW=[500.0] * 4), CheckStatus.FAIL, "power limit 500 W < default 700 W"),
-        (config(powerLimitW=[690.0, 720.0, 700.0, 700.0]), CheckStatus.PASS, ""),
+        (config(powerLimitW={"0-3": 500}), CheckStatus.FAIL, "power limit 500 W < default 700 W"),
+        (config(powerLimitW={"0": 690, "1": 720, "2-3": 700}), CheckStatus.PASS, ""),
         (config(persistenceOff="1"), CheckStatus.FAIL, "persistence mode off on GPU 1"),
         (config(migEnabled="0"), CheckStatus.FAIL, "MIG enabled on GPU 0"),
         (config(migPending={"2": "enabled"}), CheckStatus.FAIL, "MIG enable pending"),
@@ -204,23 +212,23 @@ def config(**fields: Any) -> JsonValue:
             "compute mode exclusive_process on GPU 3",
         ),
         (
-            config(loadSamples=120, appClocksFraction={"1": 1.0}, smClockFraction=[0.9] * 4),
+            config(loadSamples=120, appClocksFraction={"1": 1.0}, smClockFraction={"0-3": 0.9}),
             CheckStatus.FAIL,
             "applications_clocks_setting under load (clocks set or locked) on GPU 1",
         ),
         (
-            config(loadSamples=120, smClockFraction=[0.9, 0.9, 0.4, 0.9]),
+            config(loadSamples=120, smClockFraction={"0-1,3": 0.9, "2": 0.4}),
             CheckStatus.FAIL,
             "SM clock under load 40% of max < 50% on GPU 2",
         ),
         # a GPU held by a power or thermal reason: its clock is throttle_reasons' to judge
         (
-            config(loadSamples=120, smClockFraction=[0.9, 0.9, 0.4, 0.9], limited="2"),
+            config(loadSamples=120, smClockFraction={"0-1,3": 0.9, "2": 0.4}, limited="2"),
             CheckStatus.PASS,
             "",
         ),
         (
-            config(unsupported={"mig": "0-3"}, loadSamples=120, smClockFraction=[1] * 4),
+            config(unsupported={"mig": "0-3"}, loadSamples=120, smClockFraction={"0-3": 1.0}),
             CheckStatus.PASS,
             "mig not supported on GPUs 0, 1, 2, 3",
         ),
@@ -240,7 +248,7 @@ def test_gpu_config_judge(observed: JsonValue, status: CheckStatus, says: str) -
         ({"migMode": "any"}, config(migEnabled="0"), CheckStatus.PASS),
         ({"computeMode": "any"}, config(computeModes={"0": "prohibited"}), CheckStatus.PASS),
         ({"requirePersistence": False}, config(persistenceOff="0"), CheckStatus.PASS),
-        ({"powerLimitTolerance": 0.3}, config(powerLimitW=[500.0] * 4), CheckStatus.PASS),
+        ({"powerLimitTolerance": 0.3}, config(powerLimitW={"0-3": 500}), CheckStatus.PASS),
     ],
 )
 def test_gpu_config_follows_the_policy(
@@ -257,8 +265,8 @@ def test_condensed_forms_of_16_failing_gpus_stay_small() -> None:
     sixteen = range(16)
     worst: dict[AnyCheckSpec, JsonValue] = {
         NVLINK: {
-            "links": [18] * 16,
-            "active": [10] * 16,
+            "links": {"0-15": 18},
+            "active": {"0-15": 10},
             "inactive": {str(g): list(range(10, 18)) for g in sixteen},
             "errors": {
                 c: {f"{g}:{link}": 1000 + g for g in sixteen for link in range(18)}
@@ -275,15 +283,15 @@ def test_condensed_forms_of_16_failing_gpus_stay_small() -> None:
         },
         GPU_CONFIG: config(
             gpus=16,
-            powerLimitW=[500.0] * 16,
-            defaultPowerLimitW=[700.0] * 16,
+            powerLimitW={str(g): 400 + g for g in sixteen},
+            defaultPowerLimitW={"0-15": 700},
             persistenceOff="0-15",
             migEnabled="0-15",
             migPending={"0-15": "disabled"},
             computeModes={"0-15": "prohibited"},
             loadSamples=120,
             appClocksFraction={"0-15": 1.0},
-            smClockFraction=[0.3] * 16,
+            smClockFraction={str(g): 0.3 + g / 100 for g in sixteen},
         ),
     }
     for check, observed in worst.items():

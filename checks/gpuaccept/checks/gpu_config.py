@@ -20,15 +20,15 @@ disabled or skipped) the clock rule is not judged.
 
 observed::
 
-    {"gpus": 8, "powerLimitW": [700, ...], "defaultPowerLimitW": [700, ...],
+    {"gpus": 8, "powerLimitW": {"0-7": 700}, "defaultPowerLimitW": {"0-7": 700},
      "persistenceOff": "3", "migEnabled": "0-1", "migPending": {"2": "enabled"},
      "computeModes": {"4": "exclusive_process"}, "unsupported": {"mig": "0-7"},
      "loadSamples": 120, "appClocksFraction": {"6": 1.0},
-     "smClockFraction": [0.9, ...], "limited": "5"}
+     "smClockFraction": {"0-4,6-7": 0.83, "5": 0.61}, "limited": "5"}
 
 (GPU sets are ranges, ``"0-3,5"``; maps keyed by GPUs group the GPUs that share
-a value.) Condensed: ``belowDefault`` (GPUs → [enforced, default] W, the GPUs
-below their default only) instead of the two power columns, and
+a value.) Condensed: ``belowDefault`` (GPUs → [enforced, default] W: the GPUs
+furthest below their default) instead of the two power maps, and
 ``minSmClockFraction`` / ``minSmClockGpu`` (over the GPUs not ``limited``)
 instead of ``smClockFraction``.
 """
@@ -37,7 +37,7 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.gpu_ranges import group, parse_gpus, ungroup
+from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus, ungroup
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -96,9 +96,9 @@ class GpuConfigPolicy(CheckSwitch):
 
 class GpuConfigObserved(ObservedModel):
     gpus: int = Field(ge=0)
-    # per GPU, index order, watts (detail: dropped when condensed)
-    power_limit_w: list[float] | None = Field(default=None, alias="powerLimitW")
-    default_power_limit_w: list[float] | None = Field(default=None, alias="defaultPowerLimitW")
+    # GPUs -> whole watts (detail: dropped when condensed)
+    power_limit_w: dict[str, int] | None = Field(default=None, alias="powerLimitW")
+    default_power_limit_w: dict[str, int] | None = Field(default=None, alias="defaultPowerLimitW")
     persistence_off: str | None = None  # GPUs
     mig_enabled: str | None = None  # GPUs
     mig_pending: dict[str, str] | None = None  # GPUs -> pending mode where it differs
@@ -107,23 +107,22 @@ class GpuConfigObserved(ObservedModel):
     # under load, from the throttle_reasons samples (absent: not sampled)
     load_samples: int | None = Field(default=None, ge=0)
     app_clocks_fraction: dict[str, float] | None = None  # GPUs -> fraction, non-zero only
-    sm_clock_fraction: list[float] | None = None
+    sm_clock_fraction: dict[str, float] | None = None  # GPUs -> median SM clock / max
     limited: str | None = None  # GPUs
     failed_gpus: dict[str, str] | None = None
     # condensed
-    below_default: dict[str, list[float]] | None = None  # GPUs -> [enforced, default]
+    below_default: dict[str, list[int]] | None = None  # GPUs -> [enforced, default] W
     min_sm_clock_fraction: float | None = None
     min_sm_clock_gpu: int | None = None
 
 
-def _below_default(o: GpuConfigObserved) -> dict[int, tuple[float, float]]:
+def _below_default(o: GpuConfigObserved) -> dict[int, tuple[int, int]]:
     if o.power_limit_w is not None and o.default_power_limit_w is not None:
+        enforced, default = ungroup(o.power_limit_w), ungroup(o.default_power_limit_w)
         return {
-            i: (enforced, default)
-            for i, (enforced, default) in enumerate(
-                zip(o.power_limit_w, o.default_power_limit_w, strict=False)
-            )
-            if default > 0 and enforced < default
+            g: (enforced[g], default[g])
+            for g in sorted(enforced)
+            if default.get(g, 0) > 0 and enforced[g] < default[g]
         }
     return {g: (v[0], v[1]) for g, v in ungroup(o.below_default or {}).items() if len(v) == 2}
 
@@ -191,7 +190,7 @@ def _clock_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
     if o.sm_clock_fraction is not None:
         low = [
             (g, f)
-            for g, f in enumerate(o.sm_clock_fraction)
+            for g, f in sorted(ungroup(o.sm_clock_fraction).items())
             if g not in limited and f < p.min_sm_clock_fraction
         ]
     elif o.min_sm_clock_fraction is not None and o.min_sm_clock_gpu is not None:
@@ -212,12 +211,12 @@ def judge(
     observed: GpuConfigObserved, policy: GpuConfigPolicy, summary: HardwareSummary
 ) -> CheckJudgement:
     expected: JsonValue = {
-        "powerLimitTolerance": policy.power_limit_tolerance,
+        "powerTolerance": policy.power_limit_tolerance,
         "persistence": policy.require_persistence,
-        "migMode": str(policy.mig_mode),
+        "mig": str(policy.mig_mode),
         "computeMode": str(policy.compute_mode),
-        "maxAppClocksFraction": policy.max_app_clocks_fraction,
-        "minSmClockFraction": policy.min_sm_clock_fraction,
+        "appClocksMax": policy.max_app_clocks_fraction,
+        "smClockMin": policy.min_sm_clock_fraction,
     }
     lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
     failing = (
@@ -238,11 +237,18 @@ def judge(
     return CheckJudgement(
         CheckStatus.PASS,
         expected,
-        clip(
-            f"{observed.gpus} GPUs: power limit at default, persistence, MIG, compute mode and "
-            f"clocks under load as the policy says{note}"
-        ),
+        clip(f"{observed.gpus} GPUs configured as the policy says{note}"),
     )
+
+
+def _worst_below_default(observed: GpuConfigObserved) -> dict[str, list[int]] | None:
+    """The GPUs furthest below their default limit (all sharing that pair), for the
+    condensed form: whether any GPU is out of tolerance depends on the worst only."""
+    below = _below_default(observed)
+    if not below:
+        return None
+    worst = min(below.values(), key=lambda v: v[0] / v[1])
+    return {format_gpus(g for g, v in below.items() if v == worst): list(worst)}
 
 
 def condense(observed: GpuConfigObserved) -> GpuConfigObserved:
@@ -251,11 +257,13 @@ def condense(observed: GpuConfigObserved) -> GpuConfigObserved:
         update.update(
             power_limit_w=None,
             default_power_limit_w=None,
-            below_default=group({g: list(v) for g, v in _below_default(observed).items()}) or None,
+            below_default=_worst_below_default(observed),
         )
     if observed.sm_clock_fraction is not None:
         limited = set(parse_gpus(observed.limited)) if observed.limited else set()
-        judged = [(f, g) for g, f in enumerate(observed.sm_clock_fraction) if g not in limited]
+        judged = [
+            (f, g) for g, f in ungroup(observed.sm_clock_fraction).items() if g not in limited
+        ]
         update["sm_clock_fraction"] = None
         if judged:
             fraction, gpu = min(judged)

@@ -13,15 +13,14 @@ its links recorded, not judged. Counters above ``failAbove`` fail and above
 
 observed::
 
-    {"links": [18, 18, ...], "active": [18, 16, ...], "inactive": {"1": [16, 17]},
+    {"links": {"0-7": 18}, "active": {"0,2-7": 18, "1": 16}, "inactive": {"1": [16, 17]},
      "errors": {"replay": {"3:7": 12}, "recovery": {"3:7": 1}}}
 
-(``links``/``active`` per GPU in index order; ``inactive``: GPU → its inactive
+(``links``/``active``: GPUs (ranges) → count; ``inactive``: GPU → its inactive
 links; ``errors``: counter → ``"gpu:link"`` → count, non-zero counts only;
 ``countersUnsupported``: GPUs whose driver answers the counters with
-NotSupported: not judged.) Condensed: ``gpus``, ``links`` (the largest
-count), ``minActive`` and ``minActiveGpus`` instead of the columns, and
-``worst``: counter → ``[count, gpu, link]`` instead of ``errors``.
+NotSupported: not judged.) Condensed: ``inactive`` dropped and ``worst``:
+counter → ``[count, gpu, link]`` instead of ``errors``.
 """
 
 from enum import StrEnum
@@ -29,7 +28,7 @@ from enum import StrEnum
 from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
-from gpuaccept.checks.gpu_ranges import parse_gpus
+from gpuaccept.checks.gpu_ranges import parse_gpus, ungroup
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -75,30 +74,24 @@ class NvlinkPolicy(CheckSwitch):
 
 class NvlinkObserved(ObservedModel):
     # per GPU, index order (detail: dropped when condensed)
-    links: list[int] | None = None
-    active: list[int] | None = None
+    links: dict[str, int] | None = None  # GPUs -> link count
+    active: dict[str, int] | None = None  # GPUs -> active links
     inactive: dict[str, list[int]] | None = None
     errors: dict[str, dict[str, int]] | None = None  # counter -> "gpu:link" -> count
     # both forms
     counters_unsupported: str | None = None  # GPUs, "0-7"
     failed_gpus: dict[str, str] | None = None
     # condensed
-    gpus: int | None = Field(default=None, ge=0)
-    max_links: int | None = Field(default=None, ge=0)
-    min_active: int | None = Field(default=None, ge=0)
-    min_active_gpus: list[int] | None = None
     worst: dict[str, list[int]] | None = None  # counter -> [count, gpu, link]
 
 
 def _active_facts(o: NvlinkObserved) -> tuple[int, int, list[int]]:
-    """(GPUs, fewest active links, the GPUs with that few), from either form."""
-    if o.active is not None:
-        active = o.active
-        if not active:
-            return 0, 0, []
-        least = min(active)
-        return len(active), least, [i for i, a in enumerate(active) if a == least]
-    return o.gpus or 0, o.min_active or 0, o.min_active_gpus or []
+    """(GPUs, fewest active links, the GPUs with that few)."""
+    active = ungroup(o.active or {})
+    if not active:
+        return 0, 0, []
+    least = min(active.values())
+    return len(active), least, sorted(g for g, a in active.items() if a == least)
 
 
 def _worst_errors(o: NvlinkObserved) -> dict[str, list[tuple[int, str]]]:
@@ -118,17 +111,21 @@ def _worst_errors(o: NvlinkObserved) -> dict[str, list[tuple[int, str]]]:
 
 
 def _link_failures(o: NvlinkObserved, expected: int | None) -> list[str]:
-    gpus, least, where = _active_facts(o)
-    if expected is None or gpus == 0 or least >= expected:
+    """GPUs below the expected count, grouped by their count (a lost GPU is named
+    as failed, not here); one GPU's inactive links are listed."""
+    if expected is None:
         return []
-    down = o.inactive or {}
-    named = []
-    for gpu in where[:SHOWN]:
-        links = down.get(str(gpu))
+    failed = o.failed_gpus or {}
+    by_count: dict[int, list[int]] = {}
+    for gpu, active in sorted(ungroup(o.active or {}).items()):
+        if active < expected and str(gpu) not in failed:
+            by_count.setdefault(active, []).append(gpu)
+    out = []
+    for active, gpus in sorted(by_count.items()):
+        links = (o.inactive or {}).get(str(gpus[0]), []) if len(gpus) == 1 else []
         detail = f" (inactive: {', '.join(map(str, links[:6]))})" if links else ""
-        named.append(f"GPU {gpu}: {least} of {expected} NVLinks active{detail}")
-    more = f" (+{len(where) - SHOWN} GPUs)" if len(where) > SHOWN else ""
-    return ["; ".join(named) + more]
+        out.append(f"{gpu_list(gpus)}: {active} of {expected} NVLinks active{detail}")
+    return out
 
 
 def _counter_findings(o: NvlinkObserved, limits: dict[NvlinkCounter, int]) -> list[str]:
@@ -156,7 +153,6 @@ def judge(
     expected_count = expected_links(policy, summary)
     expected: JsonValue = {
         "activeLinks": expected_count,
-        "warnAbove": {str(k): v for k, v in policy.warn_above.items()},
         "failAbove": {str(k): v for k, v in policy.fail_above.items()},
     }
     lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
@@ -176,35 +172,26 @@ def judge(
     gpus, least, _where = _active_facts(observed)
     model = gpu_model_class(summary.gpu_model) or summary.gpu_model or "this model"
     links = (
-        f"every GPU has >= {expected_count} active NVLinks ({least} at least)"
+        f">= {expected_count} active NVLinks"
         if expected_count is not None
-        else f"fewest active NVLinks {least} (no expected count for {model}: not judged)"
+        else f">= {least} active NVLinks (none expected for {model}: not judged)"
     )
     return CheckJudgement(
         CheckStatus.PASS,
         expected,
-        clip(f"{gpus} GPUs: {links}; no error counter above its limit{unsupported}"),
+        clip(f"{gpus} GPUs: {links}, error counts within limits{unsupported}"),
     )
 
 
 def condense(observed: NvlinkObserved) -> NvlinkObserved:
-    if observed.active is None:
-        return observed
-    gpus, least, where = _active_facts(observed)
     worst: dict[str, list[int]] = {}
     for counter, by_link in (observed.errors or {}).items():
         if by_link:
             at = max(by_link, key=by_link.__getitem__)
             gpu, _, link = at.partition(":")
             worst[counter] = [by_link[at], int(gpu), int(link)]
-    return NvlinkObserved(
-        counters_unsupported=observed.counters_unsupported,
-        failed_gpus=observed.failed_gpus,
-        gpus=gpus,
-        max_links=max(observed.links or [0]),
-        min_active=least,
-        min_active_gpus=where[:SHOWN],
-        worst=worst or None,
+    return observed.model_copy(
+        update={"inactive": None, "errors": None, "worst": worst or observed.worst}
     )
 
 

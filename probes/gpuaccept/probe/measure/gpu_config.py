@@ -20,8 +20,8 @@ FAILURE_MAX = 120
 class _Settings:
     """The GPUs' settings as the observed value lists them."""
 
-    enforced: list[float] = field(default_factory=list)
-    default: list[float] = field(default_factory=list)
+    enforced: dict[int, int] = field(default_factory=dict)
+    default: dict[int, int] = field(default_factory=dict)
     persistence_off: list[int] = field(default_factory=list)
     mig_enabled: list[int] = field(default_factory=list)
     mig_pending: dict[int, str] = field(default_factory=dict)
@@ -31,8 +31,8 @@ class _Settings:
     def add(self, gpu: int, s: GpuSettings) -> None:
         if s.power_limit_mw is None or s.default_power_limit_mw is None:
             self.unsupported.setdefault("powerLimit", []).append(gpu)
-        self.enforced.append(round((s.power_limit_mw or 0) / 1000, 1))
-        self.default.append(round((s.default_power_limit_mw or 0) / 1000, 1))
+        self.enforced[gpu] = round((s.power_limit_mw or 0) / 1000)
+        self.default[gpu] = round((s.default_power_limit_mw or 0) / 1000)
         if s.persistence is None:
             self.unsupported.setdefault("persistence", []).append(gpu)
         elif not s.persistence:
@@ -62,9 +62,10 @@ def _under_load(load: LoadClocks | None, gpus: list[int]) -> dict[str, object]:
             {g: round(f, 2) for g, f in load.app_clocks_fraction.items() if f > 0}
         )
         or None,
-        "sm_clock_fraction": [load.sm_clock_fraction.get(g, 0.0) for g in gpus]
-        if load.sm_clock_fraction
-        else None,
+        "sm_clock_fraction": group(
+            {g: round(f, 2) for g, f in load.sm_clock_fraction.items() if g in gpus}
+        )
+        or None,
         "limited": format_gpus(load.limited | unsampled) or None,
     }
 
@@ -84,12 +85,11 @@ def measure(
             settings.add(gpu.index, hardware.gpu_settings(gpu.index))
         except GpuFailedError as exc:
             failed[str(gpu.index)] = f"{exc.step}: {exc.detail}"[:FAILURE_MAX]
-            settings.enforced.append(0.0)
-            settings.default.append(0.0)
+            settings.enforced[gpu.index] = settings.default[gpu.index] = 0
     observed = GpuConfigObserved(
         gpus=len(gpus),
-        power_limit_w=settings.enforced,
-        default_power_limit_w=settings.default,
+        power_limit_w=group(settings.enforced),
+        default_power_limit_w=group(settings.default),
         persistence_off=format_gpus(settings.persistence_off) or None,
         mig_enabled=format_gpus(settings.mig_enabled) or None,
         mig_pending=group(settings.mig_pending) or None,

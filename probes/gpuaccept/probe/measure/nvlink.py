@@ -5,7 +5,7 @@ the binding's maximum of 36. A GPU NVML lost is named in ``failedGpus``; a
 GPU whose link count NVML cannot give makes the check ``skip`` (naming it).
 """
 
-from gpuaccept.checks.gpu_ranges import format_gpus
+from gpuaccept.checks.gpu_ranges import format_gpus, group
 from gpuaccept.checks.nvlink import NvlinkObserved, NvlinkPolicy
 from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unavailable
 from gpuaccept.probe.measure.context import ProbeContext
@@ -19,8 +19,8 @@ def measure(
     gpus = hardware.gpus()
     if not gpus:
         raise Unavailable("no GPU to read NVLinks of")
-    links: list[int] = []
-    active: list[int] = []
+    links: dict[int, int] = {}
+    active: dict[int, int] = {}
     inactive: dict[str, list[int]] = {}
     errors: dict[str, dict[str, int]] = {}
     unsupported: list[int] = []
@@ -32,11 +32,10 @@ def measure(
             state = hardware.nvlink(gpu.index)
         except GpuFailedError as exc:
             failed[str(gpu.index)] = f"{exc.step}: {exc.detail}"[:FAILURE_MAX]
-            links.append(0)
-            active.append(0)
+            links[gpu.index] = active[gpu.index] = 0
             continue
-        links.append(state.count)
-        active.append(len(state.active))
+        links[gpu.index] = state.count
+        active[gpu.index] = len(state.active)
         down = [link for link in range(state.count) if link not in state.active]
         if down:
             inactive[str(gpu.index)] = down
@@ -48,8 +47,8 @@ def measure(
                 if count > 0:
                     errors.setdefault(counter, {})[f"{gpu.index}:{link}"] = count
     return NvlinkObserved(
-        links=links,
-        active=active,
+        links=group(links),
+        active=group(active),
         inactive=inactive or None,
         errors=errors or None,
         counters_unsupported=format_gpus(unsupported) or None,
