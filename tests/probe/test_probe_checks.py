@@ -56,6 +56,9 @@ def test_registry_order_and_names() -> None:
         "pcie_link",
         "throttle_reasons",
         "nccl_allreduce",
+        "nvlink",
+        "nvswitch_fabric",
+        "gpu_config",
     ]
     for check in CHECKS:
         assert ProbePolicy().switch(check.name) is not None, check.name
@@ -75,7 +78,8 @@ def test_each_fault_fails_exactly_its_check(name: str, check: str) -> None:
     report = probe(fault(name))
     statuses = {r.check: r.status for r in report.results}
     assert statuses.pop(check) is CheckStatus.FAIL
-    assert set(statuses.values()) == {CheckStatus.PASS}, statuses
+    # a fault may show elsewhere as a warning (a 500 W cap: SW power cap), never more
+    assert set(statuses.values()) <= {CheckStatus.PASS, CheckStatus.WARN}, statuses
 
 
 def test_every_fault_profile_is_covered() -> None:

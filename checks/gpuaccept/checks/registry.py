@@ -12,8 +12,11 @@ Importing this module imports no torch, no NVML and no Kubernetes client.
 from gpuaccept.checks import (
     cpu_governor,
     driver_libraries,
+    gpu_config,
     gpu_count,
     nccl_allreduce,
+    nvlink,
+    nvswitch_fabric,
     pcie_link,
     throttle_reasons,
 )
@@ -26,6 +29,11 @@ CHECKS: tuple[AnyCheckSpec, ...] = (
     pcie_link.SPEC,
     throttle_reasons.SPEC,
     nccl_allreduce.SPEC,
+    # NVLink, the NVSwitch fabric, power and GPU configuration (issue 12 items 3, 4);
+    # gpu_config reuses the throttle_reasons samples under load, so it runs after it.
+    nvlink.SPEC,
+    nvswitch_fabric.SPEC,
+    gpu_config.SPEC,
 )
 
 BY_NAME: dict[str, AnyCheckSpec] = {check.name: check for check in CHECKS}

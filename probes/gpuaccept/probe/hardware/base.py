@@ -103,6 +103,39 @@ class VersionInfo:
     notes: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class NvlinkLinks:
+    """One GPU's NVLinks: the device's link count (``NVML_FI_DEV_NVLINK_LINK_COUNT``),
+    which of them are active, and each link's cumulative error counters."""
+
+    count: int
+    active: tuple[int, ...]  # the indices of the active links
+    # counter ("replay", "recovery", "crc") -> per link, index order; None: NotSupported
+    errors: dict[str, tuple[int, ...]] | None = None
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    """One GPU's ``nvmlDeviceGetGpuFabricInfoV`` answer."""
+
+    state: str  # "not_supported" | "not_started" | "in_progress" | "completed"
+    status: int = 0  # nvmlReturn_t of the registration (meaningful once completed)
+    conditions: tuple[str, ...] = ()  # flagged health conditions (FabricCondition names)
+    struct_version: int = 3
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    """One GPU's configuration; ``None`` where NVML answers NotSupported."""
+
+    power_limit_mw: int | None = None  # enforced
+    default_power_limit_mw: int | None = None
+    persistence: bool | None = None
+    mig_current: bool | None = None  # True: enabled
+    mig_pending: bool | None = None
+    compute_mode: str | None = None  # "default" | "exclusive_process" | "prohibited" | ...
+
+
 class HardwareBackend(Protocol):
     """What the checks may ask of the machine. Everything else is off limits."""
 
@@ -145,3 +178,14 @@ class HardwareBackend(Protocol):
         """Wait between samples (instant in simulation)."""
 
     def close(self) -> None: ...
+
+    def nvlink(self, gpu: int) -> NvlinkLinks:
+        """The GPU's NVLinks; raises :class:`Unavailable` when NVML cannot report the
+        link count, :class:`GpuFailedError` when NVML lost the GPU."""
+
+    def gpu_fabric(self, gpu: int) -> FabricInfo:
+        """The GPU's NVSwitch fabric state; raises :class:`Unavailable` when the driver
+        has no fabric call."""
+
+    def gpu_settings(self, gpu: int) -> GpuSettings:
+        """Power limits, persistence, MIG and compute mode (``None`` where unsupported)."""

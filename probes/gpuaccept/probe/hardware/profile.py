@@ -100,6 +100,50 @@ class ClockEventReasons(ProfileModel):
     )
 
 
+NvlinkCounterName = Literal["replay", "recovery", "crc"]
+FabricState = Literal["completed", "in_progress", "not_started", "not_supported", "unsupported"]
+FabricConditionName = Literal[
+    "degraded_bandwidth",
+    "route_unhealthy",
+    "incorrect_configuration",
+    "unhealthy",
+    "route_recovery",
+    "access_timeout_recovery",
+    "limited_capacity",
+]
+ComputeModeName = Literal["default", "exclusive_process", "prohibited"]
+UnsupportedItem = Literal[
+    "powerLimit", "persistence", "mig", "computeMode", "nvlinkCount", "nvlinkCounters"
+]
+
+
+class NvlinkSpec(ProfileModel):
+    links: int = Field(
+        default=18, ge=0, le=36, description="NVML_FI_DEV_NVLINK_LINK_COUNT (H100/H200: 18)."
+    )
+    inactive: list[Annotated[int, Field(ge=0, le=35)]] = Field(
+        default_factory=list, description="Links nvmlDeviceGetNvLinkState reports inactive."
+    )
+    errors: dict[NvlinkCounterName, dict[Annotated[int, Field(ge=0, le=35)], int]] = Field(
+        default_factory=dict,
+        description="Cumulative error counts: counter -> link -> count (crc = flit + data).",
+    )
+
+
+class FabricSpec(ProfileModel):
+    state: FabricState = Field(
+        default="completed",
+        description="nvmlGpuFabricState_t; 'unsupported': the call answers NotSupported.",
+    )
+    status: int = Field(default=0, ge=0, le=999, description="nvmlReturn_t of the registration.")
+    conditions: list[FabricConditionName] = Field(
+        default_factory=list, description="Health mask / summary conditions flagged."
+    )
+    struct_version: Literal[1, 2, 3] = Field(
+        default=3, description="The newest nvmlGpuFabricInfo structure the driver knows."
+    )
+
+
 GpuLoss = Literal["before", "under_load", "hangs"]
 
 
@@ -120,6 +164,17 @@ class GpuOverride(ProfileModel):
     sm_clock_max_mhz: int | None = Field(default=None, ge=1, le=10000, alias="smClockMaxMHz")
     sm_clock_load_mhz: int | None = Field(default=None, ge=1, le=10000, alias="smClockLoadMHz")
     lost: GpuLoss | None = None
+    nvlink: NvlinkSpec | None = None
+    fabric: FabricSpec | None = None
+    power_limit_w: float | None = Field(default=None, ge=0, le=5000, alias="powerLimitW")
+    default_power_limit_w: float | None = Field(
+        default=None, ge=0, le=5000, alias="defaultPowerLimitW"
+    )
+    persistence: bool | None = None
+    mig_enabled: bool | None = None
+    mig_pending: bool | None = None
+    compute_mode: ComputeModeName | None = None
+    unsupported: list[UnsupportedItem] | None = None
 
 
 class Gpu(ProfileModel):
@@ -153,6 +208,35 @@ class Gpu(ProfileModel):
         description="NVML answers GPU_IS_LOST for this GPU: from the start ('before', its "
         "handle cannot be had) or once it is loaded ('under_load'); or 'hangs': NVML still "
         "answers, but work on the GPU never completes (each wait hits its deadline).",
+    )
+    nvlink: NvlinkSpec = NvlinkSpec()
+    fabric: FabricSpec | None = Field(
+        default=None,
+        description="Default: completed for the NVSwitch (SXM) model classes, the call "
+        "NotSupported for the others.",
+    )
+    power_limit_w: float | None = Field(
+        default=None,
+        ge=0,
+        le=5000,
+        alias="powerLimitW",
+        description="nvmlDeviceGetEnforcedPowerLimit, W. Default: the default limit.",
+    )
+    default_power_limit_w: float = Field(
+        default=700,
+        ge=0,
+        le=5000,
+        alias="defaultPowerLimitW",
+        description="nvmlDeviceGetPowerManagementDefaultLimit, W (H100/H200 SXM: 700).",
+    )
+    persistence: bool = Field(default=True, description="Persistence mode.")
+    mig_enabled: bool = Field(default=False, description="Current MIG mode.")
+    mig_pending: bool | None = Field(
+        default=None, description="Pending MIG mode (after a reset). Default: the current."
+    )
+    compute_mode: ComputeModeName = "default"
+    unsupported: list[UnsupportedItem] = Field(
+        default_factory=list, description="What NVML answers with NotSupported on this GPU."
     )
 
     @property

@@ -30,14 +30,18 @@ from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
+    FabricInfo,
     GpuFailedError,
     GpuHungError,
     GpuInfo,
+    GpuSettings,
+    NvlinkLinks,
     PcieLinkState,
     Unavailable,
     VersionInfo,
 )
 from gpuaccept.probe.hardware.device_map import CudaDevice, cuda_ordinals
+from gpuaccept.probe.hardware.nvml_links import read_fabric, read_nvlink, read_settings
 from gpuaccept.probe.hardware.sysfs import (
     NoCpufreq,
     SysfsError,
@@ -504,3 +508,13 @@ class RealBackend:
             with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
             self._nvml = None
+
+    # --- NVLink, fabric, configuration (gpuaccept.probe.hardware.nvml_links) ---
+    def nvlink(self, gpu: int) -> NvlinkLinks:
+        return read_nvlink(self._require_nvml(), self._handle(gpu, "NVLink"), gpu)
+
+    def gpu_fabric(self, gpu: int) -> FabricInfo:
+        return read_fabric(self._require_nvml(), self._handle(gpu, "fabric state"), gpu)
+
+    def gpu_settings(self, gpu: int) -> GpuSettings:
+        return read_settings(self._require_nvml(), self._handle(gpu, "configuration"), gpu)

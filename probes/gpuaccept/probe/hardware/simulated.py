@@ -17,14 +17,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from gpuaccept.checks.gpu_models import gpu_model_class
 from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe import clocks
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
+    FabricInfo,
     GpuFailedError,
     GpuHungError,
     GpuInfo,
+    GpuSettings,
+    NvlinkLinks,
     PcieLinkState,
     Unavailable,
     VersionInfo,
@@ -48,7 +52,10 @@ from gpuaccept.probe.hardware.sysfs import (
 
 LOST = "NVML: GPU is lost (NVML_ERROR_GPU_IS_LOST)"
 SIM_IDLE_SM_MHZ = 345  # an idle H100's SM clock
-SIM_DEADLINE_S = 60.0  # the real backend's copy and load deadlines
+SIM_DEADLINE_S = 60.0
+NVSWITCH_CLASSES = frozenset(
+    {"h100-sxm", "h200-sxm", "b200"}
+)  # HGX boards: NVSwitch  # the real backend's copy and load deadlines
 KERNEL_MODULE_LINE = (
     "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Tue Mar  5 22:23:56 UTC 2024\n"
     "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
@@ -288,3 +295,58 @@ class SimulatedBackend:
 
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+    # --- NVLink, fabric, configuration ------------------------------------------
+    def nvlink(self, gpu: int) -> NvlinkLinks:
+        self._check_lost(gpu, "NVLink")
+        spec = self.profile.gpus.gpu(gpu)
+        if "nvlinkCount" in spec.unsupported:
+            raise Unavailable(f"GPU {gpu}: NVML gives no NVLink count (NotSupported)")
+        count = spec.nvlink.links
+        active = tuple(link for link in range(count) if link not in spec.nvlink.inactive)
+        errors = None
+        if "nvlinkCounters" not in spec.unsupported:
+            errors = {
+                name: tuple(
+                    spec.nvlink.errors.get(name, {}).get(link, 0) if link in active else 0
+                    for link in range(count)
+                )
+                for name in ("replay", "recovery", "crc")
+            }
+        return NvlinkLinks(count=count, active=active, errors=errors)
+
+    def gpu_fabric(self, gpu: int) -> FabricInfo:
+        """As NVML: the SXM (NVSwitch) classes complete their registration; the call
+        answers NotSupported on the other models, unless the profile says otherwise."""
+        self._check_lost(gpu, "fabric state")
+        spec = self.profile.gpus.gpu(gpu).fabric
+        if spec is None:
+            on_fabric = gpu_model_class(self.profile.gpus.model) in NVSWITCH_CLASSES
+            return (
+                FabricInfo(state="completed") if on_fabric else FabricInfo("unsupported", 0, (), 0)
+            )
+        if spec.state == "unsupported":
+            return FabricInfo(state="unsupported", struct_version=0)
+        conditions = tuple(spec.conditions)
+        if spec.struct_version < 3:  # no health summary before v3, no mask before v2
+            conditions = tuple(c for c in conditions if c not in ("unhealthy", "limited_capacity"))
+            conditions = conditions if spec.struct_version == 2 else ()
+        return FabricInfo(spec.state, spec.status, conditions, spec.struct_version)
+
+    def gpu_settings(self, gpu: int) -> GpuSettings:
+        self._check_lost(gpu, "configuration")
+        spec = self.profile.gpus.gpu(gpu)
+        off = set(spec.unsupported)
+        default_mw = round(spec.default_power_limit_w * 1000)
+        enforced = (
+            spec.power_limit_w if spec.power_limit_w is not None else spec.default_power_limit_w
+        )
+        pending = spec.mig_pending if spec.mig_pending is not None else spec.mig_enabled
+        return GpuSettings(
+            power_limit_mw=None if "powerLimit" in off else round(enforced * 1000),
+            default_power_limit_mw=None if "powerLimit" in off else default_mw,
+            persistence=None if "persistence" in off else spec.persistence,
+            mig_current=None if "mig" in off else spec.mig_enabled,
+            mig_pending=None if "mig" in off else pending,
+            compute_mode=None if "computeMode" in off else spec.compute_mode,
+        )

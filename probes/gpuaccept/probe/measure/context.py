@@ -4,9 +4,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True)
+class LoadClocks:
+    """What ``throttle_reasons`` saw under load, kept for ``gpu_config`` (which judges
+    clocks held low by configuration from the same samples, without a second load)."""
+
+    samples: int  # judged samples per GPU
+    app_clocks_fraction: dict[int, float]  # GPU -> fraction with applications_clocks_setting
+    sm_clock_fraction: dict[int, float]  # GPU -> median SM clock / its max
+    limited: frozenset[int]  # GPUs on which a power or thermal reason was sustained
+
+
 @dataclass
 class ProbeContext:
     # The node's advertised nvidia.com/gpu (GPUACCEPT_EXPECTED_GPUS), if known.
     advertised_gpus: int | None = None
     # Called with a short progress note while a long measurement runs.
     progress: Callable[[str], None] = field(default=lambda _note: None)
+    # Set by the throttle_reasons measurement; None until it has sampled under load.
+    under_load: LoadClocks | None = None

@@ -20,7 +20,7 @@ import statistics
 from gpuaccept.checks.throttle_reasons import ThrottleReasonsObserved, ThrottleReasonsPolicy
 from gpuaccept.probe import clocks
 from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unavailable
-from gpuaccept.probe.measure.context import ProbeContext
+from gpuaccept.probe.measure.context import LoadClocks, ProbeContext
 
 SAMPLE_INTERVAL_S = 0.5
 FAILURE_MAX = 120
@@ -46,9 +46,8 @@ def _sample(hardware: HardwareBackend, gpu: int, counted: bool, tally: Tally) ->
         return
     if not counted:
         return
-    for name in clocks.decode(mask):
-        if name not in clocks.IGNORED:
-            counts[name] = counts.get(name, 0) + 1
+    for name in clocks.decode(mask):  # ignored ones too: gpu_config judges app clocks
+        counts[name] = counts.get(name, 0) + 1
     with contextlib.suppress(Unavailable):
         sm.setdefault(gpu, []).append(hardware.sm_clock(gpu))
 
@@ -77,12 +76,15 @@ def measure(
                     hardware.sleep(SAMPLE_INTERVAL_S)
     except GpuFailedError as exc:  # a load thread hung or failed: that GPU, by name
         failed.setdefault(exc.gpu, f"{exc.step}: {exc.detail}"[:FAILURE_MAX])
-    names = sorted({name for counts in active.values() for name in counts})
+    names = sorted(
+        {name for counts in active.values() for name in counts if name not in clocks.IGNORED}
+    )
     fractions = {
         name: [round(active[gpu].get(name, 0) / judged, 3) for gpu in gpus] for name in names
     }
     clocks_complete = all(sm.get(gpu) for gpu in gpus if gpu not in failed)
     sm = {gpu: sm.get(gpu) or [(0, 0)] for gpu in gpus}  # 0 MHz: a failed GPU
+    context.under_load = _load_clocks(policy, judged, active, sm, failed)
     return ThrottleReasonsObserved(
         samples=judged,
         warmup_samples=warmup,
@@ -94,4 +96,36 @@ def measure(
         ),
         sm_clock_max_mhz=[max(m for _c, m in sm[gpu]) for gpu in gpus] if clocks_complete else None,
         failed_gpus={str(gpu): what for gpu, what in sorted(failed.items())} or None,
+    )
+
+
+def _load_clocks(
+    policy: ThrottleReasonsPolicy,
+    judged: int,
+    active: dict[int, dict[str, int]],
+    sm: dict[int, list[tuple[int, int]]],
+    failed: dict[int, str],
+) -> LoadClocks:
+    """The samples' clock facts for ``gpu_config``: application clocks, SM clock / max,
+    and the GPUs a power or thermal reason held (their clock is low for that reason)."""
+    app = "applications_clocks_setting"
+    fraction: dict[int, float] = {}
+    for gpu, samples in sm.items():
+        maximum = max(m for _c, m in samples)
+        if gpu not in failed and maximum > 0:
+            fraction[gpu] = round(statistics.median(c for c, _m in samples) / maximum, 3)
+    return LoadClocks(
+        samples=judged,
+        app_clocks_fraction={
+            gpu: round(counts.get(app, 0) / judged, 3) for gpu, counts in active.items()
+        },
+        sm_clock_fraction=fraction,
+        limited=frozenset(
+            gpu
+            for gpu, counts in active.items()
+            if any(
+                n not in clocks.IGNORED and c / judged > policy.max_active_fraction
+                for n, c in counts.items()
+            )
+        ),
     )

@@ -1,0 +1,284 @@
+"""``gpu_config``: power limit, persistence, MIG and compute mode, and no clocks held low.
+
+Per GPU the probe reads the enforced power limit
+(``nvmlDeviceGetEnforcedPowerLimit``) and the default one
+(``nvmlDeviceGetPowerManagementDefaultLimit``), persistence mode
+(``nvmlDeviceGetPersistenceMode``), the current and pending MIG mode
+(``nvmlDeviceGetMigMode``) and the compute mode (``nvmlDeviceGetComputeMode``).
+An item NVML answers with NotSupported is listed in ``unsupported`` and not
+judged on that GPU.
+
+Clocks held low by configuration (application clocks, locked clocks: NVML
+reports both as the ``applications_clocks_setting`` clock event reason, and
+has no getter for locked clocks) are judged from the samples the
+``throttle_reasons`` check takes under load, not from a second load: the
+fraction of samples with that reason, and the median SM clock against
+``nvmlDeviceGetMaxClockInfo``. A GPU on which a power or thermal reason was
+sustained is left out of the SM clock rule (its clock is low for that reason,
+judged by ``throttle_reasons``). Without those samples (``throttleReasons``
+disabled or skipped) the clock rule is not judged.
+
+observed::
+
+    {"gpus": 8, "powerLimitW": {"0-7": 700}, "defaultPowerLimitW": {"0-7": 700},
+     "persistenceOff": "3", "migEnabled": "0-1", "migPending": {"2": "enabled"},
+     "computeModes": {"4": "exclusive_process"}, "unsupported": {"mig": "0-7"},
+     "loadSamples": 120, "appClocksFraction": {"6": 1.0},
+     "smClockFraction": {"0-4,6-7": 0.83, "5": 0.61}, "limited": "5"}
+
+(GPU sets are ranges, ``"0-3,5"``; maps keyed by GPUs group the GPUs that share
+a value.) Condensed: ``belowDefault`` (GPUs → [enforced, default] W: the GPUs
+furthest below their default) instead of the two power maps, and
+``minSmClockFraction`` / ``minSmClockGpu`` (over the GPUs not ``limited``)
+instead of ``smClockFraction``.
+"""
+
+from enum import StrEnum
+
+from pydantic import Field, JsonValue
+
+from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus, ungroup
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "GpuConfigFailed"
+
+
+class MigRequirement(StrEnum):
+    DISABLED = "disabled"
+    ENABLED = "enabled"
+    ANY = "any"
+
+
+class ComputeModeRequirement(StrEnum):
+    """``NVML_COMPUTEMODE_*`` names (EXCLUSIVE_THREAD is no longer supported by NVML)."""
+
+    DEFAULT = "default"
+    EXCLUSIVE_PROCESS = "exclusive_process"
+    PROHIBITED = "prohibited"
+    ANY = "any"
+
+
+class GpuConfigPolicy(CheckSwitch):
+    power_limit_tolerance: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="How far (a fraction of the default limit) the enforced power limit may be "
+        "below the default one.",
+    )
+    require_persistence: bool = Field(
+        default=True, description="Persistence mode must be on for every GPU."
+    )
+    mig_mode: MigRequirement = Field(
+        default=MigRequirement.DISABLED,
+        description="MIG mode every GPU must be in, now and after its next reset (pending).",
+    )
+    compute_mode: ComputeModeRequirement = Field(
+        default=ComputeModeRequirement.DEFAULT, description="Compute mode every GPU must be in."
+    )
+    max_app_clocks_fraction: float = Field(
+        default=0.1,
+        ge=0,
+        lt=1,
+        description="Under load, the applications_clocks_setting reason (application or locked "
+        "clocks) may be active in at most this fraction of a GPU's samples.",
+    )
+    min_sm_clock_fraction: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Under load, each GPU's median SM clock must reach this fraction of its "
+        "maximum (GPUs held by a power or thermal reason excepted).",
+    )
+
+
+class GpuConfigObserved(ObservedModel):
+    gpus: int = Field(ge=0)
+    # GPUs -> whole watts (detail: dropped when condensed)
+    power_limit_w: dict[str, int] | None = Field(default=None, alias="powerLimitW")
+    default_power_limit_w: dict[str, int] | None = Field(default=None, alias="defaultPowerLimitW")
+    persistence_off: str | None = None  # GPUs
+    mig_enabled: str | None = None  # GPUs
+    mig_pending: dict[str, str] | None = None  # GPUs -> pending mode where it differs
+    compute_modes: dict[str, str] | None = None  # GPUs -> mode, where not "default"
+    unsupported: dict[str, str] | None = None  # item -> GPUs
+    # under load, from the throttle_reasons samples (absent: not sampled)
+    load_samples: int | None = Field(default=None, ge=0)
+    app_clocks_fraction: dict[str, float] | None = None  # GPUs -> fraction, non-zero only
+    sm_clock_fraction: dict[str, float] | None = None  # GPUs -> median SM clock / max
+    limited: str | None = None  # GPUs
+    failed_gpus: dict[str, str] | None = None
+    # condensed
+    below_default: dict[str, list[int]] | None = None  # GPUs -> [enforced, default] W
+    min_sm_clock_fraction: float | None = None
+    min_sm_clock_gpu: int | None = None
+
+
+def _below_default(o: GpuConfigObserved) -> dict[int, tuple[int, int]]:
+    if o.power_limit_w is not None and o.default_power_limit_w is not None:
+        enforced, default = ungroup(o.power_limit_w), ungroup(o.default_power_limit_w)
+        return {
+            g: (enforced[g], default[g])
+            for g in sorted(enforced)
+            if default.get(g, 0) > 0 and enforced[g] < default[g]
+        }
+    return {g: (v[0], v[1]) for g, v in ungroup(o.below_default or {}).items() if len(v) == 2}
+
+
+def _power_findings(o: GpuConfigObserved, tolerance: float) -> list[str]:
+    low = {
+        gpu: (enforced, default)
+        for gpu, (enforced, default) in _below_default(o).items()
+        if enforced < default * (1 - tolerance)
+    }
+    if not low:
+        return []
+    worst = min(low, key=lambda g: low[g][0] / low[g][1])
+    enforced, default = low[worst]
+    return [
+        f"power limit {enforced:g} W < default {default:g} W - {tolerance:.0%} on "
+        f"{gpu_list(sorted(low))}"
+    ]
+
+
+def _mode_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
+    out = []
+    if p.require_persistence and o.persistence_off:
+        out.append(f"persistence mode off on {gpu_list(parse_gpus(o.persistence_off))}")
+    unsupported = {item: set(parse_gpus(gpus)) for item, gpus in (o.unsupported or {}).items()}
+    mig_unknown = unsupported.get("mig", set())
+    enabled = set(parse_gpus(o.mig_enabled or "")) if o.mig_enabled else set()
+    if p.mig_mode is MigRequirement.DISABLED and enabled:
+        out.append(f"MIG enabled on {gpu_list(sorted(enabled))}")
+    if p.mig_mode is MigRequirement.ENABLED:
+        disabled = [g for g in range(o.gpus) if g not in enabled and g not in mig_unknown]
+        if disabled:
+            out.append(f"MIG disabled on {gpu_list(disabled)}")
+    if p.mig_mode is not MigRequirement.ANY:
+        pending = [g for g, mode in ungroup(o.mig_pending or {}).items() if mode != p.mig_mode]
+        if pending:
+            out.append(
+                f"MIG {'enable' if p.mig_mode is MigRequirement.DISABLED else 'disable'} "
+                f"pending (at next reset) on {gpu_list(sorted(pending))}"
+            )
+    if p.compute_mode is not ComputeModeRequirement.ANY:
+        unknown = unsupported.get("computeMode", set())
+        modes = ungroup(o.compute_modes or {})
+        wrong: dict[str, list[int]] = {}
+        for gpu in range(o.gpus):
+            mode = modes.get(gpu, "default")
+            if gpu not in unknown and mode != p.compute_mode:
+                wrong.setdefault(mode, []).append(gpu)
+        out += [f"compute mode {mode} on {gpu_list(gpus)}" for mode, gpus in wrong.items()]
+    return out
+
+
+def _clock_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
+    if o.load_samples is None:
+        return []
+    out = []
+    held = sorted(
+        g for g, f in ungroup(o.app_clocks_fraction or {}).items() if f > p.max_app_clocks_fraction
+    )
+    if held:
+        out.append(
+            f"applications_clocks_setting under load (clocks set or locked) on {gpu_list(held)}"
+        )
+    limited = set(parse_gpus(o.limited)) if o.limited else set()
+    if o.sm_clock_fraction is not None:
+        low = [
+            (g, f)
+            for g, f in sorted(ungroup(o.sm_clock_fraction).items())
+            if g not in limited and f < p.min_sm_clock_fraction
+        ]
+    elif o.min_sm_clock_fraction is not None and o.min_sm_clock_gpu is not None:
+        low = [(o.min_sm_clock_gpu, o.min_sm_clock_fraction)]
+        low = [(g, f) for g, f in low if f < p.min_sm_clock_fraction]
+    else:
+        low = []
+    if low:
+        worst = min(f for _, f in low)
+        out.append(
+            f"SM clock under load {worst:.0%} of max < {p.min_sm_clock_fraction:.0%} on "
+            f"{gpu_list([g for g, _ in low])}"
+        )
+    return out
+
+
+def judge(
+    observed: GpuConfigObserved, policy: GpuConfigPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    expected: JsonValue = {
+        "powerTolerance": policy.power_limit_tolerance,
+        "persistence": policy.require_persistence,
+        "mig": str(policy.mig_mode),
+        "computeMode": str(policy.compute_mode),
+        "appClocksMax": policy.max_app_clocks_fraction,
+        "smClockMin": policy.min_sm_clock_fraction,
+    }
+    lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
+    failing = (
+        lost
+        + _power_findings(observed, policy.power_limit_tolerance)
+        + _mode_findings(observed, policy)
+        + _clock_findings(observed, policy)
+    )
+    if failing:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing)))
+    notes = [
+        f"{item} not supported on {gpu_list(parse_gpus(gpus))}"
+        for item, gpus in (observed.unsupported or {}).items()
+    ]
+    if observed.load_samples is None:
+        notes.append("clocks under load not sampled (throttleReasons did not run)")
+    note = f" ({'; '.join(notes)}: not judged)" if notes else ""
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expected,
+        clip(f"{observed.gpus} GPUs configured as the policy says{note}"),
+    )
+
+
+def _worst_below_default(observed: GpuConfigObserved) -> dict[str, list[int]] | None:
+    """The GPUs furthest below their default limit (all sharing that pair), for the
+    condensed form: whether any GPU is out of tolerance depends on the worst only."""
+    below = _below_default(observed)
+    if not below:
+        return None
+    worst = min(below.values(), key=lambda v: v[0] / v[1])
+    return {format_gpus(g for g, v in below.items() if v == worst): list(worst)}
+
+
+def condense(observed: GpuConfigObserved) -> GpuConfigObserved:
+    update: dict[str, object] = {}
+    if observed.power_limit_w is not None:
+        update.update(
+            power_limit_w=None,
+            default_power_limit_w=None,
+            below_default=_worst_below_default(observed),
+        )
+    if observed.sm_clock_fraction is not None:
+        limited = set(parse_gpus(observed.limited)) if observed.limited else set()
+        judged = [
+            (f, g) for g, f in ungroup(observed.sm_clock_fraction).items() if g not in limited
+        ]
+        update["sm_clock_fraction"] = None
+        if judged:
+            fraction, gpu = min(judged)
+            update.update(min_sm_clock_fraction=fraction, min_sm_clock_gpu=gpu)
+    return observed.model_copy(update=update)
+
+
+SPEC = CheckSpec(
+    name="gpu_config",
+    title="GPU configuration",
+    summary="enforced power limit not below the default (5 % tolerance), persistence on, MIG "
+    "disabled, compute mode default, no clocks held low under load",
+    reason=REASON,
+    policy_model=GpuConfigPolicy,
+    observed_model=GpuConfigObserved,
+    judge=judge,
+    condense=condense,
+)

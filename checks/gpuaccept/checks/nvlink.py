@@ -1,0 +1,208 @@
+"""``nvlink``: every GPU's active NVLinks against its model, and the link error counters.
+
+Per GPU the probe reads the number of links the device has
+(``NVML_FI_DEV_NVLINK_LINK_COUNT`` through ``nvmlDeviceGetFieldValues``; not
+the binding's ``NVML_NVLINK_MAX_LINKS`` of 36, which is no device's count),
+asks ``nvmlDeviceGetNvLinkState`` for each of those links, and reads the
+cumulative error counters of each link with ``nvmlDeviceGetNvLinkErrorCounter``
+(replay, recovery, and CRC = flit CRC + data CRC). The expected number of
+active links comes from the policy per GPU model (H100/H200 SXM: 18); a model
+without an entry (PCIe and NVL parts, whose bridges link pairs or none) has
+its links recorded, not judged. Counters above ``failAbove`` fail and above
+``warnAbove`` warn, per link.
+
+observed::
+
+    {"links": {"0-7": 18}, "active": {"0,2-7": 18, "1": 16}, "inactive": {"1": [16, 17]},
+     "errors": {"replay": {"3:7": 12}, "recovery": {"3:7": 1}}}
+
+(``links``/``active``: GPUs (ranges) → count; ``inactive``: GPU → its inactive
+links; ``errors``: counter → ``"gpu:link"`` → count, non-zero counts only;
+``countersUnsupported``: GPUs whose driver answers the counters with
+NotSupported: not judged.) Condensed: ``inactive`` dropped and ``worst``:
+counter → ``[count, gpu, link]`` instead of ``errors``.
+"""
+
+from enum import StrEnum
+
+from pydantic import Field, JsonValue
+
+from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
+from gpuaccept.checks.gpu_ranges import parse_gpus, ungroup
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "NvlinkFailed"
+SHOWN = 3  # offending links named in a message, per kind
+
+
+class NvlinkCounter(StrEnum):
+    REPLAY = "replay"
+    RECOVERY = "recovery"
+    CRC = "crc"
+
+
+def _default_links() -> dict[str, float]:
+    return {"h100-sxm": 18, "h200-sxm": 18, "b200": 18}
+
+
+def _default_warn() -> dict[NvlinkCounter, int]:
+    return {NvlinkCounter.REPLAY: 0, NvlinkCounter.RECOVERY: 0, NvlinkCounter.CRC: 0}
+
+
+def _default_fail() -> dict[NvlinkCounter, int]:
+    return {NvlinkCounter.RECOVERY: 0}
+
+
+class NvlinkPolicy(CheckSwitch):
+    active_links_by_model: dict[str, float] = Field(
+        default_factory=_default_links,
+        description="Active NVLinks every GPU of this model must have: an exact NVML name or a "
+        "model class (docs/policy.md); a model not listed has its links recorded, not judged.",
+    )
+    warn_above: dict[NvlinkCounter, int] = Field(
+        default_factory=_default_warn,
+        description="Per link: a cumulative error count above this warns (replay, recovery, crc).",
+    )
+    fail_above: dict[NvlinkCounter, int] = Field(
+        default_factory=_default_fail,
+        description="Per link: a cumulative error count above this fails; a counter not listed "
+        "never fails.",
+    )
+
+
+class NvlinkObserved(ObservedModel):
+    # per GPU, index order (detail: dropped when condensed)
+    links: dict[str, int] | None = None  # GPUs -> link count
+    active: dict[str, int] | None = None  # GPUs -> active links
+    inactive: dict[str, list[int]] | None = None
+    errors: dict[str, dict[str, int]] | None = None  # counter -> "gpu:link" -> count
+    # both forms
+    counters_unsupported: str | None = None  # GPUs, "0-7"
+    failed_gpus: dict[str, str] | None = None
+    # condensed
+    worst: dict[str, list[int]] | None = None  # counter -> [count, gpu, link]
+
+
+def _active_facts(o: NvlinkObserved) -> tuple[int, int, list[int]]:
+    """(GPUs, fewest active links, the GPUs with that few)."""
+    active = ungroup(o.active or {})
+    if not active:
+        return 0, 0, []
+    least = min(active.values())
+    return len(active), least, sorted(g for g, a in active.items() if a == least)
+
+
+def _worst_errors(o: NvlinkObserved) -> dict[str, list[tuple[int, str]]]:
+    """counter → [(count, "GPU g link l")], largest first, from either form."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    if o.errors is not None:
+        for counter, by_link in o.errors.items():
+            entries = []
+            for where, count in by_link.items():
+                gpu, _, link = where.partition(":")
+                entries.append((count, f"GPU {gpu} link {link}"))
+            out[counter] = sorted(entries, reverse=True)
+    for counter, worst in (o.worst or {}).items():
+        if len(worst) == 3:
+            out.setdefault(counter, [(worst[0], f"GPU {worst[1]} link {worst[2]}")])
+    return out
+
+
+def _link_failures(o: NvlinkObserved, expected: int | None) -> list[str]:
+    """GPUs below the expected count, grouped by their count (a lost GPU is named
+    as failed, not here); one GPU's inactive links are listed."""
+    if expected is None:
+        return []
+    failed = o.failed_gpus or {}
+    by_count: dict[int, list[int]] = {}
+    for gpu, active in sorted(ungroup(o.active or {}).items()):
+        if active < expected and str(gpu) not in failed:
+            by_count.setdefault(active, []).append(gpu)
+    out = []
+    for active, gpus in sorted(by_count.items()):
+        links = (o.inactive or {}).get(str(gpus[0]), []) if len(gpus) == 1 else []
+        detail = f" (inactive: {', '.join(map(str, links[:6]))})" if links else ""
+        out.append(f"{gpu_list(gpus)}: {active} of {expected} NVLinks active{detail}")
+    return out
+
+
+def _counter_findings(o: NvlinkObserved, limits: dict[NvlinkCounter, int]) -> list[str]:
+    findings = []
+    for counter, entries in _worst_errors(o).items():
+        limit = limits.get(NvlinkCounter(counter)) if counter in set(NvlinkCounter) else None
+        if limit is None:
+            continue
+        over = [(count, where) for count, where in entries if count > limit]
+        if over:
+            shown = ", ".join(f"{where}: {count}" for count, where in over[:SHOWN])
+            more = f" (+{len(over) - SHOWN})" if len(over) > SHOWN else ""
+            findings.append(f"{counter} errors > {limit} on {shown}{more}")
+    return findings
+
+
+def expected_links(policy: NvlinkPolicy, summary: HardwareSummary) -> int | None:
+    value = per_model_value(policy.active_links_by_model, summary.gpu_model, None)
+    return None if value is None else int(value)
+
+
+def judge(
+    observed: NvlinkObserved, policy: NvlinkPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    expected_count = expected_links(policy, summary)
+    expected: JsonValue = {
+        "activeLinks": expected_count,
+        "failAbove": {str(k): v for k, v in policy.fail_above.items()},
+    }
+    lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
+    failing = lost + _link_failures(observed, expected_count)
+    failing += _counter_findings(observed, policy.fail_above)
+    if failing:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing)))
+    unsupported = (
+        f"; error counters not supported on {gpu_list(parse_gpus(observed.counters_unsupported))}"
+        ": not judged"
+        if observed.counters_unsupported
+        else ""
+    )
+    warning = _counter_findings(observed, policy.warn_above)
+    if warning:
+        return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warning) + unsupported))
+    gpus, least, _where = _active_facts(observed)
+    model = gpu_model_class(summary.gpu_model) or summary.gpu_model or "this model"
+    links = (
+        f">= {expected_count} active NVLinks"
+        if expected_count is not None
+        else f">= {least} active NVLinks (none expected for {model}: not judged)"
+    )
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expected,
+        clip(f"{gpus} GPUs: {links}, error counts within limits{unsupported}"),
+    )
+
+
+def condense(observed: NvlinkObserved) -> NvlinkObserved:
+    worst: dict[str, list[int]] = {}
+    for counter, by_link in (observed.errors or {}).items():
+        if by_link:
+            at = max(by_link, key=by_link.__getitem__)
+            gpu, _, link = at.partition(":")
+            worst[counter] = [by_link[at], int(gpu), int(link)]
+    return observed.model_copy(
+        update={"inactive": None, "errors": None, "worst": worst or observed.worst}
+    )
+
+
+SPEC = CheckSpec(
+    name="nvlink",
+    title="NVLink",
+    summary="every GPU has the active NVLinks its model should (H100/H200 SXM: 18); link "
+    "replay, recovery and CRC error counters within limits",
+    reason=REASON,
+    policy_model=NvlinkPolicy,
+    observed_model=NvlinkObserved,
+    judge=judge,
+    condense=condense,
+)

@@ -1,0 +1,190 @@
+"""``nvswitch_fabric``: every GPU registered with the NVSwitch fabric, and healthy on it.
+
+Per GPU the probe calls ``nvmlDeviceGetGpuFabricInfoV`` (with the v3
+structure, or v2 where the driver knows no v3; the deprecated
+``nvmlDeviceGetGpuFabricInfo`` only where the driver has no versioned call).
+On an NVSwitch system the state must be ``completed`` and its status success:
+until nvidia-fabricmanager (which must match the driver, or it does not start)
+has registered the GPU, CUDA fails with "system not yet initialized". The
+health mask (v2 and v3) and the health summary (v3) report degraded
+bandwidth, unhealthy routes, an incorrect configuration and recoveries in
+progress; ``failOn`` and ``warnOn`` decide. A GPU whose state is
+``not_supported`` is on no fabric: that passes only for a model the policy
+does not expect on one (PCIe and NVL parts).
+
+observed (one form: GPU sets are ranges, so it stays small for 16 failing GPUs)::
+
+    {"gpus": 8, "completed": 7, "notCompleted": {"5": "not_started"},
+     "statusErrors": {"3": 999}, "health": {"degraded_bandwidth": "2,6"},
+     "structVersion": 3}
+
+(``notCompleted``: GPUs → state; ``statusErrors``: GPUs → the registration's
+``nvmlReturn_t``; ``health``: condition → GPUs.)
+"""
+
+from enum import StrEnum
+
+from pydantic import Field, JsonValue
+
+from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
+from gpuaccept.checks.gpu_ranges import parse_gpus, ungroup
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "NvswitchFabricFailed"
+NOT_SUPPORTED = "not_supported"
+UNSUPPORTED = "unsupported"  # the fabric call itself answered NotSupported
+STATE_TEXT = {
+    "not_started": "fabric registration not started (nvidia-fabricmanager not running, or "
+    "not matching the driver)",
+    "in_progress": "fabric registration still in progress",
+    NOT_SUPPORTED: "on no NVSwitch fabric",
+    UNSUPPORTED: "no fabric info (NVML NotSupported)",
+}
+
+
+class FabricCondition(StrEnum):
+    """Conditions of the fabric health mask and summary (``NVML_GPU_FABRIC_HEALTH_*``)."""
+
+    DEGRADED_BANDWIDTH = "degraded_bandwidth"
+    ROUTE_UNHEALTHY = "route_unhealthy"
+    INCORRECT_CONFIGURATION = "incorrect_configuration"
+    UNHEALTHY = "unhealthy"  # health summary (v3)
+    ROUTE_RECOVERY = "route_recovery"
+    ACCESS_TIMEOUT_RECOVERY = "access_timeout_recovery"
+    LIMITED_CAPACITY = "limited_capacity"  # health summary (v3)
+
+
+def _default_expected() -> dict[str, float]:
+    return {"h100-sxm": 1, "h200-sxm": 1, "b200": 1}
+
+
+class NvswitchFabricPolicy(CheckSwitch):
+    expected_by_model: dict[str, float] = Field(
+        default_factory=_default_expected,
+        description="Models whose GPUs must be on an NVSwitch fabric (1) or need not be (0): an "
+        "exact NVML name or a model class; a model not listed need not be.",
+    )
+    fail_on: list[FabricCondition] = Field(
+        default_factory=lambda: [
+            FabricCondition.DEGRADED_BANDWIDTH,
+            FabricCondition.ROUTE_UNHEALTHY,
+            FabricCondition.INCORRECT_CONFIGURATION,
+            FabricCondition.UNHEALTHY,
+        ],
+        description="Fabric health conditions that fail the node on any GPU.",
+    )
+    warn_on: list[FabricCondition] = Field(
+        default_factory=lambda: [
+            FabricCondition.ROUTE_RECOVERY,
+            FabricCondition.ACCESS_TIMEOUT_RECOVERY,
+            FabricCondition.LIMITED_CAPACITY,
+        ],
+        description="Conditions that only warn; one in both lists fails.",
+    )
+
+
+class NvswitchFabricObserved(ObservedModel):
+    gpus: int = Field(ge=0)
+    completed: int = Field(ge=0)
+    not_completed: dict[str, str] | None = None  # GPUs ("0-3,5") -> state
+    status_errors: dict[str, int] | None = None  # GPUs -> nvmlReturn of a completed registration
+    health: dict[str, str] | None = None  # condition -> GPUs
+    struct_version: int | None = Field(default=None, ge=1, le=9)
+    failed_gpus: dict[str, str] | None = None
+
+
+def _by_gpu(findings: dict[str, list[int]]) -> list[str]:
+    return [f"{gpu_list(gpus)}: {text}" for text, gpus in findings.items()]
+
+
+def _condition_findings(observed: NvswitchFabricObserved, conditions: set[str]) -> list[str]:
+    return _by_gpu(
+        {
+            condition.replace("_", " "): parse_gpus(gpus)
+            for condition, gpus in (observed.health or {}).items()
+            if condition in conditions
+        }
+    )
+
+
+def _state_findings(observed: NvswitchFabricObserved) -> list[str]:
+    found: dict[str, list[int]] = {}
+    for gpu, state in sorted(ungroup(observed.not_completed or {}).items()):
+        found.setdefault(STATE_TEXT.get(state, f"fabric state {state}"), []).append(gpu)
+    for gpu, code in sorted(ungroup(observed.status_errors or {}).items()):
+        found.setdefault(f"fabric registration failed (NVML error {code})", []).append(gpu)
+    return _by_gpu(found)
+
+
+def _all_state(observed: NvswitchFabricObserved) -> str | None:
+    """The state every GPU is in, when none completed and all share one."""
+    states = ungroup(observed.not_completed or {})
+    distinct = set(states.values())
+    if observed.completed == 0 and len(states) == observed.gpus and len(distinct) == 1:
+        return distinct.pop()
+    return None
+
+
+def _no_fabric(
+    observed: NvswitchFabricObserved, fabric_expected: bool, model: str, expected: JsonValue
+) -> CheckJudgement:
+    """Every GPU on no fabric (state not_supported) or without fabric info (NotSupported)."""
+    answer = (
+        "NVML fabric state not supported"
+        if _all_state(observed) == NOT_SUPPORTED
+        else "NVML answers the fabric call with NotSupported"
+    )
+    if not fabric_expected:
+        return CheckJudgement(
+            CheckStatus.PASS,
+            expected,
+            f"{observed.gpus} GPUs on no NVSwitch fabric ({answer}); none expected for {model}",
+        )
+    if _all_state(observed) == UNSUPPORTED:
+        return CheckJudgement(
+            CheckStatus.SKIP, expected, f"{answer}: cannot tell whether {model} is on its fabric"
+        )
+    return CheckJudgement(
+        CheckStatus.FAIL,
+        expected,
+        f"no GPU is on an NVSwitch fabric ({answer}); {model} is expected on one",
+    )
+
+
+def judge(
+    observed: NvswitchFabricObserved, policy: NvswitchFabricPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    fabric_expected = bool(per_model_value(policy.expected_by_model, summary.gpu_model, 0))
+    fail_on = {str(c) for c in policy.fail_on}
+    warn_on = {str(c) for c in policy.warn_on} - fail_on
+    expected: JsonValue = {"fabric": fabric_expected, "state": "completed"}
+    model = gpu_model_class(summary.gpu_model) or summary.gpu_model or "this model"
+    lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
+    if _all_state(observed) in (NOT_SUPPORTED, UNSUPPORTED) and not lost:
+        return _no_fabric(observed, fabric_expected, model, expected)
+    failing = lost + _state_findings(observed) + _condition_findings(observed, fail_on)
+    warning = _condition_findings(observed, warn_on)
+    if failing:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing + warning)))
+    if warning:
+        return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warning)))
+    version = f" (v{observed.struct_version})" if observed.struct_version else ""
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expected,
+        f"{observed.completed} GPUs on the NVSwitch fabric, healthy{version}",
+    )
+
+
+SPEC = CheckSpec(
+    name="nvswitch_fabric",
+    title="NVSwitch fabric",
+    summary="on NVSwitch systems every GPU's fabric registration completed with success, no "
+    "degraded bandwidth or unhealthy route",
+    reason=REASON,
+    policy_model=NvswitchFabricPolicy,
+    observed_model=NvswitchFabricObserved,
+    judge=judge,
+)

@@ -1,0 +1,53 @@
+"""Measures :mod:`gpuaccept.checks.nvswitch_fabric`: each GPU's fabric state and health.
+
+``unsupported`` (the fabric call answers NotSupported) and ``not_supported`` (a
+state NVML reports: the GPU is on no fabric) are both recorded as they are.
+"""
+
+from gpuaccept.checks.gpu_ranges import format_gpus, group
+from gpuaccept.checks.nvswitch_fabric import NvswitchFabricObserved, NvswitchFabricPolicy
+from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unavailable
+from gpuaccept.probe.measure.context import ProbeContext
+
+FAILURE_MAX = 120
+
+
+def measure(
+    hardware: HardwareBackend, policy: NvswitchFabricPolicy, context: ProbeContext
+) -> NvswitchFabricObserved:
+    gpus = hardware.gpus()
+    if not gpus:
+        raise Unavailable("no GPU to read the fabric state of")
+    completed = 0
+    states: dict[int, str] = {}
+    status_errors: dict[int, int] = {}
+    health: dict[str, list[int]] = {}
+    versions: set[int] = set()
+    failed: dict[str, str] = {}
+    for gpu in gpus:
+        try:
+            if gpu.problem:
+                raise GpuFailedError(gpu.index, "enumeration", gpu.problem)
+            info = hardware.gpu_fabric(gpu.index)
+        except GpuFailedError as exc:
+            failed[str(gpu.index)] = f"{exc.step}: {exc.detail}"[:FAILURE_MAX]
+            continue
+        if info.struct_version:
+            versions.add(info.struct_version)
+        if info.state != "completed":
+            states[gpu.index] = info.state
+            continue
+        completed += 1
+        if info.status != 0:
+            status_errors[gpu.index] = info.status
+        for condition in info.conditions:
+            health.setdefault(condition, []).append(gpu.index)
+    return NvswitchFabricObserved(
+        gpus=len(gpus),
+        completed=completed,
+        not_completed=group(states) or None,
+        status_errors=group(status_errors) or None,
+        health={condition: format_gpus(g) for condition, g in health.items()} or None,
+        struct_version=min(versions) if versions else None,
+        failed_gpus=failed or None,
+    )
