@@ -13,6 +13,8 @@ from gpuaccept.checks import (
     cpu_governor,
     driver_libraries,
     gpu_count,
+    gpu_numa,
+    infiniband_ports,
     nccl_allreduce,
     pcie_link,
     throttle_reasons,
@@ -26,6 +28,8 @@ CHECKS: tuple[AnyCheckSpec, ...] = (
     pcie_link.SPEC,
     throttle_reasons.SPEC,
     nccl_allreduce.SPEC,
+    gpu_numa.SPEC,
+    infiniband_ports.SPEC,
 )
 
 BY_NAME: dict[str, AnyCheckSpec] = {check.name: check for check in CHECKS}

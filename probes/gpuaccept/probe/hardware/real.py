@@ -37,7 +37,9 @@ from gpuaccept.probe.hardware.base import (
     Unavailable,
     VersionInfo,
 )
+from gpuaccept.probe.hardware import topology_backend
 from gpuaccept.probe.hardware.device_map import CudaDevice, cuda_ordinals
+from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.sysfs import (
     NoCpufreq,
     SysfsError,
@@ -46,9 +48,11 @@ from gpuaccept.probe.hardware.sysfs import (
     read_boot_id,
     read_cpu_governors,
     read_kernel_module_version,
+    PciNuma,
     read_pci_numa,
     read_pcie_link,
 )
+from gpuaccept.probe.hardware.topology import HostTopology
 
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
@@ -504,3 +508,13 @@ class RealBackend:
             with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
             self._nvml = None
+
+    def gpu_numa(self, gpu: int) -> PciNuma:
+        bus = self._gpus[gpu].bus_id if gpu < len(self._gpus) else None
+        return topology_backend.gpu_numa(self._sysfs_root, gpu, bus)
+
+    def host_topology(self) -> HostTopology:
+        return topology_backend.host_topology(self._sysfs_root)
+
+    def infiniband(self) -> InfinibandView:
+        return topology_backend.infiniband(self._sysfs_root)
