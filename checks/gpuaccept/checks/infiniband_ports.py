@@ -39,7 +39,8 @@ from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "InfinibandPortsFailed"
-NAMED_MAX = 4
+NAMED_MAX = 4  # port names per kind in a message
+CONDENSED_NAMED_MAX = 2  # ... and in the condensed form
 LinkLayer = Literal["InfiniBand", "Ethernet"]
 
 
@@ -102,29 +103,30 @@ class IbPortObserved(ObservedModel):
 
 
 class IbLayerObserved(ObservedModel):
+    # (zero counts are left out: None)
     ports: int = Field(ge=0)
     up: int = Field(ge=0)
-    stuck: int = Field(default=0, ge=0)  # LinkUp but not ACTIVE
+    stuck: int | None = Field(default=None, ge=0)  # LinkUp but not ACTIVE
     min_rate_gbps: float | None = Field(default=None, ge=0)  # over the up ports
-    max_link_downed: int = Field(default=0, ge=0)
-    max_symbol_error: int = Field(default=0, ge=0)
+    max_link_downed: int | None = Field(default=None, ge=0)
+    max_symbol_error: int | None = Field(default=None, ge=0)
 
 
 class IbNamedPorts(ObservedModel):
     """A few port names per kind (the condensed form's stand-in for ``ports``)."""
 
-    stuck: list[str] = Field(default_factory=list)
-    down: list[str] = Field(default_factory=list)
-    slowest: list[str] = Field(default_factory=list)
-    link_downed: list[str] = Field(default_factory=list)
-    symbol_error: list[str] = Field(default_factory=list)
+    stuck: list[str] | None = None  # "<port> <state>"
+    down: list[str] | None = None
+    slowest: list[str] | None = None  # the up ports at the lowest rate, when rates differ
+    link_downed: list[str] | None = None
+    symbol_error: list[str] | None = None
 
 
 class InfinibandPortsObserved(ObservedModel):
     netns_mode: Literal["shared", "exclusive", "unknown"]
     hcas: int = Field(ge=0)
-    layers: dict[str, IbLayerObserved] = Field(default_factory=dict)
-    firmware: dict[str, list[str]] = Field(default_factory=dict)  # board_id -> versions
+    layers: dict[str, IbLayerObserved] | None = None  # link layer -> its ports
+    firmware: dict[str, list[str]] | None = None  # board_id -> firmware versions
     odd_firmware: dict[str, str] | None = None  # HCA -> version (not its board's usual)
     ports: list[IbPortObserved] | None = None  # detail
     named: IbNamedPorts | None = None  # condensed
@@ -134,16 +136,20 @@ def _ports_of(observed: InfinibandPortsObserved, layers: set[str]) -> list[IbPor
     return [p for p in observed.ports or [] if p.link_layer in layers]
 
 
-def named_ports(ports: list[IbPortObserved]) -> IbNamedPorts:
+def named_ports(ports: list[IbPortObserved], limit: int = NAMED_MAX) -> IbNamedPorts:
     """The ports worth naming, by kind (policy-independent)."""
     up_rates = [p.rate_gbps for p in ports if p.up]
     slowest = min(up_rates) if up_rates and min(up_rates) < max(up_rates) else None
+
+    def first(names: list[str]) -> list[str] | None:
+        return names[:limit] or None
+
     return IbNamedPorts(
-        stuck=[f"{p.port} {p.state}" for p in ports if p.stuck][:NAMED_MAX],
-        down=[p.port for p in ports if not p.up and not p.stuck][:NAMED_MAX],
-        slowest=[p.port for p in ports if p.up and p.rate_gbps == slowest][:NAMED_MAX],
-        link_downed=[p.port for p in ports if p.link_downed][:NAMED_MAX],
-        symbol_error=[p.port for p in ports if p.symbol_error][:NAMED_MAX],
+        stuck=first([f"{p.port} {p.state}" for p in ports if p.stuck]),
+        down=first([p.port for p in ports if not p.up and not p.stuck]),
+        slowest=first([p.port for p in ports if p.up and p.rate_gbps == slowest]),
+        link_downed=first([p.port for p in ports if p.link_downed]),
+        symbol_error=first([p.port for p in ports if p.symbol_error]),
     )
 
 
@@ -159,8 +165,9 @@ class _Facts:
 
 
 def _facts(observed: InfinibandPortsObserved, policy: InfinibandPortsPolicy) -> _Facts:
-    chosen = {policy.link_layer} if policy.link_layer else set(observed.layers)
-    layers = [s for name, s in observed.layers.items() if name in chosen]
+    all_layers = observed.layers or {}
+    chosen = {policy.link_layer} if policy.link_layer else set(all_layers)
+    layers = [s for name, s in all_layers.items() if name in chosen]
     rates = [s.min_rate_gbps for s in layers if s.min_rate_gbps is not None]
     named = (
         named_ports(_ports_of(observed, chosen))
@@ -169,17 +176,22 @@ def _facts(observed: InfinibandPortsObserved, policy: InfinibandPortsPolicy) -> 
     )
     return _Facts(
         up=sum(s.up for s in layers),
-        stuck=sum(s.stuck for s in layers),
+        stuck=sum(s.stuck or 0 for s in layers),
         min_rate=min(rates) if rates else None,
-        max_link_downed=max((s.max_link_downed for s in layers), default=0),
-        max_symbol_error=max((s.max_symbol_error for s in layers), default=0),
+        max_link_downed=max((s.max_link_downed or 0 for s in layers), default=0),
+        max_symbol_error=max((s.max_symbol_error or 0 for s in layers), default=0),
         named=named,
         label=f"{policy.link_layer} ports" if policy.link_layer else "ports",
     )
 
 
-def _names(names: list[str]) -> str:
+def _names(names: list[str] | None) -> str:
     return f" ({', '.join(names)})" if names else ""
+
+
+def _ports(count: int, label: str) -> str:
+    """``1, "InfiniBand ports"`` → ``"1 InfiniBand port"``."""
+    return f"{count} {label.removesuffix('s') if count == 1 else label}"
 
 
 def _count_problem(
@@ -197,7 +209,10 @@ def _count_problem(
         )
     if observed.hcas == 0:
         return f"no InfiniBand/RoCE HCA in /sys/class/infiniband; {expected} up expected", None
-    return f"{facts.up} of {expected} {facts.label} up{_names(facts.named.down)}", None
+    return (
+        f"{facts.up} of {expected} {facts.label} up (ACTIVE, LinkUp); down:"
+        f"{_names(facts.named.down) or ' none visible'}"
+    ), None
 
 
 def _counter_problems(
@@ -229,7 +244,8 @@ def _counter_problems(
 
 
 def _firmware_problem(observed: InfinibandPortsObserved) -> str | None:
-    mixed = {board: versions for board, versions in observed.firmware.items() if len(versions) > 1}
+    firmware = observed.firmware or {}
+    mixed = {board: versions for board, versions in firmware.items() if len(versions) > 1}
     if not mixed:
         return None
     odd = ", ".join(f"{hca} {fw}" for hca, fw in (observed.odd_firmware or {}).items())
@@ -250,8 +266,8 @@ def judge(
     failures = [failure] if failure else []
     if facts.stuck:
         failures.append(
-            f"{facts.stuck} {facts.label} LinkUp but not ACTIVE, no subnet manager activated "
-            f"them{_names(facts.named.stuck)}"
+            f"{_ports(facts.stuck, facts.label)} LinkUp but not ACTIVE{_names(facts.named.stuck)}"
+            ": no subnet manager activated the link"
         )
     if (
         policy.min_rate_gbps is not None
@@ -259,7 +275,8 @@ def judge(
         and facts.min_rate < policy.min_rate_gbps
     ):
         failures.append(
-            f"rate {facts.min_rate:g} < {policy.min_rate_gbps:g} Gb/s{_names(facts.named.slowest)}"
+            f"{facts.label} rate {facts.min_rate:g} < {policy.min_rate_gbps:g} Gb/s"
+            f"{_names(facts.named.slowest)}"
         )
     counter_failures, warnings = _counter_problems(facts, policy)
     failures.extend(counter_failures)
@@ -275,14 +292,16 @@ def judge(
         message = note or "no InfiniBand/RoCE HCA in /sys/class/infiniband; none expected"
         return CheckJudgement(CheckStatus.PASS, expected, clip(message))
     rate = f", min {facts.min_rate:g} Gb/s" if facts.min_rate is not None else ""
-    base = f"{facts.up} {facts.label} up on {observed.hcas} HCAs{rate}"
+    base = f"{_ports(facts.up, facts.label)} up on {observed.hcas} HCAs{rate}"
     return CheckJudgement(CheckStatus.PASS, expected, clip(f"{base}; {note}" if note else base))
 
 
 def condense(observed: InfinibandPortsObserved) -> InfinibandPortsObserved:
     if observed.ports is None:
         return observed
-    return observed.model_copy(update={"ports": None, "named": named_ports(observed.ports)})
+    named = named_ports(observed.ports, CONDENSED_NAMED_MAX)
+    kept = named if named.model_dump(exclude_none=True) else None
+    return observed.model_copy(update={"ports": None, "named": kept})
 
 
 SPEC = CheckSpec(

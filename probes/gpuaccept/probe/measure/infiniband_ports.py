@@ -38,10 +38,10 @@ def _layers(ports: list[IbPort]) -> dict[str, IbLayerObserved]:
         out[layer[:16]] = IbLayerObserved(
             ports=len(mine),
             up=len(up_rates),
-            stuck=sum(1 for p in mine if p.phys_state == "LinkUp" and p.state != "ACTIVE"),
+            stuck=sum(1 for p in mine if p.phys_state == "LinkUp" and p.state != "ACTIVE") or None,
             min_rate_gbps=min(up_rates) if up_rates else None,
-            max_link_downed=max((p.link_downed or 0 for p in mine), default=0),
-            max_symbol_error=max((p.symbol_error or 0 for p in mine), default=0),
+            max_link_downed=max((p.link_downed or 0 for p in mine), default=0) or None,
+            max_symbol_error=max((p.symbol_error or 0 for p in mine), default=0) or None,
         )
     return out
 
@@ -71,8 +71,8 @@ def measure(
     return InfinibandPortsObserved(
         netns_mode=view.netns_mode,
         hcas=len(view.hcas),
-        layers=_layers(ports),
-        firmware=firmware,
+        layers=_layers(ports) or None,
+        firmware=firmware or None,
         odd_firmware=dict(list(odd.items())[:4]) or None,
         ports=[_port(p) for p in ports],
     )
