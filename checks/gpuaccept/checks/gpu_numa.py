@@ -88,9 +88,7 @@ def _per_socket(observed: GpuNumaObserved) -> list[int]:
 
 def _spread(observed: GpuNumaObserved, policy: GpuNumaPolicy) -> str | None:
     """What is wrong with the GPUs' spread over the sockets (None: nothing)."""
-    if policy.gpus_per_socket is None and (
-        policy.socket_spread == "any" or observed.sockets <= 1
-    ):
+    if policy.gpus_per_socket is None and (policy.socket_spread == "any" or observed.sockets <= 1):
         return None
     unplaced = [i for i, s in enumerate(observed.socket) if s < 0]
     if unplaced:

@@ -166,7 +166,7 @@ class _Facts:
 
 def _facts(observed: InfinibandPortsObserved, policy: InfinibandPortsPolicy) -> _Facts:
     all_layers = observed.layers or {}
-    chosen = {policy.link_layer} if policy.link_layer else set(all_layers)
+    chosen: set[str] = {policy.link_layer} if policy.link_layer else set(all_layers)
     layers = [s for name, s in all_layers.items() if name in chosen]
     rates = [s.min_rate_gbps for s in layers if s.min_rate_gbps is not None]
     named = (
@@ -215,9 +215,7 @@ def _count_problem(
     ), None
 
 
-def _counter_problems(
-    facts: _Facts, policy: InfinibandPortsPolicy
-) -> tuple[list[str], list[str]]:
+def _counter_problems(facts: _Facts, policy: InfinibandPortsPolicy) -> tuple[list[str], list[str]]:
     failures: list[str] = []
     warnings: list[str] = []
     for label, worst, names, warn, fail in (

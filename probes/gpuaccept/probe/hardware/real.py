@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from gpuaccept.contracts.report import HardwareMode
+from gpuaccept.probe.hardware import topology_backend
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
@@ -37,18 +38,17 @@ from gpuaccept.probe.hardware.base import (
     Unavailable,
     VersionInfo,
 )
-from gpuaccept.probe.hardware import topology_backend
 from gpuaccept.probe.hardware.device_map import CudaDevice, cuda_ordinals
 from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.sysfs import (
     NoCpufreq,
+    PciNuma,
     SysfsError,
     copy_cpus,
     nvml_bus_id_to_sysfs,
     read_boot_id,
     read_cpu_governors,
     read_kernel_module_version,
-    PciNuma,
     read_pci_numa,
     read_pcie_link,
 )

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe import clocks
+from gpuaccept.probe.hardware import topology_backend
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
@@ -29,7 +30,6 @@ from gpuaccept.probe.hardware.base import (
     Unavailable,
     VersionInfo,
 )
-from gpuaccept.probe.hardware import topology_backend
 from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.profile import HardwareProfile, Link
 from gpuaccept.probe.hardware.simulated_topology import materialize_topology
