@@ -40,7 +40,7 @@ from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "InfinibandPortsFailed"
 NAMED_MAX = 4  # port names per kind in a message
-CONDENSED_NAMED_MAX = 2  # ... and in the condensed form
+CONDENSED_NAMED_MAX = 1  # ... and in the condensed form (also of oddFirmware)
 LinkLayer = Literal["InfiniBand", "Ethernet"]
 
 
@@ -299,7 +299,8 @@ def condense(observed: InfinibandPortsObserved) -> InfinibandPortsObserved:
         return observed
     named = named_ports(observed.ports, CONDENSED_NAMED_MAX)
     kept = named if named.model_dump(exclude_none=True) else None
-    return observed.model_copy(update={"ports": None, "named": kept})
+    odd = dict(list((observed.odd_firmware or {}).items())[:CONDENSED_NAMED_MAX]) or None
+    return observed.model_copy(update={"ports": None, "named": kept, "odd_firmware": odd})
 
 
 SPEC = CheckSpec(
