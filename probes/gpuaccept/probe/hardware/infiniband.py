@@ -125,11 +125,18 @@ def _read_port(hca: str, port_dir: Path) -> IbPort:
         raise SysfsError(f"cannot read port {hca}/{port_dir.name}: {exc.strerror}") from exc
 
 
+def _natural(path: Path) -> tuple[str, int]:
+    """``mlx5_10`` after ``mlx5_9``."""
+    stem = path.name.rstrip("0123456789")
+    digits = path.name[len(stem) :]
+    return stem, int(digits) if digits else -1
+
+
 def read_infiniband(sysfs_root: Path) -> InfinibandView:
     """Every HCA under ``<sysfs>/class/infiniband`` with its ports (empty when none)."""
     class_dir = sysfs_root / "class" / "infiniband"
     hcas: list[IbHca] = []
-    entries = sorted(class_dir.iterdir()) if class_dir.is_dir() else []
+    entries = sorted(class_dir.iterdir(), key=_natural) if class_dir.is_dir() else []
     for entry in entries:
         ports_dir = entry / "ports"
         listed = ports_dir.iterdir() if ports_dir.is_dir() else iter(())
