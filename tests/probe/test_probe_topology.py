@@ -504,3 +504,24 @@ def test_infiniband_condensed_is_small_with_sixteen_bad_ports() -> None:
     condensed = condense_json(INFINIBAND, observed)
     # every kind of failure at once, 16 HCAs: one name per kind is kept
     assert len(json.dumps(condensed, separators=(",", ":"))) <= 330
+
+
+def test_simulated_gpu_without_proximity_data(tmp_path: Path) -> None:
+    """numaNode -1 on a two-node host: numa_node -1 and local_cpulist every CPU, as
+    the kernel shows a device without _PXM; the reason names the firmware."""
+    text = (PROFILES / "h100-sxm-8gpu-two-socket.yaml").read_text()
+    profile = tmp_path / "no-pxm.yaml"
+    profile.write_text(text.replace("7: {numaNode: 1}", "7: {numaNode: -1}"))
+    report = probe(profile)
+    result = report.result("gpu_numa")
+    assert result is not None
+    assert result.status is CheckStatus.FAIL
+    assert isinstance(result.observed, dict)
+    assert result.observed["numaNode"] == [0, 0, 0, 0, 1, 1, 1, -1]
+    assert result.observed["localCpulist"] == {
+        "0-55,112-167": [0, 1, 2, 3],
+        "56-111,168-223": [4, 5, 6],
+        "0-223": [7],
+    }
+    assert result.message.startswith("GPU 7: no NUMA node (numa_node -1) on a 2-socket host")
+    assert "proximity data (ACPI _PXM)" in result.message
