@@ -7,6 +7,7 @@ import functools
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -59,15 +60,18 @@ FAULT_PROFILES = {
 
 @functools.cache
 def probed(profile: Path) -> ProbeReport:
-    """The real probe's report on ``profile`` (simulated hardware), once per session."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpuaccept.cli", "probe", "--profile", str(profile),
-         "--output", "json"],
-        capture_output=True, text=True, check=False, timeout=120,
-        env={**os.environ, "GPUACCEPT_EXPECTED_GPUS": "8"},
-    )  # fmt: skip
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return ProbeReport.model_validate_json(proc.stdout)
+    """The real probe's report on ``profile`` (simulated hardware), once per session:
+    its termination message, as the operator reads it (fitted to 4096 bytes)."""
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "termination-log"
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpuaccept.cli", "probe", "--profile", str(profile),
+             "--termination-log", str(log), "--node-name", "gpu-0000"],
+            capture_output=True, text=True, check=False, timeout=120,
+            env={**os.environ, "GPUACCEPT_EXPECTED_GPUS": "8"},
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr[-2000:]
+        return ProbeReport.model_validate_json(log.read_text())
 
 
 def make_report(

@@ -59,6 +59,8 @@ def test_registry_order_and_names() -> None:
         "nvlink",
         "nvswitch_fabric",
         "gpu_config",
+        "gpu_numa",
+        "infiniband_ports",
     ]
     for check in CHECKS:
         assert ProbePolicy().switch(check.name) is not None, check.name

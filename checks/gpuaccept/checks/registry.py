@@ -14,6 +14,8 @@ from gpuaccept.checks import (
     driver_libraries,
     gpu_config,
     gpu_count,
+    gpu_numa,
+    infiniband_ports,
     nccl_allreduce,
     nvlink,
     nvswitch_fabric,
@@ -34,6 +36,8 @@ CHECKS: tuple[AnyCheckSpec, ...] = (
     nvlink.SPEC,
     nvswitch_fabric.SPEC,
     gpu_config.SPEC,
+    gpu_numa.SPEC,
+    infiniband_ports.SPEC,
 )
 
 BY_NAME: dict[str, AnyCheckSpec] = {check.name: check for check in CHECKS}

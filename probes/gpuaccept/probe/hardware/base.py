@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuaccept.contracts.report import HardwareMode
+from gpuaccept.probe.hardware.infiniband import InfinibandView
+from gpuaccept.probe.hardware.sysfs import PciNuma
+from gpuaccept.probe.hardware.topology import HostTopology
 
 
 class Unavailable(Exception):  # noqa: N818 - reads as "the hardware is unavailable"
@@ -189,3 +192,14 @@ class HardwareBackend(Protocol):
 
     def gpu_settings(self, gpu: int) -> GpuSettings:
         """Power limits, persistence, MIG and compute mode (``None`` where unsupported)."""
+
+    def gpu_numa(self, gpu: int) -> PciNuma:
+        """The GPU's PCI ``numa_node`` (None: -1) and ``local_cpulist``; raises
+        :class:`GpuFailedError` when its PCI device cannot be read."""
+
+    def host_topology(self) -> HostTopology:
+        """The CPU sockets and NUMA nodes; raises :class:`Unavailable`."""
+
+    def infiniband(self) -> InfinibandView:
+        """The InfiniBand/RoCE HCAs visible here (``/sys/class/infiniband``) and the
+        RDMA netns mode; raises :class:`Unavailable` when sysfs cannot be read."""

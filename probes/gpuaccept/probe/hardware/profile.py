@@ -158,7 +158,7 @@ class GpuOverride(ProfileModel):
     d2h_gbps: float | None = Field(default=None, ge=0, alias="d2hGBps")
     h2d_remote_gbps: float | None = Field(default=None, ge=0, alias="h2dRemoteGBps")
     d2h_remote_gbps: float | None = Field(default=None, ge=0, alias="d2hRemoteGBps")
-    numa_node: int | None = Field(default=None, ge=0, le=63)
+    numa_node: int | None = Field(default=None, ge=-1, le=63)
     clock_event_reasons: ClockEventReasons | None = None
     driver_version: Version | None = None
     sm_clock_max_mhz: int | None = Field(default=None, ge=1, le=10000, alias="smClockMaxMHz")
@@ -196,7 +196,13 @@ class Gpu(ProfileModel):
     d2h_remote_gbps: float | None = Field(
         default=None, ge=0, alias="d2hRemoteGBps", description="Same, D2H. Default: d2hGBps."
     )
-    numa_node: int = Field(default=0, ge=0, le=63, description="The GPU's NUMA node.")
+    numa_node: int = Field(
+        default=0,
+        ge=-1,
+        le=63,
+        description="The GPU's NUMA node (-1: the firmware gives none; then its "
+        "local_cpulist is every CPU).",
+    )
     clock_event_reasons: ClockEventReasons = ClockEventReasons()
     driver_version: Version | None = Field(default=None, description="Default: driver.version.")
     sm_clock_max_mhz: int = Field(default=1980, ge=1, le=10000, alias="smClockMaxMHz")
@@ -312,8 +318,14 @@ class Cpus(ProfileModel):
         description="NUMA node → its CPUs (a GPU's local_cpulist). Default: one node, every CPU.",
     )
 
+    sockets: dict[int, CpuList] = Field(
+        default_factory=dict,
+        description="CPU socket (physical_package_id) → its CPUs. Default: one socket per "
+        "NUMA node, or one socket.",
+    )
+
     def node_cpus(self, node: int) -> list[int]:
-        if not self.numa_nodes:
+        if not self.numa_nodes or node < 0:
             return list(range(self.count))
         return [c for c in parse_cpu_list(self.numa_nodes.get(node, "")) if c < self.count]
 
@@ -350,6 +362,47 @@ class ExpectedVerdict(ProfileModel):
         return self
 
 
+IbState = Literal["DOWN", "INIT", "ARMED", "ACTIVE"]
+IbPhysState = Literal["Sleep", "Polling", "Disabled", "LinkUp", "LinkErrorRecovery"]
+IbRate = Annotated[
+    str, StringConstraints(pattern=r"^[0-9]+(\.5)? Gb/sec \([0-9]+X [A-Z0-9]+\)$", max_length=32)
+]
+
+
+class IbPortSpec(ProfileModel):
+    """One HCA port as sysfs shows it (defaults: a healthy NDR port)."""
+
+    state: IbState = "ACTIVE"
+    phys_state: IbPhysState = "LinkUp"
+    rate: IbRate = Field(default="400 Gb/sec (4X NDR)", description="The rate file, verbatim.")
+    link_layer: Literal["InfiniBand", "Ethernet"] = "InfiniBand"
+    link_downed: int = Field(default=0, ge=0, le=255)
+    symbol_error: int = Field(default=0, ge=0, le=65535)
+
+
+class IbHcaGroup(ProfileModel):
+    """``count`` HCAs alike (named mlx5_<n> in order over the groups)."""
+
+    count: int = Field(default=1, ge=1, le=32)
+    fw_ver: str = Field(default="28.39.1002", pattern=r"^[0-9][0-9.]{0,31}$")
+    board_id: str = Field(default="MT_0000000838", pattern=r"^[A-Za-z0-9_]{1,32}$")
+    ports: list[IbPortSpec] = Field(default_factory=lambda: [IbPortSpec()], max_length=4)
+    in_pod_netns: bool = Field(
+        default=False,
+        description="Exclusive netns mode: this HCA was moved into the probe pod's namespace.",
+    )
+
+
+class Infiniband(ProfileModel):
+    """The node's InfiniBand/RoCE HCAs (no section: the node has none)."""
+
+    netns_mode: Literal["shared", "exclusive"] | None = Field(
+        default="shared",
+        description="ib_core netns_mode (`rdma system`); null: the file is absent.",
+    )
+    hcas: list[IbHcaGroup] = Field(default_factory=list, max_length=16)
+
+
 class HardwareProfile(ProfileModel):
     description: str = Field(default="", max_length=4096)
     expect: ExpectedVerdict | None = Field(
@@ -360,6 +413,7 @@ class HardwareProfile(ProfileModel):
     driver: Driver
     allreduce: Allreduce
     cpus: Cpus
+    infiniband: Infiniband | None = None
 
 
 def load_profile(path: Path) -> HardwareProfile:

@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from gpuaccept.contracts.report import HardwareMode
+from gpuaccept.probe.hardware import topology_backend
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
@@ -41,9 +42,11 @@ from gpuaccept.probe.hardware.base import (
     VersionInfo,
 )
 from gpuaccept.probe.hardware.device_map import CudaDevice, cuda_ordinals
+from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.nvml_links import read_fabric, read_nvlink, read_settings
 from gpuaccept.probe.hardware.sysfs import (
     NoCpufreq,
+    PciNuma,
     SysfsError,
     copy_cpus,
     nvml_bus_id_to_sysfs,
@@ -53,6 +56,7 @@ from gpuaccept.probe.hardware.sysfs import (
     read_pci_numa,
     read_pcie_link,
 )
+from gpuaccept.probe.hardware.topology import HostTopology
 
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
@@ -518,3 +522,13 @@ class RealBackend:
 
     def gpu_settings(self, gpu: int) -> GpuSettings:
         return read_settings(self._require_nvml(), self._handle(gpu, "configuration"), gpu)
+
+    def gpu_numa(self, gpu: int) -> PciNuma:
+        bus = self._gpus[gpu].bus_id if gpu < len(self._gpus) else None
+        return topology_backend.gpu_numa(self._sysfs_root, gpu, bus)
+
+    def host_topology(self) -> HostTopology:
+        return topology_backend.host_topology(self._sysfs_root)
+
+    def infiniband(self) -> InfinibandView:
+        return topology_backend.infiniband(self._sysfs_root)

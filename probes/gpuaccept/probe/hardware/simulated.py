@@ -20,6 +20,7 @@ from pathlib import Path
 from gpuaccept.checks.gpu_models import gpu_model_class
 from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe import clocks
+from gpuaccept.probe.hardware import topology_backend
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
@@ -33,11 +34,14 @@ from gpuaccept.probe.hardware.base import (
     Unavailable,
     VersionInfo,
 )
+from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.profile import HardwareProfile, Link
+from gpuaccept.probe.hardware.simulated_topology import materialize_topology
 from gpuaccept.probe.hardware.sysfs import (
     GEN_TO_SPEED,
     NVIDIA_VENDOR,
     NoCpufreq,
+    PciNuma,
     SysfsError,
     copy_cpus,
     format_cpu_list,
@@ -49,6 +53,7 @@ from gpuaccept.probe.hardware.sysfs import (
     read_pci_numa,
     read_pcie_link,
 )
+from gpuaccept.probe.hardware.topology import HostTopology
 
 LOST = "NVML: GPU is lost (NVML_ERROR_GPU_IS_LOST)"
 SIM_IDLE_SM_MHZ = 345  # an idle H100's SM clock
@@ -99,7 +104,8 @@ def materialize(profile: HardwareProfile, root: Path, host_boot_id: str | None =
         (device / "class").write_text("0x030200\n")
         (device / "max_link_speed").write_text(GEN_TO_SPEED[gpu.pcie_max_generation] + "\n")
         (device / "max_link_width").write_text(f"{gpu.pcie_max_width}\n")
-        numa = gpu.numa_node if cpus.numa_nodes else -1  # -1: a single-node machine
+        # -1: a single-node machine, or firmware without proximity data for the device
+        numa = gpu.numa_node if cpus.numa_nodes and gpu.numa_node >= 0 else -1
         (device / "numa_node").write_text(f"{numa}\n")
         (device / "local_cpulist").write_text(format_cpu_list(cpus.node_cpus(gpu.numa_node)) + "\n")
         write_link(sys_root, index, gpu.idle)
@@ -111,6 +117,7 @@ def materialize(profile: HardwareProfile, root: Path, host_boot_id: str | None =
     random_dir.mkdir(parents=True)
     boot_id = profile.node.boot_id or host_boot_id or "00000000-0000-4000-8000-000000000000"
     (random_dir / "boot_id").write_text(boot_id + "\n")
+    materialize_topology(profile, sys_root)
 
 
 def write_link(sys_root: Path, index: int, link: Link) -> None:
@@ -350,3 +357,13 @@ class SimulatedBackend:
             mig_pending=None if "mig" in off else pending,
             compute_mode=None if "computeMode" in off else spec.compute_mode,
         )
+
+    def gpu_numa(self, gpu: int) -> PciNuma:
+        self._check_lost(gpu, "NUMA placement")
+        return topology_backend.gpu_numa(self.sysfs_root(), gpu, bus_id(gpu))
+
+    def host_topology(self) -> HostTopology:
+        return topology_backend.host_topology(self.sysfs_root())
+
+    def infiniband(self) -> InfinibandView:
+        return topology_backend.infiniband(self.sysfs_root())

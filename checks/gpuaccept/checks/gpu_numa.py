@@ -1,0 +1,160 @@
+"""``gpu_numa``: every GPU has a NUMA node, and the GPUs sit on the sockets as expected.
+
+The probe reads each GPU's PCI ``numa_node`` and ``local_cpulist`` from sysfs
+(``/sys/bus/pci/devices/<bdf>/``), and the socket of every online CPU
+(``cpuN/topology/physical_package_id``). A GPU's socket is the one socket that
+holds all of its local CPUs.
+
+``numa_node`` -1 means the kernel has no NUMA node for the device. On a
+single-socket host that is harmless (there is one node). On a host with more
+than one socket it means NUMA is off in the BIOS (memory interleaving, or the
+kernel's ``numa=off``; the kernel then sees one node), or the firmware gives no
+proximity data for the device (no ACPI ``_PXM``); VMs show both. Copies and
+NCCL's CPU threads then run from the wrong socket, unseen.
+
+observed::
+
+    {"sockets": 2, "numaNodes": 2, "numaNode": [0, 0, 0, 0, 1, 1, 1, 1],
+     "socket": [0, 0, 0, 0, 1, 1, 1, 1],
+     "localCpulist": {"0-55,112-167": [0, 1, 2, 3], "56-111,168-223": [4, 5, 6, 7]}}
+
+(``socket`` -1: the GPU's local CPUs are on no single socket; ``localCpulist``,
+cpulist → GPUs, is dropped when condensed; ``failedGpus`` names the GPUs whose
+PCI device could not be read.)
+"""
+
+from collections import Counter
+from typing import Literal
+
+from pydantic import Field, JsonValue, model_validator
+
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "GpuNumaFailed"
+CPULIST_MAX = 96
+
+
+class GpuNumaPolicy(CheckSwitch):
+    require_numa_node: bool = Field(
+        default=True,
+        description="On a host with more than one CPU socket, every GPU must have a NUMA "
+        "node (sysfs numa_node not -1).",
+    )
+    socket_spread: Literal["any", "even"] = Field(
+        default="any",
+        description="even: on a multi-socket host, the GPU counts of any two sockets differ "
+        "by at most 1 (8 GPUs on 2 sockets: 4 + 4). any: not judged.",
+    )
+    gpus_per_socket: list[int] | None = Field(
+        default=None,
+        max_length=16,
+        description="The GPU count of each socket, in any order (e.g. [4, 4]); sockets "
+        "without GPUs count as 0. Overrides socketSpread.",
+    )
+
+
+class GpuNumaObserved(ObservedModel):
+    sockets: int = Field(ge=1, le=64)  # CPU sockets (packages) with online CPUs
+    numa_nodes: int | None = Field(default=None, ge=1, le=1024)  # online NUMA nodes
+    numa_node: list[int]  # per GPU; -1: none
+    socket: list[int]  # per GPU; -1: its local CPUs are on no single socket
+    local_cpulist: dict[str, list[int]] | None = None  # detail: cpulist -> GPUs
+    failed_gpus: dict[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _columns(self) -> "GpuNumaObserved":
+        if not self.numa_node or len(self.socket) != len(self.numa_node):
+            raise ValueError("numaNode and socket must be non-empty and of equal length")
+        return self
+
+
+def _causes(observed: GpuNumaObserved) -> str:
+    if observed.numa_nodes is None or observed.numa_nodes <= 1:
+        return (
+            f"the kernel sees {observed.numa_nodes or 1} NUMA node: NUMA off in the BIOS "
+            "(memory interleaving) or numa=off, or a VM without a NUMA topology"
+        )
+    return "the firmware gives no proximity data (ACPI _PXM) for them, or a VM hides it"
+
+
+def _per_socket(observed: GpuNumaObserved) -> list[int]:
+    """GPUs per socket, most first; sockets without GPUs count as 0."""
+    counts = Counter(s for s in observed.socket if s >= 0)
+    zeros = max(observed.sockets - len(counts), 0)
+    return sorted([*counts.values(), *[0] * zeros], reverse=True)
+
+
+def _spread(observed: GpuNumaObserved, policy: GpuNumaPolicy) -> str | None:
+    """What is wrong with the GPUs' spread over the sockets (None: nothing)."""
+    if policy.gpus_per_socket is None and (policy.socket_spread == "any" or observed.sockets <= 1):
+        return None
+    unplaced = [i for i, s in enumerate(observed.socket) if s < 0]
+    if unplaced:
+        return f"{gpu_list(unplaced)}: on no single socket, spread not known"
+    counts = _per_socket(observed)
+    shown = "+".join(map(str, counts))
+    if policy.gpus_per_socket is not None:
+        expected = sorted(policy.gpus_per_socket, reverse=True)
+        width = max(len(expected), len(counts))
+        if expected + [0] * (width - len(expected)) != counts + [0] * (width - len(counts)):
+            return f"GPUs per socket {shown}, expected {'+'.join(map(str, expected))}"
+        return None
+    if counts[0] - counts[-1] > 1:
+        return f"GPUs per socket {shown} over {observed.sockets} sockets, expected even"
+    return None
+
+
+def judge(
+    observed: GpuNumaObserved, policy: GpuNumaPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    expected: dict[str, JsonValue] = {
+        "requireNumaNode": policy.require_numa_node,
+        "socketSpread": policy.socket_spread,
+    }
+    if policy.gpus_per_socket is not None:
+        expected["gpusPerSocket"] = list(policy.gpus_per_socket)
+    failures = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
+    no_node = [i for i, n in enumerate(observed.numa_node) if n < 0]
+    failed = {int(g) for g in observed.failed_gpus or {}}
+    no_node = [i for i in no_node if i not in failed]
+    if policy.require_numa_node and observed.sockets > 1 and no_node:
+        failures.append(
+            f"{gpu_list(no_node)}: no NUMA node (numa_node -1) on a {observed.sockets}-socket "
+            f"host; {_causes(observed)}"
+        )
+    elif not failed:
+        spread = _spread(observed, policy)
+        if spread is not None:
+            failures.append(spread)
+    if failures:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
+    nodes = sorted({n for n in observed.numa_node if n >= 0})
+    where = f"NUMA nodes {','.join(map(str, nodes))}" if nodes else "numa_node -1 (one node)"
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expected,
+        clip(
+            f"{len(observed.numa_node)} GPUs on {where}; "
+            f"{'+'.join(map(str, _per_socket(observed)))} over {observed.sockets} socket"
+            f"{'s' if observed.sockets > 1 else ''}"
+        ),
+    )
+
+
+def condense(observed: GpuNumaObserved) -> GpuNumaObserved:
+    return observed.model_copy(update={"local_cpulist": None})
+
+
+SPEC = CheckSpec(
+    name="gpu_numa",
+    title="GPU NUMA placement",
+    summary="every GPU has a NUMA node on a multi-socket host; GPUs spread over the sockets "
+    "as the policy expects; each GPU's local_cpulist recorded",
+    reason=REASON,
+    policy_model=GpuNumaPolicy,
+    observed_model=GpuNumaObserved,
+    judge=judge,
+    condense=condense,
+)

@@ -1,0 +1,317 @@
+"""``infiniband_ports``: the InfiniBand / RoCE ports are up, fast, error-free, and
+the HCAs run one firmware per board.
+
+The probe reads ``/sys/class/infiniband/<hca>/ports/<n>/{state,phys_state,rate,
+link_layer}``, ``counters/{link_downed,symbol_error}`` and ``<hca>/{fw_ver,board_id}``
+(formats: :mod:`gpuaccept.probe.hardware.infiniband`). A port is *up* when its
+state is ``ACTIVE`` and its physical state ``LinkUp``. Ports that are down are
+judged only through the count the policy expects: a dual-port NIC with one port
+unused is healthy. A port that is ``LinkUp`` but not ``ACTIVE`` (``INIT``,
+``ARMED``) trained its link but no subnet manager activated it: it always fails.
+
+The RDMA network-namespace mode decides what the probe pod sees: in ``shared``
+mode (the kernel default) every HCA; in ``exclusive`` mode only the HCAs moved
+into the pod's namespace (usually none). In exclusive mode the port count is not
+judged, so a healthy node is not failed for HCAs the pod cannot see.
+
+observed (``ports`` lists every port as measured, and is replaced by ``named``,
+a few port names per kind, when condensed)::
+
+    {"netnsMode": "shared", "hcas": 9,
+     "layers": {"InfiniBand": {"ports": 8, "up": 8, "stuck": 0, "minRateGbps": 400,
+                               "maxLinkDowned": 0, "maxSymbolError": 0}, ...},
+     "firmware": {"MT_0000000838": ["28.39.1002"]},
+     "ports": [{"port": "mlx5_0/1", "state": "ACTIVE", "physState": "LinkUp",
+                "rateGbps": 400, "linkLayer": "InfiniBand", "linkDowned": 0,
+                "symbolError": 0}, ...]}
+
+``oddFirmware`` (HCA → version) lists the HCAs whose firmware is not their board's
+most common one.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, JsonValue
+
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "InfinibandPortsFailed"
+NAMED_MAX = 4  # port names per kind in a message
+CONDENSED_NAMED_MAX = 1  # ... and in the condensed form (also of oddFirmware)
+LinkLayer = Literal["InfiniBand", "Ethernet"]
+
+
+class InfinibandPortsPolicy(CheckSwitch):
+    expected_up_ports: int | None = Field(
+        default=None,
+        ge=0,
+        le=256,
+        description="At least this many ports (of linkLayer) ACTIVE and LinkUp. None: no "
+        "count expected (a node without HCAs passes); above 0, a node without HCAs fails.",
+    )
+    link_layer: LinkLayer | None = Field(
+        default=None,
+        description="Judge only the ports of this link layer (InfiniBand; Ethernet for "
+        "RoCE). None: every port.",
+    )
+    min_rate_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        description="Lowest acceptable rate of an up port (of linkLayer), Gb/s.",
+    )
+    require_same_firmware: bool = Field(
+        default=True, description="HCAs of one board_id (PSID) run one firmware version."
+    )
+    link_downed_warn: int | None = Field(
+        default=None, ge=1, description="A port's link_downed counter at or above: warn."
+    )
+    link_downed_fail: int | None = Field(
+        default=None, ge=1, description="A port's link_downed counter at or above: fail."
+    )
+    symbol_error_warn: int | None = Field(
+        default=None, ge=1, description="A port's symbol_error counter at or above: warn."
+    )
+    symbol_error_fail: int | None = Field(
+        default=None, ge=1, description="A port's symbol_error counter at or above: fail."
+    )
+    netns_mode: Literal["detect", "shared", "exclusive"] = Field(
+        default="detect",
+        description="The RDMA netns mode: detect (ib_core's netns_mode parameter; "
+        "unknown counts as shared), or as given. Exclusive: the port count is not judged.",
+    )
+
+
+class IbPortObserved(ObservedModel):
+    port: str = Field(max_length=64)  # "<hca>/<port>"
+    state: str = Field(max_length=16)
+    phys_state: str = Field(max_length=32)
+    rate_gbps: float = Field(ge=0)
+    link_layer: str = Field(max_length=16)
+    link_downed: int | None = None
+    symbol_error: int | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.state == "ACTIVE" and self.phys_state == "LinkUp"
+
+    @property
+    def stuck(self) -> bool:
+        return self.phys_state == "LinkUp" and self.state != "ACTIVE"
+
+
+class IbLayerObserved(ObservedModel):
+    # (zero counts are left out: None)
+    ports: int = Field(ge=0)
+    up: int = Field(ge=0)
+    stuck: int | None = Field(default=None, ge=0)  # LinkUp but not ACTIVE
+    min_rate_gbps: float | None = Field(default=None, ge=0)  # over the up ports
+    max_link_downed: int | None = Field(default=None, ge=0)
+    max_symbol_error: int | None = Field(default=None, ge=0)
+
+
+class IbNamedPorts(ObservedModel):
+    """A few port names per kind (the condensed form's stand-in for ``ports``)."""
+
+    stuck: list[str] | None = None  # "<port> <state>"
+    down: list[str] | None = None
+    slowest: list[str] | None = None  # the up ports at the lowest rate, when rates differ
+    link_downed: list[str] | None = None
+    symbol_error: list[str] | None = None
+
+
+class InfinibandPortsObserved(ObservedModel):
+    netns_mode: Literal["shared", "exclusive", "unknown"]
+    hcas: int = Field(ge=0)
+    layers: dict[str, IbLayerObserved] | None = None  # link layer -> its ports
+    firmware: dict[str, list[str]] | None = None  # board_id -> firmware versions
+    odd_firmware: dict[str, str] | None = None  # HCA -> version (not its board's usual)
+    ports: list[IbPortObserved] | None = None  # detail
+    named: IbNamedPorts | None = None  # condensed
+
+
+def _ports_of(observed: InfinibandPortsObserved, layers: set[str]) -> list[IbPortObserved]:
+    return [p for p in observed.ports or [] if p.link_layer in layers]
+
+
+def named_ports(ports: list[IbPortObserved], limit: int = NAMED_MAX) -> IbNamedPorts:
+    """The ports worth naming, by kind (policy-independent)."""
+    up_rates = [p.rate_gbps for p in ports if p.up]
+    slowest = min(up_rates) if up_rates and min(up_rates) < max(up_rates) else None
+
+    def first(names: list[str]) -> list[str] | None:
+        return names[:limit] or None
+
+    return IbNamedPorts(
+        stuck=first([f"{p.port} {p.state}" for p in ports if p.stuck]),
+        down=first([p.port for p in ports if not p.up and not p.stuck]),
+        slowest=first([p.port for p in ports if p.up and p.rate_gbps == slowest]),
+        link_downed=first([p.port for p in ports if p.link_downed]),
+        symbol_error=first([p.port for p in ports if p.symbol_error]),
+    )
+
+
+@dataclass(frozen=True)
+class _Facts:
+    up: int
+    stuck: int
+    min_rate: float | None
+    max_link_downed: int
+    max_symbol_error: int
+    named: IbNamedPorts
+    label: str  # "InfiniBand ports", "ports"
+
+
+def _facts(observed: InfinibandPortsObserved, policy: InfinibandPortsPolicy) -> _Facts:
+    all_layers = observed.layers or {}
+    chosen: set[str] = {policy.link_layer} if policy.link_layer else set(all_layers)
+    layers = [s for name, s in all_layers.items() if name in chosen]
+    rates = [s.min_rate_gbps for s in layers if s.min_rate_gbps is not None]
+    named = (
+        named_ports(_ports_of(observed, chosen))
+        if observed.ports is not None
+        else observed.named or IbNamedPorts()
+    )
+    return _Facts(
+        up=sum(s.up for s in layers),
+        stuck=sum(s.stuck or 0 for s in layers),
+        min_rate=min(rates) if rates else None,
+        max_link_downed=max((s.max_link_downed or 0 for s in layers), default=0),
+        max_symbol_error=max((s.max_symbol_error or 0 for s in layers), default=0),
+        named=named,
+        label=f"{policy.link_layer} ports" if policy.link_layer else "ports",
+    )
+
+
+def _names(names: list[str] | None) -> str:
+    return f" ({', '.join(names)})" if names else ""
+
+
+def _ports(count: int, label: str) -> str:
+    """``1, "InfiniBand ports"`` → ``"1 InfiniBand port"``."""
+    return f"{count} {label.removesuffix('s') if count == 1 else label}"
+
+
+def _count_problem(
+    observed: InfinibandPortsObserved, policy: InfinibandPortsPolicy, facts: _Facts
+) -> tuple[str | None, str | None]:
+    """(failure, note) about the expected port count."""
+    expected = policy.expected_up_ports
+    mode = observed.netns_mode if policy.netns_mode == "detect" else policy.netns_mode
+    if expected is None or facts.up >= expected:
+        return None, None
+    if mode == "exclusive":
+        return None, (
+            f"exclusive RDMA netns: the pod sees {facts.up} up {facts.label} of {expected} "
+            "expected (only HCAs in its namespace); count not judged"
+        )
+    if observed.hcas == 0:
+        return f"no InfiniBand/RoCE HCA in /sys/class/infiniband; {expected} up expected", None
+    return (
+        f"{facts.up} of {expected} {facts.label} up (ACTIVE, LinkUp); down:"
+        f"{_names(facts.named.down) or ' none visible'}"
+    ), None
+
+
+def _counter_problems(facts: _Facts, policy: InfinibandPortsPolicy) -> tuple[list[str], list[str]]:
+    failures: list[str] = []
+    warnings: list[str] = []
+    for label, worst, names, warn, fail in (
+        (
+            "link_downed",
+            facts.max_link_downed,
+            facts.named.link_downed,
+            policy.link_downed_warn,
+            policy.link_downed_fail,
+        ),
+        (
+            "symbol_error",
+            facts.max_symbol_error,
+            facts.named.symbol_error,
+            policy.symbol_error_warn,
+            policy.symbol_error_fail,
+        ),
+    ):
+        if fail is not None and worst >= fail:
+            failures.append(f"{label} {worst} >= {fail}{_names(names)}")
+        elif warn is not None and worst >= warn:
+            warnings.append(f"{label} {worst} >= {warn}{_names(names)}")
+    return failures, warnings
+
+
+def _firmware_problem(observed: InfinibandPortsObserved) -> str | None:
+    firmware = observed.firmware or {}
+    mixed = {board: versions for board, versions in firmware.items() if len(versions) > 1}
+    if not mixed:
+        return None
+    odd = ", ".join(f"{hca} {fw}" for hca, fw in (observed.odd_firmware or {}).items())
+    boards = "; ".join(f"{board}: {' vs '.join(v)}" for board, v in mixed.items())
+    return f"firmware differs within a board ({boards}){f': {odd}' if odd else ''}"
+
+
+def _expected(policy: InfinibandPortsPolicy) -> dict[str, JsonValue]:
+    wire = policy.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return {k: v for k, v in wire.items() if k not in ("enabled", "required")}
+
+
+def judge(
+    observed: InfinibandPortsObserved, policy: InfinibandPortsPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    facts = _facts(observed, policy)
+    failure, note = _count_problem(observed, policy, facts)
+    failures = [failure] if failure else []
+    if facts.stuck:
+        failures.append(
+            f"{_ports(facts.stuck, facts.label)} LinkUp but not ACTIVE{_names(facts.named.stuck)}"
+            ": no subnet manager activated the link"
+        )
+    if (
+        policy.min_rate_gbps is not None
+        and facts.min_rate is not None
+        and facts.min_rate < policy.min_rate_gbps
+    ):
+        failures.append(
+            f"{facts.label} rate {facts.min_rate:g} < {policy.min_rate_gbps:g} Gb/s"
+            f"{_names(facts.named.slowest)}"
+        )
+    counter_failures, warnings = _counter_problems(facts, policy)
+    failures.extend(counter_failures)
+    firmware = _firmware_problem(observed) if policy.require_same_firmware else None
+    if firmware:
+        failures.append(firmware)
+    expected = _expected(policy)
+    if failures:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
+    if warnings:
+        return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warnings)))
+    if observed.hcas == 0:
+        message = note or "no InfiniBand/RoCE HCA in /sys/class/infiniband; none expected"
+        return CheckJudgement(CheckStatus.PASS, expected, clip(message))
+    rate = f", min {facts.min_rate:g} Gb/s" if facts.min_rate is not None else ""
+    base = f"{_ports(facts.up, facts.label)} up on {observed.hcas} HCAs{rate}"
+    return CheckJudgement(CheckStatus.PASS, expected, clip(f"{base}; {note}" if note else base))
+
+
+def condense(observed: InfinibandPortsObserved) -> InfinibandPortsObserved:
+    if observed.ports is None:
+        return observed
+    named = named_ports(observed.ports, CONDENSED_NAMED_MAX)
+    kept = named if named.model_dump(exclude_none=True) else None
+    odd = dict(list((observed.odd_firmware or {}).items())[:CONDENSED_NAMED_MAX]) or None
+    return observed.model_copy(update={"ports": None, "named": kept, "odd_firmware": odd})
+
+
+SPEC = CheckSpec(
+    name="infiniband_ports",
+    title="InfiniBand / RoCE ports",
+    summary="enough HCA ports ACTIVE and LinkUp, none LinkUp but not ACTIVE, rate at or "
+    "above the minimum, one firmware per HCA board, link_downed/symbol_error below "
+    "thresholds",
+    reason=REASON,
+    policy_model=InfinibandPortsPolicy,
+    observed_model=InfinibandPortsObserved,
+    judge=judge,
+    condense=condense,
+)

@@ -1,0 +1,152 @@
+"""Reader for InfiniBand / RoCE HCAs under ``<sysfs>/class/infiniband``, shared by
+both backends.
+
+Formats, from the kernel (``Documentation/ABI/stable/sysfs-class-infiniband``
+and ``drivers/infiniband/core/sysfs.c``):
+
+* ``ports/<n>/state``: ``"4: ACTIVE"`` (``"<number>: <name>"``: NOP, DOWN, INIT,
+  ARMED, ACTIVE, ACTIVE_DEFER);
+* ``ports/<n>/phys_state``: ``"5: LinkUp"`` (Sleep, Polling, Disabled,
+  PortConfigurationTraining, LinkUp, LinkErrorRecovery, Phy Test);
+* ``ports/<n>/rate``: ``"400 Gb/sec (4X NDR)"`` (``"2.5 Gb/sec (1X SDR)"``):
+  active width x active speed;
+* ``ports/<n>/link_layer``: ``InfiniBand`` or ``Ethernet`` (RoCE);
+* ``ports/<n>/counters/{link_downed,symbol_error}``: the port's PMA PortCounters
+  (since the counters were last cleared; the IB specification makes
+  LinkDownedCounter 8 bits and SymbolErrorCounter 16 bits, both saturating);
+* ``fw_ver`` (v4.10+), and ``board_id`` / ``hca_type`` where the driver has them
+  (mlx4, mlx5, ...).
+
+What a probe pod sees depends on the RDMA network-namespace mode (``rdma system``;
+``<sysfs>/module/ib_core/parameters/netns_mode``: ``Y`` shared, the default;
+``N`` exclusive). Shared: every HCA is visible in every network namespace.
+Exclusive: a pod's sysfs lists only the HCAs moved into its namespace.
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from gpuaccept.probe.hardware.sysfs import SysfsError
+
+NetnsMode = Literal["shared", "exclusive", "unknown"]
+_STATE_RE = re.compile(r"^\s*[0-9]+:\s*(.+?)\s*$")
+_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+_PORT_MAX = 64
+
+
+@dataclass(frozen=True)
+class IbPort:
+    hca: str
+    port: int
+    state: str  # ACTIVE, DOWN, INIT ...
+    phys_state: str  # LinkUp, Polling, Disabled ...
+    rate_gbps: float
+    link_layer: str  # InfiniBand | Ethernet
+    link_downed: int | None
+    symbol_error: int | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.hca}/{self.port}"
+
+    @property
+    def up(self) -> bool:
+        return self.state == "ACTIVE" and self.phys_state == "LinkUp"
+
+
+@dataclass(frozen=True)
+class IbHca:
+    name: str
+    fw_ver: str | None
+    board_id: str | None
+    ports: tuple[IbPort, ...]
+
+
+@dataclass(frozen=True)
+class InfinibandView:
+    """The HCAs this process can see, and the RDMA netns mode."""
+
+    hcas: tuple[IbHca, ...]
+    netns_mode: NetnsMode
+
+
+def parse_port_state(text: str) -> str:
+    """``"4: ACTIVE"`` → ``"ACTIVE"``; ``"5: LinkUp"`` → ``"LinkUp"``."""
+    match = _STATE_RE.match(text)
+    if match is None:
+        raise SysfsError(f"unrecognised port state {text.strip()!r}")
+    return match.group(1)
+
+
+def parse_rate(text: str) -> float:
+    """``"400 Gb/sec (4X NDR)"`` → 400.0."""
+    match = _RATE_RE.match(text)
+    if match is None:
+        raise SysfsError(f"unrecognised port rate {text.strip()!r}")
+    return float(match.group(1))
+
+
+def _optional(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _counter(path: Path) -> int | None:
+    text = _optional(path)
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def read_netns_mode(sysfs_root: Path) -> NetnsMode:
+    value = _optional(sysfs_root / "module" / "ib_core" / "parameters" / "netns_mode")
+    if value in ("Y", "1"):
+        return "shared"
+    if value in ("N", "0"):
+        return "exclusive"
+    return "unknown"
+
+
+def _read_port(hca: str, port_dir: Path) -> IbPort:
+    try:
+        return IbPort(
+            hca=hca,
+            port=int(port_dir.name),
+            state=parse_port_state((port_dir / "state").read_text()),
+            phys_state=parse_port_state((port_dir / "phys_state").read_text()),
+            rate_gbps=parse_rate((port_dir / "rate").read_text()),
+            link_layer=(port_dir / "link_layer").read_text().strip(),
+            link_downed=_counter(port_dir / "counters" / "link_downed"),
+            symbol_error=_counter(port_dir / "counters" / "symbol_error"),
+        )
+    except OSError as exc:
+        raise SysfsError(f"cannot read port {hca}/{port_dir.name}: {exc.strerror}") from exc
+
+
+def _natural(path: Path) -> tuple[str, int]:
+    """``mlx5_10`` after ``mlx5_9``."""
+    stem = path.name.rstrip("0123456789")
+    digits = path.name[len(stem) :]
+    return stem, int(digits) if digits else -1
+
+
+def read_infiniband(sysfs_root: Path) -> InfinibandView:
+    """Every HCA under ``<sysfs>/class/infiniband`` with its ports (empty when none)."""
+    class_dir = sysfs_root / "class" / "infiniband"
+    hcas: list[IbHca] = []
+    entries = sorted(class_dir.iterdir(), key=_natural) if class_dir.is_dir() else []
+    for entry in entries:
+        ports_dir = entry / "ports"
+        listed = ports_dir.iterdir() if ports_dir.is_dir() else iter(())
+        port_dirs = sorted((p for p in listed if p.name.isdigit()), key=lambda p: int(p.name))
+        hcas.append(
+            IbHca(
+                name=entry.name,
+                fw_ver=_optional(entry / "fw_ver"),
+                board_id=_optional(entry / "board_id"),
+                ports=tuple(_read_port(entry.name, p) for p in port_dirs[:_PORT_MAX]),
+            )
+        )
+    return InfinibandView(hcas=tuple(hcas), netns_mode=read_netns_mode(sysfs_root))

@@ -1,0 +1,78 @@
+"""Measures :mod:`gpuaccept.checks.infiniband_ports`: every HCA port the probe can see.
+
+Nothing is loaded or reset: the port files and counters are read once, as they are.
+"""
+
+from collections import Counter
+
+from gpuaccept.checks.infiniband_ports import (
+    IbLayerObserved,
+    IbPortObserved,
+    InfinibandPortsObserved,
+    InfinibandPortsPolicy,
+)
+from gpuaccept.probe.hardware.base import HardwareBackend
+from gpuaccept.probe.hardware.infiniband import IbHca, IbPort
+from gpuaccept.probe.measure.context import ProbeContext
+
+PORTS_MAX = 64
+
+
+def _port(port: IbPort) -> IbPortObserved:
+    return IbPortObserved(
+        port=port.name[:64],
+        state=port.state[:16],
+        phys_state=port.phys_state[:32],
+        rate_gbps=port.rate_gbps,
+        link_layer=port.link_layer[:16],
+        link_downed=port.link_downed,
+        symbol_error=port.symbol_error,
+    )
+
+
+def _layers(ports: list[IbPort]) -> dict[str, IbLayerObserved]:
+    out: dict[str, IbLayerObserved] = {}
+    for layer in sorted({p.link_layer for p in ports}):
+        mine = [p for p in ports if p.link_layer == layer]
+        up_rates = [p.rate_gbps for p in mine if p.up]
+        out[layer[:16]] = IbLayerObserved(
+            ports=len(mine),
+            up=len(up_rates),
+            stuck=sum(1 for p in mine if p.phys_state == "LinkUp" and p.state != "ACTIVE") or None,
+            min_rate_gbps=min(up_rates) if up_rates else None,
+            max_link_downed=max((p.link_downed or 0 for p in mine), default=0) or None,
+            max_symbol_error=max((p.symbol_error or 0 for p in mine), default=0) or None,
+        )
+    return out
+
+
+def _firmware(hcas: tuple[IbHca, ...]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """board_id → its firmware versions; and the HCAs not on their board's usual one."""
+    by_board: dict[str, Counter[str]] = {}
+    for hca in hcas:
+        if hca.fw_ver is not None:
+            by_board.setdefault(hca.board_id or "unknown", Counter())[hca.fw_ver] += 1
+    odd: dict[str, str] = {}
+    for hca in hcas:
+        counts = by_board.get(hca.board_id or "unknown")
+        if hca.fw_ver is not None and counts is not None and len(counts) > 1:
+            usual = counts.most_common(1)[0][0]
+            if hca.fw_ver != usual:
+                odd[hca.name] = hca.fw_ver
+    return {board: sorted(c) for board, c in sorted(by_board.items())}, odd
+
+
+def measure(
+    hardware: HardwareBackend, policy: InfinibandPortsPolicy, context: ProbeContext
+) -> InfinibandPortsObserved:
+    view = hardware.infiniband()
+    ports = [p for hca in view.hcas for p in hca.ports][:PORTS_MAX]
+    firmware, odd = _firmware(view.hcas)
+    return InfinibandPortsObserved(
+        netns_mode=view.netns_mode,
+        hcas=len(view.hcas),
+        layers=_layers(ports) or None,
+        firmware=firmware or None,
+        odd_firmware=dict(list(odd.items())[:4]) or None,
+        ports=[_port(p) for p in ports],
+    )
