@@ -412,3 +412,31 @@ def test_owned_key_prefixes_reach_the_operator() -> None:
         "gpu.example.org/",
     )
     assert "--owned-key-prefix" not in args_of(render_chart(namespace=NAMESPACE))
+
+
+def test_image_pull_secrets_reach_the_probe_pods() -> None:
+    """imagePullSecrets (the operator's) and probe.imagePullSecrets become the probe
+    pods' pull secrets: the operator's flags, parsed by its CLI, without repeats."""
+    cli = pytest.importorskip("gpuaccept.operator.cli")
+    docs = render_chart(
+        namespace=NAMESPACE,
+        set_values={
+            "imagePullSecrets[0].name": "regcred",
+            "probe.imagePullSecrets[0].name": "gpu-mirror",
+            "probe.imagePullSecrets[1].name": "regcred",
+        },
+    )
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    parsed = cli.parser().parse_args(container(docs)["args"][1:])
+    assert parsed.probe_image_pull_secrets == ["regcred", "gpu-mirror"]
+    assert "--probe-image-pull-secret" not in args_of(render_chart(namespace=NAMESPACE))
+
+
+def test_a_bad_probe_pull_secret_name_is_refused() -> None:
+    proc = helm(
+        "template", "x", str(CHART), "--set", "probe.imagePullSecrets[0].name=Reg Cred",
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "probe.imagePullSecrets.0.name" in proc.stderr.replace("/", "."), proc.stderr

@@ -99,4 +99,17 @@ app.kubernetes.io/component: operator
 {{- range .Values.operator.ownedKeyPrefixes }}
 - --owned-key-prefix={{ . }}
 {{- end }}
+{{- range include "gpuaccept.probeImagePullSecrets" . | fromJsonArray }}
+- --probe-image-pull-secret={{ . }}
+{{- end }}
+{{- end }}
+
+{{/* The probe pods' image pull secrets (names, JSON): imagePullSecrets (the
+operator's, usually the same registry) then probe.imagePullSecrets, without repeats. */}}
+{{- define "gpuaccept.probeImagePullSecrets" -}}
+{{- $names := list }}
+{{- range concat .Values.imagePullSecrets .Values.probe.imagePullSecrets }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- $names | uniq | toJson }}
 {{- end }}

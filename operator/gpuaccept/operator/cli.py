@@ -136,6 +136,7 @@ def main(argv: Sequence[str]) -> int:
         shm_size=args.probe_shm_size or None,
         default_timeout_seconds=args.probe_timeout,
         owned_key_prefixes=owned_key_prefixes(args.owned_key_prefixes),
+        image_pull_secrets=tuple(dict.fromkeys(args.probe_image_pull_secrets)),
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     leader = None

@@ -144,6 +144,9 @@ class OperatorConfig:
     default_timeout_seconds: int | None = None
     # The taint and label key prefixes a policy may name (--owned-key-prefix).
     owned_key_prefixes: tuple[str, ...] = (OWNED_KEY_PREFIX,)
+    # Secrets (in the probe pods' namespace) to pull the probe image with
+    # (--probe-image-pull-secret): a private registry.
+    image_pull_secrets: tuple[str, ...] = ()
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run
