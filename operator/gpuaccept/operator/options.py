@@ -223,7 +223,7 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="SECRET",
-        help="a Secret in --namespace to pull the probe image with (repeatable; private registries)",
+        help="a Secret in --namespace to pull the probe image with (repeatable)",
     )
     probe.add_argument(
         "--probe-command",
