@@ -1,6 +1,6 @@
 """``gpuaccept cleanup``'s pure decisions: which keys gpuaccept owns on a node, and
 whether an operator still holds the Lease. The calls are tested on the real API
-server in tests/integration/test_cleanup.py."""
+server in tests/integration/test_cleanup_command.py."""
 
 from __future__ import annotations
 
