@@ -96,6 +96,9 @@ app.kubernetes.io/component: operator
 - --probe-shm-size={{ .Values.probe.shmSize }}
 - --probe-resources={{ toJson .Values.probe.resources }}
 - --probe-tolerations={{ toJson .Values.probe.tolerations }}
+{{- with .Values.operator.watchNodeSelector }}
+- --node-selector={{ . }}
+{{- end }}
 {{- range .Values.operator.ownedKeyPrefixes }}
 - --owned-key-prefix={{ . }}
 {{- end }}
