@@ -21,6 +21,7 @@ chart-lint: $(BIN)/helm
 	$(BIN)/helm template gpuaccept $(CHART_DIR) --namespace gpuaccept-system \
 	  -f $(CHART_DIR)/ci/ha-values.yaml >/dev/null
 
-chart-test: venv $(BIN)/helm $(BIN)/controlplane $(BIN)/kubectl
+chart-test: venv $(BIN)/helm $(BIN)/controlplane $(BIN)/kubectl $(BIN)/promtool $(BIN)/kubeconform
 	$(CHART_PYTHON) -m pytest tests/contracts tests/chart tests/images \
-	  tests/integration/test_crds.py $(wildcard tests/integration/test_chart*.py)
+	  tests/integration/test_crds.py $(wildcard tests/integration/test_chart*.py) \
+	  tests/integration/test_crd_chart_upgrade.py tests/integration/test_kubeconform.py

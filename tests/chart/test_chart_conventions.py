@@ -189,9 +189,8 @@ def test_dashboard_configmap_for_the_sidecar() -> None:
 
 def test_dashboard_queries_only_exported_metrics() -> None:
     pytest.importorskip("gpuaccept.operator.metrics")  # registers them
-    from prometheus_client import REGISTRY  # noqa: PLC0415
-
-    exported = {family.name for family in REGISTRY.collect()}
+    registry = pytest.importorskip("prometheus_client").REGISTRY
+    exported = {family.name for family in registry.collect()}
     dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     for expr in exprs:

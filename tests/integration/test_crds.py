@@ -29,6 +29,7 @@ from gpuaccept.contracts.nodeacceptance import (
     PhaseCounts,
     Reason,
 )
+from gpuaccept.contracts.policy import VersionRange
 from gpuaccept.contracts.report import (
     CheckResult,
     CheckStatus,
@@ -189,8 +190,6 @@ def test_invalid_policy_is_refused_naming_the_field(
 def test_version_order_rule_agrees_with_the_model(
     cp: ControlPlane, name: str, low: str, high: str
 ) -> None:
-    from gpuaccept.contracts.policy import VersionRange  # noqa: PLC0415
-
     try:
         VersionRange(min=low, max=high)
         model_accepts = True
