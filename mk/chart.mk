@@ -1,6 +1,7 @@
 # CRDs generated from the contract models, and the Helm chart (issue 5).
 #
-#   make crds        regenerate crds/ and charts/gpuaccept/crds/ from the pydantic models
+#   make crds        regenerate crds/, charts/gpuaccept/crds/ and charts/gpuaccept-crds/files/
+#                    from the pydantic models
 #   make chart-lint  helm lint + helm template (default and example values)
 #   make chart-test  the chart, CRD and image-convention tests (integration ones included)
 
@@ -10,15 +11,17 @@ CHART_PYTHON ?= .venv/bin/python
 .PHONY: crds chart-lint chart-test
 
 crds: venv
-	$(CHART_PYTHON) -m gpuaccept.cli crds --out crds --out $(CHART_DIR)/crds
+	$(CHART_PYTHON) -m gpuaccept.cli crds --out crds --out $(CHART_DIR)/crds --out charts/gpuaccept-crds/files
 
 chart-lint: $(BIN)/helm
+	$(BIN)/helm lint --strict charts/gpuaccept-crds
 	$(BIN)/helm lint $(CHART_DIR)
 	$(BIN)/helm lint $(CHART_DIR) -f $(CHART_DIR)/ci/ha-values.yaml
 	$(BIN)/helm template gpuaccept $(CHART_DIR) --namespace gpuaccept-system >/dev/null
 	$(BIN)/helm template gpuaccept $(CHART_DIR) --namespace gpuaccept-system \
 	  -f $(CHART_DIR)/ci/ha-values.yaml >/dev/null
 
-chart-test: venv $(BIN)/helm $(BIN)/controlplane $(BIN)/kubectl
+chart-test: venv $(BIN)/helm $(BIN)/controlplane $(BIN)/kubectl $(BIN)/promtool $(BIN)/kubeconform
 	$(CHART_PYTHON) -m pytest tests/contracts tests/chart tests/images \
-	  tests/integration/test_crds.py $(wildcard tests/integration/test_chart*.py)
+	  tests/integration/test_crds.py $(wildcard tests/integration/test_chart*.py) \
+	  tests/integration/test_crd_chart_upgrade.py tests/integration/test_kubeconform.py

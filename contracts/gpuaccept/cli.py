@@ -8,10 +8,11 @@ operator never loads torch or NVML and the probe never loads kopf.
 import sys
 from collections.abc import Sequence
 
-USAGE = """usage: gpuaccept {probe,operator,crds,docs} [options]
+USAGE = """usage: gpuaccept {probe,operator,cleanup,crds,docs} [options]
 
   probe      measure this node and print a report (see: gpuaccept probe --help)
   operator   run the Kubernetes operator (see: gpuaccept operator --help)
+  cleanup    remove what gpuaccept leaves in a cluster (dry run unless --yes)
   crds       print the CustomResourceDefinitions generated from the contract models
   docs       rewrite the docs' check tables from the check registry
 """
@@ -33,6 +34,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuaccept.operator.cli import main as operator_main  # noqa: PLC0415 (lazy: one component only)
 
         return operator_main(rest)
+    if command == "cleanup":
+        from gpuaccept.operator.cleanup import main as cleanup_main  # noqa: PLC0415 (lazy: one component only)
+
+        return cleanup_main(rest)
     if command == "crds":
         from gpuaccept.checks.crdgen import main as crds_main  # noqa: PLC0415 (lazy: one component only)
 

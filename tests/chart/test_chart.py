@@ -33,7 +33,12 @@ Manifest = dict[str, Any]
 
 
 def by_kind(docs: list[Manifest], kind: str) -> list[Manifest]:
-    return [d for d in docs if d["kind"] == kind]
+    """The release's objects of ``kind`` (`helm test` hooks are in test_chart_conventions)."""
+    return [
+        d
+        for d in docs
+        if d["kind"] == kind and "helm.sh/hook" not in (d["metadata"].get("annotations") or {})
+    ]
 
 
 def one(docs: list[Manifest], kind: str) -> Manifest:
@@ -92,6 +97,9 @@ def test_default_render(default_docs: list[Manifest]) -> None:
             "RoleBinding",
             "Deployment",
             "NodeAcceptancePolicy",
+            # `helm test` hooks: a headless Service and the test Pod
+            "Service",
+            "Pod",
         ]
     )
     assert one(default_docs, "Deployment")["spec"]["replicas"] == 1
@@ -329,13 +337,16 @@ def test_alerts_use_the_operators_metrics(ha_docs: list[Manifest]) -> None:
     rule = one(ha_docs, "PrometheusRule")
     alerts = rule["spec"]["groups"][0]["rules"]
     assert {a["alert"] for a in alerts} == {
+        "GPUAcceptOperatorDown",
+        "GPUAcceptNoLeader",
+        "GPUAcceptNodeStuck",
         "GPUAcceptNodesQuarantined",
         "GPUAcceptBreakerTripped",
         "GPUAcceptProbeErrors",
     }
     for alert in alerts:
         used = set(re.findall(r"\b(gpuaccept_[a-z_]+)\b", alert["expr"]))
-        assert used, alert["alert"]
+        assert used or alert["expr"].startswith("absent(up{"), alert["alert"]
         for name in used:
             base = name.removesuffix("_total")
             assert name in exported or base in exported, f"{alert['alert']}: {name} not exported"
@@ -412,3 +423,31 @@ def test_owned_key_prefixes_reach_the_operator() -> None:
         "gpu.example.org/",
     )
     assert "--owned-key-prefix" not in args_of(render_chart(namespace=NAMESPACE))
+
+
+def test_image_pull_secrets_reach_the_probe_pods() -> None:
+    """imagePullSecrets (the operator's) and probe.imagePullSecrets become the probe
+    pods' pull secrets: the operator's flags, parsed by its CLI, without repeats."""
+    cli = pytest.importorskip("gpuaccept.operator.cli")
+    docs = render_chart(
+        namespace=NAMESPACE,
+        set_values={
+            "imagePullSecrets[0].name": "regcred",
+            "probe.imagePullSecrets[0].name": "gpu-mirror",
+            "probe.imagePullSecrets[1].name": "regcred",
+        },
+    )
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    parsed = cli.parser().parse_args(container(docs)["args"][1:])
+    assert parsed.probe_image_pull_secrets == ["regcred", "gpu-mirror"]
+    assert "--probe-image-pull-secret" not in args_of(render_chart(namespace=NAMESPACE))
+
+
+def test_a_bad_probe_pull_secret_name_is_refused() -> None:
+    proc = helm(
+        "template", "x", str(CHART), "--set", "probe.imagePullSecrets[0].name=Reg Cred",
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "probe.imagePullSecrets.0.name" in proc.stderr.replace("/", "."), proc.stderr

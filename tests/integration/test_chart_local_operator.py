@@ -12,7 +12,7 @@ the chart's ServiceAccount; simulated GPU nodes are then decided.
   the probe pods as local processes with simulated hardware. Under the default
   policy (dryRun) both are Held with the action they would get (Accept /
   Quarantine) and the nodes are untouched;
-- ``helm upgrade --reuse-values --set defaultPolicy.dryRun=false`` (the documented
+- ``helm upgrade --reset-then-reuse-values --set defaultPolicy.dryRun=false`` (the documented
   switch) applies the held verdicts: the healthy node is Accepted and its pending
   taint removed, the failing one Quarantined under the quarantine taint.
 
@@ -217,7 +217,7 @@ def test_local_operator_under_chart_rbac_decides_nodes(
 
         # Switch enforcement on, as docs/install.md says.
         helm(
-            "upgrade", release, str(chart_dir()), "-n", namespace, "--reuse-values",
+            "upgrade", release, str(chart_dir()), "-n", namespace, "--reset-then-reuse-values",
             "--set", "defaultPolicy.dryRun=false", "--set", "defaultPolicy.maxQuarantined=1",
             kubeconfig=control_plane.kubeconfig,
         )  # fmt: skip

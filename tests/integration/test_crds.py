@@ -29,6 +29,7 @@ from gpuaccept.contracts.nodeacceptance import (
     PhaseCounts,
     Reason,
 )
+from gpuaccept.contracts.policy import VersionRange
 from gpuaccept.contracts.report import (
     CheckResult,
     CheckStatus,
@@ -106,7 +107,8 @@ def test_empty_and_typical_policies_are_accepted(cp: ControlPlane, name: str) ->
     }
     assert _apply(cp, _policy(name, spec)).returncode == 0
     stored = _get(cp, "nodeacceptancepolicy", name)
-    assert stored["spec"] == spec
+    # The spec's switches are defaulted by the API server (printer columns show them).
+    assert stored["spec"] == {**spec, "paused": False, "includeControlPlane": False}
     NodeAcceptancePolicySpec.model_validate(stored["spec"])
     cp.kubectl("delete", "nodeacceptancepolicy", name)
     assert _apply(cp, _policy(name, {})).returncode == 0
@@ -140,6 +142,25 @@ def test_empty_and_typical_policies_are_accepted(cp: ControlPlane, name: str) ->
             {"quarantine": {"labels": {"example.com/ok": "x", "kubernetes.io/hostname": "q"}}},
             "quarantine.labels: keys under",
         ),
+        # CEL rules mirroring the models' validators (issue 16 item 3)
+        (
+            {"probe": {"driverLibraries": {"driverVersions": {"min": "560", "max": "550.54"}}}},
+            "spec.probe.driverLibraries.driverVersions: Invalid value: min is above max",
+        ),
+        (
+            {"probe": {"driverLibraries": {"ncclVersions": {"min": "2.22", "max": "2.21.9"}}}},
+            "min is above max",
+        ),
+        (
+            {"probe": {"ncclAllreduce": {"minBusbwGBpsByModel": {"NVIDIA H100": -1}}}},
+            "spec.probe.ncclAllreduce.minBusbwGBpsByModel.NVIDIA H100",
+        ),
+        ({"nodeSelector": {"bad key!": "x"}}, "every key must be a valid label key"),
+        ({"nodeSelector": {"a/b/c": "x"}}, "every key must be a valid label key"),
+        (
+            {"quarantine": {"labels": {"gpuaccept.io/" + "x" * 64: "y"}}},
+            "every key must be a valid label key",
+        ),
     ],
 )
 def test_invalid_policy_is_refused_naming_the_field(
@@ -151,10 +172,70 @@ def test_invalid_policy_is_refused_naming_the_field(
     assert cp.kubectl("get", "nodeacceptancepolicy", name, check=False).returncode != 0
 
 
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [
+        ("550", "550.54.15"),
+        ("550.54.15", "550.54.15"),
+        ("2.21.5", "2.21"),  # max holds at its own precision
+        ("2.21", "2.21.0"),
+        ("2.22", "2.21.9"),
+        ("560", "550.54"),
+        ("12.4.1", "12.4.0"),
+        ("9", "10"),  # numeric, not text, comparison
+        ("1.2.3.4", "1.2.3.5"),
+        ("1.2.3.6", "1.2.3.5"),
+    ],
+)
+def test_version_order_rule_agrees_with_the_model(
+    cp: ControlPlane, name: str, low: str, high: str
+) -> None:
+    try:
+        VersionRange(min=low, max=high)
+        model_accepts = True
+    except ValueError:
+        model_accepts = False
+    spec = {"probe": {"driverLibraries": {"driverVersions": {"min": low, "max": high}}}}
+    proc = _apply(cp, _policy(name, spec))
+    assert (proc.returncode == 0) == model_accepts, proc.stderr
+
+
+def test_switch_defaults_show_in_the_columns(cp: ControlPlane, name: str) -> None:
+    assert _apply(cp, _policy(name, {})).returncode == 0
+    spec = _get(cp, "nodeacceptancepolicy", name)["spec"]
+    assert spec == {"dryRun": False, "paused": False, "includeControlPlane": False}
+    header, row = cp.kubectl("get", "nodeacceptancepolicy", name).stdout.splitlines()
+    # The count columns are blank (no status yet): read the two by position.
+    for column in ("DRYRUN", "PAUSED"):
+        start = header.index(column)
+        assert row[start:].split()[0] == "false", f"{column}:\n{header}\n{row}"
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ("spec.paused", "No new probes and no decisions"),
+        ("spec.dryRun", "Default: false"),
+        ("spec.probeRun.timeoutSeconds", "Default: 900"),
+        ("spec.maxQuarantined", 'Default: "10%"'),
+        ("spec.probe.ncclAllreduce.enabled", "Run this check"),
+        ("spec.probe.driverLibraries.driverVersions.min", "Lowest version admitted"),
+        ("spec.reprobe.onPolicyChange", 'Default: "Rejudge"'),
+    ],
+)
+def test_kubectl_explain_explains(cp: ControlPlane, field: str, expected: str) -> None:
+    out = cp.kubectl("explain", f"nodeacceptancepolicy.{field}").stdout
+    assert expected in " ".join(out.split()), out
+
+
 def test_unknown_field_is_pruned_without_strict_validation(cp: ControlPlane, name: str) -> None:
     proc = _apply(cp, _policy(name, {"dryrun": True, "paused": True}), "--validate=ignore")
     assert proc.returncode == 0, proc.stderr
-    assert _get(cp, "nodeacceptancepolicy", name)["spec"] == {"paused": True}
+    assert _get(cp, "nodeacceptancepolicy", name)["spec"] == {
+        "paused": True,
+        "dryRun": False,
+        "includeControlPlane": False,
+    }
 
 
 def sample_status(node: str) -> NodeAcceptanceStatus:

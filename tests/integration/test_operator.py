@@ -840,7 +840,13 @@ def test_metrics_and_health_endpoints(env: Env) -> None:
     text = wait_for("the phase gauge on /metrics", scraped, 60)
     assert f'gpuaccept_nodes{{phase="Quarantined",policy="{policy}"}} 1.0' in text
     assert 'gpuaccept_check_failures_total{check="pcie_link",reason="PcieLinkFailed"}' in text
-    assert f'gpuaccept_node_busbw_gbps{{node="{names[0]}"}}' in text
+    assert f'gpuaccept_node_busbw_bytes_per_second{{node="{names[0]}"}}' in text
+    assert (
+        f'gpuaccept_node_phase{{node="{names[1]}",phase="Quarantined",policy="{policy}"}} 1.0'
+        in (text)
+    )
+    assert 'gpuaccept_build_info{version="' in text
+    assert "_created" not in text
     assert "gpuaccept_probe_duration_seconds_count" in text
     assert f'gpuaccept_breaker_open{{policy="{policy}"}} 0.0' in text
 

@@ -206,6 +206,22 @@ def test_chart_arguments_parse() -> None:
     assert args.lease_name == "gpuaccept"
     assert args.probe_timeout == 900
     assert args.workers >= 1
+    assert args.probe_image_pull_secrets == []
+
+
+def test_probe_image_pull_secrets_repeat() -> None:
+    args = parser().parse_args(
+        ["--probe-image-pull-secret=regcred", "--probe-image-pull-secret=mirror.io"]
+    )
+    assert args.probe_image_pull_secrets == ["regcred", "mirror.io"]
+
+
+def test_bad_probe_image_pull_secret_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _usage_error(capsys, "--probe-image-pull-secret", "Reg Cred")
+    assert line == (
+        "gpuaccept operator: --probe-image-pull-secret: 'Reg Cred' is not a Secret name "
+        "(a DNS subdomain)"
+    )
 
 
 def test_node_selector_parsing() -> None:

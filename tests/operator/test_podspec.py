@@ -111,3 +111,12 @@ def test_an_old_owned_taint_still_on_the_node_is_tolerated() -> None:
     manifest = probe_pod_manifest(attempt, OperatorConfig())
     keys = [t["key"] for t in manifest["spec"]["tolerations"]]
     assert keys == ["gpuaccept.io/pending", "gpuaccept.io/quarantined", "example.com/old-q"]
+
+
+def test_image_pull_secrets_reach_the_probe_pod() -> None:
+    node = NodeView(name="gpu-1", gpus=8, boot_id="b")
+    attempt = ProbeAttempt(name="p", serial=1, node=node, policy_name="default", spec=spec())
+    config = OperatorConfig(image_pull_secrets=("regcred", "mirror"))
+    pod = probe_pod_manifest(attempt, config)["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
+    assert "imagePullSecrets" not in probe_pod_manifest(attempt, OperatorConfig())["spec"]

@@ -96,7 +96,23 @@ app.kubernetes.io/component: operator
 - --probe-shm-size={{ .Values.probe.shmSize }}
 - --probe-resources={{ toJson .Values.probe.resources }}
 - --probe-tolerations={{ toJson .Values.probe.tolerations }}
+{{- with .Values.operator.watchNodeSelector }}
+- --node-selector={{ . }}
+{{- end }}
 {{- range .Values.operator.ownedKeyPrefixes }}
 - --owned-key-prefix={{ . }}
 {{- end }}
+{{- range include "gpuaccept.probeImagePullSecrets" . | fromJsonArray }}
+- --probe-image-pull-secret={{ . }}
+{{- end }}
+{{- end }}
+
+{{/* The probe pods' image pull secrets (names, JSON): imagePullSecrets (the
+operator's, usually the same registry) then probe.imagePullSecrets, without repeats. */}}
+{{- define "gpuaccept.probeImagePullSecrets" -}}
+{{- $names := list }}
+{{- range concat .Values.imagePullSecrets .Values.probe.imagePullSecrets }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- $names | uniq | toJson }}
 {{- end }}

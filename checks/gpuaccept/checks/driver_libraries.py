@@ -17,7 +17,7 @@ observed: ``{"kernelModule": "550.54.15", "nvmlLibrary": "550.54.15",
 
 from dataclasses import dataclass, field
 
-from pydantic import JsonValue
+from pydantic import Field, JsonValue
 
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
 from gpuaccept.contracts.policy import (
@@ -33,9 +33,18 @@ REASON = "DriverLibrariesFailed"
 
 
 class DriverLibrariesPolicy(CheckSwitch):
-    driver_versions: VersionRange = VersionRange()
-    nccl_versions: VersionRange = VersionRange()
-    min_cuda_driver_version: Version | None = None
+    driver_versions: VersionRange = Field(
+        default=VersionRange(),
+        description="Admitted NVIDIA driver versions (kernel module, NVML and every GPU).",
+    )
+    nccl_versions: VersionRange = Field(
+        default=VersionRange(), description="Admitted NCCL versions (the probe image's)."
+    )
+    min_cuda_driver_version: Version | None = Field(
+        default=None,
+        description="Lowest CUDA version the driver must support (e.g. 12.4), besides the "
+        "probe image's CUDA runtime, which it must always support; unset: no extra bound.",
+    )
 
 
 class DriverLibrariesObserved(ObservedModel):

@@ -22,6 +22,7 @@ from gpuaccept.contracts.api import PENDING_TAINT_KEY
 from gpuaccept.contracts.base import ContractModel
 from gpuaccept.contracts.policy import (
     CONTROL_PLANE_ROLE_LABELS,
+    MAX_MAP_KEYS,
     CheckSwitch,
     GPUWait,
     LabelValue,
@@ -77,7 +78,13 @@ else:
         __base__=ProbePolicySections,
         __module__=__name__,
         __doc__=PROBE_POLICY_DOC,
-        **{spec.name: (spec.policy_model, spec.policy_model()) for spec in CHECKS},
+        **{
+            spec.name: (
+                spec.policy_model,
+                Field(default=spec.policy_model(), description=f"{spec.title}: {spec.summary}"),
+            )
+            for spec in CHECKS
+        },
     )
 
 
@@ -85,31 +92,50 @@ class NodeAcceptancePolicySpec(ContractModel):
     node_selector: dict[QualifiedName, LabelValue] = Field(
         default_factory=default_node_selector,
         min_length=1,
+        max_length=MAX_MAP_KEYS,
         description="matchLabels for the nodes this policy governs (default: GPU nodes); "
         "at least one label, so that no policy governs every node by accident.",
     )
-    probe: ProbePolicy = ProbePolicy()
-    quarantine: QuarantineAction = QuarantineAction()
+    probe: ProbePolicy = Field(default=ProbePolicy(), description=PROBE_POLICY_DOC)
+    quarantine: QuarantineAction = Field(
+        default=QuarantineAction(),
+        description="What the operator puts on a node that fails: a taint, and optional labels.",
+    )
     include_control_plane: bool = Field(
         default=False,
         description="Govern control-plane nodes (node-role.kubernetes.io/control-plane or "
         "master) too. Off: they are never selected, and a nodeSelector naming those "
         "labels is refused.",
     )
-    pending_taint_key: OwnedKey = PENDING_TAINT_KEY
+    pending_taint_key: OwnedKey = Field(
+        default=PENDING_TAINT_KEY,
+        description="The taint new GPU nodes join with (kubelet --register-with-taints); the "
+        "operator removes it from an accepted node. Under an owned prefix.",
+    )
     wait_for_gpus: GPUWait = Field(
         default_factory=GPUWait,
         alias="waitForGPUs",
         description="How long a selected node may advertise no GPUs, and what then.",
     )
-    probe_run: ProbeRun = ProbeRun()
-    reprobe: ReprobeTriggers = ReprobeTriggers()
+    probe_run: ProbeRun = Field(
+        default=ProbeRun(), description="How one probe pod runs, and how often it is retried."
+    )
+    reprobe: ReprobeTriggers = Field(
+        default=ReprobeTriggers(), description="When a decided node is probed again."
+    )
     max_quarantined: NonNegativeCount | Percentage = Field(
         default="10%",
         description="Circuit breaker: an absolute count or a percentage of matched nodes.",
     )
-    dry_run: bool = False
-    paused: bool = False
+    dry_run: bool = Field(
+        default=False,
+        description="Probe and record verdicts, but touch no node: decided nodes are Held, "
+        "status.heldAction says what would happen.",
+    )
+    paused: bool = Field(
+        default=False,
+        description="No new probes and no decisions; new nodes still get the pending taint.",
+    )
 
     @model_validator(mode="after")
     def _taints_differ(self) -> "NodeAcceptancePolicySpec":

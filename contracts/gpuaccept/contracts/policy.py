@@ -79,6 +79,10 @@ def key_owned(key: str, prefixes: Iterable[str]) -> bool:
     return any(key.startswith(prefix) for prefix in prefixes)
 
 
+# The most keys a policy's label maps (nodeSelector, quarantine.labels) hold: the
+# CRD's CEL rule on their keys needs a bound to fit the API server's cost budget.
+MAX_MAP_KEYS = 64
+
 # Role labels of control-plane nodes: a policy selecting such nodes would taint
 # them; it must opt in (``includeControlPlane``).
 CONTROL_PLANE_ROLE_LABELS = (
@@ -116,8 +120,14 @@ class VersionRange(ContractModel):
     integers; ``max`` holds at its own precision ("2.21" admits 2.21.5) and a
     missing part counts as 0 for ``min`` ("12.4.0" admits 12.4)."""
 
-    min: Version | None = None
-    max: Version | None = None
+    min: Version | None = Field(
+        default=None, description="Lowest version admitted (inclusive); unset: no lower bound."
+    )
+    max: Version | None = Field(
+        default=None,
+        description="Highest version admitted (inclusive, at its own precision: 2.21 admits "
+        "2.21.5); unset: no upper bound.",
+    )
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> "VersionRange":
@@ -142,8 +152,12 @@ class CheckSwitch(ContractModel):
     """Every check can be turned off; an enabled, required check that cannot
     produce a result (error or skip) quarantines the node."""
 
-    enabled: bool = True
-    required: bool = True
+    enabled: bool = Field(default=True, description="Run this check.")
+    required: bool = Field(
+        default=True,
+        description="A result is needed: if the check errors or is skipped, the node is "
+        "quarantined. Off: only a failing result quarantines.",
+    )
 
 
 class TaintEffect(StrEnum):
@@ -152,11 +166,22 @@ class TaintEffect(StrEnum):
 
 
 class QuarantineAction(ContractModel):
-    taint_key: OwnedKey = QUARANTINE_TAINT_KEY
-    taint_value: LabelValue = "true"
-    taint_effect: TaintEffect = TaintEffect.NO_SCHEDULE
+    """What the operator puts on a node that fails: a taint, and optional labels."""
+
+    taint_key: OwnedKey = Field(
+        default=QUARANTINE_TAINT_KEY,
+        description="Key of the quarantine taint (under an owned prefix: gpuaccept.io/ or "
+        "the operator's --owned-key-prefix).",
+    )
+    taint_value: LabelValue = Field(default="true", description="Value of the quarantine taint.")
+    taint_effect: TaintEffect = Field(
+        default=TaintEffect.NO_SCHEDULE,
+        description="NoSchedule: running pods stay. NoExecute: pods that do not tolerate "
+        "the taint are evicted too.",
+    )
     labels: dict[OwnedKey, LabelValue] = Field(
         default_factory=dict,
+        max_length=MAX_MAP_KEYS,
         description="Extra labels set on a quarantined node (and removed on acceptance).",
     )
 
@@ -187,9 +212,28 @@ class GPUWait(ContractModel):
 
 
 class ProbeRun(ContractModel):
-    timeout_seconds: int = Field(default=900, ge=30, le=7200)
-    retries: int = Field(default=2, ge=0, le=10)
-    backoff_seconds: int = Field(default=30, ge=1, le=3600)
+    """How one probe pod runs, and how often a failed run is retried."""
+
+    timeout_seconds: int = Field(
+        default=900,
+        ge=30,
+        le=7200,
+        description="Seconds a probe pod may run (its activeDeadlineSeconds). Unset: the "
+        "operator's --probe-timeout (chart value probe.timeoutSeconds), else 900.",
+    )
+    retries: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        description="Probe runs retried after a probe error (pod failed, timed out, bad "
+        "report) before the node is quarantined with ProbeError.",
+    )
+    backoff_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=3600,
+        description="Seconds before the first retry; doubled for each further retry.",
+    )
 
 
 class PolicyChangeAction(StrEnum):
@@ -199,9 +243,22 @@ class PolicyChangeAction(StrEnum):
 
 
 class ReprobeTriggers(ContractModel):
-    on_boot_id_change: bool = Field(default=True, alias="onBootIDChange")
-    on_annotation: bool = True
-    on_policy_change: PolicyChangeAction = PolicyChangeAction.REJUDGE
+    """When a decided node is probed (or judged) again."""
+
+    on_boot_id_change: bool = Field(
+        default=True,
+        alias="onBootIDChange",
+        description="Probe again when the node reboots (its bootID changes).",
+    )
+    on_annotation: bool = Field(
+        default=True,
+        description="Probe again when the node is annotated gpuaccept.io/reprobe.",
+    )
+    on_policy_change: PolicyChangeAction = Field(
+        default=PolicyChangeAction.REJUDGE,
+        description="When the policy's spec changes: Rejudge (judge the stored results "
+        "again, no new probe), Reprobe (probe every node again) or Ignore.",
+    )
 
 
 def default_node_selector() -> dict[str, str]:

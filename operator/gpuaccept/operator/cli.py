@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
+from gpuaccept.operator import metrics
 from gpuaccept.operator.controller import Controller, RuntimeSettings
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import OperatorConfig
@@ -137,6 +138,7 @@ def main(argv: Sequence[str]) -> int:
         default_timeout_seconds=args.probe_timeout,
         owned_key_prefixes=owned_key_prefixes(args.owned_key_prefixes),
         accept_simulated_reports=args.accept_simulated_reports,
+        image_pull_secrets=tuple(dict.fromkeys(args.probe_image_pull_secrets)),
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     leader = None
@@ -159,7 +161,7 @@ def main(argv: Sequence[str]) -> int:
         return _connection_info(configuration)
 
     if args.metrics_port:
-        start_http_server(args.metrics_port)
+        _serve_metrics(args.metrics_port, controller)
     settings = kopf.OperatorSettings()
     configure(settings)
     ready = threading.Event()
@@ -193,6 +195,13 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+def _serve_metrics(port: int, controller: Controller) -> None:
+    """/metrics, with the per-node series computed from the controller's cache."""
+    cache = controller.cache
+    metrics.export_nodes(lambda: filter(None, map(cache.na, cache.na_names())))
+    start_http_server(port)
 
 
 def _wait_for_crds(kube: Kube, *, timeout: float) -> list[str]:

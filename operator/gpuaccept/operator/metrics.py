@@ -1,15 +1,53 @@
-"""Prometheus metrics (served on ``--metrics-port`` at ``/metrics``)."""
+"""Prometheus metrics (served on ``--metrics-port`` at ``/metrics``).
+
+Base units (seconds, bytes per second), ``gpuaccept_build_info``, and no
+``_created`` series. The per-node series (phase, bus bandwidth, PCIe link) are
+not kept between writes: they are computed from the operator's cache at each
+scrape (:class:`NodeSeries`), so every replica, a restarted one or a new leader
+after a failover, exports them for every node at once, and a deleted node's
+series go with it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Info, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gpuaccept.checks.nccl_allreduce import BUSBW_FIGURE
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core.fleet import PolicyTally
-from gpuaccept.operator.core.model import Action, DeleteNodeAcceptance, Observed, PatchNAStatus
+from gpuaccept.operator.core.model import (
+    Action,
+    DeleteNodeAcceptance,
+    NAView,
+    Observed,
+    PatchNAStatus,
+)
+
+# Counters and histograms without a `_created` series (a timestamp sample per
+# series that doubles the series count and that no rule here uses).
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+BYTES_PER_GB = 1e9
+PCIE_GENERATION_FIGURE = "minPcieGeneration"
+PCIE_WIDTH_FIGURE = "minPcieWidth"
+
+
+def _version() -> str:
+    try:
+        return version("gpuaccept")
+    except PackageNotFoundError:  # pragma: no cover (a source tree without metadata)
+        return "unknown"
+
+
+BUILD_INFO = Info("gpuaccept_build", "The running gpuaccept version (python_info has Python's).")
+BUILD_INFO.info({"version": _version()})
 
 NODES_BY_PHASE = Gauge(
     "gpuaccept_nodes", "NodeAcceptance objects by policy and phase.", ["policy", "phase"]
@@ -25,7 +63,14 @@ CHECK_FAILURES = Counter(
 PROBE_ERRORS = Counter(
     "gpuaccept_probe_errors_total", "Probe attempts that ended without a usable report.", ["reason"]
 )
-BUSBW = Gauge("gpuaccept_node_busbw_gbps", "NCCL all-reduce bus bandwidth per node.", ["node"])
+# By policy only, and created at 0 for every policy (record_policy): increase()
+# sees the first quarantine of a series that exists before it. The reasons are in
+# gpuaccept_check_failures_total.
+QUARANTINES = Counter(
+    "gpuaccept_quarantines_total",
+    "Nodes newly quarantined (a transition into phase Quarantined), by policy.",
+    ["policy"],
+)
 BREAKER_OPEN = Gauge(
     "gpuaccept_breaker_open", "1 while a policy's quarantine breaker holds nodes back.", ["policy"]
 )
@@ -61,6 +106,7 @@ def record_policy(policy: str, share: PolicyTally) -> None:
     }
     for phase in Phase:
         NODES_BY_PHASE.labels(policy, phase.value).set(by_phase.get(phase, 0))
+    QUARANTINES.labels(policy)  # exists at 0 before the first quarantine
     QUARANTINE_LIMIT.labels(policy).set(share.limit)
     BREAKER_OPEN.labels(policy).set(1 if share.held_by_breaker else 0)
 
@@ -69,13 +115,13 @@ def forget_policy(policy: str) -> None:
     for phase in Phase:
         remove_series(NODES_BY_PHASE, policy, phase.value)
     remove_series(QUARANTINE_LIMIT, policy)
+    remove_series(QUARANTINES, policy)
     remove_series(BREAKER_OPEN, policy)
 
 
 def record_write(observed: Observed, action: Action) -> None:
     """What a successful write tells: probe durations, errors, failures, bandwidth."""
     if isinstance(action, DeleteNodeAcceptance):
-        remove_series(BUSBW, action.name)
         return
     if not isinstance(action, PatchNAStatus) or observed.na is None:
         return
@@ -91,6 +137,91 @@ def record_write(observed: Observed, action: Action) -> None:
     ):
         for reason in new.reasons:
             CHECK_FAILURES.labels(reason.check, reason.reason).inc()
-    busbw = new.figures.figure(BUSBW_FIGURE) if new.figures is not None else None
-    if isinstance(busbw, int | float):
-        BUSBW.labels(action.name).set(busbw)
+    if new.phase == Phase.QUARANTINED and old.phase != Phase.QUARANTINED:
+        QUARANTINES.labels(new.policy or "").inc()
+
+
+# ----------------------------------------------------------------- per-node series
+@dataclass(frozen=True)
+class NodeSamples:
+    """One node's per-node series, from its NodeAcceptance (pure)."""
+
+    node: str
+    policy: str
+    phase: str
+    busbw_bytes_per_second: float | None = None
+    pcie_generation: float | None = None
+    pcie_width: float | None = None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def node_samples(na: NAView) -> NodeSamples:
+    status = na.status
+    figures = status.figures
+    figure = figures.figure if figures is not None else (lambda _name: None)
+    busbw = _number(figure(BUSBW_FIGURE))
+    return NodeSamples(
+        node=na.name,
+        policy=status.policy or "",
+        phase=status.phase.value,
+        busbw_bytes_per_second=None if busbw is None else busbw * BYTES_PER_GB,
+        pcie_generation=_number(figure(PCIE_GENERATION_FIGURE)),
+        pcie_width=_number(figure(PCIE_WIDTH_FIGURE)),
+    )
+
+
+NodeSource = Callable[[], Iterable[NAView]]
+
+
+class NodeSeries(Collector):
+    """The per-node series, computed from the cache at each scrape."""
+
+    def __init__(self) -> None:
+        self.source: NodeSource = tuple
+
+    def collect(self) -> Iterator[Metric]:
+        phase = GaugeMetricFamily(
+            "gpuaccept_node_phase",
+            "1 for each node's current phase (its NodeAcceptance), by policy.",
+            labels=["node", "policy", "phase"],
+        )
+        busbw = GaugeMetricFamily(
+            "gpuaccept_node_busbw_bytes_per_second",
+            "NCCL all-reduce bus bandwidth of each node's last probe.",
+            labels=["node"],
+        )
+        generation = GaugeMetricFamily(
+            "gpuaccept_node_pcie_link_generation",
+            "PCIe generation of each node's weakest GPU link under load, last probe.",
+            labels=["node"],
+        )
+        width = GaugeMetricFamily(
+            "gpuaccept_node_pcie_link_width",
+            "PCIe lane width of each node's weakest GPU link under load, last probe.",
+            labels=["node"],
+        )
+        for na in self.source():
+            sample = node_samples(na)
+            phase.add_metric([sample.node, sample.policy, sample.phase], 1.0)
+            for family, value in (
+                (busbw, sample.busbw_bytes_per_second),
+                (generation, sample.pcie_generation),
+                (width, sample.pcie_width),
+            ):
+                if value is not None:
+                    family.add_metric([sample.node], value)
+        yield from (phase, busbw, generation, width)
+
+
+NODE_SERIES = NodeSeries()
+REGISTRY.register(NODE_SERIES)
+
+
+def export_nodes(source: NodeSource) -> None:
+    """Where the per-node series come from: the operator's cache (cli wiring)."""
+    NODE_SERIES.source = source

@@ -89,6 +89,9 @@ def probe_resources(text: str) -> dict[str, dict[str, str]]:
     return resources
 
 
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_MAX_SUBDOMAIN = 253
+
 _TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
 _TOLERATION_OPERATORS = ("Exists", "Equal")
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -221,6 +224,14 @@ def parser() -> argparse.ArgumentParser:
         choices=["Always", "IfNotPresent", "Never"],
     )
     probe.add_argument(
+        "--probe-image-pull-secret",
+        dest="probe_image_pull_secrets",
+        action="append",
+        default=[],
+        metavar="SECRET",
+        help="a Secret in --namespace to pull the probe image with (repeatable)",
+    )
+    probe.add_argument(
         "--probe-command",
         default=env("GPUACCEPT_PROBE_COMMAND", "gpuaccept probe"),
         help="the probe's command, before --termination-log",
@@ -278,6 +289,11 @@ def check_ranges(args: argparse.Namespace) -> None:
             "would evict running pods to admit the probe (critical-pod admission)"
         )
     owned_key_prefixes(args.owned_key_prefixes)
+    for secret in args.probe_image_pull_secrets:
+        if not _DNS_SUBDOMAIN.match(secret) or len(secret) > _MAX_SUBDOMAIN:
+            raise UsageError(
+                f"--probe-image-pull-secret: {secret!r} is not a Secret name (a DNS subdomain)"
+            )
     if not args.probe_command.split():
         raise UsageError("--probe-command: must not be empty")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):

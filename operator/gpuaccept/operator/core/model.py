@@ -143,6 +143,9 @@ class OperatorConfig:
     # Judge reports of ``hardware: simulated`` (the demo, the tests, the
     # benchmark). Off: such a report is an attempt error and never accepts.
     accept_simulated_reports: bool = False
+    # Secrets (in the probe pods' namespace) to pull the probe image with
+    # (--probe-image-pull-secret): a private registry.
+    image_pull_secrets: tuple[str, ...] = ()
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run

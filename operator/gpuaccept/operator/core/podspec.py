@@ -153,6 +153,8 @@ def _pod_spec(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
         pod_spec["runtimeClassName"] = config.runtime_class
     if config.priority_class:
         pod_spec["priorityClassName"] = config.priority_class
+    if config.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in config.image_pull_secrets]
     return pod_spec
 
 

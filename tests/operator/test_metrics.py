@@ -1,0 +1,92 @@
+"""The operator's metrics: base units, build info, no `_created` series, per-node
+series computed from the cache at scrape time (so a restarted replica or a new
+leader exports them before any write), and the quarantine counter that counts
+transitions, not quarantined nodes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from prometheus_client import REGISTRY, generate_latest
+
+from gpuaccept.contracts.nodeacceptance import KeyFigures, NodeAcceptanceStatus, Phase
+from gpuaccept.operator import metrics
+from gpuaccept.operator.core.model import NAView, Observed, PatchNAStatus
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _na(name: str, phase: Phase, **figures: float | str) -> NAView:
+    status = NodeAcceptanceStatus(
+        phase=phase,
+        policy="default",
+        figures=KeyFigures.model_validate(figures) if figures else None,
+    )
+    return NAView(name=name, status=status)
+
+
+@pytest.mark.parametrize(
+    ("na", "expected"),
+    [
+        pytest.param(
+            _na("a", Phase.ACCEPTED, busbwGBps=350.5, minPcieGeneration=5, minPcieWidth=16),
+            metrics.NodeSamples("a", "default", "Accepted", 350.5e9, 5.0, 16.0),
+            id="figures-in-base-units",
+        ),
+        pytest.param(
+            _na("b", Phase.PENDING),
+            metrics.NodeSamples("b", "default", "Pending"),
+            id="no-figures-yet",
+        ),
+        pytest.param(
+            _na("c", Phase.QUARANTINED, pcie="Gen4x8"),
+            metrics.NodeSamples("c", "default", "Quarantined"),
+            id="text-figure-is-no-sample",
+        ),
+    ],
+)
+def test_node_samples(na: NAView, expected: metrics.NodeSamples) -> None:
+    assert metrics.node_samples(na) == expected
+
+
+def _scrape() -> str:
+    return generate_latest(REGISTRY).decode()
+
+
+def test_per_node_series_come_from_the_cache_at_scrape_time() -> None:
+    cache = [_na("gpu-1", Phase.ACCEPTED, busbwGBps=400, minPcieGeneration=5, minPcieWidth=16)]
+    metrics.export_nodes(lambda: cache)
+    try:
+        text = _scrape()
+        assert 'gpuaccept_node_phase{node="gpu-1",phase="Accepted",policy="default"} 1.0' in text
+        assert 'gpuaccept_node_busbw_bytes_per_second{node="gpu-1"} 4e+11' in text
+        assert 'gpuaccept_node_pcie_link_generation{node="gpu-1"} 5.0' in text
+        assert 'gpuaccept_node_pcie_link_width{node="gpu-1"} 16.0' in text
+        cache.clear()  # the node and its NodeAcceptance are gone
+        assert 'node="gpu-1"' not in _scrape()
+    finally:
+        metrics.export_nodes(tuple)
+
+
+def test_build_info_and_no_created_series() -> None:
+    text = _scrape()
+    assert 'gpuaccept_build_info{version="' in text
+    assert "_created" not in text
+    assert "gbps" not in text.lower()
+
+
+def _write(old: Phase, new: Phase, reason: str = "LowBusBandwidth") -> None:
+    before = NAView(name="n", status=NodeAcceptanceStatus(phase=old, policy="p"))
+    after = NodeAcceptanceStatus(phase=new, policy="p", reason=reason)
+    observed = Observed(node_name="n", now=NOW, node=None, na=before)
+    metrics.record_write(observed, PatchNAStatus("n", "1", after))
+
+
+def test_quarantines_count_transitions_not_quarantined_nodes() -> None:
+    counter = metrics.QUARANTINES.labels("p")
+    start = counter._value.get()
+    _write(Phase.PROBING, Phase.QUARANTINED)
+    _write(Phase.QUARANTINED, Phase.QUARANTINED)  # stays quarantined: not new
+    _write(Phase.QUARANTINED, Phase.PENDING)
+    assert counter._value.get() - start == 1
