@@ -59,6 +59,20 @@ path-exclude /usr/share/lintian/*
 path-exclude /usr/share/locale/*
 path-exclude /usr/share/man/*
 """
+# Debian's images' apt configuration (/etc/apt/apt.conf.d/docker-*): no package
+# cache left behind by an install, no translations, compressed indexes.
+APT_CLEAN = (
+    '"rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb '
+    '/var/cache/apt/*.bin || true"'
+)
+SLIM_APT_CONF = {
+    "docker-clean": f"DPkg::Post-Invoke {{ {APT_CLEAN}; }};\n"
+    f"APT::Update::Post-Invoke {{ {APT_CLEAN}; }};\n"
+    'Dir::Cache::pkgcache "";\nDir::Cache::srcpkgcache "";\n',
+    "docker-no-languages": 'Acquire::Languages "none";\n',
+    "docker-gzip-indexes": 'Acquire::GzipIndexes "true";\n',
+    "docker-autoremove-suggests": 'Apt::AutoRemove::SuggestsImportant "false";\n',
+}
 SLIM_REMOVED = ("usr/share/groff", "usr/share/info", "usr/share/linda", "usr/share/lintian")
 SLIM_EMPTIED = ("usr/share/locale", "usr/share/man")
 # The environment of Debian's images.
@@ -236,7 +250,7 @@ def debian_base(image: str, cache: Path) -> Path:
     if not match or match["major"] not in DEBIAN_SUITES:
         raise ValueError(f"unsupported base image {image!r}: use debian:<point release>-slim")
     suite = DEBIAN_SUITES[match["major"]]
-    root = cache / f"debian-{suite}"
+    root = cache / f"debian-{suite}-slim"
     if not (root / ".complete").exists():
         shutil.rmtree(root, ignore_errors=True)
         sh(["debootstrap", "--variant=minbase", suite, root, DEBIAN_MIRROR])
@@ -250,6 +264,8 @@ def debian_base(image: str, cache: Path) -> Path:
 
 def make_slim(root: Path, suite: str) -> None:
     (root / "etc/dpkg/dpkg.cfg.d/docker").write_text(SLIM_DPKG_EXCLUDES)
+    for name, text in SLIM_APT_CONF.items():
+        (root / "etc/apt/apt.conf.d" / name).write_text(text)
     (root / "etc/apt/sources.list").write_text(
         f"deb {DEBIAN_MIRROR} {suite} main\n"
         f"deb {DEBIAN_MIRROR} {suite}-updates main\n"
