@@ -116,7 +116,7 @@ def logical_lines(text: str) -> list[str]:
         if not stripped or stripped.startswith("#"):
             continue
         if stripped.endswith("\\"):
-            current += stripped[:-1] + " "
+            current += stripped[:-1].rstrip() + " "
             continue
         lines.append((current + stripped).strip())
         current = ""
@@ -179,6 +179,27 @@ def parse(text: str, build_args: dict[str, str] | None = None) -> Dockerfile:
 def external_bases(stages: Sequence[Stage]) -> list[str]:
     aliases = {s.alias for s in stages if s.alias}
     return [s.base for s in stages if s.base not in aliases]
+
+
+def problems(dockerfile: Dockerfile) -> list[str]:
+    """What this builder cannot build as Docker would (empty: it can)."""
+    found: list[str] = []
+    aliases: set[str] = set()
+    for stage in dockerfile.stages:
+        match = DEBIAN_SLIM.match(stage.base)
+        if stage.base not in aliases and not (match and match["major"] in DEBIAN_SUITES):
+            found.append(f"FROM {stage.base}: only debian:<point release>-slim or a stage")
+        for instruction in stage.instructions:
+            if instruction.keyword not in SUPPORTED:
+                found.append(f"{instruction.keyword}: instruction not supported")
+            flags = set(instruction.flags)
+            if flags - {"from"} or (flags and instruction.keyword != "COPY"):
+                found.append(f"{instruction.keyword} {instruction.flags}: flag not supported")
+            source = instruction.flags.get("from")
+            if source is not None and source not in aliases:
+                found.append(f"COPY --from={source}: not an earlier stage")
+        aliases |= {stage.alias} if stage.alias else set()
+    return found
 
 
 def key_values(text: str) -> dict[str, str]:
@@ -374,9 +395,6 @@ def copy_in(
     root: Path, instruction: Instruction, config: ImageConfig, stages: dict[str, Path]
 ) -> None:
     """COPY: from the build context (minus .dockerignore) or an earlier stage."""
-    unsupported = set(instruction.flags) - {"from"}
-    if unsupported:
-        raise ValueError(f"COPY flags not supported: {sorted(unsupported)}")
     *sources, dest = shlex.split(instruction.args)
     target = root / os.path.join(config.workdir, dest).lstrip("/")
     if "from" in instruction.flags:
@@ -420,10 +438,6 @@ def build_stage(
     (root / ".complete").unlink(missing_ok=True)
     config = ImageConfig()
     for instruction in stage.instructions:
-        if instruction.keyword not in SUPPORTED:
-            raise ValueError(f"instruction not supported: {instruction.keyword}")
-        if instruction.keyword in {"RUN", "COPY"} and instruction.flags.keys() - {"from"}:
-            raise ValueError(f"flags not supported: {instruction.flags}")
         if instruction.keyword == "RUN":
             run_instruction(root, instruction.args, config, build_ca)
         elif instruction.keyword == "COPY":
@@ -503,6 +517,8 @@ def build(
 ) -> dict[str, object]:
     started = time.monotonic()
     parsed = parse(dockerfile.read_text(), build_args)
+    if found := problems(parsed):
+        raise ValueError(f"{dockerfile}: " + "; ".join(found))
     cache = work / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     stages: dict[str, Path] = {}
