@@ -496,12 +496,16 @@ def blob(layout: Path, digest: str) -> Any:
     return json.loads((layout / "blobs" / algorithm / hex_digest).read_text())
 
 
-def manifest_of(layout: Path, tag: str) -> Any:
+def manifest_digest(layout: Path, tag: str) -> str:
     index = json.loads((layout / "index.json").read_text())
     for descriptor in index["manifests"]:
         if descriptor.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag:
-            return blob(layout, descriptor["digest"])
+            return str(descriptor["digest"])
     raise LookupError(f"{tag} not in {layout}")
+
+
+def manifest_of(layout: Path, tag: str) -> Any:
+    return blob(layout, manifest_digest(layout, tag))
 
 
 def du_bytes(path: Path) -> int:
@@ -553,8 +557,13 @@ def check(work: Path, tag: str, args: Sequence[str], entrypoint: str | None = No
     root first (a profile to probe, say); the image is not changed.
     """
     bundle = work / f"{tag}-check-bundle"
-    shutil.rmtree(bundle, ignore_errors=True)
-    sh(["umoci", "unpack", "--image", f"{work / 'oci'}:{tag}", bundle])
+    digest = manifest_digest(work / "oci", tag)
+    marker = bundle / "unpacked-manifest"
+    # Runs leave the root as it was (read-only, tmpfs /tmp): reuse the last unpack.
+    if not marker.exists() or marker.read_text() != digest:
+        shutil.rmtree(bundle, ignore_errors=True)
+        sh(["umoci", "unpack", "--image", f"{work / 'oci'}:{tag}", bundle])
+        marker.write_text(digest)
     extra = work / f"{tag}-files"
     if extra.is_dir():
         shutil.copytree(extra, bundle / "rootfs", dirs_exist_ok=True)
