@@ -15,7 +15,7 @@
 #                               unpacked images, and record the sizes in
 #                               $(IMAGES_BUILD_DIR)/<image>.json. Needs root, the
 #                               debootstrap and umoci packages, Debian's mirror and
-#                               PyPI; the probe's root filesystem is about 5 GB, so
+#                               PyPI; the probe's root filesystem is 6.7 GB, so
 #                               this is not part of `make test` or CI, where
 #                               tests/images checks the Dockerfiles' conventions and
 #                               that build_image.py supports what they use.
@@ -34,7 +34,8 @@ IMAGES_FAULT_PROFILE ?= profiles/faults/driver-too-old.yaml
 BUILD_IMAGE := python3 hack/images/build_image.py
 CHECK_IMAGE = $(BUILD_IMAGE) check --work $(IMAGES_BUILD_DIR) --tag
 
-.PHONY: images image-operator image-probe images-check images-check-operator images-check-probe
+.PHONY: images image-operator image-probe images-check images-check-operator images-check-probe \
+  images-check-tools
 
 images: image-operator image-probe
 
@@ -46,7 +47,12 @@ image-probe:
 
 images-check: images-check-operator images-check-probe
 
-images-check-operator:
+images-check-tools:
+	@test "$$(id -u)" = 0 || { echo "images-check needs root (debootstrap, chroot, mounts)"; exit 1; }
+	@command -v debootstrap >/dev/null && command -v umoci >/dev/null || \
+	  { echo "images-check needs Debian's debootstrap and umoci: apt-get install -y debootstrap umoci"; exit 1; }
+
+images-check-operator: images-check-tools
 	$(BUILD_IMAGE) build --dockerfile operator/Dockerfile --work $(IMAGES_BUILD_DIR) --tag operator
 	$(CHECK_IMAGE) operator -- operator --help
 	$(CHECK_IMAGE) operator --entrypoint python -- -c \
@@ -55,7 +61,7 @@ images-check-operator:
 
 # The probe on a shipped profile (simulated backend): exit 0 and every check
 # passing in the JSON report; a fault profile exits 1. torch, NCCL and NVML load.
-images-check-probe:
+images-check-probe: images-check-tools
 	$(BUILD_IMAGE) build --dockerfile probes/Dockerfile --work $(IMAGES_BUILD_DIR) --tag probe
 	rm -rf $(IMAGES_BUILD_DIR)/probe-files && mkdir -p $(IMAGES_BUILD_DIR)/probe-files/opt
 	cp $(IMAGES_PROFILE) $(IMAGES_BUILD_DIR)/probe-files/opt/profile.yaml
