@@ -31,9 +31,9 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 lint: venv
-	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench
-	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench
-	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py
+	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench scripts hack/images
+	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench scripts hack/images
+	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py hack/images/build_image.py
 	$(VENV)/bin/lint-imports --no-cache
 
 # The fast tier: every test that needs no control plane (pure core, checks,
