@@ -13,9 +13,11 @@ from gpuaccept.checks import (
     cpu_governor,
     driver_libraries,
     gpu_count,
+    memory_health,
     nccl_allreduce,
     pcie_link,
     throttle_reasons,
+    xid_errors,
 )
 from gpuaccept.checks.spec import AnyCheckSpec
 
@@ -26,6 +28,10 @@ CHECKS: tuple[AnyCheckSpec, ...] = (
     pcie_link.SPEC,
     throttle_reasons.SPEC,
     nccl_allreduce.SPEC,
+    # issue 12: Xid errors under load (measured last: the listener spans every load),
+    # memory health
+    xid_errors.SPEC,
+    memory_health.SPEC,
 )
 
 BY_NAME: dict[str, AnyCheckSpec] = {check.name: check for check in CHECKS}

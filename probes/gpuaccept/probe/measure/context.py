@@ -3,6 +3,8 @@
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpuaccept.probe.hardware.xid_events import XidLog
+
 
 @dataclass
 class ProbeContext:
@@ -10,3 +12,5 @@ class ProbeContext:
     advertised_gpus: int | None = None
     # Called with a short progress note while a long measurement runs.
     progress: Callable[[str], None] = field(default=lambda _note: None)
+    # The Xid listener the runner keeps open over every check (None outside a probe run).
+    xids: XidLog | None = None
