@@ -2,6 +2,7 @@
 
 from probe_scenarios import COLLAPSE_64, H200_16, HEALTHY, WORST_16, default_policy, probe
 
+from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.report import (
@@ -35,7 +36,7 @@ def test_16_gpu_worst_case_fits_and_is_still_rejudgeable() -> None:
     full_reasons = [(r.check, r.reason) for r in evaluate(report, policy).reasons]
     compact_reasons = [(r.check, r.reason) for r in evaluate(decoded, policy).reasons]
     assert compact_reasons == full_reasons
-    assert len(full_reasons) == 6
+    assert len(full_reasons) == len(CHECKS)
 
 
 def test_json_round_trip() -> None:
@@ -73,11 +74,11 @@ def test_64_gpus_are_condensed_to_fit() -> None:
 
 def test_last_resort_drops_observed_but_stays_valid_and_keeps_verdict() -> None:
     report = probe(HEALTHY)
-    # pathological: every message at the contract's maximum and 26 extra results
+    # pathological: every message at the contract's maximum and extra results up to 32
     padded = [r.model_copy(update={"message": "m" * 240}) for r in report.results]
     padded += [
         CheckResult(check=f"extra_{i}", status=CheckStatus.PASS, message="m" * 240, duration_s=1)
-        for i in range(26)
+        for i in range(32 - len(padded))
     ]
     big = report.model_copy(update={"results": padded, "node_name": LONG_NODE})
     assert big.compact_size() > 2 * TERMINATION_MESSAGE_MAX_BYTES

@@ -54,3 +54,11 @@ def merged(counts: dict[str, int]) -> dict[str, int]:
         return counts
     gpus = [g for key in counts for g in parse_gpu_ranges(key)]
     return {gpu_ranges(gpus): max(counts.values())}
+
+
+def notes_condensed(notes: dict[str, str] | None) -> dict[str, str] | None:
+    """``{"eccMode": "GPUs 0-3: NotSupported"}`` → ``{"eccMode": "GPUs 0-3"}``: which
+    GPUs a part was not read on, without why (notes are not judged)."""
+    if not notes:
+        return notes
+    return {part: why.split(":", 1)[0] for part, why in notes.items()}

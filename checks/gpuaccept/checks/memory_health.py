@@ -34,12 +34,19 @@ observed::
 (GPU sets as range text ``"0-3,5"``; counts only for GPUs above zero;
 ``remappedRows``: [correctable, uncorrectable] rows of the GPUs with a pending
 or failed remap.) Condensed: each count map merged to one entry (every GPU
-concerned → the largest count) and ``remappedRows`` dropped.
+concerned → the largest count), ``remappedRows`` dropped and ``notRead``
+only naming the GPUs.
 """
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.gpu_sets import gpu_label, merged, parse_gpu_ranges
+from gpuaccept.checks.gpu_sets import (
+    gpu_label,
+    gpu_ranges,
+    merged,
+    notes_condensed,
+    parse_gpu_ranges,
+)
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -82,11 +89,20 @@ class MemoryHealthObserved(ObservedModel):
     not_read: dict[str, str] | None = None  # part → which GPUs and why
 
 
-def _rows(observed: MemoryHealthObserved, gpus: str) -> str:
-    rows = (observed.remapped_rows or {}).get(gpus)
-    if rows is None or len(rows) != 2:
-        return ""
-    return f"{rows[0]} correctable, {rows[1]} uncorrectable rows remapped; "
+def _pending_groups(observed: MemoryHealthObserved) -> dict[str, str]:
+    """GPUs with a pending remap → their remapped rows as text, GPUs with the same
+    rows together (the condensed form has no rows: one group, no text)."""
+    pending = parse_gpu_ranges(observed.remap_pending or "")
+    rows = observed.remapped_rows or {}
+    if not all(str(gpu) in rows and len(rows[str(gpu)]) == 2 for gpu in pending):
+        return {observed.remap_pending or "": ""}
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for gpu in pending:
+        groups.setdefault(tuple(rows[str(gpu)]), []).append(gpu)
+    return {
+        gpu_ranges(gpus): f"{c} correctable, {u} uncorrectable rows remapped; "
+        for (c, u), gpus in groups.items()
+    }
 
 
 def _over(counts: dict[str, int] | None, limit: int, text: str) -> list[str]:
@@ -102,15 +118,9 @@ def _failures(observed: MemoryHealthObserved, policy: MemoryHealthPolicy) -> lis
     if observed.remap_failed:
         out.append(f"{gpu_label(observed.remap_failed)}: row remapping failed (replace the GPU)")
     if observed.remap_pending:
-        pending = parse_gpu_ranges(observed.remap_pending)
-        rows = observed.remapped_rows or {}
-        if all(str(gpu) in rows for gpu in pending):  # the full form: each GPU's rows
-            groups = [str(gpu) for gpu in pending]
-        else:
-            groups = [observed.remap_pending]
         out += [
-            f"{gpu_label(gpus)}: row remap pending ({_rows(observed, gpus)}reset needed)"
-            for gpus in groups
+            f"{gpu_label(gpus)}: row remap pending ({rows}reset needed)"
+            for gpus, rows in _pending_groups(observed).items()
         ]
     out += _over(
         observed.volatile_uncorrected,
@@ -162,7 +172,10 @@ def judge(
 
 
 def condense(observed: MemoryHealthObserved) -> MemoryHealthObserved:
-    update: dict[str, object] = {"remapped_rows": None}
+    update: dict[str, object] = {
+        "remapped_rows": None,
+        "not_read": notes_condensed(observed.not_read),
+    }
     for name in ("volatile_uncorrected", "aggregate_uncorrected", "retired_pages"):
         counts = getattr(observed, name)
         if counts:

@@ -26,20 +26,21 @@ observed::
 
     {"watched": "0-7", "listenedS": 212.4,
      "events": [{"gpu": 5, "xid": 79, "atS": 141.2, "during": "nccl_allreduce"}],
-     "xids": {"79": "5"},
+     "xids": {"5": [79]},
      "recoveryAction": {"node_reboot": "5"},
-     "notRead": {"recoveryAction": "driver 550.54.15: the field needs R570+"}}
+     "notRead": {"recoveryAction": "GPUs 0-7: driver 550.54.15: no field before R570"}}
 
 (GPU sets as range text, ``"0-3,5"``; ``events``: the first 16 in time order;
-``xids``: every Xid seen → its GPUs; ``recoveryAction``: only GPUs whose
-action is not ``none``). Condensed: ``events`` dropped.
+``xids``: GPUs → every Xid they reported, GPUs with the same Xids in one
+entry; ``recoveryAction``: only GPUs whose action is not ``none``).
+Condensed: ``events`` dropped, ``notRead`` only names the GPUs.
 """
 
 from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.gpu_sets import gpu_label, gpu_ranges, parse_gpu_ranges
+from gpuaccept.checks.gpu_sets import gpu_label, gpu_ranges, notes_condensed, parse_gpu_ranges
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -134,7 +135,7 @@ class XidErrorsObserved(ObservedModel):
     watched: str | None = None  # the GPUs registered for Xid events (range text)
     listened_s: float | None = Field(default=None, ge=0, alias="listenedS")
     events: list[XidEventObserved] | None = None  # detail: the first EVENTS_MAX
-    xids: dict[str, str] | None = None  # every Xid seen → its GPUs (range text)
+    xids: dict[str, list[int]] | None = None  # GPUs (range text) → every Xid they reported
     recovery_action: dict[str, str] | None = None  # action (not none) → GPUs
     not_read: dict[str, str] | None = None  # part → why it was not read
 
@@ -144,21 +145,33 @@ def describe_xid(xid: int) -> str:
     return f"Xid {xid} ({known[0]}: {known[1]})" if known else f"Xid {xid}"
 
 
-def _where(gpus: str) -> str:
-    return "an unknown GPU" if gpus == "-1" else gpu_label(gpus)
-
-
 def _during(observed: XidErrorsObserved, xid: int) -> str:
     phases = sorted({e.during for e in observed.events or [] if e.xid == xid and e.during})
     return f" during {', '.join(phases)}" if phases else ""
 
 
-def _xid_texts(observed: XidErrorsObserved, codes: set[int]) -> list[str]:
+def xids_by_code(observed: XidErrorsObserved) -> dict[int, list[int]]:
+    """Xid → the GPUs that reported it (-1: a GPU NVML named but we do not know)."""
+    out: dict[int, set[int]] = {}
+    for gpus, codes in (observed.xids or {}).items():
+        indices = [-1] if gpus == "-1" else parse_gpu_ranges(gpus)
+        for xid in codes:
+            out.setdefault(xid, set()).update(indices)
+    return {xid: sorted(g) for xid, g in sorted(out.items())}
+
+
+def _xid_texts(
+    by_code: dict[int, list[int]], observed: XidErrorsObserved, codes: set[int]
+) -> list[str]:
     out = []
-    for key, gpus in sorted((observed.xids or {}).items(), key=lambda kv: int(kv[0])):
-        xid = int(key)
+    for xid, gpus in by_code.items():
         if xid in codes:
-            out.append(f"{_where(gpus)}: {describe_xid(xid)}{_during(observed, xid)}")
+            where = (
+                "an unknown GPU"
+                if gpus == [-1]
+                else gpu_label(gpu_ranges([g for g in gpus if g >= 0]))
+            )
+            out.append(f"{where}: {describe_xid(xid)}{_during(observed, xid)}")
     return out
 
 
@@ -183,16 +196,16 @@ def judge(
         "recoveryActionFailOn": list[JsonValue](sorted(fail_actions)),
         "recoveryActionWarnOn": list[JsonValue](sorted(warn_actions)),
     }
-    for gpus in [*(observed.xids or {}).values(), *(observed.recovery_action or {}).values()]:
-        if gpus != "-1":
-            parse_gpu_ranges(gpus)  # a malformed GPU set is an error, never a pass
-    failing = _action_texts(observed, fail_actions) + _xid_texts(observed, fail_xids)
-    warning = _action_texts(observed, warn_actions) + _xid_texts(observed, warn_xids)
+    for gpus in (observed.recovery_action or {}).values():
+        parse_gpu_ranges(gpus)  # a malformed GPU set is an error, never a pass
+    by_code = xids_by_code(observed)
+    failing = _action_texts(observed, fail_actions) + _xid_texts(by_code, observed, fail_xids)
+    warning = _action_texts(observed, warn_actions) + _xid_texts(by_code, observed, warn_xids)
     if failing:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing + warning)))
     if warning:
         return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warning)))
-    seen = sorted(int(x) for x in observed.xids or {})
+    seen = list(by_code)
     notes = [f"not judged: Xid {', '.join(str(x) for x in seen)}"] if seen else []
     notes += [f"{part} not read: {why}" for part, why in (observed.not_read or {}).items()]
     watched = (
@@ -204,18 +217,25 @@ def judge(
 
 
 def condense(observed: XidErrorsObserved) -> XidErrorsObserved:
-    return observed.model_copy(update={"events": None})
+    return observed.model_copy(
+        update={"events": None, "not_read": notes_condensed(observed.not_read)}
+    )
 
 
-def xid_sets(events: list[tuple[int, int]]) -> dict[str, str]:
-    """``[(gpu, xid), ...]`` → ``{xid: GPU range text}`` (GPU -1: unknown)."""
-    by_xid: dict[int, set[int]] = {}
+def xid_sets(events: list[tuple[int, int]]) -> dict[str, list[int]]:
+    """``[(gpu, xid), ...]`` → ``{GPU range text: [xid, ...]}``, GPUs with the same
+    Xids in one entry (``"-1"``: GPUs NVML named that we do not know)."""
+    by_gpu: dict[int, set[int]] = {}
     for gpu, xid in events:
-        by_xid.setdefault(xid, set()).add(gpu)
-    return {
-        str(xid): "-1" if gpus == {-1} else gpu_ranges(gpus - {-1})
-        for xid, gpus in sorted(by_xid.items())
-    }
+        by_gpu.setdefault(gpu, set()).add(xid)
+    unknown = by_gpu.pop(-1, None)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for gpu, codes in sorted(by_gpu.items()):
+        groups.setdefault(tuple(sorted(codes)), []).append(gpu)
+    out = {gpu_ranges(gpus): list(codes) for codes, gpus in groups.items()}
+    if unknown:
+        out["-1"] = sorted(unknown)
+    return out
 
 
 SPEC = CheckSpec(

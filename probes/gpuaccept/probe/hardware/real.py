@@ -526,10 +526,7 @@ class RealBackend:
             driver = _text(nvml.nvmlSystemGetDriverVersion())
         field_id = recovery_action_field_id(driver)
         if field_id is None:
-            raise Unavailable(
-                f"driver {driver or 'unknown'}: no recovery action field (NVML field "
-                "numbering known from R570)"
-            )
+            raise Unavailable(f"driver {driver or 'unknown'}: no recovery action field before R570")
         try:
             return read_recovery_action(nvml, handle, gpu, field_id)
         except ValueError as exc:

@@ -333,9 +333,7 @@ class SimulatedBackend:
         spec = self.profile.gpus.gpu(gpu)
         driver = spec.driver_version or self.profile.driver.version
         if recovery_action_field_id(driver) is None:  # as NVML: no field before R570
-            raise Unavailable(
-                f"driver {driver}: no recovery action field (NVML field numbering known from R570)"
-            )
+            raise Unavailable(f"driver {driver}: no recovery action field before R570")
         return RECOVERY_ACTIONS.index(spec.recovery_action)
 
     def memory_health(self, gpu: int) -> GpuMemoryHealth:

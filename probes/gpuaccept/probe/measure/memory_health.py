@@ -11,7 +11,7 @@ from gpuaccept.probe.hardware.base import (
 )
 from gpuaccept.probe.measure.context import ProbeContext
 
-WHY_MAX = 96
+WHY_MAX = 120
 
 
 def _ranges(gpus: list[int]) -> str | None:

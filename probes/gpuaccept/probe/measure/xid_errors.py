@@ -22,7 +22,7 @@ from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unava
 from gpuaccept.probe.measure.context import ProbeContext
 
 RUNS_LAST = True
-WHY_MAX = 96
+WHY_MAX = 120
 
 
 def _recovery_actions(
@@ -46,8 +46,8 @@ def _why(not_read: dict[int, str]) -> str:
     """One line for the GPUs whose part was not read (the first reason, and how many)."""
     reasons = sorted(set(not_read.values()))
     first = reasons[0].removeprefix(f"GPU {min(not_read)}: ")
-    more = f" (+{len(reasons) - 1} other reasons)" if len(reasons) > 1 else ""
-    return f"{gpu_label(gpu_ranges(list(not_read)))}: {first}"[:WHY_MAX] + more
+    more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+    return f"{gpu_label(gpu_ranges(list(not_read)))}: {first}"[: WHY_MAX - len(more)] + more
 
 
 def measure(
