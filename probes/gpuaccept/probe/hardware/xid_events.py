@@ -76,6 +76,8 @@ def _nvml_code(exc: BaseException) -> int | None:
 
 def handle_key(handle: Any) -> Any:
     """A comparable key of an NVML device handle (a ctypes pointer compares by identity)."""
+    if isinstance(handle, int):
+        return handle
     with contextlib.suppress(TypeError, ctypes.ArgumentError):
         return ctypes.cast(handle, ctypes.c_void_p).value
     return handle
