@@ -56,6 +56,8 @@ def test_registry_order_and_names() -> None:
         "pcie_link",
         "throttle_reasons",
         "nccl_allreduce",
+        "xid_errors",
+        "memory_health",
     ]
     for check in CHECKS:
         assert ProbePolicy().switch(check.name) is not None, check.name

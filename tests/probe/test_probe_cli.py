@@ -18,6 +18,7 @@ from probe_scenarios import (
 )
 
 from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.report import ProbeReport, decode_termination_message
@@ -34,7 +35,7 @@ def test_healthy_profiles_exit_0_with_every_check_passing(profile: Path) -> None
     assert proc.returncode == 0, proc.stderr
     report = ProbeReport.model_validate_json(proc.stdout)
     assert set(statuses(report).values()) == {"pass"}
-    assert len(report.results) == 6
+    assert len(report.results) == len(CHECKS)
     assert report.hardware.value == "simulated"
 
 
