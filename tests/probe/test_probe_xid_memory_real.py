@@ -264,3 +264,21 @@ def test_xid_check_on_the_real_backend_judges_the_listener(monkeypatch: pytest.M
     assert result.observed["notRead"] == {
         "recoveryAction": "GPUs 0-1: driver 550.54.15: no recovery action field before R570"
     }
+
+
+def test_a_listener_that_stops_early_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = fake_nvml(gpus=2)
+    with_events(module)
+
+    def broken_wait(event_set: str, timeout_ms: int) -> Any:
+        raise FakeNVMLError(999)  # NVML_ERROR_UNKNOWN
+
+    module.nvmlEventSetWait_v2 = broken_wait  # type: ignore[attr-defined]
+    hw = backend(monkeypatch, module)
+    with hw.xid_listener() as log:
+        wait_for(lambda: log.problem is not None)
+        result = run_check(
+            BY_NAME["xid_errors"], hw, ProbePolicy(), ProbeContext(xids=log), hardware_summary(hw)
+        )
+    assert result.status is CheckStatus.PASS  # nothing seen, but not silently
+    assert "events not read: NVML event wait failed: NVML error 999" in result.message

@@ -37,6 +37,7 @@ Condensed: ``events`` dropped, ``notRead`` only names the GPUs.
 """
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field, JsonValue
 
@@ -98,7 +99,7 @@ def _default_fail_actions() -> list[RecoveryAction]:
     ]
 
 
-Xid = int
+Xid = Annotated[int, Field(ge=0, le=65535)]
 
 
 class XidErrorsPolicy(CheckSwitch):

@@ -63,10 +63,11 @@ def measure(
     log = context.xids
     if log is None:
         not_read["events"] = "no Xid listener ran (measured outside a probe run)"
-    elif log.problem is not None and not log.watched:
-        not_read["events"] = log.problem[:WHY_MAX]
-    elif log.unwatched:
-        not_read["events"] = _why(log.unwatched)
+    else:  # a listener that could not start, stopped early, or left GPUs out
+        notes = [log.problem[:WHY_MAX]] if log.problem else []
+        notes += [_why(log.unwatched)] if log.unwatched else []
+        if notes:
+            not_read["events"] = "; ".join(notes)
     listened = log is not None and bool(log.watched)
     if not listened and len(actions_not_read) == len(gpus):
         raise Unavailable(
