@@ -61,6 +61,8 @@ def test_registry_order_and_names() -> None:
         "gpu_config",
         "gpu_numa",
         "infiniband_ports",
+        "xid_errors",
+        "memory_health",
     ]
     for check in CHECKS:
         assert ProbePolicy().switch(check.name) is not None, check.name

@@ -23,6 +23,7 @@ from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.report import ProbeReport, decode_termination_message
 from gpuaccept.probe import cli
+from gpuaccept.probe.compact import fit_report
 
 
 def statuses(report: ProbeReport) -> dict[str, str]:
@@ -76,7 +77,8 @@ def test_environment_and_termination_log(tmp_path: Path) -> None:
     report = decode_termination_message(text)
     assert report.node_name == "gpu-node-17"
     assert report.boot_id == "11111111-2222-3333-4444-555555555555"
-    assert report == ProbeReport.model_validate_json(proc.stdout)
+    # The termination message is the report fitted to 4096 bytes (condensed).
+    assert report == fit_report(ProbeReport.model_validate_json(proc.stdout))
 
 
 def test_node_name_flag_wins_and_boot_id_from_proc(tmp_path: Path) -> None:

@@ -16,11 +16,13 @@ from gpuaccept.checks import (
     gpu_count,
     gpu_numa,
     infiniband_ports,
+    memory_health,
     nccl_allreduce,
     nvlink,
     nvswitch_fabric,
     pcie_link,
     throttle_reasons,
+    xid_errors,
 )
 from gpuaccept.checks.spec import AnyCheckSpec
 
@@ -38,6 +40,10 @@ CHECKS: tuple[AnyCheckSpec, ...] = (
     gpu_config.SPEC,
     gpu_numa.SPEC,
     infiniband_ports.SPEC,
+    # issue 12: Xid errors under load (measured last: the listener spans every load),
+    # memory health
+    xid_errors.SPEC,
+    memory_health.SPEC,
 )
 
 BY_NAME: dict[str, AnyCheckSpec] = {check.name: check for check in CHECKS}

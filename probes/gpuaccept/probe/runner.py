@@ -1,6 +1,7 @@
 """Runs the checks in registry order against one backend and builds the report:
 for each, its measuring function (:mod:`gpuaccept.probe.measure`), then its judge."""
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from gpuaccept.checks.spec import AnyCheckSpec, clip
 from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareSummary, ProbeReport
 from gpuaccept.probe import PROBE_VERSION
 from gpuaccept.probe.hardware.base import HardwareBackend, Unavailable, VersionInfo
-from gpuaccept.probe.measure import ProbeContext, measurer
+from gpuaccept.probe.measure import ProbeContext, measurer, runs_last
 
 UNKNOWN_BOOT_ID = "unknown"
 
@@ -116,14 +117,29 @@ class ProbeRun:
     now: Callable[[], datetime] = _utc_now
 
 
+def measuring_order(checks: Sequence[AnyCheckSpec]) -> list[AnyCheckSpec]:
+    """Registry order, except that checks reading what the others' load left
+    (:func:`~gpuaccept.probe.measure.runs_last`) come after all the others."""
+    return sorted(checks, key=runs_last)  # stable: registry order within each group
+
+
 def run_probe(hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun) -> ProbeReport:
-    """Every check in ``run.checks``, in order; ``run.on_check`` is called as each starts."""
+    """Every check in ``run.checks`` (the report lists them in that order);
+    ``run.on_check`` is called as each starts.
+
+    One Xid listener (``hardware.xid_listener()``) is open from before the first
+    check to after the last, so every phase that loads the GPUs is watched; the
+    check being measured is recorded with each Xid."""
     started_at = run.now()
     summary = hardware_summary(hardware)
-    results = []
-    for check in run.checks:
-        run.on_check(check)
-        results.append(run_check(check, hardware, policy, run.context, summary))
+    by_name: dict[str, CheckResult] = {}
+    with hardware.xid_listener() as xids:
+        context = dataclasses.replace(run.context, xids=xids)
+        for check in measuring_order(run.checks):
+            xids.phase = check.name
+            run.on_check(check)
+            by_name[check.name] = run_check(check, hardware, policy, context, summary)
+    results = [by_name[check.name] for check in run.checks]
     return ProbeReport(
         node_name=run.node_name,
         boot_id=(run.boot_id or hardware.boot_id() or UNKNOWN_BOOT_ID)[:64],

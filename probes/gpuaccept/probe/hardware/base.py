@@ -15,6 +15,7 @@ from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.sysfs import PciNuma
 from gpuaccept.probe.hardware.topology import HostTopology
+from gpuaccept.probe.hardware.xid_events import XidLog
 
 
 class Unavailable(Exception):  # noqa: N818 - reads as "the hardware is unavailable"
@@ -139,6 +140,29 @@ class GpuSettings:
     compute_mode: str | None = None  # "default" | "exclusive_process" | "prohibited" | ...
 
 
+@dataclass(frozen=True)
+class RemappedRows:
+    """``nvmlDeviceGetRemappedRows``: rows remapped for each cause, and the flags."""
+
+    correctable: int
+    uncorrectable: int
+    pending: bool  # a remap waits for the next GPU reset
+    failed: bool  # a remap failed in the past: the GPU is out of spare rows
+
+
+@dataclass(frozen=True)
+class GpuMemoryHealth:
+    """One GPU's memory error state; ``None`` where NVML did not answer."""
+
+    ecc_mode: tuple[bool, bool] | None  # (current, pending) enabled
+    volatile_uncorrected: int | None  # since the driver loaded
+    aggregate_uncorrected: int | None  # the GPU's lifetime
+    remapped_rows: RemappedRows | None  # None: the GPU does not remap rows (before Ampere)
+    retired_pages: int | None  # None: the GPU does not retire pages (Ampere and later)
+    retire_pending: bool | None
+    not_read: dict[str, str] = field(default_factory=dict)  # part → why
+
+
 class HardwareBackend(Protocol):
     """What the checks may ask of the machine. Everything else is off limits."""
 
@@ -203,3 +227,16 @@ class HardwareBackend(Protocol):
     def infiniband(self) -> InfinibandView:
         """The InfiniBand/RoCE HCAs visible here (``/sys/class/infiniband``) and the
         RDMA netns mode; raises :class:`Unavailable` when sysfs cannot be read."""
+
+    def xid_listener(self) -> AbstractContextManager[XidLog]:
+        """Record critical Xids on every GPU inside the ``with`` block (never raises:
+        what could not be watched is in the log)."""
+
+    def gpu_recovery_action(self, gpu: int) -> int:
+        """NVML's GPU recovery action (0 none … 7 system reboot); raises
+        :class:`Unavailable` with the reason when the driver present cannot answer it,
+        :class:`GpuFailedError` when NVML lost the GPU."""
+
+    def memory_health(self, gpu: int) -> GpuMemoryHealth:
+        """ECC mode and counts, remapped rows, retired pages; raises
+        :class:`GpuFailedError` when NVML lost the GPU."""

@@ -145,6 +145,52 @@ class FabricSpec(ProfileModel):
 
 
 GpuLoss = Literal["before", "under_load", "hangs"]
+RecoveryActionName = Literal[
+    "none",
+    "gpu_reset",
+    "node_reboot",
+    "drain_p2p",
+    "drain_and_reset",
+    "recover_imex_domain",
+    "bus_reset",
+    "system_reboot",
+]
+Count = Annotated[int, Field(ge=0, le=1 << 40)]
+XidCode = Annotated[int, Field(ge=1, le=65535)]
+
+
+class RemappedRowsSpec(ProfileModel):
+    """What ``nvmlDeviceGetRemappedRows`` answers (Ampere and later)."""
+
+    correctable: Count = 0
+    uncorrectable: Count = 0
+    pending: bool = Field(default=False, description="A remap waits for the next GPU reset.")
+    failed: bool = Field(default=False, description="A remap failed in the past.")
+
+
+class GpuMemory(ProfileModel):
+    """A GPU's memory error state as NVML reports it. Default: a healthy H100/H200."""
+
+    ecc: bool = Field(default=True, description="Current ECC mode.")
+    ecc_pending: bool | None = Field(
+        default=None, description="ECC mode after the next reset. Default: ecc."
+    )
+    volatile_uncorrected: Count = Field(
+        default=0, description="Uncorrected ECC errors since the driver loaded."
+    )
+    aggregate_uncorrected: Count = Field(
+        default=0, description="Uncorrected ECC errors in the GPU's lifetime."
+    )
+    remapped_rows: RemappedRowsSpec | None = Field(
+        default_factory=RemappedRowsSpec,
+        description="null: the GPU does not remap rows (before Ampere; NotSupported).",
+    )
+    retired_pages: Count | None = Field(
+        default=None,
+        description="Pages retired (a GPU before Ampere, which retires pages). Default null: "
+        "NVML answers NotSupported, as on Ampere and later.",
+    )
+    retire_pending: bool = False
 
 
 class GpuOverride(ProfileModel):
@@ -175,6 +221,9 @@ class GpuOverride(ProfileModel):
     mig_pending: bool | None = None
     compute_mode: ComputeModeName | None = None
     unsupported: list[UnsupportedItem] | None = None
+    xids: list[XidCode] | None = None
+    recovery_action: RecoveryActionName | None = None
+    memory: GpuMemory | None = None
 
 
 class Gpu(ProfileModel):
@@ -244,6 +293,18 @@ class Gpu(ProfileModel):
     unsupported: list[UnsupportedItem] = Field(
         default_factory=list, description="What NVML answers with NotSupported on this GPU."
     )
+    xids: list[XidCode] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Critical Xids NVML's event set delivers for this GPU when the probe "
+        "first loads it (a copy, the matmul load or the all-reduce).",
+    )
+    recovery_action: RecoveryActionName = Field(
+        default="none",
+        description="What NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers. Read only on R570+ "
+        "drivers: older ones have no such field.",
+    )
+    memory: GpuMemory = Field(default_factory=GpuMemory)
 
     @property
     def idle(self) -> Link:

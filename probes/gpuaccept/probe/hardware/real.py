@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -35,6 +36,7 @@ from gpuaccept.probe.hardware.base import (
     GpuFailedError,
     GpuHungError,
     GpuInfo,
+    GpuMemoryHealth,
     GpuSettings,
     NvlinkLinks,
     PcieLinkState,
@@ -43,6 +45,11 @@ from gpuaccept.probe.hardware.base import (
 )
 from gpuaccept.probe.hardware.device_map import CudaDevice, cuda_ordinals
 from gpuaccept.probe.hardware.infiniband import InfinibandView
+from gpuaccept.probe.hardware.nvml_health import (
+    read_memory_health,
+    read_recovery_action,
+    recovery_action_field_id,
+)
 from gpuaccept.probe.hardware.nvml_links import read_fabric, read_nvlink, read_settings
 from gpuaccept.probe.hardware.sysfs import (
     NoCpufreq,
@@ -57,6 +64,7 @@ from gpuaccept.probe.hardware.sysfs import (
     read_pcie_link,
 )
 from gpuaccept.probe.hardware.topology import HostTopology
+from gpuaccept.probe.hardware.xid_events import XidLog, nvml_xid_listener
 
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
@@ -532,3 +540,25 @@ class RealBackend:
 
     def infiniband(self) -> InfinibandView:
         return topology_backend.infiniband(self._sysfs_root)
+
+    # --- state earlier faults left; Xid events ----------------------------------
+    def xid_listener(self) -> AbstractContextManager[XidLog]:
+        """NVML critical-Xid events of every GPU (a thread on one event set)."""
+        return nvml_xid_listener(self._nvml, list(self._handles), self._problem)
+
+    def gpu_recovery_action(self, gpu: int) -> int:
+        nvml = self._require_nvml()
+        handle = self._handle(gpu, "recovery action")
+        driver = None
+        with contextlib.suppress(nvml.NVMLError):
+            driver = _text(nvml.nvmlSystemGetDriverVersion())
+        field_id = recovery_action_field_id(driver)
+        if field_id is None:
+            raise Unavailable(f"driver {driver or 'unknown'}: no recovery action field before R570")
+        try:
+            return read_recovery_action(nvml, handle, gpu, field_id)
+        except ValueError as exc:
+            raise Unavailable(f"GPU {gpu}: {exc}") from exc
+
+    def memory_health(self, gpu: int) -> GpuMemoryHealth:
+        return read_memory_health(self._require_nvml(), self._handle(gpu, "memory health"), gpu)

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import get_args
 
 from gpuaccept.checks.gpu_models import gpu_model_class
 from gpuaccept.contracts.report import HardwareMode
@@ -28,14 +29,17 @@ from gpuaccept.probe.hardware.base import (
     GpuFailedError,
     GpuHungError,
     GpuInfo,
+    GpuMemoryHealth,
     GpuSettings,
     NvlinkLinks,
     PcieLinkState,
+    RemappedRows,
     Unavailable,
     VersionInfo,
 )
 from gpuaccept.probe.hardware.infiniband import InfinibandView
-from gpuaccept.probe.hardware.profile import HardwareProfile, Link
+from gpuaccept.probe.hardware.nvml_health import recovery_action_field_id
+from gpuaccept.probe.hardware.profile import HardwareProfile, Link, RecoveryActionName
 from gpuaccept.probe.hardware.simulated_topology import materialize_topology
 from gpuaccept.probe.hardware.sysfs import (
     GEN_TO_SPEED,
@@ -54,13 +58,14 @@ from gpuaccept.probe.hardware.sysfs import (
     read_pcie_link,
 )
 from gpuaccept.probe.hardware.topology import HostTopology
+from gpuaccept.probe.hardware.xid_events import XidLog
 
+# nvmlDeviceGpuRecoveryAction_t values 0-7, in order
+RECOVERY_ACTIONS: tuple[RecoveryActionName, ...] = get_args(RecoveryActionName)
 LOST = "NVML: GPU is lost (NVML_ERROR_GPU_IS_LOST)"
 SIM_IDLE_SM_MHZ = 345  # an idle H100's SM clock
-SIM_DEADLINE_S = 60.0
-NVSWITCH_CLASSES = frozenset(
-    {"h100-sxm", "h200-sxm", "b200"}
-)  # HGX boards: NVSwitch  # the real backend's copy and load deadlines
+SIM_DEADLINE_S = 60.0  # the real backend's copy and load deadlines
+NVSWITCH_CLASSES = frozenset({"h100-sxm", "h200-sxm", "b200"})  # HGX boards: NVSwitch
 KERNEL_MODULE_LINE = (
     "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Tue Mar  5 22:23:56 UTC 2024\n"
     "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
@@ -145,6 +150,8 @@ class SimulatedBackend:
         self._clock_s = 0.0  # virtual time: sleep() advances it, instantly
         self._load_started_s = 0.0
         self._load_samples: dict[int, int] = {}
+        self._xid_log: XidLog | None = None
+        self._xids_sent: set[int] = set()  # GPUs whose profile Xids were delivered
 
     @property
     def proc_root(self) -> Path:
@@ -202,6 +209,7 @@ class SimulatedBackend:
         remote = not pinned and numa.node is not None
         h2d = spec.h2d_remote_gbps if remote and spec.h2d_remote_gbps is not None else spec.h2d_gbps
         d2h = spec.d2h_remote_gbps if remote and spec.d2h_remote_gbps is not None else spec.d2h_gbps
+        self._loaded_once([gpu])
         write_link(self.sysfs_root(), gpu, spec.load)
         try:
             under_load = self.pcie_link(gpu)
@@ -221,6 +229,7 @@ class SimulatedBackend:
         self._loaded = True
         self._load_started_s = self._clock_s
         self._load_samples = {}
+        self._loaded_once(list(range(self.profile.gpus.count)))
         for index in range(self.profile.gpus.count):
             write_link(self.sysfs_root(), index, self.profile.gpus.gpu(index).load)
         try:
@@ -287,6 +296,7 @@ class SimulatedBackend:
                 raise GpuFailedError(index, "all-reduce", "not attempted: hung earlier")
             if lost is not None:  # NCCL cannot init on it
                 raise GpuFailedError(index, "all-reduce", LOST)
+        self._loaded_once(list(range(n)))
         sweep = []
         for size in sizes:  # the latency-bandwidth curve of the profile
             busbw = self.profile.allreduce.busbw_at(size)
@@ -367,3 +377,60 @@ class SimulatedBackend:
 
     def infiniband(self) -> InfinibandView:
         return topology_backend.infiniband(self.sysfs_root())
+
+    # --- state earlier faults left; Xid events ----------------------------------
+    def _loaded_once(self, gpus: list[int]) -> None:
+        """A GPU's profile Xids reach the open listener the first time it is loaded
+        (a lost-before GPU is never loaded)."""
+        log = self._xid_log
+        if log is None:
+            return
+        for gpu in gpus:
+            spec = self.profile.gpus.gpu(gpu)
+            if gpu in self._xids_sent or spec.lost == "before":
+                continue
+            self._xids_sent.add(gpu)
+            for xid in spec.xids:
+                log.record(gpu, xid)
+
+    @contextmanager
+    def xid_listener(self) -> Iterator[XidLog]:
+        log = XidLog(clock=lambda: self._clock_s)
+        log.watched = tuple(i for i, g in enumerate(self.gpus()) if g.problem is None)
+        log.unwatched = {g.index: "NVML cannot open it" for g in self.gpus() if g.problem}
+        self._xid_log = log
+        try:
+            yield log
+        finally:
+            self._xid_log = None
+            log.stop()
+
+    def gpu_recovery_action(self, gpu: int) -> int:
+        self._check_lost(gpu, "recovery action")
+        spec = self.profile.gpus.gpu(gpu)
+        driver = spec.driver_version or self.profile.driver.version
+        if recovery_action_field_id(driver) is None:  # as NVML: no field before R570
+            raise Unavailable(f"driver {driver}: no recovery action field before R570")
+        return RECOVERY_ACTIONS.index(spec.recovery_action)
+
+    def memory_health(self, gpu: int) -> GpuMemoryHealth:
+        self._check_lost(gpu, "memory health")
+        memory = self.profile.gpus.gpu(gpu).memory
+        rows = memory.remapped_rows
+        retires = memory.retired_pages is not None
+        not_read = {}
+        if rows is None and not retires:
+            not_read["remappedRows"] = "NotSupported, and no page retirement either"
+        return GpuMemoryHealth(
+            ecc_mode=(memory.ecc, memory.ecc if memory.ecc_pending is None else memory.ecc_pending),
+            volatile_uncorrected=memory.volatile_uncorrected if memory.ecc else None,
+            aggregate_uncorrected=memory.aggregate_uncorrected if memory.ecc else None,
+            remapped_rows=(
+                RemappedRows(rows.correctable, rows.uncorrectable, rows.pending, rows.failed)
+                if rows is not None
+                else None
+            ),
+            retired_pages=memory.retired_pages if rows is None else None,
+            retire_pending=memory.retire_pending if rows is None and retires else None,
+            not_read=not_read,
+        )

@@ -28,4 +28,11 @@ def measurer(check: AnyCheckSpec) -> Measurer:
     return measure
 
 
-__all__ = ["Measurer", "ProbeContext", "measurer"]
+def runs_last(check: AnyCheckSpec) -> bool:
+    """Whether ``check`` is measured after every other one (its module sets
+    ``RUNS_LAST``: it reads what the others' load left, as ``xid_errors`` does)."""
+    module = importlib.import_module(f"{__name__}.{check.name}")
+    return bool(getattr(module, "RUNS_LAST", False))
+
+
+__all__ = ["Measurer", "ProbeContext", "measurer", "runs_last"]

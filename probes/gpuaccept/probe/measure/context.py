@@ -3,6 +3,8 @@
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpuaccept.probe.hardware.xid_events import XidLog
+
 
 @dataclass(frozen=True)
 class LoadClocks:
@@ -23,3 +25,5 @@ class ProbeContext:
     progress: Callable[[str], None] = field(default=lambda _note: None)
     # Set by the throttle_reasons measurement; None until it has sampled under load.
     under_load: LoadClocks | None = None
+    # The Xid listener the runner keeps open over every check (None outside a probe run).
+    xids: XidLog | None = None

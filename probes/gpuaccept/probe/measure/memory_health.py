@@ -1,0 +1,73 @@
+"""Measures :mod:`gpuaccept.checks.memory_health`: each GPU's ECC mode and
+counts, remapped rows and retired pages (NVML; no load needed)."""
+
+from gpuaccept.checks.gpu_sets import gpu_label, gpu_ranges
+from gpuaccept.checks.memory_health import MemoryHealthObserved, MemoryHealthPolicy
+from gpuaccept.probe.hardware.base import (
+    GpuFailedError,
+    GpuMemoryHealth,
+    HardwareBackend,
+    Unavailable,
+)
+from gpuaccept.probe.measure.context import ProbeContext
+
+WHY_MAX = 120
+
+
+def _ranges(gpus: list[int]) -> str | None:
+    return gpu_ranges(gpus) if gpus else None
+
+
+def _counts(values: dict[int, int | None]) -> dict[str, int] | None:
+    over = {str(gpu): n for gpu, n in sorted(values.items()) if n}
+    return over or None
+
+
+def _not_read(health: dict[int, GpuMemoryHealth], lost: dict[int, str]) -> dict[str, str]:
+    """part → "GPU 0-7: why" (the first reason of each part)."""
+    by_part: dict[str, dict[int, str]] = {}
+    for gpu, h in health.items():
+        for part, why in h.not_read.items():
+            by_part.setdefault(part, {})[gpu] = why
+    if lost:
+        by_part["all"] = lost
+    return {
+        part: f"{gpu_label(gpu_ranges(list(gpus)))}: {sorted(set(gpus.values()))[0]}"[:WHY_MAX]
+        for part, gpus in sorted(by_part.items())
+    }
+
+
+def measure(
+    hardware: HardwareBackend, policy: MemoryHealthPolicy, context: ProbeContext
+) -> MemoryHealthObserved:
+    infos = hardware.gpus()
+    if not infos:
+        raise Unavailable("no GPU to read")
+    health: dict[int, GpuMemoryHealth] = {}
+    lost: dict[int, str] = {}
+    for info in infos:
+        try:
+            health[info.index] = hardware.memory_health(info.index)
+        except GpuFailedError as exc:
+            lost[info.index] = exc.detail
+    if not health:
+        raise Unavailable(f"no GPU's memory state readable: {sorted(set(lost.values()))[0]}")
+    ecc = {g: h.ecc_mode for g, h in health.items() if h.ecc_mode is not None}
+    rows = {g: h.remapped_rows for g, h in health.items() if h.remapped_rows is not None}
+    flagged = [g for g, r in rows.items() if r.pending or r.failed]
+    return MemoryHealthObserved(
+        gpus=len(infos),
+        ecc_off=_ranges([g for g, (current, _p) in ecc.items() if not current]),
+        ecc_pending_off=_ranges(
+            [g for g, (current, pending) in ecc.items() if current and not pending]
+        ),
+        volatile_uncorrected=_counts({g: h.volatile_uncorrected for g, h in health.items()}),
+        aggregate_uncorrected=_counts({g: h.aggregate_uncorrected for g, h in health.items()}),
+        remap_pending=_ranges([g for g, r in rows.items() if r.pending]),
+        remap_failed=_ranges([g for g, r in rows.items() if r.failed]),
+        remapped_rows={str(g): [rows[g].correctable, rows[g].uncorrectable] for g in flagged}
+        or None,
+        retired_pages=_counts({g: h.retired_pages for g, h in health.items()}),
+        retire_pending=_ranges([g for g, h in health.items() if h.retire_pending]),
+        not_read=_not_read(health, lost) or None,
+    )

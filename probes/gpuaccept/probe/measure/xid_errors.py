@@ -1,0 +1,89 @@
+"""Measures :mod:`gpuaccept.checks.xid_errors`: the Xids recorded while the
+GPUs were loaded, and each GPU's recovery action.
+
+The listener is not opened here: the runner opens it (``hardware.xid_listener()``)
+before the first check and this module is measured after every other check
+(:data:`RUNS_LAST`), so the listener spans every phase that loads the GPUs —
+the PCIe copies, the sustained load and the all-reduce — whatever their order
+in the registry.
+"""
+
+from gpuaccept.checks.gpu_sets import gpu_label, gpu_ranges
+from gpuaccept.checks.xid_errors import (
+    EVENTS_MAX,
+    RECOVERY_ACTION_BY_VALUE,
+    RecoveryAction,
+    XidErrorsObserved,
+    XidErrorsPolicy,
+    XidEventObserved,
+    xid_sets,
+)
+from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unavailable
+from gpuaccept.probe.measure.context import ProbeContext
+
+RUNS_LAST = True
+WHY_MAX = 120
+
+
+def _recovery_actions(
+    hardware: HardwareBackend, gpus: list[int]
+) -> tuple[dict[str, str], dict[int, str]]:
+    """(action other than none → GPU range text, GPU → why its action was not read)."""
+    by_action: dict[str, list[int]] = {}
+    not_read: dict[int, str] = {}
+    for gpu in gpus:
+        try:
+            action = RECOVERY_ACTION_BY_VALUE[hardware.gpu_recovery_action(gpu)]
+        except (Unavailable, GpuFailedError) as exc:
+            not_read[gpu] = str(exc)
+            continue
+        if action is not RecoveryAction.NONE:
+            by_action.setdefault(str(action), []).append(gpu)
+    return {a: gpu_ranges(g) for a, g in sorted(by_action.items())}, not_read
+
+
+def _why(not_read: dict[int, str]) -> str:
+    """One line for the GPUs whose part was not read (the first reason, and how many)."""
+    reasons = sorted(set(not_read.values()))
+    first = reasons[0].removeprefix(f"GPU {min(not_read)}: ")
+    more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+    return f"{gpu_label(gpu_ranges(list(not_read)))}: {first}"[: WHY_MAX - len(more)] + more
+
+
+def measure(
+    hardware: HardwareBackend, policy: XidErrorsPolicy, context: ProbeContext
+) -> XidErrorsObserved:
+    gpus = [g.index for g in hardware.gpus()]
+    if not gpus:
+        raise Unavailable("no GPU to read")
+    actions, actions_not_read = _recovery_actions(hardware, gpus)
+    not_read: dict[str, str] = {}
+    if actions_not_read:
+        not_read["recoveryAction"] = _why(actions_not_read)
+    log = context.xids
+    if log is None:
+        not_read["events"] = "no Xid listener ran (measured outside a probe run)"
+    else:  # a listener that could not start, stopped early, or left GPUs out
+        notes = [log.problem[:WHY_MAX]] if log.problem else []
+        notes += [_why(log.unwatched)] if log.unwatched else []
+        if notes:
+            not_read["events"] = "; ".join(notes)
+    listened = log is not None and bool(log.watched)
+    if not listened and len(actions_not_read) == len(gpus):
+        raise Unavailable(
+            f"neither Xid events nor recovery actions readable: {not_read.get('events')}; "
+            f"{not_read['recoveryAction']}"
+        )
+    events = log.events() if log is not None else []
+    return XidErrorsObserved(
+        watched=gpu_ranges(list(log.watched)) if log is not None and log.watched else None,
+        listened_s=log.seconds if listened and log is not None else None,
+        events=[
+            XidEventObserved(gpu=e.gpu, xid=e.xid, at_s=e.at_s, during=e.during)
+            for e in events[:EVENTS_MAX]
+        ]
+        or None,
+        xids=xid_sets([(e.gpu, e.xid) for e in events]) or None,
+        recovery_action=actions or None,
+        not_read=not_read or None,
+    )
