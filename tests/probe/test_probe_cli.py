@@ -102,9 +102,7 @@ def test_policy_from_env_and_expected_gpus() -> None:
     assert proc.returncode == 1
     assert statuses(ProbeReport.model_validate_json(proc.stdout))["nccl_allreduce"] == "fail"
     # the operator passes the node's allocatable count; it overrides the profile's
-    proc = run_cli(
-        "--profile", HEALTHY, "--output", "json", env={"GPUACCEPT_EXPECTED_GPUS": "16"}
-    )
+    proc = run_cli("--profile", HEALTHY, "--output", "json", env={"GPUACCEPT_EXPECTED_GPUS": "16"})
     assert proc.returncode == 1
     count = ProbeReport.model_validate_json(proc.stdout).result("gpu_count")
     assert count is not None

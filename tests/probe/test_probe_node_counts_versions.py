@@ -66,7 +66,11 @@ def policy(**sections: dict[str, object]) -> ProbePolicy:
             "8 of 8 GPUs visible (expected from capacity, label nvidia.com/gpu.count, PCI bus)",
         ),
         # a node without GPU feature discovery and without readable PCI sysfs
-        ({"visible": 8, "allocatable": 8, "capacity": 8}, CheckStatus.PASS, "expected from capacity"),
+        (
+            {"visible": 8, "allocatable": 8, "capacity": 8},
+            CheckStatus.PASS,
+            "expected from capacity",
+        ),
         # no evidence at all: not a pass by default
         ({"visible": 8}, CheckStatus.SKIP, "no expected count"),
         ({"visible": 8, "allocatable": 0, "capacity": 0}, CheckStatus.SKIP, "no expected count"),
@@ -247,17 +251,20 @@ def test_image_libraries_are_reported_with_their_files() -> None:
 
 MAPS = """\
 7f00a0000000-7f00a0200000 r-xp 00000000 00:2f 123 /usr/lib/x86_64-linux-gnu/libcuda.so.580.82.07
-7f00b0000000-7f00b0100000 r-xp 00000000 00:2f 124 /opt/venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.13
-7f00c0000000-7f00c0100000 r-xp 00000000 00:2f 125 /opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2
+7f00b0000000-7f00b0100000 r-xp 00000000 00:2f 124 /opt/venv/nvidia/cuda_runtime/lib/libcudart.so.13
+7f00c0000000-7f00c0100000 r-xp 00000000 00:2f 125 /opt/venv/nvidia/nccl/lib/libnccl.so.2
 7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
 """
 
 
 def test_loaded_libraries_are_found_in_the_process_maps() -> None:
     assert loaded_library(MAPS, "libcudart.so") == (
-        "/opt/venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.13"
+        "/opt/venv/nvidia/cuda_runtime/lib/libcudart.so.13"
     )
-    assert loaded_library(MAPS, "libnccl.so", ).endswith("libnccl.so.2")  # type: ignore[union-attr]
+    assert loaded_library(
+        MAPS,
+        "libnccl.so",
+    ).endswith("libnccl.so.2")  # type: ignore[union-attr]
     assert loaded_library(MAPS, "libcublas.so") is None
 
 
@@ -268,9 +275,7 @@ def test_cuda_version_encoding(code: int, text: str) -> None:
     assert cuda_version_text(code) == text
 
 
-@pytest.mark.parametrize(
-    ("code", "text"), [(22707, "2.27.7"), (21805, "2.18.5"), (2804, "2.8.4")]
-)
+@pytest.mark.parametrize(("code", "text"), [(22707, "2.27.7"), (21805, "2.18.5"), (2804, "2.8.4")])
 def test_nccl_version_encoding(code: int, text: str) -> None:
     assert nccl_version_text(code) == text
 

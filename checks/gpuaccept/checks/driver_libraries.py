@@ -146,9 +146,7 @@ def _check_cuda(
     if cuda_driver is None or driver is None:
         found.unknown.append("CUDA driver version" if cuda_driver is None else "driver version")
         return
-    if p.min_cuda_driver_version and not version_at_least(
-        cuda_driver, p.min_cuda_driver_version
-    ):
+    if p.min_cuda_driver_version and not version_at_least(cuda_driver, p.min_cuda_driver_version):
         found.failures.append(f"CUDA driver {cuda_driver} < {p.min_cuda_driver_version}")
     for major in sorted(set(p.required_cuda_majors)):
         why = serves_cuda_major(driver, cuda_driver, major)

@@ -218,9 +218,7 @@ def _node_gpus(args: argparse.Namespace) -> NodeGpuCounts:
     if args.expected_gpus is not None and args.expected_gpus < 0:
         raise UsageError(f"{FLAG_EXPECTED_GPUS} must be >= 0")
     allocatable = (
-        int(args.expected_gpus)
-        if args.expected_gpus is not None
-        else _env_count(ENV_EXPECTED_GPUS)
+        int(args.expected_gpus) if args.expected_gpus is not None else _env_count(ENV_EXPECTED_GPUS)
     )
     return NodeGpuCounts(
         allocatable=allocatable,

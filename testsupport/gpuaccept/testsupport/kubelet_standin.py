@@ -86,6 +86,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -98,8 +99,11 @@ from gpuaccept.testsupport.standin_behaviours import (
     BehaviourHook,
     Complete,
     Hang,
+    ImagePullFailure,
     PodInfo,
     RunProcess,
+    SandboxFailure,
+    StartFailure,
     prepared_reports,
 )
 from gpuaccept.testsupport.standin_containers import (
@@ -122,11 +126,14 @@ __all__ = [
     "BehaviourHook",
     "Complete",
     "Hang",
+    "ImagePullFailure",
     "KubeletStandIn",
     "PodInfo",
     "RunProcess",
+    "SandboxFailure",
     "SimNode",
     "StandInSettings",
+    "StartFailure",
     "load_fleet",
     "main",
     "prepared_reports",
@@ -459,6 +466,33 @@ class KubeletStandIn:
             _call(
                 self.core.patch_namespaced_pod_status, name, ns, body, _content_type=STRATEGIC_MERGE
             )
+
+    def pod_event(self, pod: JSON, reason: str, message: str) -> None:
+        """A Warning event on ``pod``, as the kubelet records one (best effort)."""
+        meta = pod["metadata"]
+        now = datetime.now(UTC)
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
+            "source": {"component": "kubelet", "host": pod.get("spec", {}).get("nodeName", "")},
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "count": 1,
+        }
+        with self._api_sem:
+            try:
+                _call(self.core.create_namespaced_event, meta["namespace"], body)
+            except ApiException as e:
+                log.warning("event %s on pod %s not recorded: %s", reason, meta["name"], e)
 
     def _delete_pod(self, ns: str, name: str, uid: str) -> None:
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}

@@ -4,6 +4,7 @@ fleet files (:func:`load_fleet`)."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,11 +18,33 @@ from gpuaccept.testsupport.standin_behaviours import (
     BehaviourHook,
     Complete,
     Hang,
+    ImagePullFailure,
     RunProcess,
+    SandboxFailure,
+    StartFailure,
 )
 
 JSON = dict[str, Any]
 KUBELET_VERSION = "v1.37.2-standin"
+
+
+@dataclass(frozen=True)
+class GpuCounts:
+    """What the node registers: status.capacity and status.allocatable nvidia.com/gpu,
+    and the GPU feature discovery label nvidia.com/gpu.count (None: no label)."""
+
+    capacity: int
+    allocatable: int
+    labelled: int | None
+
+
+@functools.cache
+def profile_gpu_counts(profile: str) -> tuple[int | None, int | None, int | None]:
+    """(capacity, allocatable, label) a hardware profile states for its node."""
+    from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
+
+    node = load_profile(Path(profile)).node
+    return node.gpu_capacity, node.gpu_allocatable, node.gfd_gpu_count
 
 
 @dataclass
@@ -45,6 +68,16 @@ class SimNode:
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     ready: bool = True
 
+    def gpu_counts(self) -> GpuCounts:
+        """The profile's node counts where it states them (a device plugin that marked a
+        GPU unhealthy: allocatable below capacity), else ``gpu_count`` for all three."""
+        capacity = allocatable = labelled = None
+        if self.profile:
+            capacity, allocatable, labelled = profile_gpu_counts(self.profile)
+        if capacity is None:
+            return GpuCounts(self.gpu_count, self.gpu_count, self.gpu_count)
+        return GpuCounts(capacity, capacity if allocatable is None else allocatable, labelled)
+
     def node_labels(self) -> dict[str, str]:
         labels = {
             "kubernetes.io/hostname": self.name,
@@ -52,8 +85,10 @@ class SimNode:
             "kubernetes.io/arch": "amd64",
             "nvidia.com/gpu.present": "true",
             "nvidia.com/gpu.product": self.gpu_product,
-            "nvidia.com/gpu.count": str(self.gpu_count),
         }
+        labelled = self.gpu_counts().labelled
+        if labelled is not None:
+            labels["nvidia.com/gpu.count"] = str(labelled)
         labels.update(self.labels)
         return labels
 
@@ -82,8 +117,8 @@ def node_status(n: SimNode) -> JSON:
         "memory": n.memory,
         "pods": n.pods,
         "ephemeral-storage": "1Ti",
-        "nvidia.com/gpu": str(n.gpu_count),
     }
+    counts = n.gpu_counts()
     pressure = [
         ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
         ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
@@ -102,8 +137,8 @@ def node_status(n: SimNode) -> JSON:
     ]
     conditions.append(ready_condition(n.ready))
     return {
-        "capacity": capacity,
-        "allocatable": dict(capacity),
+        "capacity": {**capacity, "nvidia.com/gpu": str(counts.capacity)},
+        "allocatable": {**capacity, "nvidia.com/gpu": str(counts.allocatable)},
         "conditions": conditions,
         "addresses": [
             {"type": "InternalIP", "address": n.address or "127.0.0.1"},
@@ -132,6 +167,12 @@ def behaviour_from_spec(spec: Any) -> Behaviour | None:
         return RunProcess()
     if spec == "hang":
         return Hang()
+    if isinstance(spec, dict) and "startError" in spec:
+        return StartFailure(message=str((spec["startError"] or {}).get("message", "")))
+    if isinstance(spec, dict) and "imagePull" in spec:
+        return ImagePullFailure(**_message(spec["imagePull"]))
+    if isinstance(spec, dict) and "sandbox" in spec:
+        return SandboxFailure(**_message(spec["sandbox"]))
     if isinstance(spec, dict) and "complete" in spec:
         c = spec["complete"] or {}
         message = c.get("message", "")
@@ -142,7 +183,15 @@ def behaviour_from_spec(spec: Any) -> Behaviour | None:
             message=message,
             delay_s=float(c.get("delaySeconds", 0)),
         )
-    raise ValueError(f"unknown behaviour {spec!r} (run | hang | {{complete: {{...}}}})")
+    raise ValueError(
+        f"unknown behaviour {spec!r} (run | hang | {{complete: {{...}}}} | "
+        "{startError: {message}} | {imagePull: {message}} | {sandbox: {message}})"
+    )
+
+
+def _message(spec: Any) -> dict[str, str]:
+    message = (spec or {}).get("message")
+    return {"message": str(message)} if message else {}
 
 
 def load_fleet(path: str | Path) -> list[SimNode]:
@@ -156,6 +205,8 @@ def load_fleet(path: str | Path) -> list[SimNode]:
         labels: {topology.kubernetes.io/zone: a}
         taints: [{key: gpuaccept.io/unverified, value: "true", effect: NoSchedule}]
         behaviour: run                # run | hang | {complete: {exitCode, message, delaySeconds}}
+                                      # | {startError: {message}} | {imagePull: {message}}
+                                      # | {sandbox: {message}}
       - namePrefix: sim-gpu-          # ... or `count` nodes named sim-gpu-0000 ...
         count: 200
         profile: ../profiles/h100-healthy.yaml

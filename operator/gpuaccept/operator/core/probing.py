@@ -121,9 +121,7 @@ def plan_probing(ctx: NodeContext, out: PlanBuilder) -> Plan:
     return out.build("probing")
 
 
-def _did_not_start(
-    ctx: NodeContext, out: PlanBuilder, pod: PodView, failure: StartFailure
-) -> Plan:
+def _did_not_start(ctx: NodeContext, out: PlanBuilder, pod: PodView, failure: StartFailure) -> Plan:
     """The probe never ran: the node's fault is judged on its check (a driver/library
     mismatch quarantines with DriverLibrariesFailed); anything else is a failed attempt."""
     if failure.check is None:
@@ -150,9 +148,7 @@ def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
         verdict = ctx.judge_report(result)
         if isinstance(verdict, str):  # valid JSON the judge cannot use
             return attempt_failed(ctx, out, reason="InvalidReport", message=verdict, pod=pod)
-        problem = outcome_problem(
-            verdict, result, pod, node_gpus=max(node.gpus, node.gpu_capacity)
-        )
+        problem = outcome_problem(verdict, result, pod, node_gpus=max(node.gpus, node.gpu_capacity))
         if problem is not None:
             return attempt_failed(ctx, out, reason=problem.reason, message=problem.message, pod=pod)
         return record_verdict(ctx, out, verdict, Evidence(report=result, pod=pod))

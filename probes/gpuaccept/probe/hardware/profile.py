@@ -279,7 +279,6 @@ class Node(ProfileModel):
         description="The probe pod's cpuset (its sched_getaffinity). Default: every CPU.",
     )
 
-
     @property
     def allocatable(self) -> int | None:
         return self.gpu_capacity if self.gpu_allocatable is None else self.gpu_allocatable

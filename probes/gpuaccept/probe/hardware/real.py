@@ -496,7 +496,9 @@ class RealBackend:
         elif self._problem:
             notes.append(self._problem)
         try:  # the driver's own answer (libcuda.so.1, injected by the container toolkit)
-            cuda_driver = cuda_version_text(query_version(CUDA_DRIVER_LIBRARY, "cuDriverGetVersion"))
+            cuda_driver = cuda_version_text(
+                query_version(CUDA_DRIVER_LIBRARY, "cuDriverGetVersion")
+            )
         except (OSError, AttributeError) as exc:
             notes.append(f"cuDriverGetVersion: {exc}")
         image = self._image_libraries(notes)
@@ -511,12 +513,12 @@ class RealBackend:
 
     def _image_libraries(self, notes: list[str]) -> VersionInfo:
         """The probe image's CUDA runtime and NCCL, from the library files loaded
-        into this process once torch has initialised CUDA."""
+        into this process: torch's CUDA build links both (libtorch_cuda.so needs
+        libcudart and libnccl), so importing it maps them."""
         try:
             import torch  # noqa: PLC0415 - torch only when needed
 
-            if torch.cuda.is_available():
-                torch.cuda.init()
+            torch.cuda.is_available()
         except ImportError:
             notes.append("torch is not installed")
         except Exception as exc:  # a broken CUDA stack still reports what it can
