@@ -149,6 +149,25 @@ def test_a_container_never_created_is_named_at_the_deadline() -> None:
     assert "FailedCreatePodSandBox" in (st.message or "")
 
 
+def test_a_pod_the_kubelet_ended_before_its_container_was_created() -> None:
+    world = probing()
+    set_status(
+        world,
+        {
+            "phase": "Failed",
+            "reason": "DeadlineExceeded",
+            "message": "Pod was active on the node longer than the specified deadline",
+            "containerStatuses": [
+                {"name": "probe", "state": {"waiting": {"reason": "ContainerCreating"}}}
+            ],
+        },
+    )
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.PENDING, "ProbeContainerNeverStarted"), st.message
+    assert "(DeadlineExceeded)" in (st.message or "")
+
+
 def test_a_missing_runtime_class_is_named() -> None:
     world = probing()
     world.pods.clear()

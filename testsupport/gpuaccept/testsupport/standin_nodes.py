@@ -40,10 +40,15 @@ class GpuCounts:
 
 @functools.cache
 def profile_gpu_counts(profile: str) -> tuple[int | None, int | None, int | None]:
-    """(capacity, allocatable, label) a hardware profile states for its node."""
+    """(capacity, allocatable, label) a hardware profile states for its node; nothing
+    for a file that is not a hardware profile (some tests give a placeholder)."""
     from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
+    from gpuaccept.probe.inputs import InputError  # noqa: PLC0415
 
-    node = load_profile(Path(profile)).node
+    try:
+        node = load_profile(Path(profile)).node
+    except InputError:
+        return None, None, None
     return node.gpu_capacity, node.gpu_allocatable, node.gfd_gpu_count
 
 
@@ -67,6 +72,9 @@ class SimNode:
     address: str | None = None
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     ready: bool = True
+    # GPUs the device plugin has healthy now, when fewer than the Node status says
+    # (a GPU failed after the status was posted): the kubelet admits pods against these.
+    healthy_gpus: int | None = None
 
     def gpu_counts(self) -> GpuCounts:
         """The profile's node counts where it states them (a device plugin that marked a

@@ -213,7 +213,10 @@ class PodRunner:
         """The kubelet's admission (pkg/kubelet/lifecycle/predicate.go): a pod pinned by
         nodeName that asks for more nvidia.com/gpu than the node has allocatable is
         rejected (pkg/kubelet/kubelet.go rejectPod): phase Failed, no containers."""
-        wanted, allocatable = requested_gpus(self.pod), self.node.gpu_counts().allocatable
+        allocatable = self.node.gpu_counts().allocatable
+        if self.node.healthy_gpus is not None:
+            allocatable = min(allocatable, self.node.healthy_gpus)
+        wanted = requested_gpus(self.pod)
         if wanted <= allocatable:
             return False
         status = {
@@ -236,13 +239,39 @@ class PodRunner:
             self.s.pod_event(self.pod, "FailedCreatePodSandBox", behaviour.message)
         else:
             waiting = {"reason": "ErrImagePull", "message": behaviour.message}
-        status = self._status("Pending", progress)
-        for cs in status["containerStatuses"]:
-            cs["state"] = {"waiting": dict(waiting)}
-        self._write_status(status)
+        self._write_status(self._waiting_status("Pending", progress, waiting))
         while not self._wait(deadline):
             pass
-        self._finish(progress, deadline_hit=self.kill_reason == "deadline")
+        if self.kill_reason == "shutdown" or self.gone:
+            return
+        # A container that never ran stays waiting in the terminal status (the kubelet
+        # reports ContainerStatusUnknown only for one that used to run).
+        hit = self.kill_reason == "deadline"
+        self._write_status(
+            self._waiting_status(
+                "Failed",
+                progress,
+                waiting,
+                reason=DEADLINE_REASON if hit else None,
+                message=DEADLINE_MESSAGE if hit else None,
+            )
+        )
+        if self.finalize:
+            self.s._delete_pod(self.namespace, self.name, self.uid)
+
+    def _waiting_status(
+        self,
+        phase: str,
+        progress: PodProgress,
+        waiting: JSON,
+        *,
+        reason: str | None = None,
+        message: str | None = None,
+    ) -> JSON:
+        status = self._status(phase, progress, reason=reason, message=message)
+        for cs in status["containerStatuses"]:
+            cs["state"] = {"waiting": dict(waiting)}
+        return status
 
     def _run_init_containers(
         self, behaviour: Behaviour, progress: PodProgress, deadline: float | None

@@ -115,18 +115,24 @@ def start_failure(pod: PodView) -> StartFailure | None:
             REASON_REJECTED,
             _tail(f"the kubelet refused the probe pod ({pod.pod_reason}): {pod.pod_message or ''}"),
         )
+    if pod.phase == "Failed" and not pod.terminated:
+        # Ended (its deadline) with the container never created: it stays waiting.
+        return never_started(pod, None)
     return None
 
 
-def never_started(pod: PodView, timeout: int) -> StartFailure | None:
-    """At the deadline: a container still waiting to be created never started."""
+def never_started(pod: PodView, timeout: int | None) -> StartFailure | None:
+    """A container still waiting to be created at the deadline (the kubelet's, which
+    ends the pod ``DeadlineExceeded`` with the container still waiting, or the
+    operator's own when the kubelet is gone) never started."""
     if pod.terminated or pod.waiting_reason != NEVER_STARTED_WAITING:
         return None
+    after = f" after {timeout}s" if timeout is not None else f" ({pod.pod_reason or pod.phase})"
     return StartFailure(
         REASON_NEVER_STARTED,
-        f"the probe container was still {NEVER_STARTED_WAITING} after {timeout}s: its pod "
-        "sandbox was never created (the pod's events say why, e.g. FailedCreatePodSandBox "
-        "when the node's container runtime has no handler for the RuntimeClass)",
+        f"the probe container was still {NEVER_STARTED_WAITING}{after}: its pod sandbox was "
+        "never created (the pod's events say why, e.g. FailedCreatePodSandBox when the "
+        "node's container runtime has no handler for the RuntimeClass)",
     )
 
 
