@@ -472,7 +472,7 @@ def _passing_report(node: str, boot_id: str, *, gpus: int | None = None) -> str:
     out.unlink()
     if gpus is not None:  # "4 of 4 GPUs": counts that agree with each other, not the node
         results = [
-            r.model_copy(update={"observed": {"visible": gpus, "advertised": gpus}})
+            r.model_copy(update={"observed": {"visible": gpus, "allocatable": gpus}})
             if r.check == "gpu_count"
             else r.model_copy(update={"observed": {**r.observed, "ranks": gpus}})
             if r.check == "nccl_allreduce" and isinstance(r.observed, dict)
