@@ -47,8 +47,8 @@ def policy(**sections: dict[str, object]) -> ProbePolicy:
 
 def test_registry_order_and_names() -> None:
     assert [c.name for c in CHECKS] == [
-        "gpu_count",
         "driver_libraries",
+        "gpu_count",
         "cpu_governor",
         "pcie_link",
         "throttle_reasons",
@@ -72,6 +72,12 @@ def test_each_fault_fails_exactly_its_check(name: str, check: str) -> None:
     report = probe(fault(name))
     statuses = {r.check: r.status for r in report.results}
     assert statuses.pop(check) is CheckStatus.FAIL
+    if name == "driver-library-mismatch":
+        # nvmlInit fails (LIB_RM_VERSION_MISMATCH): NVML sees no GPU, so the count
+        # fails too and nothing can be measured on a GPU
+        assert statuses.pop("gpu_count") is CheckStatus.FAIL
+        gpu_checks = ("pcie_link", "throttle_reasons", "nccl_allreduce")
+        assert {statuses.pop(c) for c in gpu_checks} == {CheckStatus.SKIP}
     assert set(statuses.values()) == {CheckStatus.PASS}, statuses
 
 
