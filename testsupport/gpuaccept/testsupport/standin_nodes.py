@@ -26,6 +26,7 @@ from gpuaccept.testsupport.standin_behaviours import (
 
 JSON = dict[str, Any]
 KUBELET_VERSION = "v1.37.2-standin"
+DEFAULT_GPUS = 8
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,9 @@ class SimNode:
 
     name: str
     profile: str | None = None
-    gpu_count: int = 8
+    # nvidia.com/gpu capacity = allocatable = the nvidia.com/gpu.count label. None: the
+    # profile's node counts where it states them, else 8.
+    gpu_count: int | None = None
     gpu_product: str = "NVIDIA-H100-80GB-HBM3"
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
@@ -77,13 +80,16 @@ class SimNode:
     healthy_gpus: int | None = None
 
     def gpu_counts(self) -> GpuCounts:
-        """The profile's node counts where it states them (a device plugin that marked a
-        GPU unhealthy: allocatable below capacity), else ``gpu_count`` for all three."""
+        """``gpu_count`` when set; else the profile's node counts where it states them
+        (a device plugin that marked a GPU unhealthy: allocatable below capacity);
+        else 8 for all three."""
+        if self.gpu_count is not None:
+            return GpuCounts(self.gpu_count, self.gpu_count, self.gpu_count)
         capacity = allocatable = labelled = None
         if self.profile:
             capacity, allocatable, labelled = profile_gpu_counts(self.profile)
         if capacity is None:
-            return GpuCounts(self.gpu_count, self.gpu_count, self.gpu_count)
+            return GpuCounts(DEFAULT_GPUS, DEFAULT_GPUS, DEFAULT_GPUS)
         return GpuCounts(capacity, capacity if allocatable is None else allocatable, labelled)
 
     def node_labels(self) -> dict[str, str]:
@@ -208,7 +214,7 @@ def load_fleet(path: str | Path) -> list[SimNode]:
     nodes:
       - name: gpu-a-1                 # one node ...
         profile: ../profiles/h100-healthy.yaml   # relative to this file
-        gpuCount: 8
+        gpuCount: 8                   # default: the profile's node counts, else 8
         gpuProduct: NVIDIA-H100-80GB-HBM3
         labels: {topology.kubernetes.io/zone: a}
         taints: [{key: gpuaccept.io/unverified, value: "true", effect: NoSchedule}]
@@ -238,7 +244,7 @@ def load_fleet(path: str | Path) -> list[SimNode]:
                 SimNode(
                     name=name,
                     profile=profile,
-                    gpu_count=int(item.get("gpuCount", 8)),
+                    gpu_count=int(item["gpuCount"]) if "gpuCount" in item else None,
                     gpu_product=str(item.get("gpuProduct", "NVIDIA-H100-80GB-HBM3")),
                     labels={str(k): str(v) for k, v in (item.get("labels") or {}).items()},
                     taints=[
