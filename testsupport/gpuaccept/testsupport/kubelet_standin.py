@@ -3,10 +3,15 @@
 The local control plane (``hack/controlplane``) has no kubelet. This module
 plays one for any number of simulated GPU nodes:
 
-* registers Node objects (``nvidia.com/gpu`` capacity/allocatable, the usual
-  GPU labels, Ready condition, ``status.nodeInfo.bootID``, optional taints at
-  registration like ``kubelet --register-with-taints``), each tied to a
-  hardware-profile file;
+* registers Node objects (``nvidia.com/gpu`` capacity/allocatable and the GPU
+  feature discovery label ``nvidia.com/gpu.count`` from the profile's
+  ``node.gpuCapacity`` / ``gpuAllocatable`` / ``gfdGpuCount`` unless
+  ``SimNode.gpu_count`` is set, the usual GPU labels, Ready condition,
+  ``status.nodeInfo.bootID``, optional taints at registration like
+  ``kubelet --register-with-taints``), each tied to a hardware-profile file;
+* admits pods as the kubelet does for ``nvidia.com/gpu``: a pod that asks for
+  more than the node has (allocatable, or ``SimNode.healthy_gpus``) is rejected,
+  phase Failed, reason ``OutOfnvidia.com/gpu``;
 * watches Pods bound to its nodes (``spec.nodeName``; one list+watch for all
   its nodes) and runs each container's ``command`` + ``args`` as a local
   subprocess, with the node's profile path in ``GPUACCEPT_PROFILE``, its bootID
@@ -23,7 +28,12 @@ plays one for any number of simulated GPU nodes:
 * simulates reboots (Ready False, new bootID, Ready True);
 * scale mode: a behaviour that completes pods with a prepared report without
   starting a process (:func:`prepared_reports`), and per-node behaviour
-  overrides (:class:`Hang`, :class:`Complete` with a garbage message, ...).
+  overrides (:class:`Hang`, :class:`Complete` with a garbage message, ...);
+* start failures as a container runtime reports them: :class:`StartFailure`
+  (``terminated.reason: StartError``, exit 128, e.g. the NVIDIA container
+  toolkit's "driver/library version mismatch"), :class:`ImagePullFailure`
+  (waiting ``ErrImagePull``), :class:`SandboxFailure` (a
+  ``FailedCreatePodSandBox`` event, waiting ``ContainerCreating``).
 
 Termination message: the container's ``terminationMessagePath`` (default
 ``/dev/termination-log``) is remapped to a per-pod temp file. Every occurrence
