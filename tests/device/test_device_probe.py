@@ -34,6 +34,7 @@ from gpuaccept.probe.hardware.base import GpuInfo
 from gpuaccept.probe.hardware.real import RealBackend
 from gpuaccept.probe.inputs import load_policy
 from gpuaccept.probe.measure import ProbeContext
+from gpuaccept.probe.measure.context import NodeGpuCounts
 from gpuaccept.probe.measure.nccl_allreduce import sweep_sizes
 from gpuaccept.probe.runner import hardware_summary, run_check
 
@@ -121,7 +122,7 @@ def test_versions_agree(hw: RealBackend) -> None:
     nvml_driver = str(pynvml.nvmlSystemGetDriverVersion())
     proven = (
         v.kernel_module == nvml_driver
-        and v.nvml_library == nvml_driver
+        and v.nvml_driver == nvml_driver
         and not v.nvml_mismatch
         and v.cuda_driver is not None
     )
@@ -129,12 +130,16 @@ def test_versions_agree(hw: RealBackend) -> None:
         "test_versions_agree",
         proven=proven,
         kernel_module=v.kernel_module,
-        nvml_library=v.nvml_library,
         nvml_driver=nvml_driver,
         cuda_driver=v.cuda_driver,
+        # the probe image's, from the loaded libraries (reported, never judged)
+        cuda_runtime=v.cuda_runtime,
+        cuda_runtime_library=v.cuda_runtime_library,
+        nccl=v.nccl,
+        nccl_library=v.nccl_library,
     )
     assert v.kernel_module == nvml_driver
-    assert v.nvml_library == nvml_driver
+    assert v.nvml_driver == nvml_driver
     assert not v.nvml_mismatch
     assert v.cuda_driver is not None
 
@@ -236,7 +241,8 @@ def test_clocks_under_load(hw: RealBackend) -> None:
 
 def test_every_check_produces_a_result(hw: RealBackend) -> None:
     policy = ProbePolicy.model_validate({"throttleReasons": {"sampleSeconds": 2}})
-    context = ProbeContext(advertised_gpus=len(hw.gpus()))
+    gpus = len(hw.gpus())
+    context = ProbeContext(node_gpus=NodeGpuCounts(allocatable=gpus, capacity=gpus))
     summary = hardware_summary(hw)
     results = []
     # every registered check but the all-reduce, which has its own test below

@@ -19,9 +19,12 @@ from gpuaccept.testsupport.controlplane import ControlPlane
 from gpuaccept.testsupport.kubelet_standin import (
     Complete,
     Hang,
+    ImagePullFailure,
     KubeletStandIn,
+    SandboxFailure,
     SimNode,
     StandInSettings,
+    StartFailure,
     prepared_reports,
     truncate_termination_message,
 )
@@ -30,6 +33,14 @@ from gpuaccept.testsupport.processes import pid_alive
 pytestmark = pytest.mark.integration
 
 WAIT_S = 120  # generous upper bound for any one wait; not a timing assertion
+ROOT = Path(__file__).resolve().parents[2]
+TOOLKIT_MISMATCH = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create "
+    "failed: runc create failed: unable to start container process: error during container "
+    "init: error running prestart hook #0: exit status 1, stdout: , stderr: Auto-detected "
+    "mode as 'legacy'\nnvidia-container-cli: initialization error: nvml error: "
+    "driver/library version mismatch: unknown"
+)
 
 # The container command used by most tests: writes "<argv[1]> <env...>" into the
 # termination-message path given as argv[2] (the stand-in remaps it), exits argv[3].
@@ -467,3 +478,85 @@ def test_hundreds_of_nodes_with_prepared_reports(
         s.stop(delete_nodes=True)
     remaining = core.list_node(label_selector="nvidia.com/gpu.present=true").items
     assert not names & {n.metadata.name for n in remaining}
+
+
+# ---------------------------------------------------------------- GPU counts and start failures
+
+
+def test_capacity_allocatable_and_label_come_from_the_profile(
+    standin: KubeletStandIn, core: k8s.CoreV1Api, suffix: str
+) -> None:
+    name = f"gpu-{suffix}-sick"
+    standin.add_node(SimNode(name, profile=str(ROOT / "profiles/faults/gpu-missing.yaml")))
+    node = core.read_node(name)
+    assert node.status.capacity["nvidia.com/gpu"] == "8"
+    assert node.status.allocatable["nvidia.com/gpu"] == "7"  # one GPU unhealthy
+    assert node.metadata.labels["nvidia.com/gpu.count"] == "8"
+
+
+def test_too_few_gpus_for_a_pinned_pod_is_rejected_by_the_kubelet(
+    standin: KubeletStandIn, core: k8s.CoreV1Api, namespace: str, suffix: str
+) -> None:
+    name = f"gpu-{suffix}-fewer"
+    standin.add_node(SimNode(name, gpu_count=8, healthy_gpus=7))
+    body = _pod("want8", name, ["x", "/dev/termination-log", "0"])
+    body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    core.create_namespaced_pod(namespace, body)
+    pod = _wait_pod(core, namespace, "want8", _terminal)
+    assert (pod.status.phase, pod.status.reason) == ("Failed", "OutOfnvidia.com/gpu")
+    assert pod.status.message == (
+        "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 8, "
+        "used: 0, capacity: 7"
+    )
+    assert not pod.status.container_statuses
+
+
+def test_a_toolkit_start_error(
+    standin: KubeletStandIn, core: k8s.CoreV1Api, namespace: str, suffix: str
+) -> None:
+    name = f"gpu-{suffix}-toolkit"
+    standin.add_node(SimNode(name, behaviour=StartFailure(TOOLKIT_MISMATCH)))
+    core.create_namespaced_pod(namespace, _pod("toolkit", name, []))
+    pod = _wait_pod(core, namespace, "toolkit", _terminal)
+    term = pod.status.container_statuses[0].state.terminated
+    assert pod.status.phase == "Failed"
+    assert (term.exit_code, term.reason) == (128, "StartError")
+    assert term.message.endswith("driver/library version mismatch: unknown")
+
+
+def _waiting(reason: str) -> Callable[[k8s.V1Pod], bool]:
+    def check(pod: k8s.V1Pod) -> bool:
+        statuses = pod.status.container_statuses or []
+        return bool(statuses) and getattr(statuses[0].state.waiting, "reason", None) == reason
+
+    return check
+
+
+def test_an_image_that_cannot_be_pulled(
+    standin: KubeletStandIn, core: k8s.CoreV1Api, namespace: str, suffix: str
+) -> None:
+    name = f"gpu-{suffix}-pull"
+    standin.add_node(SimNode(name, behaviour=ImagePullFailure()))
+    core.create_namespaced_pod(namespace, _pod("pull", name, [], activeDeadlineSeconds=2))
+    pod = _wait_pod(core, namespace, "pull", _waiting("ErrImagePull"))
+    assert pod.status.phase == "Pending"
+    pod = _wait_pod(core, namespace, "pull", _terminal)
+    assert pod.status.reason == "DeadlineExceeded"
+
+
+def test_a_sandbox_that_cannot_be_created(
+    standin: KubeletStandIn, core: k8s.CoreV1Api, namespace: str, suffix: str
+) -> None:
+    name = f"gpu-{suffix}-sandbox"
+    standin.add_node(SimNode(name, behaviour=SandboxFailure()))
+    core.create_namespaced_pod(namespace, _pod("sandbox", name, [], activeDeadlineSeconds=2))
+    _wait_pod(core, namespace, "sandbox", _waiting("ContainerCreating"))
+    pod = _wait_pod(core, namespace, "sandbox", _terminal)
+    # the container never ran: it stays waiting in the terminal status
+    assert pod.status.reason == "DeadlineExceeded"
+    assert pod.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+    events = core.list_namespaced_event(
+        namespace, field_selector="involvedObject.name=sandbox"
+    ).items
+    assert [e.reason for e in events] == ["FailedCreatePodSandBox"]
+    assert 'no runtime for "nvidia" is configured' in events[0].message

@@ -56,9 +56,12 @@ from gpuaccept.testsupport.kubelet_standin import (
     BehaviourHook,
     Complete,
     Hang,
+    ImagePullFailure,
     KubeletStandIn,
     PodInfo,
+    SandboxFailure,
     SimNode,
+    StartFailure,
 )
 from gpuaccept.testsupport.ports import free_ports
 
@@ -470,7 +473,7 @@ def _passing_report(node: str, boot_id: str, *, gpus: int | None = None) -> str:
     out.unlink()
     if gpus is not None:  # "4 of 4 GPUs": counts that agree with each other, not the node
         results = [
-            r.model_copy(update={"observed": {"visible": gpus, "advertised": gpus}})
+            r.model_copy(update={"observed": {"visible": gpus, "allocatable": gpus}})
             if r.check == "gpu_count"
             else r.model_copy(update={"observed": {**r.observed, "ranks": gpus}})
             if r.check == "nccl_allreduce" and isinstance(r.observed, dict)
@@ -834,11 +837,14 @@ def test_metrics_and_health_endpoints(env: Env) -> None:
 
     def scraped() -> str | None:
         status, text = _http_get(op.metrics_port, "/metrics")
-        wanted = f'gpuaccept_nodes{{phase="Accepted",policy="{policy}"}} 1.0'
-        return text if status == 200 and wanted in text else None
+        wanted = [
+            f'gpuaccept_nodes{{phase="{phase}",policy="{policy}"}} 1.0'
+            for phase in ("Accepted", "Quarantined")
+        ]
+        return text if status == 200 and all(w in text for w in wanted) else None
 
-    text = wait_for("the phase gauge on /metrics", scraped, 60)
-    assert f'gpuaccept_nodes{{phase="Quarantined",policy="{policy}"}} 1.0' in text
+    # both gauges: they are refreshed together, but not with the phases read above
+    text = wait_for("the phase gauges on /metrics", scraped, 60)
     assert 'gpuaccept_check_failures_total{check="pcie_link",reason="PcieLinkFailed"}' in text
     assert f'gpuaccept_node_busbw_bytes_per_second{{node="{names[0]}"}}' in text
     assert (
@@ -1015,3 +1021,85 @@ def test_a_selector_naming_control_plane_nodes_needs_the_opt_in(env: Env) -> Non
     spec["includeControlPlane"] = True
     env.kube.request("POST", f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}", body)
     env.policies.append(name)
+
+
+# ---------------------------------------------------------------------- probe pods that never ran
+
+TOOLKIT_STDERR = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create "
+    "failed: runc create failed: unable to start container process: error during container "
+    "init: error running prestart hook #0: exit status 1, stdout: , stderr: Auto-detected "
+    "mode as 'legacy'\nnvidia-container-cli: "
+)
+TOOLKIT_MISMATCH = "initialization error: nvml error: driver/library version mismatch: unknown"
+TOOLKIT_CUDA = (
+    "requirement error: unsatisfied condition: cuda>=13.2, please update your driver to a "
+    "newer version, or use an earlier cuda container: unknown"
+)
+
+
+def test_a_toolkit_driver_mismatch_quarantines_with_driver_libraries(env: Env) -> None:
+    suite = suite_id("toolkit")
+    env.policy(suite)
+    (name,) = env.nodes(
+        suite, {"n": HEALTHY}, behaviour=StartFailure(TOOLKIT_STDERR + TOOLKIT_MISMATCH)
+    )
+    env.wait_phase([name], "Quarantined")
+    status = env.status(name)
+    assert status["reason"] == "DriverLibrariesFailed", env.describe([name])
+    assert status["attempts"] == 1  # the node's fault: judged, not retried
+    assert status["reasons"][0]["check"] == "driver_libraries"
+    assert status["reasons"][0]["message"].endswith("nvidia-container-cli: " + TOOLKIT_MISMATCH)
+    assert QUARANTINE_TAINT_KEY in env.taint_keys(name)
+    wait_for("the failed probe pod to be deleted", lambda: not env.pods(name), 60)
+
+
+def test_other_start_failures_end_in_probe_error_with_their_own_reason(env: Env) -> None:
+    suite = suite_id("nostart")
+    env.policy(suite, probeRun={"timeoutSeconds": 30, "retries": 0, "backoffSeconds": 1})
+    behaviours = {
+        "ProbeImagePullFailed": ImagePullFailure(),
+        "CudaRequirementRefused": StartFailure(TOOLKIT_STDERR + TOOLKIT_CUDA),
+        "ProbeContainerNeverStarted": SandboxFailure(),
+    }
+    names = {
+        reason: env.nodes(suite, {reason.lower(): HEALTHY}, behaviour=behaviour)[0]
+        for reason, behaviour in behaviours.items()
+    }
+    # a GPU failed after the node status was posted: the kubelet admits against 7
+    fewer = SimNode(
+        name=f"{suite}-fewer",
+        profile=HEALTHY,
+        labels={SUITE_LABEL: suite, "nvidia.com/gpu.present": "false"},
+        taints=[PENDING_TAINT],
+        healthy_gpus=7,
+    )
+    env.standin.add_nodes([fewer])
+    names["ProbePodRejected"] = fewer.name
+    env.wait_phase(list(names.values()), "Quarantined", timeout=150)
+    for reason, name in names.items():
+        status = env.status(name)
+        assert status["reason"] == "ProbeError", env.describe([name])
+        assert status["reasons"][0]["message"].startswith(f"{reason}: "), env.describe([name])
+    rejected = env.status(names["ProbePodRejected"])["reasons"][0]["message"]
+    assert "OutOfnvidia.com/gpu" in rejected
+    assert "cuda>=13.2" in env.status(names["CudaRequirementRefused"])["reasons"][0]["message"]
+
+
+def test_a_missing_runtime_class_is_named(env: Env) -> None:
+    suite = suite_id("rtclass")
+    env.policy(suite, probeRun={"timeoutSeconds": 60, "retries": 0, "backoffSeconds": 1})
+    env.operator.stop()
+    lease = f"optest-rtclass-{uuid.uuid4().hex[:6]}"
+    op = Operator(env.cp, env.log_dir, lease=lease, name="rtclass")
+    op.start("--probe-runtime-class", "no-such-runtime-class")
+    try:
+        (name,) = env.nodes(suite, {"n": HEALTHY})
+        env.wait_phase([name], "Quarantined", timeout=120)
+        message = env.status(name)["reasons"][0]["message"]
+        # the API server's RuntimeClass admission refused the pod at creation
+        assert message.startswith("RuntimeClassMissing: "), env.status(name)
+        assert 'RuntimeClass "no-such-runtime-class" not found' in message
+    finally:
+        op.stop()
+        env.operator.start(**_operator_ports())

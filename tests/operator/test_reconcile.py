@@ -255,7 +255,7 @@ def test_image_pull_error_is_an_attempt_error() -> None:
     pod = world.current_pod()
     world.pods[pod.name] = dataclasses.replace(pod, waiting_reason="ImagePullBackOff")
     world.settle()
-    assert world.status.reason == "ProbePodError"
+    assert world.status.reason == "ProbeImagePullFailed"
 
 
 def test_restart_mid_probe_keeps_one_pod() -> None:

@@ -111,7 +111,7 @@ JSON_VALUES = st.recursive(
     max_leaves=6,
 )
 OBSERVED_KEYS = {
-    "gpu_count": ["visible", "advertised"],
+    "gpu_count": ["visible", "allocatable"],
     "nccl_allreduce": ["ranks", "busbwGBps", "algbwGBps"],
     "pcie_link": ["gen", "width", "h2dGBps"],
     "cpu_governor": ["cpus"],
@@ -226,7 +226,7 @@ def trustworthy_and_passing(case: Case, message: str) -> bool:
     if count is not None and isinstance(count.observed, dict):
         if _int_field(count.observed, "visible") != gpus:
             return False
-        if _int_field(count.observed, "advertised") not in (None, case.node_gpus):
+        if _int_field(count.observed, "allocatable") not in (None, case.node_gpus):
             return False
     allreduce = report.result("nccl_allreduce")
     if (
@@ -286,7 +286,7 @@ ISSUE_CASES = [
         mutations=[
             set_top(("summary", "gpuCount"), 4),
             set_observed("gpu_count", "visible", 4),
-            set_observed("gpu_count", "advertised", 4),
+            set_observed("gpu_count", "allocatable", 4),
             set_observed("nccl_allreduce", "ranks", 4),
         ]
     ),

@@ -28,13 +28,13 @@ def probing(**world_kwargs: Any) -> World:
     return world
 
 
-def with_gpus(report: ProbeReport, *, summary: int, visible: int, advertised: int) -> ProbeReport:
+def with_gpus(report: ProbeReport, *, summary: int, visible: int, allocatable: int) -> ProbeReport:
     """``report`` edited to claim these GPU counts (the all-reduce ranks follow the summary)."""
     results = []
     for result in report.results:
         observed = result.observed
         if result.check == "gpu_count":
-            observed = {"visible": visible, "advertised": advertised}
+            observed = {"visible": visible, "allocatable": allocatable}
         elif result.check == "nccl_allreduce" and isinstance(observed, dict):
             observed = {**observed, "ranks": summary}
         results.append(result.model_copy(update={"observed": observed}))
@@ -111,14 +111,14 @@ def test_agreeing_exit_code_and_phase_decide() -> None:
 
 def test_a_report_of_4_of_4_gpus_on_an_8_gpu_node_is_an_error() -> None:
     world = probing()
-    world.finish_with_report(with_gpus(make_report(), summary=4, visible=4, advertised=4))
+    world.finish_with_report(with_gpus(make_report(), summary=4, visible=4, allocatable=4))
     world.settle()
     assert_out_and_retrying(world, "ReportMismatch")
-    assert "advertises 8" in (world.status.message or "")
+    assert "it has 8" in (world.status.message or "")
 
 
 @pytest.mark.parametrize(
-    ("summary", "visible", "advertised", "ranks"),
+    ("summary", "visible", "allocatable", "ranks"),
     [
         (16, 16, 8, 16),  # more GPUs than the node has
         (8, 7, 8, 8),  # summary and gpu_count disagree
@@ -127,9 +127,9 @@ def test_a_report_of_4_of_4_gpus_on_an_8_gpu_node_is_an_error() -> None:
     ids=["more-than-node", "summary-vs-visible", "ranks"],
 )
 def test_inconsistent_gpu_counts_are_an_error(
-    summary: int, visible: int, advertised: int, ranks: int
+    summary: int, visible: int, allocatable: int, ranks: int
 ) -> None:
-    report = with_gpus(make_report(), summary=summary, visible=visible, advertised=advertised)
+    report = with_gpus(make_report(), summary=summary, visible=visible, allocatable=allocatable)
     report = report.model_copy(
         update={
             "results": [
@@ -151,7 +151,7 @@ def test_an_accepting_verdict_must_cover_every_advertised_gpu() -> None:
     accepts: the verdict would be about half the node."""
     policy = spec(probe={"gpuCount": {"enabled": False}})
     world = probing(policies=[PolicyView("default", 1, policy)])
-    world.finish_with_report(with_gpus(make_report(), summary=4, visible=4, advertised=8))
+    world.finish_with_report(with_gpus(make_report(), summary=4, visible=4, allocatable=8))
     world.settle()
     assert_out_and_retrying(world, "ReportMismatch")
     assert "4 of the node's 8 GPUs" in (world.status.message or "")

@@ -116,6 +116,7 @@ class World:
             labels={"nvidia.com/gpu.present": "true"},
             boot_id=BOOT,
             gpus=8,
+            gpu_capacity=8,
         )
     )
     na: NAView | None = None

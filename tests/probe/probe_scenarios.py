@@ -16,6 +16,7 @@ from gpuaccept.probe.hardware.profile import HardwareProfile, load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import load_policy
 from gpuaccept.probe.measure import ProbeContext
+from gpuaccept.probe.measure.context import NodeGpuCounts
 from gpuaccept.probe.runner import ProbeRun, run_probe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,8 +63,13 @@ def probe(
     loaded = load_profile(profile) if isinstance(profile, Path) else profile
     hardware = SimulatedBackend(loaded)
     try:
+        node = loaded.node
         context = ProbeContext(
-            advertised_gpus=advertised if advertised is not None else loaded.node.advertised_gpus
+            node_gpus=NodeGpuCounts(
+                allocatable=advertised if advertised is not None else node.allocatable,
+                capacity=node.gpu_capacity,
+                labelled=node.gfd_gpu_count,
+            )
         )
         run = ProbeRun(node_name=node_name, boot_id=None, context=context)
         return run_probe(hardware, policy or default_policy(), run)

@@ -50,7 +50,13 @@ def test_fault_profiles_exit_1_failing_only_their_check(
     assert proc.returncode == 1, proc.stderr
     got = statuses(ProbeReport.model_validate_json(proc.stdout))
     assert got.pop(check) == "fail"
-    assert set(got.values()) <= {"pass", "warn"}  # a warning elsewhere, never more
+    if name == "driver-library-mismatch":
+        # NVML cannot initialise (LIB_RM_VERSION_MISMATCH): it sees no GPU, so the
+        # count fails too and no GPU can be measured
+        assert got.pop("gpu_count") == "fail"
+        assert {got["pcie_link"], got["throttle_reasons"], got["nccl_allreduce"]} == {"skip"}
+    else:
+        assert set(got.values()) <= {"pass", "warn"}  # a warning elsewhere, never more
 
 
 def test_table_output_and_verdict_line() -> None:
@@ -98,10 +104,20 @@ def test_policy_from_env_and_expected_gpus() -> None:
     proc = run_cli("--profile", HEALTHY, "--output", "json", env={"GPUACCEPT_POLICY": strict})
     assert proc.returncode == 1
     assert statuses(ProbeReport.model_validate_json(proc.stdout))["nccl_allreduce"] == "fail"
-    # the operator passes the node's advertised count; it overrides the profile's
-    proc = run_cli("--profile", HEALTHY, env={"GPUACCEPT_EXPECTED_GPUS": "16"})
+    # the operator passes the node's allocatable count; it overrides the profile's
+    proc = run_cli("--profile", HEALTHY, "--output", "json", env={"GPUACCEPT_EXPECTED_GPUS": "16"})
     assert proc.returncode == 1
-    assert "8 of 16 GPUs visible" in proc.stdout
+    count = ProbeReport.model_validate_json(proc.stdout).result("gpu_count")
+    assert count is not None
+    assert "the probe was given 16 GPUs but NVML sees 8" in count.message
+    # and its capacity
+    proc = run_cli(
+        "--profile", HEALTHY, "--output", "json", env={"GPUACCEPT_NODE_GPU_CAPACITY": "9"}
+    )
+    assert proc.returncode == 1
+    count = ProbeReport.model_validate_json(proc.stdout).result("gpu_count")
+    assert count is not None
+    assert "allocatable nvidia.com/gpu 8 < capacity 9" in count.message
     # the flag wins over the env
     proc = run_cli(
         "--profile", HEALTHY, "--expected-gpus", "8", env={"GPUACCEPT_EXPECTED_GPUS": "16"}

@@ -47,7 +47,7 @@ def only(*checks: str, **overrides: dict[str, object]) -> ProbePolicy:
     return ProbePolicy.model_validate(data)
 
 
-COUNT_OK: JsonValue = {"visible": 8, "advertised": 8}
+COUNT_OK: JsonValue = {"visible": 8, "allocatable": 8, "capacity": 8}
 NCCL_OBS: JsonValue = {"backend": "nccl", "source": "measured", "ranks": 8, "busbwGBps": 300.0}
 
 
@@ -171,7 +171,7 @@ def test_warn_is_accepted_with_warnings() -> None:
 
 def test_stored_status_is_never_trusted_when_observed_exists() -> None:
     # the stored "pass" is re-judged to fail against the same policy
-    bad_count: JsonValue = {"visible": 7, "advertised": 8}
+    bad_count: JsonValue = {"visible": 7, "allocatable": 7, "capacity": 8}
     v = evaluate(report(result("gpu_count", CheckStatus.PASS, bad_count)), only("gpu_count"))
     assert v.reasons[0].reason == "GpuCountFailed"
 

@@ -16,6 +16,7 @@ from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 from gpuaccept.probe.hardware.profile import RecoveryActionName, load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.measure import ProbeContext
+from gpuaccept.probe.measure.context import NodeGpuCounts
 from gpuaccept.probe.runner import ProbeRun, measuring_order, run_probe
 
 SUMMARY = HardwareSummary(gpu_count=8)
@@ -245,7 +246,7 @@ def test_listener_spans_a_load_that_runs_after_xid_errors_in_the_list() -> None:
     try:
         run = ProbeRun(
             node_name="n",
-            context=ProbeContext(advertised_gpus=8),
+            context=ProbeContext(node_gpus=NodeGpuCounts(allocatable=8, capacity=8)),
             checks=[BY_NAME["xid_errors"], BY_NAME["throttle_reasons"]],
         )
         report = run_probe(hardware, default_policy(), run)

@@ -1,18 +1,33 @@
-"""``driver_libraries``: the driver, CUDA and NCCL fit together and the policy.
+"""``driver_libraries``: the node's NVIDIA driver works and supports the CUDA
+versions the cluster's workloads need.
 
-Fails when
-* NVML reports "driver/library version mismatch", or the kernel module
-  (``/proc/driver/nvidia/version``) and the NVML library versions differ;
-* GPUs disagree on the driver version;
-* the CUDA runtime (torch's) needs a newer CUDA than the driver supports;
-* the driver, the CUDA driver or the NCCL version is outside the policy.
+Judged (the node's facts):
+* NVML answered "driver/library version mismatch" (``LIB_RM_VERSION_MISMATCH``:
+  the kernel module and the user-space driver differ; in the toolkit's CDI mode
+  the container starts and NVML fails inside it; in the legacy mode the
+  container never starts, see docs/operator.md);
+* the driver version (the kernel module's, ``/proc/driver/nvidia/version`` or
+  ``/sys/module/nvidia/version``, else NVML's) is inside ``driverVersions``;
+* the CUDA version the driver supports (``cuDriverGetVersion`` /
+  ``nvmlSystemGetCudaDriverVersion``) is at least ``minCudaDriverVersion``;
+* for every CUDA major in ``requiredCudaMajors``, the driver serves that
+  major under NVIDIA's minor-version compatibility: its CUDA major is at least
+  that major and its version at least the branch in :data:`MINOR_VERSION_MINIMUM_DRIVER`
+  (any 12.x runtime on a driver >= 525.60.13, 13.x on >= 580).
+
+Reported, never judged (the probe image's facts): the CUDA runtime and the NCCL
+library the probe loaded, each with the library file it came from. In a pod
+both come from the probe image's own wheels (the container toolkit injects only
+the driver's libraries), so they say nothing about the node.
 
 A value the policy constrains but the hardware could not report gives
 ``skip`` (unless something already failed).
 
-observed: ``{"kernelModule": "550.54.15", "nvmlLibrary": "550.54.15",
-"nvmlMismatch": false, "gpuDrivers": ["550.54.15"], "cudaDriver": "12.4",
-"cudaRuntime": "12.4", "nccl": "2.21.5"}`` (unknown values omitted).
+observed: ``{"kernelModule": "580.82.07", "nvmlDriver": "580.82.07",
+"nvmlMismatch": false, "cudaDriver": "13.0", "image": {"cudaRuntime": "13.2",
+"cudaRuntimeLibrary": "libcudart.so.13", "nccl": "2.27.7", "ncclLibrary":
+"libnccl.so.2"}}`` (unknown values omitted; ``image`` is dropped when condensed:
+it is never judged, and the report's summary keeps both versions).
 """
 
 from dataclasses import dataclass, field
@@ -31,34 +46,51 @@ from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "DriverLibrariesFailed"
 
+# NVIDIA, CUDA Toolkit release notes, "CUDA Toolkit and Minimum Required Driver
+# Version for CUDA Minor Version Compatibility" (Linux x86_64), and the CUDA
+# Compatibility guide, "Minor Version Compatibility": a runtime of CUDA major M
+# runs, with a limited feature set, on a driver of at least this version.
+MINOR_VERSION_MINIMUM_DRIVER: dict[int, str] = {
+    11: "450.80.02",
+    12: "525.60.13",
+    13: "580",
+}
+
 
 class DriverLibrariesPolicy(CheckSwitch):
     driver_versions: VersionRange = Field(
         default=VersionRange(),
-        description="Admitted NVIDIA driver versions (kernel module, NVML and every GPU).",
-    )
-    nccl_versions: VersionRange = Field(
-        default=VersionRange(), description="Admitted NCCL versions (the probe image's)."
+        description="Admitted NVIDIA driver versions (the kernel module and NVML's driver).",
     )
     min_cuda_driver_version: Version | None = Field(
         default=None,
-        description="Lowest CUDA version the driver must support (e.g. 12.4), besides the "
-        "probe image's CUDA runtime, which it must always support; unset: no extra bound.",
+        description="The lowest CUDA version the driver must support (cuDriverGetVersion), "
+        "e.g. for workloads that need a newer driver's features.",
+    )
+    required_cuda_majors: list[int] = Field(
+        default_factory=list,
+        max_length=8,
+        description="CUDA majors the cluster's workloads are built for; the driver must "
+        "serve each under NVIDIA's minor-version compatibility (12: driver >= 525.60.13, "
+        "13: >= 580).",
     )
 
 
+class ImageLibraries(ObservedModel):
+    """The probe image's own CUDA runtime and NCCL (reported, never judged)."""
+
+    cuda_runtime: str | None = Field(default=None, max_length=16)  # cudaRuntimeGetVersion
+    cuda_runtime_library: str | None = Field(default=None, max_length=64)
+    nccl: str | None = Field(default=None, max_length=16)  # ncclGetVersion
+    nccl_library: str | None = Field(default=None, max_length=64)
+
+
 class DriverLibrariesObserved(ObservedModel):
-    kernel_module: str | None = None  # /proc/driver/nvidia/version
-    nvml_library: str | None = None
+    kernel_module: str | None = None  # /proc/driver/nvidia/version, /sys/module/nvidia/version
+    nvml_driver: str | None = None  # nvmlSystemGetDriverVersion
     nvml_mismatch: bool = False  # NVML said "driver/library version mismatch"
-    gpu_drivers: list[str] | None = None  # the distinct versions the GPUs report
     cuda_driver: str | None = None  # the highest CUDA the driver supports
-    cuda_runtime: str | None = None  # torch's CUDA
-    nccl: str | None = None
-
-
-def _major_minor(version: str) -> tuple[int, ...]:
-    return version_tuple(version)[:2]
+    image: ImageLibraries | None = None
 
 
 @dataclass
@@ -73,34 +105,28 @@ def _expected(p: DriverLibrariesPolicy) -> dict[str, JsonValue]:
     expected: dict[str, JsonValue] = {}
     if p.driver_versions.min or p.driver_versions.max:
         expected["driver"] = p.driver_versions.describe()
-    if p.nccl_versions.min or p.nccl_versions.max:
-        expected["nccl"] = p.nccl_versions.describe()
     if p.min_cuda_driver_version:
         expected["minCudaDriver"] = p.min_cuda_driver_version
-    expected["cuda"] = "runtime<=driver"
+    if p.required_cuda_majors:
+        expected["cudaMajors"] = list(p.required_cuda_majors)
     return expected
 
 
 def _driver(observed: DriverLibrariesObserved) -> str | None:
-    """The driver version: the kernel module's, else the GPUs', else NVML's."""
-    gpu_drivers = observed.gpu_drivers or []
-    return (
-        observed.kernel_module
-        or (gpu_drivers[0] if gpu_drivers else None)
-        or (observed.nvml_library)
-    )
+    """The driver version: the kernel module's, else NVML's."""
+    return observed.kernel_module or observed.nvml_driver
 
 
-def _check_consistency(observed: DriverLibrariesObserved, found: _Findings) -> None:
-    """The kernel module, NVML and the GPUs agree on one driver."""
-    kernel, library = observed.kernel_module, observed.nvml_library
-    gpu_drivers = observed.gpu_drivers or []
-    if observed.nvml_mismatch:
-        found.failures.append("NVML: driver/library version mismatch")
-    if kernel and library and version_tuple(kernel) != version_tuple(library):
-        found.failures.append(f"kernel module {kernel} != NVML library {library}")
-    if len(set(gpu_drivers)) > 1:
-        found.failures.append(f"GPUs disagree on the driver: {', '.join(sorted(set(gpu_drivers)))}")
+def serves_cuda_major(driver: str, cuda_driver: str, major: int) -> str | None:
+    """Why a driver ``driver`` supporting CUDA ``cuda_driver`` cannot run a CUDA
+    ``major``.x runtime, or None when it can (NVIDIA's minor-version compatibility;
+    a newer driver runs an older major by backward compatibility)."""
+    if version_tuple(cuda_driver)[0] < major:
+        return f"driver supports CUDA {cuda_driver}, workloads need CUDA {major}.x"
+    minimum = MINOR_VERSION_MINIMUM_DRIVER.get(major)
+    if minimum is not None and not version_at_least(driver, minimum):
+        return f"CUDA {major}.x needs driver >= {minimum}, found {driver}"
+    return None
 
 
 def _check_driver_range(
@@ -117,33 +143,19 @@ def _check_driver_range(
 def _check_cuda(
     observed: DriverLibrariesObserved, p: DriverLibrariesPolicy, found: _Findings
 ) -> None:
-    """The CUDA runtime fits the driver, and the driver's CUDA the policy."""
-    cuda_driver, cuda_runtime = observed.cuda_driver, observed.cuda_runtime
-    if cuda_driver and cuda_runtime:
-        if _major_minor(cuda_runtime) > _major_minor(cuda_driver):
-            found.failures.append(
-                f"CUDA runtime {cuda_runtime} needs a newer driver "
-                f"(driver supports CUDA {cuda_driver})"
-            )
-    else:
-        found.unknown.append("CUDA driver" if not cuda_driver else "CUDA runtime")
-    if (
-        p.min_cuda_driver_version
-        and cuda_driver
-        and not version_at_least(cuda_driver, p.min_cuda_driver_version)
-    ):
-        found.failures.append(f"CUDA driver {cuda_driver} < {p.min_cuda_driver_version}")
-
-
-def _check_nccl_range(
-    nccl: str | None, p: DriverLibrariesPolicy, constrained: bool, found: _Findings
-) -> None:
-    if not constrained:
+    """The CUDA version the driver supports against the policy's needs."""
+    cuda_driver, driver = observed.cuda_driver, _driver(observed)
+    if not (p.min_cuda_driver_version or p.required_cuda_majors):
         return
-    if nccl is None:
-        found.unknown.append("NCCL version")
-    elif not p.nccl_versions.contains(nccl):
-        found.failures.append(f"NCCL {nccl} outside {p.nccl_versions.describe()}")
+    if cuda_driver is None or driver is None:
+        found.unknown.append("CUDA driver version" if cuda_driver is None else "driver version")
+        return
+    if p.min_cuda_driver_version and not version_at_least(cuda_driver, p.min_cuda_driver_version):
+        found.failures.append(f"CUDA driver {cuda_driver} < {p.min_cuda_driver_version}")
+    for major in sorted(set(p.required_cuda_majors)):
+        why = serves_cuda_major(driver, cuda_driver, major)
+        if why is not None:
+            found.failures.append(why)
 
 
 def judge(
@@ -152,33 +164,42 @@ def judge(
     expected = _expected(policy)
     driver = _driver(observed)
     found = _Findings()
-    _check_consistency(observed, found)
+    if observed.nvml_mismatch:
+        found.failures.append(
+            "NVML: driver/library version mismatch (kernel module "
+            f"{observed.kernel_module or '?'} does not match the user-space driver)"
+        )
     _check_driver_range(driver, policy, "driver" in expected, found)
     _check_cuda(observed, policy, found)
-    _check_nccl_range(observed.nccl, policy, "nccl" in expected, found)
+    outcome: JsonValue = expected or None
     if found.failures:
-        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(found.failures)))
+        return CheckJudgement(CheckStatus.FAIL, outcome, clip("; ".join(found.failures)))
     if found.unknown:
         return CheckJudgement(
-            CheckStatus.SKIP, expected, clip(f"cannot verify: {', '.join(found.unknown)} unknown")
+            CheckStatus.SKIP, outcome, clip(f"cannot verify: {', '.join(found.unknown)} unknown")
         )
+    if driver is None:
+        return CheckJudgement(CheckStatus.SKIP, outcome, "no driver version reported")
     return CheckJudgement(
         CheckStatus.PASS,
-        expected,
-        clip(
-            f"driver {driver}, CUDA {observed.cuda_driver} (runtime {observed.cuda_runtime}), "
-            f"NCCL {observed.nccl}"
-        ),
+        outcome,
+        clip(f"driver {driver}, supports CUDA {observed.cuda_driver or '?'}"),
     )
+
+
+def condense(observed: DriverLibrariesObserved) -> DriverLibrariesObserved:
+    """Without the image's libraries: never judged, and in the report's summary."""
+    return observed.model_copy(update={"image": None})
 
 
 SPEC = CheckSpec(
     name="driver_libraries",
     title="Driver and libraries",
-    summary="kernel module = NVML library, CUDA runtime <= driver, driver/NCCL/CUDA "
-    "versions inside the policy",
+    summary="NVML works (no driver/library mismatch), the driver's version and the CUDA it "
+    "supports meet the policy (minor-version compatibility per CUDA major)",
     reason=REASON,
     policy_model=DriverLibrariesPolicy,
     observed_model=DriverLibrariesObserved,
     judge=judge,
+    condense=condense,
 )

@@ -1,10 +1,24 @@
-"""``gpu_count``: the GPUs visible equal the GPUs expected.
+"""``gpu_count``: every GPU the node should have is there and usable.
 
-The expected count is the policy's ``gpuCount.expected`` or, when unset, the
-node's advertised ``nvidia.com/gpu`` (env ``GPUACCEPT_EXPECTED_GPUS``, set by
-the operator). The count used is recorded in ``observed`` so judging is pure.
+The probe pod requests the node's *allocatable* ``nvidia.com/gpu``, so NVML
+inside it sees at most that many GPUs. When the device plugin marks a GPU
+unhealthy, allocatable drops below capacity and the pod sees one fewer GPU:
+comparing NVML's count with allocatable would pass a dead GPU (7 = 7). So the
+count is judged against the strongest evidence of what the node *should* have:
 
-observed: ``{"visible": 7, "advertised": 8, "problem": "..."}``
+* the policy's ``gpuCount.expected`` when set (the administrator's word);
+* else the largest of: the node's capacity (``GPUACCEPT_NODE_GPU_CAPACITY``;
+  the device plugin counts unhealthy devices in capacity, not allocatable), the
+  GPU feature discovery label ``nvidia.com/gpu.count``
+  (``GPUACCEPT_GFD_GPU_COUNT``) and the NVIDIA display/3D controllers the probe
+  finds in ``/sys/bus/pci/devices`` (vendor 0x10de, class 0x0300xx/0x0302xx).
+
+Allocatable below capacity is a failure by itself (the device plugin has
+marked GPUs unhealthy). Every count used is recorded in ``observed`` so
+judging is pure.
+
+observed: ``{"visible": 7, "allocatable": 7, "capacity": 8, "labelled": 8,
+"pciDevices": 8, "problem": "..."}``
 """
 
 from pydantic import Field, JsonValue
@@ -21,51 +35,89 @@ class GpuCountPolicy(CheckSwitch):
         default=None,
         ge=0,
         le=64,
-        description="GPUs that must be visible; unset means the node's advertised nvidia.com/gpu.",
+        description="GPUs the node must have; unset means the largest of the node's "
+        "nvidia.com/gpu capacity, its nvidia.com/gpu.count label and the NVIDIA GPUs on "
+        "its PCI bus.",
     )
 
 
 class GpuCountObserved(ObservedModel):
-    visible: int = Field(ge=0)
-    advertised: int | None = Field(default=None, ge=0)
+    visible: int = Field(ge=0)  # GPUs NVML sees in the probe pod
+    allocatable: int | None = Field(default=None, ge=0)  # the pod requested these
+    capacity: int | None = Field(default=None, ge=0)  # node status.capacity
+    labelled: int | None = Field(default=None, ge=0)  # GFD label nvidia.com/gpu.count
+    pci_devices: int | None = Field(default=None, ge=0)  # NVIDIA GPUs in /sys/bus/pci
     problem: str | None = None  # why no GPU could be seen, when none was
+
+
+def _evidence(observed: GpuCountObserved) -> dict[str, int]:
+    """What the node should have, by source; 0 (a device plugin that has not
+    reported yet, a label not set) is no evidence."""
+    found = {
+        "capacity": observed.capacity,
+        "label nvidia.com/gpu.count": observed.labelled,
+        "PCI bus": observed.pci_devices,
+    }
+    return {source: count for source, count in found.items() if count}
+
+
+def _expected(observed: GpuCountObserved, policy: GpuCountPolicy) -> tuple[int | None, str]:
+    """The count the node must show and where it comes from."""
+    if policy.expected is not None:
+        return policy.expected, "policy"
+    evidence = _evidence(observed)
+    if not evidence:
+        return None, ""
+    most = max(evidence.values())
+    return most, ", ".join(source for source, count in evidence.items() if count == most)
+
+
+def _problems(observed: GpuCountObserved, expected: int | None, source: str) -> list[str]:
+    visible, allocatable, capacity = observed.visible, observed.allocatable, observed.capacity
+    problems: list[str] = []
+    if capacity and allocatable is not None and allocatable < capacity:
+        problems.append(
+            f"allocatable nvidia.com/gpu {allocatable} < capacity {capacity}: the device "
+            f"plugin marks {capacity - allocatable} GPU(s) unhealthy"
+        )
+    if allocatable and visible < allocatable:
+        problems.append(f"the probe was given {allocatable} GPUs but NVML sees {visible}")
+    if expected is not None and visible != expected:
+        problems.append(f"{visible} of {expected} GPUs visible (expected from {source})")
+    return problems
 
 
 def judge(
     observed: GpuCountObserved, policy: GpuCountPolicy, summary: HardwareSummary
 ) -> CheckJudgement:
     visible = observed.visible
-    if policy.expected is not None:
-        expected: int | None = policy.expected
-        source = "policy"
-    else:
-        # 0 advertised means the device plugin has not reported yet: unknown.
-        expected = observed.advertised if observed.advertised else None
-        source = "node"
+    expected, source = _expected(observed, policy)
     expectation: JsonValue = {"count": expected, "from": source} if expected else None
     if visible == 0:
         detail = f" ({observed.problem})" if observed.problem else ""
         return CheckJudgement(CheckStatus.FAIL, expectation, clip(f"no GPU found{detail}"))
+    problems = _problems(observed, expected, source)
+    if problems:
+        return CheckJudgement(CheckStatus.FAIL, expectation, clip("; ".join(problems)))
     if expected is None:
         return CheckJudgement(
             CheckStatus.SKIP,
             None,
             f"{visible} GPUs visible, but no expected count: set gpuCount.expected in the "
-            "policy or GPUACCEPT_EXPECTED_GPUS",
+            "policy (no capacity, nvidia.com/gpu.count label or PCI count known)",
         )
-    if visible != expected:
-        return CheckJudgement(
-            CheckStatus.FAIL,
-            expectation,
-            f"{visible} of {expected} GPUs visible (expected from {source})",
-        )
-    return CheckJudgement(CheckStatus.PASS, expectation, f"{visible} of {expected} GPUs visible")
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expectation,
+        clip(f"{visible} of {expected} GPUs visible (expected from {source})"),
+    )
 
 
 SPEC = CheckSpec(
     name="gpu_count",
     title="GPU count",
-    summary="the GPUs visible equal the policy's count, else the node's advertised nvidia.com/gpu",
+    summary="allocatable = capacity, and the GPUs visible equal the policy's count, else the "
+    "most of capacity, the nvidia.com/gpu.count label and the NVIDIA GPUs on the PCI bus",
     reason=REASON,
     policy_model=GpuCountPolicy,
     observed_model=GpuCountObserved,

@@ -27,8 +27,10 @@ from gpuaccept.checks import (
 from gpuaccept.checks.spec import AnyCheckSpec
 
 CHECKS: tuple[AnyCheckSpec, ...] = (
-    gpu_count.SPEC,
+    # The driver first: when it is broken (a driver/library mismatch), NVML sees no
+    # GPU and gpu_count fails too; the first reason names the cause.
     driver_libraries.SPEC,
+    gpu_count.SPEC,
     cpu_governor.SPEC,
     pcie_link.SPEC,
     throttle_reasons.SPEC,

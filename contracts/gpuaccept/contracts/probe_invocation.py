@@ -12,7 +12,12 @@ from typing import Final
 # Environment variables the probe reads.
 ENV_NODE_NAME: Final = "NODE_NAME"  # the node (downward API spec.nodeName)
 ENV_POLICY: Final = "GPUACCEPT_POLICY"  # the ProbePolicy as JSON text
-ENV_EXPECTED_GPUS: Final = "GPUACCEPT_EXPECTED_GPUS"  # the node's advertised nvidia.com/gpu
+# The node's allocatable nvidia.com/gpu: what the probe pod requests (so NVML sees at most these).
+ENV_EXPECTED_GPUS: Final = "GPUACCEPT_EXPECTED_GPUS"
+# The node's capacity nvidia.com/gpu (healthy and unhealthy devices of the device plugin).
+ENV_NODE_GPU_CAPACITY: Final = "GPUACCEPT_NODE_GPU_CAPACITY"
+# The GPU feature discovery label nvidia.com/gpu.count, when the node has it.
+ENV_GFD_GPU_COUNT: Final = "GPUACCEPT_GFD_GPU_COUNT"
 ENV_PROFILE: Final = "GPUACCEPT_PROFILE"  # simulate this hardware profile (tests, demo)
 ENV_BOOT_ID: Final = "GPUACCEPT_BOOT_ID"  # the boot ID to report (simulated nodes)
 ENV_SYSFS_ROOT: Final = "GPUACCEPT_SYSFS_ROOT"  # real hardware: sysfs root (default /sys)

@@ -33,14 +33,26 @@ class HardwareSummary(ContractModel):
 
     gpu_model: str | None = Field(default=None, max_length=64)
     gpu_count: int = Field(ge=0, le=64)
-    driver_version: str | None = Field(default=None, max_length=32)
+    driver_version: str | None = Field(
+        default=None,
+        max_length=32,
+        description="The node's driver: the kernel module's version, else NVML's.",
+    )
     cuda_driver_version: str | None = Field(
         default=None, max_length=16, description="Highest CUDA version the driver supports."
     )
     cuda_runtime_version: str | None = Field(
-        default=None, max_length=16, description="CUDA runtime torch was built with."
+        default=None,
+        max_length=16,
+        description="The probe image's CUDA runtime (cudaRuntimeGetVersion of the libcudart "
+        "it loaded); an image fact, never judged.",
     )
-    nccl_version: str | None = Field(default=None, max_length=16)
+    nccl_version: str | None = Field(
+        default=None,
+        max_length=16,
+        description="The probe image's NCCL (ncclGetVersion of the libnccl it loaded); an "
+        "image fact, never judged.",
+    )
 
 
 def first_non_finite(value: JsonValue, where: str = "") -> str | None:

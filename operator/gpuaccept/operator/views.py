@@ -61,7 +61,8 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
                 str(cond.get("reason", "")),
                 str(cond.get("message", "")),
             )
-    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    capacity = status.get("capacity") or {}
+    allocatable = status.get("allocatable") or capacity
     return NodeView(
         name=str(meta.get("name", "")),
         resource_version=str(meta.get("resourceVersion", "")),
@@ -71,6 +72,7 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
         taints=tuple(Taint.from_wire(t) for t in spec.get("taints") or ()),
         boot_id=str((status.get("nodeInfo") or {}).get("bootID", "")),
         gpus=_quantity(allocatable.get(GPU_RESOURCE, 0)),
+        gpu_capacity=_quantity(capacity.get(GPU_RESOURCE, 0)),
         unschedulable=bool(spec.get("unschedulable", False)),
         condition=condition,
     )
@@ -126,6 +128,8 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         reason=status.get("reason") or (terminated or {}).get("reason"),
         message=(terminated or {}).get("message"),
         pod_message=status.get("message"),
+        pod_reason=status.get("reason"),
+        container_reason=(terminated or {}).get("reason"),
         waiting_reason=waiting.get("reason"),
         waiting_message=waiting.get("message"),
     )

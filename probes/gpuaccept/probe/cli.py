@@ -29,6 +29,8 @@ from gpuaccept.checks.verdict import Verdict, evaluate
 from gpuaccept.contracts.probe_invocation import (
     ENV_BOOT_ID,
     ENV_EXPECTED_GPUS,
+    ENV_GFD_GPU_COUNT,
+    ENV_NODE_GPU_CAPACITY,
     ENV_NODE_NAME,
     ENV_POLICY,
     ENV_PROC_ROOT,
@@ -57,6 +59,7 @@ from gpuaccept.probe.compact import termination_message
 from gpuaccept.probe.hardware.base import HardwareBackend
 from gpuaccept.probe.inputs import InputError, default_policy, load_policy, policy_from_json
 from gpuaccept.probe.measure import ProbeContext
+from gpuaccept.probe.measure.context import NodeGpuCounts
 from gpuaccept.probe.runner import UNKNOWN_BOOT_ID, ProbeRun, run_probe
 
 EXIT_ACCEPTED = ProbeExit.ACCEPTED
@@ -117,8 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         FLAG_EXPECTED_GPUS,
         type=int,
-        help=f"the node's advertised GPU count (env {ENV_EXPECTED_GPUS}); "
-        "gpuCount.expected in the policy wins",
+        help=f"the node's allocatable nvidia.com/gpu (env {ENV_EXPECTED_GPUS}); the "
+        f"operator also passes its capacity (env {ENV_NODE_GPU_CAPACITY}) and the "
+        f"nvidia.com/gpu.count label (env {ENV_GFD_GPU_COUNT})",
     )
     parser.add_argument(
         FLAG_SYSFS_ROOT, type=Path, help=f"real hardware: sysfs root (env {ENV_SYSFS_ROOT}, /sys)"
@@ -200,17 +204,27 @@ def _select_checks(policy: ProbePolicy, spec: str | None) -> ProbePolicy:
     return policy.model_copy(update=update)
 
 
-def _advertised(args: argparse.Namespace) -> int | None:
-    if args.expected_gpus is not None:
-        if args.expected_gpus < 0:
-            raise UsageError("--expected-gpus must be >= 0")
-        return int(args.expected_gpus)
-    raw = os.environ.get(ENV_EXPECTED_GPUS, "").strip()
+def _env_count(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
     if not raw:
         return None
     if not raw.isascii() or not raw.isdigit():  # "²".isdigit() is true, int("²") fails
-        raise InputError(f"{ENV_EXPECTED_GPUS}: not a non-negative integer (got {raw!r})")
+        raise InputError(f"{name}: not a non-negative integer (got {raw!r})")
     return int(raw)
+
+
+def _node_gpus(args: argparse.Namespace) -> NodeGpuCounts:
+    """The node's GPU counts from the flags and the operator's env vars."""
+    if args.expected_gpus is not None and args.expected_gpus < 0:
+        raise UsageError(f"{FLAG_EXPECTED_GPUS} must be >= 0")
+    allocatable = (
+        int(args.expected_gpus) if args.expected_gpus is not None else _env_count(ENV_EXPECTED_GPUS)
+    )
+    return NodeGpuCounts(
+        allocatable=allocatable,
+        capacity=_env_count(ENV_NODE_GPU_CAPACITY),
+        labelled=_env_count(ENV_GFD_GPU_COUNT),
+    )
 
 
 @contextmanager
@@ -235,7 +249,7 @@ def render_table(report: ProbeReport, verdict: Verdict, out: Console) -> None:
     out.print(
         f"[bold]{report.node_name}[/bold]  {s.gpu_count} x {model}  driver "
         f"{s.driver_version or '?'}  CUDA {s.cuda_driver_version or '?'} "
-        f"(runtime {s.cuda_runtime_version or '?'})  NCCL {s.nccl_version or '?'}  "
+        f"(probe image: runtime {s.cuda_runtime_version or '?'}, NCCL {s.nccl_version or '?'})  "
         f"hardware: [bold]{report.hardware.value}[/bold]",
         highlight=False,
     )
@@ -304,22 +318,27 @@ def _profile_path(args: argparse.Namespace) -> Path | None:
 
 
 def _open_hardware(
-    args: argparse.Namespace, profile_path: Path | None, advertised: int | None
-) -> tuple[HardwareBackend, int | None]:
-    """The backend to measure, and the advertised GPU count (a profile may state it)."""
+    args: argparse.Namespace, profile_path: Path | None, node: NodeGpuCounts
+) -> tuple[HardwareBackend, NodeGpuCounts]:
+    """The backend to measure, and the node's GPU counts (a profile may state them;
+    what the operator passed wins)."""
     if profile_path is not None:
         from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
         from gpuaccept.probe.hardware.simulated import SimulatedBackend  # noqa: PLC0415
 
         profile = load_profile(profile_path)
-        if advertised is None:
-            advertised = profile.node.advertised_gpus
-        return SimulatedBackend(profile), advertised
+        stated = profile.node
+        node = NodeGpuCounts(
+            allocatable=node.allocatable if node.allocatable is not None else stated.allocatable,
+            capacity=node.capacity if node.capacity is not None else stated.gpu_capacity,
+            labelled=node.labelled if node.labelled is not None else stated.gfd_gpu_count,
+        )
+        return SimulatedBackend(profile), node
     from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415
 
     sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
     proc = args.proc_root or Path(os.environ.get(ENV_PROC_ROOT) or "/proc")
-    return RealBackend(sysfs_root=sysfs, proc_root=proc), advertised
+    return RealBackend(sysfs_root=sysfs, proc_root=proc), node
 
 
 def _measure(
@@ -376,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         policy = _select_checks(_resolve_policy(args), args.checks)
-        hardware, advertised = _open_hardware(args, profile_path, _advertised(args))
+        hardware, node_gpus = _open_hardware(args, profile_path, _node_gpus(args))
     except (InputError, UsageError) as exc:
         return failures.bad_input(str(exc))
     except Exception as exc:  # fail safe: hardware that cannot be set up is a failed probe
@@ -385,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = ProbeRun(
         node_name=failures.node_name,
         boot_id=failures.boot_id,
-        context=ProbeContext(advertised_gpus=advertised),
+        context=ProbeContext(node_gpus=node_gpus),
     )
     try:
         show_progress = args.output == "table" or err.is_terminal

@@ -37,9 +37,7 @@ def hardware_summary(hardware: HardwareBackend) -> HardwareSummary:
     # a GPU NVML could not open has no trustworthy name; it must not make the node "mixed"
     models = sorted({gpu.name for gpu in gpus if gpu.problem is None})
     model = models[0] if len(models) == 1 else ("mixed: " + ", ".join(models) if models else None)
-    driver = versions.kernel_module or (
-        versions.gpu_drivers[0] if versions.gpu_drivers else versions.nvml_library
-    )
+    driver = versions.kernel_module or versions.nvml_driver
     return HardwareSummary(
         gpu_model=_short(model, 64),
         gpu_count=min(len(gpus), 64),

@@ -3,10 +3,15 @@
 The local control plane (``hack/controlplane``) has no kubelet. This module
 plays one for any number of simulated GPU nodes:
 
-* registers Node objects (``nvidia.com/gpu`` capacity/allocatable, the usual
-  GPU labels, Ready condition, ``status.nodeInfo.bootID``, optional taints at
-  registration like ``kubelet --register-with-taints``), each tied to a
-  hardware-profile file;
+* registers Node objects (``nvidia.com/gpu`` capacity/allocatable and the GPU
+  feature discovery label ``nvidia.com/gpu.count`` from the profile's
+  ``node.gpuCapacity`` / ``gpuAllocatable`` / ``gfdGpuCount`` unless
+  ``SimNode.gpu_count`` is set, the usual GPU labels, Ready condition,
+  ``status.nodeInfo.bootID``, optional taints at registration like
+  ``kubelet --register-with-taints``), each tied to a hardware-profile file;
+* admits pods as the kubelet does for ``nvidia.com/gpu``: a pod that asks for
+  more than the node has (allocatable, or ``SimNode.healthy_gpus``) is rejected,
+  phase Failed, reason ``OutOfnvidia.com/gpu``;
 * watches Pods bound to its nodes (``spec.nodeName``; one list+watch for all
   its nodes) and runs each container's ``command`` + ``args`` as a local
   subprocess, with the node's profile path in ``GPUACCEPT_PROFILE``, its bootID
@@ -23,7 +28,12 @@ plays one for any number of simulated GPU nodes:
 * simulates reboots (Ready False, new bootID, Ready True);
 * scale mode: a behaviour that completes pods with a prepared report without
   starting a process (:func:`prepared_reports`), and per-node behaviour
-  overrides (:class:`Hang`, :class:`Complete` with a garbage message, ...).
+  overrides (:class:`Hang`, :class:`Complete` with a garbage message, ...);
+* start failures as a container runtime reports them: :class:`StartFailure`
+  (``terminated.reason: StartError``, exit 128, e.g. the NVIDIA container
+  toolkit's "driver/library version mismatch"), :class:`ImagePullFailure`
+  (waiting ``ErrImagePull``), :class:`SandboxFailure` (a
+  ``FailedCreatePodSandBox`` event, waiting ``ContainerCreating``).
 
 Termination message: the container's ``terminationMessagePath`` (default
 ``/dev/termination-log``) is remapped to a per-pod temp file. Every occurrence
@@ -86,6 +96,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -98,8 +109,11 @@ from gpuaccept.testsupport.standin_behaviours import (
     BehaviourHook,
     Complete,
     Hang,
+    ImagePullFailure,
     PodInfo,
     RunProcess,
+    SandboxFailure,
+    StartFailure,
     prepared_reports,
 )
 from gpuaccept.testsupport.standin_containers import (
@@ -122,11 +136,14 @@ __all__ = [
     "BehaviourHook",
     "Complete",
     "Hang",
+    "ImagePullFailure",
     "KubeletStandIn",
     "PodInfo",
     "RunProcess",
+    "SandboxFailure",
     "SimNode",
     "StandInSettings",
+    "StartFailure",
     "load_fleet",
     "main",
     "prepared_reports",
@@ -459,6 +476,33 @@ class KubeletStandIn:
             _call(
                 self.core.patch_namespaced_pod_status, name, ns, body, _content_type=STRATEGIC_MERGE
             )
+
+    def pod_event(self, pod: JSON, reason: str, message: str) -> None:
+        """A Warning event on ``pod``, as the kubelet records one (best effort)."""
+        meta = pod["metadata"]
+        now = datetime.now(UTC)
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
+            "source": {"component": "kubelet", "host": pod.get("spec", {}).get("nodeName", "")},
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "count": 1,
+        }
+        with self._api_sem:
+            try:
+                _call(self.core.create_namespaced_event, meta["namespace"], body)
+            except ApiException as e:
+                log.warning("event %s on pod %s not recorded: %s", reason, meta["name"], e)
 
     def _delete_pod(self, ns: str, name: str, uid: str) -> None:
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}

@@ -30,7 +30,36 @@ class Complete:
     delay_s: float = 0.0
 
 
-Behaviour = RunProcess | Hang | Complete
+@dataclass(frozen=True)
+class StartFailure:
+    """The runtime cannot start the container (e.g. the NVIDIA container toolkit's
+    prestart hook fails): the container ends ``terminated.reason: StartError``,
+    exit code 128, with the runtime's ``message``; the pod ends Failed."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class ImagePullFailure:
+    """The image cannot be pulled: the container waits in ``ErrImagePull`` with
+    ``message`` until the pod is deleted or its deadline passes."""
+
+    message: str = "failed to pull and unpack image: not found"
+
+
+@dataclass(frozen=True)
+class SandboxFailure:
+    """The pod sandbox cannot be created (e.g. no runtime handler for the pod's
+    RuntimeClass): a ``FailedCreatePodSandBox`` event with ``message``, and the
+    container waits in ``ContainerCreating`` until deletion or the deadline."""
+
+    message: str = (
+        "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get "
+        'sandbox runtime: no runtime for "nvidia" is configured'
+    )
+
+
+Behaviour = RunProcess | Hang | Complete | StartFailure | ImagePullFailure | SandboxFailure
 
 
 @dataclass(frozen=True)

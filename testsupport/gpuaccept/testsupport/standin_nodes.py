@@ -4,6 +4,7 @@ fleet files (:func:`load_fleet`)."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,11 +18,39 @@ from gpuaccept.testsupport.standin_behaviours import (
     BehaviourHook,
     Complete,
     Hang,
+    ImagePullFailure,
     RunProcess,
+    SandboxFailure,
+    StartFailure,
 )
 
 JSON = dict[str, Any]
 KUBELET_VERSION = "v1.37.2-standin"
+DEFAULT_GPUS = 8
+
+
+@dataclass(frozen=True)
+class GpuCounts:
+    """What the node registers: status.capacity and status.allocatable nvidia.com/gpu,
+    and the GPU feature discovery label nvidia.com/gpu.count (None: no label)."""
+
+    capacity: int
+    allocatable: int
+    labelled: int | None
+
+
+@functools.cache
+def profile_gpu_counts(profile: str) -> tuple[int | None, int | None, int | None]:
+    """(capacity, allocatable, label) a hardware profile states for its node; nothing
+    for a file that is not a hardware profile (some tests give a placeholder)."""
+    from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
+    from gpuaccept.probe.inputs import InputError  # noqa: PLC0415
+
+    try:
+        node = load_profile(Path(profile)).node
+    except InputError:
+        return None, None, None
+    return node.gpu_capacity, node.gpu_allocatable, node.gfd_gpu_count
 
 
 @dataclass
@@ -30,7 +59,9 @@ class SimNode:
 
     name: str
     profile: str | None = None
-    gpu_count: int = 8
+    # nvidia.com/gpu capacity = allocatable = the nvidia.com/gpu.count label. None: the
+    # profile's node counts where it states them, else 8.
+    gpu_count: int | None = None
     gpu_product: str = "NVIDIA-H100-80GB-HBM3"
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
@@ -44,6 +75,22 @@ class SimNode:
     address: str | None = None
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     ready: bool = True
+    # GPUs the device plugin has healthy now, when fewer than the Node status says
+    # (a GPU failed after the status was posted): the kubelet admits pods against these.
+    healthy_gpus: int | None = None
+
+    def gpu_counts(self) -> GpuCounts:
+        """``gpu_count`` when set; else the profile's node counts where it states them
+        (a device plugin that marked a GPU unhealthy: allocatable below capacity);
+        else 8 for all three."""
+        if self.gpu_count is not None:
+            return GpuCounts(self.gpu_count, self.gpu_count, self.gpu_count)
+        capacity = allocatable = labelled = None
+        if self.profile:
+            capacity, allocatable, labelled = profile_gpu_counts(self.profile)
+        if capacity is None:
+            return GpuCounts(DEFAULT_GPUS, DEFAULT_GPUS, DEFAULT_GPUS)
+        return GpuCounts(capacity, capacity if allocatable is None else allocatable, labelled)
 
     def node_labels(self) -> dict[str, str]:
         labels = {
@@ -52,8 +99,10 @@ class SimNode:
             "kubernetes.io/arch": "amd64",
             "nvidia.com/gpu.present": "true",
             "nvidia.com/gpu.product": self.gpu_product,
-            "nvidia.com/gpu.count": str(self.gpu_count),
         }
+        labelled = self.gpu_counts().labelled
+        if labelled is not None:
+            labels["nvidia.com/gpu.count"] = str(labelled)
         labels.update(self.labels)
         return labels
 
@@ -82,8 +131,8 @@ def node_status(n: SimNode) -> JSON:
         "memory": n.memory,
         "pods": n.pods,
         "ephemeral-storage": "1Ti",
-        "nvidia.com/gpu": str(n.gpu_count),
     }
+    counts = n.gpu_counts()
     pressure = [
         ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
         ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
@@ -102,8 +151,8 @@ def node_status(n: SimNode) -> JSON:
     ]
     conditions.append(ready_condition(n.ready))
     return {
-        "capacity": capacity,
-        "allocatable": dict(capacity),
+        "capacity": {**capacity, "nvidia.com/gpu": str(counts.capacity)},
+        "allocatable": {**capacity, "nvidia.com/gpu": str(counts.allocatable)},
         "conditions": conditions,
         "addresses": [
             {"type": "InternalIP", "address": n.address or "127.0.0.1"},
@@ -132,6 +181,12 @@ def behaviour_from_spec(spec: Any) -> Behaviour | None:
         return RunProcess()
     if spec == "hang":
         return Hang()
+    if isinstance(spec, dict) and "startError" in spec:
+        return StartFailure(message=str((spec["startError"] or {}).get("message", "")))
+    if isinstance(spec, dict) and "imagePull" in spec:
+        return ImagePullFailure(**_message(spec["imagePull"]))
+    if isinstance(spec, dict) and "sandbox" in spec:
+        return SandboxFailure(**_message(spec["sandbox"]))
     if isinstance(spec, dict) and "complete" in spec:
         c = spec["complete"] or {}
         message = c.get("message", "")
@@ -142,7 +197,15 @@ def behaviour_from_spec(spec: Any) -> Behaviour | None:
             message=message,
             delay_s=float(c.get("delaySeconds", 0)),
         )
-    raise ValueError(f"unknown behaviour {spec!r} (run | hang | {{complete: {{...}}}})")
+    raise ValueError(
+        f"unknown behaviour {spec!r} (run | hang | {{complete: {{...}}}} | "
+        "{startError: {message}} | {imagePull: {message}} | {sandbox: {message}})"
+    )
+
+
+def _message(spec: Any) -> dict[str, str]:
+    message = (spec or {}).get("message")
+    return {"message": str(message)} if message else {}
 
 
 def load_fleet(path: str | Path) -> list[SimNode]:
@@ -151,11 +214,13 @@ def load_fleet(path: str | Path) -> list[SimNode]:
     nodes:
       - name: gpu-a-1                 # one node ...
         profile: ../profiles/h100-healthy.yaml   # relative to this file
-        gpuCount: 8
+        gpuCount: 8                   # default: the profile's node counts, else 8
         gpuProduct: NVIDIA-H100-80GB-HBM3
         labels: {topology.kubernetes.io/zone: a}
         taints: [{key: gpuaccept.io/unverified, value: "true", effect: NoSchedule}]
         behaviour: run                # run | hang | {complete: {exitCode, message, delaySeconds}}
+                                      # | {startError: {message}} | {imagePull: {message}}
+                                      # | {sandbox: {message}}
       - namePrefix: sim-gpu-          # ... or `count` nodes named sim-gpu-0000 ...
         count: 200
         profile: ../profiles/h100-healthy.yaml
@@ -179,7 +244,7 @@ def load_fleet(path: str | Path) -> list[SimNode]:
                 SimNode(
                     name=name,
                     profile=profile,
-                    gpu_count=int(item.get("gpuCount", 8)),
+                    gpu_count=int(item["gpuCount"]) if "gpuCount" in item else None,
                     gpu_product=str(item.get("gpuProduct", "NVIDIA-H100-80GB-HBM3")),
                     labels={str(k): str(v) for k, v in (item.get("labels") or {}).items()},
                     taints=[

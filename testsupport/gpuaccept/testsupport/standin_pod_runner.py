@@ -25,8 +25,11 @@ from gpuaccept.testsupport.standin_behaviours import (
     Behaviour,
     Complete,
     Hang,
+    ImagePullFailure,
     PodInfo,
     RunProcess,
+    SandboxFailure,
+    StartFailure,
 )
 from gpuaccept.testsupport.standin_containers import (
     DEFAULT_TERMINATION_MESSAGE_PATH,
@@ -44,6 +47,22 @@ log = logging.getLogger("gpuaccept.testsupport.kubelet_standin")
 
 DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+GPU_RESOURCE = "nvidia.com/gpu"
+START_ERROR_EXIT_CODE = 128  # what containerd reports for a container it could not start
+DIRECT_BEHAVIOURS = (RunProcess, Hang, Complete, StartFailure, ImagePullFailure, SandboxFailure)
+NeverStarts = ImagePullFailure | SandboxFailure
+
+
+def requested_gpus(pod: JSON) -> int:
+    """nvidia.com/gpu the pod's containers ask for (an extended resource: limits = requests)."""
+    total = 0
+    for c in pod.get("spec", {}).get("containers", []):
+        resources = c.get("resources") or {}
+        value = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
+            resources.get("requests") or {}
+        ).get(GPU_RESOURCE)
+        total += int(value or 0)
+    return total
 
 
 @dataclass
@@ -120,7 +139,7 @@ class PodRunner:
 
     def _behaviour(self) -> Behaviour:
         b = self.node.behaviour if self.node.behaviour is not None else self.s.default_behaviour
-        if isinstance(b, RunProcess | Hang | Complete):
+        if isinstance(b, DIRECT_BEHAVIOURS):
             return b
         return b(
             PodInfo(
@@ -142,7 +161,24 @@ class PodRunner:
         progress = PodProgress(timestamp(), init_containers, containers)
         ads = spec.get("activeDeadlineSeconds")
         deadline = start_mono + float(ads) if ads is not None else None
+        if self._admission_rejected(progress):
+            return
         behaviour = self._behaviour()
+        if isinstance(behaviour, StartFailure):
+            t = timestamp()
+            for c in containers:
+                progress.results[c["name"]] = {
+                    "exitCode": START_ERROR_EXIT_CODE,
+                    "reason": "StartError",
+                    "message": behaviour.message,
+                    "startedAt": "1970-01-01T00:00:00Z",
+                    "finishedAt": t,
+                }
+            self._finish(progress, deadline_hit=False)
+            return
+        if isinstance(behaviour, ImagePullFailure | SandboxFailure):
+            self._never_start(behaviour, progress, deadline)
+            return
 
         if isinstance(behaviour, Complete) and behaviour.delay_s <= 0:
             # One status write, straight to the terminal phase.
@@ -172,6 +208,70 @@ class PodRunner:
                 write_running({c["name"]: t for c in containers})
                 progress.results = self._simulate(behaviour, containers, deadline, progress.running)
         self._finish(progress, deadline_hit=self.kill_reason == "deadline")
+
+    def _admission_rejected(self, progress: PodProgress) -> bool:
+        """The kubelet's admission (pkg/kubelet/lifecycle/predicate.go): a pod pinned by
+        nodeName that asks for more nvidia.com/gpu than the node has allocatable is
+        rejected (pkg/kubelet/kubelet.go rejectPod): phase Failed, no containers."""
+        allocatable = self.node.gpu_counts().allocatable
+        if self.node.healthy_gpus is not None:
+            allocatable = min(allocatable, self.node.healthy_gpus)
+        wanted = requested_gpus(self.pod)
+        if wanted <= allocatable:
+            return False
+        status = {
+            "phase": "Failed",
+            "reason": f"OutOf{GPU_RESOURCE}",
+            "message": "Pod was rejected: Node didn't have enough resource: "
+            f"{GPU_RESOURCE}, requested: {wanted}, used: 0, capacity: {allocatable}",
+            "startTime": progress.start_time,
+        }
+        self._write_status(status)
+        return True
+
+    def _never_start(
+        self, behaviour: NeverStarts, progress: PodProgress, deadline: float | None
+    ) -> None:
+        """The container is never created: it waits with the runtime's reason until the
+        pod is deleted or its deadline passes."""
+        if isinstance(behaviour, SandboxFailure):
+            waiting: JSON = {"reason": "ContainerCreating"}
+            self.s.pod_event(self.pod, "FailedCreatePodSandBox", behaviour.message)
+        else:
+            waiting = {"reason": "ErrImagePull", "message": behaviour.message}
+        self._write_status(self._waiting_status("Pending", progress, waiting))
+        while not self._wait(deadline):
+            pass
+        if self.kill_reason == "shutdown" or self.gone:
+            return
+        # A container that never ran stays waiting in the terminal status (the kubelet
+        # reports ContainerStatusUnknown only for one that used to run).
+        hit = self.kill_reason == "deadline"
+        self._write_status(
+            self._waiting_status(
+                "Failed",
+                progress,
+                waiting,
+                reason=DEADLINE_REASON if hit else None,
+                message=DEADLINE_MESSAGE if hit else None,
+            )
+        )
+        if self.finalize:
+            self.s._delete_pod(self.namespace, self.name, self.uid)
+
+    def _waiting_status(
+        self,
+        phase: str,
+        progress: PodProgress,
+        waiting: JSON,
+        *,
+        reason: str | None = None,
+        message: str | None = None,
+    ) -> JSON:
+        status = self._status(phase, progress, reason=reason, message=message)
+        for cs in status["containerStatuses"]:
+            cs["state"] = {"waiting": dict(waiting)}
+        return status
 
     def _run_init_containers(
         self, behaviour: Behaviour, progress: PodProgress, deadline: float | None

@@ -65,7 +65,8 @@ class NodeView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     boot_id: str = ""
-    gpus: int = 0
+    gpus: int = 0  # status.allocatable nvidia.com/gpu: what the probe pod requests
+    gpu_capacity: int = 0  # status.capacity nvidia.com/gpu: healthy and unhealthy devices
     unschedulable: bool = False
     condition: NodeCondition | None = None
 
@@ -90,9 +91,11 @@ class PodView:
     serial: int | None = None  # the gpuaccept.io/attempt label
     terminated: bool = False  # the probe container terminated
     exit_code: int | None = None
-    reason: str | None = None  # container terminated reason, else pod reason
-    message: str | None = None  # the termination message (the report)
+    reason: str | None = None  # pod reason, else the container's terminated reason
+    message: str | None = None  # the container's terminated message (the report)
     pod_message: str | None = None  # pod-level status message
+    pod_reason: str | None = None  # pod-level status reason (OutOfnvidia.com/gpu, Evicted...)
+    container_reason: str | None = None  # terminated reason (Completed, Error, StartError)
     waiting_reason: str | None = None
     waiting_message: str | None = None
 

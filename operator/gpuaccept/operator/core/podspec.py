@@ -18,6 +18,8 @@ from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import GPU_RESOURCE, GROUP
 from gpuaccept.contracts.probe_invocation import (
     ENV_EXPECTED_GPUS,
+    ENV_GFD_GPU_COUNT,
+    ENV_NODE_GPU_CAPACITY,
     ENV_NODE_NAME,
     ENV_POLICY,
     FLAG_TERMINATION_LOG,
@@ -36,6 +38,7 @@ POLICY_ANNOTATION = f"{GROUP}/policy"
 PROBE_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{COMPONENT_LABEL}={COMPONENT_VALUE}"
 TERMINATION_LOG = TERMINATION_LOG_PATH
 CONTAINER_NAME = "probe"
+GFD_GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # set by GPU feature discovery
 
 MAX_NAME = 63
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -94,6 +97,16 @@ def _tolerations(attempt: ProbeAttempt, config: OperatorConfig) -> list[dict[str
     ]
 
 
+def _node_gpu_env(node: NodeView) -> list[dict[str, Any]]:
+    """What the node should have, for gpu_count: its capacity, and the GPU feature
+    discovery label when it is a count."""
+    env = [{"name": ENV_NODE_GPU_CAPACITY, "value": str(node.gpu_capacity)}]
+    label = node.labels.get(GFD_GPU_COUNT_LABEL, "")
+    if label.isascii() and label.isdigit():
+        env.append({"name": ENV_GFD_GPU_COUNT, "value": str(int(label))})
+    return env
+
+
 def _probe_container(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
     gpus = attempt.node.gpus
     limits: dict[str, str] = dict(config.resources.get("limits", {}))
@@ -110,6 +123,7 @@ def _probe_container(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str,
             ),
         },
         {"name": ENV_EXPECTED_GPUS, "value": str(gpus)},
+        *_node_gpu_env(attempt.node),
     ]
     return {
         "name": CONTAINER_NAME,

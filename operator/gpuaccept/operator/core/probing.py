@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from gpuaccept.contracts.nodeacceptance import Reason
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.context import WAIT_FOR_DELETION_SECONDS, NodeContext, PlanBuilder
+from gpuaccept.operator.core.context import (
+    WAIT_FOR_DELETION_SECONDS,
+    NodeContext,
+    PlanBuilder,
+    cut,
+)
 from gpuaccept.operator.core.model import CreateProbePod, Plan, PodView
 from gpuaccept.operator.core.pending import probe_manifest
 from gpuaccept.operator.core.report import (
@@ -15,7 +21,18 @@ from gpuaccept.operator.core.report import (
     report_problem,
     validate_report,
 )
-from gpuaccept.operator.core.verdict import Evidence, attempt_failed, record_verdict
+from gpuaccept.operator.core.startfailure import (
+    StartFailure,
+    create_refused,
+    never_started,
+    start_failure,
+)
+from gpuaccept.operator.core.verdict import (
+    Evidence,
+    attempt_failed,
+    failing_verdict,
+    record_verdict,
+)
 
 STATUS_WRITE_REFUSED = "StatusWriteRefused"
 
@@ -47,13 +64,8 @@ def _this_attempts_pod(ctx: NodeContext, out: PlanBuilder) -> PodView | None:
 def _pod_missing(ctx: NodeContext, out: PlanBuilder, remaining: float) -> Plan:
     st, obs = ctx.status, ctx.obs
     if obs.pod_create_error:
-        return attempt_failed(
-            ctx,
-            out,
-            reason="ProbePodError",
-            message=f"the probe pod could not be created: {obs.pod_create_error}",
-            pod=None,
-        )
+        refused = create_refused(obs.pod_create_error)
+        return attempt_failed(ctx, out, reason=refused.reason, message=refused.message, pod=None)
     started = st.probe_started_time or obs.now
     if obs.now - started < timedelta(seconds=obs.config.pod_missing_grace_seconds) and st.probe_pod:
         # Status was written, the pod not (yet): create it; AlreadyExists is fine.
@@ -86,6 +98,9 @@ def plan_probing(ctx: NodeContext, out: PlanBuilder) -> Plan:
         return attempt_failed(ctx, out, reason=STATUS_WRITE_REFUSED, message=message, pod=pod)
     if pod is None:
         return _pod_missing(ctx, out, remaining)
+    failure = None if pod.deleting else start_failure(pod)
+    if failure is not None:
+        return _did_not_start(ctx, out, pod, failure)
     if pod.terminated or pod.phase in ("Succeeded", "Failed"):
         return _pod_finished(ctx, out, pod)
     if pod.deleting and now < deadline:
@@ -95,12 +110,24 @@ def plan_probing(ctx: NodeContext, out: PlanBuilder) -> Plan:
         message = f"{pod.waiting_reason}: {pod.waiting_message or ''}".strip()
         return attempt_failed(ctx, out, reason="ProbePodError", message=message, pod=pod)
     if now >= deadline:
+        stalled = never_started(pod, timeout)
+        if stalled is not None:
+            return _did_not_start(ctx, out, pod, stalled)
         # A pod still terminating past it was e.g. evicted from a dead kubelet.
         stuck = "; the probe pod is stuck terminating" if pod.deleting else ""
         message = f"no result within {timeout}s{stuck}"
         return attempt_failed(ctx, out, reason="ProbeTimeout", message=message, pod=pod)
     out.wake_in(remaining)
     return out.build("probing")
+
+
+def _did_not_start(ctx: NodeContext, out: PlanBuilder, pod: PodView, failure: StartFailure) -> Plan:
+    """The probe never ran: the node's fault is judged on its check (a driver/library
+    mismatch quarantines with DriverLibrariesFailed); anything else is a failed attempt."""
+    if failure.check is None:
+        return attempt_failed(ctx, out, reason=failure.reason, message=failure.message, pod=pod)
+    reason = Reason(check=failure.check, reason=failure.reason, message=cut(failure.message, 500))
+    return record_verdict(ctx, out, failing_verdict((reason,)), Evidence(pod=pod))
 
 
 def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
@@ -113,6 +140,7 @@ def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
         problem = report_problem(
             result,
             node_gpus=node.gpus,
+            node_capacity=node.gpu_capacity,
             accept_simulated=ctx.obs.config.accept_simulated_reports,
         )
         if problem is not None:
@@ -120,7 +148,7 @@ def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
         verdict = ctx.judge_report(result)
         if isinstance(verdict, str):  # valid JSON the judge cannot use
             return attempt_failed(ctx, out, reason="InvalidReport", message=verdict, pod=pod)
-        problem = outcome_problem(verdict, result, pod, node_gpus=node.gpus)
+        problem = outcome_problem(verdict, result, pod, node_gpus=max(node.gpus, node.gpu_capacity))
         if problem is not None:
             return attempt_failed(ctx, out, reason=problem.reason, message=problem.message, pod=pod)
         return record_verdict(ctx, out, verdict, Evidence(report=result, pod=pod))

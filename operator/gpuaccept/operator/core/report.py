@@ -6,7 +6,7 @@ Three steps, each of which can only ever take trust away:
    exactly this node and this boot;
 2. :func:`report_problem`: the report is what this operator may judge
    (``hardware: simulated`` only when told so) and agrees with itself and with
-   the node (GPU counts);
+   the node (GPU counts: allocatable and capacity as the operator passed them);
 3. :func:`outcome_problem`: once judged, the verdict agrees with how the pod
    ended (exit code, phase, deadline) and covers every GPU the node advertises.
 
@@ -97,14 +97,20 @@ def _observed(report: ProbeReport, check: AnyCheckSpec) -> object | None:
 
 
 def report_problem(
-    report: ProbeReport, *, node_gpus: int, accept_simulated: bool
+    report: ProbeReport,
+    *,
+    node_gpus: int,
+    accept_simulated: bool,
+    node_capacity: int | None = None,
 ) -> ReportProblem | None:
     """Why a valid report still cannot be judged for this node, or None.
 
-    ``node_gpus`` is the node's advertised ``nvidia.com/gpu``: the probe pod
+    ``node_gpus`` is the node's allocatable ``nvidia.com/gpu``: the probe pod
     requests all of them and is told the count (``GPUACCEPT_EXPECTED_GPUS``),
-    so the report must echo it and cannot see more. Its own counts (summary,
-    ``gpu_count.visible``, the all-reduce ranks) must agree with each other.
+    so the report must echo it and cannot see more. ``node_capacity`` is the
+    node's capacity (``GPUACCEPT_NODE_GPU_CAPACITY``), which the report must
+    echo too. Its own counts (summary, ``gpu_count.visible``, the all-reduce
+    ranks) must agree with each other.
     """
     if report.hardware is HardwareMode.SIMULATED and not accept_simulated:
         return ReportProblem(
@@ -115,26 +121,40 @@ def report_problem(
     seen = report.summary.gpu_count
     if seen > node_gpus:
         return ReportProblem(
-            REPORT_MISMATCH, f"report covers {seen} GPUs, the node advertises only {node_gpus}"
+            REPORT_MISMATCH, f"report covers {seen} GPUs, the node has only {node_gpus} allocatable"
         )
     count = _observed(report, gpu_count.SPEC)
     if isinstance(count, gpu_count.GpuCountObserved):
-        if count.advertised is not None and count.advertised != node_gpus:
-            return ReportProblem(
-                REPORT_MISMATCH,
-                f"report says the node advertises {count.advertised} GPUs; it advertises "
-                f"{node_gpus}",
-            )
-        if count.visible != seen:
-            return ReportProblem(
-                REPORT_MISMATCH,
-                f"report summary has {seen} GPUs but gpu_count saw {count.visible}",
-            )
+        problem = _count_problem(count, seen, node_gpus, node_capacity)
+        if problem is not None:
+            return problem
     allreduce = _observed(report, nccl_allreduce.SPEC)
     if isinstance(allreduce, nccl_allreduce.NcclAllreduceObserved) and allreduce.ranks != seen:
         return ReportProblem(
             REPORT_MISMATCH,
             f"report summary has {seen} GPUs but the all-reduce ran on {allreduce.ranks} ranks",
+        )
+    return None
+
+
+def _count_problem(
+    count: gpu_count.GpuCountObserved, seen: int, node_gpus: int, node_capacity: int | None
+) -> ReportProblem | None:
+    """The counts the operator passed must come back as passed, and the probe's own agree."""
+    if count.allocatable is not None and count.allocatable != node_gpus:
+        return ReportProblem(
+            REPORT_MISMATCH,
+            f"report says the node has {count.allocatable} allocatable GPUs; it has {node_gpus}",
+        )
+    if node_capacity is not None and count.capacity is not None and count.capacity != node_capacity:
+        return ReportProblem(
+            REPORT_MISMATCH,
+            f"report says the node's GPU capacity is {count.capacity}; it is {node_capacity}",
+        )
+    if count.visible != seen:
+        return ReportProblem(
+            REPORT_MISMATCH,
+            f"report summary has {seen} GPUs but gpu_count saw {count.visible}",
         )
     return None
 
@@ -149,7 +169,8 @@ def outcome_problem(
     ``Succeeded`` for accepted, 1 and ``Failed`` for not accepted. Any other
     combination (a crash or kill after the report was written, a deadline, a
     probe that disagrees with its own report) is an error. An accepting
-    verdict must also cover every GPU the node advertises.
+    verdict must also cover every GPU the node has (``node_gpus``: the most of
+    its allocatable and its capacity).
     """
     if pod.reason == DEADLINE_EXCEEDED:
         return ReportProblem(

@@ -95,15 +95,21 @@ class AllreduceMeasurement:
 
 @dataclass(frozen=True)
 class VersionInfo:
-    """Driver and library versions; ``None`` where the source could not answer."""
+    """Driver and library versions; ``None`` where the source could not answer.
+
+    The node's: ``kernel_module``, ``nvml_driver``, ``cuda_driver`` (and whether
+    NVML reported a driver/library mismatch). The probe image's (reported, never
+    judged): ``cuda_runtime`` and ``nccl``, each with the library file it came
+    from."""
 
     kernel_module: str | None = None
-    nvml_library: str | None = None
+    nvml_driver: str | None = None
     nvml_mismatch: bool = False
-    gpu_drivers: tuple[str, ...] = ()
     cuda_driver: str | None = None
     cuda_runtime: str | None = None
+    cuda_runtime_library: str | None = None
     nccl: str | None = None
+    nccl_library: str | None = None
     notes: tuple[str, ...] = field(default=())
 
 
@@ -240,3 +246,6 @@ class HardwareBackend(Protocol):
     def memory_health(self, gpu: int) -> GpuMemoryHealth:
         """ECC mode and counts, remapped rows, retired pages; raises
         :class:`GpuFailedError` when NVML lost the GPU."""
+
+    def pci_gpu_count(self) -> int:
+        """NVIDIA display/3D controllers on the host's PCI bus (sysfs; 0: none found)."""

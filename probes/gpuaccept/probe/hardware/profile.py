@@ -206,7 +206,6 @@ class GpuOverride(ProfileModel):
     d2h_remote_gbps: float | None = Field(default=None, ge=0, alias="d2hRemoteGBps")
     numa_node: int | None = Field(default=None, ge=-1, le=63)
     clock_event_reasons: ClockEventReasons | None = None
-    driver_version: Version | None = None
     sm_clock_max_mhz: int | None = Field(default=None, ge=1, le=10000, alias="smClockMaxMHz")
     sm_clock_load_mhz: int | None = Field(default=None, ge=1, le=10000, alias="smClockLoadMHz")
     lost: GpuLoss | None = None
@@ -253,7 +252,6 @@ class Gpu(ProfileModel):
         "local_cpulist is every CPU).",
     )
     clock_event_reasons: ClockEventReasons = ClockEventReasons()
-    driver_version: Version | None = Field(default=None, description="Default: driver.version.")
     sm_clock_max_mhz: int = Field(default=1980, ge=1, le=10000, alias="smClockMaxMHz")
     sm_clock_load_mhz: int | None = Field(
         default=None, ge=1, le=10000, alias="smClockLoadMHz", description="Default: the max."
@@ -321,10 +319,21 @@ class Gpu(ProfileModel):
 
 class Gpus(Gpu):
     model: str = Field(min_length=1, max_length=64)
-    count: int = Field(ge=0, le=64)
+    count: int = Field(ge=0, le=64, description="The GPUs NVML sees in the probe pod.")
+    pci_devices: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="NVIDIA display/3D controllers on the host's PCI bus (a GPU that fell "
+        "off the bus or that the driver cannot bring up stays enumerated). Default: count.",
+    )
     overrides: dict[int, GpuOverride] = Field(
         default_factory=dict, description="GPU index → what differs on that GPU."
     )
+
+    @property
+    def pci_count(self) -> int:
+        return self.count if self.pci_devices is None else self.pci_devices
 
     @model_validator(mode="after")
     def _overrides_in_range(self) -> "Gpus":
@@ -344,10 +353,18 @@ class Gpus(Gpu):
 class Driver(ProfileModel):
     version: Version
     kernel_module: Version | None = Field(default=None, description="Default: version.")
-    nvml_library: Version | None = Field(default=None, description="Default: version.")
-    cuda_driver_version: Version
-    cuda_runtime_version: Version | None = None
-    nccl_version: Version | None = None
+    nvml_library: Version | None = Field(
+        default=None,
+        description="The user-space driver (libnvidia-ml, libcuda). Default: version. When "
+        "it differs from kernelModule, NVML answers LIB_RM_VERSION_MISMATCH.",
+    )
+    cuda_driver_version: Version = Field(description="The CUDA version the driver supports.")
+    cuda_runtime_version: Version | None = Field(
+        default=None, description="The probe image's libcudart (reported, never judged)."
+    )
+    nccl_version: Version | None = Field(
+        default=None, description="The probe image's libnccl (reported, never judged)."
+    )
 
 
 class Allreduce(ProfileModel):
@@ -392,14 +409,36 @@ class Cpus(ProfileModel):
 
 
 class Node(ProfileModel):
-    advertised_gpus: int | None = Field(
-        default=None, ge=0, le=64, description="nvidia.com/gpu the node advertises."
+    gpu_capacity: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="The node's status.capacity nvidia.com/gpu: every device the device "
+        "plugin registered, healthy or not.",
+    )
+    gpu_allocatable: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="status.allocatable nvidia.com/gpu: the healthy devices (what the probe "
+        "pod requests). Default: gpuCapacity.",
+    )
+    gfd_gpu_count: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        alias="gfdGpuCount",
+        description="The GPU feature discovery label nvidia.com/gpu.count. Default: unset.",
     )
     boot_id: str | None = Field(default=None, alias="bootID", max_length=64)
     pod_cpus: CpuList | None = Field(
         default=None,
         description="The probe pod's cpuset (its sched_getaffinity). Default: every CPU.",
     )
+
+    @property
+    def allocatable(self) -> int | None:
+        return self.gpu_capacity if self.gpu_allocatable is None else self.gpu_allocatable
 
 
 class ExpectedVerdict(ProfileModel):

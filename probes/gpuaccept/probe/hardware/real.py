@@ -20,7 +20,7 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from functools import cache
 from pathlib import Path
@@ -45,6 +45,15 @@ from gpuaccept.probe.hardware.base import (
 )
 from gpuaccept.probe.hardware.device_map import CudaDevice, cuda_ordinals
 from gpuaccept.probe.hardware.infiniband import InfinibandView
+from gpuaccept.probe.hardware.libraries import (
+    CUDA_DRIVER_LIBRARY,
+    CUDA_RUNTIME_PREFIX,
+    NCCL_PREFIX,
+    cuda_version_text,
+    loaded_library,
+    nccl_version_text,
+    query_version,
+)
 from gpuaccept.probe.hardware.nvml_health import (
     read_memory_health,
     read_recovery_action,
@@ -56,6 +65,7 @@ from gpuaccept.probe.hardware.sysfs import (
     PciNuma,
     SysfsError,
     copy_cpus,
+    count_nvidia_gpus,
     nvml_bus_id_to_sysfs,
     read_boot_id,
     read_cpu_governors,
@@ -85,6 +95,21 @@ LOAD_MATRIX = 8192
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _library_version(
+    maps: str, prefix: str, symbol: str, text: Callable[[int], str], notes: list[str]
+) -> tuple[str | None, str | None]:
+    """(version, library file name) of the loaded library named ``prefix*``."""
+    path = loaded_library(maps, prefix)
+    if path is None:
+        notes.append(f"{prefix} is not loaded")
+        return None, None
+    try:
+        return text(query_version(path, symbol)), Path(path).name
+    except (OSError, AttributeError) as exc:
+        notes.append(f"{symbol} ({Path(path).name}): {exc}")
+        return None, Path(path).name
 
 
 def _nvml_error_code(exc: BaseException) -> int | None:
@@ -474,42 +499,62 @@ class RealBackend:
         notes: list[str] = []
         kernel_module = None
         try:
-            kernel_module = read_kernel_module_version(self._proc_root)
+            kernel_module = read_kernel_module_version(self._proc_root, self._sysfs_root)
         except SysfsError as exc:
             notes.append(str(exc))
-        nvml_library = driver = cuda_driver = None
+        driver = cuda_driver = None
         nvml = self._nvml
         if nvml is not None:
             with contextlib.suppress(nvml.NVMLError):
                 driver = _text(nvml.nvmlSystemGetDriverVersion())
             with contextlib.suppress(nvml.NVMLError):
-                # "12.550.54.15": the CUDA major, then the driver branch the library belongs to.
-                nvml_library = _text(nvml.nvmlSystemGetNVMLVersion()).split(".", 1)[1]
-            with contextlib.suppress(nvml.NVMLError):
-                v = int(nvml.nvmlSystemGetCudaDriverVersion_v2())
-                cuda_driver = f"{v // 1000}.{(v % 1000) // 10}"
+                cuda_driver = cuda_version_text(int(nvml.nvmlSystemGetCudaDriverVersion_v2()))
         elif self._problem:
             notes.append(self._problem)
-        cuda_runtime = nccl = None
+        try:  # the driver's own answer (libcuda.so.1, injected by the container toolkit)
+            cuda_driver = cuda_version_text(
+                query_version(CUDA_DRIVER_LIBRARY, "cuDriverGetVersion")
+            )
+        except (OSError, AttributeError) as exc:
+            notes.append(f"cuDriverGetVersion: {exc}")
+        image = self._image_libraries(notes)
+        return dataclasses.replace(
+            image,
+            kernel_module=kernel_module,
+            nvml_driver=driver,
+            nvml_mismatch=self._mismatch,
+            cuda_driver=cuda_driver,
+            notes=tuple(notes),
+        )
+
+    def _image_libraries(self, notes: list[str]) -> VersionInfo:
+        """The probe image's CUDA runtime and NCCL, from the library files loaded
+        into this process: torch's CUDA build links both (libtorch_cuda.so needs
+        libcudart and libnccl), so importing it maps them."""
         try:
             import torch  # noqa: PLC0415 - torch only when needed
 
-            cuda_runtime = torch.version.cuda
-            if torch.cuda.is_available() and torch.distributed.is_nccl_available():
-                nccl = ".".join(str(p) for p in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
+            torch.cuda.is_available()
         except ImportError:
             notes.append("torch is not installed")
         except Exception as exc:  # a broken CUDA stack still reports what it can
             notes.append(f"torch: {exc}")
+        try:
+            maps = (self._proc_root / "self" / "maps").read_text()
+        except OSError as exc:
+            notes.append(f"cannot read the loaded libraries: {exc}")
+            return VersionInfo()
+        runtime, runtime_file = _library_version(
+            maps, CUDA_RUNTIME_PREFIX, "cudaRuntimeGetVersion", cuda_version_text, notes
+        )
+        nccl, nccl_file = _library_version(
+            maps, NCCL_PREFIX, "ncclGetVersion", nccl_version_text, notes
+        )
         return VersionInfo(
-            kernel_module=kernel_module,
-            nvml_library=nvml_library,
-            nvml_mismatch=self._mismatch,
-            gpu_drivers=tuple(driver for _ in self._gpus) if driver else (),
-            cuda_driver=cuda_driver,
-            cuda_runtime=cuda_runtime,
+            cuda_runtime=runtime,
+            cuda_runtime_library=runtime_file,
             nccl=nccl,
-            notes=tuple(notes),
+            nccl_library=nccl_file,
         )
 
     def sleep(self, seconds: float) -> None:
@@ -562,3 +607,6 @@ class RealBackend:
 
     def memory_health(self, gpu: int) -> GpuMemoryHealth:
         return read_memory_health(self._require_nvml(), self._handle(gpu, "memory health"), gpu)
+
+    def pci_gpu_count(self) -> int:
+        return count_nvidia_gpus(self._sysfs_root)

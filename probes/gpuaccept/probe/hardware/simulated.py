@@ -9,6 +9,7 @@ formats are exercised in simulation too. Under load (a copy, or
 well under a second.
 """
 
+import dataclasses
 import math
 import os
 import shutil
@@ -48,6 +49,7 @@ from gpuaccept.probe.hardware.sysfs import (
     PciNuma,
     SysfsError,
     copy_cpus,
+    count_nvidia_gpus,
     format_cpu_list,
     parse_cpu_list,
     pci_device_dir,
@@ -63,6 +65,7 @@ from gpuaccept.probe.hardware.xid_events import XidLog
 # nvmlDeviceGpuRecoveryAction_t values 0-7, in order
 RECOVERY_ACTIONS: tuple[RecoveryActionName, ...] = get_args(RecoveryActionName)
 LOST = "NVML: GPU is lost (NVML_ERROR_GPU_IS_LOST)"
+NVML_MISMATCH = "NVML: driver/library version mismatch"
 SIM_IDLE_SM_MHZ = 345  # an idle H100's SM clock
 SIM_DEADLINE_S = 60.0  # the real backend's copy and load deadlines
 NVSWITCH_CLASSES = frozenset({"h100-sxm", "h200-sxm", "b200"})  # HGX boards: NVSwitch
@@ -114,6 +117,12 @@ def materialize(profile: HardwareProfile, root: Path, host_boot_id: str | None =
         (device / "numa_node").write_text(f"{numa}\n")
         (device / "local_cpulist").write_text(format_cpu_list(cpus.node_cpus(gpu.numa_node)) + "\n")
         write_link(sys_root, index, gpu.idle)
+    for index in range(profile.gpus.count, profile.gpus.pci_count):
+        # On the bus, but not visible to NVML (fell off, or the driver cannot bring it up).
+        device = pci_device_dir(sys_root, bus_id(index))
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(NVIDIA_VENDOR + "\n")
+        (device / "class").write_text("0x030200\n")
     nvidia = proc_root / "driver" / "nvidia"
     nvidia.mkdir(parents=True)
     kernel_module = profile.driver.kernel_module or profile.driver.version
@@ -173,6 +182,8 @@ class SimulatedBackend:
             return None
 
     def gpus(self) -> list[GpuInfo]:
+        if self._nvml_mismatch():
+            return []
         return [
             GpuInfo(
                 index=i,
@@ -191,6 +202,8 @@ class SimulatedBackend:
             raise GpuFailedError(gpu, step, LOST)
 
     def gpu_problem(self) -> str | None:
+        if self._nvml_mismatch():
+            return NVML_MISMATCH
         return "the profile has no GPU" if self.profile.gpus.count == 0 else None
 
     def pcie_link(self, gpu: int) -> PcieLinkState:
@@ -266,24 +279,36 @@ class SimulatedBackend:
             return (SIM_IDLE_SM_MHZ, spec.sm_clock_max_mhz)
         return (spec.sm_clock_load_mhz or spec.sm_clock_max_mhz, spec.sm_clock_max_mhz)
 
+    def _nvml_mismatch(self) -> bool:
+        """The user-space driver and the kernel module differ: NVML's init fails with
+        LIB_RM_VERSION_MISMATCH (what the probe sees in the toolkit's CDI mode)."""
+        d = self.profile.driver
+        return (d.nvml_library or d.version) != (d.kernel_module or d.version)
+
     def versions(self) -> VersionInfo:
         d = self.profile.driver
-        if self.profile.gpus.count == 0:
+        if self.profile.gpus.count == 0 and not self._nvml_mismatch():
             return VersionInfo(notes=("the profile has no GPU",))
-        kernel_module = read_kernel_module_version(self.proc_root)
-        nvml_library = d.nvml_library or d.version
-        return VersionInfo(
+        kernel_module = read_kernel_module_version(self.proc_root, self.sysfs_root())
+        runtime, nccl = d.cuda_runtime_version, d.nccl_version
+        image = VersionInfo(
+            cuda_runtime=runtime,
+            cuda_runtime_library=f"libcudart.so.{runtime.split('.')[0]}" if runtime else None,
+            nccl=nccl,
+            nccl_library="libnccl.so.2" if nccl else None,
+        )
+        if self._nvml_mismatch():
+            return dataclasses.replace(
+                image,
+                kernel_module=kernel_module,
+                nvml_mismatch=True,
+                notes=(NVML_MISMATCH,),
+            )
+        return dataclasses.replace(
+            image,
             kernel_module=kernel_module,
-            nvml_library=nvml_library,
-            # What NVML reports when the user-space library and the kernel module differ.
-            nvml_mismatch=nvml_library != kernel_module,
-            gpu_drivers=tuple(
-                self.profile.gpus.gpu(i).driver_version or d.version
-                for i in range(self.profile.gpus.count)
-            ),
+            nvml_driver=d.nvml_library or d.version,
             cuda_driver=d.cuda_driver_version,
-            cuda_runtime=d.cuda_runtime_version,
-            nccl=d.nccl_version,
         )
 
     def allreduce(self, sizes: list[int], iterations: int, warmup: int) -> AllreduceMeasurement:
@@ -408,7 +433,7 @@ class SimulatedBackend:
     def gpu_recovery_action(self, gpu: int) -> int:
         self._check_lost(gpu, "recovery action")
         spec = self.profile.gpus.gpu(gpu)
-        driver = spec.driver_version or self.profile.driver.version
+        driver = self.profile.driver.version  # one driver for every GPU
         if recovery_action_field_id(driver) is None:  # as NVML: no field before R570
             raise Unavailable(f"driver {driver}: no recovery action field before R570")
         return RECOVERY_ACTIONS.index(spec.recovery_action)
@@ -434,3 +459,6 @@ class SimulatedBackend:
             retire_pending=memory.retire_pending if rows is None and retires else None,
             not_read=not_read,
         )
+
+    def pci_gpu_count(self) -> int:
+        return count_nvidia_gpus(self.sysfs_root())

@@ -6,6 +6,7 @@ materializes a profile as a real sysfs-shaped tree and reads it with the same
 code that reads a real host.
 """
 
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ _SPEED_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s")
 _GT_PER_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
 GEN_TO_SPEED = {gen: f"{gt} GT/s PCIe" for gt, gen in _GT_PER_GEN.items()}
 _CPU_DIR_RE = re.compile(r"^cpu([0-9]+)$")
+_VERSION_RE = re.compile(r"[0-9]+(?:\.[0-9]+){1,3}")
 
 
 class SysfsError(Exception):
@@ -131,17 +133,25 @@ def format_cpu_list(cpus: list[int]) -> str:
     return ",".join(ranges)
 
 
-def read_kernel_module_version(proc_root: Path) -> str:
-    """The NVIDIA kernel module version from ``<proc>/driver/nvidia/version``.
+def read_kernel_module_version(proc_root: Path, sysfs_root: Path | None = None) -> str:
+    """The NVIDIA kernel module version from ``<proc>/driver/nvidia/version``,
+    else ``<sys>/module/nvidia/version``.
 
-    The first line reads e.g. ``NVRM version: NVIDIA UNIX x86_64 Kernel Module
-    550.54.15  Tue Mar  5 22:23:56 UTC 2024`` (open modules say ``Open Kernel
-    Module``; aarch64 says ``aarch64``).
+    The first line of the procfs file reads e.g. ``NVRM version: NVIDIA UNIX
+    x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024`` (open modules
+    say ``Open Kernel Module``; aarch64 says ``aarch64``); the sysfs file holds
+    only the version (the module's ``MODULE_VERSION``).
     """
     path = proc_root / "driver" / "nvidia" / "version"
     try:
         text = path.read_text()
     except OSError as exc:
+        if sysfs_root is not None:
+            module = sysfs_root / "module" / "nvidia" / "version"
+            with contextlib.suppress(OSError):
+                version = module.read_text().strip()
+                if _VERSION_RE.fullmatch(version):
+                    return version
         raise SysfsError(f"cannot read {path}: {exc.strerror}") from exc
     match = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+([0-9]+(?:\.[0-9]+){1,3})", text)
     if match is None:

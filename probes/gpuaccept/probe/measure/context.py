@@ -17,10 +17,18 @@ class LoadClocks:
     limited: frozenset[int]  # GPUs on which a power or thermal reason was sustained
 
 
+@dataclass(frozen=True)
+class NodeGpuCounts:
+    """What Kubernetes says of the node's GPUs (the operator passes them; None: unknown)."""
+
+    allocatable: int | None = None  # GPUACCEPT_EXPECTED_GPUS: what the probe pod requested
+    capacity: int | None = None  # GPUACCEPT_NODE_GPU_CAPACITY
+    labelled: int | None = None  # GPUACCEPT_GFD_GPU_COUNT (label nvidia.com/gpu.count)
+
+
 @dataclass
 class ProbeContext:
-    # The node's advertised nvidia.com/gpu (GPUACCEPT_EXPECTED_GPUS), if known.
-    advertised_gpus: int | None = None
+    node_gpus: NodeGpuCounts = NodeGpuCounts()
     # Called with a short progress note while a long measurement runs.
     progress: Callable[[str], None] = field(default=lambda _note: None)
     # Set by the throttle_reasons measurement; None until it has sampled under load.

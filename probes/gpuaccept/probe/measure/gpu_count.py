@@ -1,4 +1,5 @@
-"""Measures :mod:`gpuaccept.checks.gpu_count`: the GPUs visible, and the count advertised."""
+"""Measures :mod:`gpuaccept.checks.gpu_count`: the GPUs NVML sees, the NVIDIA GPUs on
+the PCI bus, and the node's counts the operator passed in."""
 
 from gpuaccept.checks.gpu_count import GpuCountObserved, GpuCountPolicy
 from gpuaccept.checks.spec import clip
@@ -12,8 +13,12 @@ def measure(
     hardware: HardwareBackend, policy: GpuCountPolicy, context: ProbeContext
 ) -> GpuCountObserved:
     problem = hardware.gpu_problem()
+    node = context.node_gpus
     return GpuCountObserved(
         visible=len(hardware.gpus()),
-        advertised=context.advertised_gpus,
+        allocatable=node.allocatable,
+        capacity=node.capacity,
+        labelled=node.labelled,
+        pci_devices=hardware.pci_gpu_count() or None,
         problem=clip(problem, PROBLEM_MAX) if problem else None,
     )

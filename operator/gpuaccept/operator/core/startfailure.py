@@ -1,0 +1,149 @@
+"""Why a probe pod never ran the probe, read from its status (pure).
+
+The container runtime and the kubelet say why in the pod's status, in places
+that differ by failure:
+
+* the NVIDIA container toolkit's prestart hook fails (containerd): the
+  container ends ``terminated.reason: StartError``, exit code 128, and the
+  message ends with the toolkit's own error, e.g. ``nvidia-container-cli:
+  initialization error: nvml error: driver/library version mismatch: unknown``
+  (kernel module and user-space driver differ) or ``requirement error:
+  unsatisfied condition: cuda>=13.2`` (the image's ``NVIDIA_REQUIRE_CUDA``);
+* the image cannot be pulled: the container waits with ``ErrImagePull`` /
+  ``ImagePullBackOff``;
+* the kubelet's admission refuses the pod (it is pinned by ``nodeName``, so no
+  scheduler checked it first): pod phase ``Failed``, pod ``status.reason``
+  ``OutOf<resource>`` (``OutOfnvidia.com/gpu``) or ``UnexpectedAdmissionError``,
+  message ``Pod was rejected: ...``;
+* the runtime has no handler for the RuntimeClass: the sandbox is never
+  created (a ``FailedCreatePodSandBox`` event), the container waits in
+  ``ContainerCreating`` until the deadline.
+
+A driver/library mismatch is the node's fault and is judged as the
+``driver_libraries`` check would (``DriverLibrariesFailed``); every other start
+failure is a failed attempt with its own reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuaccept.checks import driver_libraries
+from gpuaccept.operator.core.model import PodView
+
+START_ERROR = "StartError"  # the container's terminated reason when the runtime could not start it
+DRIVER_MISMATCH_TEXT = "driver/library version mismatch"
+CUDA_REQUIREMENT_TEXT = "unsatisfied condition: cuda"
+IMAGE_PULL_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+ADMISSION_REJECTED_PREFIX = "OutOf"  # kubelet lifecycle.InsufficientResourcePrefix
+ADMISSION_REJECTED_REASONS = frozenset({"UnexpectedAdmissionError"})
+NEVER_STARTED_WAITING = "ContainerCreating"
+RUNTIME_CLASS_NOT_FOUND = re.compile(r'RuntimeClass "[^"]*" not found')
+
+REASON_CUDA_REQUIREMENT = "CudaRequirementRefused"
+REASON_START_ERROR = "ProbeStartError"
+REASON_IMAGE_PULL = "ProbeImagePullFailed"
+REASON_REJECTED = "ProbePodRejected"
+REASON_NEVER_STARTED = "ProbeContainerNeverStarted"
+REASON_RUNTIME_CLASS_MISSING = "RuntimeClassMissing"
+MESSAGE_MAX = 500
+
+
+@dataclass(frozen=True)
+class StartFailure:
+    """Why the probe never ran. ``check`` names the check whose failure this is when
+    it is the node's fault (the node is judged on it); None: a failed attempt."""
+
+    reason: str
+    message: str
+    check: str | None = None
+
+
+def _tail(text: str, limit: int = MESSAGE_MAX) -> str:
+    """The end of a runtime message, where the toolkit's own error is."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
+
+
+def _toolkit_error(message: str) -> str:
+    """``nvidia-container-cli: ...`` out of a runtime's long StartError message."""
+    at = message.rfind("nvidia-container-cli:")
+    return _tail(message[at:] if at >= 0 else message)
+
+
+def _start_error(pod: PodView) -> StartFailure:
+    message = pod.message or ""
+    if DRIVER_MISMATCH_TEXT in message:
+        return StartFailure(
+            driver_libraries.REASON,
+            "the container toolkit could not start the probe (kernel module and user-space "
+            f"driver differ): {_toolkit_error(message)}",
+            check=driver_libraries.SPEC.name,
+        )
+    if CUDA_REQUIREMENT_TEXT in message:
+        return StartFailure(
+            REASON_CUDA_REQUIREMENT,
+            "the container toolkit refused the probe image's NVIDIA_REQUIRE_CUDA (the "
+            "image's CUDA is newer than the driver's; build the probe image without a CUDA "
+            f"base image, see docs/policy.md): {_toolkit_error(message)}",
+        )
+    code = f"exit code {pod.exit_code}: " if pod.exit_code is not None else ""
+    return StartFailure(
+        REASON_START_ERROR, f"the container could not be started: {code}{_tail(message)}"
+    )
+
+
+def _rejected(pod: PodView) -> bool:
+    reason = pod.pod_reason or ""
+    return reason.startswith(ADMISSION_REJECTED_PREFIX) or reason in ADMISSION_REJECTED_REASONS
+
+
+def start_failure(pod: PodView) -> StartFailure | None:
+    """Why ``pod`` could not run the probe, or None (it ran, or may still)."""
+    if pod.container_reason == START_ERROR:
+        return _start_error(pod)
+    if pod.waiting_reason in IMAGE_PULL_REASONS:
+        return StartFailure(
+            REASON_IMAGE_PULL,
+            _tail(f"{pod.waiting_reason}: {pod.waiting_message or 'cannot pull the probe image'}"),
+        )
+    if pod.phase == "Failed" and not pod.terminated and _rejected(pod):
+        return StartFailure(
+            REASON_REJECTED,
+            _tail(f"the kubelet refused the probe pod ({pod.pod_reason}): {pod.pod_message or ''}"),
+        )
+    if pod.phase == "Failed" and not pod.terminated:
+        # Ended (its deadline) with the container never created: it stays waiting.
+        return never_started(pod, None)
+    return None
+
+
+def never_started(pod: PodView, timeout: int | None) -> StartFailure | None:
+    """A container still waiting to be created at the deadline (the kubelet's, which
+    ends the pod ``DeadlineExceeded`` with the container still waiting, or the
+    operator's own when the kubelet is gone) never started."""
+    if pod.terminated or pod.waiting_reason != NEVER_STARTED_WAITING:
+        return None
+    after = f" after {timeout}s" if timeout is not None else f" ({pod.pod_reason or pod.phase})"
+    return StartFailure(
+        REASON_NEVER_STARTED,
+        f"the probe container was still {NEVER_STARTED_WAITING}{after}: its pod sandbox was "
+        "never created (the pod's events say why, e.g. FailedCreatePodSandBox when the "
+        "node's container runtime has no handler for the RuntimeClass)",
+    )
+
+
+def create_refused(message: str) -> StartFailure:
+    """Why the API server refused to create the probe pod."""
+    if RUNTIME_CLASS_NOT_FOUND.search(message):
+        return StartFailure(
+            REASON_RUNTIME_CLASS_MISSING,
+            _tail(
+                "the probe pod's RuntimeClass does not exist (operator flag --probe-runtime-class; "
+                f"the GPU operator creates 'nvidia'): {message}"
+            ),
+        )
+    return StartFailure("ProbePodError", _tail(f"the probe pod could not be created: {message}"))
