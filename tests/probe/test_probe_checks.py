@@ -1,5 +1,6 @@
 """Each check against the example profiles, and each check's pure judge."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -45,25 +46,19 @@ def policy(**sections: dict[str, object]) -> ProbePolicy:
 # --- the profiles ----------------------------------------------------------
 
 
-def test_registry_order_and_names() -> None:
-    assert [c.name for c in CHECKS] == [
-        "driver_libraries",
-        "gpu_count",
-        "cpu_governor",
-        "pcie_link",
-        "throttle_reasons",
-        "nccl_allreduce",
-        "nvlink",
-        "nvswitch_fabric",
-        "gpu_config",
-        "gpu_numa",
-        "infiniband_ports",
-        "xid_errors",
-        "memory_health",
-    ]
+def test_registry_names_and_the_orders_that_matter() -> None:
+    names = [c.name for c in CHECKS]
+    assert len(set(names)) == len(names)
+    # a driver/library mismatch names its cause before the GPU count it also breaks
+    assert names.index("driver_libraries") < names.index("gpu_count")
+    # gpu_config judges clocks from the samples throttle_reasons took under load
+    assert names.index("throttle_reasons") < names.index("gpu_config")
     for check in CHECKS:
+        assert re.fullmatch(r"[a-z][a-z0-9_]{1,31}", check.name), check.name
         assert ProbePolicy().switch(check.name) is not None, check.name
-        assert check.reason.endswith("Failed")
+        assert re.fullmatch(r"[A-Z][A-Za-z0-9]*Failed", check.reason), check.reason
+        assert check.runbook.meaning, check.name
+        assert check.runbook.fix, check.name
 
 
 @pytest.mark.parametrize("profile", HEALTHY_PROFILES, ids=lambda p: p.stem)

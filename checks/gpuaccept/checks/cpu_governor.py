@@ -10,7 +10,7 @@ when condensed; cpulists longer than 96 characters are clipped).
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -65,4 +65,8 @@ SPEC = CheckSpec(
     observed_model=CpuGovernorObserved,
     judge=judge,
     condense=condense,
+    runbook=RunbookEntry(
+        meaning="CPUs not on the required governor (e.g. `powersave`)",
+        fix="set `performance` (tuned / BIOS)",
+    ),
 )

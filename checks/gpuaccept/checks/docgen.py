@@ -38,7 +38,13 @@ from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec
 from gpuaccept.contracts.policy import CheckSwitch
 
-DOCS = ("docs/policy.md", "docs/probe.md", "docs/report-format.md", "docs/profile-format.md")
+DOCS = (
+    "docs/policy.md",
+    "docs/probe.md",
+    "docs/report-format.md",
+    "docs/profile-format.md",
+    "docs/runbook.md",
+)
 PROFILE_DIRS = ("profiles", "profiles/faults")
 
 _SECTION = re.compile(
@@ -104,6 +110,19 @@ def checks_table(checks: Sequence[AnyCheckSpec] = CHECKS) -> str:
             f"| `{check.name}` ({_cell(check.title)}) | [`{section_name(check)}`]"
             f"(#{section_name(check).lower()}) | `{check.reason}` | {_cell(check.summary)} |"
         )
+    return "\n".join(rows) + "\n"
+
+
+def runbook_reasons(checks: Sequence[AnyCheckSpec] = CHECKS) -> str:
+    """runbook.md: each check's reasons, what they mean and the usual fix
+    (from each check's ``RunbookEntry``)."""
+    rows = ["| reason | meaning | usual fix |", "|---|---|---|"]
+    for check in checks:
+        entry = check.runbook
+        rows.append(f"| `{check.reason}` | {_cell(entry.meaning)} | {_cell(entry.fix)} |")
+        if entry.warning_meaning is not None:
+            fix = _cell(entry.warning_fix or entry.fix)
+            rows.append(f"| `{check.warning_reason}` | {_cell(entry.warning_meaning)} | {fix} |")
     return "\n".join(rows) + "\n"
 
 
@@ -212,6 +231,7 @@ GENERATORS: dict[str, Generator] = {
     "probe-checks": lambda _root: probe_checks(),
     "observed-shapes": lambda _root: observed_shapes(),
     "shipped-profiles": shipped_profiles,
+    "runbook-reasons": lambda _root: runbook_reasons(),
 }
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import (
     CheckSwitch,
     Version,
@@ -202,4 +202,16 @@ SPEC = CheckSpec(
     observed_model=DriverLibrariesObserved,
     judge=judge,
     condense=condense,
+    runbook=RunbookEntry(
+        meaning=(
+            "kernel module and user-space driver differ (NVML's mismatch in the probe, or the "
+            "container toolkit's `nvml error: driver/library version mismatch` before it started:"
+            " the message says which), the driver cannot serve a CUDA major in "
+            "`requiredCudaMajors`, or its version is outside the allowed range"
+        ),
+        fix=(
+            "reboot (or reload the module) after a driver upgrade; upgrade the driver branch for "
+            "the CUDA the workloads need"
+        ),
+    ),
 )

@@ -38,7 +38,14 @@ from enum import StrEnum
 from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus, ungroup
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+    gpu_list,
+)
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -281,4 +288,16 @@ SPEC = CheckSpec(
     observed_model=GpuConfigObserved,
     judge=judge,
     condense=condense,
+    runbook=RunbookEntry(
+        meaning=(
+            "power limit below the default, persistence off, MIG or compute mode not as the "
+            "policy says, or clocks held low by configuration under load"
+        ),
+        fix=(
+            "undo the setting: `nvidia-smi -pl <default W>`, `nvidia-persistenced` (or `-pm 1`), "
+            "`nvidia-smi -mig 0` then a GPU reset, `nvidia-smi -c DEFAULT`, `nvidia-smi -rac` / "
+            "`-rgc` (application and locked clocks); find what sets it at boot (a tuning script, "
+            "a DaemonSet)"
+        ),
+    ),
 )

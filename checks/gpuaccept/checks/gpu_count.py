@@ -23,7 +23,7 @@ observed: ``{"visible": 7, "allocatable": 7, "capacity": 8, "labelled": 8,
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -122,4 +122,15 @@ SPEC = CheckSpec(
     policy_model=GpuCountPolicy,
     observed_model=GpuCountObserved,
     judge=judge,
+    runbook=RunbookEntry(
+        meaning=(
+            "fewer GPUs than the node should have: allocatable below capacity (the device plugin "
+            "marked a GPU unhealthy), or fewer than the capacity, the `nvidia.com/gpu.count` "
+            "label or the NVIDIA GPUs on the PCI bus"
+        ),
+        fix=(
+            "a GPU fell off the bus (Xid 79) or did not initialise: `dmesg`, `nvidia-smi`, reseat"
+            " or replace"
+        ),
+    ),
 )

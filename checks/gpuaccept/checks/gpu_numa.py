@@ -28,7 +28,14 @@ from typing import Literal
 
 from pydantic import Field, JsonValue, model_validator
 
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+    gpu_list,
+)
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -157,4 +164,11 @@ SPEC = CheckSpec(
     observed_model=GpuNumaObserved,
     judge=judge,
     condense=condense,
+    runbook=RunbookEntry(
+        meaning=(
+            "a GPU has no NUMA node on a multi-socket host, or the GPUs are not spread over the "
+            "sockets as the policy expects"
+        ),
+        fix="[below](#gpunumafailed)",
+    ),
 )

@@ -34,7 +34,7 @@ from typing import Literal
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -314,4 +314,11 @@ SPEC = CheckSpec(
     observed_model=InfinibandPortsObserved,
     judge=judge,
     condense=condense,
+    runbook=RunbookEntry(
+        meaning=(
+            "too few HCA ports up, a port LinkUp but not ACTIVE, a slow port, mixed firmware on "
+            "one board, or error counters over the threshold"
+        ),
+        fix="[below](#infinibandportsfailed)",
+    ),
 )

@@ -47,7 +47,7 @@ from gpuaccept.checks.gpu_sets import (
     notes_condensed,
     parse_gpu_ranges,
 )
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -193,4 +193,11 @@ SPEC = CheckSpec(
     observed_model=MemoryHealthObserved,
     judge=judge,
     condense=condense,
+    runbook=RunbookEntry(
+        meaning=(
+            "ECC off, uncorrected ECC errors since the driver loaded, a row remap pending or "
+            "failed, page retirement pending"
+        ),
+        fix="[Memory and Xid faults](#memory-and-xid-faults)",
+    ),
 )

@@ -30,6 +30,7 @@ from gpuaccept.checks.spec import (
     FigureColumn,
     FiguresModel,
     ObservedModel,
+    RunbookEntry,
     clip,
 )
 from gpuaccept.contracts.policy import CheckSwitch
@@ -129,4 +130,8 @@ SPEC = CheckSpec(
     figures_model=NcclAllreduceFigures,
     key_figures=key_figures,
     columns=(FigureColumn("BusBW", BUSBW_FIGURE, "NCCL all-reduce GB/s.", position=1),),
+    runbook=RunbookEntry(
+        meaning="all-reduce busbw below the policy minimum",
+        fix="NVLink/NVSwitch/fabric manager",
+    ),
 )

@@ -29,7 +29,14 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
 from gpuaccept.checks.gpu_ranges import parse_gpus, ungroup
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+    gpu_list,
+)
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -205,4 +212,20 @@ SPEC = CheckSpec(
     observed_model=NvlinkObserved,
     judge=judge,
     condense=condense,
+    runbook=RunbookEntry(
+        meaning=(
+            'a GPU has fewer active NVLinks than its model should (message: "GPU 5: 16 of 18 '
+            'NVLinks active (inactive: 16, 17)"), or a link retrained (recovery errors)'
+        ),
+        fix=(
+            "reset the GPU (`nvidia-smi -r`, or reboot) and re-probe; links still down or still "
+            "recovering after a reset: reseat the GPU baseboard connectors, then RMA the GPU or "
+            "baseboard"
+        ),
+        warning_meaning="replay or CRC errors on a link since boot",
+        warning_fix=(
+            "watch the counters (`nvidia-smi nvlink -e`); rising counts on one link precede Xid "
+            "74: reseat, then RMA"
+        ),
+    ),
 )

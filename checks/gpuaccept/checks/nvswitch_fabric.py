@@ -28,7 +28,14 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
 from gpuaccept.checks.gpu_ranges import parse_gpus, ungroup
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+    gpu_list,
+)
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -187,4 +194,16 @@ SPEC = CheckSpec(
     policy_model=NvswitchFabricPolicy,
     observed_model=NvswitchFabricObserved,
     judge=judge,
+    runbook=RunbookEntry(
+        meaning=(
+            'a GPU\'s fabric registration did not complete ("fabric registration not started": '
+            "nvidia-fabricmanager not running or not the driver's version), or the fabric reports"
+            " degraded bandwidth or an unhealthy route"
+        ),
+        fix=(
+            "`systemctl status nvidia-fabricmanager`; install the fabric manager of exactly the "
+            "driver's version and restart it (or reboot); degraded bandwidth after that: an "
+            "NVSwitch or its links, reset the node's GPUs, then RMA the baseboard"
+        ),
+    ),
 )

@@ -36,6 +36,7 @@ from gpuaccept.checks.spec import (
     FigureColumn,
     FiguresModel,
     ObservedModel,
+    RunbookEntry,
     clip,
     gpu_list,
 )
@@ -278,4 +279,10 @@ SPEC = CheckSpec(
     figures_model=PcieLinkFigures,
     key_figures=key_figures,
     columns=(FigureColumn("PCIe", "pcie", "Weakest PCIe link under load.", position=2),),
+    runbook=RunbookEntry(
+        meaning=(
+            "a GPU's PCIe link under load is below its maximum (e.g. x8), or copy bandwidth is low"
+        ),
+        fix="reseat the GPU / riser, check the slot",
+    ),
 )

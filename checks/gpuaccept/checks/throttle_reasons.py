@@ -31,7 +31,14 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip, gpu_list
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+    gpu_list,
+)
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -187,4 +194,8 @@ SPEC = CheckSpec(
     observed_model=ThrottleReasonsObserved,
     judge=judge,
     condense=condense,
+    runbook=RunbookEntry(
+        meaning="HW slowdown, thermal or power brake under load",
+        fix="cooling, power, GPU replacement",
+    ),
 )

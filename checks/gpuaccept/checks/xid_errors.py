@@ -42,7 +42,7 @@ from typing import Annotated
 from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_sets import gpu_label, gpu_ranges, notes_condensed, parse_gpu_ranges
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, clip
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -249,4 +249,11 @@ SPEC = CheckSpec(
     observed_model=XidErrorsObserved,
     judge=judge,
     condense=condense,
+    runbook=RunbookEntry(
+        meaning=(
+            "a critical Xid while the probe loaded the GPUs, or a GPU left needing a recovery "
+            "action"
+        ),
+        fix="per Xid and action: [Memory and Xid faults](#memory-and-xid-faults)",
+    ),
 )
