@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.testsupport import controlplane
-from gpuaccept.testsupport.attached import AttachedProcess, attached
+from gpuaccept.testsupport.attached import AttachedProcess, attached, stop_attached
 from gpuaccept.testsupport.processes import pid_alive
 
 pytestmark = pytest.mark.integration
@@ -63,11 +63,21 @@ def _nothing_left(procs: list[AttachedProcess], cp_pid: int, cluster: Path) -> N
     assert not (cluster / "state.json").exists()
 
 
+def _leave_nothing(cluster: Path) -> None:
+    """Whatever the test's outcome: no demo process and no control plane left."""
+    stop_attached(cluster, grace=5)
+    if (cluster / "state.json").exists():
+        controlplane.stop(cluster)
+
+
 def test_demo_down_stops_the_demo_and_the_cluster_it_started(tmp_path: Path) -> None:
     cluster = tmp_path / "cluster"
-    procs, cp_pid = _kept_demo(cluster)
-    _make("demo-down", cluster)
-    _nothing_left(procs, cp_pid, cluster)
+    try:
+        procs, cp_pid = _kept_demo(cluster)
+        _make("demo-down", cluster)
+        _nothing_left(procs, cp_pid, cluster)
+    finally:
+        _leave_nothing(cluster)
 
 
 def test_cluster_down_stops_a_demo_running_on_it(tmp_path: Path) -> None:
@@ -78,5 +88,4 @@ def test_cluster_down_stops_a_demo_running_on_it(tmp_path: Path) -> None:
         _make("cluster-down", cluster)
         _nothing_left(procs, cp_pid, cluster)
     finally:
-        if (cluster / "state.json").exists():
-            controlplane.stop(cluster)
+        _leave_nothing(cluster)
