@@ -2,8 +2,9 @@
 
 A report is produced once per profile by the real probe (``gpuaccept probe
 --profile FILE --output json`` on the simulated backend), validated with the
-contract model, then copied per node with that node's name and bootID, and
-encoded as the probe would write its termination message
+contract model, then copied per node with that node's name and bootID, fitted
+to the termination message as the probe fits it
+(:func:`~gpuaccept.probe.compact.fit_report`), and encoded
 (:func:`~gpuaccept.contracts.report.encode_termination_message`). So the
 operator reads and re-judges exactly what a probe pod would have said.
 """
@@ -25,6 +26,7 @@ from gpuaccept.contracts.report import (
     ProbeReport,
     encode_termination_message,
 )
+from gpuaccept.probe.compact import fit_report
 from gpuaccept.probe.hardware.profile import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,7 +76,7 @@ def for_node(template: ProbeReport, node_name: str, boot_id: str) -> str:
     report = template.model_copy(
         update={"node_name": node_name, "boot_id": boot_id, "started_at": now, "finished_at": now}
     )
-    return encode_termination_message(report)
+    return encode_termination_message(fit_report(report))
 
 
 def message_for(

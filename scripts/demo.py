@@ -94,7 +94,7 @@ def install(kube: Kube) -> None:
         # The default policy: each profile's `expect` is stated against it.
         "probe": yaml.safe_load((ROOT / "policies" / "default-h100-h200.yaml").read_text()),
         "probeRun": {"timeoutSeconds": 120, "retries": 1, "backoffSeconds": 5},
-        "maxQuarantined": 10,
+        "maxQuarantined": len(BAD),  # every fault node is quarantined, none held by the breaker
         "dryRun": False,
         "paused": False,
     }
