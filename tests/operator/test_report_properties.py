@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from world import BOOT, World, make_report, spec
 
+from gpuaccept.checks.registry import CHECKS as REGISTERED
 from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
@@ -99,7 +100,7 @@ def set_status(check: str, status: str) -> Any:
     return mutate
 
 
-CHECKS = ["gpu_count", "driver_libraries", "cpu_governor", "pcie_link", "nccl_allreduce"]
+CHECKS = [check.name for check in REGISTERED]  # every registered check can be mutated
 NUMBERS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(min_value=-(2**40), max_value=2**40),
@@ -110,12 +111,10 @@ JSON_VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
     max_leaves=6,
 )
+# The top-level fields of each check's observed model, as they are on the wire.
 OBSERVED_KEYS = {
-    "gpu_count": ["visible", "allocatable"],
-    "nccl_allreduce": ["ranks", "busbwGBps", "algbwGBps"],
-    "pcie_link": ["gen", "width", "h2dGBps"],
-    "cpu_governor": ["cpus"],
-    "driver_libraries": ["kernelModule"],
+    check.name: [f.alias or name for name, f in check.observed_model.model_fields.items()]
+    for check in REGISTERED
 }
 
 
