@@ -37,9 +37,9 @@ lint: venv
 	$(VENV)/bin/lint-imports --no-cache
 
 # The fast tier: every test that needs no control plane (pure core, checks,
-# probe, chart templates, torch.distributed with gloo).
+# probe, chart templates, torch.distributed with gloo), on both cores.
 unit: venv $(BIN)/helm
-	$(VENV)/bin/pytest -q -m "not device and not integration" tests
+	$(VENV)/bin/pytest -q -n 2 -m "not device and not integration" tests
 
 # Every test: unit, torch.distributed (gloo, real processes), integration tests
 # on the real kube-apiserver + etcd (started by the session fixture), chart and
