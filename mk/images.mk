@@ -30,7 +30,7 @@ PROBE_BUILD_ARGS ?=
 
 IMAGES_BUILD_DIR ?= /var/tmp/gpuaccept-images
 IMAGES_PROFILE ?= profiles/h100-sxm-8gpu-healthy.yaml
-IMAGES_FAULT_PROFILE ?= profiles/faults/driver-too-old.yaml
+IMAGES_FAULT_PROFILE ?= profiles/faults/driver-cuda11.yaml
 BUILD_IMAGE := python3 hack/images/build_image.py
 CHECK_IMAGE = $(BUILD_IMAGE) check --work $(IMAGES_BUILD_DIR) --tag
 
