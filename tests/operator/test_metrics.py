@@ -54,9 +54,9 @@ def _scrape() -> str:
     return generate_latest(REGISTRY).decode()
 
 
-def test_per_node_series_come_from_the_cache_at_scrape_time() -> None:
+def test_per_node_series_come_from_the_published_snapshot() -> None:
     cache = [_na("gpu-1", Phase.ACCEPTED, busbwGBps=400, minPcieGeneration=5, minPcieWidth=16)]
-    metrics.export_nodes(lambda: cache)
+    metrics.publish_nodes(cache)
     try:
         text = _scrape()
         assert 'gpuaccept_node_phase{node="gpu-1",phase="Accepted",policy="default"} 1.0' in text
@@ -64,9 +64,10 @@ def test_per_node_series_come_from_the_cache_at_scrape_time() -> None:
         assert 'gpuaccept_node_pcie_link_generation{node="gpu-1"} 5.0' in text
         assert 'gpuaccept_node_pcie_link_width{node="gpu-1"} 16.0' in text
         cache.clear()  # the node and its NodeAcceptance are gone
+        metrics.publish_nodes(cache)
         assert 'node="gpu-1"' not in _scrape()
     finally:
-        metrics.export_nodes(tuple)
+        metrics.publish_nodes(())
 
 
 def test_build_info_and_no_created_series() -> None:

@@ -20,7 +20,6 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
-from gpuaccept.operator import metrics
 from gpuaccept.operator.controller import Controller, RuntimeSettings
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import OperatorConfig
@@ -160,8 +159,8 @@ def main(argv: Sequence[str]) -> int:
     def login(**_: Any) -> kopf.ConnectionInfo:
         return _connection_info(configuration)
 
-    if args.metrics_port:
-        _serve_metrics(args.metrics_port, controller)
+    if args.metrics_port:  # the per-node series are published by the policy status loop
+        start_http_server(args.metrics_port)
     settings = kopf.OperatorSettings()
     configure(settings)
     ready = threading.Event()
@@ -195,13 +194,6 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         return 0
     return 0
-
-
-def _serve_metrics(port: int, controller: Controller) -> None:
-    """/metrics, with the per-node series computed from the controller's cache."""
-    cache = controller.cache
-    metrics.export_nodes(lambda: filter(None, map(cache.na, cache.na_names())))
-    start_http_server(port)
 
 
 def _wait_for_crds(kube: Kube, *, timeout: float) -> list[str]:

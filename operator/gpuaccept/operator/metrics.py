@@ -2,15 +2,18 @@
 
 Base units (seconds, bytes per second), ``gpuaccept_build_info``, and no
 ``_created`` series. The per-node series (phase, bus bandwidth, PCIe link) are
-not kept between writes: they are computed from the operator's cache at each
-scrape (:class:`NodeSeries`), so every replica, a restarted one or a new leader
-after a failover, exports them for every node at once, and a deleted node's
-series go with it.
+not kept between writes: the policy status loop publishes them from the
+snapshot of the cache it takes anyway, every ``--status-interval``, on the
+event loop (:func:`publish_nodes`); a scrape only reads the last published
+tuple (:class:`NodeSeries`). So every replica, a restarted one or a new leader
+after a failover, exports them for every node after its first status pass, a
+deleted node's series go with it, and a scrape neither walks the fleet nor
+reads kopf's indexes from the HTTP thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -175,14 +178,11 @@ def node_samples(na: NAView) -> NodeSamples:
     )
 
 
-NodeSource = Callable[[], Iterable[NAView]]
-
-
 class NodeSeries(Collector):
-    """The per-node series, computed from the cache at each scrape."""
+    """The per-node series, from the samples last published."""
 
     def __init__(self) -> None:
-        self.source: NodeSource = tuple
+        self.samples: tuple[NodeSamples, ...] = ()
 
     def collect(self) -> Iterator[Metric]:
         phase = GaugeMetricFamily(
@@ -205,8 +205,7 @@ class NodeSeries(Collector):
             "PCIe lane width of each node's weakest GPU link under load, last probe.",
             labels=["node"],
         )
-        for na in self.source():
-            sample = node_samples(na)
+        for sample in self.samples:  # one read of an immutable tuple: no lock needed
             phase.add_metric([sample.node, sample.policy, sample.phase], 1.0)
             for family, value in (
                 (busbw, sample.busbw_bytes_per_second),
@@ -222,6 +221,6 @@ NODE_SERIES = NodeSeries()
 REGISTRY.register(NODE_SERIES)
 
 
-def export_nodes(source: NodeSource) -> None:
-    """Where the per-node series come from: the operator's cache (cli wiring)."""
-    NODE_SERIES.source = source
+def publish_nodes(acceptances: Iterable[NAView]) -> None:
+    """The per-node series from now on: one sample per NodeAcceptance."""
+    NODE_SERIES.samples = tuple(node_samples(na) for na in acceptances)

@@ -67,7 +67,9 @@ class PolicyStatusLoop:
     async def update(self) -> None:
         """Counts, limit and conflicts per policy; patched only when changed."""
         entries = self.cache.policies()
-        tallies = fleet.tally(self.cache.fleet())
+        snapshot = self.cache.fleet()
+        tallies = fleet.tally(snapshot)
+        metrics.publish_nodes(snapshot.acceptances)
         current = {entry.view.name for entry in entries}
         for gone in self._reported - current:  # a deleted policy: drop its series
             metrics.forget_policy(gone)
