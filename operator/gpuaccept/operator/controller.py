@@ -124,7 +124,6 @@ class Controller:
         self.failures = FailureLog("reconcile")
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
-        self.writes: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ events
     @property
@@ -298,7 +297,6 @@ class Controller:
                 return False
             log_recovery(log, self.failures)  # a write went through
             self.ledger.track(action)
-            self.writes[type(action).__name__] += 1
             metrics.API_CALLS.labels(type(action).__name__).inc()
             metrics.record_write(observed, action)
         return True

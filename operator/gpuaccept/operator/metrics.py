@@ -27,7 +27,6 @@ from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core.fleet import PolicyTally
 from gpuaccept.operator.core.model import (
     Action,
-    DeleteNodeAcceptance,
     NAView,
     Observed,
     PatchNAStatus,
@@ -124,8 +123,6 @@ def forget_policy(policy: str) -> None:
 
 def record_write(observed: Observed, action: Action) -> None:
     """What a successful write tells: probe durations, errors, failures, bandwidth."""
-    if isinstance(action, DeleteNodeAcceptance):
-        return
     if not isinstance(action, PatchNAStatus) or observed.na is None:
         return
     old, new = observed.na.status, action.status

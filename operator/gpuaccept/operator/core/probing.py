@@ -36,13 +36,10 @@ from gpuaccept.operator.core.verdict import (
 
 STATUS_WRITE_REFUSED = "StatusWriteRefused"
 
-# Container states that will not resolve by waiting.
+# Container states that will not resolve by waiting (the image-pull ones are
+# start failures already, see startfailure.IMAGE_PULL_REASONS).
 STUCK_WAITING = frozenset(
     {
-        "ErrImagePull",
-        "ImagePullBackOff",
-        "InvalidImageName",
-        "ErrImageNeverPull",
         "CreateContainerConfigError",
         "CreateContainerError",
         "RunContainerError",

@@ -19,14 +19,7 @@ from __future__ import annotations
 
 from gpuaccept.contracts.api import REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.operator.core.context import (
-    REASON_BREAKER,
-    REASON_DRY_RUN,
-    REASON_PROBE_ERROR,
-    REASON_WAITING_FOR_GPUS,
-    NodeContext,
-    PlanBuilder,
-)
+from gpuaccept.operator.core.context import NodeContext, PlanBuilder
 from gpuaccept.operator.core.decided import DECIDED, plan_decided
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
@@ -39,13 +32,7 @@ from gpuaccept.operator.core.model import (
 from gpuaccept.operator.core.pending import plan_pending
 from gpuaccept.operator.core.probing import plan_probing
 
-__all__ = [
-    "REASON_BREAKER",
-    "REASON_DRY_RUN",
-    "REASON_PROBE_ERROR",
-    "REASON_WAITING_FOR_GPUS",
-    "reconcile",
-]
+__all__ = ["reconcile"]
 
 
 def reconcile(observed: Observed, judge: Judge) -> Plan:
