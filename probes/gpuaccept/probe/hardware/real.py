@@ -129,6 +129,7 @@ class RealBackend:
         self._gpus: list[GpuInfo] = []
         self._handles: list[Any] = []
         self._device_max: dict[int, tuple[int, int]] = {}
+        self._max_sm_mhz: dict[int, int] = {}  # constant per GPU; sampled every 0.5 s
         self._ordinals: dict[int, int] | None = None
         # GPUs that hung in this run: no later step waits on them again.
         self._hung: dict[int, str] = {}
@@ -303,10 +304,11 @@ class RealBackend:
         handle = self._handle(gpu, "SM clock")
         try:
             current = int(nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM))
-            maximum = int(nvml.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM))
+            if gpu not in self._max_sm_mhz:
+                self._max_sm_mhz[gpu] = int(nvml.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM))
         except nvml.NVMLError as exc:
             raise self._nvml_failure(gpu, "SM clock", exc) from exc
-        return current, maximum
+        return current, self._max_sm_mhz[gpu]
 
     # --- torch --------------------------------------------------------------
     def _torch_cuda(self) -> ModuleType:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_TIMEOUT = 10
 WAIT_MS = 500  # each nvmlEventSetWait_v2 call; the stop flag is looked at in between
 STOP_DEADLINE_S = 5.0

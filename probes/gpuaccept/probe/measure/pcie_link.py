@@ -15,7 +15,7 @@ from gpuaccept.probe.hardware.base import (
     Unavailable,
 )
 from gpuaccept.probe.measure.context import ProbeContext
-from gpuaccept.probe.measure.rounding import round1
+from gpuaccept.probe.measure.rounding import round_figure
 
 COPY_BYTES = 256 << 20
 FAILURE_MAX = 120
@@ -60,8 +60,8 @@ def measure(
         max_gen.append(link.max_generation)
         max_width.append(link.max_width)
         idle_gen.append(idle.generation)
-        h2d.append(round1(copy.h2d_gbps))
-        d2h.append(round1(copy.d2h_gbps))
+        h2d.append(round_figure(copy.h2d_gbps))
+        d2h.append(round_figure(copy.d2h_gbps))
     return PcieLinkObserved(
         gen=gen,
         width=width,

@@ -1,10 +1,6 @@
 """How measured figures are rounded before they go into a report."""
 
 
-def round1(value: float) -> float:
-    return round(value, 1)
-
-
 def round_figure(value: float) -> float:
     """One decimal for large figures, three significant digits for small ones
     (so a slow but non-zero bandwidth never rounds to 0)."""
