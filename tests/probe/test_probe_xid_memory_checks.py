@@ -8,7 +8,8 @@ import pytest
 from probe_scenarios import HEALTHY, default_policy, fault, probe
 
 from gpuaccept.checks import memory_health, xid_errors
-from gpuaccept.checks.gpu_sets import gpu_ranges, merged, parse_gpu_ranges
+from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
+from gpuaccept.checks.gpu_sets import merged
 from gpuaccept.checks.memory_health import MemoryHealthObserved, MemoryHealthPolicy
 from gpuaccept.checks.registry import BY_NAME
 from gpuaccept.checks.xid_errors import XidErrorsObserved, XidErrorsPolicy, xid_sets
@@ -27,15 +28,15 @@ SUMMARY = HardwareSummary(gpu_count=8)
     [([], ""), ([5], "5"), ([0, 1, 2, 3, 5], "0-3,5"), ([7, 0, 1, 1], "0-1,7"), ([3, 4], "3-4")],
 )
 def test_gpu_ranges_round_trip(indices: list[int], text: str) -> None:
-    assert gpu_ranges(indices) == text
+    assert format_gpus(indices) == text
     if text:
-        assert parse_gpu_ranges(text) == sorted(set(indices))
+        assert parse_gpus(text) == sorted(set(indices))
 
 
 @pytest.mark.parametrize("bad", ["", "a", "3-1", "0-999", "1,,2", "-1"])
 def test_gpu_ranges_refuse_garbage(bad: str) -> None:
     with pytest.raises(ValueError, match="range"):
-        parse_gpu_ranges(bad)
+        parse_gpus(bad)
 
 
 def test_merged_counts_keep_every_gpu_and_the_largest() -> None:

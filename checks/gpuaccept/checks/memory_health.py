@@ -40,13 +40,8 @@ only naming the GPUs.
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.gpu_sets import (
-    gpu_label,
-    gpu_ranges,
-    merged,
-    notes_condensed,
-    parse_gpu_ranges,
-)
+from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
+from gpuaccept.checks.gpu_sets import gpu_label, merged, notes_condensed
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -92,7 +87,7 @@ class MemoryHealthObserved(ObservedModel):
 def _pending_groups(observed: MemoryHealthObserved) -> dict[str, str]:
     """GPUs with a pending remap → their remapped rows as text, GPUs with the same
     rows together (the condensed form has no rows: one group, no text)."""
-    pending = parse_gpu_ranges(observed.remap_pending or "")
+    pending = parse_gpus(observed.remap_pending or "")
     rows = observed.remapped_rows or {}
     if not all(str(gpu) in rows and len(rows[str(gpu)]) == 2 for gpu in pending):
         return {observed.remap_pending or "": ""}
@@ -100,7 +95,7 @@ def _pending_groups(observed: MemoryHealthObserved) -> dict[str, str]:
     for gpu in pending:
         groups.setdefault(tuple(rows[str(gpu)]), []).append(gpu)
     return {
-        gpu_ranges(gpus): f"{c} correctable, {u} uncorrectable rows remapped; "
+        format_gpus(gpus): f"{c} correctable, {u} uncorrectable rows remapped; "
         for (c, u), gpus in groups.items()
     }
 
@@ -155,7 +150,7 @@ def judge(
         observed.retire_pending,
     ):
         if text:
-            parse_gpu_ranges(text)  # a malformed GPU set is an error, never a pass
+            parse_gpus(text)  # a malformed GPU set is an error, never a pass
     failing = _failures(observed, policy)
     warning = _over(
         observed.aggregate_uncorrected,

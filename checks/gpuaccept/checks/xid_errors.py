@@ -41,7 +41,8 @@ from typing import Annotated
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.gpu_sets import gpu_label, gpu_ranges, notes_condensed, parse_gpu_ranges
+from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
+from gpuaccept.checks.gpu_sets import gpu_label, notes_condensed
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -155,7 +156,7 @@ def xids_by_code(observed: XidErrorsObserved) -> dict[int, list[int]]:
     """Xid → the GPUs that reported it (-1: a GPU NVML named but we do not know)."""
     out: dict[int, set[int]] = {}
     for gpus, codes in (observed.xids or {}).items():
-        indices = [-1] if gpus == "-1" else parse_gpu_ranges(gpus)
+        indices = [-1] if gpus == "-1" else parse_gpus(gpus)
         for xid in codes:
             out.setdefault(xid, set()).update(indices)
     return {xid: sorted(g) for xid, g in sorted(out.items())}
@@ -170,7 +171,7 @@ def _xid_texts(
             where = (
                 "an unknown GPU"
                 if gpus == [-1]
-                else gpu_label(gpu_ranges([g for g in gpus if g >= 0]))
+                else gpu_label(format_gpus([g for g in gpus if g >= 0]))
             )
             out.append(f"{where}: {describe_xid(xid)}{_during(observed, xid)}")
     return out
@@ -198,7 +199,7 @@ def judge(
         "recoveryActionWarnOn": list[JsonValue](sorted(warn_actions)),
     }
     for gpus in (observed.recovery_action or {}).values():
-        parse_gpu_ranges(gpus)  # a malformed GPU set is an error, never a pass
+        parse_gpus(gpus)  # a malformed GPU set is an error, never a pass
     by_code = xids_by_code(observed)
     failing = _action_texts(observed, fail_actions) + _xid_texts(by_code, observed, fail_xids)
     warning = _action_texts(observed, warn_actions) + _xid_texts(by_code, observed, warn_xids)
@@ -233,7 +234,7 @@ def xid_sets(events: list[tuple[int, int]]) -> dict[str, list[int]]:
     groups: dict[tuple[int, ...], list[int]] = {}
     for gpu, codes in sorted(by_gpu.items()):
         groups.setdefault(tuple(sorted(codes)), []).append(gpu)
-    out = {gpu_ranges(gpus): list(codes) for codes, gpus in groups.items()}
+    out = {format_gpus(gpus): list(codes) for codes, gpus in groups.items()}
     if unknown:
         out["-1"] = sorted(unknown)
     return out

@@ -1,7 +1,8 @@
 """Measures :mod:`gpuaccept.checks.memory_health`: each GPU's ECC mode and
 counts, remapped rows and retired pages (NVML; no load needed)."""
 
-from gpuaccept.checks.gpu_sets import gpu_label, gpu_ranges
+from gpuaccept.checks.gpu_ranges import format_gpus
+from gpuaccept.checks.gpu_sets import gpu_label
 from gpuaccept.checks.memory_health import MemoryHealthObserved, MemoryHealthPolicy
 from gpuaccept.probe.hardware.base import (
     GpuFailedError,
@@ -15,7 +16,7 @@ WHY_MAX = 120
 
 
 def _ranges(gpus: list[int]) -> str | None:
-    return gpu_ranges(gpus) if gpus else None
+    return format_gpus(gpus) if gpus else None
 
 
 def _counts(values: dict[int, int | None]) -> dict[str, int] | None:
@@ -32,7 +33,7 @@ def _not_read(health: dict[int, GpuMemoryHealth], lost: dict[int, str]) -> dict[
     if lost:
         by_part["all"] = lost
     return {
-        part: f"{gpu_label(gpu_ranges(list(gpus)))}: {sorted(set(gpus.values()))[0]}"[:WHY_MAX]
+        part: f"{gpu_label(format_gpus(list(gpus)))}: {sorted(set(gpus.values()))[0]}"[:WHY_MAX]
         for part, gpus in sorted(by_part.items())
     }
 

@@ -8,7 +8,8 @@ the PCIe copies, the sustained load and the all-reduce — whatever their order
 in the registry.
 """
 
-from gpuaccept.checks.gpu_sets import gpu_label, gpu_ranges
+from gpuaccept.checks.gpu_ranges import format_gpus
+from gpuaccept.checks.gpu_sets import gpu_label
 from gpuaccept.checks.xid_errors import (
     EVENTS_MAX,
     RECOVERY_ACTION_BY_VALUE,
@@ -39,7 +40,7 @@ def _recovery_actions(
             continue
         if action is not RecoveryAction.NONE:
             by_action.setdefault(str(action), []).append(gpu)
-    return {a: gpu_ranges(g) for a, g in sorted(by_action.items())}, not_read
+    return {a: format_gpus(g) for a, g in sorted(by_action.items())}, not_read
 
 
 def _why(not_read: dict[int, str]) -> str:
@@ -47,7 +48,7 @@ def _why(not_read: dict[int, str]) -> str:
     reasons = sorted(set(not_read.values()))
     first = reasons[0].removeprefix(f"GPU {min(not_read)}: ")
     more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-    return f"{gpu_label(gpu_ranges(list(not_read)))}: {first}"[: WHY_MAX - len(more)] + more
+    return f"{gpu_label(format_gpus(list(not_read)))}: {first}"[: WHY_MAX - len(more)] + more
 
 
 def measure(
@@ -76,7 +77,7 @@ def measure(
         )
     events = log.events() if log is not None else []
     return XidErrorsObserved(
-        watched=gpu_ranges(list(log.watched)) if log is not None and log.watched else None,
+        watched=format_gpus(list(log.watched)) if log is not None and log.watched else None,
         listened_s=log.seconds if listened and log is not None else None,
         events=[
             XidEventObserved(gpu=e.gpu, xid=e.xid, at_s=e.at_s, during=e.during)
