@@ -159,9 +159,17 @@ def test_copies_use_the_cuda_device_with_the_nvml_uuid(monkeypatch: pytest.Monke
 def test_copy_thread_and_buffer_pinned_to_the_gpus_numa_node(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Fixture sysfs: GPU 0 (0000:1b:00.0) on node 0 with CPU 0, GPU 1 on node 1 with CPU 1."""
-    if not {0, 1} <= os.sched_getaffinity(0):
-        pytest.skip("needs CPUs 0 and 1")
+    """Fixture sysfs: GPU 0 (0000:1b:00.0) on node 0 with CPU 0, GPU 1 on node 1 with CPU 1.
+
+    The affinity calls are faked per thread (as the kernel keeps them), so the test
+    does not depend on which CPUs this machine's cpuset allows."""
+    per_thread = threading.local()
+    monkeypatch.setattr(
+        os, "sched_getaffinity", lambda _pid: getattr(per_thread, "cpus", {0, 1, 2, 3})
+    )
+    monkeypatch.setattr(
+        os, "sched_setaffinity", lambda _pid, cpus: setattr(per_thread, "cpus", set(cpus))
+    )
     torch = FakeTorch(cuda_uuids=[u[4:] for u in NVML_UUIDS])
     hw = backend(monkeypatch, fake_nvml(), torch)
     first = hw.copy_bandwidth(0, 1 << 20)

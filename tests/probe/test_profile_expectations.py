@@ -10,6 +10,13 @@ from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.inputs import load_policy
 
 PROFILES = sorted((REPO / "profiles").glob("**/*.yaml"))
+FAULT_PROFILES = sorted((REPO / "profiles" / "faults").glob("*.yaml"))
+
+
+def test_the_shipped_profiles_are_found() -> None:
+    """The tests below iterate these lists; an empty one would check nothing."""
+    assert FAULT_PROFILES
+    assert len(PROFILES) > len(FAULT_PROFILES)
 
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
@@ -27,7 +34,7 @@ def test_profile_produces_its_expected_verdict(path: Path) -> None:
 
 
 def test_fault_profiles_expect_a_failure() -> None:
-    for path in (REPO / "profiles" / "faults").glob("*.yaml"):
+    for path in FAULT_PROFILES:
         expect = load_profile(path).expect
         assert expect is not None
         assert not expect.accepted, path
