@@ -9,13 +9,15 @@ in :mod:`.sysfs`.
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.sysfs import PciNuma
 from gpuaccept.probe.hardware.topology import HostTopology
-from gpuaccept.probe.hardware.xid_events import XidLog
+
+if TYPE_CHECKING:  # xid_events imports this module's error types
+    from gpuaccept.probe.hardware.xid_events import XidLog
 
 
 class Unavailable(Exception):  # noqa: N818 - reads as "the hardware is unavailable"
@@ -234,7 +236,7 @@ class HardwareBackend(Protocol):
         """The InfiniBand/RoCE HCAs visible here (``/sys/class/infiniband``) and the
         RDMA netns mode; raises :class:`Unavailable` when sysfs cannot be read."""
 
-    def xid_listener(self) -> AbstractContextManager[XidLog]:
+    def xid_listener(self) -> AbstractContextManager["XidLog"]:
         """Record critical Xids on every GPU inside the ``with`` block (never raises:
         what could not be watched is in the log)."""
 

@@ -12,9 +12,12 @@ from types import ModuleType
 from typing import Any
 
 from gpuaccept.probe.hardware.base import GpuFailedError, GpuMemoryHealth, RemappedRows
+from gpuaccept.probe.hardware.nvml_errors import (
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NOT_SUPPORTED,
+    nvml_error_code,
+)
 
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_GPU_IS_LOST = 15
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
 NVML_AGGREGATE_ECC = 1
@@ -27,11 +30,6 @@ NVML_VALUE_TYPE_UNSIGNED_INT = 1
 # R570, R580 and the installed binding (13.615) all give 230.
 RECOVERY_ACTION_FIELD_IDS: tuple[tuple[int, int | None, int], ...] = ((570, None, 230),)
 RECOVERY_ACTION_MAX = 7  # NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT
-
-
-def _code(exc: BaseException) -> int | None:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
 
 
 def driver_branch(version: str | None) -> int | None:
@@ -56,7 +54,7 @@ def read_recovery_action(nvml: ModuleType, handle: Any, gpu: int, field_id: int)
     try:
         value = nvml.nvmlDeviceGetFieldValues(handle, [field_id])[0]
     except nvml.NVMLError as exc:
-        if _code(exc) == NVML_ERROR_GPU_IS_LOST:
+        if nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST:
             raise GpuFailedError(gpu, "recovery action", f"NVML: {exc}") from exc
         raise ValueError(f"NVML: {exc}") from exc
     returned = int(value.nvmlReturn)
@@ -84,7 +82,7 @@ class _Reader:
         try:
             return getattr(self.nvml, getter)(self.handle, *args)
         except self.nvml.NVMLError as exc:
-            code = _code(exc)
+            code = nvml_error_code(exc)
             if code == NVML_ERROR_GPU_IS_LOST:
                 raise GpuFailedError(self.gpu, part, f"NVML: {exc}") from exc
             if not (quiet and code == NVML_ERROR_NOT_SUPPORTED):

@@ -33,12 +33,15 @@ from gpuaccept.probe.hardware.base import (
     NvlinkLinks,
     Unavailable,
 )
-
-NVML_SUCCESS = 0
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_FUNCTION_NOT_FOUND = 13
-NVML_ERROR_GPU_IS_LOST = 15
-NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+from gpuaccept.probe.hardware.nvml_errors import (
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_SUCCESS,
+    nvml_error_code,
+    nvml_failure,
+)
 
 NVML_FI_DEV_NVLINK_LINK_COUNT = 91
 NVML_NVLINK_MAX_LINKS = 36
@@ -63,17 +66,6 @@ FABRIC_SUMMARY = {2: "unhealthy", 3: "limited_capacity"}
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
 
-def nvml_error_code(exc: BaseException) -> int | None:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
-
-
-def _failure(gpu: int, step: str, exc: BaseException) -> Exception:
-    if nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST:
-        return GpuFailedError(gpu, step, f"NVML: {exc} (GPU_IS_LOST)")
-    return Unavailable(f"GPU {gpu}: NVML cannot report {step}: {exc}")
-
-
 def _field_int(value: Any) -> int:
     member = FIELD_VALUE_MEMBERS.get(int(getattr(value, "valueType", 1)), "uiVal")
     return int(getattr(value.value, member))
@@ -84,7 +76,7 @@ def nvlink_count(nvml: ModuleType, handle: Any, gpu: int) -> int:
     try:
         value = nvml.nvmlDeviceGetFieldValues(handle, [NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
     except nvml.NVMLError as exc:
-        raise _failure(gpu, "the NVLink count", exc) from exc
+        raise nvml_failure(gpu, "the NVLink count", exc) from exc
     code = int(getattr(value, "nvmlReturn", NVML_SUCCESS))
     if code == NVML_ERROR_GPU_IS_LOST:
         raise GpuFailedError(gpu, "the NVLink count", "NVML: GPU is lost (GPU_IS_LOST)")
@@ -107,7 +99,7 @@ def read_nvlink(nvml: ModuleType, handle: Any, gpu: int) -> NvlinkLinks:
                 active.append(link)
         except nvml.NVMLError as exc:
             if nvml_error_code(exc) != NVML_ERROR_NOT_SUPPORTED:
-                raise _failure(gpu, f"NVLink {link} state", exc) from exc
+                raise nvml_failure(gpu, f"NVLink {link} state", exc) from exc
             # a link NVML says nothing about is not counted as active
     return NvlinkLinks(
         count=count, active=tuple(active), errors=_counters(nvml, handle, gpu, count, active)
@@ -129,7 +121,7 @@ def _counters(
                 except nvml.NVMLError as exc:
                     if nvml_error_code(exc) == NVML_ERROR_NOT_SUPPORTED:
                         return None
-                    raise _failure(gpu, f"NVLink {link} error counters", exc) from exc
+                    raise nvml_failure(gpu, f"NVLink {link} error counters", exc) from exc
     return {name: tuple(values) for name, values in out.items()}
 
 
@@ -170,7 +162,7 @@ def read_fabric(nvml: ModuleType, handle: Any, gpu: int) -> FabricInfo:
     except nvml.NVMLError as exc:
         if nvml_error_code(exc) == NVML_ERROR_NOT_SUPPORTED:
             return FabricInfo(state="unsupported", struct_version=0)
-        raise _failure(gpu, "the fabric state", exc) from exc
+        raise nvml_failure(gpu, "the fabric state", exc) from exc
     state = FABRIC_STATES.get(int(info.state), f"state_{int(info.state)}")
     mask = int(getattr(info, "healthMask", 0)) if version >= 2 else 0
     conditions = [
@@ -196,7 +188,7 @@ def _optional(nvml: ModuleType, gpu: int, step: str, call: Any, *args: Any) -> A
     except nvml.NVMLError as exc:
         if nvml_error_code(exc) == NVML_ERROR_NOT_SUPPORTED:
             return None
-        raise _failure(gpu, step, exc) from exc
+        raise nvml_failure(gpu, step, exc) from exc
 
 
 def read_settings(nvml: ModuleType, handle: Any, gpu: int) -> GpuSettings:

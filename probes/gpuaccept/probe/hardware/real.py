@@ -54,6 +54,12 @@ from gpuaccept.probe.hardware.libraries import (
     nccl_version_text,
     query_version,
 )
+from gpuaccept.probe.hardware.nvml_errors import (
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    nvml_error_code,
+    nvml_failure,
+)
 from gpuaccept.probe.hardware.nvml_health import (
     read_memory_health,
     read_recovery_action,
@@ -76,8 +82,6 @@ from gpuaccept.probe.hardware.sysfs import (
 from gpuaccept.probe.hardware.topology import HostTopology
 from gpuaccept.probe.hardware.xid_events import XidLog, nvml_xid_listener
 
-NVML_ERROR_GPU_IS_LOST = 15
-NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 NVML_CLOCK_SM = 1
 # Deadlines of the waits on one GPU; all well below the pod's (policy timeoutSeconds,
 # 900 s by default), so that a hung GPU is named in a report, not a bare timeout.
@@ -112,11 +116,6 @@ def _library_version(
         return None, Path(path).name
 
 
-def _nvml_error_code(exc: BaseException) -> int | None:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
-
-
 class RealBackend:
     mode = HardwareMode.REAL
 
@@ -147,7 +146,7 @@ class RealBackend:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
-            if _nvml_error_code(exc) == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+            if nvml_error_code(exc) == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
                 self._mismatch = True
                 self._problem = "NVML: driver/library version mismatch"
             else:
@@ -157,7 +156,7 @@ class RealBackend:
         try:
             count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
-            if _nvml_error_code(exc) == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+            if nvml_error_code(exc) == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
                 self._mismatch = True
             self._problem = f"NVML cannot enumerate GPUs: {exc}"
             return
@@ -189,12 +188,6 @@ class RealBackend:
         if handle is None:
             raise GpuFailedError(gpu, step, self._gpus[gpu].problem or "NVML cannot open it")
         return handle
-
-    def _nvml_failure(self, gpu: int, step: str, exc: BaseException) -> Exception:
-        """GPU_IS_LOST fails that GPU; any other NVML error means NVML cannot answer."""
-        if _nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST:
-            return GpuFailedError(gpu, step, f"NVML: {exc} (GPU_IS_LOST)")
-        return Unavailable(f"GPU {gpu}: NVML cannot report {step}: {exc}")
 
     def _require_nvml(self) -> ModuleType:
         if self._nvml is None:
@@ -276,8 +269,8 @@ class RealBackend:
                 max_width=nvml.nvmlDeviceGetMaxPcieLinkWidth(handle),
             )
         except nvml.NVMLError as exc:
-            if _nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST:
-                raise self._nvml_failure(gpu, "PCIe link", exc) from exc
+            if nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST:
+                raise nvml_failure(gpu, "PCIe link", exc) from exc
             bus = self._gpus[gpu].bus_id
             if bus is None:
                 raise Unavailable(f"GPU {gpu}: NVML cannot report the PCIe link: {exc}") from exc
@@ -297,7 +290,7 @@ class RealBackend:
         try:
             return int(getter(handle))
         except nvml.NVMLError as exc:
-            raise self._nvml_failure(gpu, "clock event reasons", exc) from exc
+            raise nvml_failure(gpu, "clock event reasons", exc) from exc
 
     def sm_clock(self, gpu: int) -> tuple[int, int]:
         nvml = self._require_nvml()
@@ -307,7 +300,7 @@ class RealBackend:
             if gpu not in self._max_sm_mhz:
                 self._max_sm_mhz[gpu] = int(nvml.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM))
         except nvml.NVMLError as exc:
-            raise self._nvml_failure(gpu, "SM clock", exc) from exc
+            raise nvml_failure(gpu, "SM clock", exc) from exc
         return current, self._max_sm_mhz[gpu]
 
     # --- torch --------------------------------------------------------------

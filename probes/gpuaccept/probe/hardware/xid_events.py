@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-NVML_ERROR_TIMEOUT = 10
+from gpuaccept.probe.hardware.nvml_errors import NVML_ERROR_TIMEOUT, nvml_error_code
+
 WAIT_MS = 500  # each nvmlEventSetWait_v2 call; the stop flag is looked at in between
 STOP_DEADLINE_S = 5.0
 EVENTS_KEPT = 256  # a GPU in an Xid storm must not grow the log without bound
@@ -66,11 +67,6 @@ class XidLog:
     def events(self) -> list[XidEvent]:
         with self._lock:
             return list(self._events)
-
-
-def _nvml_code(exc: BaseException) -> int | None:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
 
 
 def handle_key(handle: Any) -> Any:
@@ -122,7 +118,7 @@ def _wait_loop(
         try:
             data = nvml.nvmlEventSetWait_v2(event_set, WAIT_MS)
         except nvml.NVMLError as exc:
-            if _nvml_code(exc) == NVML_ERROR_TIMEOUT:
+            if nvml_error_code(exc) == NVML_ERROR_TIMEOUT:
                 continue
             log.problem = f"NVML event wait failed: {exc}"
             return
