@@ -41,13 +41,12 @@ from gpuaccept.contracts.api import (
 )
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.podspec import PROBE_SELECTOR
-from gpuaccept.operator.kube import MERGE, NA_PATH, STRATEGIC, ConflictError, Kube
+from gpuaccept.operator.kube import LEASE_PATH, MERGE, NA_PATH, STRATEGIC, ConflictError, Kube
 
 EXIT_USAGE = 2
 EXIT_LEASE_HELD = 1
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 CRD_NAMES = (f"{ACCEPTANCE_PLURAL}.{GROUP}", f"{POLICY_PLURAL}.{GROUP}")
-LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}"
 CONFLICT_RETRIES = 5
 
 
@@ -212,14 +211,9 @@ class Cleanup:
             self._delete(f"/api/v1/namespaces/{ns}/pods/{name}", f"probe pod {ns}/{name}")
 
     def lease(self, namespace: str, name: str) -> None:
-        path = LEASE_PATH.format(ns=namespace, name=name)
-        try:
-            self.kube.request("GET", path)
-        except ApiException as error:
-            if error.status == 404:
-                return
-            raise
-        self._delete(path, f"Lease {namespace}/{name}")
+        if self.kube.get_lease(namespace, name) is not None:
+            path = f"{LEASE_PATH.format(ns=namespace)}/{name}"
+            self._delete(path, f"Lease {namespace}/{name}")
 
     def acceptances(self, items: Sequence[Mapping[str, Any]]) -> None:
         for item in items:
@@ -294,13 +288,7 @@ def main(
         reason = " ".join(str(error).split())
         sys.stderr.write(f"gpuaccept cleanup: cannot load Kubernetes credentials: {reason}\n")
         return EXIT_USAGE
-    lease = None
-    try:
-        lease = kube.request("GET", LEASE_PATH.format(ns=args.namespace, name=args.lease_name))
-    except ApiException as error:
-        if error.status != 404:
-            raise
-    holder = lease_holder(lease, now())
+    holder = lease_holder(kube.get_lease(args.namespace, args.lease_name), now())
     if holder and args.yes:
         sys.stderr.write(
             f"gpuaccept cleanup: {holder} holds Lease {args.namespace}/{args.lease_name}: an "
