@@ -1,0 +1,382 @@
+"""Fabric pairing: which pairs of nodes to test next, and which node of a failing
+pair is the bad one (pure; docs/fabric.md).
+
+A fabric test runs one all-reduce across two nodes. Its result is a fact about
+the *pair*: a pair passes only if both nodes' NICs, cables and switch ports
+carry the traffic, so a pass clears both nodes, and a failure says only that
+one of the two (or both) is bad. This module turns the set of pair results into
+verdicts and the next pairs to run:
+
+* a pair that passes clears both nodes (:class:`FabricPassed`);
+* a pair that fails is no verdict: each node is re-paired with a *different*
+  partner, partners that already passed first;
+* a node that failed with two different partners, each of which passed with a
+  node other than this one (two different such nodes, none of them the other
+  partner), is quarantined (:class:`FabricQuarantined`,
+  ``FabricAllreduceFailed``) with those partners, figures and witnesses;
+* a node that has no verdict by its deadline (counted from the moment it began
+  waiting) and is not under test gets :class:`FabricNoPartner` with the
+  action the parameters name: ``hold`` (it stays pending and may still be
+  paired) or ``accept``;
+* an incomplete pair (a pod never started, a node went away, the rendezvous
+  never completed) is evidence against neither node, but the two are not paired
+  again.
+
+Verdicts follow from the whole set of results, not from the order the caller
+saw them in: a node's verdict is the rule that held first in time (a pass
+wins a tie). A node is in at most one pair at a time, running or planned (the
+one-probe-per-node rule). The quarantine limit, dryRun and paused are the
+operator's, applied to these verdicts as to any other.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+REASON_FABRIC_FAILED = "FabricAllreduceFailed"
+CONVICTION_NODES = 5
+"""A conviction names five different nodes: the node, the two partners it failed
+with (issue 14: "two different partners") and the node each partner passed with."""
+
+
+class PairOutcome(StrEnum):
+    PASSED = "passed"
+    """Both pods measured, and the pair's busbw met the threshold."""
+    FAILED = "failed"
+    """Both pods rendezvoused; the all-reduce was too slow or broke."""
+    INCOMPLETE = "incomplete"
+    """No measurement: a pod never started or never met its partner, or a node went away."""
+
+
+class NoPartnerAction(StrEnum):
+    HOLD = "hold"
+    ACCEPT = "accept"
+
+
+@dataclass(frozen=True)
+class FabricPairingParams:
+    """The pairing's settings; a ``fabric`` section of the NodeAcceptancePolicy
+    will map onto these when the operator runs fabric tests (docs/fabric.md)."""
+
+    deadline: timedelta = timedelta(minutes=30)
+    """How long a node may wait for a verdict, from the moment it began waiting."""
+    no_partner: NoPartnerAction = NoPartnerAction.HOLD
+    """What a node without a verdict by its deadline gets."""
+    idle_accepted_partners: bool = False
+    """Whether accepted idle nodes that have not passed a pair in the results may be
+    partners. Nodes that passed a pair are partners while idle either way."""
+
+    def __post_init__(self) -> None:
+        if self.deadline <= timedelta(0):
+            raise ValueError("deadline must be positive")
+
+
+@dataclass(frozen=True)
+class NodePair:
+    """Two nodes tested together. ``first``'s pod starts first: it is rank 0 and its
+    pod IP is the rendezvous address that ``second``'s pod is given."""
+
+    first: str
+    second: str
+
+    def __post_init__(self) -> None:
+        if self.first == self.second:
+            raise ValueError(f"a node cannot pair with itself ({self.first})")
+
+    @property
+    def members(self) -> frozenset[str]:
+        return frozenset((self.first, self.second))
+
+    def partner_of(self, node: str) -> str:
+        return self.second if node == self.first else self.first
+
+
+@dataclass(frozen=True)
+class PairResult:
+    pair: NodePair
+    outcome: PairOutcome
+    busbw_gbps: float | None
+    """The pair's busbw at the largest message (None: not measured)."""
+    finished_at: datetime
+
+
+@dataclass(frozen=True)
+class WaitingNode:
+    """A node that passed the single-node checks and waits for its fabric verdict."""
+
+    name: str
+    waiting_since: datetime
+
+
+@dataclass(frozen=True)
+class FabricSituation:
+    waiting: tuple[WaitingNode, ...]
+    idle_accepted: frozenset[str]
+    """Accepted nodes with no pod that requests GPUs (possible partners)."""
+    results: tuple[PairResult, ...]
+    running: tuple[NodePair, ...]
+    now: datetime
+
+
+@dataclass(frozen=True)
+class PartnerFigure:
+    """One pair a node was in: the partner, how it ended, the pair's busbw."""
+
+    partner: str
+    outcome: PairOutcome
+    busbw_gbps: float | None
+    finished_at: datetime
+
+
+@dataclass(frozen=True)
+class FabricPassed:
+    partner: str
+    busbw_gbps: float | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class FabricQuarantined:
+    failed_with: tuple[PartnerFigure, ...]
+    """The two partners that convicted the node, first first."""
+    partners_passed_with: tuple[str, ...]
+    """For each of them, the other node it passed with (its witness)."""
+    at: datetime
+    reason: str = REASON_FABRIC_FAILED
+
+    @property
+    def message(self) -> str:
+        parts = [
+            f"{f.partner} ({'no figure' if f.busbw_gbps is None else f'{f.busbw_gbps:.1f} GB/s'};"
+            f" it passed with {witness})"
+            for f, witness in zip(self.failed_with, self.partners_passed_with, strict=True)
+        ]
+        return "fabric all-reduce failed with " + ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class FabricNoPartner:
+    action: NoPartnerAction
+    tried: tuple[PartnerFigure, ...]
+
+
+FabricVerdict = FabricPassed | FabricQuarantined | FabricNoPartner
+
+
+@dataclass(frozen=True)
+class FabricPlan:
+    verdicts: Mapping[str, FabricVerdict]
+    """A verdict for each waiting node that has one; the others are still pending."""
+    next_pairs: tuple[NodePair, ...]
+    """Pairs to start now; no node is in two pairs, running or planned."""
+
+
+@dataclass
+class _History:
+    """What the results say about one node."""
+
+    pairs: list[PairResult] = field(default_factory=list)
+
+    def tried(self, node: str) -> set[str]:
+        return {r.pair.partner_of(node) for r in self.pairs}
+
+    def outcomes(self, node: str, outcome: PairOutcome) -> list[PairResult]:
+        return sorted(
+            (r for r in self.pairs if r.outcome is outcome),
+            key=lambda r: (r.finished_at, r.pair.partner_of(node)),
+        )
+
+
+def _figure(node: str, result: PairResult) -> PartnerFigure:
+    return PartnerFigure(
+        result.pair.partner_of(node), result.outcome, result.busbw_gbps, result.finished_at
+    )
+
+
+def _histories(results: Iterable[PairResult]) -> dict[str, _History]:
+    histories: dict[str, _History] = {}
+    for result in results:
+        for node in result.pair.members:
+            histories.setdefault(node, _History()).pairs.append(result)
+    return histories
+
+
+WITNESSES_KEPT = 4
+"""Earliest passes kept per partner: a conviction excludes at most three nodes as
+a partner's witness (the node, the other partner, the other witness)."""
+
+
+def _witnesses(partner: str, node: str, histories: Mapping[str, _History]) -> list[PairResult]:
+    """``partner``'s earliest passes with nodes other than ``node``, one per witness."""
+    history = histories.get(partner)
+    found: dict[str, PairResult] = {}
+    for passed in history.outcomes(partner, PairOutcome.PASSED) if history else []:
+        witness = passed.pair.partner_of(partner)
+        if witness != node and witness not in found:
+            found[witness] = passed
+            if len(found) == WITNESSES_KEPT:
+                break
+    return list(found.values())
+
+
+def _conviction(node: str, histories: Mapping[str, _History]) -> FabricQuarantined | None:
+    """The earliest proof that ``node`` is bad: it failed with two partners, and each
+    partner passed with a witness, the five nodes all different. Then one flapping
+    bad node, whose pairs sometimes pass, cannot get a good node quarantined: a good
+    node fails only with bad partners, a bad node passes only in a pair with the
+    flapping one, and the flapping node can stand in only one of the four places."""
+    first_failure: dict[str, PairResult] = {}
+    for failure in histories[node].outcomes(node, PairOutcome.FAILED):
+        first_failure.setdefault(failure.pair.partner_of(node), failure)
+    witnesses = {p: _witnesses(p, node, histories) for p in first_failure}
+    best: tuple[datetime, str, str, PairResult, PairResult] | None = None
+    for p1, p2 in itertools.combinations(sorted(first_failure), 2):
+        for w1 in witnesses[p1]:
+            for w2 in witnesses[p2]:
+                q1, q2 = w1.pair.partner_of(p1), w2.pair.partner_of(p2)
+                if len({node, p1, p2, q1, q2}) < CONVICTION_NODES:
+                    continue
+                at = max(
+                    first_failure[p1].finished_at,
+                    first_failure[p2].finished_at,
+                    w1.finished_at,
+                    w2.finished_at,
+                )
+                if best is None or (at, p1, p2) < best[:3]:
+                    best = (at, p1, p2, w1, w2)
+    if best is None:
+        return None
+    at, p1, p2, w1, w2 = best
+    failed_with = tuple(
+        sorted(
+            (_figure(node, first_failure[p]) for p in (p1, p2)),
+            key=lambda f: (f.finished_at, f.partner),
+        )
+    )
+    passed_with = {p1: w1.pair.partner_of(p1), p2: w2.pair.partner_of(p2)}
+    return FabricQuarantined(
+        failed_with=failed_with,
+        partners_passed_with=tuple(passed_with[f.partner] for f in failed_with),
+        at=at,
+    )
+
+
+def _judge(node: str, histories: Mapping[str, _History]) -> FabricPassed | FabricQuarantined | None:
+    history = histories.get(node)
+    if history is None:
+        return None
+    passes = history.outcomes(node, PairOutcome.PASSED)
+    passed = (
+        FabricPassed(passes[0].pair.partner_of(node), passes[0].busbw_gbps, passes[0].finished_at)
+        if passes
+        else None
+    )
+    quarantined = _conviction(node, histories)
+    if passed is not None and (quarantined is None or passed.at <= quarantined.at):
+        return passed
+    return quarantined
+
+
+def plan_fabric(situation: FabricSituation, params: FabricPairingParams) -> FabricPlan:
+    """The verdicts the results support, and the pairs to start now."""
+    histories = _histories(situation.results)
+    waiting = {w.name: w for w in situation.waiting}
+    verdicts: dict[str, FabricVerdict] = {}
+    for name in sorted(waiting):
+        judged = _judge(name, histories)
+        if judged is not None:
+            verdicts[name] = judged
+
+    def history(node: str) -> _History:
+        return histories.get(node, _History())
+
+    def failures(node: str) -> int:
+        return len(
+            {r.pair.partner_of(node) for r in history(node).outcomes(node, PairOutcome.FAILED)}
+        )
+
+    used: set[str] = {node for pair in situation.running for node in pair.members}
+    needers = sorted(
+        (w for name, w in waiting.items() if name not in verdicts and name not in used),
+        key=lambda w: (-failures(w.name), w.waiting_since, w.name),
+    )
+    suspects = [w.name for w in needers if failures(w.name) > 0]
+    fresh = [w.name for w in needers if failures(w.name) == 0]
+
+    def has_passed(node: str) -> bool:
+        return bool(history(node).outcomes(node, PairOutcome.PASSED))
+
+    available = {name for name in waiting if isinstance(verdicts.get(name), FabricPassed)} | (
+        situation.idle_accepted - set(waiting)
+    )
+    by_reliability = sorted(available - used, key=lambda n: (failures(n), n))
+    cleared_refs = [n for n in by_reliability if has_passed(n)]
+    untested_refs = [
+        n for n in by_reliability if not has_passed(n) and params.idle_accepted_partners
+    ]
+
+    pairs: list[NodePair] = []
+
+    def pick(node: str, candidates: Iterable[str]) -> None:
+        """Pair ``node`` with the first candidate that is free and not tried with it."""
+        if node in used:
+            return
+        tried = history(node).tried(node)
+        for candidate in candidates:
+            if candidate != node and candidate not in used and candidate not in tried:
+                pairs.append(NodePair(candidate, node))
+                used.update((candidate, node))
+                return
+
+    def passed_with(node: str) -> set[str]:
+        return {r.pair.partner_of(node) for r in history(node).outcomes(node, PairOutcome.PASSED)}
+
+    def failed_with(node: str) -> set[str]:
+        return {r.pair.partner_of(node) for r in history(node).outcomes(node, PairOutcome.FAILED)}
+
+    planned_ref: dict[str, str] = {}
+
+    def entangled(node: str) -> set[str]:
+        """Nodes a new partner of ``node`` should neither be nor have passed with, so
+        that a failure with it can join a conviction: ``node``'s failed partners,
+        the nodes those passed with, and the partners planned for them now."""
+        out: set[str] = set()
+        for partner in failed_with(node):
+            out |= {partner} | passed_with(partner)
+            if partner in planned_ref:
+                out |= {planned_ref[partner]} | passed_with(planned_ref[partner])
+        return out
+
+    # A suspect meets a partner that passed: the pair's result then says which it is.
+    for node in suspects:
+        avoid = entangled(node)
+        apart = [r for r in cleared_refs if not ({r} | passed_with(r)) & avoid]
+        pick(node, apart + cleared_refs)
+        if node in used:
+            planned_ref[node] = next(p.first for p in pairs if p.second == node)
+    # Two fresh nodes together: a pass clears both at once.
+    for i, node in enumerate(fresh):
+        pick(node, fresh[i + 1 :])
+    # What is left takes any partner it has not tried, the likeliest good first.
+    # The least suspect nodes first, with each other: two good nodes meet soonest.
+    rest = sorted(fresh + suspects, key=lambda n: (failures(n), waiting[n].waiting_since, n))
+    for node in rest:
+        pick(node, cleared_refs + untested_refs + rest)
+    # A suspect with no partner left may lack only witnesses: partners that passed
+    # with two different nodes. Free partners test each other, untested ones first.
+    if any(node not in used for node in suspects):
+        for node in untested_refs + cleared_refs:
+            pick(node, cleared_refs)
+
+    for w in needers:
+        if w.name not in used and situation.now >= w.waiting_since + params.deadline:
+            tried = tuple(
+                _figure(w.name, r)
+                for r in sorted(history(w.name).pairs, key=lambda r: r.finished_at)
+            )
+            verdicts[w.name] = FabricNoPartner(params.no_partner, tried)
+    return FabricPlan(verdicts=verdicts, next_pairs=tuple(pairs))

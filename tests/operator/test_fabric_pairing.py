@@ -1,0 +1,295 @@
+"""Fabric pairing rules, one table row per rule and per adversarial case
+(issue 14 item 3; docs/fabric.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+from fabric_fleet import BAD_BUSBW, GOOD_BUSBW, T0, Fleet, run_fleet
+
+from gpuaccept.operator.core.fabric_pairing import (
+    REASON_FABRIC_FAILED,
+    FabricNoPartner,
+    FabricPairingParams,
+    FabricPassed,
+    FabricPlan,
+    FabricQuarantined,
+    FabricSituation,
+    NodePair,
+    NoPartnerAction,
+    PairOutcome,
+    PairResult,
+    PartnerFigure,
+    WaitingNode,
+    plan_fabric,
+)
+
+HOUR = timedelta(hours=1)
+PARAMS = FabricPairingParams(deadline=HOUR)
+P, F, X = PairOutcome.PASSED, PairOutcome.FAILED, PairOutcome.INCOMPLETE
+
+
+def result(a: str, b: str, outcome: PairOutcome, minute: int) -> PairResult:
+    busbw = {P: GOOD_BUSBW, F: BAD_BUSBW, X: None}[outcome]
+    return PairResult(NodePair(a, b), outcome, busbw, T0 + timedelta(minutes=minute))
+
+
+@dataclass(frozen=True)
+class Case:
+    waiting: str  # space-separated names, waiting since T0
+    results: tuple[PairResult, ...] = ()
+    idle: str = ""
+    running: tuple[NodePair, ...] = ()
+    minutes: int = 30  # now, after T0
+    params: FabricPairingParams = PARAMS
+
+    def plan(self) -> FabricPlan:
+        situation = FabricSituation(
+            waiting=tuple(WaitingNode(n, T0) for n in self.waiting.split()),
+            idle_accepted=frozenset(self.idle.split()),
+            results=self.results,
+            running=self.running,
+            now=T0 + timedelta(minutes=self.minutes),
+        )
+        return plan_fabric(situation, self.params)
+
+
+def kinds(plan: FabricPlan) -> dict[str, str]:
+    return {name: type(v).__name__ for name, v in plan.verdicts.items()}
+
+
+def pairs(plan: FabricPlan) -> set[frozenset[str]]:
+    return {p.members for p in plan.next_pairs}
+
+
+def pair(a: str, b: str) -> frozenset[str]:
+    return frozenset((a, b))
+
+
+def test_fresh_nodes_pair_among_themselves_in_arrival_order() -> None:
+    plan = Case("a b c d").plan()
+    assert pairs(plan) == {pair("a", "b"), pair("c", "d")}
+    assert plan.verdicts == {}
+
+
+def test_a_passing_pair_clears_both() -> None:
+    plan = Case("a b", (result("a", "b", P, 5),)).plan()
+    assert plan.verdicts == {
+        "a": FabricPassed("b", GOOD_BUSBW, T0 + timedelta(minutes=5)),
+        "b": FabricPassed("a", GOOD_BUSBW, T0 + timedelta(minutes=5)),
+    }
+    assert plan.next_pairs == ()
+
+
+def test_a_failing_pair_is_no_verdict_and_each_meets_a_different_partner_that_passed() -> None:
+    results = (result("a", "b", F, 5), result("c", "d", P, 5), result("e", "f", P, 5))
+    plan = Case("a b c d e f", results).plan()
+    assert kinds(plan) == {n: "FabricPassed" for n in "cdef"}
+    assert {p.members & {"a", "b"} for p in plan.next_pairs} == {frozenset("a"), frozenset("b")}
+    for p in plan.next_pairs:
+        assert p.members - {"a", "b"} <= {"c", "d", "e", "f"}  # partners that passed
+
+
+def test_partners_that_passed_come_before_untested_idle_accepted_nodes() -> None:
+    results = (result("a", "b", F, 5), result("c", "d", P, 5))
+    params = FabricPairingParams(deadline=HOUR, idle_accepted_partners=True)
+    plan = Case("a b c d", results, idle="u1 u2", params=params).plan()
+    assert pairs(plan) == {pair("a", "c"), pair("b", "d")}
+
+
+def test_untested_idle_accepted_nodes_are_partners_only_when_the_parameters_allow() -> None:
+    results = (result("a", "b", F, 5),)
+    assert Case("a b", results, idle="u1 u2").plan().next_pairs == ()
+    allowed = FabricPairingParams(deadline=HOUR, idle_accepted_partners=True)
+    plan = Case("a b", results, idle="u1 u2", params=allowed).plan()
+    assert pairs(plan) == {pair("a", "u1"), pair("b", "u2")}
+
+
+def test_a_node_that_failed_with_two_partners_that_passed_with_others_is_quarantined() -> None:
+    results = (
+        result("a", "b", F, 5),
+        result("c", "d", P, 5),
+        result("e", "f", P, 5),
+        result("c", "a", F, 10),
+        result("e", "a", F, 15),
+    )
+    plan = Case("a", results).plan()
+    verdict = plan.verdicts["a"]
+    assert verdict == FabricQuarantined(
+        failed_with=(
+            PartnerFigure("c", F, BAD_BUSBW, T0 + timedelta(minutes=10)),
+            PartnerFigure("e", F, BAD_BUSBW, T0 + timedelta(minutes=15)),
+        ),
+        partners_passed_with=("d", "f"),
+        at=T0 + timedelta(minutes=15),
+    )
+    assert isinstance(verdict, FabricQuarantined)
+    assert verdict.reason == REASON_FABRIC_FAILED == "FabricAllreduceFailed"
+    assert verdict.message == (
+        "fabric all-reduce failed with c (180.0 GB/s; it passed with d), "
+        "e (180.0 GB/s; it passed with f)"
+    )
+
+
+def test_one_failure_with_a_partner_that_passed_is_not_enough() -> None:
+    results = (result("a", "b", F, 5), result("c", "d", P, 5), result("c", "a", F, 10))
+    plan = Case("a b", results, idle="c d").plan()
+    assert "a" not in plan.verdicts
+    assert pair("a", "d") in pairs(plan)  # the second partner that passed
+
+
+def test_a_bad_node_whose_partners_are_not_yet_cleared_waits_for_them() -> None:
+    # a failed with b and with c; neither has passed with anyone yet
+    results = (result("a", "b", F, 5), result("a", "c", F, 10), result("d", "e", P, 10))
+    waiting = "a b c d e"
+    assert "a" not in Case(waiting, results).plan().verdicts
+    # b and c each pass with a cleared node: the two failures now convict a
+    later = (*results, result("b", "d", P, 15), result("c", "e", P, 15))
+    plan = Case(waiting, later).plan()
+    assert kinds(plan) == {
+        "a": "FabricQuarantined",
+        "b": "FabricPassed",
+        "c": "FabricPassed",
+        "d": "FabricPassed",
+        "e": "FabricPassed",
+    }
+
+
+def test_two_bad_nodes_paired_together_are_each_tried_with_others_not_each_other() -> None:
+    run = run_fleet(Fleet(("a", "b", "c", "d", "e", "f", "g", "h"), frozenset({"a", "b"})))
+    assert kinds_of(run.verdicts) == {"a": "FabricQuarantined", "b": "FabricQuarantined"} | {
+        n: "FabricPassed" for n in "cdefgh"
+    }
+    assert all(pair("a", "b") not in pairs(p) for p in run.plans[1:])
+    a = run.verdicts["a"]
+    assert isinstance(a, FabricQuarantined)
+    assert {f.partner for f in a.failed_with} <= set("cdefgh")
+    assert run.rounds == 3
+
+
+def kinds_of(verdicts: dict[str, object]) -> dict[str, str]:
+    return {name: type(v).__name__ for name, v in verdicts.items()}
+
+
+def test_an_odd_node_out_meets_a_cleared_node_in_the_next_round() -> None:
+    plan = Case("a b c").plan()
+    assert pairs(plan) == {pair("a", "b")}
+    later = Case("a b c", (result("a", "b", P, 5),)).plan()
+    assert len(later.next_pairs) == 1
+    assert later.next_pairs[0].members & {"a", "b"}
+    assert "c" in later.next_pairs[0].members
+
+
+def test_an_incomplete_pair_is_no_evidence_and_is_not_run_again() -> None:
+    # b's pod never met a's (b's node went away): c and d passed; a fails with c
+    results = (result("a", "b", X, 5), result("c", "d", P, 5), result("a", "c", F, 10))
+    plan = Case("a", results, idle="c d e").plan()
+    assert "a" not in plan.verdicts  # one failure with a cleared partner, b is no evidence
+    assert pairs(plan) == {pair("a", "d")}
+
+
+def test_a_cleared_partner_that_vanishes_mid_pair_convicts_no_one() -> None:
+    # a's pairs with c and d ended incomplete (c and d went away mid-test)
+    results = (
+        result("c", "d", P, 5),
+        result("c", "e", P, 5),
+        result("a", "c", X, 10),
+        result("a", "d", X, 15),
+    )
+    plan = Case("a", results, idle="e").plan()
+    assert "a" not in plan.verdicts
+    assert pairs(plan) == {pair("a", "e")}
+
+
+def test_a_flapping_pair_that_failed_then_passed_clears_both() -> None:
+    results = (result("a", "b", F, 5), result("a", "b", P, 10))
+    assert kinds(Case("a b", results).plan()) == {"a": "FabricPassed", "b": "FabricPassed"}
+
+
+def test_the_rule_that_held_first_decides_a_node_that_both_passed_and_failed() -> None:
+    convicting = (
+        result("c", "d", P, 1),
+        result("e", "f", P, 1),
+        result("a", "c", F, 5),
+        result("a", "e", F, 10),
+    )
+    late_pass = Case("a", (*convicting, result("a", "g", P, 20))).plan()
+    assert kinds(late_pass) == {"a": "FabricQuarantined"}
+    early_pass = Case("a", (result("a", "g", P, 2), *convicting)).plan()
+    assert kinds(early_pass) == {"a": "FabricPassed"}
+    tie = Case("a", (*convicting, result("a", "g", P, 10))).plan()
+    assert kinds(tie) == {"a": "FabricPassed"}  # a pass wins a tie
+
+
+def test_an_untested_idle_node_that_never_passed_convicts_no_one() -> None:
+    # u1 and u2 are accepted but bad: a fails with both, neither passed with anyone
+    allowed = FabricPairingParams(deadline=HOUR, idle_accepted_partners=True)
+    results = (result("u1", "a", F, 5), result("u2", "a", F, 10))
+    plan = Case("a", results, idle="u1 u2", params=allowed).plan()
+    assert plan.verdicts == {}
+
+
+def test_a_node_under_test_is_not_planned_again() -> None:
+    results = (result("c", "d", P, 5), result("a", "b", F, 5))
+    plan = Case("a b", results, idle="c d", running=(NodePair("c", "a"),)).plan()
+    assert pairs(plan) == {pair("b", "d")}
+
+
+def test_no_partner_by_the_deadline_holds_by_default_and_the_node_may_still_be_paired() -> None:
+    results = (result("a", "b", F, 5),)
+    plan = Case("a b", results, minutes=61).plan()
+    tried = (PartnerFigure("b", F, BAD_BUSBW, T0 + timedelta(minutes=5)),)
+    assert plan.verdicts["a"] == FabricNoPartner(NoPartnerAction.HOLD, tried)
+    assert kinds(plan) == {"a": "FabricNoPartner", "b": "FabricNoPartner"}
+    # a new node arrives: the held nodes are paired again, no longer "no partner"
+    situation = FabricSituation(
+        waiting=(WaitingNode("a", T0), WaitingNode("b", T0), WaitingNode("n", T0 + HOUR)),
+        idle_accepted=frozenset(),
+        results=results,
+        running=(),
+        now=T0 + timedelta(minutes=61),
+    )
+    later = plan_fabric(situation, PARAMS)
+    assert len(later.next_pairs) == 1
+    assert set(later.verdicts) == {"a", "b"} - later.next_pairs[0].members
+
+
+def test_no_partner_by_the_deadline_accepts_when_the_parameters_say_accept() -> None:
+    accept = FabricPairingParams(deadline=HOUR, no_partner=NoPartnerAction.ACCEPT)
+    plan = Case("a", minutes=60, params=accept).plan()
+    assert plan.verdicts == {"a": FabricNoPartner(NoPartnerAction.ACCEPT, ())}
+    assert Case("a", minutes=59, params=accept).plan().verdicts == {}
+
+
+def test_a_node_under_test_at_its_deadline_waits_for_its_result() -> None:
+    plan = Case("a b", running=(NodePair("a", "b"),), minutes=90).plan()
+    assert plan == FabricPlan(verdicts={}, next_pairs=())
+
+
+def test_two_nodes_one_bad_cannot_be_told_apart_and_are_held() -> None:
+    run = run_fleet(Fleet(("a", "b"), frozenset({"a"})))
+    assert run.verdicts == {}
+    assert run.still_waiting == {"a", "b"}
+    held = Case("a b", tuple(run.results), minutes=24 * 60).plan()
+    assert kinds(held) == {"a": "FabricNoPartner", "b": "FabricNoPartner"}
+
+
+def test_one_bad_node_among_32_new_nodes_is_found_in_two_rounds() -> None:
+    nodes = tuple(f"gpu-{i:02d}" for i in range(32))
+    run = run_fleet(Fleet(nodes, frozenset({"gpu-17"})))
+    assert kinds_of(run.verdicts) == {
+        n: "FabricQuarantined" if n == "gpu-17" else "FabricPassed" for n in nodes
+    }
+    # round 1: 16 pairs, one fails; round 2: the bad node and its partner each meet a
+    # node that passed; the partner passes, the bad node fails with its second partner
+    assert run.rounds == 2
+    assert len(run.results) == 16 + 2
+
+
+def test_parameters_and_pairs_refuse_what_cannot_be() -> None:
+    with pytest.raises(ValueError, match="deadline must be positive"):
+        FabricPairingParams(deadline=timedelta(0))
+    with pytest.raises(ValueError, match="cannot pair with itself"):
+        NodePair("a", "a")
