@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from fabric_fleet import BAD_BUSBW, GOOD_BUSBW, T0, Fleet, run_fleet
 
+from gpuaccept.contracts.report import CheckResult, CheckStatus
 from gpuaccept.operator.core.fabric_pairing import (
     REASON_FABRIC_FAILED,
     FabricNoPartner,
@@ -23,7 +24,9 @@ from gpuaccept.operator.core.fabric_pairing import (
     PairResult,
     PartnerFigure,
     WaitingNode,
+    pair_outcome,
     plan_fabric,
+    pod_outcome,
 )
 
 HOUR = timedelta(hours=1)
@@ -293,3 +296,43 @@ def test_parameters_and_pairs_refuse_what_cannot_be() -> None:
         FabricPairingParams(deadline=timedelta(0))
     with pytest.raises(ValueError, match="cannot pair with itself"):
         NodePair("a", "a")
+
+
+def fabric_result(status: CheckStatus, **observed: object) -> CheckResult:
+    base: dict[str, object] = {"nodes": 2, "nodeRank": 0, "localRanks": 8, "ranks": 16}
+    return CheckResult(
+        check="fabric_allreduce",
+        status=status,
+        observed=base | observed,
+        duration_s=1.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("result", "outcome"),
+    [
+        (fabric_result(CheckStatus.PASS, busbwGBps=371.0), P),
+        (fabric_result(CheckStatus.PASS, busbwGBps=250.0), F),  # re-judged: below 300
+        (fabric_result(CheckStatus.FAIL, busbwGBps=310.0), P),  # the minimum is the operator's
+        (fabric_result(CheckStatus.ERROR, phase="rendezvous"), X),  # the pods never met
+        (fabric_result(CheckStatus.ERROR, phase="allreduce"), F),  # they met, it broke
+        (fabric_result(CheckStatus.ERROR), X),
+        (CheckResult(check="fabric_allreduce", status=CheckStatus.PASS, duration_s=0), X),
+        (CheckResult(check="probe", status=CheckStatus.ERROR, duration_s=0), X),
+        (None, X),  # the pod or its node went away
+    ],
+)
+def test_a_pods_result_is_judged_again_against_the_current_minimum(
+    result: CheckResult | None, outcome: PairOutcome
+) -> None:
+    assert pod_outcome(result, 300.0) is outcome
+
+
+@pytest.mark.parametrize(
+    ("pods", "outcome"),
+    [((P, P), P), ((P, X), P), ((X, X), X), ((F, P), F), ((X, F), F), ((), X)],
+)
+def test_a_pairs_outcome_from_its_two_pods(
+    pods: tuple[PairOutcome, ...], outcome: PairOutcome
+) -> None:
+    assert pair_outcome(pods) is outcome

@@ -25,6 +25,7 @@ def test_profile_doc_names_every_field() -> None:
         profile.Gpus,
         profile.Driver,
         profile.Allreduce,
+        profile.InterNode,
         profile.Cpus,
         profile.ClockEventReasons,
         profile.Link,

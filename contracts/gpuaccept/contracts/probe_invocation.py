@@ -44,3 +44,19 @@ class ProbeExit(IntEnum):
     ACCEPTED = 0
     QUARANTINED = 1  # or not a GPU node, or the probe failed
     USAGE = 2  # bad usage or a bad input file
+
+
+# ``gpuaccept probe fabric``: one node's half of a two-node all-reduce (docs/fabric.md).
+FABRIC_SUBCOMMAND: Final = "fabric"
+ENV_POD_IP: Final = "GPUACCEPT_POD_IP"  # the pod's IP (downward API status.podIP): bind here
+FLAG_RENDEZVOUS_ADDRESS: Final = "--rendezvous-address"  # the rank-0 pod's IP
+FLAG_RENDEZVOUS_PORT: Final = "--rendezvous-port"
+FLAG_NODES: Final = "--nodes"
+FLAG_NODE_RANK: Final = "--node-rank"
+FLAG_LOCAL_RANKS: Final = "--local-ranks"  # one per GPU of this node
+FLAG_BIND_ADDRESS: Final = "--bind-address"
+FLAG_MIN_BUSBW: Final = "--min-busbw-gbps"
+FLAG_MAX_MESSAGE_BYTES: Final = "--max-message-bytes"
+FLAG_RENDEZVOUS_TIMEOUT: Final = "--rendezvous-timeout-s"
+FLAG_DEADLINE: Final = "--deadline-s"
+DEFAULT_RENDEZVOUS_PORT: Final = 29500  # torch.distributed's customary MASTER_PORT

@@ -9,14 +9,11 @@ never mistakes a missing report for success.
 
 import argparse
 import os
-import socket
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
@@ -24,7 +21,7 @@ from rich.table import Table
 
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import BY_NAME, CHECKS
-from gpuaccept.checks.spec import AnyCheckSpec, clip
+from gpuaccept.checks.spec import AnyCheckSpec
 from gpuaccept.checks.verdict import Verdict, evaluate
 from gpuaccept.contracts.probe_invocation import (
     ENV_BOOT_ID,
@@ -36,6 +33,7 @@ from gpuaccept.contracts.probe_invocation import (
     ENV_PROC_ROOT,
     ENV_PROFILE,
     ENV_SYSFS_ROOT,
+    FABRIC_SUBCOMMAND,
     FLAG_CHECKS,
     FLAG_EXPECTED_GPUS,
     FLAG_NODE_NAME,
@@ -48,19 +46,24 @@ from gpuaccept.contracts.probe_invocation import (
     ProbeExit,
 )
 from gpuaccept.contracts.report import (
-    CheckResult,
     CheckStatus,
     HardwareMode,
-    HardwareSummary,
     ProbeReport,
 )
-from gpuaccept.probe import PROBE_VERSION
-from gpuaccept.probe.compact import termination_message
+from gpuaccept.probe.fabric_cli import main as fabric_main
+from gpuaccept.probe.failure import (
+    OneLineParser,
+    UsageError,
+    default_node_name,
+    failure_report,
+    termination_log_from_argv,
+    write_termination_log,
+)
 from gpuaccept.probe.hardware.base import HardwareBackend
 from gpuaccept.probe.inputs import InputError, default_policy, load_policy, policy_from_json
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
-from gpuaccept.probe.runner import UNKNOWN_BOOT_ID, ProbeRun, run_probe
+from gpuaccept.probe.runner import ProbeRun, run_probe
 
 EXIT_ACCEPTED = ProbeExit.ACCEPTED
 EXIT_QUARANTINED = ProbeExit.QUARANTINED
@@ -75,25 +78,15 @@ STATUS_STYLE = {
 }
 
 
-class UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (no usage block); ``main`` exits 2 on them."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(" ".join(message.split()))
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="gpuaccept probe",
         description="Measure this GPU node and judge it against a policy. "
         f"Exit {ProbeExit.ACCEPTED} accepted, {ProbeExit.QUARANTINED} quarantined, "
         f"{ProbeExit.USAGE} bad usage or bad input file.",
         epilog="checks, in the order they run: "
-        + "; ".join(f"{c.name} ({c.summary})" for c in CHECKS),
+        + "; ".join(f"{c.name} ({c.summary})" for c in CHECKS)
+        + f". Two-node fabric all-reduce: gpuaccept probe {FABRIC_SUBCOMMAND} --help.",
     )
     parser.add_argument(
         FLAG_PROFILE,
@@ -131,51 +124,6 @@ def build_parser() -> argparse.ArgumentParser:
         FLAG_PROC_ROOT, type=Path, help=f"real hardware: procfs root (env {ENV_PROC_ROOT}, /proc)"
     )
     return parser
-
-
-def _termination_log_from_argv(argv: Sequence[str]) -> Path | None:
-    """Where to write the failure report when the arguments themselves are bad."""
-    for i, arg in enumerate(argv):
-        if arg == FLAG_TERMINATION_LOG and i + 1 < len(argv):
-            return Path(argv[i + 1])
-        if arg.startswith(f"{FLAG_TERMINATION_LOG}="):
-            return Path(arg.split("=", 1)[1])
-    return None
-
-
-def failure_report(
-    message: str, *, node_name: str, boot_id: str | None, mode: HardwareMode
-) -> ProbeReport:
-    """A valid report that can never be accepted: no check results, one error."""
-    now = datetime.now(UTC)
-    return ProbeReport(
-        node_name=node_name,
-        boot_id=(boot_id or UNKNOWN_BOOT_ID)[:64],
-        probe_version=PROBE_VERSION,
-        started_at=now,
-        finished_at=now,
-        hardware=mode,
-        summary=HardwareSummary(gpu_count=0),
-        results=[
-            CheckResult(
-                check="probe", status=CheckStatus.ERROR, message=clip(message), duration_s=0
-            )
-        ],
-    )
-
-
-def write_termination_log(path: Path, report: ProbeReport, err: Console) -> bool:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(termination_message(report))
-    except (OSError, ValueError) as exc:
-        err.print(f"gpuaccept probe: cannot write the termination log {path}: {exc}", markup=False)
-        return False
-    return True
-
-
-def default_node_name() -> str:
-    return (os.environ.get(ENV_NODE_NAME) or socket.gethostname() or "unknown")[:253]
 
 
 def _resolve_policy(args: argparse.Namespace) -> ProbePolicy:
@@ -374,12 +322,14 @@ def _warn_no_gpu(report: ProbeReport, hardware: HardwareBackend, err: Console) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [FABRIC_SUBCOMMAND]:
+        return fabric_main(argv[1:])
     err = Console(stderr=True)
     out = Console()
     parser = build_parser()
     failures = _FailureReporter(
         err=err,
-        term_log=_termination_log_from_argv(argv),
+        term_log=termination_log_from_argv(argv),
         node_name=default_node_name(),
         boot_id=os.environ.get(ENV_BOOT_ID) or None,
     )

@@ -37,7 +37,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-REASON_FABRIC_FAILED = "FabricAllreduceFailed"
+from pydantic import ValidationError
+
+from gpuaccept.checks import fabric_allreduce
+from gpuaccept.contracts.report import CheckResult, CheckStatus
+
+REASON_FABRIC_FAILED = fabric_allreduce.REASON
 CONVICTION_NODES = 5
 """A conviction names five different nodes: the node, the two partners it failed
 with (issue 14: "two different partners") and the node each partner passed with."""
@@ -50,6 +55,35 @@ class PairOutcome(StrEnum):
     """Both pods rendezvoused; the all-reduce was too slow or broke."""
     INCOMPLETE = "incomplete"
     """No measurement: a pod never started or never met its partner, or a node went away."""
+
+
+def pod_outcome(result: CheckResult | None, minimum_busbw_gbps: float | None) -> PairOutcome:
+    """What one pod's ``fabric_allreduce`` result says about its pair, judged
+    against the current minimum. No result (the pod or its node went away), an
+    observation that does not parse, or an error before both nodes met is no
+    evidence; an error once they met is a failure."""
+    if result is None or result.check != fabric_allreduce.CHECK:
+        return PairOutcome.INCOMPLETE
+    try:
+        observed = fabric_allreduce.FabricAllreduceObserved.model_validate(result.observed)
+    except ValidationError:
+        return PairOutcome.INCOMPLETE
+    if result.status is CheckStatus.ERROR or observed.phase is not None:
+        return PairOutcome.FAILED if observed.phase == "allreduce" else PairOutcome.INCOMPLETE
+    judged = fabric_allreduce.judge_fabric(observed, minimum_busbw_gbps).status
+    if judged is CheckStatus.PASS:
+        return PairOutcome.PASSED
+    return PairOutcome.FAILED if judged is CheckStatus.FAIL else PairOutcome.INCOMPLETE
+
+
+def pair_outcome(outcomes: Iterable[PairOutcome]) -> PairOutcome:
+    """The pair's outcome from its pods': both pods report the same figure (times
+    averaged over both nodes), so one measured outcome is enough; a failure wins."""
+    seen = set(outcomes)
+    for outcome in (PairOutcome.FAILED, PairOutcome.PASSED):
+        if outcome in seen:
+            return outcome
+    return PairOutcome.INCOMPLETE
 
 
 class NoPartnerAction(StrEnum):

@@ -384,6 +384,19 @@ class Allreduce(ProfileModel):
         return self.busbw_gbps * size / (size + self.half_bandwidth_bytes)
 
 
+class InterNode(ProfileModel):
+    """The node's inter-node path (NICs, cables, switch ports) as a two-node
+    all-reduce sees it: what ``gpuaccept probe fabric`` measures (docs/fabric.md)."""
+
+    busbw_gbps: float = Field(
+        gt=0,
+        le=10_000,
+        alias="busbwGBps",
+        description="The plateau busbw of a two-node all-reduce that this node's NICs "
+        "sustain, GB/s; a pair measures the lower of its two nodes'.",
+    )
+
+
 class Cpus(ProfileModel):
     count: int = Field(ge=1, le=MAX_CPUS)
     cpufreq: bool = True
@@ -514,6 +527,11 @@ class HardwareProfile(ProfileModel):
     allreduce: Allreduce
     cpus: Cpus
     infiniband: Infiniband | None = None
+    inter_node: InterNode | None = Field(
+        default=None,
+        description="The inter-node path for the fabric test (absent: the node has none "
+        "to simulate; `gpuaccept probe fabric` refuses the profile).",
+    )
 
 
 def load_profile(path: Path) -> HardwareProfile:

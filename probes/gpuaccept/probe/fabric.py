@@ -1,0 +1,196 @@
+"""The two-node fabric all-reduce: one node's rank group (docs/fabric.md).
+
+Each node of a pair runs ``gpuaccept probe fabric``; this module starts its
+local ranks (one process per GPU with NCCL; gloo processes in tests and on
+simulated nodes), meets the partner's through a ``torch.distributed`` TCPStore
+at the rendezvous address (the rank-0 pod's IP), and times a sweep of
+all-reduces as :mod:`gpuaccept.probe.allreduce` does, with every rank of both
+nodes: per rank the host clock over a batch, divided by the iterations; then the
+times are averaged over all ranks with one more all-reduce, so both nodes report
+the same figure (nccl-tests' ``Allreduce(deltaSec, average)``).
+
+The parent process never imports torch: it starts each rank as its own
+``python -m gpuaccept.probe.fabric_rank`` process, waits for them up to a
+deadline, and stops them when the deadline passes, so a partner that never comes
+cannot hang the pod.
+Each rank leaves a phase marker (``rendezvous``, then ``allreduce``) so that a
+failure says how far it got: pods that never met are evidence against neither
+node.
+
+A rank bound to an address (``bind_address``, the pod's IP) listens there and
+nowhere else: the rank-0 store on ``bind_address:port`` (its socket is bound
+here and handed to the TCPStore) and gloo's pairs on ``bind_address``. The kubelet
+stand-in gives each pod its own 127.0.0.x, so pairs on one machine do not meet
+each other's ports.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.checks.fabric_allreduce import Phase
+from gpuaccept.probe.allreduce import FLOAT_BYTES, AllreduceTiming, Backend, bus_bandwidth
+
+PHASE_RENDEZVOUS: Phase = "rendezvous"
+PHASE_ALLREDUCE: Phase = "allreduce"
+STOP_GRACE_S = 5.0
+
+
+class FabricError(RuntimeError):
+    """The fabric all-reduce did not complete; ``phase`` says how far it got."""
+
+    def __init__(self, message: str, phase: Phase) -> None:
+        super().__init__(message)
+        self.phase = phase
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the ranks of the pair meet, and which node this is."""
+
+    address: str
+    port: int
+    nodes: int
+    node_rank: int
+    local_ranks: int
+    bind_address: str | None = None
+    timeout_s: float = 300.0
+    """How long to wait for every rank of both nodes to reach the store."""
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.local_ranks
+
+    @property
+    def endpoint(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class FabricJob:
+    rendezvous: Rendezvous
+    backend: Backend
+    sizes: tuple[int, ...]
+    timing: AllreduceTiming = field(default_factory=AllreduceTiming)
+    hold_gbps: float | None = None
+    """Simulated nodes: hold each all-reduce of b bytes on this node's ranks to at
+    least b x 2(n-1)/n / (hold_gbps x 1e9) s, a NIC of that busbw."""
+    devices: tuple[int, ...] = field(default=())
+    """CUDA ordinal of each local rank (NCCL); default 0..local_ranks-1."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> FabricJob:
+        data: dict[str, Any] = json.loads(text)
+        return cls(
+            rendezvous=Rendezvous(**data["rendezvous"]),
+            backend=data["backend"],
+            sizes=tuple(data["sizes"]),
+            timing=AllreduceTiming(**data["timing"]),
+            hold_gbps=data["hold_gbps"],
+            devices=tuple(data["devices"]),
+        )
+
+
+@dataclass(frozen=True)
+class FabricMeasurement:
+    backend: str
+    ranks: int
+    sweep: tuple[tuple[int, float, float, float], ...]
+    """(bytes, seconds per all-reduce averaged over every rank, algbw GB/s, busbw GB/s)"""
+
+    @property
+    def busbw_gbps(self) -> float:
+        return self.sweep[-1][3] if self.sweep else 0.0
+
+    @property
+    def algbw_gbps(self) -> float:
+        return self.sweep[-1][2] if self.sweep else 0.0
+
+
+def _phase(out: Path, ranks: int) -> Phase:
+    """How far the ranks got: ``allreduce`` once any rank met the partner."""
+    for local_rank in range(ranks):
+        marker = out / f"phase{local_rank}"
+        if marker.exists() and marker.read_text() == PHASE_ALLREDUCE:
+            return PHASE_ALLREDUCE
+    return PHASE_RENDEZVOUS
+
+
+def _first_error(out: Path, ranks: int) -> str | None:
+    for local_rank in range(ranks):
+        error = out / f"error{local_rank}"
+        if error.exists():
+            lines = error.read_text().strip().splitlines()
+            return lines[0] if lines else None
+    return None
+
+
+JOB_FILE = "job.json"
+TIMES_FILE = "times.json"
+
+
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def run_fabric(job: FabricJob, deadline_s: float) -> FabricMeasurement:
+    """Run this node's ranks; raises :class:`FabricError` on failure or at the deadline."""
+    rdv = job.rendezvous
+    if not job.sizes:
+        raise FabricError("no message sizes", PHASE_RENDEZVOUS)
+    with tempfile.TemporaryDirectory(prefix="gpuaccept-fabric-") as out_dir:
+        out = Path(out_dir)
+        (out / JOB_FILE).write_text(job.to_json())
+        command = [sys.executable, "-m", "gpuaccept.probe.fabric_rank", out_dir]
+        processes = [
+            subprocess.Popen([*command, str(local_rank)], stdin=subprocess.DEVNULL)
+            for local_rank in range(rdv.local_ranks)
+        ]
+        stop_at = time.monotonic() + deadline_s
+        timed_out = False
+        try:
+            while any(p.poll() is None for p in processes):
+                if any(p.poll() not in (None, 0) for p in processes):
+                    break
+                if time.monotonic() > stop_at:
+                    timed_out = True
+                    break
+                time.sleep(0.1)
+        finally:
+            _stop(processes)
+        phase = _phase(out, rdv.local_ranks)
+        error = _first_error(out, rdv.local_ranks)
+        if timed_out or error is not None or any(p.returncode != 0 for p in processes):
+            where = f"with {rdv.endpoint}" if rdv.node_rank else f"at {rdv.endpoint}"
+            step = "meeting the partner" if phase == PHASE_RENDEZVOUS else "the all-reduce"
+            cause = error or f"a rank exited with {[p.returncode for p in processes]}"
+            if timed_out:
+                cause = f"not finished in {deadline_s:.0f} s"
+            raise FabricError(f"fabric all-reduce {where} failed in {step}: {cause}", phase)
+        times: list[float] = json.loads((out / TIMES_FILE).read_text())
+    sweep = []
+    for size, seconds in zip(job.sizes, times, strict=True):
+        nbytes = max(1, size // FLOAT_BYTES) * FLOAT_BYTES
+        algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
+        sweep.append((nbytes, seconds, algbw, bus_bandwidth(algbw, rdv.world)))
+    return FabricMeasurement(backend=job.backend, ranks=rdv.world, sweep=tuple(sweep))
