@@ -27,6 +27,12 @@ def has_enough_good_nodes(n: int, k: int) -> bool:
     return n >= 4 * k + 2
 
 
+def assert_within_the_bound(run: FleetRun, n: int, k: int) -> None:
+    """At most 3 rounds and floor(n/2) + 3k + 1 pairs (docs/fabric.md)."""
+    assert run.rounds <= BOUNDED_ROUNDS, (n, k, run.rounds)
+    assert len(run.results) <= n // 2 + 3 * k + 1, (n, k, len(run.results))
+
+
 GOOD_NODES_TO_CONVICT = 4
 """A conviction needs two good partners and a different good witness for each."""
 
@@ -81,7 +87,7 @@ def test_every_bad_node_is_found_and_no_good_node_is_blamed(
     assert_found_exactly(run, fleet.new_nodes, fleet.bad, idle)
     assert_pairs_are_honest(run)
     if has_enough_good_nodes(len(fleet.new_nodes), k):
-        assert run.rounds <= BOUNDED_ROUNDS
+        assert_within_the_bound(run, len(fleet.new_nodes), k)
 
 
 @settings(max_examples=100, deadline=None)
@@ -125,4 +131,4 @@ def test_every_placement_of_bad_nodes_in_small_batches() -> None:
                 assert_found_exactly(run, nodes, frozenset(bad))
                 assert_pairs_are_honest(run)
                 if has_enough_good_nodes(n, k):
-                    assert run.rounds <= BOUNDED_ROUNDS, (n, bad, run.rounds)
+                    assert_within_the_bound(run, n, k)
