@@ -283,3 +283,11 @@ def test_a_partner_that_never_comes_is_an_error_at_the_rendezvous_not_a_hang(
     assert observed.phase == "rendezvous"  # evidence against neither node
     assert observed.busbw_gbps is None
     assert "failed in meeting the partner" in result.message
+
+
+def test_the_probe_process_never_imports_torch_only_its_ranks_do() -> None:
+    code = "import sys, gpuaccept.probe.cli; print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert out == "False"
