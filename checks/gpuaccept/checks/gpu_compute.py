@@ -25,7 +25,8 @@ observed::
 
 (``fp8Skipped``: why fp8 was not measured; ``failedGpus``: GPU → what happened;
 a failed GPU's figure is 0.) Condensed: per precision ``[lowest, median, GPU of
-the lowest, GPUs measured]`` (``bf16``, ``fp8``) and ``failed`` (GPU ranges).
+the lowest, GPUs measured]`` (``bf16``, ``fp8``) and ``failed`` (GPU ranges);
+``source`` is left out (the report says whether the hardware was simulated).
 """
 
 from typing import Annotated
@@ -160,6 +161,7 @@ def judge(
 def condense(observed: GpuComputeObserved) -> GpuComputeObserved:
     failed = _failed(observed)
     update: dict[str, object] = {
+        "source": None,  # the report says simulated or real
         "matrix": None,
         "timed_seconds": None,
         "sm_clock_mhz": None,

@@ -124,6 +124,7 @@ def judge(
 def condense(observed: GpuMemoryBandwidthObserved) -> GpuMemoryBandwidthObserved:
     failed = _failed(observed)
     update: dict[str, object] = {
+        "source": None,  # the report says simulated or real
         "bytes": None,
         "iterations": None,
         "failed_gpus": None,
