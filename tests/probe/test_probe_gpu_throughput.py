@@ -216,12 +216,12 @@ def test_with_throttle_reasons_off_gpu_compute_runs_its_own_load() -> None:
     assert result.observed["timedSeconds"] == 5.0  # ownLoadSeconds, not the throttle window
 
 
-def test_a_model_without_fp8_records_why() -> None:
+def test_a_model_without_figures_is_skipped_with_the_reason() -> None:
     profile = load_profile(PROFILES / "h100-sxm-8gpu-healthy.yaml")
-    no_fp8 = profile.model_copy(
+    unknown = profile.model_copy(
         update={"gpus": profile.gpus.model_copy(update={"model": "NVIDIA A100-SXM4-80GB"})}
     )
-    report = probe(no_fp8)
+    report = probe(unknown)
     result = report.result("gpu_compute")
     assert result is not None
     assert result.status is CheckStatus.SKIP  # no figures for an unknown model at all
