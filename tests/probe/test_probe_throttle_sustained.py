@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from probe_scenarios import FIXTURES, PROFILES, default_policy, fault, probe
+from probe_scenarios import FIXTURES, PROFILES, UntimedLoad, default_policy, fault, probe
 from pydantic import JsonValue
 from test_probe_real_backend import FakeNVMLError, fake_nvml
 
@@ -155,5 +155,5 @@ def test_both_field_numberings_give_the_same_verdict(
     assert result.message == "sw_power_cap 100% of samples on GPU 0"
 
 
-def _no_load() -> Any:
-    return contextlib.nullcontext()
+def _no_load(_precision: str = "bf16") -> Any:
+    return contextlib.nullcontext(UntimedLoad())

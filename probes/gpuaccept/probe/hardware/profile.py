@@ -223,6 +223,9 @@ class GpuOverride(ProfileModel):
     xids: list[XidCode] | None = None
     recovery_action: RecoveryActionName | None = None
     memory: GpuMemory | None = None
+    bf16_tflops: float | None = Field(default=None, ge=0, le=100000)
+    fp8_tflops: float | None = Field(default=None, ge=0, le=100000)
+    memory_gbps: float | None = Field(default=None, ge=0, le=100000, alias="memoryGBps")
 
 
 class Gpu(ProfileModel):
@@ -303,6 +306,28 @@ class Gpu(ProfileModel):
         "drivers: older ones have no such field.",
     )
     memory: GpuMemory = Field(default_factory=GpuMemory)
+    bf16_tflops: float | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        description="Dense bf16 matmul TFLOPS under the load (8192³, CUDA events). "
+        "Default: the model's figure (docs/profile-format.md); 0: the GPU completes no "
+        "timed matmul.",
+    )
+    fp8_tflops: float | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        description="fp8 (e4m3, torch._scaled_mm) TFLOPS. Default: the model's figure; "
+        "a model without one has no fp8 (compute capability < 8.9).",
+    )
+    memory_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        alias="memoryGBps",
+        description="STREAM triad bandwidth, GB/s (3 arrays counted). Default: the model's figure.",
+    )
 
     @property
     def idle(self) -> Link:

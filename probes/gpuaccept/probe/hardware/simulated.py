@@ -32,8 +32,11 @@ from gpuaccept.probe.hardware.base import (
     GpuInfo,
     GpuMemoryHealth,
     GpuSettings,
+    LoadTimer,
+    MatmulPrecision,
     NvlinkLinks,
     PcieLinkState,
+    PerGpuFigures,
     RemappedRows,
     Unavailable,
     VersionInfo,
@@ -41,6 +44,7 @@ from gpuaccept.probe.hardware.base import (
 from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.nvml_health import recovery_action_field_id
 from gpuaccept.probe.hardware.profile import HardwareProfile, Link, RecoveryActionName
+from gpuaccept.probe.hardware.simulated_throughput import SimulatedTimer, check_figures, triad
 from gpuaccept.probe.hardware.simulated_topology import materialize_topology
 from gpuaccept.probe.hardware.sysfs import (
     GEN_TO_SPEED,
@@ -238,7 +242,15 @@ class SimulatedBackend:
         return frozenset(parse_cpu_list(pod) if pod is not None else every)
 
     @contextmanager
-    def gpu_load(self) -> Iterator[None]:
+    def gpu_load(self, precision: MatmulPrecision = "bf16") -> Iterator[LoadTimer]:
+        if precision == "fp8":  # bf16 runs on every GPU (the throttle load)
+            check_figures(self.profile, precision, "fp8 matmul")
+        timer = SimulatedTimer(
+            self.profile,
+            precision,
+            LOST,
+            loaded=[i for i, g in enumerate(self.gpus()) if g.problem is None],
+        )
         self._loaded = True
         self._load_started_s = self._clock_s
         self._load_samples = {}
@@ -246,7 +258,7 @@ class SimulatedBackend:
         for index in range(self.profile.gpus.count):
             write_link(self.sysfs_root(), index, self.profile.gpus.gpu(index).load)
         try:
-            yield
+            yield timer
         finally:
             self._loaded = False
             for index in range(self.profile.gpus.count):
@@ -462,3 +474,11 @@ class SimulatedBackend:
 
     def pci_gpu_count(self) -> int:
         return count_nvidia_gpus(self.sysfs_root())
+
+    # --- per-GPU memory bandwidth (gpuaccept.probe.hardware.simulated_throughput) ---
+    def memory_bandwidth(self, nbytes: int, iterations: int, warmup: int) -> PerGpuFigures:
+        if self._nvml_mismatch() or self.profile.gpus.count == 0:
+            raise Unavailable(self.gpu_problem() or "no GPU")
+        check_figures(self.profile, "memory", "memory bandwidth")
+        self._loaded_once([i for i, g in enumerate(self.gpus()) if g.problem is None])
+        return triad(self.profile, LOST)
