@@ -219,14 +219,15 @@ def suite_budget(policy: ProbePolicy, gpus: int = BUDGET_GPUS) -> tuple[PhaseBud
         _fixed(  # measured last (RUNS_LAST)
             "xid_errors",
             "Xids seen, recovery actions",
-            0.6,
-            "one NVML query per GPU, and the listener's last 0.5 s wait",
+            0.1,
+            "one NVML query per GPU (the listener stops after the last check)",
         ),
         PhaseBudget(
             "report, termination log, exit (not in the report's wallS)",
             END_PHASE,
             1.0,
-            "fit and write the report; interpreter, torch and NVML shutdown",
+            "the Xid listener's last wait (at most 0.5 s), fit and write the report; "
+            "interpreter, torch and NVML shutdown",
             NOT_ON_GPU,
             counts_in_wall=False,
         ),
