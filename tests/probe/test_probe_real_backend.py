@@ -122,7 +122,7 @@ def test_clock_event_reasons_judged(monkeypatch: pytest.MonkeyPatch) -> None:
     hw = backend(monkeypatch, fake_nvml())
     monkeypatch.setattr(hw, "gpu_load", _no_load)
     policy = ProbePolicy.model_validate(
-        {"throttleReasons": {"sampleSeconds": 0.5, "warmupSeconds": 0}}
+        {"throttleReasons": {"sampleSeconds": 0.25, "warmupSeconds": 0}}
     )
     monkeypatch.setattr(hw, "sleep", lambda _s: None)
     result = run_check(

@@ -98,6 +98,8 @@ class PodView:
     container_reason: str | None = None  # terminated reason (Completed, Error, StartError)
     waiting_reason: str | None = None
     waiting_message: str | None = None
+    # the terminated container's startedAt -> finishedAt, whole seconds (kubelet timestamps)
+    run_seconds: int | None = None
 
 
 @dataclass(frozen=True)

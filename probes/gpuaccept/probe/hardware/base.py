@@ -216,6 +216,12 @@ class HardwareBackend(Protocol):
     def sleep(self, seconds: float) -> None:
         """Wait between samples (instant in simulation)."""
 
+    def phase_seconds(self, phase: str, measured_s: float | None, budget_s: float) -> float | None:
+        """The seconds to report for ``phase`` (a check's name, or the start before the
+        first check): what was measured on real hardware (``None``: not measurable);
+        on a simulated node what its profile states, else ``budget_s`` (the budget
+        table's figure)."""
+
     def close(self) -> None: ...
 
     def nvlink(self, gpu: int) -> NvlinkLinks:

@@ -138,7 +138,7 @@ class RealBackend:
         self._gpus: list[GpuInfo] = []
         self._handles: list[Any] = []
         self._device_max: dict[int, tuple[int, int]] = {}
-        self._max_sm_mhz: dict[int, int] = {}  # constant per GPU; sampled every 0.5 s
+        self._max_sm_mhz: dict[int, int] = {}  # constant per GPU; read once, not per sample
         self._ordinals: dict[int, int] | None = None
         # GPUs that hung in this run: no later step waits on them again.
         self._hung: dict[int, str] = {}
@@ -564,6 +564,9 @@ class RealBackend:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def phase_seconds(self, phase: str, measured_s: float | None, budget_s: float) -> float | None:
+        return measured_s
 
     def close(self) -> None:
         if self._nvml is not None:

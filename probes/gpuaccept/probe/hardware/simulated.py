@@ -6,7 +6,9 @@ back with the same readers (:mod:`.sysfs`) that read a real host, so the file
 formats are exercised in simulation too. Under load (a copy, or
 :meth:`SimulatedBackend.gpu_load`) the PCIe link files switch to the profile's
 ``pcieLoad`` values. Nothing here sleeps: a probe of a simulated node takes
-well under a second.
+well under a second, and reports the profile's ``durations`` (default: the
+budget table, :mod:`gpuaccept.checks.budget`) as its checks' and its own
+times; with a ``time_scale`` above 0 it also takes that long, scaled.
 """
 
 import dataclasses
@@ -14,6 +16,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -147,8 +150,11 @@ def write_link(sys_root: Path, index: int, link: Link) -> None:
 class SimulatedBackend:
     mode = HardwareMode.SIMULATED
 
-    def __init__(self, profile: HardwareProfile, host_proc_root: Path = Path("/proc")) -> None:
+    def __init__(
+        self, profile: HardwareProfile, host_proc_root: Path = Path("/proc"), time_scale: float = 0
+    ) -> None:
         self.profile = profile
+        self._time_scale = time_scale  # > 0: take the profile's durations x this (seconds)
         self._tmp = Path(tempfile.mkdtemp(prefix="gpuaccept-sim-", dir=_fast_tmp()))
         try:
             try:
@@ -346,6 +352,15 @@ class SimulatedBackend:
 
     def sleep(self, seconds: float) -> None:
         self._clock_s += seconds
+
+    def phase_seconds(self, phase: str, measured_s: float | None, budget_s: float) -> float | None:
+        """The profile's ``durations`` for ``phase``, else ``budget_s``. With a time scale
+        above 0 the probe also takes that long (scaled): it sleeps what the phase's real
+        work (``measured_s``) left of it."""
+        seconds = self.profile.durations.get(phase, budget_s)
+        if self._time_scale > 0:
+            time.sleep(max(0.0, seconds * self._time_scale - (measured_s or 0.0)))
+        return round(seconds, 3)
 
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)

@@ -27,7 +27,7 @@ from gpuaccept.probe.hardware.base import (
 )
 from gpuaccept.probe.measure.context import LoadClocks, MatmulLoad, ProbeContext
 
-SAMPLE_INTERVAL_S = 0.5
+SAMPLE_INTERVAL_S = 0.25  # 60 judged samples in the default 15 s window (docs/policy.md)
 FAILURE_MAX = 120
 
 
