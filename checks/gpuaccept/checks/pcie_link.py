@@ -19,11 +19,12 @@ condensed (when the report must shrink; the columns are dropped)::
 
 (``slow*``: the GPUs with the lowest bandwidth.)
 
-Both forms also carry ``numaNode`` (per GPU, -1 where the kernel does not
-say), ``unpinned`` (the GPUs whose copy could not run on their own NUMA node's
-CPUs: ``local_cpulist`` and the pod's cpuset do not meet) and, when NVML lost
-a GPU, ``failedGpus`` (index → what failed; that GPU's columns are 0 and the
-check fails naming it, while the other GPUs are measured).
+The full form also carries ``numaNode`` (per GPU, -1 where the kernel does not
+say; not judged here, ``gpu_numa`` judges placement), and both forms carry
+``unpinned`` (the GPUs whose copy could not run on their own NUMA node's CPUs:
+``local_cpulist`` and the pod's cpuset do not meet) and, when NVML lost a GPU,
+``failedGpus`` (index → what failed; that GPU's columns are 0 and the check
+fails naming it, while the other GPUs are measured).
 """
 
 from dataclasses import dataclass
@@ -234,8 +235,7 @@ def condense(observed: PcieLinkObserved) -> PcieLinkObserved:
     facts = _facts(observed)
     h2d = observed.h2d_gbps or []
     d2h = observed.d2h_gbps or []
-    return PcieLinkObserved(
-        numa_node=observed.numa_node,
+    return PcieLinkObserved(  # numaNode stays in the full form (gpu_numa judges placement)
         unpinned=observed.unpinned,
         failed_gpus=observed.failed_gpus,
         gpus=facts.gpus,
