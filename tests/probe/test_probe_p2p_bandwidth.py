@@ -1,0 +1,307 @@
+"""p2p_bandwidth: judging (full and condensed forms), pairs text, the simulated node, and
+the real backend's NVML and torch parts against fakes of pynvml and torch."""
+
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from probe_scenarios import HEALTHY, default_policy, fault, probe
+
+from gpuaccept.checks.p2p_bandwidth import (
+    SPEC,
+    P2pBandwidthObserved,
+    P2pBandwidthPolicy,
+    PeerAccessRule,
+    format_pairs,
+    judge,
+    parse_pairs,
+)
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+from gpuaccept.probe.hardware.peer_copies import PeerCopies, PeerCopyHung, read_p2p_status
+from gpuaccept.probe.hardware.profile import load_profile
+
+H100 = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=4)
+PCIE = HardwareSummary(gpu_model="NVIDIA H100 PCIe", gpu_count=4)
+
+
+def matrix(n: int, value: float, **pairs: float) -> list[list[float]]:
+    rows = [[0.0 if s == d else value for d in range(n)] for s in range(n)]
+    for key, gbps in pairs.items():
+        s, d = (int(x) for x in key.removeprefix("p").split("_"))
+        rows[s][d] = gbps
+    return rows
+
+
+def observed(
+    n: int = 4,
+    value: float = 380.0,
+    path: str = "N",
+    no_access: dict[str, str] | None = None,
+    **pairs: float,
+) -> P2pBandwidthObserved:
+    return P2pBandwidthObserved(
+        gpus=n,
+        paths=["".join("-" if s == d else path for d in range(n)) for s in range(n)],
+        gbps=matrix(n, value, **pairs),
+        no_peer_access=no_access,
+    )
+
+
+@pytest.mark.parametrize(
+    ("o", "summary", "policy", "status", "message"),
+    [
+        (observed(), H100, P2pBandwidthPolicy(), "pass", "4 GPUs, nvlink: median 380, min 380"),
+        (
+            observed(p2_1=180.0),
+            H100,
+            P2pBandwidthPolicy(),
+            "fail",
+            "GPU 2\u21921: 180 GB/s, 53 % below the node median 380",
+        ),
+        # 5 % below the median: within the default 10 %
+        (observed(p2_1=361.0), H100, P2pBandwidthPolicy(), "pass", "min 361"),
+        # every pair below the model's minimum: the median rule sees nothing, the minimum does
+        (observed(value=250.0), H100, P2pBandwidthPolicy(), "fail", "250 GB/s < 300"),
+        # a model without a minimum, PCIe paths not compared by default
+        (observed(value=20.0, path="P", p0_1=5.0), PCIE, P2pBandwidthPolicy(), "pass", "pcie"),
+        # peer access missing on an NVLink pair
+        (
+            observed(no_access={"nvlink": "1<>2"}),
+            PCIE,
+            P2pBandwidthPolicy(),
+            "fail",
+            "no peer access on 1<>2 (NVML: NVLink P2P",
+        ),
+        # NVML: the chipset cannot: not required by default, required under "all"
+        (
+            observed(path="C", value=20.0, no_access={"chipset_not_supported": "*"}),
+            PCIE,
+            P2pBandwidthPolicy(),
+            "pass",
+            "(chipset_not_supported: not required)",
+        ),
+        (
+            observed(path="C", value=20.0, no_access={"chipset_not_supported": "*"}),
+            PCIE,
+            P2pBandwidthPolicy(peer_access_required=PeerAccessRule.ALL),
+            "fail",
+            "no peer access on *",
+        ),
+        # on an HGX model every pair must have it, whatever NVML says
+        (
+            observed(path="C", no_access={"chipset_not_supported": "0>1"}),
+            H100,
+            P2pBandwidthPolicy(min_gbps_by_model={}),
+            "fail",
+            "no peer access on 0>1",
+        ),
+        (
+            observed(no_access={"ok": "0>1"}, path="P"),
+            PCIE,
+            P2pBandwidthPolicy(peer_access_required=PeerAccessRule.NVLINK),
+            "pass",
+            "(ok: not required)",
+        ),
+    ],
+)
+def test_judge(
+    o: P2pBandwidthObserved,
+    summary: HardwareSummary,
+    policy: P2pBandwidthPolicy,
+    status: str,
+    message: str,
+) -> None:
+    judgement = judge(o, policy, summary)
+    assert (judgement.status.value, message in judgement.message) == (status, True), judgement
+    condensed = SPEC.condense(o)
+    assert condensed.gbps is None
+    again = judge(SPEC.parse(condensed.to_observed()), policy, summary)
+    assert again.status == judgement.status, again.message
+
+
+def test_condensed_keeps_the_weakest_pairs_and_medians() -> None:
+    condensed = SPEC.condense(observed(p2_1=180.0, p3_0=200.0)).to_observed()
+    assert condensed == {
+        "gpus": 4,
+        "median": {"nvlink": 380.0},
+        "weakest": {"nvlink": [[2, 1, 180.0], [3, 0, 200.0]]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pairs", "text"),
+    [
+        ({(s, d) for s in range(4) for d in range(4) if s != d}, "*"),
+        ({(3, o) for o in range(4) if o != 3} | {(o, 3) for o in range(4) if o != 3}, "3<>*"),
+        ({(1, 2), (2, 1), (0, 3)}, "0>3,1<>2"),
+        (set(), ""),
+    ],
+)
+def test_pairs_text_round_trip(pairs: set[tuple[int, int]], text: str) -> None:
+    assert format_pairs(pairs, 4) == text
+    if text:
+        assert parse_pairs(text, 4) == pairs
+
+
+def test_bad_pairs_text_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a GPU pair"):
+        parse_pairs("2-5", 8)
+
+
+def test_single_gpu_skips_with_a_reason() -> None:
+    profile = load_profile(HEALTHY)
+    one = profile.model_copy(update={"gpus": profile.gpus.model_copy(update={"count": 1})})
+    result = probe(one).result("p2p_bandwidth")
+    assert result is not None
+    assert result.status is CheckStatus.SKIP
+    assert "at least 2 GPUs" in result.message
+
+
+def test_the_weak_pair_fault_names_the_pair() -> None:
+    result = probe(fault("p2p-weak-pair")).result("p2p_bandwidth")
+    assert result is not None
+    assert result.status is CheckStatus.FAIL
+    assert result.message.startswith("GPU 2\u21925: 180 GB/s, 53 % below the node median 380")
+
+
+def test_healthy_h100_reports_the_full_matrix() -> None:
+    result = probe(HEALTHY, default_policy()).result("p2p_bandwidth")
+    assert result is not None
+    assert result.status is CheckStatus.PASS
+    assert isinstance(result.observed, dict)
+    assert result.observed["paths"][0] == "-NNNNNNN"
+    assert result.observed["gbps"][0][1] == 380.0
+    assert result.observed["bidirGBps"][0][1] == 741.0  # 380 x 1.95
+
+
+# --- the real backend's parts, against fakes ---------------------------------------------
+class FakeNVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+def fake_nvml(statuses: dict[int, int] | None = None, error: int | None = None) -> Any:
+    def status(first: int, second: int, index: int) -> int:
+        if error is not None:
+            raise FakeNVMLError(error)
+        assert isinstance(index, int)  # pynvml's READ constant is a tuple: never pass it
+        return (statuses or {}).get(index, 5)
+
+    return types.SimpleNamespace(NVMLError=FakeNVMLError, nvmlDeviceGetP2PStatus=status)
+
+
+@pytest.mark.parametrize(
+    ("statuses", "word"),
+    [
+        ({2: 0, 0: 0}, "nvlink"),  # NVLink capability OK
+        ({2: 5, 0: 0}, "ok"),  # PCIe read OK
+        ({2: 5, 0: 1}, "chipset_not_supported"),
+        ({2: 5, 0: 3}, "ioh_topology_not_supported"),
+        ({2: 5, 0: 4}, "disabled_by_regkey"),
+        ({2: 5, 0: 42}, "unknown"),
+    ],
+)
+def test_nvml_p2p_status_words(statuses: dict[int, int], word: str) -> None:
+    assert read_p2p_status(fake_nvml(statuses), 0, 1, 0) == word
+
+
+def test_nvml_error_is_unknown_and_a_lost_gpu_is_named() -> None:
+    assert read_p2p_status(fake_nvml(error=3), 0, 1, 0) == "unknown"
+    with pytest.raises(Exception, match="GPU 4"):
+        read_p2p_status(fake_nvml(error=15), 4, 1, 4)  # NVML_ERROR_GPU_IS_LOST
+
+
+class FakeTorch:
+    """Enough of torch.cuda to see which streams are current when a copy is enqueued."""
+
+    uint8 = "uint8"
+
+    def __init__(self, elapsed_ms: float = 10.0, completes: bool = True) -> None:
+        self.current: dict[int, str] = {}
+        self.copies: list[tuple[int, int, dict[int, str]]] = []
+        self.recorded: list[str] = []
+        fake = self
+        self.elapsed_ms, self.completes = elapsed_ms, completes
+        self.count = 0
+
+        class Stream:
+            def __init__(self, device: Any) -> None:
+                fake.count += 1
+                self.device, self.name = device.index, f"s{fake.count}@{device.index}"
+
+            def wait_event(self, event: Any) -> None:
+                fake.recorded.append(f"{self.name} waits")
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                pass
+
+            def record(self, stream: Any) -> None:
+                fake.recorded.append(f"record on {stream.name}")
+
+            def query(self) -> bool:
+                return fake.completes
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, other: Any) -> float:
+                return fake.elapsed_ms
+
+        @contextmanager
+        def stream(s: Any) -> Iterator[None]:
+            before = fake.current.get(s.device)
+            fake.current[s.device] = s.name
+            try:
+                yield
+            finally:
+                fake.current[s.device] = before or "default"
+
+        self.cuda = types.SimpleNamespace(Stream=Stream, Event=Event, stream=stream)
+
+    def device(self, _kind: str, index: int) -> Any:
+        return types.SimpleNamespace(index=index)
+
+    def empty(self, nbytes: int, dtype: str, device: Any) -> Any:
+        fake = self
+        on = device.index
+
+        class Buffer:
+            index = on
+
+            def copy_(self, source: Any, non_blocking: bool = False) -> None:
+                fake.copies.append((source.index, self.index, dict(fake.current)))
+
+        return Buffer()
+
+
+def test_one_way_copies_run_on_the_source_stream_and_time_with_events() -> None:
+    torch = FakeTorch(elapsed_ms=10.0)
+    gbps = PeerCopies(torch, 1 << 28, 60).one_way(0, 1, iterations=10, warmup=2)
+    assert gbps == pytest.approx((1 << 28) * 10 / 0.010 / 1e9)
+    assert len(torch.copies) == 12
+    src, dst, current = torch.copies[-1]
+    assert (src, dst) == (0, 1)
+    assert current[0].endswith("@0")  # its own streams, not the default ones
+    assert current[1].endswith("@1")
+
+
+def test_both_ways_give_each_direction_its_own_streams() -> None:
+    torch = FakeTorch(elapsed_ms=20.0)
+    gbps = PeerCopies(torch, 1 << 28, 60).both_ways(0, 1, iterations=10, warmup=0)
+    assert gbps == pytest.approx(2 * (1 << 28) * 10 / 0.020 / 1e9)
+    forward = [c for (s, d, c) in torch.copies if (s, d) == (0, 1)]
+    backward = [c for (s, d, c) in torch.copies if (s, d) == (1, 0)]
+    assert len(forward) == len(backward) == 10
+    # the streams current on each device differ between the directions: torch's
+    # cross-device barriers cannot tie one direction to the other
+    assert forward[0][0] != backward[0][0]
+    assert forward[0][1] != backward[0][1]
+
+
+def test_a_copy_that_never_completes_hits_its_deadline() -> None:
+    with pytest.raises(PeerCopyHung):
+        PeerCopies(FakeTorch(completes=False), 1 << 20, 0.01).one_way(0, 1, 1, 0)
