@@ -121,13 +121,9 @@ def test_judge(
     assert again.status == judgement.status, again.message
 
 
-def test_condensed_keeps_the_weakest_pairs_and_medians() -> None:
+def test_condensed_keeps_the_weakest_pair_and_the_median_per_path() -> None:
     condensed = SPEC.condense(observed(p2_1=180.0, p3_0=200.0)).to_observed()
-    assert condensed == {
-        "gpus": 4,
-        "median": {"nvlink": 380.0},
-        "weakest": {"nvlink": [[2, 1, 180.0], [3, 0, 200.0]]},
-    }
+    assert condensed == {"gpus": 4, "weakest": {"nvlink": [380.0, 2, 1, 180.0]}}
 
 
 @pytest.mark.parametrize(

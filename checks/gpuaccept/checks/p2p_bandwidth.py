@@ -40,8 +40,10 @@ itself; ``gbps``: [src][dst] GB/s, 0 on the diagonal; ``bidirGBps``: both
 directions at once, summed, symmetric; ``noPeerAccess``: NVML's word → the
 pairs CUDA grants no peer access, as pairs text: ``2>5`` one direction,
 ``2<>5`` both, ``3<>*`` GPU 3 with every other GPU, ``*`` every pair.)
-Condensed: the matrices are replaced by ``median`` (path → the median pair's
-GB/s) and ``weakest`` (path → up to two ``[src, dst, GB/s]``, weakest first).
+Condensed: the matrices are replaced by ``weakest``: path → ``[median GB/s,
+src, dst, GB/s]``, the median pair's figure and the weakest pair. If any pair
+of a path fails the minimum or the median rule, its weakest pair does, so the
+verdict is the same; the message then names only that pair.
 """
 
 import re
@@ -56,7 +58,6 @@ from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "P2pBandwidthFailed"
-WEAKEST_KEPT = 2  # pairs per path in the condensed form
 SHOWN = 3  # pairs named in a message
 
 # NVML's word on a pair (nvmlGpuP2PStatus_t; "nvlink": the NVLink capability index is OK,
@@ -158,8 +159,8 @@ class P2pBandwidthObserved(ObservedModel):
     no_peer_access: dict[str, str] | None = None  # NVML's word -> pairs text
     failed_gpus: dict[str, str] | None = None
     # condensed
-    median: dict[str, float] | None = None  # path -> the median pair's GB/s
-    weakest: dict[str, list[tuple[int, int, float]]] | None = None  # path -> [src, dst, GB/s]
+    # path -> [the median pair's GB/s, src, dst, GB/s of the weakest pair]
+    weakest: dict[str, tuple[float, int, int, float]] | None = None
 
 
 # --- pairs text -------------------------------------------------------------------------
@@ -249,11 +250,8 @@ def pairs_by_path(
                 by_path.setdefault(path.value, []).append((gbps, s, d))
         medians = {p: statistics.median(g for g, _s, _d in v) for p, v in by_path.items()}
         return {p: sorted(v) for p, v in by_path.items()}, medians
-    weakest = {
-        p: sorted((gbps, s, d) for s, d, gbps in entries)
-        for p, entries in (o.weakest or {}).items()
-    }
-    return weakest, dict(o.median or {})
+    weakest = {p: [(gbps, s, d)] for p, (_m, s, d, gbps) in (o.weakest or {}).items()}
+    return weakest, {p: median for p, (median, _s, _d, _g) in (o.weakest or {}).items()}
 
 
 # --- judging ------------------------------------------------------------------------------
@@ -349,10 +347,10 @@ def condense(observed: P2pBandwidthObserved) -> P2pBandwidthObserved:
             "paths": None,
             "gbps": None,
             "bidir_gbps": None,
-            "median": {p: round(m, 1) for p, m in medians.items()},
             "weakest": {
-                p: [(s, d, round(g, 1)) for g, s, d in pairs[:WEAKEST_KEPT]]
+                p: (round(medians[p], 1), pairs[0][1], pairs[0][2], round(pairs[0][0], 1))
                 for p, pairs in by_path.items()
+                if pairs
             },
         }
     )

@@ -22,9 +22,10 @@ observed::
 (``activeFraction``: reason → per GPU, index order, the fraction of the judged
 samples in which it was active; only reasons seen at least once). Condensed:
 ``worst``: reason → [the largest fraction, the GPU it was on], and
-``minSmClockMHz`` / ``minSmClockGpu`` / ``smClockMaxMHzTop`` instead of the
-columns (condensed reports before issue 13 carry ``maxActiveFraction`` and
-``worstGpu`` instead of ``worst``: judged the same). Reports of
+``minSmClockMHz`` / ``minSmClockGpu`` instead of the columns, without
+``warmupSamples`` (never judged). Condensed reports before issue 13 carry
+``maxActiveFraction`` and ``worstGpu`` instead of ``worst``, and
+``smClockMaxMHzTop`` (the highest max SM clock): judged the same. Reports of
 earlier probes carry ``reasons`` (reason → GPUs that showed it once); they are
 judged as before (any sample counts).
 """
@@ -170,7 +171,7 @@ def judge(
 
 
 def condense(observed: ThrottleReasonsObserved) -> ThrottleReasonsObserved:
-    update: dict[str, object] = {}
+    update: dict[str, object] = {"warmup_samples": None}  # never judged
     if observed.active_fraction is not None:
         update["active_fraction"] = None
         update["worst"] = {
@@ -183,7 +184,6 @@ def condense(observed: ThrottleReasonsObserved) -> ThrottleReasonsObserved:
             sm_clock_max_mhz=None,
             min_sm_clock_mhz=min(clocks),
             min_sm_clock_gpu=clocks.index(min(clocks)),
-            sm_clock_max_mhz_top=max(observed.sm_clock_max_mhz or [0]) or None,
         )
     if observed.reasons is not None:
         update["reasons"] = {
