@@ -20,8 +20,8 @@ from gpuaccept.checks import (
     nccl_allreduce,
     nvlink,
     nvswitch_fabric,
-    p2p_bandwidth,
     pcie_link,
+    peer_bandwidth,
     throttle_reasons,
     xid_errors,
 )
@@ -38,7 +38,7 @@ CHECKS: tuple[AnyCheckSpec, ...] = (
     # issue 13 item 3: the GPU-to-GPU bandwidth matrix and peer access, before the
     # all-reduce: without peer access NCCL falls back to host memory, and the first
     # reason must name the cause
-    p2p_bandwidth.SPEC,
+    peer_bandwidth.SPEC,
     nccl_allreduce.SPEC,
     # NVLink, the NVSwitch fabric, power and GPU configuration (issue 12 items 3, 4);
     # gpu_config reuses the throttle_reasons samples under load, so it runs after it.

@@ -252,7 +252,7 @@ class HardwareBackend(Protocol):
     def pci_gpu_count(self) -> int:
         """NVIDIA display/3D controllers on the host's PCI bus (sysfs; 0: none found)."""
 
-    # --- GPU-to-GPU peer copies (p2p_bandwidth) -----------------------------------------
+    # --- GPU-to-GPU peer copies (peer_bandwidth) -----------------------------------------
     def peer_access(self, src: int, dst: int) -> "PeerAccess":
         """NVML's P2P status and CUDA's peer access for the ordered pair; raises
         :class:`GpuFailedError` when NVML lost a GPU."""
@@ -268,7 +268,7 @@ class HardwareBackend(Protocol):
         """GB/s of both directions at once on two streams, summed."""
 
 
-# --- GPU-to-GPU peer copies (p2p_bandwidth) -------------------------------------------
+# --- GPU-to-GPU peer copies (peer_bandwidth) -------------------------------------------
 @dataclass(frozen=True)
 class PeerAccess:
     """One ordered pair (src, dst): NVML's word on P2P between them and whether CUDA

@@ -112,7 +112,7 @@ class PeerCopies:
         return self._gbps(start, end, self.nbytes * iterations)
 
     def both_ways(self, first: int, second: int, iterations: int, warmup: int) -> float:
-        """GB/s of both directions at once (summed), as p2pBandwidthLatencyTest: the
+        """GB/s of both directions at once (summed), as peerBandwidthLatencyTest: the
         second stream waits on the first's start event, the first on the second's end."""
         torch = self.torch
         a_out, b_in = self._buffers(first, second)

@@ -503,7 +503,7 @@ class Infiniband(ProfileModel):
     hcas: list[IbHcaGroup] = Field(default_factory=list, max_length=16)
 
 
-# --- GPU-to-GPU peer copies (p2p_bandwidth) ---------------------------------------------
+# --- GPU-to-GPU peer copies (peer_bandwidth) ---------------------------------------------
 # NVML's word on a pair: "nvlink" (NVLink P2P OK), else nvmlDeviceGetP2PStatus for the
 # read capability ("ok": P2P over PCIe) -- see gpuaccept.probe.hardware.base.PeerAccess.
 P2pWord = Literal[
@@ -543,7 +543,7 @@ class P2p(ProfileModel):
         le=10000,
         alias="nvlinkGBps",
         description="One pair's copy over NVLink: HGX H100 measures 376-380 GB/s one way "
-        "(p2pBandwidthLatencyTest, NVIDIA/nccl issue 1264).",
+        "(peerBandwidthLatencyTest, NVIDIA/nccl issue 1264).",
     )
     gbps: float | None = Field(
         default=None,
@@ -574,7 +574,7 @@ class HardwareProfile(ProfileModel):
     allreduce: Allreduce
     cpus: Cpus
     infiniband: Infiniband | None = None
-    p2p: P2p = P2p()  # GPU-to-GPU peer copies (p2p_bandwidth)
+    p2p: P2p = Field(default=P2p(), alias="p2p")  # GPU-to-GPU peer copies (peer_bandwidth)
 
 
 def load_profile(path: Path) -> HardwareProfile:

@@ -613,7 +613,7 @@ class RealBackend:
     def pci_gpu_count(self) -> int:
         return count_nvidia_gpus(self._sysfs_root)
 
-    # --- GPU-to-GPU peer copies (p2p_bandwidth; gpuaccept.probe.hardware.peer_copies) ---
+    # --- GPU-to-GPU peer copies (peer_bandwidth; gpuaccept.probe.hardware.peer_copies) ---
     def peer_access(self, src: int, dst: int) -> PeerAccess:
         nvml = self._require_nvml()
         word = read_p2p_status(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import get_args
 
 from gpuaccept.checks.gpu_models import gpu_model_class
-from gpuaccept.checks.p2p_bandwidth import parse_pairs
+from gpuaccept.checks.peer_bandwidth import parse_pairs
 from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe import clocks
 from gpuaccept.probe.hardware import topology_backend
@@ -465,7 +465,7 @@ class SimulatedBackend:
     def pci_gpu_count(self) -> int:
         return count_nvidia_gpus(self.sysfs_root())
 
-    # --- GPU-to-GPU peer copies (p2p_bandwidth) ------------------------------------------
+    # --- GPU-to-GPU peer copies (peer_bandwidth) ------------------------------------------
     def _peer_pair(self, src: int, dst: int) -> tuple[str, bool, float]:
         """(NVML's word, peer access, unidirectional GB/s) of the ordered pair, as the
         profile's ``p2p`` section says, with the defaults of a healthy node of its model."""

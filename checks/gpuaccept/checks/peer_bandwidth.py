@@ -1,11 +1,11 @@
-"""``p2p_bandwidth``: the GPU-to-GPU copy bandwidth matrix, and peer access between GPUs.
+"""``peer_bandwidth``: the GPU-to-GPU copy bandwidth matrix, and peer access between GPUs.
 
 For every ordered pair of GPUs (src → dst) the probe times a peer copy
 (``dst.copy_(src)`` in torch: a ``cudaMemcpyAsync`` on the source device's
 stream; with peer access enabled the copy engines move the data over NVLink
 or PCIe directly, without it the driver stages it through host memory) with
 CUDA events after warm-up, and, for every unordered pair, both directions at
-once on two streams (the sum: nvbandwidth's and p2pBandwidthLatencyTest's
+once on two streams (the sum: nvbandwidth's and peerBandwidthLatencyTest's
 bidirectional figure). For every ordered pair it also records what NVML says
 of peer-to-peer (``nvmlDeviceGetP2PStatus``, NVLink first, then PCIe read)
 and whether CUDA grants this process peer access
@@ -57,7 +57,7 @@ from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, Runb
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
-REASON = "P2pBandwidthFailed"
+REASON = "PeerBandwidthFailed"
 SHOWN = 3  # pairs named in a message
 
 # NVML's word on a pair (nvmlGpuP2PStatus_t; "nvlink": the NVLink capability index is OK,
@@ -101,7 +101,7 @@ def _default_all_pairs_models() -> list[str]:
     return ["h100-sxm", "h200-sxm", "b200"]
 
 
-class P2pBandwidthPolicy(CheckSwitch):
+class PeerBandwidthPolicy(CheckSwitch):
     min_gbps_by_model: dict[str, float] = Field(
         default_factory=_default_minimum,
         alias="minGBpsByModel",
@@ -148,7 +148,7 @@ class P2pBandwidthPolicy(CheckSwitch):
         )
 
 
-class P2pBandwidthObserved(ObservedModel):
+class PeerBandwidthObserved(ObservedModel):
     gpus: int
     # detail (dropped when condensed)
     bytes: int | None = None
@@ -214,7 +214,7 @@ def parse_pairs(text: str, gpus: int) -> set[Pair]:
 
 
 # --- the pairs of either form -------------------------------------------------------------
-def _no_access(o: P2pBandwidthObserved) -> dict[Pair, str]:
+def _no_access(o: PeerBandwidthObserved) -> dict[Pair, str]:
     """Pair → NVML's word, for every pair CUDA grants no peer access."""
     out: dict[Pair, str] = {}
     for word, text in (o.no_peer_access or {}).items():
@@ -223,7 +223,7 @@ def _no_access(o: P2pBandwidthObserved) -> dict[Pair, str]:
     return out
 
 
-def path_of(o: P2pBandwidthObserved, pair: Pair, no_access: dict[Pair, str]) -> PairPath:
+def path_of(o: PeerBandwidthObserved, pair: Pair, no_access: dict[Pair, str]) -> PairPath:
     if pair in no_access:
         return PairPath.HOST
     s, d = pair
@@ -234,7 +234,7 @@ def path_of(o: P2pBandwidthObserved, pair: Pair, no_access: dict[Pair, str]) -> 
 
 
 def pairs_by_path(
-    o: P2pBandwidthObserved,
+    o: PeerBandwidthObserved,
 ) -> tuple[dict[str, list[tuple[float, int, int]]], dict[str, float]]:
     """(path → its pairs as (GB/s, src, dst), weakest first; path → the median pair), from
     the full form (every measured pair) or the condensed one (the weakest kept)."""
@@ -255,14 +255,16 @@ def pairs_by_path(
 
 
 # --- judging ------------------------------------------------------------------------------
-def _required(o: P2pBandwidthObserved, policy: P2pBandwidthPolicy, summary: HardwareSummary) -> str:
+def _required(
+    o: PeerBandwidthObserved, policy: PeerBandwidthPolicy, summary: HardwareSummary
+) -> str:
     if policy.every_pair_required(summary.gpu_model):
         return "all"
     return policy.peer_access_required.value
 
 
 def _access_findings(
-    o: P2pBandwidthObserved, policy: P2pBandwidthPolicy, summary: HardwareSummary
+    o: PeerBandwidthObserved, policy: PeerBandwidthPolicy, summary: HardwareSummary
 ) -> list[str]:
     required = _required(o, policy, summary)
     findings = []
@@ -283,7 +285,7 @@ def _arrow(s: int, d: int) -> str:
 
 
 def _bandwidth_findings(
-    o: P2pBandwidthObserved, policy: P2pBandwidthPolicy, summary: HardwareSummary
+    o: PeerBandwidthObserved, policy: PeerBandwidthPolicy, summary: HardwareSummary
 ) -> list[str]:
     by_path, medians = pairs_by_path(o)
     minimum = policy.minimum_for(summary.gpu_model)
@@ -306,7 +308,7 @@ def _bandwidth_findings(
     return ["; ".join(shown) + more] if shown else []
 
 
-def _expected(policy: P2pBandwidthPolicy, summary: HardwareSummary, required: str) -> JsonValue:
+def _expected(policy: PeerBandwidthPolicy, summary: HardwareSummary, required: str) -> JsonValue:
     return {
         "minGBps": policy.minimum_for(summary.gpu_model),
         "maxBelowMedianPercent": {str(k): v for k, v in policy.max_below_median_percent.items()},
@@ -315,7 +317,7 @@ def _expected(policy: P2pBandwidthPolicy, summary: HardwareSummary, required: st
 
 
 def judge(
-    observed: P2pBandwidthObserved, policy: P2pBandwidthPolicy, summary: HardwareSummary
+    observed: PeerBandwidthObserved, policy: PeerBandwidthPolicy, summary: HardwareSummary
 ) -> CheckJudgement:
     required = _required(observed, policy, summary)
     expected = _expected(policy, summary, required)
@@ -337,7 +339,7 @@ def judge(
     return CheckJudgement(CheckStatus.PASS, expected, clip("; ".join([counted, *unjudged])))
 
 
-def condense(observed: P2pBandwidthObserved) -> P2pBandwidthObserved:
+def condense(observed: PeerBandwidthObserved) -> PeerBandwidthObserved:
     if observed.gbps is None:
         return observed
     by_path, medians = pairs_by_path(observed)
@@ -357,14 +359,14 @@ def condense(observed: P2pBandwidthObserved) -> P2pBandwidthObserved:
 
 
 SPEC = CheckSpec(
-    name="p2p_bandwidth",
+    name="peer_bandwidth",
     title="GPU-to-GPU bandwidth",
     summary="every ordered GPU pair's peer copy bandwidth at or above the per-model minimum "
     "and within a percentage of the node's median pair; peer access wherever NVML says P2P "
     "works (every pair on HGX boards)",
     reason=REASON,
-    policy_model=P2pBandwidthPolicy,
-    observed_model=P2pBandwidthObserved,
+    policy_model=PeerBandwidthPolicy,
+    observed_model=PeerBandwidthObserved,
     judge=judge,
     condense=condense,
     runbook=RunbookEntry(

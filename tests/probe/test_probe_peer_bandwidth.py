@@ -1,4 +1,4 @@
-"""p2p_bandwidth: judging (full and condensed forms), pairs text, the simulated node, and
+"""peer_bandwidth: judging (full and condensed forms), pairs text, the simulated node, and
 the real backend's NVML and torch parts against fakes of pynvml and torch."""
 
 import types
@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from probe_scenarios import HEALTHY, default_policy, fault, probe
 
-from gpuaccept.checks.p2p_bandwidth import (
+from gpuaccept.checks.peer_bandwidth import (
     SPEC,
-    P2pBandwidthObserved,
-    P2pBandwidthPolicy,
     PeerAccessRule,
+    PeerBandwidthObserved,
+    PeerBandwidthPolicy,
     format_pairs,
     judge,
     parse_pairs,
@@ -40,8 +40,8 @@ def observed(
     path: str = "N",
     no_access: dict[str, str] | None = None,
     **pairs: float,
-) -> P2pBandwidthObserved:
-    return P2pBandwidthObserved(
+) -> PeerBandwidthObserved:
+    return PeerBandwidthObserved(
         gpus=n,
         paths=["".join("-" if s == d else path for d in range(n)) for s in range(n)],
         gbps=matrix(n, value, **pairs),
@@ -52,25 +52,25 @@ def observed(
 @pytest.mark.parametrize(
     ("o", "summary", "policy", "status", "message"),
     [
-        (observed(), H100, P2pBandwidthPolicy(), "pass", "4 GPUs, nvlink: median 380, min 380"),
+        (observed(), H100, PeerBandwidthPolicy(), "pass", "4 GPUs, nvlink: median 380, min 380"),
         (
             observed(p2_1=180.0),
             H100,
-            P2pBandwidthPolicy(),
+            PeerBandwidthPolicy(),
             "fail",
             "GPU 2\u21921: 180 GB/s, 53 % below the node median 380",
         ),
         # 5 % below the median: within the default 10 %
-        (observed(p2_1=361.0), H100, P2pBandwidthPolicy(), "pass", "min 361"),
+        (observed(p2_1=361.0), H100, PeerBandwidthPolicy(), "pass", "min 361"),
         # every pair below the model's minimum: the median rule sees nothing, the minimum does
-        (observed(value=250.0), H100, P2pBandwidthPolicy(), "fail", "250 GB/s < 300"),
+        (observed(value=250.0), H100, PeerBandwidthPolicy(), "fail", "250 GB/s < 300"),
         # a model without a minimum, PCIe paths not compared by default
-        (observed(value=20.0, path="P", p0_1=5.0), PCIE, P2pBandwidthPolicy(), "pass", "pcie"),
+        (observed(value=20.0, path="P", p0_1=5.0), PCIE, PeerBandwidthPolicy(), "pass", "pcie"),
         # peer access missing on an NVLink pair
         (
             observed(no_access={"nvlink": "1<>2"}),
             PCIE,
-            P2pBandwidthPolicy(),
+            PeerBandwidthPolicy(),
             "fail",
             "no peer access on 1<>2 (NVML: NVLink P2P",
         ),
@@ -78,14 +78,14 @@ def observed(
         (
             observed(path="C", value=20.0, no_access={"chipset_not_supported": "*"}),
             PCIE,
-            P2pBandwidthPolicy(),
+            PeerBandwidthPolicy(),
             "pass",
             "(chipset_not_supported: not required)",
         ),
         (
             observed(path="C", value=20.0, no_access={"chipset_not_supported": "*"}),
             PCIE,
-            P2pBandwidthPolicy(peer_access_required=PeerAccessRule.ALL),
+            PeerBandwidthPolicy(peer_access_required=PeerAccessRule.ALL),
             "fail",
             "no peer access on *",
         ),
@@ -93,23 +93,23 @@ def observed(
         (
             observed(path="C", no_access={"chipset_not_supported": "0>1"}),
             H100,
-            P2pBandwidthPolicy(min_gbps_by_model={}),
+            PeerBandwidthPolicy(min_gbps_by_model={}),
             "fail",
             "no peer access on 0>1",
         ),
         (
             observed(no_access={"ok": "0>1"}, path="P"),
             PCIE,
-            P2pBandwidthPolicy(peer_access_required=PeerAccessRule.NVLINK),
+            PeerBandwidthPolicy(peer_access_required=PeerAccessRule.NVLINK),
             "pass",
             "(ok: not required)",
         ),
     ],
 )
 def test_judge(
-    o: P2pBandwidthObserved,
+    o: PeerBandwidthObserved,
     summary: HardwareSummary,
-    policy: P2pBandwidthPolicy,
+    policy: PeerBandwidthPolicy,
     status: str,
     message: str,
 ) -> None:
@@ -149,21 +149,21 @@ def test_bad_pairs_text_is_refused() -> None:
 def test_single_gpu_skips_with_a_reason() -> None:
     profile = load_profile(HEALTHY)
     one = profile.model_copy(update={"gpus": profile.gpus.model_copy(update={"count": 1})})
-    result = probe(one).result("p2p_bandwidth")
+    result = probe(one).result("peer_bandwidth")
     assert result is not None
     assert result.status is CheckStatus.SKIP
     assert "at least 2 GPUs" in result.message
 
 
 def test_the_weak_pair_fault_names_the_pair() -> None:
-    result = probe(fault("p2p-weak-pair")).result("p2p_bandwidth")
+    result = probe(fault("p2p-weak-pair")).result("peer_bandwidth")
     assert result is not None
     assert result.status is CheckStatus.FAIL
     assert result.message.startswith("GPU 2\u21925: 180 GB/s, 53 % below the node median 380")
 
 
 def test_healthy_h100_reports_the_full_matrix() -> None:
-    result = probe(HEALTHY, default_policy()).result("p2p_bandwidth")
+    result = probe(HEALTHY, default_policy()).result("peer_bandwidth")
     assert result is not None
     assert result.status is CheckStatus.PASS
     assert isinstance(result.observed, dict)

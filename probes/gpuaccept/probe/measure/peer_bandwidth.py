@@ -1,4 +1,4 @@
-"""Measures :mod:`gpuaccept.checks.p2p_bandwidth`: peer access and a timed peer copy for
+"""Measures :mod:`gpuaccept.checks.peer_bandwidth`: peer access and a timed peer copy for
 every ordered pair of GPUs, and both directions at once for every unordered pair.
 
 Time on 8 GPUs at the defaults (256 MiB, 2 + 10 copies per pair; docs/probe.md has the
@@ -7,11 +7,11 @@ derivation): 56 ordered pairs x 12 copies x 256 MiB at ~380 GB/s (NVLink 4) = 0.
 without peer access (staged through host memory, ~10-25 GB/s) take ~0.15-0.3 s each.
 """
 
-from gpuaccept.checks.p2p_bandwidth import (
+from gpuaccept.checks.peer_bandwidth import (
     NVML_CODES,
-    P2pBandwidthObserved,
-    P2pBandwidthPolicy,
     Pair,
+    PeerBandwidthObserved,
+    PeerBandwidthPolicy,
     format_pairs,
 )
 from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unavailable
@@ -26,8 +26,8 @@ def _failure(exc: GpuFailedError) -> str:
 
 
 def measure(
-    hardware: HardwareBackend, policy: P2pBandwidthPolicy, context: ProbeContext
-) -> P2pBandwidthObserved:
+    hardware: HardwareBackend, policy: PeerBandwidthPolicy, context: ProbeContext
+) -> PeerBandwidthObserved:
     gpus = hardware.gpus()
     if len(gpus) < 2:
         raise Unavailable(
@@ -77,7 +77,7 @@ def measure(
                 failed[exc.gpu] = _failure(exc)
                 continue
             bidir[s][d] = bidir[d][s] = both
-    return P2pBandwidthObserved(
+    return PeerBandwidthObserved(
         gpus=n,
         bytes=policy.buffer_bytes,
         paths=["".join(row) for row in paths],
