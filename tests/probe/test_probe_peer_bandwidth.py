@@ -1,6 +1,7 @@
 """peer_bandwidth: judging (full and condensed forms), pairs text, the simulated node, and
 the real backend's NVML and torch parts against fakes of pynvml and torch."""
 
+import sys
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -8,6 +9,8 @@ from typing import Any
 
 import pytest
 from probe_scenarios import HEALTHY, default_policy, fault, probe
+from test_probe_real_backend import backend as real_backend
+from test_probe_real_backend import fake_nvml as fake_nvml_module
 
 from gpuaccept.checks.peer_bandwidth import (
     SPEC,
@@ -18,9 +21,13 @@ from gpuaccept.checks.peer_bandwidth import (
     judge,
     parse_pairs,
 )
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.registry import BY_NAME
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 from gpuaccept.probe.hardware.peer_copies import PeerCopies, PeerCopyHung, read_p2p_status
 from gpuaccept.probe.hardware.profile import load_profile
+from gpuaccept.probe.measure import ProbeContext
+from gpuaccept.probe.runner import hardware_summary, run_check
 
 H100 = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=4)
 PCIE = HardwareSummary(gpu_model="NVIDIA H100 PCIe", gpu_count=4)
@@ -301,3 +308,56 @@ def test_both_ways_give_each_direction_its_own_streams() -> None:
 def test_a_copy_that_never_completes_hits_its_deadline() -> None:
     with pytest.raises(PeerCopyHung):
         PeerCopies(FakeTorch(completes=False), 1 << 20, 0.01).one_way(0, 1, 1, 0)
+
+
+def test_the_real_backend_measures_every_pair_with_fakes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RealBackend against fake pynvml and torch: NVML's word and CUDA's peer access per
+    ordered pair, CUDA devices found by UUID (here in reverse order), one copy per
+    ordered pair and one two-way copy per unordered pair."""
+    nvml = fake_nvml_module()
+    # NVLink between 0 and 1 one way only: 1 -> 0 is PCIe read OK
+    nvml.nvmlDeviceGetP2PStatus = lambda a, b, index: 0 if index == 0 or (a, b) == (0, 1) else 5  # type: ignore[attr-defined]
+    torch = FakeTorch(elapsed_ms=10.0)
+    torch.__version__ = "fake"  # type: ignore[attr-defined]
+    torch.cuda.is_available = lambda: True
+    torch.cuda.device_count = lambda: 2
+    # CUDA ordinal 0 is NVML's GPU 1 (UUIDs without the "GPU-" prefix, as torch prints them)
+    torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(uuid=str(1 - i))
+    torch.cuda.can_device_access_peer = lambda a, b: (a, b) != (0, 1)  # CUDA ordinals
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    hw = real_backend(monkeypatch, nvml)
+    policy = ProbePolicy.model_validate(
+        {"peerBandwidth": {"iterations": 10, "warmupIterations": 2}}
+    )
+    result = run_check(BY_NAME["peer_bandwidth"], hw, policy, ProbeContext(), hardware_summary(hw))
+    hw.close()
+    raw = (1 << 28) * 10 / 0.010 / 1e9
+    gbps, both = round(raw, 1), round(2 * raw, 1)
+    assert result.observed == {
+        "gpus": 2,
+        "bytes": 1 << 28,
+        "paths": ["-N", "P-"],
+        "gbps": [[0.0, gbps], [gbps, 0.0]],
+        "bidirGBps": [[0.0, both], [both, 0.0]],
+        # NVML GPU 1 -> 0 is CUDA ordinal 0 -> 1, where CUDA grants no peer access
+        "noPeerAccess": {"ok": "1>0"},
+    }
+    assert result.status is CheckStatus.FAIL  # NVML says P2P works there: nvml rule
+    assert "no peer access on 1>0 (NVML: P2P supported" in result.message
+    ordered = {(s, d) for s, d, _current in torch.copies}
+    assert ordered == {(0, 1), (1, 0)}  # CUDA ordinals
+    assert len(torch.copies) == 2 * 12 + 2 * 12  # one way per ordered pair, both ways once
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        ({"gpus": 2, "gbps": [[0.0, 1.0]]}, "gpus x gpus"),
+        ({"gpus": 2, "paths": ["-N", "N"]}, "paths must be"),
+        ({"gpus": 2, "noPeerAccess": {"ok": "0>5"}}, "beyond 2"),
+        ({"gpus": 2, "noPeerAccess": {"ok": "0-1"}}, "not a GPU pair"),
+    ],
+)
+def test_malformed_observed_is_refused(bad: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        SPEC.parse(bad)  # type: ignore[arg-type]

@@ -50,7 +50,7 @@ import re
 import statistics
 from enum import StrEnum
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, model_validator
 
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
@@ -72,7 +72,6 @@ NVML_CODES: dict[str, str] = {
     "not_supported": "X",
     "unknown": "U",
 }
-NVML_WORDS: dict[str, str] = {code: word for word, code in NVML_CODES.items()}
 Pair = tuple[int, int]
 PAIR_ITEM = re.compile(r"^(\d{1,2})(<>|>)(\d{1,2}|\*)$")
 
@@ -161,6 +160,22 @@ class PeerBandwidthObserved(ObservedModel):
     # condensed
     # path -> [the median pair's GB/s, src, dst, GB/s of the weakest pair]
     weakest: dict[str, tuple[float, int, int, float]] | None = None
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> "PeerBandwidthObserved":
+        for matrix in (self.gbps, self.bidir_gbps):
+            if matrix is not None and (
+                len(matrix) != self.gpus or any(len(row) != self.gpus for row in matrix)
+            ):
+                raise ValueError("gbps and bidirGBps must be gpus x gpus")
+        if self.paths is not None and (
+            len(self.paths) != self.gpus or any(len(row) != self.gpus for row in self.paths)
+        ):
+            raise ValueError("paths must be gpus strings of gpus characters")
+        for text in (self.no_peer_access or {}).values():
+            if any(g >= self.gpus for pair in parse_pairs(text, self.gpus) for g in pair):
+                raise ValueError(f"noPeerAccess names a GPU beyond {self.gpus}: {text[:20]!r}")
+        return self
 
 
 # --- pairs text -------------------------------------------------------------------------
@@ -255,9 +270,7 @@ def pairs_by_path(
 
 
 # --- judging ------------------------------------------------------------------------------
-def _required(
-    o: PeerBandwidthObserved, policy: PeerBandwidthPolicy, summary: HardwareSummary
-) -> str:
+def _required(policy: PeerBandwidthPolicy, summary: HardwareSummary) -> str:
     if policy.every_pair_required(summary.gpu_model):
         return "all"
     return policy.peer_access_required.value
@@ -266,7 +279,7 @@ def _required(
 def _access_findings(
     o: PeerBandwidthObserved, policy: PeerBandwidthPolicy, summary: HardwareSummary
 ) -> list[str]:
-    required = _required(o, policy, summary)
+    required = _required(policy, summary)
     findings = []
     for word, text in sorted((o.no_peer_access or {}).items()):
         must = (
@@ -319,7 +332,7 @@ def _expected(policy: PeerBandwidthPolicy, summary: HardwareSummary, required: s
 def judge(
     observed: PeerBandwidthObserved, policy: PeerBandwidthPolicy, summary: HardwareSummary
 ) -> CheckJudgement:
-    required = _required(observed, policy, summary)
+    required = _required(policy, summary)
     expected = _expected(policy, summary, required)
     lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
     failing = lost + _access_findings(observed, policy, summary)
@@ -350,7 +363,8 @@ def condense(observed: PeerBandwidthObserved) -> PeerBandwidthObserved:
             "gbps": None,
             "bidir_gbps": None,
             "weakest": {
-                p: (round(medians[p], 1), pairs[0][1], pairs[0][2], round(pairs[0][0], 1))
+                # a median of figures in tenths is exact in hundredths
+                p: (round(medians[p], 2), pairs[0][1], pairs[0][2], pairs[0][0])
                 for p, pairs in by_path.items()
                 if pairs
             },
