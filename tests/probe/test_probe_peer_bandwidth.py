@@ -24,7 +24,7 @@ from gpuaccept.checks.peer_bandwidth import (
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import BY_NAME
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
-from gpuaccept.probe.hardware.peer_copies import PeerCopies, PeerCopyHung, read_p2p_status
+from gpuaccept.probe.hardware.peer_copies import PeerCopies, PeerCopyHungError, read_p2p_status
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.runner import hardware_summary, run_check
@@ -306,7 +306,7 @@ def test_both_ways_give_each_direction_its_own_streams() -> None:
 
 
 def test_a_copy_that_never_completes_hits_its_deadline() -> None:
-    with pytest.raises(PeerCopyHung):
+    with pytest.raises(PeerCopyHungError):
         PeerCopies(FakeTorch(completes=False), 1 << 20, 0.01).one_way(0, 1, 1, 0)
 
 

@@ -21,6 +21,12 @@ on its destination device, so the barriers tie each direction only to itself.
 import time
 from typing import Any
 
+from gpuaccept.probe.hardware.nvml_errors import (
+    NVML_ERROR_GPU_IS_LOST,
+    nvml_error_code,
+    nvml_failure,
+)
+
 # nvmlGpuP2PCapsIndex_t: READ = 0, NVLINK = 2 (pynvml spells READ "= 0," -- a tuple)
 P2P_CAPS_READ = 0
 P2P_CAPS_NVLINK = 2
@@ -38,7 +44,7 @@ PEER_COPY_DEADLINE_S = 60.0  # 12 copies of 256 MiB: ~10 ms over NVLink, ~0.3 s 
 POLL_S = 0.001
 
 
-class PeerCopyHung(Exception):  # noqa: N818 - reads as "the peer copy hung"
+class PeerCopyHungError(Exception):
     """The copies did not complete within their deadline."""
 
 
@@ -51,12 +57,6 @@ def read_p2p_status(nvml: Any, first: Any, second: Any, gpu: int) -> str:
     """``nvlink`` when NVML reports NVLink P2P between the two, else NVML's word for the
     read capability (``ok`` over PCIe, ``chipset_not_supported``, ...); ``unknown`` when
     NVML answers with an error (a lost GPU raises GpuFailedError naming ``gpu``)."""
-    from gpuaccept.probe.hardware.nvml_errors import (  # noqa: PLC0415 - with pynvml only
-        NVML_ERROR_GPU_IS_LOST,
-        nvml_error_code,
-        nvml_failure,
-    )
-
     try:
         if _word(nvml, first, second, P2P_CAPS_NVLINK) == "ok":
             return "nvlink"
@@ -85,7 +85,7 @@ class PeerCopies:
         deadline = time.monotonic() + self.deadline_s
         while not event.query():
             if time.monotonic() > deadline:
-                raise PeerCopyHung
+                raise PeerCopyHungError
             time.sleep(POLL_S)
         event.synchronize()
 

@@ -70,7 +70,7 @@ from gpuaccept.probe.hardware.nvml_links import read_fabric, read_nvlink, read_s
 from gpuaccept.probe.hardware.peer_copies import (
     PEER_COPY_DEADLINE_S,
     PeerCopies,
-    PeerCopyHung,
+    PeerCopyHungError,
     read_p2p_status,
 )
 from gpuaccept.probe.hardware.sysfs import (
@@ -646,6 +646,6 @@ class RealBackend:
     def _peer_timed(self, gpu: int, step: str, run: Callable[[], float]) -> float:
         try:
             return run()
-        except PeerCopyHung as exc:
+        except PeerCopyHungError as exc:
             self._hung[gpu] = f"{step}: hung"
             raise GpuHungError(gpu, step, PEER_COPY_DEADLINE_S) from exc
