@@ -65,7 +65,7 @@ from gpuaccept.probe.inputs import InputError, default_policy, load_policy, poli
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
 from gpuaccept.probe.process_clock import process_age_s
-from gpuaccept.probe.runner import UNKNOWN_BOOT_ID, ProbeRun, run_probe
+from gpuaccept.probe.runner import ProbeRun, run_probe
 
 EXIT_ACCEPTED = ProbeExit.ACCEPTED
 EXIT_QUARANTINED = ProbeExit.QUARANTINED
