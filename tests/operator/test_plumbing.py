@@ -146,6 +146,49 @@ def test_cache_overlay_wins_until_the_watch_catches_up() -> None:
     assert ("node", "gpu-1") not in cache._overlay
 
 
+def _na_body(name: str, rv: int, phase: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "resourceVersion": str(rv)},
+        "status": {"phase": phase, "policy": "default"},
+    }
+
+
+def test_cache_counts_follow_watch_events_and_our_writes() -> None:
+    policy = policy_entry(
+        {
+            "metadata": {"name": "default", "resourceVersion": "1"},
+            "spec": {"nodeSelector": {"a": "b"}, "maxQuarantined": 5},
+        }
+    )
+    cache = _cache(
+        **{
+            POLICIES_INDEX: {"default": [(1, policy)]},
+            NODES_INDEX: {"gpu-1": list(index_node(NODE).values())},
+            NAS_INDEX: {"gpu-1": list(index_na(_na_body("gpu-1", 6, "Probing")).values())},
+        }
+    )
+    cache.refresh_policies()
+    cache.refresh("node", "gpu-1")  # the watch events, as the kopf handlers pass them on
+    cache.refresh("na", "gpu-1")
+    share = cache.count.tally()["default"]
+    assert (share.matched, share.counts.probing, share.quarantined) == (1, 1, frozenset())
+    # our own write counts once settled, before the watch delivers it
+    ((rv, quarantined),) = index_na(_na_body("gpu-1", 7, "Quarantined")).values()
+    cache.write("na", "gpu-1", rv, quarantined)
+    assert cache.count.breaker("default", "gpu-2").quarantined == 0
+    cache.settle()
+    assert cache.count.breaker("default", "gpu-2").quarantined == 1
+    assert [na.status.phase for na in cache.acceptances()] == [Phase.QUARANTINED]
+    # the NodeAcceptance and the node are deleted: the watch events uncount them
+    cache.indexes[NAS_INDEX].pop("gpu-1")
+    cache.write("na", "gpu-1", 1 << 62, None)
+    cache.settle()
+    cache.indexes[NODES_INDEX].pop("gpu-1")
+    cache.refresh("node", "gpu-1")
+    share = cache.count.tally()["default"]
+    assert (share.matched, share.counts.quarantined, cache.acceptances()) == (0, 0, ())
+
+
 def test_cache_pods_and_tombstones() -> None:
     pod = {
         "metadata": {"name": "p1", "resourceVersion": "3", "labels": {"gpuaccept.io/attempt": "1"}},

@@ -92,19 +92,32 @@ def build_registry(
     )
 
     # ---------------------------------------------------------------- events
+    # kopf has updated its indexes when these run: each refreshes the fleet's
+    # counts for its object (O(1)), then enqueues.
     @kopf.on.event("", "v1", "nodes", labels=node_labels, registry=registry)
     async def node_event(name: str, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
+        controller.cache.refresh("node", name)
         controller.enqueue(name)
+
+    if node_labels is not None:
+        # A node relabelled out of the selector leaves kopf's index without an
+        # event for node_event: this one (no filter, no enqueue) uncounts it.
+        @kopf.on.event("", "v1", "nodes", registry=registry)
+        async def node_count(name: str, **kwargs: Any) -> None:
+            controller.cache.attach(kwargs)
+            controller.cache.refresh("node", name)
 
     @kopf.on.event(GROUP, VERSION, ACCEPTANCE_PLURAL, registry=registry)
     async def na_event(name: str, spec: kopf.Spec, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
+        controller.cache.refresh("na", name)
         controller.enqueue(str(spec.get("nodeName") or name))
 
     @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, registry=registry)
     async def policy_event(name: str, meta: kopf.Meta, type: str | None, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
+        controller.cache.refresh_policies()
         controller.policy_seen(name, meta.get("generation"), deleted=type == "DELETED")
 
     @kopf.on.event("", "v1", "pods", labels=probe_labels, registry=registry)
