@@ -30,7 +30,12 @@ from gpuaccept.operator.controller import (
 )
 from gpuaccept.operator.core import OperatorConfig, Taint
 from gpuaccept.operator.core.judge import judge
-from gpuaccept.operator.handlers import build_registry
+from gpuaccept.operator.handlers import (
+    NoDiffBaseStorage,
+    NoProgressStorage,
+    build_registry,
+    configure,
+)
 from gpuaccept.operator.kube import ConflictError, Kube, _failed_test_op
 from gpuaccept.operator.leader import LeaderElector, LeaseSettings
 from gpuaccept.operator.views import node_view, pod_view, policy_entry
@@ -413,3 +418,13 @@ def test_na_names_while_api_threads_write_the_overlay() -> None:
     finally:
         writer.join()
         sys.setswitchinterval(interval)
+
+
+def test_kopf_settings_persist_nothing_and_let_idle_workers_go_soon() -> None:
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    assert isinstance(settings.persistence.diffbase_storage, NoDiffBaseStorage)
+    assert isinstance(settings.persistence.progress_storage, NoProgressStorage)
+    assert not settings.posting.enabled
+    # an idle per-object worker keeps its object's last body alive until it exits
+    assert settings.queueing.idle_timeout <= 1.0
