@@ -47,7 +47,7 @@ NODE: dict[str, Any] = {
         "resourceVersion": "5",
         "uid": "u",
         "labels": {"a": "b"},
-        "annotations": {"gpuaccept.io/reprobe": "x"},
+        "annotations": {"gpuaccept.io/reprobe": "x", "kubeadm.alpha.kubernetes.io/cri-socket": "s"},
     },
     "spec": {"taints": [{"key": "k", "effect": "NoSchedule", "value": "v"}], "unschedulable": True},
     "status": {
@@ -61,6 +61,7 @@ NODE: dict[str, Any] = {
 def test_node_view() -> None:
     view = node_view(NODE)
     assert view.name == "gpu-1"
+    assert view.annotations == {"gpuaccept.io/reprobe": "x"}  # others' are not kept
     assert view.taints == (Taint("k", "NoSchedule", "v"),)
     assert view.boot_id == "boot"
     assert view.gpus == 8

@@ -183,7 +183,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.scanning.disabled = True
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    settings.batching.worker_limit = None
+    settings.queueing.worker_limit = None
     # kopf keeps a worker per object until it has idled this long, and the
     # worker keeps that object's last raw event (the whole decoded body) alive
     # while it waits: with the fleet joining at once, that is every object's
