@@ -27,8 +27,8 @@ access granted), ``pcie`` (peer access granted, not over NVLink) or ``host``
   pinned H2D rate that ``pcie_link`` measured (``h2dGBps``): a copy with peer
   access slower than a copy staged through host memory would be is worse than
   no P2P at all (PCIe ACS redirecting P2P through the root complex: CUDA still
-  grants peer access). No per-model table; healthy PCIe P2P runs at 80-100 %
-  of the H2D rate (docs/policy.md);
+  grants peer access). No per-model table; healthy PCIe P2P runs near the H2D
+  rate (docs/policy.md);
 * a pair whose copy raised (``failedPairs``: enabling peer access can fail) fails
   by name; the matrix must cover the summary's GPUs, and carry its figures.
 
