@@ -22,7 +22,7 @@ from gpuaccept.checks.registry import BY_NAME
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 from gpuaccept.probe.hardware import real
 from gpuaccept.probe.hardware.gpu_throughput import MatmulTimer
-from gpuaccept.probe.hardware.profile import load_profile
+from gpuaccept.probe.hardware.profile import ClockEventReasons, load_profile
 from gpuaccept.probe.hardware.real import RealBackend
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.measure import ProbeContext
@@ -228,6 +228,31 @@ def test_traps_pass_both_checks(name: str) -> None:
         result = report.result(check)
         assert result is not None
         assert result.status is CheckStatus.PASS, result.message
+
+
+def test_a_thermal_reason_that_only_warns_still_fails_the_slow_gpu() -> None:
+    """A badly seated heatsink: GPU 5 held by a sustained sw_thermal_slowdown (a warn
+    reason by default) runs its matmuls 15 % slower: throttle_reasons warns, and the
+    sibling rule fails the GPU."""
+    profile = load_profile(fault("gpu-compute-slow"))
+    gpus = profile.gpus
+    slow = gpus.overrides[5].model_copy(
+        update={
+            "clock_event_reasons": ClockEventReasons.model_validate(
+                {"idle": ["gpu_idle"], "load": ["sw_thermal_slowdown"]}
+            )
+        }
+    )
+    hot = profile.model_copy(
+        update={"gpus": gpus.model_copy(update={"overrides": {**gpus.overrides, 5: slow}})}
+    )
+    report = probe(hot)
+    throttle, compute = report.result("throttle_reasons"), report.result("gpu_compute")
+    assert throttle is not None
+    assert compute is not None
+    assert throttle.status is CheckStatus.WARN, throttle.message
+    assert compute.status is CheckStatus.FAIL
+    assert "GPU 5: 631 TFLOPS bf16 at 1680 MHz, 15 % below the node median" in compute.message
 
 
 def test_with_throttle_reasons_off_gpu_compute_runs_its_own_load() -> None:
