@@ -88,7 +88,7 @@ CLAIMS = (
         "test_per_gpu_throughput_matches_host_timing",
         "gpu_compute times the throttle load's bf16 matmuls (and fp8 where the GPU can) and "
         "gpu_memory_bandwidth a STREAM triad on every GPU; each GPU's figures agree within "
-        "15 % with the same work timed on the host clock, and with fewer than 3 GPUs the "
+        "15 % with the same work timed on the host clock, and with one GPU the "
         "result says there is no sibling comparison.",
     ),
     Claim(

@@ -329,7 +329,7 @@ def test_per_gpu_throughput_matches_host_timing(hw: RealBackend) -> None:
             "fp8_tflops": figures.fp8_tflops[gpu.index] if figures.fp8_tflops else None,
             "sm_clock_mhz": figures.sm_clock_mhz[gpu.index] if figures.sm_clock_mhz else None,
         }
-    siblings_said = len(gpus) >= 3 or (
+    siblings_said = len(gpus) >= 2 or (  # two GPUs are judged against each other
         "no sibling comparison" in compute.message and "no sibling comparison" in memory.message
     )
     passed = compute.status is CheckStatus.PASS and memory.status is CheckStatus.PASS

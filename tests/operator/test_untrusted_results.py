@@ -28,8 +28,41 @@ def probing(**world_kwargs: Any) -> World:
     return world
 
 
+PER_GPU_LISTS = {
+    "gpu_compute": ("bf16Tflops", "fp8Tflops", "smClockMHz"),
+    "gpu_memory_bandwidth": ("gbps",),
+}
+# condensed: [lowest, median, GPU of the lowest, GPUs measured]
+PER_GPU_SPREADS = {"gpu_compute": ("bf16", "fp8"), "gpu_memory_bandwidth": ("memory",)}
+
+
+def _first_gpus(check: str, observed: dict[str, Any], n: int) -> dict[str, Any]:
+    """The per-GPU figures of ``observed`` cut to the first ``n`` GPUs (a probe that saw
+    ``n`` GPUs measured only those): the per-GPU lists, and the peer matrix."""
+    out = dict(observed)
+    for key in PER_GPU_LISTS.get(check, ()):
+        if isinstance(out.get(key), list):
+            out[key] = out[key][:n]
+    for key in PER_GPU_SPREADS.get(check, ()):
+        spread = out.get(key)
+        if isinstance(spread, list) and len(spread) == 4:  # the healthy node's GPUs are alike
+            low, median, gpu, _count = spread
+            out[key] = [low, median, gpu if gpu < n else 0, n]
+    if check == "peer_bandwidth":
+        out["gpus"] = n
+        for key in ("gbps", "bidirGBps"):
+            if isinstance(out.get(key), list):
+                out[key] = [row[:n] for row in out[key][:n]]
+        if isinstance(out.get("paths"), list):
+            out["paths"] = [row[:n] for row in out["paths"][:n]]
+        if isinstance(out.get("h2dGBps"), list):
+            out["h2dGBps"] = out["h2dGBps"][:n]
+    return out
+
+
 def with_gpus(report: ProbeReport, *, summary: int, visible: int, allocatable: int) -> ProbeReport:
-    """``report`` edited to claim these GPU counts (the all-reduce ranks follow the summary)."""
+    """``report`` edited to claim these GPU counts (the all-reduce ranks follow the summary;
+    with fewer GPUs than measured, so do the per-GPU figures)."""
     results = []
     for result in report.results:
         observed = result.observed
@@ -37,6 +70,8 @@ def with_gpus(report: ProbeReport, *, summary: int, visible: int, allocatable: i
             observed = {"visible": visible, "allocatable": allocatable}
         elif result.check == "nccl_allreduce" and isinstance(observed, dict):
             observed = {**observed, "ranks": summary}
+        elif isinstance(observed, dict) and summary < report.summary.gpu_count:
+            observed = _first_gpus(result.check, observed, summary)
         results.append(result.model_copy(update={"observed": observed}))
     return report.model_copy(
         update={

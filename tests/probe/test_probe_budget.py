@@ -8,7 +8,7 @@ import pytest
 from probe_scenarios import FIXTURES, HEALTHY, default_policy, probe, run_cli
 from test_probe_real_backend import fake_nvml
 
-from gpuaccept.checks import budget
+from gpuaccept.checks import budget, peer_bandwidth
 from gpuaccept.checks.budget import (
     START_PHASE,
     SUITE_LIMIT_S,
@@ -44,6 +44,18 @@ def test_every_registered_check_has_a_budget_row() -> None:
     assert {c.name for c in CHECKS} - rows == set()
     # and every row is a check that runs, or the time before the first / after the last
     assert rows - {c.name for c in CHECKS} == {budget.START_PHASE, budget.END_PHASE}
+
+
+def test_the_peer_row_covers_a_node_without_peer_access() -> None:
+    """56 ordered pairs staged through host memory (at the budget's worst staged rate)
+    fit the peer row; with the 256 MiB buffer and both directions they would take ~18 s."""
+    policy = default_policy()
+    section = policy.section(peer_bandwidth.SPEC)
+    row = next(p for p in suite_budget(policy) if p.check == "peer_bandwidth")
+    copies = 56 * (section.warmup_iterations + section.iterations)
+    staged = copies * section.staged_buffer_bytes / (budget.STAGED_PEER_GBPS * 1e9)
+    assert row.seconds >= staged
+    assert 2 * copies * section.buffer_bytes / (budget.STAGED_PEER_GBPS * 1e9) > row.seconds
 
 
 def test_the_former_60_second_window_alone_breaks_the_budget() -> None:

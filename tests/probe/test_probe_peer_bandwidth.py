@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from probe_scenarios import HEALTHY, default_policy, fault, probe
+from probe_scenarios import HEALTHY, PROFILES, default_policy, fault, probe
 from test_probe_real_backend import backend as real_backend
 from test_probe_real_backend import fake_nvml as fake_nvml_module
 
@@ -54,6 +54,11 @@ def observed(
         gbps=matrix(n, value, **pairs),
         no_peer_access=no_access,
     )
+
+
+def with_h2d(o: PeerBandwidthObserved, gbps: float) -> PeerBandwidthObserved:
+    """``o`` with every GPU's H2D rate (what pcie_link measured)."""
+    return o.model_copy(update={"h2d_gbps": [gbps] * o.gpus})
 
 
 @pytest.mark.parametrize(
@@ -111,8 +116,59 @@ def observed(
             "pass",
             "(ok: not required)",
         ),
+        # the host-staged floor: peer access over PCIe slower than half the slower GPU's
+        # H2D is worse than no P2P (ACS redirecting P2P through the root complex)
+        (
+            with_h2d(observed(value=10.0, path="P"), 53.6),
+            PCIE,
+            PeerBandwidthPolicy(),
+            "fail",
+            "below the host-staged rate 26.8 GB/s",
+        ),
+        (
+            with_h2d(observed(value=40.0, path="P", p1_2=12.0), 53.6),
+            PCIE,
+            PeerBandwidthPolicy(),
+            "fail",
+            "GPU 1\u21922: 12.0 GB/s with peer access over PCIe",
+        ),
+        # healthy PCIe P2P: nvbandwidth on PCIe Gen4 A6000s, 21.8-26.4 GB/s at ~25 H2D
+        (
+            with_h2d(observed(value=21.8, path="P"), 25.0),
+            PCIE,
+            PeerBandwidthPolicy(),
+            "pass",
+            "above the host-staged floor (lowest GPU 0\u21921 21.8 >= 12.5)",
+        ),
+        # staged pairs (no peer access) are not held to the floor: that is their path
+        (
+            with_h2d(
+                observed(path="C", value=20.0, no_access={"chipset_not_supported": "*"}), 53.6
+            ),
+            PCIE,
+            PeerBandwidthPolicy(),
+            "pass",
+            "host: median 20",
+        ),
+        # NVLink pairs neither
+        (with_h2d(observed(), 53.6), H100, PeerBandwidthPolicy(), "pass", "nvlink: median 380"),
+        # a pair whose copy raised: that pair fails, named; its 0 is no figure
+        (
+            observed(p0_3=0.0, p3_0=0.0).model_copy(
+                update={"failed_pairs": {"RuntimeError: peer mapping resources exhausted": "0<>3"}}
+            ),
+            H100,
+            PeerBandwidthPolicy(),
+            "fail",
+            "peer copy failed on 0<>3: RuntimeError: peer mapping resources exhausted",
+        ),
+        # the matrix must cover the node, and carry its figures
+        (observed(), H100.model_copy(update={"gpu_count": 8}), PeerBandwidthPolicy(), "fail",
+         "the matrix covers 4 GPUs, the node has 8"),
+        (PeerBandwidthObserved(gpus=4), H100, PeerBandwidthPolicy(), "fail",
+         "neither gbps nor weakest"),
     ],
-)
+)  # fmt: skip
 def test_judge(
     o: PeerBandwidthObserved,
     summary: HardwareSummary,
@@ -169,6 +225,23 @@ def test_the_weak_pair_fault_names_the_pair() -> None:
     assert result.message.startswith("GPU 2\u21925: 180 GB/s, 53 % below the node median 380")
 
 
+def test_the_acs_fault_fails_by_the_host_staged_floor() -> None:
+    result = probe(fault("p2p-disabled-acs")).result("peer_bandwidth")
+    assert result is not None
+    assert result.status is CheckStatus.FAIL
+    assert "GPU 0\u21921: 21.0 GB/s" in result.message
+    assert "with peer access over PCIe, below the host-staged rate 26.8 GB/s" in result.message
+
+
+def test_a_node_without_peer_access_copies_small_buffers_one_way() -> None:
+    result = probe(PROFILES / "h100-pcie-8gpu-no-p2p.yaml").result("peer_bandwidth")
+    assert result is not None
+    assert result.status is CheckStatus.PASS, result.message
+    assert isinstance(result.observed, dict)
+    assert result.observed["stagedBytes"] == 32 << 20
+    assert result.observed["bidirGBps"] == [[0.0] * 8] * 8  # staged pairs: one way only
+
+
 def test_healthy_h100_reports_the_full_matrix() -> None:
     result = probe(HEALTHY, default_policy()).result("peer_bandwidth")
     assert result is not None
@@ -186,9 +259,14 @@ class FakeNVMLError(Exception):
         self.value = value
 
 
-def fake_nvml(statuses: dict[int, int] | None = None, error: int | None = None) -> Any:
+def fake_nvml(
+    statuses: dict[int, int] | None = None, error: int | None = None, error_on: int | None = None
+) -> Any:
+    """NVML's P2P status per capability index; ``error`` raised for every index, or only
+    for ``error_on``."""
+
     def status(first: int, second: int, index: int) -> int:
-        if error is not None:
+        if error is not None and error_on in (None, index):
             raise FakeNVMLError(error)
         assert isinstance(index, int)  # pynvml's READ constant is a tuple: never pass it
         return (statuses or {}).get(index, 5)
@@ -213,6 +291,11 @@ def test_nvml_p2p_status_words(statuses: dict[int, int], word: str) -> None:
 
 def test_nvml_error_is_unknown_and_a_lost_gpu_is_named() -> None:
     assert read_p2p_status(fake_nvml(error=3), 0, 1, 0) == "unknown"
+    # an error on the NVLink index alone does not hide the read capability's answer
+    assert read_p2p_status(fake_nvml({0: 0}, error=3, error_on=2), 0, 1, 0) == "ok"
+    assert read_p2p_status(fake_nvml({0: 1}, error=3, error_on=2), 0, 1, 0) == (
+        "chipset_not_supported"
+    )
     with pytest.raises(Exception, match="GPU 4"):
         read_p2p_status(fake_nvml(error=15), 4, 1, 4)  # NVML_ERROR_GPU_IS_LOST
 
@@ -222,7 +305,13 @@ class FakeTorch:
 
     uint8 = "uint8"
 
-    def __init__(self, elapsed_ms: float = 10.0, completes: bool = True) -> None:
+    def __init__(
+        self,
+        elapsed_ms: float = 10.0,
+        completes: bool = True,
+        raises: set[tuple[int, int]] | None = None,
+    ) -> None:
+        self.raises = raises or set()  # (src, dst) CUDA ordinals whose copy_ raises
         self.current: dict[int, str] = {}
         self.copies: list[tuple[int, int, dict[int, str]]] = []
         self.recorded: list[str] = []
@@ -276,6 +365,8 @@ class FakeTorch:
             index = on
 
             def copy_(self, source: Any, non_blocking: bool = False) -> None:
+                if (source.index, self.index) in fake.raises:  # as C10_CUDA_CHECK raises
+                    raise RuntimeError("CUDA error: peer mapping resources exhausted")
                 fake.copies.append((source.index, self.index, dict(fake.current)))
 
         return Buffer()
@@ -332,13 +423,14 @@ def test_the_real_backend_measures_every_pair_with_fakes(monkeypatch: pytest.Mon
     result = run_check(BY_NAME["peer_bandwidth"], hw, policy, ProbeContext(), hardware_summary(hw))
     hw.close()
     raw = (1 << 28) * 10 / 0.010 / 1e9
-    gbps, both = round(raw, 1), round(2 * raw, 1)
+    gbps, staged = round(raw, 1), round(raw / 8, 1)  # 32 MiB copies without peer access
     assert result.observed == {
         "gpus": 2,
         "bytes": 1 << 28,
         "paths": ["-N", "P-"],
-        "gbps": [[0.0, gbps], [gbps, 0.0]],
-        "bidirGBps": [[0.0, both], [both, 0.0]],
+        "gbps": [[0.0, gbps], [staged, 0.0]],
+        "bidirGBps": [[0.0, 0.0], [0.0, 0.0]],  # a pair staged one way: not timed both ways
+        "stagedBytes": 32 << 20,
         # NVML GPU 1 -> 0 is CUDA ordinal 0 -> 1, where CUDA grants no peer access
         "noPeerAccess": {"ok": "1>0"},
     }
@@ -346,7 +438,34 @@ def test_the_real_backend_measures_every_pair_with_fakes(monkeypatch: pytest.Mon
     assert "no peer access on 1>0 (NVML: P2P supported" in result.message
     ordered = {(s, d) for s, d, _current in torch.copies}
     assert ordered == {(0, 1), (1, 0)}  # CUDA ordinals
-    assert len(torch.copies) == 2 * 12 + 2 * 12  # one way per ordered pair, both ways once
+    assert len(torch.copies) == 2 * 12  # one way per ordered pair, no two-way pass
+
+
+def test_a_pair_whose_copy_raises_is_that_pairs_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Enabling peer access (torch: cudaDeviceEnablePeerAccess under C10_CUDA_CHECK) can
+    raise for one pair, e.g. cudaErrorTooManyPeers past 8 peers without NVSwitch: the
+    other pairs are still measured and the check fails naming the pair, not errors."""
+    nvml = fake_nvml_module()
+    nvml.nvmlDeviceGetP2PStatus = lambda a, b, index: 0  # type: ignore[attr-defined]
+    torch = FakeTorch(elapsed_ms=10.0, raises={(0, 1)})
+    torch.__version__ = "fake"  # type: ignore[attr-defined]
+    torch.cuda.is_available = lambda: True
+    torch.cuda.device_count = lambda: 2
+    torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(uuid=str(i))
+    torch.cuda.can_device_access_peer = lambda a, b: True
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    hw = real_backend(monkeypatch, nvml)
+    result = run_check(
+        BY_NAME["peer_bandwidth"], hw, ProbePolicy(), ProbeContext(), hardware_summary(hw)
+    )
+    hw.close()
+    assert result.status is CheckStatus.FAIL, result.message
+    # 0 -> 1 one way, then the two-way pass of 0<>1: on 2 GPUs every pair ("*")
+    assert result.observed["failedPairs"] == {
+        "RuntimeError: CUDA error: peer mapping resources exhausted": "*"
+    }
+    assert result.observed["gbps"][1][0] > 0  # 1 -> 0 one way: measured
+    assert "peer copy failed on *: RuntimeError: CUDA error: peer mapping" in result.message
 
 
 @pytest.mark.parametrize(

@@ -55,6 +55,8 @@ FP8_WARMUP_S = 1.0  # measure/gpu_compute.py: OWN_WARMUP_S
 TRIAD_SETUP_S = 0.5  # per GPU, in parallel: 3 arrays allocated and filled
 PEER_SETUP_S = 0.02  # per ordered pair: buffers and CUDA events
 FALLBACK_PEER_GBPS = 300.0  # no minimum in the policy: the h100-sxm/h200-sxm default
+STAGED_PEER_GBPS = 10.0  # a copy staged through host memory, at worst: Gen4 nodes stage at
+# 20-22 GB/s (NVIDIA/nccl issue 814), HGX H100 at 37 (issue 1264); half of Gen4's rate
 TRIAD_GBPS = 2000.0  # a low HBM3 triad rate, so the row is an upper bound
 
 NOT_ON_GPU = "estimate, not measured on a GPU"
@@ -186,6 +188,9 @@ def _memory_phase(policy: ProbePolicy) -> PhaseBudget:
 
 
 def _peer_phase(policy: ProbePolicy, gpus: int) -> PhaseBudget:
+    """The slower of the two nodes the matrix meets: every pair with peer access (the
+    policy's buffer, both ways too) or none (staged through host memory: the smaller
+    ``stagedBufferBytes``, one way only)."""
     section = policy.section(peer_bandwidth.SPEC)
     minimums = [v for v in section.min_gbps_by_model.values() if v > 0]
     rate = min(minimums) if minimums else FALLBACK_PEER_GBPS
@@ -193,16 +198,20 @@ def _peer_phase(policy: ProbePolicy, gpus: int) -> PhaseBudget:
     copies = section.warmup_iterations + section.iterations
     one_way = ordered * copies * section.buffer_bytes / (rate * 1e9)
     both = one_way if section.bidirectional else 0.0  # half the pairs, twice the bytes each
+    staged = ordered * copies * section.staged_buffer_bytes / (STAGED_PEER_GBPS * 1e9)
     setup = ordered * PEER_SETUP_S
     return PhaseBudget(
         "GPU-pair peer copy matrix (and both directions at once)",
         PEER_BANDWIDTH,
-        one_way + both + setup,
-        f"{ordered} ordered pairs x {copies} copies of {section.buffer_bytes >> 20} MiB at "
-        f"{rate:g} GB/s (the lowest that passes) = {one_way:.1f} s, the same again for "
-        f"both directions at once, + {ordered} x {PEER_SETUP_S:g} s buffers and streams",
-        f"the policy; {NOT_ON_GPU}; a node without peer access stages every copy through "
-        "host memory and takes about 18 s (docs/probe.md)",
+        max(one_way + both, staged) + setup,
+        f"the slower of: with peer access, {ordered} ordered pairs x {copies} copies of "
+        f"{section.buffer_bytes >> 20} MiB at {rate:g} GB/s (the lowest that passes) = "
+        f"{one_way:.1f} s, the same again both ways = {one_way + both:.1f} s; without peer "
+        f"access, {ordered} x {copies} copies of {section.staged_buffer_bytes >> 20} MiB "
+        f"(`stagedBufferBytes`) staged through host memory at {STAGED_PEER_GBPS:g} GB/s, "
+        f"one way only = {staged:.1f} s; + {ordered} x {PEER_SETUP_S:g} s buffers and streams",
+        f"the policy; staged rate: 20-22 GB/s on PCIe Gen4 (NVIDIA/nccl issue 814), halved; "
+        f"{NOT_ON_GPU}",
     )
 
 

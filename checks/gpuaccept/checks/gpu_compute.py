@@ -12,14 +12,17 @@ e4m3 inputs, bf16 output; compute capability 8.9 or later) is a separate short
 phase of ``fp8Seconds``; where the GPU or torch cannot run it, fp8 is recorded
 as not measured, and only bf16 is judged.
 
-A GPU fails when its figure is below the policy's minimum for the model, or more
-than ``maxBelowMedianPercent`` below the median of the node's measured GPUs
-(with at least 3 of them: :mod:`gpuaccept.checks.per_gpu_figures`). A GPU that
-failed or hung under the load fails by name.
+A GPU fails when its figure is below the policy's minimum for the model, or its
+bf16 figure more than ``maxBelowMedianPercent`` (12) below the median of the
+node's measured GPUs; more than ``warnBelowMedianPercent`` (8) below it warns
+(:mod:`gpuaccept.checks.per_gpu_figures`: 3 GPUs or more; with exactly 2, the
+lower against the higher, naming both). fp8's sibling rule only warns unless
+``fp8SiblingsFail`` (its 2 s window's spread has not been measured on a GPU).
+A GPU that failed or hung under the load, or has no figure, fails by name.
 
 observed::
 
-    {"source": "measured", "matrix": 8192, "timedSeconds": 60.0,
+    {"source": "measured", "matrix": 8192, "timedSeconds": 15.0,
      "bf16Tflops": [741.2, 738.9, ...], "fp8Tflops": [1318.4, ...],
      "smClockMHz": [1980, 1980, ...]}
 
@@ -31,17 +34,19 @@ the lowest, GPUs measured]`` (``bf16``, ``fp8``) and ``failed`` (GPU ranges);
 
 from typing import Annotated
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, model_validator
 
 from gpuaccept.checks.gpu_models import per_model_value
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.per_gpu_figures import (
     FigureRule,
+    NodeGpus,
     Spread,
     failed_text,
     judge_figure,
     measured,
     spread,
+    without_figure,
 )
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
@@ -68,12 +73,25 @@ class GpuComputePolicy(CheckSwitch):
     min_fp8_tflops_by_model: dict[str, Tflops] = Field(
         default_factory=dict, description="Per GPU model; overrides minFp8Tflops."
     )
-    max_below_median_percent: float = Field(
+    warn_below_median_percent: float = Field(
         default=8.0,
         ge=0,
         le=100,
-        description="A GPU fails when its figure is more than this many percent below the "
-        "median of the node's GPUs (judged with 3 GPUs or more).",
+        description="A GPU warns when its figure is more than this many percent below the "
+        "median of the node's GPUs (3 GPUs or more; with 2, the lower against the higher).",
+    )
+    max_below_median_percent: float = Field(
+        default=12.0,
+        ge=0,
+        le=100,
+        description="A GPU fails when its bf16 figure is more than this many percent below "
+        "the median of the node's GPUs (3 GPUs or more; with 2, the lower against the "
+        "higher, naming both).",
+    )
+    fp8_siblings_fail: bool = Field(
+        default=False,
+        description="Whether the sibling rule fails on fp8 as on bf16; false: an fp8 figure "
+        "beyond either threshold only warns (fp8's short window has no measured spread yet).",
     )
     fp8: bool = Field(
         default=True, description="Also time fp8 matmuls, where the GPU supports them."
@@ -88,6 +106,12 @@ class GpuComputePolicy(CheckSwitch):
         description="The timed bf16 phase (after a 1 s warm-up) when throttleReasons did "
         "not load the GPUs (disabled, or no figures).",
     )
+
+    @model_validator(mode="after")
+    def _warn_before_fail(self) -> "GpuComputePolicy":
+        if self.warn_below_median_percent > self.max_below_median_percent:
+            raise ValueError("warnBelowMedianPercent must not exceed maxBelowMedianPercent")
+        return self
 
     def bf16_minimum(self, gpu_model: str | None) -> float | None:
         return per_model_value(self.min_bf16_tflops_by_model, gpu_model, self.min_bf16_tflops)
@@ -120,34 +144,39 @@ def _failed(observed: GpuComputeObserved) -> dict[int, str]:
 def judge(
     observed: GpuComputeObserved, policy: GpuComputePolicy, summary: HardwareSummary
 ) -> CheckJudgement:
+    warn, fail = policy.warn_below_median_percent, policy.max_below_median_percent
     rules = (
+        FigureRule("bf16", "TFLOPS", policy.bf16_minimum(summary.gpu_model), fail, warn),
         FigureRule(
-            "bf16",
+            "fp8",
             "TFLOPS",
-            policy.bf16_minimum(summary.gpu_model),
-            policy.max_below_median_percent,
-        ),
-        FigureRule(
-            "fp8", "TFLOPS", policy.fp8_minimum(summary.gpu_model), policy.max_below_median_percent
+            policy.fp8_minimum(summary.gpu_model),
+            fail if policy.fp8_siblings_fail else None,
+            warn,
         ),
     )
     expected: JsonValue = {
         "minBf16Tflops": rules[0].minimum,
         "minFp8Tflops": rules[1].minimum,
-        "maxBelowMedianPercent": policy.max_below_median_percent,
+        "warnBelowMedianPercent": warn,
+        "maxBelowMedianPercent": fail,
+        "fp8SiblingsFail": policy.fp8_siblings_fail,
     }
     failed = _failed(observed)
     clocks = dict(enumerate(observed.sm_clock_mhz or []))
     bad = failed_text(failed)
+    warnings: list[str] = []
     notes: list[str] = []
+    node = NodeGpus(summary.gpu_count, frozenset(failed))
     for rule, figures, condensed in (
         (rules[0], observed.bf16_tflops, observed.bf16),
         (rules[1], observed.fp8_tflops, observed.fp8),
     ):
-        found, note = judge_figure(figures, condensed, set(failed), rule, clocks)
-        bad += found
-        if note is not None:
-            notes.append(note)
+        verdict = judge_figure(figures, condensed, node, rule, clocks)
+        bad += verdict.failures
+        warnings += verdict.warnings
+        if verdict.note is not None:
+            notes.append(verdict.note)
     label = " (simulated profile)" if observed.source == "profile" else ""
     if bad:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(bad) + label))
@@ -155,11 +184,15 @@ def judge(
         return CheckJudgement(CheckStatus.FAIL, expected, "no GPU produced a matmul figure")
     if observed.fp8_skipped:
         notes.append(f"fp8 not measured: {observed.fp8_skipped}")
+    if warnings:
+        return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warnings + notes) + label))
     return CheckJudgement(CheckStatus.PASS, expected, clip("; ".join(notes) + label))
 
 
 def condense(observed: GpuComputeObserved) -> GpuComputeObserved:
-    failed = _failed(observed)
+    failed = set(_failed(observed))
+    for figures in (observed.bf16_tflops, observed.fp8_tflops):
+        failed |= set(without_figure(figures or [], failed))  # "no figure": failed here
     update: dict[str, object] = {
         "source": None,  # the report says simulated or real
         "matrix": None,
@@ -170,9 +203,9 @@ def condense(observed: GpuComputeObserved) -> GpuComputeObserved:
         "failed": format_gpus(failed) or None,
     }
     if observed.bf16_tflops is not None:
-        update.update(bf16_tflops=None, bf16=spread(measured(observed.bf16_tflops, set(failed))))
+        update.update(bf16_tflops=None, bf16=spread(measured(observed.bf16_tflops, failed)))
     if observed.fp8_tflops is not None:
-        update.update(fp8_tflops=None, fp8=spread(measured(observed.fp8_tflops, set(failed))))
+        update.update(fp8_tflops=None, fp8=spread(measured(observed.fp8_tflops, failed)))
     return observed.model_copy(update=update)
 
 

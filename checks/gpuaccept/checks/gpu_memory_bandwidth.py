@@ -12,7 +12,8 @@ HBM's bandwidth.
 
 A GPU fails when its figure is below the policy's minimum for the model, or more
 than ``maxBelowMedianPercent`` below the median of the node's measured GPUs
-(with at least 3 of them: :mod:`gpuaccept.checks.per_gpu_figures`).
+(:mod:`gpuaccept.checks.per_gpu_figures`: 3 GPUs or more; with exactly 2, the
+lower against the higher, naming both). A GPU without a figure fails by name.
 
 observed::
 
@@ -32,11 +33,13 @@ from gpuaccept.checks.gpu_models import per_model_value
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.per_gpu_figures import (
     FigureRule,
+    NodeGpus,
     Spread,
     failed_text,
     judge_figure,
     measured,
     spread,
+    without_figure,
 )
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
@@ -64,7 +67,8 @@ class GpuMemoryBandwidthPolicy(CheckSwitch):
         ge=0,
         le=100,
         description="A GPU fails when its bandwidth is more than this many percent below the "
-        "median of the node's GPUs (judged with 3 GPUs or more).",
+        "median of the node's GPUs (3 GPUs or more; with 2, the lower against the higher, "
+        "naming both).",
     )
     buffer_bytes: int = Field(
         default=1 << 30,
@@ -111,8 +115,11 @@ def judge(
         "maxBelowMedianPercent": policy.max_below_median_percent,
     }
     failed = _failed(observed)
-    found, note = judge_figure(observed.gbps, observed.memory, set(failed), rule)
-    bad = failed_text(failed) + found
+    verdict = judge_figure(
+        observed.gbps, observed.memory, NodeGpus(summary.gpu_count, frozenset(failed)), rule
+    )
+    bad = failed_text(failed) + verdict.failures
+    note = verdict.note
     label = " (simulated profile)" if observed.source == "profile" else ""
     if bad:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(bad) + label))
@@ -122,7 +129,8 @@ def judge(
 
 
 def condense(observed: GpuMemoryBandwidthObserved) -> GpuMemoryBandwidthObserved:
-    failed = _failed(observed)
+    failed = set(_failed(observed))
+    failed |= set(without_figure(observed.gbps or [], failed))  # "no figure": failed here
     update: dict[str, object] = {
         "source": None,  # the report says simulated or real
         "bytes": None,
@@ -131,7 +139,7 @@ def condense(observed: GpuMemoryBandwidthObserved) -> GpuMemoryBandwidthObserved
         "failed": format_gpus(failed) or None,
     }
     if observed.gbps is not None:
-        update.update(gbps=None, memory=spread(measured(observed.gbps, set(failed))))
+        update.update(gbps=None, memory=spread(measured(observed.gbps, failed)))
     return observed.model_copy(update=update)
 
 

@@ -22,15 +22,24 @@ access granted), ``pcie`` (peer access granted, not over NVLink) or ``host``
   P2P by NVML's word is *not* failed by default;
 * every pair's unidirectional GB/s against ``minGBpsByModel``;
 * every pair against the median pair of its path on this node
-  (``maxBelowMedianPercent``, per path).
+  (``maxBelowMedianPercent``, per path);
+* every ``pcie`` pair against its host-staged floor, half the slower GPU's
+  pinned H2D rate that ``pcie_link`` measured (``h2dGBps``): a copy with peer
+  access slower than a copy staged through host memory would be is worse than
+  no P2P at all (PCIe ACS redirecting P2P through the root complex: CUDA still
+  grants peer access). No per-model table; healthy PCIe P2P runs near the H2D
+  rate (docs/policy.md);
+* a pair whose copy raised (``failedPairs``: enabling peer access can fail) fails
+  by name; the matrix must cover the summary's GPUs, and carry its figures.
 
-The bidirectional figures are reported, not judged.
+The bidirectional figures are reported, not judged. Pairs without peer access
+are copied with ``stagedBufferBytes`` and one way only (the time budget).
 
 observed::
 
     {"gpus": 8, "bytes": 268435456, "paths": ["-NNNNNNN", "N-NNNNNN", ...],
      "gbps": [[0, 380.1, ...], ...], "bidirGBps": [[0, 742.2, ...], ...],
-     "noPeerAccess": {"chipset_not_supported": "*"}}
+     "noPeerAccess": {"chipset_not_supported": "*"}, "h2dGBps": [53.6, ...]}
 
 (``paths``: per source GPU a string with one character per destination,
 NVML's word on the pair: ``N`` NVLink, ``P`` P2P supported over PCIe, ``C``
@@ -39,11 +48,16 @@ supported, ``R`` disabled by regkey, ``X`` not supported, ``U`` unknown, ``-``
 itself; ``gbps``: [src][dst] GB/s, 0 on the diagonal; ``bidirGBps``: both
 directions at once, summed, symmetric; ``noPeerAccess``: NVML's word → the
 pairs CUDA grants no peer access, as pairs text: ``2>5`` one direction,
-``2<>5`` both, ``3<>*`` GPU 3 with every other GPU, ``*`` every pair.)
-Condensed: the matrices are replaced by ``weakest``: path → ``[median GB/s,
-src, dst, GB/s]``, the median pair's figure and the weakest pair. If any pair
-of a path fails the minimum or the median rule, its weakest pair does, so the
-verdict is the same; the message then names only that pair.
+``2<>5`` both, ``3<>*`` GPU 3 with every other GPU, ``*`` every pair;
+``stagedBytes``: the copy size of those pairs; ``h2dGBps``: per GPU, the H2D
+rate pcie_link measured, 0 where it has none; ``failedPairs``: what a copy
+raised → its pairs.) Condensed: the matrices are replaced by ``weakest``: path
+→ ``[median GB/s, src, dst, GB/s]``, the median pair's figure and the weakest
+pair, and ``pcieFloor``: ``[src, dst, GB/s, floor]`` of the PCIe pair lowest
+against its floor. If any pair of a path fails the minimum or the median rule,
+its weakest pair does, and if any PCIe pair is below its floor, the lowest
+against it is, so the verdict is the same; the message then names only that
+pair.
 """
 
 import re
@@ -59,6 +73,11 @@ from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "PeerBandwidthFailed"
 SHOWN = 3  # pairs named in a message
+# A copy staged through host memory crosses PCIe twice (D2H, then H2D): at best about
+# the H2D rate, at worst half of it (HGX H100 measures 37 of 53 GB/s, NVIDIA/nccl issue
+# 1264). A copy with peer access over PCIe slower than half the H2D rate is worse than
+# no P2P at all: the traffic detours (PCIe ACS redirecting it through the root complex).
+STAGED_FRACTION = 0.5
 
 # NVML's word on a pair (nvmlGpuP2PStatus_t; "nvlink": the NVLink capability index is OK,
 # "ok": the read capability is OK over PCIe) -> its character in ``paths``.
@@ -128,6 +147,14 @@ class PeerBandwidthPolicy(CheckSwitch):
         le=1 << 32,
         description="Bytes per copy (256 MiB: the copy engines' plateau).",
     )
+    staged_buffer_bytes: int = Field(
+        default=32 << 20,
+        ge=1 << 20,
+        le=1 << 32,
+        description="Bytes per copy for pairs CUDA grants no peer access (staged through "
+        "host memory, ~10-40 GB/s: 32 MiB keeps the matrix within its time budget); those "
+        "pairs are not timed both ways.",
+    )
     iterations: int = Field(default=10, ge=1, le=1000, description="Timed copies per pair.")
     warmup_iterations: int = Field(
         default=2, ge=0, le=100, description="Untimed copies per pair before the timed ones."
@@ -154,12 +181,18 @@ class PeerBandwidthObserved(ObservedModel):
     paths: list[str] | None = None
     gbps: list[list[float]] | None = None
     bidir_gbps: list[list[float]] | None = Field(default=None, alias="bidirGBps")
+    staged_bytes: int | None = None  # bytes per copy of the pairs without peer access
+    # per GPU: pinned host-to-device GB/s that pcie_link measured (0: none)
+    h2d_gbps: list[float] | None = Field(default=None, alias="h2dGBps")
     # both forms
     no_peer_access: dict[str, str] | None = None  # NVML's word -> pairs text
     failed_gpus: dict[str, str] | None = None
+    failed_pairs: dict[str, str] | None = None  # what the copy raised -> pairs text
     # condensed
     # path -> [the median pair's GB/s, src, dst, GB/s of the weakest pair]
     weakest: dict[str, tuple[float, int, int, float]] | None = None
+    # the PCIe peer pair lowest against its host-staged floor: [src, dst, GB/s, floor]
+    pcie_floor: tuple[int, int, float, float] | None = None
 
     @model_validator(mode="after")
     def _well_formed(self) -> "PeerBandwidthObserved":
@@ -172,7 +205,9 @@ class PeerBandwidthObserved(ObservedModel):
             len(self.paths) != self.gpus or any(len(row) != self.gpus for row in self.paths)
         ):
             raise ValueError("paths must be gpus strings of gpus characters")
-        for text in (self.no_peer_access or {}).values():
+        if self.h2d_gbps is not None and len(self.h2d_gbps) != self.gpus:
+            raise ValueError("h2dGBps must have one figure per GPU")
+        for text in [*(self.no_peer_access or {}).values(), *(self.failed_pairs or {}).values()]:
             if any(g >= self.gpus for pair in parse_pairs(text, self.gpus) for g in pair):
                 raise ValueError(f"noPeerAccess names a GPU beyond {self.gpus}: {text[:20]!r}")
         return self
@@ -238,6 +273,31 @@ def _no_access(o: PeerBandwidthObserved) -> dict[Pair, str]:
     return out
 
 
+def failed_pairs(o: PeerBandwidthObserved) -> set[Pair]:
+    """The pairs whose copy raised an error (not a lost GPU: enabling peer access, ...)."""
+    return {pair for text in (o.failed_pairs or {}).values() for pair in parse_pairs(text, o.gpus)}
+
+
+def staged_floors(o: PeerBandwidthObserved) -> list[tuple[float, int, int, float, float]]:
+    """For every pair with peer access over PCIe, both GPUs with an H2D figure: (GB/s
+    over the floor, src, dst, GB/s, floor), lowest first; the floor is the host-staged
+    rate, half the slower GPU's H2D. From the full form only."""
+    if o.gbps is None or not o.h2d_gbps:
+        return []
+    no_access = _no_access(o)
+    skipped = {int(g) for g in (o.failed_gpus or {})}
+    lost = failed_pairs(o)
+    out = []
+    for s, d in sorted(every_pair(o.gpus) - lost):
+        if s in skipped or d in skipped or path_of(o, (s, d), no_access) is not PairPath.PCIE:
+            continue
+        h2d = min(o.h2d_gbps[s], o.h2d_gbps[d])
+        if h2d > 0:
+            floor = round(h2d * STAGED_FRACTION, 2)
+            out.append((o.gbps[s][d] / floor, s, d, o.gbps[s][d], floor))
+    return sorted(out)
+
+
 def path_of(o: PeerBandwidthObserved, pair: Pair, no_access: dict[Pair, str]) -> PairPath:
     if pair in no_access:
         return PairPath.HOST
@@ -256,10 +316,11 @@ def pairs_by_path(
     if o.gbps is not None:
         no_access = _no_access(o)
         failed = {int(g) for g in (o.failed_gpus or {})}
+        lost = failed_pairs(o)
         by_path: dict[str, list[tuple[float, int, int]]] = {}
         for s, row in enumerate(o.gbps):
             for d, gbps in enumerate(row):
-                if s == d or s in failed or d in failed:
+                if s == d or s in failed or d in failed or (s, d) in lost:
                     continue
                 path = path_of(o, (s, d), no_access)
                 by_path.setdefault(path.value, []).append((gbps, s, d))
@@ -321,6 +382,37 @@ def _bandwidth_findings(
     return ["; ".join(shown) + more] if shown else []
 
 
+def _floor_findings(o: PeerBandwidthObserved) -> list[str]:
+    if o.gbps is not None:
+        below = [(s, d, g, f) for _r, s, d, g, f in staged_floors(o) if g < f]
+    else:
+        below = (
+            [o.pcie_floor] if o.pcie_floor is not None and o.pcie_floor[2] < o.pcie_floor[3] else []
+        )
+    if not below:
+        return []
+    shown = [f"{_arrow(s, d)}: {g:.1f} GB/s" for s, d, g, _f in below[:SHOWN]]
+    more = f" (+{len(below) - SHOWN} pairs)" if len(below) > SHOWN else ""
+    floor = below[0][3]
+    return [
+        f"{'; '.join(shown)}{more} with peer access over PCIe, below the host-staged rate "
+        f"{floor:.1f} GB/s (half the slower GPU's H2D): P2P detours (PCIe ACS, IOMMU)"
+    ]
+
+
+def _failed_pair_findings(o: PeerBandwidthObserved) -> list[str]:
+    return [f"peer copy failed on {text}: {what}" for what, text in (o.failed_pairs or {}).items()]
+
+
+def _form_findings(o: PeerBandwidthObserved, summary: HardwareSummary) -> list[str]:
+    out = []
+    if o.gpus != summary.gpu_count:
+        out.append(f"the matrix covers {o.gpus} GPUs, the node has {summary.gpu_count}")
+    if o.gpus >= 2 and o.gbps is None and o.weakest is None:
+        out.append("no pair's bandwidth in the report (neither gbps nor weakest)")
+    return out
+
+
 def _expected(policy: PeerBandwidthPolicy, summary: HardwareSummary, required: str) -> JsonValue:
     return {
         "minGBps": policy.minimum_for(summary.gpu_model),
@@ -335,8 +427,10 @@ def judge(
     required = _required(policy, summary)
     expected = _expected(policy, summary, required)
     lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
-    failing = lost + _access_findings(observed, policy, summary)
+    failing = _form_findings(observed, summary) + lost + _failed_pair_findings(observed)
+    failing += _access_findings(observed, policy, summary)
     failing += _bandwidth_findings(observed, policy, summary)
+    failing += _floor_findings(observed)
     if failing:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing)))
     by_path, medians = pairs_by_path(observed)
@@ -349,19 +443,39 @@ def judge(
         for word, text in sorted((observed.no_peer_access or {}).items())
     ]
     counted = f"{observed.gpus} GPUs" + (f", {'; '.join(parts)}" if parts else "")
-    return CheckJudgement(CheckStatus.PASS, expected, clip("; ".join([counted, *unjudged])))
+    return CheckJudgement(
+        CheckStatus.PASS, expected, clip("; ".join([counted, *_floor_note(observed), *unjudged]))
+    )
+
+
+def _floor_note(o: PeerBandwidthObserved) -> list[str]:
+    lowest = staged_floors(o)[:1] if o.gbps is not None else []
+    pair = (lowest[0][1], lowest[0][2], lowest[0][3], lowest[0][4]) if lowest else o.pcie_floor
+    if pair is None:
+        return []
+    s, d, gbps, floor = pair
+    return [
+        f"PCIe peer pairs above the host-staged floor (lowest {_arrow(s, d)} "
+        f"{gbps:.1f} >= {floor:.1f})"
+    ]
 
 
 def condense(observed: PeerBandwidthObserved) -> PeerBandwidthObserved:
     if observed.gbps is None:
         return observed
     by_path, medians = pairs_by_path(observed)
+    floors = staged_floors(observed)
     return observed.model_copy(
         update={
             "bytes": None,
             "paths": None,
             "gbps": None,
             "bidir_gbps": None,
+            "staged_bytes": None,
+            "h2d_gbps": None,
+            "pcie_floor": (floors[0][1], floors[0][2], floors[0][3], floors[0][4])
+            if floors
+            else None,
             "weakest": {
                 # a median of figures in tenths is exact in hundredths
                 p: (round(medians[p], 2), pairs[0][1], pairs[0][2], pairs[0][0])

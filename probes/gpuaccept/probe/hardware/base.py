@@ -37,6 +37,16 @@ class GpuFailedError(Exception):
         self.detail = detail
 
 
+class PeerCopyFailedError(Exception):
+    """A copy between one pair of GPUs raised an error that names neither GPU as lost
+    (enabling peer access: cudaErrorTooManyPeers past 8 peers without NVSwitch, ...):
+    that pair's failure, not the whole check's."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
 class GpuHungError(GpuFailedError):
     """A wait on one GPU passed its own deadline (below the probe pod's)."""
 

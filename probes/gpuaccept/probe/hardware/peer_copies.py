@@ -56,10 +56,16 @@ def _word(nvml: Any, first: Any, second: Any, index: int) -> str:
 def read_p2p_status(nvml: Any, first: Any, second: Any, gpu: int) -> str:
     """``nvlink`` when NVML reports NVLink P2P between the two, else NVML's word for the
     read capability (``ok`` over PCIe, ``chipset_not_supported``, ...); ``unknown`` when
-    NVML answers with an error (a lost GPU raises GpuFailedError naming ``gpu``)."""
+    NVML answers the read query with an error. Each query has its own answer: an error
+    on the NVLink index (a PCIe part, an older driver) falls back to the read capability.
+    A lost GPU raises GpuFailedError naming ``gpu``."""
     try:
         if _word(nvml, first, second, P2P_CAPS_NVLINK) == "ok":
             return "nvlink"
+    except nvml.NVMLError as exc:
+        if nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST:
+            raise nvml_failure(gpu, "P2P status", exc) from exc
+    try:
         return _word(nvml, first, second, P2P_CAPS_READ)
     except nvml.NVMLError as exc:
         if nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST:

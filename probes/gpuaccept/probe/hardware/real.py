@@ -43,6 +43,7 @@ from gpuaccept.probe.hardware.base import (
     NvlinkLinks,
     PcieLinkState,
     PeerAccess,
+    PeerCopyFailedError,
     PerGpuFigures,
     Unavailable,
     VersionInfo,
@@ -702,3 +703,5 @@ class RealBackend:
         except PeerCopyHungError as exc:
             self._hung[gpu] = f"{step}: hung"
             raise GpuHungError(gpu, step, PEER_COPY_DEADLINE_S) from exc
+        except RuntimeError as exc:  # torch's C10_CUDA_CHECK, e.g. enabling peer access
+            raise PeerCopyFailedError(f"{type(exc).__name__}: {exc}") from exc

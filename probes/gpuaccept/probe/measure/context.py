@@ -49,3 +49,6 @@ class ProbeContext:
     xids: XidLog | None = None
     # Set by the throttle_reasons measurement: its load's bf16 matmuls, timed (gpu_compute).
     matmul_load: MatmulLoad | None = None
+    # Set by the pcie_link measurement: GPU -> its pinned host-to-device GB/s, for the GPUs
+    # it measured (peer_bandwidth's host-staged floor for pairs with peer access over PCIe).
+    h2d_gbps: dict[int, float] = field(default_factory=dict)

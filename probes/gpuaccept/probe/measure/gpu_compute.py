@@ -6,10 +6,14 @@ did not run or timed nothing (``throttleReasons`` disabled, or skipped), the
 same load runs here for :data:`OWN_WARMUP_S` plus ``ownLoadSeconds``, the SM
 clock sampled as ``throttle_reasons`` samples it. fp8 is a short phase of its
 own (:data:`OWN_WARMUP_S` plus ``fp8Seconds``); where no GPU can run it, the
-reason is recorded and only bf16 is judged.
+reason is recorded (``fp8Skipped``) and only bf16 is judged. That includes a node
+on which every GPU's fp8 load failed with the same error (digits aside) while bf16
+ran: one software limit (cuBLASLt without an fp8 kernel for this torch and
+driver), not eight faulty GPUs at once.
 """
 
 import contextlib
+import re
 import statistics
 
 from gpuaccept.checks.gpu_compute import GpuComputeObserved, GpuComputePolicy
@@ -60,6 +64,15 @@ def _timed_load(
     )
 
 
+def same_failure_everywhere(fp8: PerGpuFigures, bf16: PerGpuFigures) -> str | None:
+    """The one error every GPU's fp8 load failed with (compared with digits masked, so
+    a device number in the text does not count), when bf16 ran on some GPU; else None."""
+    if fp8.values or not fp8.failed or not bf16.values:
+        return None
+    shapes = {re.sub(r"\d+", "#", what) for what in fp8.failed.values()}
+    return next(iter(fp8.failed.values())) if len(shapes) == 1 else None
+
+
 def _per_gpu(values: dict[int, float], count: int) -> list[float]:
     return [values.get(gpu, 0.0) for gpu in range(count)]
 
@@ -85,6 +98,9 @@ def measure(
         context.progress("fp8 matmuls")
         try:
             timed = _timed_load(hardware, "fp8", policy.fp8_seconds, clocks=False).tflops
+            everywhere = same_failure_everywhere(timed, load.tflops)
+            if everywhere is not None:
+                raise Unavailable(f"every GPU failed it: {everywhere}")
             fp8 = _per_gpu(timed.values, count)
             failed.update({g: what for g, what in timed.failed.items() if g not in failed})
         except Unavailable as exc:

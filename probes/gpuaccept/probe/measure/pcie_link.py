@@ -62,6 +62,8 @@ def measure(
         idle_gen.append(idle.generation)
         h2d.append(round_figure(copy.h2d_gbps))
         d2h.append(round_figure(copy.d2h_gbps))
+        if str(gpu.index) not in failed and h2d[-1] > 0:
+            context.h2d_gbps[gpu.index] = h2d[-1]
     return PcieLinkObserved(
         gen=gen,
         width=width,
