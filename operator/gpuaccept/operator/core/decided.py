@@ -89,9 +89,10 @@ def _rejudged(ctx: NodeContext) -> Verdict:
 
 def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
     st = ctx.status
-    # Leftover probe pods (e.g. a pod whose deletion was lost in a restart).
+    # Leftover probe pods (e.g. a pod whose deletion was lost in a restart). A
+    # fabric pod is a partner's test, left to the pair planning (core.fabric_pairs).
     for pod in ctx.obs.pods:
-        if not pod.deleting:
+        if not pod.deleting and pod.fabric is None:
             out.delete_pod(pod)
     out.write_status(st, ctx.with_applied_keys(st))
     out.ensure_node(ctx, st)
