@@ -339,10 +339,11 @@ def plan_fabric_pass(obs: FabricObserved) -> FabricStep:
         now=obs.now,
     )
     plan = plan_fabric(situation, FabricPairingParams.from_policy(obs.spec.fabric))
-    writes = list(b.writes)
-    for node, st in sorted(b.statuses.items()):
-        na = members[node].na
-        writes.insert(0, (node, PatchNAStatus(na.name, na.resource_version, st)))
+    writes: list[tuple[str, Action]] = [
+        (node, PatchNAStatus(members[node].na.name, members[node].na.resource_version, st))
+        for node, st in sorted(b.statuses.items())
+    ]
+    writes += b.writes
     started: list[NodePair] = []
     if not obs.spec.paused:
         planned_at = obs.now.isoformat()
