@@ -34,7 +34,6 @@ from gpuaccept.operator.core.fabric_pairs import (
 )
 from gpuaccept.operator.core.model import (
     CreateProbePod,
-    DeleteProbePod,
     FabricPodConfig,
     FabricPodLabels,
     NAView,
@@ -88,7 +87,7 @@ def report(node: str, busbw: float | None, *, phase: str | None = None) -> str:
             hardware=HardwareMode.SIMULATED,
             summary=HardwareSummary(gpu_count=1),
             results=[result],
-        )  # fmt: skip
+        )
     )
 
 
@@ -157,14 +156,14 @@ def test_the_second_pod_waits_for_the_first_pods_ip_then_gets_it_as_rendezvous()
     assert with_ip.started == ()  # a running pair: nothing new planned for a or b
 
 
+BUSY = waiting("b", (PodView(name="probe-b-1", phase="Running"),))
 LATE = T0 + timedelta(seconds=PARTNER_START_GRACE_SECONDS)
 ORPHANS = [
     ("partner node gone", (waiting("a", (pod(0, ip="10.0.0.7"),)),), T0),
     ("rank 0 ended alone", (waiting("a", (pod(0, message=report("a", None, phase="rendezvous")),)),
                             waiting("b")), T0),
     ("no IP within the grace", (waiting("a", (pod(0),)), waiting("b")), LATE),
-    ("partner busy with a probe", (waiting("a", (pod(0, ip="10.0.0.7"),)),
-                                   waiting("b", (PodView(name="probe-b-1", phase="Running"),))), T0),
+    ("partner busy with a probe", (waiting("a", (pod(0, ip="10.0.0.7"),)), BUSY), T0),
 ]  # fmt: skip
 
 

@@ -43,10 +43,12 @@ def test_a_node_that_passed_the_single_node_checks_enters_fabric_keeping_the_pen
     st = world.status
     assert st.phase == Phase.FABRIC
     assert st.reason == "FabricPending"
-    assert st.fabric is not None and st.fabric.waiting_since == T0
+    assert st.fabric is not None
+    assert st.fabric.waiting_since == T0
     assert st.fabric.summary == "waiting"
     assert st.report is not None  # the single-node evidence is kept
-    assert world.node is not None and PENDING in world.node.taints
+    assert world.node is not None
+    assert PENDING in world.node.taints
     assert world.node.labels.get("gpuaccept.io/acceptance") is None
 
 
@@ -89,24 +91,19 @@ CASES: list[tuple[str, FabricVerdict, Phase, str | None, str, bool, bool]] = [
 
 
 @pytest.mark.parametrize(
-    ("verdict", "phase", "reason", "column", "pending", "quarantine"),
-    [c[1:] for c in CASES],
-    ids=[c[0] for c in CASES],
+    ("verdict", "expected"), [(c[1], c[2:]) for c in CASES], ids=[c[0] for c in CASES]
 )
 def test_a_fabric_verdict_is_recorded(
-    verdict: FabricVerdict,
-    phase: Phase,
-    reason: str | None,
-    column: str,
-    pending: bool,
-    quarantine: bool,
+    verdict: FabricVerdict, expected: tuple[Phase, str | None, str, bool, bool]
 ) -> None:
+    phase, reason, column, pending, quarantine = expected
     world = fabric_world()
     world.fabric_verdict = verdict
     world.settle()
     st = world.status
     assert (st.phase, st.reason) == (phase, reason)
-    assert st.fabric is not None and st.fabric.summary == column
+    assert st.fabric is not None
+    assert st.fabric.summary == column
     assert world.node is not None
     assert (PENDING in world.node.taints, QUARANTINE in world.node.taints) == (pending, quarantine)
     assert st.report is not None  # the single-node report stays the evidence of record
@@ -135,7 +132,8 @@ def test_the_quarantine_limit_holds_a_fabric_conviction() -> None:
     world.fabric_verdict = FabricQuarantined(FAILED_WITH, ("gpu-4", "gpu-5"), T0)
     world.settle()
     assert (world.status.phase, world.status.reason) == (Phase.HELD, "BreakerOpen")
-    assert world.node is not None and QUARANTINE not in world.node.taints
+    assert world.node is not None
+    assert QUARANTINE not in world.node.taints
 
 
 def test_dry_run_enters_fabric_and_records_the_verdict_without_touching_the_node() -> None:
@@ -146,7 +144,8 @@ def test_dry_run_enters_fabric_and_records_the_verdict_without_touching_the_node
     world.settle()
     assert (world.status.phase, world.status.reason) == (Phase.HELD, "DryRun")
     assert world.status.held_action == "Quarantine"
-    assert world.node is not None and world.node.taints == taints
+    assert world.node is not None
+    assert world.node.taints == taints
 
 
 def test_paused_records_no_fabric_verdict() -> None:
@@ -162,7 +161,8 @@ def test_fabric_disabled_while_waiting_accepts_on_the_single_node_checks() -> No
     world.policies = [dataclasses.replace(world.policies[0], spec=spec(), generation=2)]
     world.settle()
     assert world.status.phase == Phase.ACCEPTED
-    assert world.status.fabric is not None and world.status.fabric.summary == "not tested"
+    assert world.status.fabric is not None
+    assert world.status.fabric.summary == "not tested"
 
 
 def test_a_reboot_while_waiting_starts_a_new_round() -> None:
