@@ -30,6 +30,7 @@ from gpuaccept.operator.leader import LeaderElector, LeaseSettings
 from gpuaccept.operator.options import (
     UsageError,
     check_ranges,
+    fabric_pods,
     owned_key_prefixes,
     parser,
     probe_resources,
@@ -98,6 +99,7 @@ def main(argv: Sequence[str]) -> int:
         check_ranges(args)
         resources = probe_resources(args.probe_resources)
         tolerations = probe_tolerations(args.probe_tolerations)
+        fabric = fabric_pods(args.fabric_pods)
         try:
             node_selector = parse_node_selector(args.node_selector)
         except ValueError as error:
@@ -138,6 +140,7 @@ def main(argv: Sequence[str]) -> int:
         owned_key_prefixes=owned_key_prefixes(args.owned_key_prefixes),
         accept_simulated_reports=args.accept_simulated_reports,
         image_pull_secrets=tuple(dict.fromkeys(args.probe_image_pull_secrets)),
+        fabric=fabric,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     leader = None
