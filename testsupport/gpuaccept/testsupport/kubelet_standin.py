@@ -110,6 +110,7 @@ from gpuaccept.testsupport.standin_behaviours import (
     Behaviour,
     BehaviourHook,
     Complete,
+    CompleteAfterPod,
     Hang,
     ImagePullFailure,
     PodInfo,
