@@ -77,6 +77,7 @@ from gpuaccept.testsupport.kubelet_standin import (
     SimNode,
     StandInSettings,
 )
+from gpuaccept.testsupport.standin_behaviours import reported_wall_s
 
 REPO = Path(__file__).resolve().parent.parent
 FINAL = ("Accepted", "Quarantined")
@@ -258,6 +259,9 @@ class Setup:
     profile_operator: bool
     py_spy: str | None = None  # py-spy binary: sample the operator from outside while it works
     py_spy_gil: bool = True  # only the thread holding the GIL: where the Python CPU goes
+    # probe pods last their report's wallS x this (the simulated probe's stated durations,
+    # docs/probe.md#time-budget), instead of probe_delay_s
+    probe_time_scale: float | None = None
 
 
 def arm_command(setup: Setup, arm: str, kubeconfig: Path, tag: str) -> list[str]:
@@ -355,9 +359,10 @@ class ArmRun:
         def complete(p: PodInfo) -> Behaviour:
             # As the probe ends: exit 1 with a failing report (the operator checks they agree).
             code = ProbeExit.QUARANTINED if self.fails(p.node_name) else ProbeExit.ACCEPTED
-            return Complete(
-                exit_code=code, message=message(p.node_name, p.boot_id), delay_s=setup.probe_delay_s
-            )
+            text = message(p.node_name, p.boot_id)
+            scale = setup.probe_time_scale
+            delay = setup.probe_delay_s if scale is None else reported_wall_s(text) * scale
+            return Complete(exit_code=code, message=text, delay_s=delay)
 
         self.standin = KubeletStandIn(
             setup.cp.configuration(token=self.standin_id.token),
@@ -810,6 +815,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--probe-delay", type=float, default=0.0, help="seconds a probe pod runs")
     parser.add_argument(
+        "--probe-time-scale",
+        type=float,
+        help="probe pods run their report's wallS x this (1: as long as the probe it stands "
+        "for; docs/probe.md#time-budget) instead of --probe-delay",
+    )
+    parser.add_argument(
         "--settle", type=float, default=3.0, help="seconds watched after the last verdict"
     )
     parser.add_argument("--timeout-base", type=float, default=120.0)
@@ -892,6 +903,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 profile_operator=args.profile_operator,
                 py_spy=args.py_spy,
                 py_spy_gil=not args.py_spy_all_threads,
+                probe_time_scale=args.probe_time_scale,
             )
             results, code = run_arms(setup, sizes, arms)
     finally:

@@ -59,6 +59,7 @@ def test_cli_check_reports_stale_docs(tmp_path: Path) -> None:
         (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / doc).write_text((ROOT / doc).read_text(encoding="utf-8"), encoding="utf-8")
     shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")  # the budget table's policy
     assert docgen.main(["--root", str(tmp_path), "--check"]) == 0
     policy = tmp_path / "docs/policy.md"
     policy.write_text(policy.read_text().replace("`PcieLinkFailed`", "`Nope`", 1))

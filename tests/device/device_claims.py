@@ -84,6 +84,14 @@ CLAIMS = (
         "(NVML's current against its maximum SM clock).",
     ),
     Claim(
+        "per_gpu_throughput_measured",
+        "test_per_gpu_throughput_matches_host_timing",
+        "gpu_compute times the throttle load's bf16 matmuls (and fp8 where the GPU can) and "
+        "gpu_memory_bandwidth a STREAM triad on every GPU; each GPU's figures agree within "
+        "15 % with the same work timed on the host clock, and with fewer than 3 GPUs the "
+        "result says there is no sibling comparison.",
+    ),
+    Claim(
         "nccl_runs",
         "test_nccl_allreduce_on_real_gpus",
         "NCCL all-reduce through torch.distributed runs on every GPU of this host and "

@@ -24,8 +24,10 @@ import pynvml
 import pytest
 from device_claims import ENV_EVIDENCE_DIR, record
 
+from gpuaccept.checks.gpu_compute import GpuComputeObserved
+from gpuaccept.checks.gpu_memory_bandwidth import GpuMemoryBandwidthObserved
 from gpuaccept.checks.policy import ProbePolicy
-from gpuaccept.checks.registry import CHECKS
+from gpuaccept.checks.registry import BY_NAME, CHECKS
 from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.report import CheckStatus, ProbeReport, decode_termination_message
 from gpuaccept.probe import clocks
@@ -254,6 +256,93 @@ def test_every_check_produces_a_result(hw: RealBackend) -> None:
     errors = [r for r in results if r["status"] == CheckStatus.ERROR.value]
     record("test_every_check_produces_a_result", proven=not errors, results=results)
     assert not errors, errors
+
+
+THROUGHPUT_AGREEMENT = 0.15  # probe (CUDA events, sustained) vs host clock (short, warm)
+HOST_MATMULS = 20
+HOST_TRIADS = 50
+
+
+def _host_timed(gpu: GpuInfo, hw: RealBackend) -> dict[str, float]:
+    """bf16 matmul TFLOPS and triad GB/s of one GPU, timed on the host clock around a
+    synchronize (not the probe's CUDA events): the independent figure to compare with."""
+    torch = importlib.import_module("torch")
+    device = torch.device("cuda", hw.cuda_ordinal(gpu.index))
+    n = 8192
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    out = torch.empty((n, n), device=device, dtype=torch.bfloat16)
+    for _ in range(5):
+        torch.matmul(a, b, out=out)
+    torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    for _ in range(HOST_MATMULS):
+        torch.matmul(a, b, out=out)
+    torch.cuda.synchronize(device)
+    tflops = 2 * n**3 * HOST_MATMULS / (time.perf_counter() - started) / 1e12
+    del a, b, out
+    count = (1 << 30) // 4
+    x = torch.empty(count, device=device, dtype=torch.float32)
+    y = torch.full((count,), 1.0, device=device, dtype=torch.float32)
+    z = torch.full((count,), 2.0, device=device, dtype=torch.float32)
+    torch.add(y, z, alpha=0.4, out=x)
+    torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    for _ in range(HOST_TRIADS):
+        torch.add(y, z, alpha=0.4, out=x)
+    torch.cuda.synchronize(device)
+    gbps = 3 * count * 4 * HOST_TRIADS / (time.perf_counter() - started) / 1e9
+    del x, y, z
+    torch.cuda.empty_cache()
+    return {"bf16_tflops": round(tflops, 1), "triad_gbps": round(gbps, 1)}
+
+
+def test_per_gpu_throughput_matches_host_timing(hw: RealBackend) -> None:
+    policy = ProbePolicy.model_validate(
+        {"throttleReasons": {"warmupSeconds": 2, "sampleSeconds": 3}}
+    )
+    context = ProbeContext()
+    summary = hardware_summary(hw)
+    results = {
+        name: run_check(BY_NAME[name], hw, policy, context, summary)
+        for name in ("throttle_reasons", "gpu_compute", "gpu_memory_bandwidth")
+    }
+    compute, memory = results["gpu_compute"], results["gpu_memory_bandwidth"]
+    figures = GpuComputeObserved.model_validate(compute.observed)
+    bandwidth = GpuMemoryBandwidthObserved.model_validate(memory.observed)
+    gpus = hw.gpus()
+    per_gpu = {}
+    agree = True
+    for gpu in gpus:
+        host = _host_timed(gpu, hw)
+        probe_figures = {
+            "bf16_tflops": (figures.bf16_tflops or [0.0] * len(gpus))[gpu.index],
+            "triad_gbps": (bandwidth.gbps or [0.0] * len(gpus))[gpu.index],
+        }
+        ratios = {k: probe_figures[k] / host[k] if host[k] else 0.0 for k in host}
+        agree = agree and all(abs(r - 1) <= THROUGHPUT_AGREEMENT for r in ratios.values())
+        per_gpu[str(gpu.index)] = {
+            "probe": probe_figures,
+            "host_timed": host,
+            "ratio": {k: round(r, 3) for k, r in ratios.items()},
+            "fp8_tflops": figures.fp8_tflops[gpu.index] if figures.fp8_tflops else None,
+            "sm_clock_mhz": figures.sm_clock_mhz[gpu.index] if figures.sm_clock_mhz else None,
+        }
+    siblings_said = len(gpus) >= 3 or (
+        "no sibling comparison" in compute.message and "no sibling comparison" in memory.message
+    )
+    passed = compute.status is CheckStatus.PASS and memory.status is CheckStatus.PASS
+    record(
+        "test_per_gpu_throughput_matches_host_timing",
+        proven=agree and siblings_said and passed,
+        gpus=per_gpu,
+        fp8_skipped=figures.fp8_skipped,
+        messages={name: r.message for name, r in results.items()},
+        durations_s={name: r.duration_s for name, r in results.items()},
+    )
+    assert passed, (compute.message, memory.message)
+    assert siblings_said, (compute.message, memory.message)
+    assert agree, per_gpu
 
 
 def test_nccl_allreduce_on_real_gpus(hw: RealBackend) -> None:

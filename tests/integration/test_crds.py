@@ -259,6 +259,7 @@ def sample_status(node: str) -> NodeAcceptanceStatus:
                 check="cpu_governor", status=CheckStatus.PASS, observed="performance", duration_s=0
             ),
         ],
+        wall_s=53.1,
     )
     return NodeAcceptanceStatus(
         phase=Phase.QUARANTINED,
@@ -276,8 +277,10 @@ def sample_status(node: str) -> NodeAcceptanceStatus:
                 "busbwGBps": 80.5,
                 "pcie": "Gen5x16",
                 "driverVersion": "550.54.15",
+                "probeWallS": 53.1,
             }
         ),
+        probe_pod_seconds=55,
         policy="default",
         policy_generation=1,
         attempts=1,
@@ -337,8 +340,9 @@ def test_acceptance_status_round_trips_and_columns_show(cp: ControlPlane, name: 
     ]
     row = table[1].split()
     assert row[:6] == [name, "Quarantined", "LowBusBandwidth", "80.5", "Gen5x16", "550.54.15"]
-    wide = cp.kubectl("get", "na", name, "-o", "wide").stdout.splitlines()[0].split()
-    assert wide[-3:] == ["AGE", "POLICY", "ATTEMPTS"] or {"POLICY", "ATTEMPTS"} <= set(wide)
+    wide = cp.kubectl("get", "na", name, "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[-4:] == ["POLICY", "ATTEMPTS", "WALL", "AGE"]
+    assert wide[1].split()[-4:-1] == ["default", "1", "53.1"]  # the probe's own wall time
 
 
 def test_policy_status_and_columns(cp: ControlPlane, name: str) -> None:

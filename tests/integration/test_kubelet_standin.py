@@ -21,6 +21,7 @@ from gpuaccept.testsupport.kubelet_standin import (
     Hang,
     ImagePullFailure,
     KubeletStandIn,
+    PodInfo,
     SandboxFailure,
     SimNode,
     StandInSettings,
@@ -92,7 +93,7 @@ def standin(control_plane: ControlPlane, suffix: str, profile: Path) -> Iterator
     s = KubeletStandIn(
         control_plane.configuration(),
         nodes=nodes,
-        settings=StandInSettings(kill_grace_cap_s=2.0),
+        settings=StandInSettings(kill_grace_cap_s=2.0, sim_time_scale=0.25),
     )
     s.start()
     yield s
@@ -252,6 +253,27 @@ def test_pod_succeeds_with_termination_message(
     boot = standin.node(node).boot_id
     assert term.message == f"report node={node} pod=ok profile={profile} hello-{node} boot={boot}"
     assert "stdout line from ok" in standin.pod_log(namespace, "ok")
+
+
+def test_a_simulated_probe_is_told_its_time_scale(
+    standin: KubeletStandIn, core: k8s.CoreV1Api, namespace: str, suffix: str
+) -> None:
+    """A node with a profile: its probe takes the profile's durations x the scale."""
+    node = f"gpu-{suffix}-a"
+    args = ["scale={GPUACCEPT_SIM_TIME_SCALE}", "/dev/termination-log", "0"]
+    core.create_namespaced_pod(namespace, _pod("scaled", node, args))
+    pod = _wait_pod(core, namespace, "scaled", _terminal)
+    assert pod.status.container_statuses[0].state.terminated.message == "scale=0.25"
+
+
+def test_prepared_reports_last_their_wall_time_scaled() -> None:
+    info = PodInfo("ns", "p", "uid", "node", "boot", None, {})
+    scaled = prepared_reports(lambda n, b: json.dumps({"wallS": 52.8}), time_scale=0.5)
+    no_wall = prepared_reports(lambda n, b: "\x00{{not json", time_scale=0.5)
+    fixed = prepared_reports(lambda n, b: json.dumps({"wallS": 52.8}), delay_s=2.0)
+    assert scaled(info) == Complete(message='{"wallS": 52.8}', delay_s=26.4)
+    assert no_wall(info) == Complete(message="\x00{{not json", delay_s=0.0)
+    assert fixed(info) == Complete(message='{"wallS": 52.8}', delay_s=2.0)
 
 
 def test_nonzero_exit_fails(

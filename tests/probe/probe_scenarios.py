@@ -12,6 +12,7 @@ from pydantic import JsonValue
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.spec import AnyCheckSpec, CheckJudgement
 from gpuaccept.contracts.report import HardwareSummary, ProbeReport
+from gpuaccept.probe.hardware.base import PerGpuFigures
 from gpuaccept.probe.hardware.profile import HardwareProfile, load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import load_policy
@@ -111,3 +112,16 @@ def judge_json(
 def condense_json(check: AnyCheckSpec, observed: JsonValue) -> JsonValue:
     """The condensed ``observed`` value as the compact report writes it."""
     return check.condense(check.parse(observed)).to_observed()
+
+
+class UntimedLoad:
+    """A load timer that timed nothing: for tests that replace the real backend's load
+    (torch without CUDA here) to sample NVML fakes alone."""
+
+    matrix = 0
+
+    def start(self) -> None:
+        return None
+
+    def figures(self) -> PerGpuFigures:
+        return PerGpuFigures({})

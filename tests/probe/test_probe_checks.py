@@ -283,8 +283,8 @@ def test_throttle_ignores_idle_and_clock_settings() -> None:
     finally:
         hardware.close()
     assert result.observed == {
-        "samples": 120,  # 60 s at 0.5 s, after 20 warm-up samples (10 s)
-        "warmupSamples": 20,
+        "samples": 60,  # 15 s at 0.25 s, after 12 warm-up samples (3 s)
+        "warmupSamples": 12,
         "activeFraction": {},
         "smClockMHz": [1980] * 8,
         "smClockMaxMHz": [1980] * 8,

@@ -23,7 +23,7 @@ from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.spec import AnyCheckSpec
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 from gpuaccept.probe.hardware import nvml_links
-from gpuaccept.probe.hardware.base import Unavailable
+from gpuaccept.probe.hardware.base import LoadTimer, MatmulPrecision, Unavailable
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.measure import ProbeContext
@@ -487,13 +487,13 @@ def test_a_lost_gpu_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class CountingLoads(SimulatedBackend):
-    loads = 0
+    loads = 0  # bf16 loads (gpu_compute's fp8 phase is a load of its own)
 
     @contextlib.contextmanager
-    def gpu_load(self) -> Iterator[None]:
-        CountingLoads.loads += 1
-        with super().gpu_load():
-            yield
+    def gpu_load(self, precision: MatmulPrecision = "bf16") -> Iterator[LoadTimer]:
+        CountingLoads.loads += precision == "bf16"
+        with super().gpu_load(precision) as timer:
+            yield timer
 
 
 def test_clocks_are_judged_from_the_throttle_samples_with_one_load() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from probe_scenarios import FIXTURES
+from probe_scenarios import FIXTURES, UntimedLoad
 
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import BY_NAME
@@ -122,7 +122,7 @@ def test_clock_event_reasons_judged(monkeypatch: pytest.MonkeyPatch) -> None:
     hw = backend(monkeypatch, fake_nvml())
     monkeypatch.setattr(hw, "gpu_load", _no_load)
     policy = ProbePolicy.model_validate(
-        {"throttleReasons": {"sampleSeconds": 0.5, "warmupSeconds": 0}}
+        {"throttleReasons": {"sampleSeconds": 0.25, "warmupSeconds": 0}}
     )
     monkeypatch.setattr(hw, "sleep", lambda _s: None)
     result = run_check(
@@ -138,8 +138,8 @@ def test_clock_event_reasons_judged(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result.status is CheckStatus.FAIL
 
 
-def _no_load() -> Any:
-    return contextlib.nullcontext()
+def _no_load(_precision: str = "bf16") -> Any:
+    return contextlib.nullcontext(UntimedLoad())
 
 
 def test_no_nvml_library(monkeypatch: pytest.MonkeyPatch) -> None:

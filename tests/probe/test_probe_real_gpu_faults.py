@@ -114,7 +114,7 @@ class FakeTorch:
         m.distributed = types.SimpleNamespace(is_nccl_available=lambda: True)  # type: ignore[attr-defined]
         m.empty = empty  # type: ignore[attr-defined]
         m.randn = lambda *_a, **_k: Tensor(None)  # type: ignore[attr-defined]
-        m.matmul = lambda a, _b: a  # type: ignore[attr-defined]
+        m.matmul = lambda a, _b, out=None: a if out is None else out  # type: ignore[attr-defined]
         return m
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from probe_scenarios import FIXTURES, PROFILES, default_policy, fault, probe
+from probe_scenarios import FIXTURES, PROFILES, UntimedLoad, default_policy, fault, probe
 from pydantic import JsonValue
 from test_probe_real_backend import FakeNVMLError, fake_nvml
 
@@ -78,7 +78,8 @@ def test_warm_up_samples_are_not_counted() -> None:
         with_warmup = measure(hardware, ThrottleReasonsPolicy(), ProbeContext())
     finally:
         hardware.close()
-    assert (without_warmup.active_fraction or {})["hw_slowdown"][0] == pytest.approx(3 / 120)
+    # samples at 0, 0.25, ... 1.25 s: 6 of the 60 in the 15 s window
+    assert (without_warmup.active_fraction or {})["hw_slowdown"][0] == pytest.approx(6 / 60)
     assert (with_warmup.active_fraction or {})["hw_slowdown"][0] == 0.0
     assert (with_warmup.active_fraction or {})["hw_slowdown"][2] == pytest.approx(0.075, abs=0.01)
     assert with_warmup.sm_clock_mhz == [1755] * 8
@@ -86,8 +87,8 @@ def test_warm_up_samples_are_not_counted() -> None:
 
 
 def test_default_window_and_warm_up() -> None:
-    assert sample_counts(ThrottleReasonsPolicy()) == (20, 120)
-    assert sample_counts(default_policy().throttle_reasons) == (20, 120)
+    assert sample_counts(ThrottleReasonsPolicy()) == (12, 60)  # 3 s and 15 s at 0.25 s
+    assert sample_counts(default_policy().throttle_reasons) == (12, 60)
 
 
 @pytest.mark.parametrize(
@@ -155,5 +156,5 @@ def test_both_field_numberings_give_the_same_verdict(
     assert result.message == "sw_power_cap 100% of samples on GPU 0"
 
 
-def _no_load() -> Any:
-    return contextlib.nullcontext()
+def _no_load(_precision: str = "bf16") -> Any:
+    return contextlib.nullcontext(UntimedLoad())

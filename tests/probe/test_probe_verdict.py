@@ -52,7 +52,8 @@ NCCL_OBS: JsonValue = {"backend": "nccl", "source": "measured", "ranks": 8, "bus
 
 
 def test_healthy_report_is_accepted_with_figures() -> None:
-    v = evaluate(probe(HEALTHY), default_policy())
+    report = probe(HEALTHY)
+    v = evaluate(report, default_policy())
     assert v.accepted
     assert v.accepted
     assert v.reasons == ()
@@ -69,8 +70,10 @@ def test_healthy_report_is_accepted_with_figures() -> None:
             "pcie": "Gen5x16",
             "busbwGBps": 465.3,  # the profile's 468 plateau at the 8 GiB message
             "driverVersion": "550.54.15",
+            "probeWallS": report.wall_s,  # the budget's durations (a simulated node)
         }
     )
+    assert report.wall_s is not None
 
 
 def test_fault_reason_names_the_check() -> None:

@@ -612,6 +612,13 @@ def acceptance_crd() -> Schema:
             _column("Probed", ".status.lastProbeTime", "date", "Time of the last probe."),
             _column("Policy", ".status.policy", "string", "Governing policy.", 1),
             _column("Attempts", ".status.attempts", "integer", "Probe attempts.", 1),
+            _column(
+                "Wall",
+                ".status.figures.probeWallS",
+                "number",
+                "Probe wall time, s: its process start to the end of its last check.",
+                1,
+            ),
             AGE,
         ],
     )

@@ -33,6 +33,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from gpuaccept.checks.budget import BUDGET_GPUS, SUITE_LIMIT_S, suite_budget, suite_seconds
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec
@@ -46,6 +47,7 @@ DOCS = (
     "docs/runbook.md",
 )
 PROFILE_DIRS = ("profiles", "profiles/faults")
+DEFAULT_POLICY = "policies/default-h100-h200.yaml"
 
 _SECTION = re.compile(
     r"(?P<begin><!-- BEGIN GENERATED: (?P<name>[a-z-]+)[^>]*-->\n)"
@@ -223,6 +225,31 @@ def shipped_profiles(root: Path) -> str:
     return "\n".join(rows) + "\n"
 
 
+def probe_budget(root: Path) -> str:
+    """probe.md: the time budget of the default policy's suite, phase by phase
+    (:func:`gpuaccept.checks.budget.suite_budget`, the figures the budget test sums)."""
+    policy = ProbePolicy.model_validate(
+        yaml.safe_load((root / DEFAULT_POLICY).read_text(encoding="utf-8"))
+    )
+    phases = suite_budget(policy)
+    rows = [
+        "| phase | check | budget | how derived | source |",
+        "|-------|-------|-------:|-------------|--------|",
+    ]
+    for p in phases:
+        check = f"`{p.check}`" + ("" if p.registered else " (being added, issue 13)")
+        rows.append(
+            f"| {_cell(p.phase)} | {check} | {p.seconds:.1f} s | {_cell(p.derivation)} "
+            f"| {_cell(p.source)} |"
+        )
+    total = suite_seconds(phases)
+    rows.append(
+        f"| **whole suite** | | **{total:.1f} s** | the sum; limit {SUITE_LIMIT_S:g} s "
+        f"(`{DEFAULT_POLICY}`, {BUDGET_GPUS} GPUs) | |"
+    )
+    return "\n".join(rows) + "\n"
+
+
 Generator = Callable[[Path], str]  # the repository root → the section's text
 
 GENERATORS: dict[str, Generator] = {
@@ -232,6 +259,7 @@ GENERATORS: dict[str, Generator] = {
     "observed-shapes": lambda _root: observed_shapes(),
     "shipped-profiles": shipped_profiles,
     "runbook-reasons": lambda _root: runbook_reasons(),
+    "probe-budget": probe_budget,
 }
 
 

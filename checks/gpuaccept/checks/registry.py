@@ -12,8 +12,10 @@ Importing this module imports no torch, no NVML and no Kubernetes client.
 from gpuaccept.checks import (
     cpu_governor,
     driver_libraries,
+    gpu_compute,
     gpu_config,
     gpu_count,
+    gpu_memory_bandwidth,
     gpu_numa,
     infiniband_ports,
     memory_health,
@@ -46,6 +48,10 @@ CHECKS: tuple[AnyCheckSpec, ...] = (
     # memory health
     xid_errors.SPEC,
     memory_health.SPEC,
+    # issue 13 items 1, 2: per-GPU compute (timed in the throttle_reasons load, so after
+    # it) and memory bandwidth, each against the model minimum and the node's median GPU
+    gpu_compute.SPEC,
+    gpu_memory_bandwidth.SPEC,
 )
 
 BY_NAME: dict[str, AnyCheckSpec] = {check.name: check for check in CHECKS}

@@ -1,7 +1,7 @@
 """``throttle_reasons``: sustained NVML clock event reasons while every GPU is busy.
 
 The probe keeps every GPU busy (a bf16 matmul loop) and samples each GPU's
-``nvmlDeviceGetCurrentClocksEventReasons`` bitmask every 0.5 s: first for
+``nvmlDeviceGetCurrentClocksEventReasons`` bitmask every 0.25 s: first for
 ``throttleReasons.warmupSeconds`` (not judged: NVML documents that HW slowdown
 "may be also reported during PState or clock change"), then for
 ``throttleReasons.sampleSeconds``. A reason counts on a GPU when it is active
@@ -15,7 +15,7 @@ its maximum (not judged). A GPU that NVML lost while sampling
 
 observed::
 
-    {"samples": 120, "warmupSamples": 20,
+    {"samples": 60, "warmupSamples": 12,
      "activeFraction": {"sw_power_cap": [0.35, 0.2, 0, 0, 0, 0, 0, 0]},
      "smClockMHz": [1755, 1980, ...], "smClockMaxMHz": [1980, 1980, ...]}
 
@@ -71,13 +71,13 @@ class ThrottleReasonsPolicy(CheckSwitch):
         description="Reasons that only warn; a reason in both lists fails.",
     )
     warmup_seconds: float = Field(
-        default=10.0,
+        default=3.0,
         ge=0,
         le=600,
         description="Load before sampling counts (clock and P-state changes report HW slowdown).",
     )
     sample_seconds: float = Field(
-        default=60.0,
+        default=15.0,
         gt=0,
         le=1800,
         description="The judged window: how long the reasons are sampled after the warm-up.",

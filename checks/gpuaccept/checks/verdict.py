@@ -104,6 +104,7 @@ def key_figures(report: ProbeReport, checks: Sequence[AnyCheckSpec] = CHECKS) ->
         "gpuModel": s.gpu_model[:64] if s.gpu_model else None,
         "gpuCount": s.gpu_count,
         "driverVersion": s.driver_version,
+        "probeWallS": report.wall_s,
     }
     for check in checks:
         result = report.result(check.name)

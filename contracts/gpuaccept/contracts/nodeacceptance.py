@@ -75,6 +75,13 @@ class KeyFigures(ContractModel):
     gpu_model: str | None = Field(default=None, max_length=64)
     gpu_count: int | None = Field(default=None, ge=0)
     driver_version: str | None = Field(default=None, max_length=32)
+    probe_wall_s: float | None = Field(
+        default=None,
+        ge=0,
+        alias="probeWallS",
+        description="The probe's wall time, s: its process start to the end of its last "
+        "check (the report's wallS).",
+    )
 
     @model_validator(mode="after")
     def _bounded_check_figures(self) -> "KeyFigures":
@@ -165,6 +172,13 @@ class NodeAcceptanceStatus(ContractModel):
     )
     probe_pod: str | None = Field(default=None, max_length=253)
     probe_started_time: datetime | None = None
+    probe_pod_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="The last probe container's run as the kubelet saw it: startedAt to "
+        "finishedAt, whole seconds (the probe's own wallS leaves out the runtime's exec "
+        "and the report's writing and exit).",
+    )
     next_attempt_time: datetime | None = None
     last_probe_time: datetime | None = None
     probed_boot_id: str | None = Field(default=None, alias="probedBootID", max_length=64)

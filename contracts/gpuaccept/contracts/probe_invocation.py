@@ -20,6 +20,8 @@ ENV_NODE_GPU_CAPACITY: Final = "GPUACCEPT_NODE_GPU_CAPACITY"
 ENV_GFD_GPU_COUNT: Final = "GPUACCEPT_GFD_GPU_COUNT"
 ENV_PROFILE: Final = "GPUACCEPT_PROFILE"  # simulate this hardware profile (tests, demo)
 ENV_BOOT_ID: Final = "GPUACCEPT_BOOT_ID"  # the boot ID to report (simulated nodes)
+# Simulated nodes: take the profile's durations x this factor (0, the default: no waiting).
+ENV_SIM_TIME_SCALE: Final = "GPUACCEPT_SIM_TIME_SCALE"
 ENV_SYSFS_ROOT: Final = "GPUACCEPT_SYSFS_ROOT"  # real hardware: sysfs root (default /sys)
 ENV_PROC_ROOT: Final = "GPUACCEPT_PROC_ROOT"  # real hardware: procfs root (default /proc)
 

@@ -111,6 +111,14 @@ class ProbeReport(ContractModel):
     hardware: HardwareMode
     summary: HardwareSummary
     results: list[CheckResult] = Field(max_length=32)
+    wall_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds from the probe process's start (its starttime in /proc/self/stat "
+        "against CLOCK_BOOTTIME: interpreter, imports, NVML and CUDA initialisation "
+        "included) to the end of the last check; a simulated node reports its profile's "
+        "durations. Absent when the process start could not be read.",
+    )
 
     @model_validator(mode="after")
     def _one_result_per_check(self) -> "ProbeReport":

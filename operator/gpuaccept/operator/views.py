@@ -163,10 +163,27 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         container_reason=(terminated or {}).get("reason"),
         waiting_reason=waiting.get("reason"),
         waiting_message=waiting.get("message"),
+        run_seconds=container_run_seconds(terminated),
         pod_ip=status.get("podIP") or None,
         created=_timestamp(meta.get("creationTimestamp")),
         fabric=_fabric_labels(meta),
     )
+
+
+def container_run_seconds(terminated: Mapping[str, Any] | None) -> int | None:
+    """A terminated container's ``startedAt`` to ``finishedAt`` (RFC 3339, whole
+    seconds); None when either is missing, unreadable, or the runtime never started
+    it (``startedAt`` at the epoch, as a StartError reports)."""
+    if not terminated:
+        return None
+    try:
+        started = datetime.fromisoformat(str(terminated["startedAt"]))
+        finished = datetime.fromisoformat(str(terminated["finishedAt"]))
+    except (KeyError, ValueError):
+        return None
+    if started.timestamp() <= 0 or finished < started:
+        return None
+    return round((finished - started).total_seconds())
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from gpuaccept.contracts.probe_invocation import (
     ENV_POLICY,
     ENV_PROC_ROOT,
     ENV_PROFILE,
+    ENV_SIM_TIME_SCALE,
     ENV_SYSFS_ROOT,
     FABRIC_SUBCOMMAND,
     FLAG_CHECKS,
@@ -63,6 +64,7 @@ from gpuaccept.probe.hardware.base import HardwareBackend
 from gpuaccept.probe.inputs import InputError, default_policy, load_policy, policy_from_json
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
+from gpuaccept.probe.process_clock import process_age_s
 from gpuaccept.probe.runner import ProbeRun, run_probe
 
 EXIT_ACCEPTED = ProbeExit.ACCEPTED
@@ -161,6 +163,26 @@ def _env_count(name: str) -> int | None:
     return int(raw)
 
 
+MAX_SIM_TIME_SCALE = 10.0
+
+
+def _sim_time_scale() -> float:
+    """How much of its profile's durations a simulated probe really takes (env
+    :data:`ENV_SIM_TIME_SCALE`; 0 or unset: none, it only reports them)."""
+    raw = os.environ.get(ENV_SIM_TIME_SCALE, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = -1.0
+    if not 0 <= scale <= MAX_SIM_TIME_SCALE:  # NaN fails both
+        raise InputError(
+            f"{ENV_SIM_TIME_SCALE}: not a number from 0 to {MAX_SIM_TIME_SCALE:g} (got {raw!r})"
+        )
+    return scale
+
+
 def _node_gpus(args: argparse.Namespace) -> NodeGpuCounts:
     """The node's GPU counts from the flags and the operator's env vars."""
     if args.expected_gpus is not None and args.expected_gpus < 0:
@@ -217,6 +239,8 @@ def render_table(report: ProbeReport, verdict: Verdict, out: Console) -> None:
             f"{result.duration_s:.1f}s",
         )
     out.print(table)
+    if report.wall_s is not None:
+        out.print(f"wall time {report.wall_s:.1f}s (process start to the end of the last check)")
     if verdict.accepted:
         extra = f" with {len(verdict.warnings)} warning(s)" if verdict.warnings else ""
         out.print(f"[bold green]ACCEPTED[/bold green]{extra}")
@@ -275,13 +299,14 @@ def _open_hardware(
         from gpuaccept.probe.hardware.simulated import SimulatedBackend  # noqa: PLC0415
 
         profile = load_profile(profile_path)
+        time_scale = _sim_time_scale()
         stated = profile.node
         node = NodeGpuCounts(
             allocatable=node.allocatable if node.allocatable is not None else stated.allocatable,
             capacity=node.capacity if node.capacity is not None else stated.gpu_capacity,
             labelled=node.labelled if node.labelled is not None else stated.gfd_gpu_count,
         )
-        return SimulatedBackend(profile), node
+        return SimulatedBackend(profile, time_scale=time_scale), node
     from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415
 
     sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
@@ -355,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         node_name=failures.node_name,
         boot_id=failures.boot_id,
         context=ProbeContext(node_gpus=node_gpus),
+        process_age=process_age_s,
     )
     try:
         show_progress = args.output == "table" or err.is_terminal

@@ -3,12 +3,13 @@ for each, its measuring function (:mod:`gpuaccept.probe.measure`), then its judg
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pydantic import JsonValue
 
+from gpuaccept.checks.budget import START_PHASE, phase_seconds
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec, clip
@@ -101,6 +102,10 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _age_unknown() -> float | None:
+    return None
+
+
 @dataclass(frozen=True)
 class ProbeRun:
     """What one probe run reports on and how: the node, its boot ID when known from
@@ -113,6 +118,9 @@ class ProbeRun:
     checks: Sequence[AnyCheckSpec] = CHECKS
     on_check: Callable[[AnyCheckSpec], None] = _no_progress
     now: Callable[[], datetime] = _utc_now
+    # Seconds since the probe process started (the CLI: process_clock.process_age_s);
+    # None: unknown (a run inside another process), and the report has no wallS.
+    process_age: Callable[[], float | None] = _age_unknown
 
 
 def measuring_order(checks: Sequence[AnyCheckSpec]) -> list[AnyCheckSpec]:
@@ -127,16 +135,26 @@ def run_probe(hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun) -> 
 
     One Xid listener (``hardware.xid_listener()``) is open from before the first
     check to after the last, so every phase that loads the GPUs is watched; the
-    check being measured is recorded with each Xid."""
+    check being measured is recorded with each Xid.
+
+    Times: each check's ``durationS`` and the report's ``wallS`` (the process's age
+    at the first check, ``run.process_age()``, plus every ``durationS``) are what the
+    backend reports (:meth:`~gpuaccept.probe.hardware.base.HardwareBackend.phase_seconds`):
+    measured on real hardware, stated by a simulated node (default: the budget,
+    :mod:`gpuaccept.checks.budget`)."""
     started_at = run.now()
     summary = hardware_summary(hardware)
+    budget = phase_seconds(policy, max(summary.gpu_count, 1))
     by_name: dict[str, CheckResult] = {}
     with hardware.xid_listener() as xids:
         context = dataclasses.replace(run.context, xids=xids)
+        wall = hardware.phase_seconds(START_PHASE, run.process_age(), budget[START_PHASE])
         for check in measuring_order(run.checks):
             xids.phase = check.name
             run.on_check(check)
-            by_name[check.name] = run_check(check, hardware, policy, context, summary)
+            result = _timed(run_check(check, hardware, policy, context, summary), hardware, budget)
+            by_name[check.name] = result
+            wall = None if wall is None else wall + result.duration_s
     results = [by_name[check.name] for check in run.checks]
     return ProbeReport(
         node_name=run.node_name,
@@ -147,4 +165,21 @@ def run_probe(hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun) -> 
         hardware=hardware.mode,
         summary=summary,
         results=results,
+        wall_s=None if wall is None else round(wall, 1),
     )
+
+
+def _timed(
+    result: CheckResult, hardware: HardwareBackend, budget: Mapping[str, float]
+) -> CheckResult:
+    """``result`` with the duration the backend reports: what was measured, or on a
+    simulated node the stated one. A check that did not measure (disabled, skipped,
+    in error) keeps the time it took."""
+    if result.status not in (CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL):
+        return result
+    seconds = hardware.phase_seconds(
+        result.check, result.duration_s, budget.get(result.check, result.duration_s)
+    )
+    if seconds is None or seconds == result.duration_s:
+        return result
+    return result.model_copy(update={"duration_s": seconds})

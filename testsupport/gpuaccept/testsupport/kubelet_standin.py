@@ -176,12 +176,16 @@ class StandInSettings:
     ``api_concurrency``: API requests in flight at most; ``kill_grace_cap_s``: the
     longest grace period before SIGKILL; ``extra_path``: directories searched first
     for ``command[0]``; ``entrypoints``: image -> argv for containers without a
-    ``command``."""
+    ``command``; ``sim_time_scale``: how much of its profile's durations a simulated
+    probe really takes (docs/profile-format.md)."""
 
     api_concurrency: int = 32
     kill_grace_cap_s: float = 5.0
     extra_path: Sequence[str] = ()
     entrypoints: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # Simulated probes take their profile's durations x this (GPUACCEPT_SIM_TIME_SCALE);
+    # None: they only report them and finish at once.
+    sim_time_scale: float | None = None
 
 
 class KubeletStandIn:
@@ -207,6 +211,7 @@ class KubeletStandIn:
             k: list(v) for k, v in settings.entrypoints.items()
         }
         self.kill_grace_cap_s = settings.kill_grace_cap_s
+        self.sim_time_scale = settings.sim_time_scale
         self.search_path = os.pathsep.join(
             [
                 *settings.extra_path,
@@ -726,6 +731,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--delete-nodes-on-exit", action="store_true")
     ap.add_argument("--api-concurrency", type=int, default=32)
+    ap.add_argument(
+        "--sim-time-scale",
+        type=float,
+        default=None,
+        help="simulated probes take their profile's durations x this (1: real time); "
+        "prepared reports complete after their wallS x this",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(
@@ -755,12 +767,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "{boot_id}", boot_id
             ),
             exit_code=args.prepared_exit_code,
+            time_scale=args.sim_time_scale,
         )
     standin = KubeletStandIn(
         cfg,
         nodes=nodes,
         default_behaviour=default,
-        settings=StandInSettings(api_concurrency=args.api_concurrency),
+        settings=StandInSettings(
+            api_concurrency=args.api_concurrency, sim_time_scale=args.sim_time_scale
+        ),
     )
     if args.fabric_from_profiles:
         standin.default_behaviour = fabric_pairs_from_profiles(standin.inter_node_busbw, default)

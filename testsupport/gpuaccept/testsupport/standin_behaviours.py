@@ -7,6 +7,7 @@ computed from its two nodes' profiles."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -116,15 +117,21 @@ BehaviourHook = Callable[[PodInfo], Behaviour]
 
 
 def prepared_reports(
-    report: Callable[[str, str], str], *, exit_code: int = 0, delay_s: float = 0.0
+    report: Callable[[str, str], str],
+    *,
+    exit_code: int = 0,
+    delay_s: float = 0.0,
+    time_scale: float | None = None,
 ) -> BehaviourHook:
     """Scale mode: complete each pod with ``report(node_name, boot_id)`` as its
-    termination message and ``exit_code``, without starting a process."""
+    termination message and ``exit_code``, without starting a process: after
+    ``delay_s``, or with ``time_scale`` after the report's own ``wallS`` x that
+    factor (a pod lasts as long as the probe it stands for, scaled)."""
 
     def hook(p: PodInfo) -> Behaviour:
-        return Complete(
-            exit_code=exit_code, message=report(p.node_name, p.boot_id), delay_s=delay_s
-        )
+        message = report(p.node_name, p.boot_id)
+        delay = delay_s if time_scale is None else reported_wall_s(message) * time_scale
+        return Complete(exit_code=exit_code, message=message, delay_s=delay)
 
     return hook
 
@@ -182,3 +189,12 @@ def fabric_pairs_from_profiles(
         return CompleteAfterPod(pod=p.name[:-1] + "1", message=message)
 
     return hook
+
+
+def reported_wall_s(message: str) -> float:
+    """The ``wallS`` of a probe report's JSON text; 0 when it has none (or is no report)."""
+    try:
+        value = json.loads(message).get("wallS")
+    except (ValueError, AttributeError):
+        return 0.0
+    return float(value) if isinstance(value, int | float) and value > 0 else 0.0

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from kubernetes.client.exceptions import ApiException
 
-from gpuaccept.contracts.probe_invocation import ENV_BOOT_ID, ENV_PROFILE
+from gpuaccept.contracts.probe_invocation import ENV_BOOT_ID, ENV_PROFILE, ENV_SIM_TIME_SCALE
 from gpuaccept.testsupport.standin_behaviours import (
     Behaviour,
     Complete,
@@ -354,6 +354,8 @@ class PodRunner:
         env.update({k: v.replace(tpath, str(msg_file)) for k, v in pod_env.items()})
         if self.node.profile is not None:
             env[ENV_PROFILE] = self.node.profile
+            if self.s.sim_time_scale is not None:
+                env.setdefault(ENV_SIM_TIME_SCALE, f"{self.s.sim_time_scale:g}")
         # The simulated node's boot ID, which the probe reports (gpuaccept probe
         # reads GPUACCEPT_BOOT_ID in simulation); the operator checks it.
         env.setdefault(ENV_BOOT_ID, self.node.boot_id)

@@ -109,6 +109,8 @@ class PodView:
     container_reason: str | None = None  # terminated reason (Completed, Error, StartError)
     waiting_reason: str | None = None
     waiting_message: str | None = None
+    # the terminated container's startedAt -> finishedAt, whole seconds (kubelet timestamps)
+    run_seconds: int | None = None
     pod_ip: str | None = None  # status.podIP
     created: datetime | None = None  # metadata.creationTimestamp
     fabric: FabricPodLabels | None = None  # a fabric pair's pod (docs/fabric.md)

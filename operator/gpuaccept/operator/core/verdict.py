@@ -172,6 +172,8 @@ def record_verdict(
         # The report this verdict came from; an error verdict has none. Keeping
         # an older one would let a later re-judge accept on stale evidence.
         update["report"] = report
+        # The kubelet's view of the probe's run (None for a pod that never ran).
+        update["probe_pod_seconds"] = pod.run_seconds if pod is not None else None
     if verdict.checks or report is not None:
         update["checks"] = list(verdict.checks)[:32]
     if report is not None:  # the figures of the report judged (an error verdict has none)

@@ -9,7 +9,7 @@ in :mod:`.sysfs`.
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe.hardware.infiniband import InfinibandView
@@ -188,8 +188,12 @@ class HardwareBackend(Protocol):
     def copy_bandwidth(self, gpu: int, nbytes: int) -> CopyMeasurement:
         """H2D and D2H pinned-memory bandwidth, sampling the link while copying."""
 
-    def gpu_load(self) -> AbstractContextManager[None]:
-        """Keep every GPU busy inside the ``with`` block."""
+    def gpu_load(
+        self, precision: "MatmulPrecision" = "bf16"
+    ) -> AbstractContextManager["LoadTimer"]:
+        """Keep every GPU busy with ``precision`` matmuls inside the ``with`` block; the
+        :class:`LoadTimer` it yields times them (raises :class:`Unavailable` when no GPU
+        can run ``precision``)."""
 
     def clock_event_reasons(self, gpu: int) -> int:
         """NVML clock event reason bitmask (nvmlClocksEventReason*); raises
@@ -211,6 +215,12 @@ class HardwareBackend(Protocol):
 
     def sleep(self, seconds: float) -> None:
         """Wait between samples (instant in simulation)."""
+
+    def phase_seconds(self, phase: str, measured_s: float | None, budget_s: float) -> float | None:
+        """The seconds to report for ``phase`` (a check's name, or the start before the
+        first check): what was measured on real hardware (``None``: not measurable);
+        on a simulated node what its profile states, else ``budget_s`` (the budget
+        table's figure)."""
 
     def close(self) -> None: ...
 
@@ -251,3 +261,32 @@ class HardwareBackend(Protocol):
 
     def pci_gpu_count(self) -> int:
         """NVIDIA display/3D controllers on the host's PCI bus (sysfs; 0: none found)."""
+
+    # --- per-GPU throughput (gpu_compute, gpu_memory_bandwidth) ---------------------
+    def memory_bandwidth(self, nbytes: int, iterations: int, warmup: int) -> "PerGpuFigures":
+        """Every usable GPU's STREAM triad bandwidth, GB/s (3 arrays of ``nbytes``
+        counted per triad), all GPUs at once; raises :class:`Unavailable`."""
+
+
+MatmulPrecision = Literal["bf16", "fp8"]
+
+
+@dataclass(frozen=True)
+class PerGpuFigures:
+    """One figure per GPU (TFLOPS, GB/s) and the GPUs that gave none, with why."""
+
+    values: dict[int, float]
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+class LoadTimer(Protocol):
+    """Times the matmuls of a :meth:`HardwareBackend.gpu_load` block."""
+
+    matrix: int  # n of the n x n x n matmuls
+
+    def start(self) -> None:
+        """Count the matmul batches that begin from now on (the warm-up is over)."""
+
+    def figures(self) -> PerGpuFigures:
+        """TFLOPS per GPU over the batches counted since :meth:`start` (called inside the
+        block; waits for each loaded GPU's first counted batches, with a deadline)."""

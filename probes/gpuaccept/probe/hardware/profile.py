@@ -17,6 +17,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from gpuaccept.checks.budget import START_PHASE
+from gpuaccept.checks.registry import BY_NAME
 from gpuaccept.probe.clocks import REASON_BITS
 from gpuaccept.probe.hardware.sysfs import parse_cpu_list
 from gpuaccept.probe.inputs import read_structured_file, shorten, validate
@@ -223,6 +225,9 @@ class GpuOverride(ProfileModel):
     xids: list[XidCode] | None = None
     recovery_action: RecoveryActionName | None = None
     memory: GpuMemory | None = None
+    bf16_tflops: float | None = Field(default=None, ge=0, le=100000)
+    fp8_tflops: float | None = Field(default=None, ge=0, le=100000)
+    memory_gbps: float | None = Field(default=None, ge=0, le=100000, alias="memoryGBps")
 
 
 class Gpu(ProfileModel):
@@ -303,6 +308,28 @@ class Gpu(ProfileModel):
         "drivers: older ones have no such field.",
     )
     memory: GpuMemory = Field(default_factory=GpuMemory)
+    bf16_tflops: float | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        description="Dense bf16 matmul TFLOPS under the load (8192³, CUDA events). "
+        "Default: the model's figure (docs/profile-format.md); 0: the GPU completes no "
+        "timed matmul.",
+    )
+    fp8_tflops: float | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        description="fp8 (e4m3, torch._scaled_mm) TFLOPS. Default: the model's figure; "
+        "a model without one has no fp8 (compute capability < 8.9).",
+    )
+    memory_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        alias="memoryGBps",
+        description="STREAM triad bandwidth, GB/s (3 arrays counted). Default: the model's figure.",
+    )
 
     @property
     def idle(self) -> Link:
@@ -516,6 +543,19 @@ class Infiniband(ProfileModel):
     hcas: list[IbHcaGroup] = Field(default_factory=list, max_length=16)
 
 
+PhaseDuration = Annotated[float, Field(ge=0, le=7200)]
+
+
+def _known_phases(durations: dict[str, float]) -> dict[str, float]:
+    unknown = sorted(set(durations) - {START_PHASE, *BY_NAME})
+    if unknown:
+        raise ValueError(
+            f"unknown phase {shorten(unknown[0], 40)}: `{START_PHASE}` or a check "
+            f"({', '.join(BY_NAME)})"
+        )
+    return durations
+
+
 class HardwareProfile(ProfileModel):
     description: str = Field(default="", max_length=4096)
     expect: ExpectedVerdict | None = Field(
@@ -536,6 +576,12 @@ class HardwareProfile(ProfileModel):
         default=None,
         description="The inter-node path for the fabric test (absent: the node has none "
         "to simulate; `gpuaccept probe fabric` refuses the profile).",
+    )
+    durations: Annotated[dict[str, PhaseDuration], AfterValidator(_known_phases)] = Field(
+        default_factory=dict,
+        description="Seconds the node takes per phase: `start` (process start to the first "
+        "check) or a check's name. The report states them (durationS, wallS). Default: "
+        "docs/probe.md's budget table under the policy used.",
     )
 
 

@@ -38,12 +38,22 @@ from gpuaccept.probe.hardware.base import (
     GpuInfo,
     GpuMemoryHealth,
     GpuSettings,
+    LoadTimer,
+    MatmulPrecision,
     NvlinkLinks,
     PcieLinkState,
+    PerGpuFigures,
     Unavailable,
     VersionInfo,
 )
 from gpuaccept.probe.hardware.device_map import CudaDevice, cuda_ordinals
+from gpuaccept.probe.hardware.gpu_throughput import (
+    MatmulTimer,
+    check_precision,
+    matmul_step,
+    timed_batches,
+    triad_gbps,
+)
 from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.libraries import (
     CUDA_DRIVER_LIBRARY,
@@ -94,7 +104,7 @@ ALLREDUCE_DEADLINE_S = 300.0
 COPY_REPETITIONS = 20
 LINK_SAMPLE_INTERVAL_S = 0.002
 LOAD_RAMP_S = 0.5
-LOAD_MATRIX = 8192
+TRIAD_DEADLINE_S = 60.0  # 100 triads of 3 GiB: a fraction of a second at 1 TB/s
 
 
 def _text(value: Any) -> str:
@@ -128,7 +138,7 @@ class RealBackend:
         self._gpus: list[GpuInfo] = []
         self._handles: list[Any] = []
         self._device_max: dict[int, tuple[int, int]] = {}
-        self._max_sm_mhz: dict[int, int] = {}  # constant per GPU; sampled every 0.5 s
+        self._max_sm_mhz: dict[int, int] = {}  # constant per GPU; read once, not per sample
         self._ordinals: dict[int, int] | None = None
         # GPUs that hung in this run: no later step waits on them again.
         self._hung: dict[int, str] = {}
@@ -421,42 +431,42 @@ class RealBackend:
         return h2d, d2h, best
 
     @contextlib.contextmanager
-    def gpu_load(self) -> Iterator[None]:
-        """A bf16 matmul loop on every usable GPU, one thread each, until the block ends.
+    def gpu_load(self, precision: MatmulPrecision = "bf16") -> Iterator[LoadTimer]:
+        """A matmul loop on every usable GPU, one thread each, until the block ends; the
+        timer it yields times its batches with CUDA events (:mod:`.gpu_throughput`).
 
         A thread that has not stopped :data:`LOAD_STOP_DEADLINE_S` after the block
         (its GPU no longer completes work) raises :class:`GpuHungError` naming the GPU."""
         torch = self._torch_cuda()
-        stop = threading.Event()
-        errors: dict[int, BaseException] = {}
+        ordinals = {
+            g.index: self.cuda_ordinal(g.index)
+            for g in self._gpus
+            if g.problem is None and g.index not in self._hung
+        }
+        check_precision(torch, list(ordinals.values()), precision)
+        timer = MatmulTimer(deadline_s=LOAD_STOP_DEADLINE_S)
+        stop, errors = timer.stop, timer.errors
 
         def burn(gpu: int, ordinal: int) -> None:
             try:
                 device = torch.device("cuda", ordinal)
-                a = torch.randn(LOAD_MATRIX, LOAD_MATRIX, device=device, dtype=torch.bfloat16)
-                b = torch.randn(LOAD_MATRIX, LOAD_MATRIX, device=device, dtype=torch.bfloat16)
-                while not stop.is_set():
-                    for _ in range(8):
-                        a = torch.matmul(a, b).clamp_(-1, 1)
-                    torch.cuda.synchronize(device)
+                step = matmul_step(torch, device, precision)
+                timed_batches(torch, device, step, timer, gpu)
             except BaseException as exc:  # reported after the block
                 errors[gpu] = exc
 
-        threads: dict[int, threading.Thread] = {}
-        for g in self._gpus:
-            if g.problem is None and g.index not in self._hung:
-                ordinal = self.cuda_ordinal(g.index)
-                threads[g.index] = threading.Thread(
-                    target=burn,
-                    args=(g.index, ordinal),
-                    name=f"gpuaccept-load-{g.index}",
-                    daemon=True,
-                )
+        threads = {
+            gpu: threading.Thread(
+                target=burn, args=(gpu, ordinal), name=f"gpuaccept-load-{gpu}", daemon=True
+            )
+            for gpu, ordinal in ordinals.items()
+        }
+        timer.running = threads
         for thread in threads.values():
             thread.start()
         time.sleep(LOAD_RAMP_S)
         try:
-            yield
+            yield timer
         finally:
             stop.set()
             deadline = time.monotonic() + LOAD_STOP_DEADLINE_S
@@ -555,6 +565,9 @@ class RealBackend:
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
+    def phase_seconds(self, phase: str, measured_s: float | None, budget_s: float) -> float | None:
+        return measured_s
+
     def close(self) -> None:
         if self._nvml is not None:
             with contextlib.suppress(Exception):
@@ -605,3 +618,43 @@ class RealBackend:
 
     def pci_gpu_count(self) -> int:
         return count_nvidia_gpus(self._sysfs_root)
+
+    # --- per-GPU memory bandwidth (gpuaccept.probe.hardware.gpu_throughput) ------
+    def memory_bandwidth(self, nbytes: int, iterations: int, warmup: int) -> PerGpuFigures:
+        """A STREAM triad on every usable GPU at once, one thread each; a GPU whose
+        thread has not finished within :data:`TRIAD_DEADLINE_S` is named as hung."""
+        torch = self._torch_cuda()
+        ordinals = {
+            g.index: self.cuda_ordinal(g.index)
+            for g in self._gpus
+            if g.problem is None and g.index not in self._hung
+        }
+        values: dict[int, float] = {}
+        failed: dict[int, str] = {}
+
+        def run(gpu: int, ordinal: int) -> None:
+            try:
+                device = torch.device("cuda", ordinal)
+                values[gpu] = triad_gbps(torch, device, nbytes, iterations, warmup)
+            except BaseException as exc:  # reported by GPU
+                failed[gpu] = f"triad: {type(exc).__name__}: {exc}"
+
+        threads = {
+            gpu: threading.Thread(
+                target=run, args=(gpu, ordinal), name=f"gpuaccept-triad-{gpu}", daemon=True
+            )
+            for gpu, ordinal in ordinals.items()
+        }
+        for thread in threads.values():
+            thread.start()
+        deadline = time.monotonic() + TRIAD_DEADLINE_S
+        for thread in threads.values():
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        for gpu, thread in threads.items():
+            if thread.is_alive():
+                self._hung[gpu] = f"triad: hung: no completion within {TRIAD_DEADLINE_S:g} s"
+                failed[gpu] = self._hung[gpu]
+                values.pop(gpu, None)
+        with contextlib.suppress(Exception):
+            torch.cuda.empty_cache()
+        return PerGpuFigures(dict(values), dict(failed))

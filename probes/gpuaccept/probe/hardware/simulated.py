@@ -6,7 +6,9 @@ back with the same readers (:mod:`.sysfs`) that read a real host, so the file
 formats are exercised in simulation too. Under load (a copy, or
 :meth:`SimulatedBackend.gpu_load`) the PCIe link files switch to the profile's
 ``pcieLoad`` values. Nothing here sleeps: a probe of a simulated node takes
-well under a second.
+well under a second, and reports the profile's ``durations`` (default: the
+budget table, :mod:`gpuaccept.checks.budget`) as its checks' and its own
+times; with a ``time_scale`` above 0 it also takes that long, scaled.
 """
 
 import dataclasses
@@ -14,6 +16,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,8 +35,11 @@ from gpuaccept.probe.hardware.base import (
     GpuInfo,
     GpuMemoryHealth,
     GpuSettings,
+    LoadTimer,
+    MatmulPrecision,
     NvlinkLinks,
     PcieLinkState,
+    PerGpuFigures,
     RemappedRows,
     Unavailable,
     VersionInfo,
@@ -41,6 +47,7 @@ from gpuaccept.probe.hardware.base import (
 from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.nvml_health import recovery_action_field_id
 from gpuaccept.probe.hardware.profile import HardwareProfile, Link, RecoveryActionName
+from gpuaccept.probe.hardware.simulated_throughput import SimulatedTimer, check_figures, triad
 from gpuaccept.probe.hardware.simulated_topology import materialize_topology
 from gpuaccept.probe.hardware.sysfs import (
     GEN_TO_SPEED,
@@ -143,8 +150,11 @@ def write_link(sys_root: Path, index: int, link: Link) -> None:
 class SimulatedBackend:
     mode = HardwareMode.SIMULATED
 
-    def __init__(self, profile: HardwareProfile, host_proc_root: Path = Path("/proc")) -> None:
+    def __init__(
+        self, profile: HardwareProfile, host_proc_root: Path = Path("/proc"), time_scale: float = 0
+    ) -> None:
         self.profile = profile
+        self._time_scale = time_scale  # > 0: take the profile's durations x this (seconds)
         self._tmp = Path(tempfile.mkdtemp(prefix="gpuaccept-sim-", dir=_fast_tmp()))
         try:
             try:
@@ -238,7 +248,15 @@ class SimulatedBackend:
         return frozenset(parse_cpu_list(pod) if pod is not None else every)
 
     @contextmanager
-    def gpu_load(self) -> Iterator[None]:
+    def gpu_load(self, precision: MatmulPrecision = "bf16") -> Iterator[LoadTimer]:
+        if precision == "fp8":  # bf16 runs on every GPU (the throttle load)
+            check_figures(self.profile, precision, "fp8 matmul")
+        timer = SimulatedTimer(
+            self.profile,
+            precision,
+            LOST,
+            loaded=[i for i, g in enumerate(self.gpus()) if g.problem is None],
+        )
         self._loaded = True
         self._load_started_s = self._clock_s
         self._load_samples = {}
@@ -246,7 +264,7 @@ class SimulatedBackend:
         for index in range(self.profile.gpus.count):
             write_link(self.sysfs_root(), index, self.profile.gpus.gpu(index).load)
         try:
-            yield
+            yield timer
         finally:
             self._loaded = False
             for index in range(self.profile.gpus.count):
@@ -334,6 +352,15 @@ class SimulatedBackend:
 
     def sleep(self, seconds: float) -> None:
         self._clock_s += seconds
+
+    def phase_seconds(self, phase: str, measured_s: float | None, budget_s: float) -> float | None:
+        """The profile's ``durations`` for ``phase``, else ``budget_s``. With a time scale
+        above 0 the probe also takes that long (scaled): it sleeps what the phase's real
+        work (``measured_s``) left of it."""
+        seconds = self.profile.durations.get(phase, budget_s)
+        if self._time_scale > 0:
+            time.sleep(max(0.0, seconds * self._time_scale - (measured_s or 0.0)))
+        return round(seconds, 3)
 
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)
@@ -462,3 +489,11 @@ class SimulatedBackend:
 
     def pci_gpu_count(self) -> int:
         return count_nvidia_gpus(self.sysfs_root())
+
+    # --- per-GPU memory bandwidth (gpuaccept.probe.hardware.simulated_throughput) ---
+    def memory_bandwidth(self, nbytes: int, iterations: int, warmup: int) -> PerGpuFigures:
+        if self._nvml_mismatch() or self.profile.gpus.count == 0:
+            raise Unavailable(self.gpu_problem() or "no GPU")
+        check_figures(self.profile, "memory", "memory bandwidth")
+        self._loaded_once([i for i, g in enumerate(self.gpus()) if g.problem is None])
+        return triad(self.profile, LOST)

@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpuaccept.probe.hardware.base import PerGpuFigures
 from gpuaccept.probe.hardware.xid_events import XidLog
 
 
@@ -15,6 +16,17 @@ class LoadClocks:
     app_clocks_fraction: dict[int, float]  # GPU -> fraction with applications_clocks_setting
     sm_clock_fraction: dict[int, float]  # GPU -> median SM clock / its max
     limited: frozenset[int]  # GPUs on which a power or thermal reason was sustained
+
+
+@dataclass(frozen=True)
+class MatmulLoad:
+    """The bf16 matmuls of the ``throttle_reasons`` load, timed after its warm-up, kept
+    for ``gpu_compute`` (so the GPUs are loaded once for both)."""
+
+    tflops: PerGpuFigures
+    matrix: int  # n of the n x n x n matmuls
+    timed_seconds: float  # the judged window the matmuls were timed in
+    sm_clock_mhz: dict[int, int]  # GPU -> median SM clock of the judged samples
 
 
 @dataclass(frozen=True)
@@ -35,3 +47,5 @@ class ProbeContext:
     under_load: LoadClocks | None = None
     # The Xid listener the runner keeps open over every check (None outside a probe run).
     xids: XidLog | None = None
+    # Set by the throttle_reasons measurement: its load's bf16 matmuls, timed (gpu_compute).
+    matmul_load: MatmulLoad | None = None

@@ -19,10 +19,15 @@ import statistics
 
 from gpuaccept.checks.throttle_reasons import ThrottleReasonsObserved, ThrottleReasonsPolicy
 from gpuaccept.probe import clocks
-from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unavailable
-from gpuaccept.probe.measure.context import LoadClocks, ProbeContext
+from gpuaccept.probe.hardware.base import (
+    GpuFailedError,
+    HardwareBackend,
+    PerGpuFigures,
+    Unavailable,
+)
+from gpuaccept.probe.measure.context import LoadClocks, MatmulLoad, ProbeContext
 
-SAMPLE_INTERVAL_S = 0.5
+SAMPLE_INTERVAL_S = 0.25  # 60 judged samples in the default 15 s window (docs/policy.md)
 FAILURE_MAX = 120
 
 
@@ -64,16 +69,21 @@ def measure(
     sm: dict[int, list[tuple[int, int]]] = {}
     failed = {g.index: g.problem[:FAILURE_MAX] for g in infos if g.problem}
     context.progress("loading GPUs")
+    tflops, matrix = PerGpuFigures({}), 0
     try:
-        with hardware.gpu_load():
+        with hardware.gpu_load() as timer:
+            matrix = timer.matrix
             for n in range(warmup + judged):
                 counted = n >= warmup
+                if n == warmup:  # gpu_compute times the load's matmuls from here on
+                    timer.start()
                 context.progress(f"{'sample' if counted else 'warm-up'} {n + 1}/{warmup + judged}")
                 for gpu in gpus:
                     if gpu not in failed:
                         _sample(hardware, gpu, counted, (active[gpu], sm, failed))
                 if n + 1 < warmup + judged:
                     hardware.sleep(SAMPLE_INTERVAL_S)
+            tflops = timer.figures()
     except GpuFailedError as exc:  # a load thread hung or failed: that GPU, by name
         failed.setdefault(exc.gpu, f"{exc.step}: {exc.detail}"[:FAILURE_MAX])
     names = sorted(
@@ -85,6 +95,13 @@ def measure(
     clocks_complete = all(sm.get(gpu) for gpu in gpus if gpu not in failed)
     sm = {gpu: sm.get(gpu) or [(0, 0)] for gpu in gpus}  # 0 MHz: a failed GPU
     context.under_load = _load_clocks(policy, judged, active, sm, failed)
+    medians = {gpu: round(statistics.median(c for c, _m in sm[gpu])) for gpu in gpus}
+    context.matmul_load = MatmulLoad(
+        tflops=tflops,
+        matrix=matrix,
+        timed_seconds=judged * SAMPLE_INTERVAL_S,
+        sm_clock_mhz={gpu: mhz for gpu, mhz in medians.items() if mhz > 0},
+    )
     return ThrottleReasonsObserved(
         samples=judged,
         warmup_samples=warmup,

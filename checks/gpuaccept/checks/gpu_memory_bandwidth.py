@@ -1,0 +1,152 @@
+"""``gpu_memory_bandwidth``: every GPU's memory bandwidth, against a per-model
+minimum and against the node's other GPUs.
+
+A STREAM triad (``a = b + s·c``, float32, three arrays of
+``gpuMemoryBandwidth.bufferBytes`` each, far larger than the L2 cache) runs on
+every GPU at once: ``warmupIterations`` untimed, then ``iterations`` timed with
+CUDA events. Bytes are counted as STREAM and BabelStream count them: every
+array read or written once per iteration, so 3 x bufferBytes per triad (two
+reads, one write), in GB/s (10⁹ bytes). A triad kernel, not a device-to-device
+``cudaMemcpy``: that one may run on a copy engine, which need not reach the
+HBM's bandwidth.
+
+A GPU fails when its figure is below the policy's minimum for the model, or more
+than ``maxBelowMedianPercent`` below the median of the node's measured GPUs
+(with at least 3 of them: :mod:`gpuaccept.checks.per_gpu_figures`).
+
+observed::
+
+    {"source": "measured", "bytes": 1073741824, "iterations": 100,
+     "gbps": [3012.4, 3008.9, ...]}
+
+(``failedGpus``: GPU → what happened; a failed GPU's figure is 0.) Condensed:
+``memory`` = ``[lowest, median, GPU of the lowest, GPUs measured]`` and
+``failed`` (GPU ranges).
+"""
+
+from typing import Annotated
+
+from pydantic import Field, JsonValue
+
+from gpuaccept.checks.gpu_models import per_model_value
+from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
+from gpuaccept.checks.per_gpu_figures import (
+    FigureRule,
+    Spread,
+    failed_text,
+    judge_figure,
+    measured,
+    spread,
+)
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "GpuMemoryBandwidthFailed"
+GBps = Annotated[float, Field(ge=0, le=1_000_000)]
+
+
+class GpuMemoryBandwidthPolicy(CheckSwitch):
+    min_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        alias="minGBps",
+        description="Lowest acceptable triad bandwidth of any GPU, GB/s; unset: no minimum.",
+    )
+    min_gbps_by_model: dict[str, GBps] = Field(
+        default_factory=dict,
+        alias="minGBpsByModel",
+        description="Per GPU model (exact NVML name or model class such as h100-sxm); "
+        "overrides minGBps for that model.",
+    )
+    max_below_median_percent: float = Field(
+        default=5.0,
+        ge=0,
+        le=100,
+        description="A GPU fails when its bandwidth is more than this many percent below the "
+        "median of the node's GPUs (judged with 3 GPUs or more).",
+    )
+    buffer_bytes: int = Field(
+        default=1 << 30,
+        ge=1 << 20,
+        le=16 << 30,
+        description="The size of each of the triad's three arrays (well beyond the L2 cache).",
+    )
+    iterations: int = Field(default=100, ge=1, le=10000, description="Timed triads per GPU.")
+    warmup_iterations: int = Field(
+        default=3, ge=0, le=100, description="Untimed triads before the timed ones."
+    )
+
+    def minimum(self, gpu_model: str | None) -> float | None:
+        return per_model_value(self.min_gbps_by_model, gpu_model, self.min_gbps)
+
+
+class GpuMemoryBandwidthObserved(ObservedModel):
+    source: str | None = Field(default=None, max_length=16)  # "measured" | "profile"
+    bytes: int | None = Field(default=None, ge=0)  # each array
+    iterations: int | None = Field(default=None, ge=0)
+    gbps: list[GBps] | None = Field(default=None, max_length=64)
+    failed_gpus: dict[str, str] | None = None  # GPU -> what happened
+    # condensed: [lowest, median, GPU of the lowest, GPUs measured]; failed GPUs as ranges
+    memory: Spread | None = None
+    failed: str | None = Field(default=None, max_length=200)
+
+
+def _failed(observed: GpuMemoryBandwidthObserved) -> dict[int, str]:
+    if observed.failed_gpus is not None:
+        return {int(g): what for g, what in observed.failed_gpus.items()}
+    return dict.fromkeys(parse_gpus(observed.failed), "triad") if observed.failed else {}
+
+
+def judge(
+    observed: GpuMemoryBandwidthObserved,
+    policy: GpuMemoryBandwidthPolicy,
+    summary: HardwareSummary,
+) -> CheckJudgement:
+    rule = FigureRule(
+        "triad", "GB/s", policy.minimum(summary.gpu_model), policy.max_below_median_percent
+    )
+    expected: JsonValue = {
+        "minGBps": rule.minimum,
+        "maxBelowMedianPercent": policy.max_below_median_percent,
+    }
+    failed = _failed(observed)
+    found, note = judge_figure(observed.gbps, observed.memory, set(failed), rule)
+    bad = failed_text(failed) + found
+    label = " (simulated profile)" if observed.source == "profile" else ""
+    if bad:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(bad) + label))
+    if note is None:
+        return CheckJudgement(CheckStatus.FAIL, expected, "no GPU produced a bandwidth figure")
+    return CheckJudgement(CheckStatus.PASS, expected, clip(note + label))
+
+
+def condense(observed: GpuMemoryBandwidthObserved) -> GpuMemoryBandwidthObserved:
+    failed = _failed(observed)
+    update: dict[str, object] = {
+        "source": None,  # the report says simulated or real
+        "bytes": None,
+        "iterations": None,
+        "failed_gpus": None,
+        "failed": format_gpus(failed) or None,
+    }
+    if observed.gbps is not None:
+        update.update(gbps=None, memory=spread(measured(observed.gbps, set(failed))))
+    return observed.model_copy(update=update)
+
+
+SPEC = CheckSpec(
+    name="gpu_memory_bandwidth",
+    title="GPU memory bandwidth",
+    summary="every GPU's memory bandwidth (STREAM triad) at or above the model minimum and "
+    "within a percentage of the node's median GPU",
+    reason=REASON,
+    policy_model=GpuMemoryBandwidthPolicy,
+    observed_model=GpuMemoryBandwidthObserved,
+    judge=judge,
+    condense=condense,
+    runbook=RunbookEntry(
+        meaning="a GPU's memory bandwidth below the model minimum or well below its siblings",
+        fix="memory clock (nvidia-smi -q -d CLOCK), HBM health (row remaps), GPU replacement",
+    ),
+)
