@@ -270,3 +270,14 @@ def test_accepted_nodes_that_passed_a_pair_are_partners_while_idle() -> None:
     step = plan_fabric_pass(observed(x, waiting("s", pairs=(failed,))))
     assert step.started == (NodePair("x", "s"),)
     assert created(step)[0].manifest["spec"]["nodeName"] == "x"
+
+
+def test_a_node_cleared_in_this_pass_loses_its_read_pod_before_it_partners_again() -> None:
+    a = waiting("a", (pod(0, message=report("a", 390.0)),))
+    b = waiting("b", (pod(1, message=report("b", 390.0)),))
+    failed = FabricPairRecord(pair="p9", partner="z", node_rank=0, outcome="failed",
+                              busbw_gbps=100.0, finished_at=T0)  # fmt: skip
+    step = plan_fabric_pass(observed(a, b, waiting("s", pairs=(failed,))))
+    (pair,) = step.started
+    order = kinds(step)
+    assert order.index((pair.first, "DeleteProbePod")) < order.index((pair.first, "CreateProbePod"))

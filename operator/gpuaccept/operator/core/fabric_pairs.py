@@ -339,10 +339,13 @@ def plan_fabric_pass(obs: FabricObserved) -> FabricStep:
         now=obs.now,
     )
     plan = plan_fabric(situation, FabricPairingParams.from_policy(obs.spec.fabric))
+    # Results first (both statuses), then the read pods go, then pods start: a restart
+    # between any two writes finds what it needs in the API server.
     writes: list[tuple[str, Action]] = [
         (node, PatchNAStatus(members[node].na.name, members[node].na.resource_version, st))
         for node, st in sorted(b.statuses.items())
     ]
+    writes += [(node, DeleteProbePod(pod.name, force=pod.ended)) for node, pod in b.deletes]
     writes += b.writes
     started: list[NodePair] = []
     if not obs.spec.paused:
@@ -365,8 +368,6 @@ def plan_fabric_pass(obs: FabricObserved) -> FabricStep:
                 (pair.first, CreateProbePod(name, fabric_pod_manifest(request, obs.config)))
             )
             started.append(pair)
-    for node, pod in b.deletes:
-        writes.append((node, DeleteProbePod(pod.name, force=pod.ended)))
     wake = _wake_in(obs, waiting, params_deadline=obs.spec.fabric.deadline_seconds)
     if b.running or started:
         wake = POLL_SECONDS if wake is None else min(wake, POLL_SECONDS)
