@@ -130,7 +130,7 @@ class ArmResult:
     exit_code: int | None = None
     problems: list[str] = field(default_factory=list)
     log_file: str = ""
-    # with --fabric-slow-every: rounds (the most pairs a node was in), pairs, correctness
+    # with --fabric-slow-every: rounds (pairs up to a node's verdict), pairs, correctness
     fabric: dict[str, Any] = field(default_factory=dict)
 
 
@@ -651,8 +651,10 @@ def check_end_state(api: client.ApiClient, expected: dict[str, str], result: Arm
 def fabric_outcome(
     api: client.ApiClient, expected: dict[str, str], slow: Callable[[str], bool]
 ) -> dict[str, Any]:
-    """Rounds (the most pairs a node was in), pairs run, and whether each slow-fabric
-    node was quarantined with FabricAllreduceFailed and no other node was."""
+    """Rounds (the most pairs a node was in up to its verdict: its first pass, or all
+    of a quarantined node's; a cleared node's later pairs as a partner do not count),
+    pairs run, and whether each slow-fabric node was quarantined with
+    FabricAllreduceFailed and no other node was."""
     custom: Any = client.CustomObjectsApi(api)
     items = custom.list_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL)["items"]
     statuses = {i["metadata"]["name"]: i.get("status") or {} for i in items}
@@ -661,7 +663,9 @@ def fabric_outcome(
     outcomes: dict[str, int] = {}
     for name in expected:
         records = (statuses.get(name, {}).get("fabric") or {}).get("pairs") or []
-        per_node.append(len(records))
+        ordered = sorted(records, key=lambda r: str(r["finishedAt"]))
+        passes = [i for i, r in enumerate(ordered) if r["outcome"] == "passed"]
+        per_node.append(passes[0] + 1 if passes else len(ordered))
         for record in records:
             if record["pair"] not in pairs:
                 outcomes[record["outcome"]] = outcomes.get(record["outcome"], 0) + 1

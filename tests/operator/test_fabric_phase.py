@@ -183,3 +183,33 @@ def test_an_accepted_partner_keeps_its_fabric_pod() -> None:
     world.pods = {"fab": PodView(name="fab", phase="Running", fabric=labels)}
     world.settle()
     assert set(world.pods) == {"fab"}
+
+
+def test_a_reprobe_request_while_waiting_starts_a_new_round() -> None:
+    world = fabric_world()
+    assert world.node is not None
+    annotations = {"gpuaccept.io/reprobe": "now"}
+    world.node = dataclasses.replace(world.node, annotations=annotations)
+    world.apply(world.plan())
+    assert (world.status.phase, world.status.reason) == (Phase.PENDING, "ReprobeRequested")
+    assert world.node is not None
+    assert "gpuaccept.io/reprobe" not in world.node.annotations
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["quarantined", "held by the limit"])
+def test_a_policy_change_rejudges_the_report_but_keeps_a_fabric_conviction(held: bool) -> None:
+    world = fabric_world(maxQuarantined=1)
+    if held:
+        world.breaker = BreakerCounts(quarantined=1, matched=10)
+    world.fabric_verdict = FabricQuarantined(FAILED_WITH, ("gpu-4", "gpu-5"), T0)
+    world.settle()
+    before = world.status.phase
+    assert before == (Phase.HELD if held else Phase.QUARANTINED)
+    world.policies = [
+        dataclasses.replace(world.policies[0], spec=spec(fabric=FABRIC, maxQuarantined=1),
+                            generation=2)
+    ]  # fmt: skip
+    world.settle()
+    assert world.status.phase == before
+    assert [r.reason for r in world.status.reasons] == ["FabricAllreduceFailed"]
+    assert world.status.rejudged

@@ -10,9 +10,10 @@ the pending taint, and its fabric pods are left to the pair planning.
 
 from __future__ import annotations
 
+from gpuaccept.checks import fabric_allreduce
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.checks.verdict import Verdict
-from gpuaccept.contracts.api import ACCEPTANCE_KIND
+from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import FabricStatus, KeyFigures, Phase, Reason
 from gpuaccept.operator.core.context import NodeContext, PlanBuilder, cut, reasons_message
 from gpuaccept.operator.core.decided import new_round
@@ -26,7 +27,7 @@ from gpuaccept.operator.core.fabric_pairing import (
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.verdict import verdict_outcome
 
-FABRIC_CHECK = "fabric_allreduce"
+FABRIC_CHECK = fabric_allreduce.CHECK
 REASON_NO_PARTNER = "FabricNoPartner"
 VERDICT_PASSED = "Passed"
 
@@ -86,6 +87,10 @@ def plan_fabric_phase(ctx: NodeContext, out: PlanBuilder) -> Plan:
     ):
         message = f"bootID changed from {st.probed_boot_id} to {ctx.node.boot_id}"
         return new_round(ctx, out, reason="BootIDChanged", message=message)
+    if REPROBE_ANNOTATION in ctx.node.annotations and spec.reprobe.on_annotation:
+        out.remove_annotation = True
+        message = f"annotation {REPROBE_ANNOTATION} was set"
+        return new_round(ctx, out, reason="ReprobeRequested", message=message)
     # One probe per node: a probe pod that is not this node's fabric pod goes.
     for pod in obs.pods:
         if pod.fabric is None and not pod.deleting:
