@@ -281,3 +281,26 @@ def test_a_node_cleared_in_this_pass_loses_its_read_pod_before_it_partners_again
     (pair,) = step.started
     order = kinds(step)
     assert order.index((pair.first, "DeleteProbePod")) < order.index((pair.first, "CreateProbePod"))
+
+
+@pytest.mark.parametrize(
+    ("phase", "held_action", "partner"),
+    [
+        (Phase.ACCEPTED, None, True),
+        (Phase.HELD, "Accept", True),  # a dry run that would accept: pairs still run
+        (Phase.HELD, "Quarantine", False),
+        (Phase.QUARANTINED, None, False),
+    ],
+)
+def test_which_decided_nodes_that_passed_a_pair_are_partners(
+    phase: Phase, held_action: str | None, partner: bool
+) -> None:
+    passed = FabricPairRecord(pair="p0", partner="y", node_rank=0, outcome="passed",
+                              busbw_gbps=390.0, finished_at=T0)  # fmt: skip
+    x = waiting("x", pairs=(passed,))
+    update = {"phase": phase, "held_action": held_action}
+    x = FabricMember(x.node, NAView("x", x.na.status.model_copy(update=update)))
+    failed = FabricPairRecord(pair="p9", partner="z", node_rank=0, outcome="failed",
+                              busbw_gbps=100.0, finished_at=T0)  # fmt: skip
+    step = plan_fabric_pass(observed(x, waiting("s", pairs=(failed,))))
+    assert (step.started == (NodePair("x", "s"),)) is partner
