@@ -20,7 +20,7 @@ help:
 	@echo "make unit        the tests that need no control plane (under a minute)"
 	@echo "make lint        ruff + mypy --strict"
 	@echo "make cluster-up  start kube-apiserver + etcd on 127.0.0.1 (.cluster/kubeconfig)"
-	@echo "make bench-quick 100-node benchmark; make bench for the full run"
+	@echo "make bench-quick 100-node benchmark; make bench for the full run; make bench-5k at 5,000 nodes"
 
 # The virtual environment: the project (editable) with every extra.
 venv: $(VENV)/.installed

@@ -97,12 +97,20 @@ CLAIMS = (
         "NCCL all-reduce through torch.distributed runs on every GPU of this host and "
         "is timed (one rank on a one-GPU host: no bandwidth claim).",
     ),
+    # issue 13 item 3
+    Claim(
+        "peer_bandwidth_skips_or_measures",
+        "test_peer_bandwidth_on_real_gpus",
+        "On one GPU the GPU-to-GPU matrix skips, naming why; on two or more every ordered "
+        "pair's peer copy is timed (above 0 GB/s) and each pair's peer access matches "
+        "CUDA's own answer (torch.cuda.can_device_access_peer) and NVML's P2P status.",
+    ),
 )
 
 NOT_TESTABLE_ON_ONE_GPU = (
     ("NVLink", "needs two or more GPUs linked by NVLink"),
     ("NVSwitch fabric", "the fabric manager and NVSwitch exist only on multi-GPU (HGX) nodes"),
-    ("GPU pair matrix", "peer-to-peer bandwidth needs a pair of GPUs"),
+    ("GPU pair matrix", "peer-to-peer bandwidth needs a pair of GPUs (peer_bandwidth skips)"),
     ("multi-GPU all-reduce", "busbw is 0 by definition with one rank; needs 2 or more GPUs"),
     ("NUMA spread", "one GPU sits on one NUMA node; the far-socket case needs GPUs on both"),
     ("InfiniBand", "no HCA and no network on this host"),

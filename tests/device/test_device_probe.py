@@ -26,6 +26,7 @@ from device_claims import ENV_EVIDENCE_DIR, record
 
 from gpuaccept.checks.gpu_compute import GpuComputeObserved
 from gpuaccept.checks.gpu_memory_bandwidth import GpuMemoryBandwidthObserved
+from gpuaccept.checks.peer_bandwidth import PeerBandwidthObserved, parse_pairs
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import BY_NAME, CHECKS
 from gpuaccept.checks.verdict import evaluate
@@ -364,6 +365,57 @@ def test_nccl_allreduce_on_real_gpus(hw: RealBackend) -> None:
     assert m.backend == "nccl"
     assert m.sweep[-1][0] == max_bytes
     assert all(seconds > 0 for _, seconds, _, _ in m.sweep), sweep
+
+
+def test_peer_bandwidth_on_real_gpus(hw: RealBackend) -> None:
+    """One GPU: skip with a reason. Two or more: the matrix, checked against CUDA's and
+    NVML's own answers read here (NVML capability indices 0 = read, 2 = NVLink)."""
+    torch = importlib.import_module("torch")  # the host's torch, only on a GPU host
+    check = next(c for c in CHECKS if c.name == "peer_bandwidth")
+    policy = ProbePolicy.model_validate({"peerBandwidth": {"bufferBytes": 64 << 20}})
+    started = time.monotonic()
+    result = run_check(check, hw, policy, ProbeContext(), hardware_summary(hw))
+    seconds = round(time.monotonic() - started, 2)
+    gpus = hw.gpus()
+    if len(gpus) < 2:
+        proven = result.status is CheckStatus.SKIP and "at least 2 GPUs" in result.message
+        record("test_peer_bandwidth_on_real_gpus", proven=proven, gpus=len(gpus),
+               status=result.status.value, message=result.message)  # fmt: skip
+        assert proven, result
+        return
+    observed = PeerBandwidthObserved.model_validate(result.observed)
+    matrix = observed.gbps or []
+    cuda = {
+        (s.index, d.index): bool(
+            torch.cuda.can_device_access_peer(hw.cuda_ordinal(s.index), hw.cuda_ordinal(d.index))
+        )
+        for s in gpus
+        for d in gpus
+        if s.index != d.index
+    }
+    nvml = {
+        f"{s.index}>{d.index}": [
+            int(pynvml.nvmlDeviceGetP2PStatus(nvml_handle(s), nvml_handle(d), index))
+            for index in (0, 2)
+        ]
+        for s in gpus
+        for d in gpus
+        if s.index != d.index
+    }
+    denied = {pair for pair, granted in cuda.items() if not granted}
+    reported = {
+        pair
+        for text in (observed.no_peer_access or {}).values()
+        for pair in parse_pairs(text, observed.gpus)
+    }
+    measured = bool(matrix) and all(matrix[s][d] > 0 for s, d in cuda)
+    proven = measured and denied == reported
+    record("test_peer_bandwidth_on_real_gpus", proven=proven, gpus=len(gpus), seconds=seconds,
+           status=result.status.value, message=result.message, gbps=matrix,
+           bidir=observed.bidir_gbps, paths=observed.paths, nvml_read_nvlink=nvml,
+           cuda_denied=sorted(denied))  # fmt: skip
+    assert measured, matrix
+    assert denied == reported, (denied, reported)
 
 
 def _probe_outputs(tmp_path: Path) -> Path:

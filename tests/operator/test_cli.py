@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -10,7 +11,14 @@ import sys
 import kopf
 import pytest
 
-from gpuaccept.operator.cli import main, parser, probe_resources, probe_tolerations
+from gpuaccept.operator.cli import (
+    GC_THRESHOLDS,
+    main,
+    parser,
+    probe_resources,
+    probe_tolerations,
+    tune_gc,
+)
 from gpuaccept.operator.handlers import parse_node_selector
 
 
@@ -256,3 +264,14 @@ def test_node_selector_parsing() -> None:
     assert parse_node_selector("a=b, c") == {"a": "b", "c": kopf.PRESENT}
     with pytest.raises(ValueError, match="empty key"):
         parse_node_selector("=x")
+
+
+def test_tune_gc_freezes_what_exists_and_collects_the_young_generation_less_often() -> None:
+    thresholds = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0  # the imported modules are out of every collection
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)

@@ -30,7 +30,12 @@ from gpuaccept.operator.controller import (
 )
 from gpuaccept.operator.core import OperatorConfig, Taint
 from gpuaccept.operator.core.judge import judge
-from gpuaccept.operator.handlers import build_registry
+from gpuaccept.operator.handlers import (
+    NoDiffBaseStorage,
+    NoProgressStorage,
+    build_registry,
+    configure,
+)
 from gpuaccept.operator.kube import ConflictError, Kube, _failed_test_op
 from gpuaccept.operator.leader import LeaderElector, LeaseSettings
 from gpuaccept.operator.views import node_view, pod_view, policy_entry
@@ -42,7 +47,7 @@ NODE: dict[str, Any] = {
         "resourceVersion": "5",
         "uid": "u",
         "labels": {"a": "b"},
-        "annotations": {"gpuaccept.io/reprobe": "x"},
+        "annotations": {"gpuaccept.io/reprobe": "x", "kubeadm.alpha.kubernetes.io/cri-socket": "s"},
     },
     "spec": {"taints": [{"key": "k", "effect": "NoSchedule", "value": "v"}], "unschedulable": True},
     "status": {
@@ -56,6 +61,7 @@ NODE: dict[str, Any] = {
 def test_node_view() -> None:
     view = node_view(NODE)
     assert view.name == "gpu-1"
+    assert view.annotations == {"gpuaccept.io/reprobe": "x"}  # others' are not kept
     assert view.taints == (Taint("k", "NoSchedule", "v"),)
     assert view.boot_id == "boot"
     assert view.gpus == 8
@@ -144,6 +150,49 @@ def test_cache_overlay_wins_until_the_watch_catches_up() -> None:
     cache.indexes[NODES_INDEX]["gpu-1"] = list(index_node(newer).values())
     assert cache.node("gpu-1") == node_view(newer)
     assert ("node", "gpu-1") not in cache._overlay
+
+
+def _na_body(name: str, rv: int, phase: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "resourceVersion": str(rv)},
+        "status": {"phase": phase, "policy": "default"},
+    }
+
+
+def test_cache_counts_follow_watch_events_and_our_writes() -> None:
+    policy = policy_entry(
+        {
+            "metadata": {"name": "default", "resourceVersion": "1"},
+            "spec": {"nodeSelector": {"a": "b"}, "maxQuarantined": 5},
+        }
+    )
+    cache = _cache(
+        **{
+            POLICIES_INDEX: {"default": [(1, policy)]},
+            NODES_INDEX: {"gpu-1": list(index_node(NODE).values())},
+            NAS_INDEX: {"gpu-1": list(index_na(_na_body("gpu-1", 6, "Probing")).values())},
+        }
+    )
+    cache.refresh_policies()
+    cache.refresh("node", "gpu-1")  # the watch events, as the kopf handlers pass them on
+    cache.refresh("na", "gpu-1")
+    share = cache.count.tally()["default"]
+    assert (share.matched, share.counts.probing, share.quarantined) == (1, 1, frozenset())
+    # our own write counts once settled, before the watch delivers it
+    ((rv, quarantined),) = index_na(_na_body("gpu-1", 7, "Quarantined")).values()
+    cache.write("na", "gpu-1", rv, quarantined)
+    assert cache.count.breaker("default", "gpu-2").quarantined == 0
+    cache.settle()
+    assert cache.count.breaker("default", "gpu-2").quarantined == 1
+    assert [na.status.phase for na in cache.acceptances()] == [Phase.QUARANTINED]
+    # the NodeAcceptance and the node are deleted: the watch events uncount them
+    cache.indexes[NAS_INDEX].pop("gpu-1")
+    cache.write("na", "gpu-1", 1 << 62, None)
+    cache.settle()
+    cache.indexes[NODES_INDEX].pop("gpu-1")
+    cache.refresh("node", "gpu-1")
+    share = cache.count.tally()["default"]
+    assert (share.matched, share.counts.quarantined, cache.acceptances()) == (0, 0, ())
 
 
 def test_cache_pods_and_tombstones() -> None:
@@ -370,3 +419,13 @@ def test_na_names_while_api_threads_write_the_overlay() -> None:
     finally:
         writer.join()
         sys.setswitchinterval(interval)
+
+
+def test_kopf_settings_persist_nothing_and_let_idle_workers_go_soon() -> None:
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    assert isinstance(settings.persistence.diffbase_storage, NoDiffBaseStorage)
+    assert isinstance(settings.persistence.progress_storage, NoProgressStorage)
+    assert not settings.posting.enabled
+    # an idle per-object worker keeps its object's last body alive until it exits
+    assert settings.queueing.idle_timeout <= 1.0

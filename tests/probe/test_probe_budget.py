@@ -42,6 +42,8 @@ def test_every_registered_check_has_a_budget_row() -> None:
     """A check added later is in the budget (and its simulated duration) or this fails."""
     rows = {p.check for p in suite_budget(ProbePolicy())}
     assert {c.name for c in CHECKS} - rows == set()
+    # and every row is a check that runs, or the time before the first / after the last
+    assert rows - {c.name for c in CHECKS} == {budget.START_PHASE, budget.END_PHASE}
 
 
 def test_the_former_60_second_window_alone_breaks_the_budget() -> None:

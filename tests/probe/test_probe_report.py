@@ -67,7 +67,7 @@ def test_64_gpus_are_condensed_to_fit() -> None:
     assert pcie is not None
     assert isinstance(pcie.observed, dict)
     assert "gen" not in pcie.observed  # per-GPU columns collapsed
-    assert pcie.observed["belowMaxWidth"] == [17]
+    assert pcie.observed["belowMaxWidth"] == "17"
     decoded = decode_termination_message(termination_message(report))
     policy = default_policy()
     full, compact = evaluate(report, policy), evaluate(decoded, policy)

@@ -56,12 +56,19 @@ def test_the_fraction_is_a_policy_threshold_and_condensing_keeps_the_verdict() -
     assert judged(observed) == ("fail", "hw_slowdown 30% of samples on GPU 1")
     assert judged(observed, ThrottleReasonsPolicy(max_active_fraction=0.5))[0] == "pass"
     condensed = THROTTLE.condense(THROTTLE.parse(observed)).to_observed()
-    assert condensed == {
+    assert condensed == {"samples": 120, "worst": {"hw_slowdown": [0.3, 1]}}
+    assert judged(condensed) == ("fail", "hw_slowdown 30% of samples on GPU 1")
+    assert judged(condensed, ThrottleReasonsPolicy(max_active_fraction=0.5))[0] == "pass"
+
+
+def test_condensed_reports_of_earlier_probes_are_judged_the_same() -> None:
+    """Before issue 13 the condensed form carried two maps instead of ``worst``."""
+    earlier: JsonValue = {
         "samples": 120,
         "maxActiveFraction": {"hw_slowdown": 0.3},
         "worstGpu": {"hw_slowdown": 1},
     }
-    assert judged(condensed) == ("fail", "hw_slowdown 30% of samples on GPU 1")
+    assert judged(earlier) == ("fail", "hw_slowdown 30% of samples on GPU 1")
 
 
 def test_a_lost_gpu_fails_by_name() -> None:

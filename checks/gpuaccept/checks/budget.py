@@ -12,15 +12,19 @@ check's ``durationS`` unless a profile states its own (``durations:``), so the
 docs, the test and the simulation use one set of numbers.
 
 No figure here was measured on a GPU (none was lent to this work); each row
-says what it rests on. Phases of checks that are not registered yet (being
-added in parallel for issue 13) count in the total and are marked as such.
+says what it rests on.
 """
 
 from dataclasses import dataclass
 
-from gpuaccept.checks import gpu_compute, gpu_memory_bandwidth, nccl_allreduce, throttle_reasons
+from gpuaccept.checks import (
+    gpu_compute,
+    gpu_memory_bandwidth,
+    nccl_allreduce,
+    peer_bandwidth,
+    throttle_reasons,
+)
 from gpuaccept.checks.policy import ProbePolicy
-from gpuaccept.checks.registry import BY_NAME
 
 SUITE_LIMIT_S = 60.0
 BUDGET_GPUS = 8
@@ -49,6 +53,8 @@ RANK_TEARDOWN_S = 1.0  # destroy_process_group, the ranks' exit, the join
 FALLBACK_BUSBW_GBPS = 320.0  # no minimum in the policy: the h100-sxm/h200-sxm default
 FP8_WARMUP_S = 1.0  # measure/gpu_compute.py: OWN_WARMUP_S
 TRIAD_SETUP_S = 0.5  # per GPU, in parallel: 3 arrays allocated and filled
+PEER_SETUP_S = 0.02  # per ordered pair: buffers and CUDA events
+FALLBACK_PEER_GBPS = 300.0  # no minimum in the policy: the h100-sxm/h200-sxm default
 TRIAD_GBPS = 2000.0  # a low HBM3 triad rate, so the row is an upper bound
 
 NOT_ON_GPU = "estimate, not measured on a GPU"
@@ -66,17 +72,11 @@ class PhaseBudget:
     source: str
     counts_in_wall: bool = True  # False: after the last check (not in the report's wallS)
 
-    @property
-    def registered(self) -> bool:
-        """Whether its check runs today (``start`` and ``end`` always do)."""
-        return self.check in BY_NAME or self.check in (START_PHASE, END_PHASE)
-
 
 END_PHASE = "end"
-# Checks of issue 13 that other changes add; their phases count in the suite budget.
 GPU_COMPUTE = "gpu_compute"
 GPU_MEMORY_BANDWIDTH = "gpu_memory_bandwidth"
-GPU_PAIR_BANDWIDTH = "gpu_pair_bandwidth"
+PEER_BANDWIDTH = "peer_bandwidth"
 
 
 def sweep_bytes(max_bytes: int) -> list[int]:
@@ -185,6 +185,27 @@ def _memory_phase(policy: ProbePolicy) -> PhaseBudget:
     )
 
 
+def _peer_phase(policy: ProbePolicy, gpus: int) -> PhaseBudget:
+    section = policy.section(peer_bandwidth.SPEC)
+    minimums = [v for v in section.min_gbps_by_model.values() if v > 0]
+    rate = min(minimums) if minimums else FALLBACK_PEER_GBPS
+    ordered = gpus * (gpus - 1)
+    copies = section.warmup_iterations + section.iterations
+    one_way = ordered * copies * section.buffer_bytes / (rate * 1e9)
+    both = one_way if section.bidirectional else 0.0  # half the pairs, twice the bytes each
+    setup = ordered * PEER_SETUP_S
+    return PhaseBudget(
+        "GPU-pair peer copy matrix (and both directions at once)",
+        PEER_BANDWIDTH,
+        one_way + both + setup,
+        f"{ordered} ordered pairs x {copies} copies of {section.buffer_bytes >> 20} MiB at "
+        f"{rate:g} GB/s (the lowest that passes) = {one_way:.1f} s, the same again for "
+        f"both directions at once, + {ordered} x {PEER_SETUP_S:g} s buffers and streams",
+        f"the policy; {NOT_ON_GPU}; a node without peer access stages every copy through "
+        "host memory and takes about 18 s (docs/probe.md)",
+    )
+
+
 def _fixed(
     check: str, phase: str, seconds: float, derivation: str, source: str = NOT_ON_GPU
 ) -> PhaseBudget:
@@ -192,8 +213,9 @@ def _fixed(
 
 
 def suite_budget(policy: ProbePolicy, gpus: int = BUDGET_GPUS) -> tuple[PhaseBudget, ...]:
-    """Every phase of a probe run under ``policy`` on a node of ``gpus`` GPUs, in the
-    order they run; phases of checks the policy disables are left out."""
+    """Every phase of a probe run under ``policy`` on a node of ``gpus`` GPUs (the
+    probe measures them in registry order; this list keeps the GPU-loading phases
+    together); phases of checks the policy disables are left out."""
     phases = (
         _fixed(
             START_PHASE,
@@ -221,14 +243,7 @@ def suite_budget(policy: ProbePolicy, gpus: int = BUDGET_GPUS) -> tuple[PhaseBud
         _load_phase(policy, gpus),
         _compute_phase(policy),
         _memory_phase(policy),
-        _fixed(
-            GPU_PAIR_BANDWIDTH,
-            "GPU-pair peer copy matrix",
-            5.0,
-            f"{gpus * (gpus - 1)} ordered pairs x ~0.09 s (peer copies at NVLink rate "
-            "and their setup)",
-            f"the planned check's own budget (issue 13); {NOT_ON_GPU}",
-        ),
+        _peer_phase(policy, gpus),
         _allreduce_phase(policy, gpus),
         _fixed("nvlink", "NVLink state and counters", 0.5, "8 x 18 links x 4 NVML queries"),
         _fixed("nvswitch_fabric", "fabric state per GPU", 0.1, "one NVML query per GPU"),
@@ -261,7 +276,7 @@ def _enabled(policy: ProbePolicy, check: str) -> bool:
 
 
 def suite_seconds(phases: tuple[PhaseBudget, ...]) -> float:
-    """The whole probe run: every phase, the planned checks' included."""
+    """The whole probe run: every phase."""
     return sum(p.seconds for p in phases)
 
 
@@ -270,6 +285,6 @@ def phase_seconds(policy: ProbePolicy, gpus: int = BUDGET_GPUS) -> dict[str, flo
     what a simulated node reports when its profile states no duration."""
     out: dict[str, float] = {}
     for p in suite_budget(policy, gpus):
-        if p.registered and p.counts_in_wall:
+        if p.counts_in_wall:
             out[p.check] = round(out.get(p.check, 0.0) + p.seconds, 1)
     return out

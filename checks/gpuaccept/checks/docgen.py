@@ -237,7 +237,7 @@ def probe_budget(root: Path) -> str:
         "|-------|-------|-------:|-------------|--------|",
     ]
     for p in phases:
-        check = f"`{p.check}`" + ("" if p.registered else " (being added, issue 13)")
+        check = f"`{p.check}`"
         rows.append(
             f"| {_cell(p.phase)} | {check} | {p.seconds:.1f} s | {_cell(p.derivation)} "
             f"| {_cell(p.source)} |"

@@ -27,7 +27,8 @@ observed: ``{"kernelModule": "580.82.07", "nvmlDriver": "580.82.07",
 "nvmlMismatch": false, "cudaDriver": "13.0", "image": {"cudaRuntime": "13.2",
 "cudaRuntimeLibrary": "libcudart.so.13", "nccl": "2.27.7", "ncclLibrary":
 "libnccl.so.2"}}`` (unknown values omitted; ``image`` is dropped when condensed:
-it is never judged, and the report's summary keeps both versions).
+it is never judged, and the report's summary keeps both versions; so is
+``nvmlMismatch`` when false).
 """
 
 from dataclasses import dataclass, field
@@ -88,7 +89,8 @@ class ImageLibraries(ObservedModel):
 class DriverLibrariesObserved(ObservedModel):
     kernel_module: str | None = None  # /proc/driver/nvidia/version, /sys/module/nvidia/version
     nvml_driver: str | None = None  # nvmlSystemGetDriverVersion
-    nvml_mismatch: bool = False  # NVML said "driver/library version mismatch"
+    # NVML said "driver/library version mismatch"; absent when condensed and false
+    nvml_mismatch: bool | None = None
     cuda_driver: str | None = None  # the highest CUDA the driver supports
     image: ImageLibraries | None = None
 
@@ -188,8 +190,11 @@ def judge(
 
 
 def condense(observed: DriverLibrariesObserved) -> DriverLibrariesObserved:
-    """Without the image's libraries: never judged, and in the report's summary."""
-    return observed.model_copy(update={"image": None})
+    """Without the image's libraries (never judged, and in the report's summary) and
+    without ``nvmlMismatch`` when it is false."""
+    return observed.model_copy(
+        update={"image": None, "nvml_mismatch": observed.nvml_mismatch or None}
+    )
 
 
 SPEC = CheckSpec(

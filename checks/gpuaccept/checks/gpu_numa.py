@@ -20,14 +20,18 @@ observed::
 
 (``socket`` -1: the GPU's local CPUs are on no single socket; ``localCpulist``,
 cpulist → GPUs, is dropped when condensed; ``failedGpus`` names the GPUs whose
-PCI device could not be read.)
+PCI device could not be read.) Condensed, the two columns become
+``placement``: ``"numa node,socket"`` → the GPUs there, as ranges
+(``{"0,0": "0-3", "1,1": "4-7"}``).
 """
 
+import re
 from collections import Counter
 from typing import Literal
 
 from pydantic import Field, JsonValue, model_validator
 
+from gpuaccept.checks.gpu_ranges import group, parse_gpus
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
@@ -65,16 +69,46 @@ class GpuNumaPolicy(CheckSwitch):
 class GpuNumaObserved(ObservedModel):
     sockets: int = Field(ge=1, le=64)  # CPU sockets (packages) with online CPUs
     numa_nodes: int | None = Field(default=None, ge=1, le=1024)  # online NUMA nodes
-    numa_node: list[int]  # per GPU; -1: none
-    socket: list[int]  # per GPU; -1: its local CPUs are on no single socket
+    numa_node: list[int] | None = None  # per GPU; -1: none
+    socket: list[int] | None = None  # per GPU; -1: its local CPUs are on no single socket
     local_cpulist: dict[str, list[int]] | None = None  # detail: cpulist -> GPUs
     failed_gpus: dict[str, str] | None = None
+    # condensed: "numa node,socket" -> GPUs (ranges), instead of the two columns
+    placement: dict[str, str] | None = None
 
     @model_validator(mode="after")
     def _columns(self) -> "GpuNumaObserved":
-        if not self.numa_node or len(self.socket) != len(self.numa_node):
+        if self.placement is not None and self.numa_node is None:
+            if not self.placement:
+                raise ValueError("placement must not be empty")
+            _placed(self.placement)
+            return self
+        if not self.numa_node or self.socket is None or len(self.socket) != len(self.numa_node):
             raise ValueError("numaNode and socket must be non-empty and of equal length")
         return self
+
+    def columns(self) -> tuple[list[int], list[int]]:
+        """(numa node, socket) per GPU, from either form."""
+        if self.numa_node is not None and self.socket is not None:
+            return self.numa_node, self.socket
+        return _placed(self.placement or {})
+
+
+PLACE = re.compile(r"^-?\d{1,4},-?\d{1,2}$")
+
+
+def _placed(placement: dict[str, str]) -> tuple[list[int], list[int]]:
+    """``{"0,0": "0-3", "1,1": "4-7"}`` → the two columns; raises ValueError."""
+    where: dict[int, tuple[int, int]] = {}
+    for key, gpus in placement.items():
+        if not PLACE.match(key):
+            raise ValueError(f"placement key {key[:20]!r} is not 'numa node,socket'")
+        node, socket = (int(x) for x in key.split(","))
+        for gpu in parse_gpus(gpus):
+            where[gpu] = (node, socket)
+    if sorted(where) != list(range(len(where))):
+        raise ValueError("placement must name every GPU from 0 once")
+    return [where[g][0] for g in sorted(where)], [where[g][1] for g in sorted(where)]
 
 
 def _causes(observed: GpuNumaObserved) -> str:
@@ -88,7 +122,7 @@ def _causes(observed: GpuNumaObserved) -> str:
 
 def _per_socket(observed: GpuNumaObserved) -> list[int]:
     """GPUs per socket, most first; sockets without GPUs count as 0."""
-    counts = Counter(s for s in observed.socket if s >= 0)
+    counts = Counter(s for s in observed.columns()[1] if s >= 0)
     zeros = max(observed.sockets - len(counts), 0)
     return sorted([*counts.values(), *[0] * zeros], reverse=True)
 
@@ -97,7 +131,7 @@ def _spread(observed: GpuNumaObserved, policy: GpuNumaPolicy) -> str | None:
     """What is wrong with the GPUs' spread over the sockets (None: nothing)."""
     if policy.gpus_per_socket is None and (policy.socket_spread == "any" or observed.sockets <= 1):
         return None
-    unplaced = [i for i, s in enumerate(observed.socket) if s < 0]
+    unplaced = [i for i, s in enumerate(observed.columns()[1]) if s < 0]
     if unplaced:
         return f"{gpu_list(unplaced)}: on no single socket, spread not known"
     counts = _per_socket(observed)
@@ -123,7 +157,8 @@ def judge(
     if policy.gpus_per_socket is not None:
         expected["gpusPerSocket"] = list(policy.gpus_per_socket)
     failures = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
-    no_node = [i for i, n in enumerate(observed.numa_node) if n < 0]
+    numa_node, _socket = observed.columns()
+    no_node = [i for i, n in enumerate(numa_node) if n < 0]
     failed = {int(g) for g in observed.failed_gpus or {}}
     no_node = [i for i in no_node if i not in failed]
     if policy.require_numa_node and observed.sockets > 1 and no_node:
@@ -137,13 +172,13 @@ def judge(
             failures.append(spread)
     if failures:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
-    nodes = sorted({n for n in observed.numa_node if n >= 0})
+    nodes = sorted({n for n in numa_node if n >= 0})
     where = f"NUMA nodes {','.join(map(str, nodes))}" if nodes else "numa_node -1 (one node)"
     return CheckJudgement(
         CheckStatus.PASS,
         expected,
         clip(
-            f"{len(observed.numa_node)} GPUs on {where}; "
+            f"{len(numa_node)} GPUs on {where}; "
             f"{'+'.join(map(str, _per_socket(observed)))} over {observed.sockets} socket"
             f"{'s' if observed.sockets > 1 else ''}"
         ),
@@ -151,7 +186,12 @@ def judge(
 
 
 def condense(observed: GpuNumaObserved) -> GpuNumaObserved:
-    return observed.model_copy(update={"local_cpulist": None})
+    numa_node, socket = observed.columns()
+    places = {g: f"{n},{s}" for g, (n, s) in enumerate(zip(numa_node, socket, strict=True))}
+    placement = {where: gpus for gpus, where in group(places).items()}
+    return observed.model_copy(
+        update={"local_cpulist": None, "numa_node": None, "socket": None, "placement": placement}
+    )
 
 
 SPEC = CheckSpec(

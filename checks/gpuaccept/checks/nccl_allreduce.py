@@ -17,8 +17,9 @@ observed::
      "sweep": [[2097152, 61.2], ..., [8589934592, 467.1]]}
 
 (``sweep``: [bytes, busbw GB/s]; condensed, the busbw figures are rounded to
-whole GB/s but the curve stays). ``source: "profile"`` means the figure came
-from a simulated hardware profile.
+whole GB/s but the curve stays, and ``backend``, ``algbwGBps``, ``timing`` and
+``bytes`` (the sweep's last size), never judged, are dropped).
+``source: "profile"`` means the figure came from a simulated hardware profile.
 """
 
 from pydantic import Field, JsonValue
@@ -100,11 +101,14 @@ def judge(
 
 
 def condense(observed: NcclAllreduceObserved) -> NcclAllreduceObserved:
-    """The curve stays (the report must show the plateau), with whole GB/s."""
-    if observed.sweep is None:
-        return observed
-    curve = [(size, float(round(busbw))) for size, busbw in observed.sweep]
-    return observed.model_copy(update={"sweep": curve})
+    """The curve stays (the report must show the plateau), with whole GB/s; algbw
+    (busbw x n / 2(n-1)) and the timing method, never judged, go."""
+    update: dict[str, object] = {"algbw_gbps": None, "timing": None, "backend": None}
+    if observed.sweep and observed.bytes == observed.sweep[-1][0]:
+        update["bytes"] = None  # the sweep's last size says it
+    if observed.sweep is not None:
+        update["sweep"] = [(size, float(round(busbw))) for size, busbw in observed.sweep]
+    return observed.model_copy(update=update)
 
 
 class NcclAllreduceFigures(FiguresModel):

@@ -12,14 +12,15 @@ progress; ``failOn`` and ``warnOn`` decide. A GPU whose state is
 ``not_supported`` is on no fabric: that passes only for a model the policy
 does not expect on one (PCIe and NVL parts).
 
-observed (one form: GPU sets are ranges, so it stays small for 16 failing GPUs)::
+observed (GPU sets are ranges, so it stays small for 16 failing GPUs)::
 
     {"gpus": 8, "completed": 7, "notCompleted": {"5": "not_started"},
      "statusErrors": {"3": 999}, "health": {"degraded_bandwidth": "2,6"},
      "structVersion": 3}
 
 (``notCompleted``: GPUs → state; ``statusErrors``: GPUs → the registration's
-``nvmlReturn_t``; ``health``: condition → GPUs.)
+``nvmlReturn_t``; ``health``: condition → GPUs.) Condensed: ``conditions``
+(GPUs → their conditions) instead of ``health``, and no ``structVersion``.
 """
 
 from enum import StrEnum
@@ -27,7 +28,7 @@ from enum import StrEnum
 from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
-from gpuaccept.checks.gpu_ranges import parse_gpus, ungroup
+from gpuaccept.checks.gpu_ranges import group, parse_gpus, ungroup
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
@@ -100,6 +101,18 @@ class NvswitchFabricObserved(ObservedModel):
     health: dict[str, str] | None = None  # condition -> GPUs
     struct_version: int | None = Field(default=None, ge=1, le=9)
     failed_gpus: dict[str, str] | None = None
+    # condensed: GPUs -> their conditions, instead of ``health`` (a condition on every GPU
+    # is then written once per GPU set, not once per condition)
+    conditions: dict[str, list[str]] | None = None
+
+
+def _health(observed: NvswitchFabricObserved) -> dict[str, list[int]]:
+    """condition → GPUs, from either form."""
+    out = {condition: parse_gpus(gpus) for condition, gpus in (observed.health or {}).items()}
+    for gpus, conditions in (observed.conditions or {}).items():
+        for condition in conditions:
+            out.setdefault(condition, []).extend(parse_gpus(gpus))
+    return {condition: sorted(set(gpus)) for condition, gpus in out.items()}
 
 
 def _by_gpu(findings: dict[str, list[int]]) -> list[str]:
@@ -109,8 +122,8 @@ def _by_gpu(findings: dict[str, list[int]]) -> list[str]:
 def _condition_findings(observed: NvswitchFabricObserved, conditions: set[str]) -> list[str]:
     return _by_gpu(
         {
-            condition.replace("_", " "): parse_gpus(gpus)
-            for condition, gpus in (observed.health or {}).items()
+            condition.replace("_", " "): gpus
+            for condition, gpus in _health(observed).items()
             if condition in conditions
         }
     )
@@ -185,6 +198,20 @@ def judge(
     )
 
 
+def condense(observed: NvswitchFabricObserved) -> NvswitchFabricObserved:
+    """``health`` inverted to ``conditions`` (GPUs → conditions), and no ``structVersion``
+    (only named in a passing message)."""
+    if observed.health is None:
+        return observed.model_copy(update={"struct_version": None})
+    by_gpu: dict[int, list[str]] = {}
+    for condition, gpus in _health(observed).items():
+        for gpu in gpus:
+            by_gpu.setdefault(gpu, []).append(condition)
+    return observed.model_copy(
+        update={"health": None, "struct_version": None, "conditions": group(by_gpu)}
+    )
+
+
 SPEC = CheckSpec(
     name="nvswitch_fabric",
     title="NVSwitch fabric",
@@ -194,6 +221,7 @@ SPEC = CheckSpec(
     policy_model=NvswitchFabricPolicy,
     observed_model=NvswitchFabricObserved,
     judge=judge,
+    condense=condense,
     runbook=RunbookEntry(
         meaning=(
             'a GPU\'s fabric registration did not complete ("fabric registration not started": '

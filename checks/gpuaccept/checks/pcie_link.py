@@ -14,22 +14,26 @@ observed, as measured (one column per field, one entry per GPU, index order)::
 
 condensed (when the report must shrink; the columns are dropped)::
 
-    {"gpus": 2, "minGen": 5, "minWidth": 16, "belowMaxGen": [], "belowMaxWidth": [],
+    {"gpus": 2, "minGen": 5, "minWidth": 16, "belowMaxGen": "", "belowMaxWidth": "",
      "minH2DGBps": 52.9, "minD2HGBps": 52.7, "slowH2D": [1], "slowD2H": [0]}
 
-(``slow*``: the GPUs with the lowest bandwidth.)
+(``slow*``: the GPUs with the lowest bandwidth; ``belowMax*``: the GPUs below
+their maximum, as ranges, ``""`` for none; condensed reports before issue 13
+carry them as lists, judged the same.)
 
-Both forms also carry ``numaNode`` (per GPU, -1 where the kernel does not
-say), ``unpinned`` (the GPUs whose copy could not run on their own NUMA node's
-CPUs: ``local_cpulist`` and the pod's cpuset do not meet) and, when NVML lost
-a GPU, ``failedGpus`` (index → what failed; that GPU's columns are 0 and the
-check fails naming it, while the other GPUs are measured).
+The full form also carries ``numaNode`` (per GPU, -1 where the kernel does not
+say; not judged here, ``gpu_numa`` judges placement), and both forms carry
+``unpinned`` (the GPUs whose copy could not run on their own NUMA node's CPUs:
+``local_cpulist`` and the pod's cpuset do not meet) and, when NVML lost a GPU,
+``failedGpus`` (index → what failed; that GPU's columns are 0 and the check
+fails naming it, while the other GPUs are measured).
 """
 
 from dataclasses import dataclass
 
 from pydantic import Field, JsonValue, model_validator
 
+from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
@@ -91,8 +95,9 @@ class PcieLinkObserved(ObservedModel):
     gpus: int | None = None
     min_gen: int | None = None
     min_width: int | None = None
-    below_max_gen: list[int] | None = None
-    below_max_width: list[int] | None = None
+    # GPUs as ranges ("0-7"; "" none); condensed reports before issue 13 carry lists
+    below_max_gen: list[int] | str | None = None
+    below_max_width: list[int] | str | None = None
     min_h2d_gbps: float | None = Field(default=None, alias="minH2DGBps")
     min_d2h_gbps: float | None = Field(default=None, alias="minD2HGBps")
     slow_h2d: list[int] | None = Field(default=None, alias="slowH2D")
@@ -119,6 +124,8 @@ class PcieLinkObserved(ObservedModel):
         )
         if any(value is None for value in summary):
             raise ValueError("observed needs the per-GPU columns or the condensed summary")
+        _gpus(self.below_max_gen)  # ranges that do not parse are refused here, not in judge
+        _gpus(self.below_max_width)
         return self
 
 
@@ -134,6 +141,13 @@ class _Facts:
     h2d: list[tuple[int, float]]  # (gpu, GB/s), full list or just the slowest
     d2h: list[tuple[int, float]]
     failed: dict[str, str]
+
+
+def _gpus(value: list[int] | str | None) -> list[int]:
+    """GPUs written as ranges (the condensed form), or as a list (earlier reports)."""
+    if isinstance(value, str):
+        return parse_gpus(value) if value else []
+    return value or []
 
 
 def _facts(o: PcieLinkObserved) -> _Facts:
@@ -157,8 +171,8 @@ def _facts(o: PcieLinkObserved) -> _Facts:
         gpus=o.gpus or 0,
         min_gen=o.min_gen or 0,
         min_width=o.min_width or 0,
-        below_max_gen=o.below_max_gen or [],
-        below_max_width=o.below_max_width or [],
+        below_max_gen=_gpus(o.below_max_gen),
+        below_max_width=_gpus(o.below_max_width),
         h2d=[(i, min_h2d) for i in o.slow_h2d or []],
         d2h=[(i, min_d2h) for i in o.slow_d2h or []],
         failed=o.failed_gpus or {},
@@ -234,15 +248,14 @@ def condense(observed: PcieLinkObserved) -> PcieLinkObserved:
     facts = _facts(observed)
     h2d = observed.h2d_gbps or []
     d2h = observed.d2h_gbps or []
-    return PcieLinkObserved(
-        numa_node=observed.numa_node,
+    return PcieLinkObserved(  # numaNode stays in the full form (gpu_numa judges placement)
         unpinned=observed.unpinned,
         failed_gpus=observed.failed_gpus,
         gpus=facts.gpus,
         min_gen=facts.min_gen,
         min_width=facts.min_width,
-        below_max_gen=facts.below_max_gen,
-        below_max_width=facts.below_max_width,
+        below_max_gen=format_gpus(facts.below_max_gen),
+        below_max_width=format_gpus(facts.below_max_width),
         min_h2d_gbps=min(h2d),
         min_d2h_gbps=min(d2h),
         slow_h2d=[i for i, v in enumerate(h2d) if v == min(h2d)][:SLOWEST_SHOWN],

@@ -23,6 +23,7 @@ from gpuaccept.checks import (
     nvlink,
     nvswitch_fabric,
     pcie_link,
+    peer_bandwidth,
     throttle_reasons,
     xid_errors,
 )
@@ -36,6 +37,10 @@ CHECKS: tuple[AnyCheckSpec, ...] = (
     cpu_governor.SPEC,
     pcie_link.SPEC,
     throttle_reasons.SPEC,
+    # issue 13 item 3: the GPU-to-GPU bandwidth matrix and peer access, before the
+    # all-reduce: without peer access NCCL falls back to host memory, and the first
+    # reason must name the cause
+    peer_bandwidth.SPEC,
     nccl_allreduce.SPEC,
     # NVLink, the NVSwitch fabric, power and GPU configuration (issue 12 items 3, 4);
     # gpu_config reuses the throttle_reasons samples under load, so it runs after it.

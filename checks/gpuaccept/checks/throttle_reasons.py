@@ -21,8 +21,11 @@ observed::
 
 (``activeFraction``: reason → per GPU, index order, the fraction of the judged
 samples in which it was active; only reasons seen at least once). Condensed:
-``maxActiveFraction`` and ``worstGpu`` per reason, and ``minSmClockMHz`` /
-``minSmClockGpu`` / ``smClockMaxMHz`` instead of the columns. Reports of
+``worst``: reason → [the largest fraction, the GPU it was on], and
+``minSmClockMHz`` / ``minSmClockGpu`` instead of the columns, without
+``warmupSamples`` (never judged). Condensed reports before issue 13 carry
+``maxActiveFraction`` and ``worstGpu`` instead of ``worst``, and
+``smClockMaxMHzTop`` (the highest max SM clock): judged the same. Reports of
 earlier probes carry ``reasons`` (reason → GPUs that showed it once); they are
 judged as before (any sample counts).
 """
@@ -103,6 +106,7 @@ class ThrottleReasonsObserved(ObservedModel):
     # condensed
     max_active_fraction: dict[str, float] | None = None
     worst_gpu: dict[str, int] | None = None
+    worst: dict[str, tuple[float, int]] | None = None  # reason -> [largest fraction, its GPU]
     min_sm_clock_mhz: int | None = Field(default=None, alias="minSmClockMHz")
     min_sm_clock_gpu: int | None = None
     sm_clock_max_mhz_top: int | None = Field(default=None, alias="smClockMaxMHzTop")
@@ -119,6 +123,10 @@ def _sustained(observed: ThrottleReasonsObserved, limit: float) -> dict[str, str
             if over:
                 worst = max(fractions)
                 out[reason] = f"{reason} {worst:.0%} of samples on {gpu_list(over)}"
+    elif observed.worst is not None:
+        for reason, (worst, gpu) in observed.worst.items():
+            if worst > limit:
+                out[reason] = f"{reason} {worst:.0%} of samples on GPU {gpu}"
     elif observed.max_active_fraction is not None:
         worst_gpu = observed.worst_gpu or {}
         for reason, worst in observed.max_active_fraction.items():
@@ -163,11 +171,12 @@ def judge(
 
 
 def condense(observed: ThrottleReasonsObserved) -> ThrottleReasonsObserved:
-    update: dict[str, object] = {}
+    update: dict[str, object] = {"warmup_samples": None}  # never judged
     if observed.active_fraction is not None:
         update["active_fraction"] = None
-        update["max_active_fraction"] = {r: max(f) for r, f in observed.active_fraction.items()}
-        update["worst_gpu"] = {r: f.index(max(f)) for r, f in observed.active_fraction.items()}
+        update["worst"] = {
+            r: (max(f), f.index(max(f))) for r, f in observed.active_fraction.items()
+        }
     clocks = observed.sm_clock_mhz
     if clocks:
         update.update(
@@ -175,7 +184,6 @@ def condense(observed: ThrottleReasonsObserved) -> ThrottleReasonsObserved:
             sm_clock_max_mhz=None,
             min_sm_clock_mhz=min(clocks),
             min_sm_clock_gpu=clocks.index(min(clocks)),
-            sm_clock_max_mhz_top=max(observed.sm_clock_max_mhz or [0]) or None,
         )
     if observed.reasons is not None:
         update["reasons"] = {

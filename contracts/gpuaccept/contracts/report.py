@@ -7,9 +7,16 @@ must fit in :data:`~gpuaccept.contracts.api.TERMINATION_MESSAGE_MAX_BYTES`.
 import math
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from gpuaccept.contracts.api import REPORT_KIND, TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.base import ContractModel
@@ -94,6 +101,15 @@ class CheckResult(ContractModel):
         if where is not None:
             raise ValueError(f"{where}: NaN or Infinity is not a measurement")
         return value
+
+    @model_serializer(mode="wrap")
+    def _no_empty_message(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``message`` key when there is no message (13 bytes per result in the
+        termination message; read back, an absent message is the empty default)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("message") == "":
+            del data["message"]
+        return data
 
 
 class ProbeReport(ContractModel):

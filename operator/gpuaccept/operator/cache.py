@@ -5,6 +5,13 @@ pass never acts on a cache that has not caught up with a write.
 kopf keeps the indexes (``@kopf.index`` on Nodes, NodeAcceptances, policies
 and probe pods, with the ``index_*`` functions below); ``Cache.attach`` takes
 them once the first handler runs.
+
+The fleet's counts (:class:`~gpuaccept.operator.core.fleetcount.FleetCount`:
+phases, matched nodes, the quarantine limit's figures) follow the views the
+cache returns, one key at a time: a watch event refreshes its key
+(:meth:`Cache.refresh`, from the kopf event handlers), a write of ours marks
+its key, and :meth:`Cache.settle` refreshes the marked keys before the counts
+are read. No read of the counts walks the fleet.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaccept.operator.core.fleet import FleetSnapshot
+from gpuaccept.operator.core.fleetcount import FleetCount
 from gpuaccept.operator.core.model import NAView, NodeView, PodView
 from gpuaccept.operator.views import (
     PolicyEntry,
@@ -65,6 +72,11 @@ class Cache:
         self._pod_nodes: dict[str, str] = {}  # overlay pod name -> node name
         self._node_pods: dict[str, set[str]] = defaultdict(set)  # node -> overlay pod names
         self._lock = threading.Lock()
+        self.count = FleetCount()
+        self._counted_kinds = {"node": self._count_node, "na": self._count_na}
+        self._unsettled: set[tuple[str, str]] = set()  # our writes not yet counted
+        self._acceptances: dict[str, NAView] = {}  # the NodeAcceptances as counted
+        self.acceptances_changes = 0  # bumped on every change of ``acceptances()``
 
     def attach(self, kwargs: Mapping[str, Any]) -> None:
         """Take kopf's live index objects (they exist once the first handler runs)."""
@@ -79,6 +91,46 @@ class Cache:
     def write(self, kind: str, key: str, rv: int, value: Any) -> None:
         with self._lock:
             self._overlay[(kind, key)] = _Written(rv, value)
+            self._unsettled.add((kind, key))
+
+    # ------------------------------------------------------------------ counts
+    def refresh(self, kind: str, key: str) -> None:
+        """Count ``key`` as the cache sees it now (on the event loop, after a watch event)."""
+        counter = self._counted_kinds.get(kind)
+        if counter is not None:
+            counter(key)
+
+    def refresh_policies(self) -> None:
+        self.count.set_policies(entry.view for entry in self.policies())
+
+    def settle(self) -> None:
+        """Count the keys our own writes changed (on the event loop): O(keys written)."""
+        with self._lock:
+            if not self._unsettled:
+                return
+            keys, self._unsettled = self._unsettled, set()
+        for kind, key in keys:
+            self.refresh(kind, key)
+
+    def _count_node(self, name: str) -> None:
+        view = self.node(name)
+        self.count.set_node(name, view.labels if view is not None else None)
+
+    def _count_na(self, name: str) -> None:
+        view = self.na(name)
+        if view is None:
+            if self._acceptances.pop(name, None) is not None:
+                self.acceptances_changes += 1
+            self.count.set_acceptance(name, None)
+            return
+        if self._acceptances.get(name) is not view:
+            self._acceptances[name] = view
+            self.acceptances_changes += 1
+        self.count.set_acceptance(name, view.status)
+
+    def acceptances(self) -> tuple[NAView, ...]:
+        """Every NodeAcceptance as last counted (call :meth:`settle` first)."""
+        return tuple(self._acceptances.values())
 
     def _pick(self, kind: str, index: str, key: str) -> Any:
         best_rv, best = -1, None
@@ -174,16 +226,6 @@ class Cache:
             overlay = list(self._overlay)
         names |= {key for kind, key in overlay if kind == "na"}
         return sorted(names)
-
-    def fleet(self) -> FleetSnapshot:
-        """Every policy, node and NodeAcceptance as the cache sees them now."""
-        nodes = (self.node(name) for name in self.node_names())
-        nas = (self.na(name) for name in self.na_names())
-        return FleetSnapshot(
-            policies=tuple(entry.view for entry in self.policies()),
-            nodes=tuple(n for n in nodes if n is not None),
-            acceptances=tuple(na for na in nas if na is not None),
-        )
 
 
 def index_node(body: Mapping[str, Any]) -> dict[str, tuple[int, NodeView]]:

@@ -219,6 +219,7 @@ class Controller:
     # ------------------------------------------------------------------ observe
     def observe(self, name: str, now: datetime) -> Observed:
         """The node's snapshot for the core: its objects, its policies, the limit's counts."""
+        self.cache.settle()
         node = self.cache.node(name)
         policies = matching_policies(self.cache_policies(), node.labels) if node else ()
         breaker = BreakerCounts()
@@ -296,7 +297,6 @@ class Controller:
                 )
                 return False
             log_recovery(log, self.failures)  # a write went through
-            self.ledger.track(action)
             metrics.API_CALLS.labels(type(action).__name__).inc()
             metrics.record_write(observed, action)
         return True

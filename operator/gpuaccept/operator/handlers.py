@@ -92,19 +92,32 @@ def build_registry(
     )
 
     # ---------------------------------------------------------------- events
+    # kopf has updated its indexes when these run: each refreshes the fleet's
+    # counts for its object (O(1)), then enqueues.
     @kopf.on.event("", "v1", "nodes", labels=node_labels, registry=registry)
     async def node_event(name: str, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
+        controller.cache.refresh("node", name)
         controller.enqueue(name)
+
+    if node_labels is not None:
+        # A node relabelled out of the selector leaves kopf's index without an
+        # event for node_event: this one (no filter, no enqueue) uncounts it.
+        @kopf.on.event("", "v1", "nodes", registry=registry)
+        async def node_count(name: str, **kwargs: Any) -> None:
+            controller.cache.attach(kwargs)
+            controller.cache.refresh("node", name)
 
     @kopf.on.event(GROUP, VERSION, ACCEPTANCE_PLURAL, registry=registry)
     async def na_event(name: str, spec: kopf.Spec, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
+        controller.cache.refresh("na", name)
         controller.enqueue(str(spec.get("nodeName") or name))
 
     @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, registry=registry)
     async def policy_event(name: str, meta: kopf.Meta, type: str | None, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
+        controller.cache.refresh_policies()
         controller.policy_seen(name, meta.get("generation"), deleted=type == "DELETED")
 
     @kopf.on.event("", "v1", "pods", labels=probe_labels, registry=registry)
@@ -170,5 +183,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.scanning.disabled = True
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    settings.batching.worker_limit = None
+    settings.queueing.worker_limit = None
+    # kopf keeps a worker per object until it has idled this long, and the
+    # worker keeps that object's last raw event (the whole decoded body) alive
+    # while it waits: with the fleet joining at once, that is every object's
+    # body for 5 s by default (issue 15: peak RSS).
+    settings.queueing.idle_timeout = 0.5
     settings.networking.connect_timeout = 10

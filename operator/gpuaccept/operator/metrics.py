@@ -3,8 +3,9 @@
 Base units (seconds, bytes per second), ``gpuaccept_build_info``, and no
 ``_created`` series. The per-node series (phase, bus bandwidth, PCIe link) are
 not kept between writes: the policy status loop publishes them from the
-snapshot of the cache it takes anyway, every ``--status-interval``, on the
-event loop (:func:`publish_nodes`); a scrape only reads the last published
+cache's NodeAcceptance views, every ``--status-interval`` in which one
+changed, on the event loop (:func:`publish_nodes`, which samples only the
+changed views again); a scrape only reads the last published
 tuple (:class:`NodeSeries`). So every replica, a restarted one or a new leader
 after a failover, exports them for every node after its first status pass, a
 deleted node's series go with it, and a scrape neither walks the fleet nor
@@ -218,6 +219,20 @@ NODE_SERIES = NodeSeries()
 REGISTRY.register(NODE_SERIES)
 
 
+_SAMPLED: dict[str, tuple[NAView, NodeSamples]] = {}  # the last published, by node
+
+
 def publish_nodes(acceptances: Iterable[NAView]) -> None:
-    """The per-node series from now on: one sample per NodeAcceptance."""
-    NODE_SERIES.samples = tuple(node_samples(na) for na in acceptances)
+    """The per-node series from now on: one sample per NodeAcceptance.
+
+    A NodeAcceptance view unchanged since the last call keeps its samples
+    (views are immutable; a change is a new view), so a call costs a
+    look-up per node and :func:`node_samples` only for the changed ones.
+    """
+    sampled: dict[str, tuple[NAView, NodeSamples]] = {}
+    for na in acceptances:
+        last = _SAMPLED.get(na.name)
+        sampled[na.name] = last if last is not None and last[0] is na else (na, node_samples(na))
+    _SAMPLED.clear()
+    _SAMPLED.update(sampled)
+    NODE_SERIES.samples = tuple(samples for _na, samples in sampled.values())

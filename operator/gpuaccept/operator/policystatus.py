@@ -1,8 +1,9 @@
 """The policy status loop (runtime): every few seconds, each policy's counts,
 conflicts and conditions are computed by the pure fleet rules
-(:mod:`gpuaccept.operator.core.fleet`) from a cache snapshot, and written
-when they changed. It also recounts the quarantine ledger, sets the policy
-gauges, and wakes nodes held by the quarantine limit once there is room.
+(:mod:`gpuaccept.operator.core.fleet`) from the cache's incremental fleet
+count (no walk over the fleet), and written when they changed. It also sets
+the policy gauges, publishes the per-node series when a NodeAcceptance
+changed, and wakes nodes held by the quarantine limit once there is room.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class PolicyStatusLoop:
         self.identity = "gpuaccept"
         self.executor: ThreadPoolExecutor | None = None  # the API threads
         self._reported: set[str] = set()
+        self._published = -1  # the cache's acceptances_changes last published
         self.failures = FailureLog("policy status update")
 
     async def run(self, interval: float) -> None:
@@ -67,18 +69,17 @@ class PolicyStatusLoop:
     async def update(self) -> None:
         """Counts, limit and conflicts per policy; patched only when changed."""
         entries = self.cache.policies()
-        snapshot = self.cache.fleet()
-        tallies = fleet.tally(snapshot)
-        metrics.publish_nodes(snapshot.acceptances)
+        self.cache.refresh_policies()
+        self.cache.settle()
+        tallies = self.cache.count.tally()
+        if self.cache.acceptances_changes != self._published:
+            self._published = self.cache.acceptances_changes
+            metrics.publish_nodes(self.cache.acceptances())
         current = {entry.view.name for entry in entries}
         for gone in self._reported - current:  # a deleted policy: drop its series
             metrics.forget_policy(gone)
             self.ledger.forget(gone)
         self._reported = current
-        # The limit's counts, all replaced before the first await below: a
-        # quarantine that the ledger tracks while a status write is in flight
-        # must not be overwritten by this (then older) snapshot.
-        self.ledger.replace(tallies)
         for entry in entries:
             share = tallies[entry.view.name]
             metrics.record_policy(entry.view.name, share)

@@ -77,7 +77,13 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
         resource_version=str(meta.get("resourceVersion", "")),
         uid=str(meta.get("uid", "")),
         labels=dict(meta.get("labels") or {}),
-        annotations=dict(meta.get("annotations") or {}),
+        # Only our own: the core reads the reprobe annotation, and a real node
+        # carries kilobytes of others' (kubeadm, CNI, CSI) that the cache would keep.
+        annotations={
+            key: str(value)
+            for key, value in (meta.get("annotations") or {}).items()
+            if str(key).startswith(OWNED_KEY_PREFIX)
+        },
         taints=tuple(Taint.from_wire(t) for t in spec.get("taints") or ()),
         boot_id=str((status.get("nodeInfo") or {}).get("bootID", "")),
         gpus=_quantity(allocatable.get(GPU_RESOURCE, 0)),

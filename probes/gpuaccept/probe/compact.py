@@ -5,7 +5,8 @@ of at most 4096 bytes.
 
 1. as is;
 2. each check's ``observed`` replaced by its condensed form (per-GPU columns
-   collapsed to minima and the GPUs concerned) — still re-judgeable;
+   collapsed to minima and the GPUs concerned) — still re-judgeable — with
+   ``durationS`` rounded to 0.1 s and the start and finish times to whole seconds;
 3. ``expected`` dropped and messages cut to 80 characters;
 4. the messages of results that keep an ``observed`` value dropped: the
    operator re-judges those results, which writes their message and
@@ -31,14 +32,26 @@ SHORT_MESSAGE = 80
 
 
 def _condensed(result: CheckResult) -> CheckResult:
+    rounded = result.model_copy(update={"duration_s": round(result.duration_s, 1)})
     check = get_check(result.check)
     if check is None or result.observed is None:
-        return result
+        return rounded
     try:
         condensed = check.condense(check.parse(result.observed))
-        return result.model_copy(update={"observed": condensed.to_observed()})
+        return rounded.model_copy(update={"observed": condensed.to_observed()})
     except Exception:  # an odd observation is kept as is; later steps still shrink it
-        return result
+        return rounded
+
+
+def _whole_seconds(report: ProbeReport) -> ProbeReport:
+    """Start and finish times without their fractions of a second (both rounded down,
+    so their order stays)."""
+    return report.model_copy(
+        update={
+            "started_at": report.started_at.replace(microsecond=0),
+            "finished_at": report.finished_at.replace(microsecond=0),
+        }
+    )
 
 
 def _short(result: CheckResult) -> CheckResult:
@@ -91,7 +104,7 @@ def fit_report(report: ProbeReport, limit: int = TERMINATION_MESSAGE_MAX_BYTES) 
     """The largest form of ``report`` (by the steps above) whose compact JSON fits."""
     if report.compact_size() <= limit:
         return report
-    current = report
+    current = _whole_seconds(report)
     shorts: list[CheckResult] = []
     for step in STEPS:
         current = current.model_copy(update={"results": [step(r) for r in current.results]})

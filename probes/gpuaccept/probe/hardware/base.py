@@ -267,6 +267,21 @@ class HardwareBackend(Protocol):
         """Every usable GPU's STREAM triad bandwidth, GB/s (3 arrays of ``nbytes``
         counted per triad), all GPUs at once; raises :class:`Unavailable`."""
 
+    # --- GPU-to-GPU peer copies (peer_bandwidth) -----------------------------------------
+    def peer_access(self, src: int, dst: int) -> "PeerAccess":
+        """NVML's P2P status and CUDA's peer access for the ordered pair; raises
+        :class:`GpuFailedError` when NVML lost a GPU."""
+
+    def peer_copy(self, src: int, dst: int, nbytes: int, iterations: int, warmup: int) -> float:
+        """GB/s of ``iterations`` copies of ``nbytes`` from ``src`` to ``dst`` (after
+        ``warmup``), timed with CUDA events; raises :class:`GpuFailedError` (or
+        :class:`GpuHungError`) naming the GPU."""
+
+    def peer_copy_bidirectional(
+        self, first: int, second: int, nbytes: int, iterations: int, warmup: int
+    ) -> float:
+        """GB/s of both directions at once on two streams, summed."""
+
 
 MatmulPrecision = Literal["bf16", "fp8"]
 
@@ -290,3 +305,18 @@ class LoadTimer(Protocol):
     def figures(self) -> PerGpuFigures:
         """TFLOPS per GPU over the batches counted since :meth:`start` (called inside the
         block; waits for each loaded GPU's first counted batches, with a deadline)."""
+
+
+# --- GPU-to-GPU peer copies (peer_bandwidth) -------------------------------------------
+@dataclass(frozen=True)
+class PeerAccess:
+    """One ordered pair (src, dst): NVML's word on P2P between them and whether CUDA
+    grants this process peer access.
+
+    ``nvml``: ``nvlink`` when ``nvmlDeviceGetP2PStatus`` answers OK for the NVLink
+    capability, else its answer for the read capability: ``ok`` (P2P over PCIe) or
+    ``chipset_not_supported``, ``gpu_not_supported``, ``ioh_topology_not_supported``,
+    ``disabled_by_regkey``, ``not_supported``, ``unknown``."""
+
+    nvml: str
+    cuda: bool  # cudaDeviceCanAccessPeer(src, dst)

@@ -556,6 +556,66 @@ def _known_phases(durations: dict[str, float]) -> dict[str, float]:
     return durations
 
 
+# --- GPU-to-GPU peer copies (peer_bandwidth) ---------------------------------------------
+# NVML's word on a pair: "nvlink" (NVLink P2P OK), else nvmlDeviceGetP2PStatus for the
+# read capability ("ok": P2P over PCIe) -- see gpuaccept.probe.hardware.base.PeerAccess.
+P2pWord = Literal[
+    "nvlink",
+    "ok",
+    "chipset_not_supported",
+    "gpu_not_supported",
+    "ioh_topology_not_supported",
+    "disabled_by_regkey",
+    "not_supported",
+    "unknown",
+]
+# "2>5" one direction, "2<>5" both, "3<>*" GPU 3 with every other GPU, "*" every pair
+PairKey = Annotated[str, StringConstraints(pattern=r"^(\*|\d{1,2}(<>|>)(\d{1,2}|\*))$")]
+NVLINK4_PAIR_GBPS = 380.0
+
+
+class P2pPair(ProfileModel):
+    gbps: float | None = Field(default=None, ge=0, le=10000, description="Unidirectional GB/s.")
+    nvml: P2pWord | None = None
+    peer_access: bool | None = None
+
+
+class P2p(ProfileModel):
+    nvml: P2pWord | None = Field(
+        default=None,
+        description="NVML's word on every pair. Default: nvlink on the NVSwitch (HGX) models, "
+        "ok (P2P over PCIe) on the others.",
+    )
+    peer_access: bool | None = Field(
+        default=None,
+        description="Whether CUDA grants peer access. Default: where NVML says nvlink or ok.",
+    )
+    nvlink_gbps: float = Field(
+        default=NVLINK4_PAIR_GBPS,
+        ge=0,
+        le=10000,
+        alias="nvlinkGBps",
+        description="One pair's copy over NVLink: HGX H100 measures 376-380 GB/s one way "
+        "(peerBandwidthLatencyTest, NVIDIA/nccl issue 1264).",
+    )
+    gbps: float | None = Field(
+        default=None,
+        ge=0,
+        le=10000,
+        description="Every pair's unidirectional GB/s. Default by path: nvlinkGBps over NVLink, "
+        "the slower GPU's h2dGBps over PCIe, half of it staged through host memory.",
+    )
+    bidirectional_factor: float = Field(
+        default=1.95,
+        ge=0,
+        le=2,
+        description="Both directions at once / one direction: 742 / 380 on HGX H100 (same source).",
+    )
+    pairs: dict[PairKey, P2pPair] = Field(
+        default_factory=dict, description="Per pair ('2>5', '2<>5', '3<>*', '*'): overrides."
+    )
+
+
 class HardwareProfile(ProfileModel):
     description: str = Field(default="", max_length=4096)
     expect: ExpectedVerdict | None = Field(
@@ -583,6 +643,7 @@ class HardwareProfile(ProfileModel):
         "check) or a check's name. The report states them (durationS, wallS). Default: "
         "docs/probe.md's budget table under the policy used.",
     )
+    p2p: P2p = Field(default=P2p(), alias="p2p")  # GPU-to-GPU peer copies (peer_bandwidth)
 
 
 def load_profile(path: Path) -> HardwareProfile:

@@ -42,6 +42,7 @@ from gpuaccept.probe.hardware.base import (
     MatmulPrecision,
     NvlinkLinks,
     PcieLinkState,
+    PeerAccess,
     PerGpuFigures,
     Unavailable,
     VersionInfo,
@@ -76,6 +77,12 @@ from gpuaccept.probe.hardware.nvml_health import (
     recovery_action_field_id,
 )
 from gpuaccept.probe.hardware.nvml_links import read_fabric, read_nvlink, read_settings
+from gpuaccept.probe.hardware.peer_copies import (
+    PEER_COPY_DEADLINE_S,
+    PeerCopies,
+    PeerCopyHungError,
+    read_p2p_status,
+)
 from gpuaccept.probe.hardware.sysfs import (
     NoCpufreq,
     PciNuma,
@@ -658,3 +665,40 @@ class RealBackend:
         with contextlib.suppress(Exception):
             torch.cuda.empty_cache()
         return PerGpuFigures(dict(values), dict(failed))
+
+    # --- GPU-to-GPU peer copies (peer_bandwidth; gpuaccept.probe.hardware.peer_copies) ---
+    def peer_access(self, src: int, dst: int) -> PeerAccess:
+        nvml = self._require_nvml()
+        word = read_p2p_status(
+            nvml, self._handle(src, "P2P status"), self._handle(dst, "P2P status"), src
+        )
+        torch = self._torch_cuda()
+        granted = torch.cuda.can_device_access_peer(self.cuda_ordinal(src), self.cuda_ordinal(dst))
+        return PeerAccess(nvml=word, cuda=bool(granted))
+
+    def _peer_devices(self, first: int, second: int, step: str) -> tuple[Any, int, int]:
+        for gpu in (first, second):
+            if gpu in self._hung:
+                raise GpuFailedError(gpu, step, f"not attempted: {self._hung[gpu]}")
+        return self._torch_cuda(), self.cuda_ordinal(first), self.cuda_ordinal(second)
+
+    def peer_copy(self, src: int, dst: int, nbytes: int, iterations: int, warmup: int) -> float:
+        step = f"peer copy {src}>{dst}"
+        torch, s, d = self._peer_devices(src, dst, step)
+        copies = PeerCopies(torch, nbytes, PEER_COPY_DEADLINE_S)
+        return self._peer_timed(src, step, lambda: copies.one_way(s, d, iterations, warmup))
+
+    def peer_copy_bidirectional(
+        self, first: int, second: int, nbytes: int, iterations: int, warmup: int
+    ) -> float:
+        step = f"peer copy {first}<>{second}"
+        torch, a, b = self._peer_devices(first, second, step)
+        copies = PeerCopies(torch, nbytes, PEER_COPY_DEADLINE_S)
+        return self._peer_timed(first, step, lambda: copies.both_ways(a, b, iterations, warmup))
+
+    def _peer_timed(self, gpu: int, step: str, run: Callable[[], float]) -> float:
+        try:
+            return run()
+        except PeerCopyHungError as exc:
+            self._hung[gpu] = f"{step}: hung"
+            raise GpuHungError(gpu, step, PEER_COPY_DEADLINE_S) from exc

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import get_args
 
 from gpuaccept.checks.gpu_models import gpu_model_class
+from gpuaccept.checks.peer_bandwidth import parse_pairs
 from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe import clocks
 from gpuaccept.probe.hardware import topology_backend
@@ -39,6 +40,7 @@ from gpuaccept.probe.hardware.base import (
     MatmulPrecision,
     NvlinkLinks,
     PcieLinkState,
+    PeerAccess,
     PerGpuFigures,
     RemappedRows,
     Unavailable,
@@ -497,3 +499,53 @@ class SimulatedBackend:
         check_figures(self.profile, "memory", "memory bandwidth")
         self._loaded_once([i for i, g in enumerate(self.gpus()) if g.problem is None])
         return triad(self.profile, LOST)
+
+    # --- GPU-to-GPU peer copies (peer_bandwidth) ------------------------------------------
+    def _peer_pair(self, src: int, dst: int) -> tuple[str, bool, float]:
+        """(NVML's word, peer access, unidirectional GB/s) of the ordered pair, as the
+        profile's ``p2p`` section says, with the defaults of a healthy node of its model."""
+        spec = self.profile.p2p
+        on_nvswitch = gpu_model_class(self.profile.gpus.model) in NVSWITCH_CLASSES
+        word: str = spec.nvml or ("nvlink" if on_nvswitch else "ok")
+        access, gbps = spec.peer_access, spec.gbps
+        for key, override in spec.pairs.items():
+            if (src, dst) in parse_pairs(key, self.profile.gpus.count):
+                word = override.nvml or word
+                access = override.peer_access if override.peer_access is not None else access
+                gbps = override.gbps if override.gbps is not None else gbps
+        granted = access if access is not None else word in ("nvlink", "ok")
+        if gbps is None:
+            pcie = min(self.profile.gpus.gpu(src).h2d_gbps, self.profile.gpus.gpu(dst).h2d_gbps)
+            if not granted:
+                gbps = pcie / 2  # staged through host memory: two PCIe hops
+            elif word == "nvlink":
+                gbps = spec.nvlink_gbps
+            else:
+                gbps = pcie
+        return word, granted, gbps
+
+    def _peer_copy_gpus(self, gpus: tuple[int, ...], step: str) -> None:
+        for gpu in gpus:
+            lost = self.profile.gpus.gpu(gpu).lost
+            if lost == "hangs":  # the real backend's wait on the copy hits its deadline
+                raise GpuHungError(gpu, step, SIM_DEADLINE_S)
+            if lost is not None:  # a copy loads the GPU
+                raise GpuFailedError(gpu, step, LOST)
+        self._loaded_once(list(gpus))
+
+    def peer_access(self, src: int, dst: int) -> PeerAccess:
+        self._check_lost(src, "P2P status")
+        self._check_lost(dst, "P2P status")
+        word, granted, _gbps = self._peer_pair(src, dst)
+        return PeerAccess(nvml=word, cuda=granted)
+
+    def peer_copy(self, src: int, dst: int, nbytes: int, iterations: int, warmup: int) -> float:
+        self._peer_copy_gpus((src, dst), f"peer copy {src}>{dst}")
+        return self._peer_pair(src, dst)[2]
+
+    def peer_copy_bidirectional(
+        self, first: int, second: int, nbytes: int, iterations: int, warmup: int
+    ) -> float:
+        self._peer_copy_gpus((first, second), f"peer copy {first}<>{second}")
+        one_way = self._peer_pair(first, second)[2] + self._peer_pair(second, first)[2]
+        return one_way / 2 * self.profile.p2p.bidirectional_factor

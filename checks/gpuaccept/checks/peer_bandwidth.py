@@ -1,0 +1,399 @@
+"""``peer_bandwidth``: the GPU-to-GPU copy bandwidth matrix, and peer access between GPUs.
+
+For every ordered pair of GPUs (src → dst) the probe times a peer copy
+(``dst.copy_(src)`` in torch: a ``cudaMemcpyAsync`` on the source device's
+stream; with peer access enabled the copy engines move the data over NVLink
+or PCIe directly, without it the driver stages it through host memory) with
+CUDA events after warm-up, and, for every unordered pair, both directions at
+once on two streams (the sum: nvbandwidth's and peerBandwidthLatencyTest's
+bidirectional figure). For every ordered pair it also records what NVML says
+of peer-to-peer (``nvmlDeviceGetP2PStatus``, NVLink first, then PCIe read)
+and whether CUDA grants this process peer access
+(``cudaDeviceCanAccessPeer`` through ``torch.cuda.can_device_access_peer``).
+
+Each pair belongs to one *path*: ``nvlink`` (NVML: NVLink P2P OK, and peer
+access granted), ``pcie`` (peer access granted, not over NVLink) or ``host``
+(no peer access: the copy is staged through host memory). Judged:
+
+* peer access: a pair that should have it and has not fails (NVML reports
+  NVLink P2P, or NVML reports P2P as supported, per ``peerAccessRequired``; on
+  the models of ``allPairsModels``, HGX boards whose NVSwitches connect every
+  pair, every pair). A PCIe node whose chipset or topology does not support
+  P2P by NVML's word is *not* failed by default;
+* every pair's unidirectional GB/s against ``minGBpsByModel``;
+* every pair against the median pair of its path on this node
+  (``maxBelowMedianPercent``, per path).
+
+The bidirectional figures are reported, not judged.
+
+observed::
+
+    {"gpus": 8, "bytes": 268435456, "paths": ["-NNNNNNN", "N-NNNNNN", ...],
+     "gbps": [[0, 380.1, ...], ...], "bidirGBps": [[0, 742.2, ...], ...],
+     "noPeerAccess": {"chipset_not_supported": "*"}}
+
+(``paths``: per source GPU a string with one character per destination,
+NVML's word on the pair: ``N`` NVLink, ``P`` P2P supported over PCIe, ``C``
+chipset not supported, ``T`` IOH topology not supported, ``G`` GPU not
+supported, ``R`` disabled by regkey, ``X`` not supported, ``U`` unknown, ``-``
+itself; ``gbps``: [src][dst] GB/s, 0 on the diagonal; ``bidirGBps``: both
+directions at once, summed, symmetric; ``noPeerAccess``: NVML's word → the
+pairs CUDA grants no peer access, as pairs text: ``2>5`` one direction,
+``2<>5`` both, ``3<>*`` GPU 3 with every other GPU, ``*`` every pair.)
+Condensed: the matrices are replaced by ``weakest``: path → ``[median GB/s,
+src, dst, GB/s]``, the median pair's figure and the weakest pair. If any pair
+of a path fails the minimum or the median rule, its weakest pair does, so the
+verdict is the same; the message then names only that pair.
+"""
+
+import re
+import statistics
+from enum import StrEnum
+
+from pydantic import Field, JsonValue, model_validator
+
+from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+REASON = "PeerBandwidthFailed"
+SHOWN = 3  # pairs named in a message
+
+# NVML's word on a pair (nvmlGpuP2PStatus_t; "nvlink": the NVLink capability index is OK,
+# "ok": the read capability is OK over PCIe) -> its character in ``paths``.
+NVML_CODES: dict[str, str] = {
+    "nvlink": "N",
+    "ok": "P",
+    "chipset_not_supported": "C",
+    "gpu_not_supported": "G",
+    "ioh_topology_not_supported": "T",
+    "disabled_by_regkey": "R",
+    "not_supported": "X",
+    "unknown": "U",
+}
+Pair = tuple[int, int]
+PAIR_ITEM = re.compile(r"^(\d{1,2})(<>|>)(\d{1,2}|\*)$")
+
+
+class PairPath(StrEnum):
+    NVLINK = "nvlink"  # NVML: NVLink P2P, and peer access granted
+    PCIE = "pcie"  # peer access granted, not over NVLink
+    HOST = "host"  # no peer access: staged through host memory
+
+
+class PeerAccessRule(StrEnum):
+    NVLINK = "nvlink"  # pairs NVML connects by NVLink
+    NVML = "nvml"  # pairs NVML reports P2P for (NVLink, or PCIe read OK)
+    ALL = "all"  # every pair
+
+
+def _default_minimum() -> dict[str, float]:
+    return {"h100-sxm": 300.0, "h200-sxm": 300.0}
+
+
+def _default_below_median() -> dict[PairPath, float]:
+    return {PairPath.NVLINK: 10.0}
+
+
+def _default_all_pairs_models() -> list[str]:
+    return ["h100-sxm", "h200-sxm", "b200"]
+
+
+class PeerBandwidthPolicy(CheckSwitch):
+    min_gbps_by_model: dict[str, float] = Field(
+        default_factory=_default_minimum,
+        alias="minGBpsByModel",
+        description="Per GPU model (an exact NVML name or a model class): the lowest "
+        "unidirectional GB/s of any pair; a model not listed has no minimum.",
+    )
+    max_below_median_percent: dict[PairPath, float] = Field(
+        default_factory=_default_below_median,
+        description="Per path (nvlink, pcie, host): a pair more than this many percent below "
+        "the median pair of its path on the node fails; a path not listed is not compared.",
+    )
+    peer_access_required: PeerAccessRule = Field(
+        default=PeerAccessRule.NVML,
+        description="The pairs that must have peer access: nvlink (NVML reports NVLink P2P), "
+        "nvml (NVML reports P2P supported, over NVLink or PCIe) or all.",
+    )
+    all_pairs_models: list[str] = Field(
+        default_factory=_default_all_pairs_models,
+        description="Models (NVML names or classes) on which every pair must have peer access "
+        "whatever NVML says: HGX boards, whose NVSwitches connect every pair.",
+    )
+    buffer_bytes: int = Field(
+        default=1 << 28,
+        ge=1 << 20,
+        le=1 << 32,
+        description="Bytes per copy (256 MiB: the copy engines' plateau).",
+    )
+    iterations: int = Field(default=10, ge=1, le=1000, description="Timed copies per pair.")
+    warmup_iterations: int = Field(
+        default=2, ge=0, le=100, description="Untimed copies per pair before the timed ones."
+    )
+    bidirectional: bool = Field(
+        default=True, description="Also time both directions at once (reported, not judged)."
+    )
+
+    def minimum_for(self, gpu_model: str | None) -> float | None:
+        return per_model_value(self.min_gbps_by_model, gpu_model, None)
+
+    def every_pair_required(self, gpu_model: str | None) -> bool:
+        if gpu_model is None:
+            return False
+        return gpu_model in self.all_pairs_models or (
+            gpu_model_class(gpu_model) in self.all_pairs_models
+        )
+
+
+class PeerBandwidthObserved(ObservedModel):
+    gpus: int
+    # detail (dropped when condensed)
+    bytes: int | None = None
+    paths: list[str] | None = None
+    gbps: list[list[float]] | None = None
+    bidir_gbps: list[list[float]] | None = Field(default=None, alias="bidirGBps")
+    # both forms
+    no_peer_access: dict[str, str] | None = None  # NVML's word -> pairs text
+    failed_gpus: dict[str, str] | None = None
+    # condensed
+    # path -> [the median pair's GB/s, src, dst, GB/s of the weakest pair]
+    weakest: dict[str, tuple[float, int, int, float]] | None = None
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> "PeerBandwidthObserved":
+        for matrix in (self.gbps, self.bidir_gbps):
+            if matrix is not None and (
+                len(matrix) != self.gpus or any(len(row) != self.gpus for row in matrix)
+            ):
+                raise ValueError("gbps and bidirGBps must be gpus x gpus")
+        if self.paths is not None and (
+            len(self.paths) != self.gpus or any(len(row) != self.gpus for row in self.paths)
+        ):
+            raise ValueError("paths must be gpus strings of gpus characters")
+        for text in (self.no_peer_access or {}).values():
+            if any(g >= self.gpus for pair in parse_pairs(text, self.gpus) for g in pair):
+                raise ValueError(f"noPeerAccess names a GPU beyond {self.gpus}: {text[:20]!r}")
+        return self
+
+
+# --- pairs text -------------------------------------------------------------------------
+def every_pair(gpus: int) -> set[Pair]:
+    return {(s, d) for s in range(gpus) for d in range(gpus) if s != d}
+
+
+def format_pairs(pairs: set[Pair], gpus: int) -> str:
+    """Ordered pairs as text: ``*`` every pair, ``3<>*`` GPU 3 with every other GPU both
+    ways, ``2<>5`` both directions, ``2>5`` one."""
+    if gpus > 1 and pairs == every_pair(gpus):
+        return "*"
+    left = set(pairs)
+    items: list[str] = []
+    for g in range(gpus):
+        around = {(g, o) for o in range(gpus) if o != g} | {(o, g) for o in range(gpus) if o != g}
+        if gpus > 2 and around <= left:
+            items.append(f"{g}<>*")
+            left -= around
+    for s, d in sorted(left):
+        if (s, d) not in left:
+            continue
+        if (d, s) in left:
+            items.append(f"{min(s, d)}<>{max(s, d)}")
+            left -= {(s, d), (d, s)}
+        else:
+            items.append(f"{s}>{d}")
+            left.discard((s, d))
+    return ",".join(items)
+
+
+def parse_pairs(text: str, gpus: int) -> set[Pair]:
+    """The inverse of :func:`format_pairs`; raises ValueError."""
+    if text == "*":
+        return every_pair(gpus)
+    out: set[Pair] = set()
+    for item in text.split(","):
+        match = PAIR_ITEM.match(item)
+        if match is None:
+            raise ValueError(f"not a GPU pair: {item[:20]!r}")
+        first, arrow, second = match.groups()
+        s = int(first)
+        if second == "*":
+            out |= {(s, o) for o in range(gpus) if o != s} | {(o, s) for o in range(gpus) if o != s}
+            continue
+        d = int(second)
+        out.add((s, d))
+        if arrow == "<>":
+            out.add((d, s))
+    return out
+
+
+# --- the pairs of either form -------------------------------------------------------------
+def _no_access(o: PeerBandwidthObserved) -> dict[Pair, str]:
+    """Pair → NVML's word, for every pair CUDA grants no peer access."""
+    out: dict[Pair, str] = {}
+    for word, text in (o.no_peer_access or {}).items():
+        for pair in parse_pairs(text, o.gpus):
+            out[pair] = word
+    return out
+
+
+def path_of(o: PeerBandwidthObserved, pair: Pair, no_access: dict[Pair, str]) -> PairPath:
+    if pair in no_access:
+        return PairPath.HOST
+    s, d = pair
+    paths = o.paths or []
+    if s < len(paths) and d < len(paths[s]) and paths[s][d] == NVML_CODES["nvlink"]:
+        return PairPath.NVLINK
+    return PairPath.PCIE
+
+
+def pairs_by_path(
+    o: PeerBandwidthObserved,
+) -> tuple[dict[str, list[tuple[float, int, int]]], dict[str, float]]:
+    """(path → its pairs as (GB/s, src, dst), weakest first; path → the median pair), from
+    the full form (every measured pair) or the condensed one (the weakest kept)."""
+    if o.gbps is not None:
+        no_access = _no_access(o)
+        failed = {int(g) for g in (o.failed_gpus or {})}
+        by_path: dict[str, list[tuple[float, int, int]]] = {}
+        for s, row in enumerate(o.gbps):
+            for d, gbps in enumerate(row):
+                if s == d or s in failed or d in failed:
+                    continue
+                path = path_of(o, (s, d), no_access)
+                by_path.setdefault(path.value, []).append((gbps, s, d))
+        medians = {p: statistics.median(g for g, _s, _d in v) for p, v in by_path.items()}
+        return {p: sorted(v) for p, v in by_path.items()}, medians
+    weakest = {p: [(gbps, s, d)] for p, (_m, s, d, gbps) in (o.weakest or {}).items()}
+    return weakest, {p: median for p, (median, _s, _d, _g) in (o.weakest or {}).items()}
+
+
+# --- judging ------------------------------------------------------------------------------
+def _required(policy: PeerBandwidthPolicy, summary: HardwareSummary) -> str:
+    if policy.every_pair_required(summary.gpu_model):
+        return "all"
+    return policy.peer_access_required.value
+
+
+def _access_findings(
+    o: PeerBandwidthObserved, policy: PeerBandwidthPolicy, summary: HardwareSummary
+) -> list[str]:
+    required = _required(policy, summary)
+    findings = []
+    for word, text in sorted((o.no_peer_access or {}).items()):
+        must = (
+            required == "all"
+            or word == "nvlink"
+            or (required == PeerAccessRule.NVML.value and word == "ok")
+        )
+        if must:
+            said = {"nvlink": "NVLink P2P", "ok": "P2P supported"}.get(word, word)
+            findings.append(f"no peer access on {text} (NVML: {said}; copies staged through host)")
+    return findings
+
+
+def _arrow(s: int, d: int) -> str:
+    return f"GPU {s}\u2192{d}"
+
+
+def _bandwidth_findings(
+    o: PeerBandwidthObserved, policy: PeerBandwidthPolicy, summary: HardwareSummary
+) -> list[str]:
+    by_path, medians = pairs_by_path(o)
+    minimum = policy.minimum_for(summary.gpu_model)
+    weak: dict[Pair, tuple[float, str]] = {}
+    for path, pairs in by_path.items():
+        median = medians.get(path)
+        percent = policy.max_below_median_percent.get(PairPath(path))
+        for gbps, s, d in pairs:
+            if percent is not None and median and gbps < median * (1 - percent / 100):
+                below = round((1 - gbps / median) * 100)
+                weak[(s, d)] = (
+                    gbps,
+                    f"{gbps:.0f} GB/s, {below} % below the node median {median:.0f}",
+                )
+            elif minimum is not None and gbps < minimum:
+                weak[(s, d)] = (gbps, f"{gbps:.0f} GB/s < {minimum:g}")
+    ordered = sorted(weak.items(), key=lambda item: item[1][0])
+    shown = [f"{_arrow(s, d)}: {what}" for (s, d), (_g, what) in ordered[:SHOWN]]
+    more = f" (+{len(ordered) - SHOWN} pairs)" if len(ordered) > SHOWN else ""
+    return ["; ".join(shown) + more] if shown else []
+
+
+def _expected(policy: PeerBandwidthPolicy, summary: HardwareSummary, required: str) -> JsonValue:
+    return {
+        "minGBps": policy.minimum_for(summary.gpu_model),
+        "maxBelowMedianPercent": {str(k): v for k, v in policy.max_below_median_percent.items()},
+        "peerAccess": required,
+    }
+
+
+def judge(
+    observed: PeerBandwidthObserved, policy: PeerBandwidthPolicy, summary: HardwareSummary
+) -> CheckJudgement:
+    required = _required(policy, summary)
+    expected = _expected(policy, summary, required)
+    lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
+    failing = lost + _access_findings(observed, policy, summary)
+    failing += _bandwidth_findings(observed, policy, summary)
+    if failing:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing)))
+    by_path, medians = pairs_by_path(observed)
+    parts = []
+    for path, pairs in sorted(by_path.items()):
+        low = pairs[0][0] if pairs else 0.0
+        parts.append(f"{path}: median {medians.get(path, 0):.0f}, min {low:.0f} GB/s")
+    unjudged = [
+        f"no peer access on {text} ({word}: not required)"
+        for word, text in sorted((observed.no_peer_access or {}).items())
+    ]
+    counted = f"{observed.gpus} GPUs" + (f", {'; '.join(parts)}" if parts else "")
+    return CheckJudgement(CheckStatus.PASS, expected, clip("; ".join([counted, *unjudged])))
+
+
+def condense(observed: PeerBandwidthObserved) -> PeerBandwidthObserved:
+    if observed.gbps is None:
+        return observed
+    by_path, medians = pairs_by_path(observed)
+    return observed.model_copy(
+        update={
+            "bytes": None,
+            "paths": None,
+            "gbps": None,
+            "bidir_gbps": None,
+            "weakest": {
+                # a median of figures in tenths is exact in hundredths
+                p: (round(medians[p], 2), pairs[0][1], pairs[0][2], pairs[0][0])
+                for p, pairs in by_path.items()
+                if pairs
+            },
+        }
+    )
+
+
+SPEC = CheckSpec(
+    name="peer_bandwidth",
+    title="GPU-to-GPU bandwidth",
+    summary="every ordered GPU pair's peer copy bandwidth at or above the per-model minimum "
+    "and within a percentage of the node's median pair; peer access wherever NVML says P2P "
+    "works (every pair on HGX boards)",
+    reason=REASON,
+    policy_model=PeerBandwidthPolicy,
+    observed_model=PeerBandwidthObserved,
+    judge=judge,
+    condense=condense,
+    runbook=RunbookEntry(
+        meaning=(
+            "one GPU pair copies slower than its siblings or the model's minimum (message: "
+            '"GPU 2→5: 180 GB/s, 52 % below the node median 378"), or a pair that should have '
+            "peer access has none (copies staged through host memory)"
+        ),
+        fix=(
+            "a weak NVLink pair: check `nvidia-smi nvlink -s` and `nvidia-smi topo -m`, reset "
+            "the GPUs and re-probe, then reseat/RMA the baseboard; no peer access: "
+            "`nvidia-smi topo -p2p r`, the IOMMU (`iommu=pt` or off) and PCIe ACS "
+            "(`lspci -vvv | grep ACSCtl`: SrcValid+ redirects P2P through the root complex)"
+        ),
+    ),
+)

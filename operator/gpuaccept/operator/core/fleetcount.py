@@ -1,0 +1,152 @@
+"""The fleet tally kept incrementally, pure: :func:`~.fleet.tally` without a snapshot.
+
+:class:`FleetCount` is told every change of a node's labels, a NodeAcceptance's
+status and the policy list, and answers what :func:`~.fleet.tally` answers
+for a snapshot of the same objects (``tests/operator/test_fleetcount.py``
+checks the two against each other). A node or NodeAcceptance change costs
+O(number of policies); the quarantine limit's counts for one node are O(1),
+with no copy of the quarantined set. Only a change of the policy list
+(rare) re-matches every node: O(N) once per change.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, PhaseCounts
+from gpuaccept.operator.core.fleet import REASON_BREAKER, PolicyTally, matching_policies
+from gpuaccept.operator.core.model import BreakerCounts, PolicyView
+
+
+@dataclass(frozen=True)
+class _Counted:
+    """What a NodeAcceptance adds to its policy's counts."""
+
+    policy: str
+    phase: Phase
+    held_by_breaker: bool
+
+
+def _counted(status: NodeAcceptanceStatus) -> _Counted | None:
+    if not status.policy:
+        return None
+    held = status.phase == Phase.HELD and status.reason == REASON_BREAKER
+    return _Counted(status.policy, status.phase, held)
+
+
+class FleetCount:
+    """Every policy's :class:`~.fleet.PolicyTally`, kept in step with each change."""
+
+    def __init__(self) -> None:
+        self._policies: tuple[PolicyView, ...] = ()
+        self._labels: dict[str, Mapping[str, str]] = {}
+        self._matching: dict[str, tuple[str, ...]] = {}  # node -> the policies it matches
+        self._matched: Counter[str] = Counter()
+        self._conflicts: defaultdict[str, set[str]] = defaultdict(set)
+        self._counted: dict[str, _Counted] = {}  # NodeAcceptance name -> its contribution
+        self._phases: defaultdict[str, Counter[Phase]] = defaultdict(Counter)
+        self._quarantined: defaultdict[str, set[str]] = defaultdict(set)
+        self._held: defaultdict[str, set[str]] = defaultdict(set)
+
+    # ------------------------------------------------------------------ changes
+    def set_policies(self, policies: Iterable[PolicyView]) -> None:
+        """The current policies; every node is matched again only when they changed."""
+        policies = tuple(policies)
+        if policies == self._policies:
+            return
+        self._policies = policies
+        self._matching.clear()
+        self._matched.clear()
+        self._conflicts.clear()
+        for name, labels in self._labels.items():
+            self._add_node(name, labels)
+
+    def set_node(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """A node's labels now (None: the node is gone)."""
+        old = self._labels.get(name)
+        if old is not None and labels is not None and old == labels:
+            self._labels[name] = labels  # the newest view's dict: the old one can go
+            return
+        if old is not None:
+            self._remove_node(name)
+        if labels is None:
+            return
+        self._labels[name] = labels
+        self._add_node(name, labels)
+
+    def set_acceptance(self, name: str, status: NodeAcceptanceStatus | None) -> None:
+        """A NodeAcceptance's status now (None: it is gone)."""
+        new = _counted(status) if status is not None else None
+        old = self._counted.get(name)
+        if old == new:
+            return
+        if old is not None:
+            del self._counted[name]
+            self._count(name, old, -1)
+        if new is not None:
+            self._counted[name] = new
+            self._count(name, new, +1)
+
+    def _add_node(self, name: str, labels: Mapping[str, str]) -> None:
+        matching = tuple(p.name for p in matching_policies(self._policies, labels))
+        self._matching[name] = matching
+        for policy in matching:
+            self._matched[policy] += 1
+            if len(matching) > 1:
+                self._conflicts[policy].add(name)
+
+    def _remove_node(self, name: str) -> None:
+        del self._labels[name]
+        for policy in self._matching.pop(name, ()):
+            self._matched[policy] -= 1
+            self._conflicts[policy].discard(name)
+
+    def _count(self, name: str, counted: _Counted, step: int) -> None:
+        policy = counted.policy
+        self._phases[policy][counted.phase] += step
+        for members, member in (
+            (self._quarantined[policy], counted.phase == Phase.QUARANTINED),
+            (self._held[policy], counted.held_by_breaker),
+        ):
+            if not member:
+                continue
+            if step > 0:
+                members.add(name)
+            else:
+                members.discard(name)
+
+    # ------------------------------------------------------------------ answers
+    def breaker(self, policy: str, node: str) -> BreakerCounts:
+        """The quarantine limit's counts for ``node`` under ``policy`` (itself excluded)."""
+        quarantined = self._quarantined.get(policy, set())
+        return BreakerCounts(
+            quarantined=len(quarantined) - (node in quarantined),
+            matched=self._matched.get(policy, 0),
+        )
+
+    def tally(self) -> dict[str, PolicyTally]:
+        """What :func:`~.fleet.tally` gives for a snapshot of the objects told so far
+        (conflicts and held nodes sorted by name)."""
+        out: dict[str, PolicyTally] = {}
+        for policy in self._policies:
+            name, spec = policy.name, policy.spec
+            counts = self._phases.get(name, Counter())
+            matched = self._matched.get(name, 0)
+            out[name] = PolicyTally(
+                matched=matched,
+                conflicts=tuple(sorted(self._conflicts.get(name, ()))),
+                counts=PhaseCounts(
+                    pending=counts[Phase.PENDING],
+                    probing=counts[Phase.PROBING],
+                    accepted=counts[Phase.ACCEPTED],
+                    quarantined=counts[Phase.QUARANTINED],
+                    held=counts[Phase.HELD],
+                    stalled=counts[Phase.STALLED],
+                ),
+                quarantined=frozenset(self._quarantined.get(name, ())),
+                held_by_breaker=tuple(sorted(self._held.get(name, ()))),
+                limit=spec.max_quarantined_count(matched) if spec is not None else 0,
+            )
+        return out

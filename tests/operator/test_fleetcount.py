@@ -1,0 +1,155 @@
+"""The incremental fleet count (core/fleetcount.py) against the snapshot tally it replaces.
+
+Each row is a sequence of changes (policies, node labels, NodeAcceptance
+statuses, deletions); after every step, :class:`FleetCount` must answer what
+:func:`~gpuaccept.operator.core.fleet.tally` answers for a snapshot of the same
+objects, and its quarantine-limit counts must be those of
+:meth:`PolicyTally.breaker` for every node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pytest
+from world import spec
+
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.operator.core import NAView, NodeView, PolicyView
+from gpuaccept.operator.core.fleet import FleetSnapshot, PolicyTally, tally
+from gpuaccept.operator.core.fleetcount import FleetCount
+
+GPU = {"gpu": "yes"}
+A = PolicyView("a", 1, spec(nodeSelector=GPU, maxQuarantined="50%"))
+A2 = PolicyView("a", 2, spec(nodeSelector={"pool": "a"}))  # policy a, new selector
+B = PolicyView("b", 1, spec(nodeSelector={"pool": "b"}))
+BAD = PolicyView("bad", 3, None, "spec.maxQuarantined: bad value")
+
+
+@dataclass(frozen=True)
+class Policies:
+    views: tuple[PolicyView, ...]
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    labels: Mapping[str, str] | None  # None: deleted
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    name: str
+    status: NodeAcceptanceStatus | None  # None: deleted
+
+
+Step = Policies | Node | Acceptance
+
+
+def _status(policy: str, phase: Phase, reason: str | None = None) -> NodeAcceptanceStatus:
+    return NodeAcceptanceStatus(phase=phase, policy=policy, reason=reason)
+
+
+def _normalised(shares: Mapping[str, PolicyTally]) -> dict[str, PolicyTally]:
+    """The snapshot tally with its conflicts and held nodes in name order."""
+    return {
+        name: PolicyTally(
+            matched=share.matched,
+            conflicts=tuple(sorted(share.conflicts)),
+            counts=share.counts,
+            quarantined=share.quarantined,
+            held_by_breaker=tuple(sorted(share.held_by_breaker)),
+            limit=share.limit,
+        )
+        for name, share in shares.items()
+    }
+
+
+SEQUENCES: list[Sequence[Step]] = [
+    # nodes join, are probed, accepted, quarantined, held by the limit
+    [
+        Policies((A, B, BAD)),
+        Node("n1", GPU),
+        Node("n2", GPU),
+        Node("n3", {**GPU, "pool": "b"}),
+        Node("n4", {"pool": "b"}),
+        Acceptance("n1", _status("a", Phase.PENDING)),
+        Acceptance("n1", _status("a", Phase.PROBING)),
+        Acceptance("n1", _status("a", Phase.QUARANTINED, "PcieLinkFailed")),
+        Acceptance("n2", _status("a", Phase.HELD, "BreakerOpen")),
+        Acceptance("n2", _status("a", Phase.HELD, "BreakerOpen")),  # the same again
+        Acceptance("n4", _status("b", Phase.ACCEPTED)),
+        Acceptance("gone", _status("deleted-policy", Phase.QUARANTINED)),
+        Acceptance("n2", _status("a", Phase.QUARANTINED, "PcieLinkFailed")),  # released
+        Acceptance("n1", _status("a", Phase.ACCEPTED)),  # re-probed and passed
+    ],
+    # labels change (out of and into a selector, into a conflict), objects go
+    [
+        Node("n1", GPU),  # before any policy is known
+        Acceptance("n1", _status("a", Phase.STALLED)),
+        Policies((A,)),
+        Node("n2", {"other": "x"}),
+        Node("n2", GPU),
+        Policies((A, B)),
+        Node("n1", {**GPU, "pool": "b"}),
+        Node("n1", {"pool": "b"}),
+        Acceptance("n1", None),
+        Node("n2", None),
+        Node("n2", None),  # deleted twice
+        Acceptance("never-seen", None),
+    ],
+    # a policy's selector changes, a policy goes, one comes back invalid
+    [
+        Policies((A, B)),
+        Node("n1", GPU),
+        Node("n2", {"pool": "a"}),
+        Acceptance("n1", _status("a", Phase.QUARANTINED)),
+        Acceptance("n2", _status("a", Phase.HELD, "BreakerOpen")),
+        Policies((A2, B)),
+        Policies((B,)),
+        Acceptance("n3", _status("a", Phase.HELD, "NotBreaker")),
+        Policies((BAD, B)),
+        Policies((A, B)),
+    ],
+]
+
+
+@pytest.mark.parametrize("steps", SEQUENCES, ids=["lifecycle", "relabel-delete", "policy-change"])
+def test_fleet_count_answers_what_the_snapshot_tally_answers(steps: Sequence[Step]) -> None:
+    count = FleetCount()
+    policies: tuple[PolicyView, ...] = ()
+    nodes: dict[str, NodeView] = {}
+    acceptances: dict[str, NAView] = {}
+    for step in steps:
+        if isinstance(step, Policies):
+            policies = step.views
+            count.set_policies(policies)
+        elif isinstance(step, Node):
+            nodes.pop(step.name, None)
+            if step.labels is not None:
+                nodes[step.name] = NodeView(name=step.name, labels=dict(step.labels))
+            count.set_node(step.name, None if step.labels is None else dict(step.labels))
+        else:
+            acceptances.pop(step.name, None)
+            if step.status is not None:
+                acceptances[step.name] = NAView(step.name, step.status)
+            count.set_acceptance(step.name, step.status)
+        snapshot = FleetSnapshot(
+            policies=policies,
+            nodes=tuple(nodes.values()),
+            acceptances=tuple(acceptances.values()),
+        )
+        expected = _normalised(tally(snapshot))
+        assert count.tally() == expected, step
+        for policy, share in expected.items():
+            for node in {*nodes, *acceptances, "absent"}:
+                assert count.breaker(policy, node) == share.breaker(node), (step, policy, node)
+
+
+def test_breaker_counts_of_an_unknown_policy_are_zero() -> None:
+    count = FleetCount()
+    count.set_acceptance("n1", _status("a", Phase.QUARANTINED))
+    assert count.breaker("a", "n2").quarantined == 1  # counted before the policy is known
+    assert count.breaker("zzz", "n1").matched == 0
+    assert count.tally() == {}

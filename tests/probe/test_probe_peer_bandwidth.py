@@ -1,0 +1,363 @@
+"""peer_bandwidth: judging (full and condensed forms), pairs text, the simulated node, and
+the real backend's NVML and torch parts against fakes of pynvml and torch."""
+
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from probe_scenarios import HEALTHY, default_policy, fault, probe
+from test_probe_real_backend import backend as real_backend
+from test_probe_real_backend import fake_nvml as fake_nvml_module
+
+from gpuaccept.checks.peer_bandwidth import (
+    SPEC,
+    PeerAccessRule,
+    PeerBandwidthObserved,
+    PeerBandwidthPolicy,
+    format_pairs,
+    judge,
+    parse_pairs,
+)
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.registry import BY_NAME
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+from gpuaccept.probe.hardware.peer_copies import PeerCopies, PeerCopyHungError, read_p2p_status
+from gpuaccept.probe.hardware.profile import load_profile
+from gpuaccept.probe.measure import ProbeContext
+from gpuaccept.probe.runner import hardware_summary, run_check
+
+H100 = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=4)
+PCIE = HardwareSummary(gpu_model="NVIDIA H100 PCIe", gpu_count=4)
+
+
+def matrix(n: int, value: float, **pairs: float) -> list[list[float]]:
+    rows = [[0.0 if s == d else value for d in range(n)] for s in range(n)]
+    for key, gbps in pairs.items():
+        s, d = (int(x) for x in key.removeprefix("p").split("_"))
+        rows[s][d] = gbps
+    return rows
+
+
+def observed(
+    n: int = 4,
+    value: float = 380.0,
+    path: str = "N",
+    no_access: dict[str, str] | None = None,
+    **pairs: float,
+) -> PeerBandwidthObserved:
+    return PeerBandwidthObserved(
+        gpus=n,
+        paths=["".join("-" if s == d else path for d in range(n)) for s in range(n)],
+        gbps=matrix(n, value, **pairs),
+        no_peer_access=no_access,
+    )
+
+
+@pytest.mark.parametrize(
+    ("o", "summary", "policy", "status", "message"),
+    [
+        (observed(), H100, PeerBandwidthPolicy(), "pass", "4 GPUs, nvlink: median 380, min 380"),
+        (
+            observed(p2_1=180.0),
+            H100,
+            PeerBandwidthPolicy(),
+            "fail",
+            "GPU 2\u21921: 180 GB/s, 53 % below the node median 380",
+        ),
+        # 5 % below the median: within the default 10 %
+        (observed(p2_1=361.0), H100, PeerBandwidthPolicy(), "pass", "min 361"),
+        # every pair below the model's minimum: the median rule sees nothing, the minimum does
+        (observed(value=250.0), H100, PeerBandwidthPolicy(), "fail", "250 GB/s < 300"),
+        # a model without a minimum, PCIe paths not compared by default
+        (observed(value=20.0, path="P", p0_1=5.0), PCIE, PeerBandwidthPolicy(), "pass", "pcie"),
+        # peer access missing on an NVLink pair
+        (
+            observed(no_access={"nvlink": "1<>2"}),
+            PCIE,
+            PeerBandwidthPolicy(),
+            "fail",
+            "no peer access on 1<>2 (NVML: NVLink P2P",
+        ),
+        # NVML: the chipset cannot: not required by default, required under "all"
+        (
+            observed(path="C", value=20.0, no_access={"chipset_not_supported": "*"}),
+            PCIE,
+            PeerBandwidthPolicy(),
+            "pass",
+            "(chipset_not_supported: not required)",
+        ),
+        (
+            observed(path="C", value=20.0, no_access={"chipset_not_supported": "*"}),
+            PCIE,
+            PeerBandwidthPolicy(peer_access_required=PeerAccessRule.ALL),
+            "fail",
+            "no peer access on *",
+        ),
+        # on an HGX model every pair must have it, whatever NVML says
+        (
+            observed(path="C", no_access={"chipset_not_supported": "0>1"}),
+            H100,
+            PeerBandwidthPolicy(min_gbps_by_model={}),
+            "fail",
+            "no peer access on 0>1",
+        ),
+        (
+            observed(no_access={"ok": "0>1"}, path="P"),
+            PCIE,
+            PeerBandwidthPolicy(peer_access_required=PeerAccessRule.NVLINK),
+            "pass",
+            "(ok: not required)",
+        ),
+    ],
+)
+def test_judge(
+    o: PeerBandwidthObserved,
+    summary: HardwareSummary,
+    policy: PeerBandwidthPolicy,
+    status: str,
+    message: str,
+) -> None:
+    judgement = judge(o, policy, summary)
+    assert (judgement.status.value, message in judgement.message) == (status, True), judgement
+    condensed = SPEC.condense(o)
+    assert condensed.gbps is None
+    again = judge(SPEC.parse(condensed.to_observed()), policy, summary)
+    assert again.status == judgement.status, again.message
+
+
+def test_condensed_keeps_the_weakest_pair_and_the_median_per_path() -> None:
+    condensed = SPEC.condense(observed(p2_1=180.0, p3_0=200.0)).to_observed()
+    assert condensed == {"gpus": 4, "weakest": {"nvlink": [380.0, 2, 1, 180.0]}}
+
+
+@pytest.mark.parametrize(
+    ("pairs", "text"),
+    [
+        ({(s, d) for s in range(4) for d in range(4) if s != d}, "*"),
+        ({(3, o) for o in range(4) if o != 3} | {(o, 3) for o in range(4) if o != 3}, "3<>*"),
+        ({(1, 2), (2, 1), (0, 3)}, "0>3,1<>2"),
+        (set(), ""),
+    ],
+)
+def test_pairs_text_round_trip(pairs: set[tuple[int, int]], text: str) -> None:
+    assert format_pairs(pairs, 4) == text
+    if text:
+        assert parse_pairs(text, 4) == pairs
+
+
+def test_bad_pairs_text_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a GPU pair"):
+        parse_pairs("2-5", 8)
+
+
+def test_single_gpu_skips_with_a_reason() -> None:
+    profile = load_profile(HEALTHY)
+    one = profile.model_copy(update={"gpus": profile.gpus.model_copy(update={"count": 1})})
+    result = probe(one).result("peer_bandwidth")
+    assert result is not None
+    assert result.status is CheckStatus.SKIP
+    assert "at least 2 GPUs" in result.message
+
+
+def test_the_weak_pair_fault_names_the_pair() -> None:
+    result = probe(fault("p2p-weak-pair")).result("peer_bandwidth")
+    assert result is not None
+    assert result.status is CheckStatus.FAIL
+    assert result.message.startswith("GPU 2\u21925: 180 GB/s, 53 % below the node median 380")
+
+
+def test_healthy_h100_reports_the_full_matrix() -> None:
+    result = probe(HEALTHY, default_policy()).result("peer_bandwidth")
+    assert result is not None
+    assert result.status is CheckStatus.PASS
+    assert isinstance(result.observed, dict)
+    assert result.observed["paths"][0] == "-NNNNNNN"
+    assert result.observed["gbps"][0][1] == 380.0
+    assert result.observed["bidirGBps"][0][1] == 741.0  # 380 x 1.95
+
+
+# --- the real backend's parts, against fakes ---------------------------------------------
+class FakeNVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+def fake_nvml(statuses: dict[int, int] | None = None, error: int | None = None) -> Any:
+    def status(first: int, second: int, index: int) -> int:
+        if error is not None:
+            raise FakeNVMLError(error)
+        assert isinstance(index, int)  # pynvml's READ constant is a tuple: never pass it
+        return (statuses or {}).get(index, 5)
+
+    return types.SimpleNamespace(NVMLError=FakeNVMLError, nvmlDeviceGetP2PStatus=status)
+
+
+@pytest.mark.parametrize(
+    ("statuses", "word"),
+    [
+        ({2: 0, 0: 0}, "nvlink"),  # NVLink capability OK
+        ({2: 5, 0: 0}, "ok"),  # PCIe read OK
+        ({2: 5, 0: 1}, "chipset_not_supported"),
+        ({2: 5, 0: 3}, "ioh_topology_not_supported"),
+        ({2: 5, 0: 4}, "disabled_by_regkey"),
+        ({2: 5, 0: 42}, "unknown"),
+    ],
+)
+def test_nvml_p2p_status_words(statuses: dict[int, int], word: str) -> None:
+    assert read_p2p_status(fake_nvml(statuses), 0, 1, 0) == word
+
+
+def test_nvml_error_is_unknown_and_a_lost_gpu_is_named() -> None:
+    assert read_p2p_status(fake_nvml(error=3), 0, 1, 0) == "unknown"
+    with pytest.raises(Exception, match="GPU 4"):
+        read_p2p_status(fake_nvml(error=15), 4, 1, 4)  # NVML_ERROR_GPU_IS_LOST
+
+
+class FakeTorch:
+    """Enough of torch.cuda to see which streams are current when a copy is enqueued."""
+
+    uint8 = "uint8"
+
+    def __init__(self, elapsed_ms: float = 10.0, completes: bool = True) -> None:
+        self.current: dict[int, str] = {}
+        self.copies: list[tuple[int, int, dict[int, str]]] = []
+        self.recorded: list[str] = []
+        fake = self
+        self.elapsed_ms, self.completes = elapsed_ms, completes
+        self.count = 0
+
+        class Stream:
+            def __init__(self, device: Any) -> None:
+                fake.count += 1
+                self.device, self.name = device.index, f"s{fake.count}@{device.index}"
+
+            def wait_event(self, event: Any) -> None:
+                fake.recorded.append(f"{self.name} waits")
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                pass
+
+            def record(self, stream: Any) -> None:
+                fake.recorded.append(f"record on {stream.name}")
+
+            def query(self) -> bool:
+                return fake.completes
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, other: Any) -> float:
+                return fake.elapsed_ms
+
+        @contextmanager
+        def stream(s: Any) -> Iterator[None]:
+            before = fake.current.get(s.device)
+            fake.current[s.device] = s.name
+            try:
+                yield
+            finally:
+                fake.current[s.device] = before or "default"
+
+        self.cuda = types.SimpleNamespace(Stream=Stream, Event=Event, stream=stream)
+
+    def device(self, _kind: str, index: int) -> Any:
+        return types.SimpleNamespace(index=index)
+
+    def empty(self, nbytes: int, dtype: str, device: Any) -> Any:
+        fake = self
+        on = device.index
+
+        class Buffer:
+            index = on
+
+            def copy_(self, source: Any, non_blocking: bool = False) -> None:
+                fake.copies.append((source.index, self.index, dict(fake.current)))
+
+        return Buffer()
+
+
+def test_one_way_copies_run_on_the_source_stream_and_time_with_events() -> None:
+    torch = FakeTorch(elapsed_ms=10.0)
+    gbps = PeerCopies(torch, 1 << 28, 60).one_way(0, 1, iterations=10, warmup=2)
+    assert gbps == pytest.approx((1 << 28) * 10 / 0.010 / 1e9)
+    assert len(torch.copies) == 12
+    src, dst, current = torch.copies[-1]
+    assert (src, dst) == (0, 1)
+    assert current[0].endswith("@0")  # its own streams, not the default ones
+    assert current[1].endswith("@1")
+
+
+def test_both_ways_give_each_direction_its_own_streams() -> None:
+    torch = FakeTorch(elapsed_ms=20.0)
+    gbps = PeerCopies(torch, 1 << 28, 60).both_ways(0, 1, iterations=10, warmup=0)
+    assert gbps == pytest.approx(2 * (1 << 28) * 10 / 0.020 / 1e9)
+    forward = [c for (s, d, c) in torch.copies if (s, d) == (0, 1)]
+    backward = [c for (s, d, c) in torch.copies if (s, d) == (1, 0)]
+    assert len(forward) == len(backward) == 10
+    # the streams current on each device differ between the directions: torch's
+    # cross-device barriers cannot tie one direction to the other
+    assert forward[0][0] != backward[0][0]
+    assert forward[0][1] != backward[0][1]
+
+
+def test_a_copy_that_never_completes_hits_its_deadline() -> None:
+    with pytest.raises(PeerCopyHungError):
+        PeerCopies(FakeTorch(completes=False), 1 << 20, 0.01).one_way(0, 1, 1, 0)
+
+
+def test_the_real_backend_measures_every_pair_with_fakes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RealBackend against fake pynvml and torch: NVML's word and CUDA's peer access per
+    ordered pair, CUDA devices found by UUID (here in reverse order), one copy per
+    ordered pair and one two-way copy per unordered pair."""
+    nvml = fake_nvml_module()
+    # NVLink between 0 and 1 one way only: 1 -> 0 is PCIe read OK
+    nvml.nvmlDeviceGetP2PStatus = lambda a, b, index: 0 if index == 0 or (a, b) == (0, 1) else 5  # type: ignore[attr-defined]
+    torch = FakeTorch(elapsed_ms=10.0)
+    torch.__version__ = "fake"  # type: ignore[attr-defined]
+    torch.cuda.is_available = lambda: True
+    torch.cuda.device_count = lambda: 2
+    # CUDA ordinal 0 is NVML's GPU 1 (UUIDs without the "GPU-" prefix, as torch prints them)
+    torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(uuid=str(1 - i))
+    torch.cuda.can_device_access_peer = lambda a, b: (a, b) != (0, 1)  # CUDA ordinals
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    hw = real_backend(monkeypatch, nvml)
+    policy = ProbePolicy.model_validate(
+        {"peerBandwidth": {"iterations": 10, "warmupIterations": 2}}
+    )
+    result = run_check(BY_NAME["peer_bandwidth"], hw, policy, ProbeContext(), hardware_summary(hw))
+    hw.close()
+    raw = (1 << 28) * 10 / 0.010 / 1e9
+    gbps, both = round(raw, 1), round(2 * raw, 1)
+    assert result.observed == {
+        "gpus": 2,
+        "bytes": 1 << 28,
+        "paths": ["-N", "P-"],
+        "gbps": [[0.0, gbps], [gbps, 0.0]],
+        "bidirGBps": [[0.0, both], [both, 0.0]],
+        # NVML GPU 1 -> 0 is CUDA ordinal 0 -> 1, where CUDA grants no peer access
+        "noPeerAccess": {"ok": "1>0"},
+    }
+    assert result.status is CheckStatus.FAIL  # NVML says P2P works there: nvml rule
+    assert "no peer access on 1>0 (NVML: P2P supported" in result.message
+    ordered = {(s, d) for s, d, _current in torch.copies}
+    assert ordered == {(0, 1), (1, 0)}  # CUDA ordinals
+    assert len(torch.copies) == 2 * 12 + 2 * 12  # one way per ordered pair, both ways once
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        ({"gpus": 2, "gbps": [[0.0, 1.0]]}, "gpus x gpus"),
+        ({"gpus": 2, "paths": ["-N", "N"]}, "paths must be"),
+        ({"gpus": 2, "noPeerAccess": {"ok": "0>5"}}, "beyond 2"),
+        ({"gpus": 2, "noPeerAccess": {"ok": "0-1"}}, "not a GPU pair"),
+    ],
+)
+def test_malformed_observed_is_refused(bad: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        SPEC.parse(bad)  # type: ignore[arg-type]
