@@ -98,9 +98,11 @@ def main(argv: Sequence[str]) -> int:
     try:
         args = parser().parse_args(list(argv))
         check_ranges(args)
-        resources = probe_resources(args.probe_resources)
-        tolerations = probe_tolerations(args.probe_tolerations)
-        fabric = fabric_pods(args.fabric_pods)
+        resources, tolerations, fabric = (
+            probe_resources(args.probe_resources),
+            probe_tolerations(args.probe_tolerations),
+            fabric_pods(args.fabric_pods),
+        )
         try:
             node_selector = parse_node_selector(args.node_selector)
         except ValueError as error:

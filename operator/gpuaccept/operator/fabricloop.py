@@ -1,13 +1,15 @@
 """The fabric loop (runtime): for each policy with ``fabric.enabled``, one pass of
-:func:`~gpuaccept.operator.core.fabric_pairs.plan_fabric_pass` over the nodes that
-take part in its fabric tests, then its writes in order (docs/fabric.md).
+:func:`~gpuaccept.operator.core.fabric_pairs.plan_fabric_pass` over the nodes
+that take part in its fabric tests, then its writes in order (docs/fabric.md).
 
-A pass runs when something it reads changed (a fabric pod or a NodeAcceptance of
-the policy: :meth:`FabricLoop.poke`, O(1) per event), at most every
+A pass runs when something it reads changed (a fabric pod or a NodeAcceptance
+with a fabric test: :meth:`FabricLoop.poke`, O(1) per event), at most every
 :data:`MIN_GAP_SECONDS`, and at the latest when its plan asks to be woken (a
-deadline) or every ``interval`` seconds. Its verdicts are handed to the nodes' own
-reconciles (:meth:`FabricLoop.verdict`), which record them under dryRun and the
-quarantine limit like any verdict. Everything a pass reads is in the API server
+deadline) or every ``interval`` seconds. It reads the policy's NodeAcceptances
+that have a fabric test, which the cache keeps as it counts (O(members) per
+pass). Its verdicts are handed to the nodes' own reconciles
+(:meth:`FabricLoop.verdict`), which record them under dryRun and the quarantine
+limit like any verdict. Everything a pass reads is in the API server
 (pair results in the statuses, running pairs as pods), so a restarted operator
 picks up where the last one stopped.
 """
@@ -109,11 +111,16 @@ class FabricLoop:
 
     def observe(self, policy: PolicyView, now: datetime) -> FabricObserved:
         """The nodes of ``policy`` that take part: waiting (phase Fabric), and decided
-        ones that are partners or have fabric results (O(nodes) per pass, not per event)."""
+        ones that have fabric results; with ``idleAcceptedPartners`` every decided
+        one (the only case that walks the policy's NodeAcceptances)."""
         spec = policy.spec
         assert spec is not None
+        self.cache.settle()
+        names: list[str] = self.cache.fabric_names(policy.name)
+        if spec.fabric.idle_accepted_partners:
+            names = sorted(na.name for na in self.cache.acceptances())
         members: list[FabricMember] = []
-        for name in self.cache.na_names():
+        for name in names:
             na = self.cache.na(name)
             if na is None or na.status.policy != policy.name:
                 continue
