@@ -70,7 +70,7 @@ FABRIC_BAD = {
     f"gpu-fabric-{fault}": (f"profiles/fabric/{fault}.yaml", reason)
     for fault, reason in FABRIC_FAULTS.items()
 }
-FABRIC_SECTION = {"enabled": True, "minBusbwGBps": 250, "deadlineSeconds": 600}
+FABRIC_SECTION = {"enabled": True, "minBusbwGBps": 200, "deadlineSeconds": 600}
 ALL_NODES = (*GOOD, *BAD, *FABRIC_GOOD, *FABRIC_BAD)
 TIMEOUT_S = 300
 # In <cluster dir>/demo: the demo started the control plane, so demo-down stops it.
@@ -118,8 +118,10 @@ def install(kube: Kube) -> None:
         **spec,
         "nodeSelector": {"nvidia.com/gpu.present": "true", FABRIC_LABEL: "true"},
         "maxQuarantined": max(len(FABRIC_BAD), 1),
-        # Between the damaged cable's 180 GB/s and the healthy 390, with room for the
-        # loopback's overhead on a loaded machine (307-375 GB/s measured for 390 here).
+        # The damaged cable measures at most its 180 GB/s (the simulation's hold is a
+        # floor on each all-reduce's time); healthy pairs (390) measured 274-385 GB/s
+        # over the loopback here while the other nodes' probes ran: 200 keeps a wide
+        # margin on both sides.
         "fabric": FABRIC_SECTION,
     }
     for name, body in ((POLICY, spec), (FABRIC_POLICY, fabric_spec)):

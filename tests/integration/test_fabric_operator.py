@@ -52,7 +52,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 DAMAGED = str(ROOT / "profiles" / "fabric" / "h100-sxm-8gpu-damaged-cable.yaml")
-FABRIC = {"enabled": True, "minBusbwGBps": 250, "deadlineSeconds": 600}
+FABRIC = {"enabled": True, "minBusbwGBps": 200, "deadlineSeconds": 600}
 FABRIC_SELECTOR = "gpuaccept.io/fabric-pair"
 
 

@@ -624,7 +624,7 @@ class HardwareProfile(ProfileModel):
     expect_fabric: ExpectedVerdict | None = Field(
         default=None,
         description="The fabric test's verdict when paired with healthy nodes, under a "
-        "policy whose fabric.minBusbwGBps is 250 (the demo's; docs/fabric.md).",
+        "policy whose fabric.minBusbwGBps is 200 (the demo's; docs/fabric.md).",
     )
     node: Node = Node()
     gpus: Gpus
