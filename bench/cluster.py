@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from bench.audit import AUDIT_POLICY
+from gpuaccept.checks.fabric_allreduce import FabricPolicy
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.contracts.api import (
     ACCEPTANCE_PLURAL,
@@ -151,7 +152,9 @@ def identity(cp: ControlPlane, name: str, out_dir: Path, namespace: str = NAMESP
     return Identity(f"system:serviceaccount:{namespace}:{name}", token, kubeconfig)
 
 
-def ensure_policy(api: client.ApiClient, selector: dict[str, str]) -> NodeAcceptancePolicySpec:
+def ensure_policy(
+    api: client.ApiClient, selector: dict[str, str], *, fabric: dict[str, Any] | None = None
+) -> NodeAcceptancePolicySpec:
     """The benchmark's policy: the shipped default policy, with a breaker that never
     holds here.
 
@@ -161,6 +164,8 @@ def ensure_policy(api: client.ApiClient, selector: dict[str, str]) -> NodeAccept
     """
     probe = ProbePolicy.model_validate(yaml.safe_load(DEFAULT_POLICY.read_text()))
     spec = NodeAcceptancePolicySpec(node_selector=selector, max_quarantined="100%", probe=probe)
+    if fabric is not None:  # the fabric test too (fleet_bench --fabric-slow-every)
+        spec = spec.model_copy(update={"fabric": FabricPolicy.model_validate(fabric)})
     body = {
         "apiVersion": API_VERSION,
         "kind": POLICY_KIND,

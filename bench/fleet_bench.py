@@ -16,6 +16,12 @@ plane (the binary ``make cluster-up`` runs, kube-apiserver's audit log on):
 5. the arm's requests are counted from the audit log (its identity only), its
    peak RSS (``VmHWM``) and CPU seconds are read from /proc.
 
+With ``--fabric-slow-every K`` the policy runs the fabric test (docs/fabric.md):
+every node's profile is the healthy H100's or, for every K-th, the damaged-cable
+one (profiles/fabric/), the stand-in completes fabric pairs from the two profiles'
+``interNode.busbwGBps`` (scale mode), and the result adds the rounds, pairs and
+fabric verdicts. The floor does no fabric test: it accepts those nodes.
+
 The last stdout line is a machine-readable summary (``--label``).
 """
 
@@ -76,6 +82,7 @@ from gpuaccept.testsupport.kubelet_standin import (
     PodInfo,
     SimNode,
     StandInSettings,
+    fabric_pairs_from_profiles,
 )
 from gpuaccept.testsupport.standin_behaviours import reported_wall_s
 
@@ -83,6 +90,12 @@ REPO = Path(__file__).resolve().parent.parent
 FINAL = ("Accepted", "Quarantined")
 BENCH_LABEL = "bench.gpuaccept.io/fleet"
 GPUS_PER_NODE = 8
+HEALTHY_PROFILE = REPO / "profiles" / "h100-sxm-8gpu-healthy.yaml"
+DAMAGED_PROFILE = REPO / "profiles" / "fabric" / "h100-sxm-8gpu-damaged-cable.yaml"
+FABRIC_SECTION = {"enabled": True, "minBusbwGBps": 200, "deadlineSeconds": 1800}
+FABRIC_REASON = "FabricAllreduceFailed"
+FABRIC_POD_LABEL = "gpuaccept.io/fabric-pair"
+FLOOR_WRITES_PER_PAIR = 6
 
 console = Console(stderr=True, highlight=False, width=160)
 
@@ -117,6 +130,8 @@ class ArmResult:
     exit_code: int | None = None
     problems: list[str] = field(default_factory=list)
     log_file: str = ""
+    # with --fabric-slow-every: rounds (pairs up to a node's verdict), pairs, correctness
+    fabric: dict[str, Any] = field(default_factory=dict)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -221,6 +236,8 @@ class Tracker:
 
     def _on_pod(self, pod: Any) -> None:
         node = pod.spec.node_name or ""
+        if FABRIC_POD_LABEL in (pod.metadata.labels or {}):
+            return  # a fabric pair's pod, not a second probe of the node
         with self.lock:
             self.pods.setdefault(node, set()).add(pod.metadata.uid)
 
@@ -262,6 +279,7 @@ class Setup:
     # probe pods last their report's wallS x this (the simulated probe's stated durations,
     # docs/probe.md#time-budget), instead of probe_delay_s
     probe_time_scale: float | None = None
+    fabric_slow_every: int = 0  # 0: no fabric test; else every k-th node's fabric is slow
 
 
 def arm_command(setup: Setup, arm: str, kubeconfig: Path, tag: str) -> list[str]:
@@ -339,6 +357,12 @@ class ArmRun:
         """Every ``fail_every``-th node gets the faulty report."""
         return int(name.rsplit("-", 1)[1]) % self.setup.fail_every == 0
 
+    def slow_fabric(self, name: str) -> bool:
+        """With the fabric test, every ``fabric_slow_every``-th node (from the second on,
+        so apart from ``fails``) has the damaged cable."""
+        every = self.setup.fabric_slow_every
+        return every > 0 and int(name.rsplit("-", 1)[1]) % every == 1
+
     def _await_watching(self) -> None:
         """The rest of step 2: the arm watches Nodes; the tracker and py-spy start."""
         setup = self.setup
@@ -369,11 +393,16 @@ class ArmRun:
             default_behaviour=complete,
             settings=StandInSettings(api_concurrency=setup.standin_concurrency),
         )
+        if setup.fabric_slow_every:
+            self.standin.default_behaviour = fabric_pairs_from_profiles(
+                self.standin.inter_node_busbw, complete
+            )
         self.standin.start()
         return self.standin
 
     def _fleet(self) -> tuple[list[SimNode], dict[str, str]]:
         """The N nodes, under the pending taint, and the final phase each must reach."""
+        fabric = self.setup.fabric_slow_every > 0
         nodes = [
             SimNode(
                 name=f"{self.arm}-{self.n}-{i:05d}",
@@ -383,8 +412,15 @@ class ArmRun:
             )
             for i in range(self.n)
         ]
+        for node in nodes:  # the profiles only matter to the fabric pairs
+            if fabric:
+                slow = self.slow_fabric(node.name)
+                node.profile = str(DAMAGED_PROFILE if slow else HEALTHY_PROFILE)
         expected = {
-            node.name: "Quarantined" if self.fails(node.name) else "Accepted" for node in nodes
+            node.name: "Quarantined"
+            if self.fails(node.name) or (self.arm == "operator" and self.slow_fabric(node.name))
+            else "Accepted"
+            for node in nodes
         }
         return nodes, expected
 
@@ -490,6 +526,8 @@ class ArmRun:
         )
         self._tally(expected)
         check_end_state(setup.admin, expected, result)
+        if setup.fabric_slow_every and self.arm == "operator":
+            result.fabric = fabric_outcome(setup.admin, expected, self.slow_fabric)
 
     def stop(self) -> None:
         """Stop the tracker, py-spy, the arm (recording its RSS and CPU) and the stand-in."""
@@ -610,6 +648,46 @@ def check_end_state(api: client.ApiClient, expected: dict[str, str], result: Arm
         result.problems.append(f"{len(wrong)} nodes not as expected, e.g. " + "; ".join(wrong[:3]))
 
 
+def fabric_outcome(
+    api: client.ApiClient, expected: dict[str, str], slow: Callable[[str], bool]
+) -> dict[str, Any]:
+    """Rounds (the most pairs a node was in up to its verdict: its first pass, or all
+    of a quarantined node's; a cleared node's later pairs as a partner do not count),
+    pairs run, and whether each slow-fabric node was quarantined with
+    FabricAllreduceFailed and no other node was."""
+    custom: Any = client.CustomObjectsApi(api)
+    items = custom.list_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL)["items"]
+    statuses = {i["metadata"]["name"]: i.get("status") or {} for i in items}
+    pairs: set[str] = set()
+    per_node: list[int] = []
+    outcomes: dict[str, int] = {}
+    for name in expected:
+        records = (statuses.get(name, {}).get("fabric") or {}).get("pairs") or []
+        ordered = sorted(records, key=lambda r: str(r["finishedAt"]))
+        passes = [i for i, r in enumerate(ordered) if r["outcome"] == "passed"]
+        per_node.append(passes[0] + 1 if passes else len(ordered))
+        for record in records:
+            if record["pair"] not in pairs:
+                outcomes[record["outcome"]] = outcomes.get(record["outcome"], 0) + 1
+            pairs.add(record["pair"])
+    convicted = {n for n in expected if statuses.get(n, {}).get("reason") == FABRIC_REASON}
+    slow_nodes = {n for n in expected if slow(n)}
+    return {
+        "slow_nodes": len(slow_nodes),
+        "slow_quarantined": len(slow_nodes & convicted),
+        "healthy_quarantined": len(convicted - slow_nodes),
+        "rounds": max(per_node, default=0),
+        "pairs": len(pairs),
+        "pair_outcomes": dict(sorted(outcomes.items())),
+        "pairs_per_node_mean": round(statistics.fmean(per_node), 2) if per_node else 0.0,
+        # the least a client can do per pair: create and delete two pods, write the
+        # result into two statuses (the verdict's own writes are in the floor already)
+        "floor_extra_per_node": round(FLOOR_WRITES_PER_PAIR * len(pairs) / len(expected), 2)
+        if expected
+        else 0.0,
+    }
+
+
 # --------------------------------------------------------------------------
 # output
 # --------------------------------------------------------------------------
@@ -658,6 +736,15 @@ def show_table(results: Sequence[ArmResult], machine: str) -> None:
         )
     out = Console(width=200)
     out.print(table)
+    for r in results:
+        if r.fabric:
+            out.print(
+                f"N={r.nodes} {r.arm} fabric: rounds {r.fabric['rounds']}, pairs "
+                f"{r.fabric['pairs']} {r.fabric['pair_outcomes']}, slow fabrics quarantined "
+                f"{r.fabric['slow_quarantined']}/{r.fabric['slow_nodes']}, healthy quarantined "
+                f"{r.fabric['healthy_quarantined']}; the floor's requests per node plus "
+                f"{r.fabric['floor_extra_per_node']} for the pairs"
+            )
     for n in sorted({r.nodes for r in results}):
         op = next((r for r in results if r.nodes == n and r.arm == "operator"), None)
         fl = next((r for r in results if r.nodes == n and r.arm == "floor"), None)
@@ -695,6 +782,18 @@ def summary_line(label: str, results: Sequence[ArmResult]) -> str:
         "rss_mb": f"{op.peak_rss_mb:.0f}" if op else "nan",
         "cpu_s": f"{op.cpu_s:.1f}" if op else "nan",
     }
+    if op and op.fabric:
+        fields |= {
+            "fabric_rounds": op.fabric["rounds"],
+            "fabric_pairs": op.fabric["pairs"],
+            "slow_quarantined": f"{op.fabric['slow_quarantined']}/{op.fabric['slow_nodes']}",
+            "healthy_quarantined": op.fabric["healthy_quarantined"],
+            "fabric_floor_req_per_node": (
+                f"{fl.requests['per_node'] + op.fabric['floor_extra_per_node']:.2f}"
+                if fl
+                else "nan"
+            ),
+        }
     return f"{label}: " + " ".join(f"{k}={v}" for k, v in fields.items())
 
 
@@ -801,6 +900,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--arms", default="floor,operator", help="comma-separated: floor,operator")
     parser.add_argument("--label", default="bench", help="prefix of the summary line")
     parser.add_argument("--fail-every", type=int, default=10, help="every k-th node fails (10%%)")
+    parser.add_argument(
+        "--fabric-slow-every",
+        type=int,
+        default=0,
+        help="run the fabric test; every k-th node has a slow fabric (20: 5%%; 0: no fabric)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out")
     parser.add_argument(
         "--plot", type=Path, help="PNG path (default OUT/<label>/time-to-verdict.png)"
@@ -885,7 +990,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with cp.api_client() as admin:
             apply_crds(admin, REPO / "crds")
             ensure_namespace(admin)
-            ensure_policy(admin, {GPU_PRESENT_LABEL: "true", BENCH_LABEL: "true"})
+            ensure_policy(
+                admin,
+                {GPU_PRESENT_LABEL: "true", BENCH_LABEL: "true"},
+                fabric=FABRIC_SECTION if args.fabric_slow_every else None,
+            )
             setup = Setup(
                 cp=cp,
                 admin=admin,
@@ -904,6 +1013,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 py_spy=args.py_spy,
                 py_spy_gil=not args.py_spy_all_threads,
                 probe_time_scale=args.probe_time_scale,
+                fabric_slow_every=args.fabric_slow_every,
             )
             results, code = run_arms(setup, sizes, arms)
     finally:
@@ -921,6 +1031,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "kubernetes": cp.kubernetes_version,
         "profiles": [str(healthy_profile), str(fault_profile)],
         "fail_every": args.fail_every,
+        "fabric_slow_every": args.fabric_slow_every,
         "results": [asdict(r) for r in results],
     }
     (out / "results.json").write_text(json.dumps(document, indent=2) + "\n")
@@ -934,6 +1045,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_problems(results)
     print(f"results: {out / 'results.json'}  plot: {plot}", flush=True)
     if any(r.decided != r.nodes or r.lost or r.duplicated for r in results):
+        code = 1
+    if any(r.fabric.get("healthy_quarantined") for r in results):
         code = 1
     print(summary_line(args.label, results), flush=True)
     return code

@@ -4,7 +4,10 @@
    the namespace, the probe ServiceAccount and a demo policy.
 2. Register a fleet with the kubelet stand-in (a subprocess): healthy nodes, an
    idle-downshift node and one node per fault profile, all registered with the
-   pending taint, as kubelet ``--register-with-taints`` would.
+   pending taint, as kubelet ``--register-with-taints`` would; and a batch of
+   new nodes under a second policy with the fabric test on (docs/fabric.md), one
+   node per fabric fault profile among healthy ones: their pairs run for real
+   (``gpuaccept probe fabric``, gloo over the loopback).
 3. Run ``gpuaccept operator`` (a subprocess) and wait until every node is decided.
 4. Print ``kubectl get nodeacceptance``, the nodes with taints and labels, and
    what to try next. Exit 0 only if every node ended where it should.
@@ -37,7 +40,7 @@ from gpuaccept.contracts.api import (
     VERSION,
 )
 from gpuaccept.operator.kube import Kube
-from gpuaccept.probe.hardware.profile import expected_fault_reasons
+from gpuaccept.probe.hardware.profile import expected_fabric_reasons, expected_fault_reasons
 from gpuaccept.testsupport.attached import register, stop_attached
 from gpuaccept.testsupport.controlplane import ControlPlane, default_dir, start
 from gpuaccept.testsupport.controlplane import stop as stop_control_plane
@@ -56,6 +59,19 @@ GOOD = {
 BAD = {
     f"gpu-{fault}": (f"profiles/faults/{fault}.yaml", reason) for fault, reason in FAULTS.items()
 }
+# The fabric batch: healthy nodes and one node per fabric fault profile, under a
+# second policy with the fabric test on. Five healthy nodes: a conviction needs two
+# partners that failed with the bad node and passed with two others (docs/fabric.md).
+FABRIC_POLICY = "demo-fabric"
+FABRIC_LABEL = "gpuaccept.io/demo-fabric"
+FABRIC_FAULTS = expected_fabric_reasons(ROOT / "profiles" / "fabric")
+FABRIC_GOOD = {f"gpu-fabric-{i}": "profiles/h100-sxm-8gpu-healthy.yaml" for i in range(1, 6)}
+FABRIC_BAD = {
+    f"gpu-fabric-{fault}": (f"profiles/fabric/{fault}.yaml", reason)
+    for fault, reason in FABRIC_FAULTS.items()
+}
+FABRIC_SECTION = {"enabled": True, "minBusbwGBps": 200, "deadlineSeconds": 600}
+ALL_NODES = (*GOOD, *BAD, *FABRIC_GOOD, *FABRIC_BAD)
 TIMEOUT_S = 300
 # In <cluster dir>/demo: the demo started the control plane, so demo-down stops it.
 STARTED_CLUSTER = "started-cluster"
@@ -98,10 +114,25 @@ def install(kube: Kube) -> None:
         "dryRun": False,
         "paused": False,
     }
+    fabric_spec = {
+        **spec,
+        "nodeSelector": {"nvidia.com/gpu.present": "true", FABRIC_LABEL: "true"},
+        "maxQuarantined": max(len(FABRIC_BAD), 1),
+        # The damaged cable measures at most its 180 GB/s (the simulation's hold is a
+        # floor on each all-reduce's time); healthy pairs (390) measured 274-385 GB/s
+        # over the loopback here while the other nodes' probes ran: 200 keeps a wide
+        # margin on both sides.
+        "fabric": FABRIC_SECTION,
+    }
+    for name, body in ((POLICY, spec), (FABRIC_POLICY, fabric_spec)):
+        apply_policy(kube, name, body)
+
+
+def apply_policy(kube: Kube, name: str, spec: dict[str, Any]) -> None:
     policy = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "NodeAcceptancePolicy",
-        "metadata": {"name": POLICY},
+        "metadata": {"name": name},
         "spec": spec,
     }
     for _ in range(30):  # the CRD may take a moment to be served
@@ -112,7 +143,7 @@ def install(kube: Kube) -> None:
             if error.status == 409:
                 kube.request(
                     "PATCH",
-                    f"{POLICY_PATH}/{POLICY}",
+                    f"{POLICY_PATH}/{name}",
                     {"spec": spec},
                     content_type="application/merge-patch+json",
                 )
@@ -124,14 +155,17 @@ def install(kube: Kube) -> None:
 
 def fleet_file(state: Path) -> Path:
     profiles = {**GOOD, **{name: profile for name, (profile, _reason) in BAD.items()}}
+    fabric = {**FABRIC_GOOD, **{name: profile for name, (profile, _r) in FABRIC_BAD.items()}}
+    batches = ((profiles, "gpuaccept.io/demo"), (fabric, FABRIC_LABEL))
     nodes = [
         {
             "name": name,
             "profile": str(ROOT / profile),
-            "labels": {"gpuaccept.io/demo": "true"},
+            "labels": {label: "true"},
             "taints": [{"key": PENDING_TAINT_KEY, "effect": "NoSchedule"}],
         }
-        for name, profile in profiles.items()
+        for batch, label in batches
+        for name, profile in batch.items()
     ]
     path = state / "fleet.yaml"
     path.write_text(yaml.safe_dump({"nodes": nodes}, sort_keys=False))
@@ -140,7 +174,7 @@ def fleet_file(state: Path) -> Path:
 
 def forget_fleet(kube: Kube) -> None:
     """Remove what an earlier demo (KEEP=1) left: its nodes and their NodeAcceptances."""
-    names = [*GOOD, *BAD]
+    names = list(ALL_NODES)
     for name in names:
         with contextlib.suppress(ApiException):
             kube.request("DELETE", f"/api/v1/nodes/{name}")
@@ -161,7 +195,7 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 def phases(kube: Kube) -> dict[str, dict[str, Any]]:
     items = kube.request("GET", NA_PATH)["items"]
-    names = set(GOOD) | set(BAD)
+    names = set(ALL_NODES)
     return {
         i["metadata"]["name"]: i.get("status") or {}
         for i in items
@@ -232,7 +266,11 @@ def start_fleet(cp: ControlPlane, *, keep: bool) -> DemoRun:
     forget_fleet(kube)
     say(f"control plane ready at {cp.server}; installing CRDs and the '{POLICY}' policy")
     install(kube)
-    say(f"registering {len(GOOD) + len(BAD)} simulated GPU nodes with the pending taint")
+    say(
+        f"registering {len(ALL_NODES)} simulated GPU nodes with the pending taint "
+        f"({len(FABRIC_GOOD) + len(FABRIC_BAD)} of them under '{FABRIC_POLICY}', which runs "
+        "the fabric test)"
+    )
     standin = spawn(
         [sys.executable, "-m", "gpuaccept.testsupport.kubelet_standin", "--kubeconfig",
          str(cp.kubeconfig), "--nodes-file", str(fleet_file(state))]
@@ -270,7 +308,7 @@ def wait_for_verdicts(run: DemoRun) -> bool:
             say(f"nodes: {line}")
             last = line
         decided = {n for n, s in current.items() if s.get("phase") in ("Accepted", "Quarantined")}
-        if decided == set(GOOD) | set(BAD):
+        if decided == set(ALL_NODES):
             return True
         time.sleep(1)
     say(f"not every node was decided within {TIMEOUT_S}s")
@@ -280,10 +318,10 @@ def wait_for_verdicts(run: DemoRun) -> bool:
 def unexpected(current: dict[str, dict[str, Any]]) -> list[str]:
     """Every node not where its profile says it must end."""
     problems = []
-    for name in GOOD:
+    for name in (*GOOD, *FABRIC_GOOD):
         if current.get(name, {}).get("phase") != "Accepted":
             problems.append(f"{name}: expected Accepted, got {current.get(name)}")
-    for name, (_profile, reason) in BAD.items():
+    for name, (_profile, reason) in {**BAD, **FABRIC_BAD}.items():
         status = current.get(name, {})
         if status.get("phase") != "Quarantined" or status.get("reason") != reason:
             problems.append(
@@ -298,9 +336,10 @@ def show(cp: ControlPlane) -> None:
     time.sleep(3)  # let the policy status catch up (it is written every 2 s)
     out(kubectl(cp, "get", "nodeacceptancepolicy"))
     out(kubectl(cp, "get", "nodeacceptance"))
-    out(kubectl(cp, "get", "nodes", "-l", "gpuaccept.io/demo=true", "-o",
-                "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept\\.io/"
-                "acceptance,TAINTS:.spec.taints[*].key"))  # fmt: skip
+    for label in ("gpuaccept.io/demo", FABRIC_LABEL):
+        out(kubectl(cp, "get", "nodes", "-l", f"{label}=true", "-o",
+                    "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept"
+                    "\\.io/acceptance,TAINTS:.spec.taints[*].key"))  # fmt: skip
 
 
 def next_steps(cp: ControlPlane) -> None:
@@ -308,6 +347,8 @@ def next_steps(cp: ControlPlane) -> None:
     out(f"  export KUBECONFIG={cp.kubeconfig}")
     out(f"  export PATH={ROOT / '.bin'}:$PATH   # the kubectl built for this control plane")
     out("  kubectl get nodeacceptance gpu-pcie-x8 -o yaml        # reasons, checks, report")
+    for name in FABRIC_BAD:
+        out(f"  kubectl get nodeacceptance {name} -o yaml   # the fabric pairs it failed")
     out("  kubectl annotate node gpu-healthy-1 gpuaccept.io/reprobe=now   # re-probe")
     out("  kubectl patch nodeacceptancepolicy demo --type merge -p "
         "'{\"spec\":{\"dryRun\":true}}'   # dry run")  # fmt: skip
@@ -321,9 +362,10 @@ def tear_down(run: DemoRun) -> None:
     stop_child(run.operator)
     stop_child(run.standin)
     stop_attached(run.cp.dir)  # removes the registrations
-    with contextlib.suppress(ApiException):
-        run.kube.request("DELETE", f"{POLICY_PATH}/{POLICY}")
-    for name in (*GOOD, *BAD):
+    for policy in (POLICY, FABRIC_POLICY):
+        with contextlib.suppress(ApiException):
+            run.kube.request("DELETE", f"{POLICY_PATH}/{policy}")
+    for name in ALL_NODES:
         run.kube.delete_na(name)
     if run.cp.owned:
         say("stopping the control plane")

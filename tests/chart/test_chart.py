@@ -251,6 +251,20 @@ def test_lease_name_matches_the_role(ha_docs: list[Manifest]) -> None:
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
 
+def test_fabric_pod_settings_reach_the_operator_not_the_policy(ha_docs: list[Manifest]) -> None:
+    """The RDMA settings of the fabric pods are chart values, parsed by the operator."""
+    options = importlib.import_module("gpuaccept.operator.options")
+    fabric = options.fabric_pods(args_of(ha_docs)["--fabric-pods"])
+    assert fabric.resources == {"rdma/rdma_shared_device_a": "1"}
+    assert fabric.annotations == {"k8s.v1.cni.cncf.io/networks": "rdma-net"}
+    assert fabric.capabilities == ("IPC_LOCK",)
+    assert dict(fabric.env) == {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_NET": "IB"}
+    assert fabric.timeout_seconds == 900
+    policy = json.dumps(one(ha_docs, "NodeAcceptancePolicy")["spec"])
+    assert "rdma" not in policy
+    assert "NCCL" not in policy
+
+
 def test_args_parse_with_the_operator_cli(ha_docs: list[Manifest]) -> None:
     """The chart's command line is one the operator accepts, with the values it means."""
     cli = importlib.import_module("gpuaccept.operator.cli")

@@ -367,8 +367,9 @@ def test_printer_columns() -> None:
     ]
     na = columns(crdgen.acceptance_crd())
     # the key figures' columns come from the registry, in their declared order (README's)
-    assert list(na) == ["PHASE", "REASON", "BUSBW", "PCIE", "DRIVER", "PROBED", "AGE"]
+    assert list(na) == ["PHASE", "REASON", "BUSBW", "PCIE", "FABRIC", "DRIVER", "PROBED", "AGE"]
     assert na["PROBED"] == ".status.lastProbeTime"
+    assert na["FABRIC"] == ".status.fabric.summary"  # empty unless the policy enables fabric
     # Every printer column points at a field that exists in the schema.
     for crd in (crdgen.policy_crd(), crdgen.acceptance_crd()):
         root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]

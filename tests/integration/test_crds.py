@@ -22,6 +22,8 @@ from gpuaccept.contracts.nodeacceptance import (
     CheckSummary,
     Condition,
     ConditionStatus,
+    FabricPairRecord,
+    FabricStatus,
     KeyFigures,
     NodeAcceptancePolicyStatus,
     NodeAcceptanceStatus,
@@ -288,6 +290,30 @@ def sample_status(node: str) -> NodeAcceptanceStatus:
         probed_boot_id=report.boot_id,
         applied_taints=["gpuaccept.io/quarantined"],
         report=report,
+        fabric=FabricStatus(
+            waiting_since=now,
+            pairs=[
+                FabricPairRecord(
+                    pair="0a1b2c3d4e5f",
+                    partner="gpu-2",
+                    node_rank=1,
+                    outcome="failed",
+                    busbw_gbps=167.5,
+                    finished_at=now,
+                    message="fabric busbw 167.5 GB/s < 200",
+                ),
+                FabricPairRecord(
+                    pair="5f4e3d2c1b0a",
+                    partner="gpu-3",
+                    node_rank=0,
+                    outcome="incomplete",
+                    finished_at=now,
+                ),
+            ],
+            verdict="FabricAllreduceFailed",
+            busbw_gbps=167.5,
+            summary="failed 167.5 GB/s",
+        ),
         conditions=[
             Condition(
                 type="GPUAcceptance",
@@ -334,12 +360,14 @@ def test_acceptance_status_round_trips_and_columns_show(cp: ControlPlane, name: 
         "REASON",
         "BUSBW",  # the key figures' columns, in their declared display order
         "PCIE",
+        "FABRIC",
         "DRIVER",
         "PROBED",
         "AGE",
     ]
     row = table[1].split()
-    assert row[:6] == [name, "Quarantined", "LowBusBandwidth", "80.5", "Gen5x16", "550.54.15"]
+    assert row[:5] == [name, "Quarantined", "LowBusBandwidth", "80.5", "Gen5x16"]
+    assert row[5:9] == ["failed", "167.5", "GB/s", "550.54.15"]  # the FABRIC column, then DRIVER
     wide = cp.kubectl("get", "na", name, "-o", "wide").stdout.splitlines()
     assert wide[0].split()[-4:] == ["POLICY", "ATTEMPTS", "WALL", "AGE"]
     assert wide[1].split()[-4:-1] == ["default", "1", "53.1"]  # the probe's own wall time

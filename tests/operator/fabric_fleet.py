@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.operator.core.fabric_pairing import (
     FabricNoPartner,
     FabricPairingParams,
@@ -16,7 +17,6 @@ from gpuaccept.operator.core.fabric_pairing import (
     FabricSituation,
     FabricVerdict,
     NodePair,
-    NoPartnerAction,
     PairOutcome,
     PairResult,
     WaitingNode,

@@ -33,6 +33,33 @@ def _usage_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     return lines[0]
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("[]", "--fabric-pods: expected a JSON object, got array"),
+        ('{"resource": {}}', "--fabric-pods: resource: unknown field (allowed: resources, "
+         "annotations, capabilities, env, rendezvousPort, rendezvousTimeoutSeconds, "
+         "timeoutSeconds)"),
+        ('{"resources": {"rdma/a": "lots"}}',
+         "--fabric-pods: resources: rdma/a: not a Kubernetes quantity (got 'lots')"),
+        ('{"env": {"NCCL IB": "x"}}',
+         "--fabric-pods: env: 'NCCL IB' is not an environment variable name"),
+        ('{"env": {"NCCL_NET": 1}}',
+         "--fabric-pods: env: NCCL_NET: expected a string, got integer"),
+        ('{"capabilities": ["ipc_lock"]}',
+         "--fabric-pods: capabilities: 'ipc_lock' is not a capability name"),
+        ('{"rendezvousPort": 0}',
+         "--fabric-pods: rendezvousPort: must be between 1 and 65535 (got 0)"),
+        ('{"timeoutSeconds": "900"}',
+         "--fabric-pods: timeoutSeconds: expected integer, got string"),
+    ],
+)  # fmt: skip
+def test_bad_fabric_pod_settings_are_one_line(
+    capsys: pytest.CaptureFixture[str], value: str, expected: str
+) -> None:
+    assert _usage_error(capsys, "--fabric-pods", value) == f"gpuaccept operator: {expected}"
+
+
 def test_bad_json_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     line = _usage_error(capsys, "--probe-resources", "{nope")
     assert line.startswith("gpuaccept operator: --probe-resources: not valid JSON: ")

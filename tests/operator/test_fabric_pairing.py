@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from fabric_fleet import BAD_BUSBW, GOOD_BUSBW, T0, Fleet, run_fleet
 
+from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.contracts.report import CheckResult, CheckStatus
 from gpuaccept.operator.core.fabric_pairing import (
     REASON_FABRIC_FAILED,
@@ -19,7 +20,6 @@ from gpuaccept.operator.core.fabric_pairing import (
     FabricQuarantined,
     FabricSituation,
     NodePair,
-    NoPartnerAction,
     PairOutcome,
     PairResult,
     PartnerFigure,

@@ -195,6 +195,29 @@ def test_cache_counts_follow_watch_events_and_our_writes() -> None:
     assert (share.matched, share.counts.quarantined, cache.acceptances()) == (0, 0, ())
 
 
+def test_cache_keeps_the_nodeacceptances_with_a_fabric_test_by_policy() -> None:
+    """What a fabric pass reads, kept per watch event and write (no fleet walk)."""
+    waiting = _na_body("gpu-1", 6, "Fabric")
+    waiting["status"]["fabric"] = {"summary": "waiting"}
+    cache = _cache(**{NAS_INDEX: {"gpu-1": list(index_na(waiting).values())}})
+    cache.refresh("na", "gpu-1")
+    cache.refresh("na", "gpu-2")  # no such object: nothing
+    assert cache.fabric_names("default") == ["gpu-1"]
+    # accepted after its pair: still a member (a partner and a witness)
+    accepted = {**waiting, "status": {**waiting["status"], "phase": "Accepted"}}
+    accepted["metadata"] = {"name": "gpu-1", "resourceVersion": "7"}
+    ((rv, view),) = index_na(accepted).values()
+    cache.write("na", "gpu-1", rv, view)
+    cache.settle()
+    assert cache.fabric_names("default") == ["gpu-1"]
+    # a new round without fabric state, then deleted: gone
+    ((rv, view),) = index_na(_na_body("gpu-1", 8, "Pending")).values()
+    cache.write("na", "gpu-1", rv, view)
+    cache.settle()
+    assert cache.fabric_names("default") == []
+    assert cache.fabric_names("other") == []
+
+
 def test_cache_pods_and_tombstones() -> None:
     pod = {
         "metadata": {"name": "p1", "resourceVersion": "3", "labels": {"gpuaccept.io/attempt": "1"}},

@@ -39,6 +39,7 @@ from gpuaccept.operator.core import (
     Taint,
     reconcile,
 )
+from gpuaccept.operator.core.fabric_pairing import FabricVerdict
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import Judge
@@ -139,6 +140,8 @@ class World:
     # executor remembers them, and the rest of the plan is dropped.
     refuse_status: Callable[[NodeAcceptanceStatus], str | None] | None = None
     status_write_error: str | None = None
+    # Phase Fabric: the verdict the policy's pair planning gives this node.
+    fabric_verdict: FabricVerdict | None = None
 
     def observe(self) -> Observed:
         return Observed(
@@ -151,6 +154,7 @@ class World:
             breaker=self.breaker,
             config=self.config,
             status_write_error=self.status_write_error,
+            fabric_verdict=self.fabric_verdict,
         )
 
     def plan(self) -> Plan:

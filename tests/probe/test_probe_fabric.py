@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuaccept.checks.fabric_allreduce import (
     FabricAllreduceObserved,
@@ -39,10 +40,11 @@ SLOW_GBPS = 180.0
 
 def fabric_profile(tmp_path: Path, name: str, busbw: float | None) -> Path:
     path = tmp_path / f"{name}.yaml"
-    text = HEALTHY_PROFILE.read_text()
+    data = yaml.safe_load(HEALTHY_PROFILE.read_text())
+    data.pop("interNode", None)
     if busbw is not None:
-        text += f"\ninterNode:\n  busbwGBps: {busbw}\n"
-    path.write_text(text)
+        data["interNode"] = {"busbwGBps": busbw}
+    path.write_text(yaml.safe_dump(data))
     return path
 
 

@@ -96,6 +96,7 @@ app.kubernetes.io/component: operator
 - --probe-shm-size={{ .Values.probe.shmSize }}
 - --probe-resources={{ toJson .Values.probe.resources }}
 - --probe-tolerations={{ toJson .Values.probe.tolerations }}
+- --fabric-pods={{ toJson .Values.fabric }}
 {{- with .Values.operator.watchNodeSelector }}
 - --node-selector={{ . }}
 {{- end }}

@@ -602,6 +602,12 @@ def acceptance_crd() -> Schema:
             _column("Phase", ".status.phase", "string", "Pending, Probing, Accepted, ..."),
             _column("Reason", ".status.reason", "string", "Main reason, one word."),
             *figure_columns(),
+            _column(
+                "Fabric",
+                ".status.fabric.summary",
+                "string",
+                "The two-node fabric test: outcome and busbw (policies with fabric.enabled).",
+            ),
             _column("Driver", ".status.figures.driverVersion", "string", "NVIDIA driver."),
             _column("Probed", ".status.lastProbeTime", "date", "Time of the last probe."),
             _column("Policy", ".status.policy", "string", "Governing policy.", 1),

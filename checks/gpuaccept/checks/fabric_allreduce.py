@@ -25,11 +25,13 @@ pods never met: evidence against neither node) or ``allreduce`` (they met and
 the collective broke).
 """
 
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field, JsonValue
 
 from gpuaccept.checks.spec import CheckJudgement, ObservedModel, clip
+from gpuaccept.contracts.base import ContractModel
 from gpuaccept.contracts.report import CheckStatus
 
 CHECK = "fabric_allreduce"
@@ -37,6 +39,62 @@ REASON = "FabricAllreduceFailed"
 Phase = Literal["rendezvous", "allreduce"]
 MAX_NCCL_ENV = 12
 """NCCL_* variables recorded at most (the report must fit the termination message)."""
+
+
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 33
+"""As ``nccl_allreduce``: 8 GiB, on the plateau."""
+
+
+class NoPartnerAction(StrEnum):
+    """What a node without a fabric verdict by the deadline gets."""
+
+    HOLD = "hold"
+    ACCEPT = "accept"
+
+
+class FabricPolicy(ContractModel):
+    """The policy's ``fabric`` section: the two-node all-reduce after the single-node
+    checks (docs/fabric.md). RDMA resources, annotations, capabilities and NCCL
+    settings are the chart's (the platform team's), not the policy's."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Test each node that passed the single-node checks in a pair with "
+        "another node (phase Fabric) before accepting it.",
+    )
+    min_busbw_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        alias="minBusbwGBps",
+        description="Lowest passing busbw of a pair at the largest message, GB/s. Unset: "
+        "a pair fails only when it moves nothing or breaks (the right figure depends on "
+        "the cluster's NICs; docs/policy.md).",
+    )
+    deadline_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=604800,
+        description="Seconds a node may wait in phase Fabric for a verdict, from the moment "
+        "it began waiting; then onNoPartner applies.",
+    )
+    on_no_partner: NoPartnerAction = Field(
+        default=NoPartnerAction.HOLD,
+        description="hold (default): a node without a verdict by the deadline keeps the "
+        "pending taint and is still paired when a partner comes; accept: it is accepted, "
+        "its status saying the fabric was not judged.",
+    )
+    idle_accepted_partners: bool = Field(
+        default=False,
+        description="Accepted nodes that never passed a pair may be partners while idle "
+        "(no pod requests their GPUs). Nodes that passed a pair are partners either way.",
+    )
+    max_message_bytes: int = Field(
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        ge=1 << 20,
+        le=1 << 34,
+        description="The largest message of the sweep (from 1 MiB, doubling): the one judged.",
+    )
 
 
 class FabricAllreduceObserved(ObservedModel):

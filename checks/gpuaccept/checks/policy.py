@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, create_model, model_validator
 
+from gpuaccept.checks.fabric_allreduce import FabricPolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import CheckSpec
 from gpuaccept.contracts.api import PENDING_TAINT_KEY
@@ -135,6 +136,10 @@ class NodeAcceptancePolicySpec(ContractModel):
     paused: bool = Field(
         default=False,
         description="No new probes and no decisions; new nodes still get the pending taint.",
+    )
+    fabric: FabricPolicy = Field(
+        default=FabricPolicy(),
+        description="The two-node fabric test after the single-node checks (off by default).",
     )
 
     @model_validator(mode="after")

@@ -3,7 +3,7 @@
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StrictInt, model_validator
 
@@ -19,6 +19,8 @@ class Phase(StrEnum):
     HELD = "Held"
     # A selected node advertised no GPUs within the policy's waitForGPUs deadline.
     STALLED = "Stalled"
+    # Passed the single-node checks; waits for its two-node fabric test (docs/fabric.md).
+    FABRIC = "Fabric"
 
 
 class ConditionStatus(StrEnum):
@@ -105,6 +107,45 @@ class NodeAcceptanceSpec(ContractModel):
     node_name: str = Field(min_length=1, max_length=253)
 
 
+MAX_FABRIC_PAIRS = 32
+
+
+class FabricPairRecord(ContractModel):
+    """One fabric pair this node was in, as read when both pods had ended."""
+
+    pair: str = Field(max_length=16, description="The pair's identity (its pods' label).")
+    partner: str = Field(max_length=253)
+    node_rank: int = Field(ge=0, le=1, description="0: this node's pod started first.")
+    outcome: Literal["passed", "failed", "incomplete"]
+    busbw_gbps: float | None = Field(
+        default=None, alias="busbwGBps", description="The pair's busbw at the largest message."
+    )
+    finished_at: datetime
+    message: str = Field(default="", max_length=240)
+
+
+class FabricStatus(ContractModel):
+    """The node's fabric test under a policy with ``fabric.enabled`` (docs/fabric.md).
+    The pair results here are what the pairing reads: a restart loses none."""
+
+    waiting_since: datetime | None = Field(
+        default=None, description="When the node began waiting (the deadline counts from here)."
+    )
+    pairs: list[FabricPairRecord] = Field(default_factory=list, max_length=MAX_FABRIC_PAIRS)
+    verdict: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Passed, FabricAllreduceFailed, or FabricNoPartner (with the action).",
+    )
+    busbw_gbps: float | None = Field(
+        default=None, alias="busbwGBps", description="The busbw of the pair that decided."
+    )
+    summary: str | None = Field(
+        default=None, max_length=64, description="One line for the FABRIC column."
+    )
+    message: str | None = Field(default=None, max_length=1024)
+
+
 class NodeAcceptanceStatus(ContractModel):
     phase: Phase = Phase.PENDING
     reason: str | None = Field(default=None, max_length=64, description="Main reason, one word.")
@@ -164,6 +205,9 @@ class NodeAcceptanceStatus(ContractModel):
         "deadline counts from here).",
     )
     report: ProbeReport | None = Field(default=None, description="The last valid probe report.")
+    fabric: FabricStatus | None = Field(
+        default=None, description="The fabric test (only under a policy that enables it)."
+    )
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = Field(default=None, ge=0)
 
@@ -175,6 +219,7 @@ class PhaseCounts(ContractModel):
     quarantined: int = 0
     held: int = 0
     stalled: int = 0
+    fabric: int = 0
 
 
 class NodeAcceptancePolicyStatus(ContractModel):

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core.fleetcount import FleetCount
 from gpuaccept.operator.core.model import NAView, NodeView, PodView
 from gpuaccept.operator.views import (
@@ -76,6 +77,10 @@ class Cache:
         self._counted_kinds = {"node": self._count_node, "na": self._count_na}
         self._unsettled: set[tuple[str, str]] = set()  # our writes not yet counted
         self._acceptances: dict[str, NAView] = {}  # the NodeAcceptances as counted
+        # NodeAcceptances with a fabric test (phase Fabric, or status.fabric), by policy:
+        # what a fabric pass reads, kept like the counts (O(1) per change)
+        self._fabric_names: dict[str, set[str]] = defaultdict(set)
+        self._fabric_policy: dict[str, str] = {}
         self.acceptances_changes = 0  # bumped on every change of ``acceptances()``
 
     def attach(self, kwargs: Mapping[str, Any]) -> None:
@@ -118,6 +123,7 @@ class Cache:
 
     def _count_na(self, name: str) -> None:
         view = self.na(name)
+        self._note_fabric(name, view)
         if view is None:
             if self._acceptances.pop(name, None) is not None:
                 self.acceptances_changes += 1
@@ -127,6 +133,20 @@ class Cache:
             self._acceptances[name] = view
             self.acceptances_changes += 1
         self.count.set_acceptance(name, view.status)
+
+    def _note_fabric(self, name: str, view: NAView | None) -> None:
+        old = self._fabric_policy.pop(name, None)
+        if old is not None:
+            self._fabric_names[old].discard(name)
+        st = view.status if view is not None else None
+        if st is not None and st.policy and (st.fabric is not None or st.phase == Phase.FABRIC):
+            self._fabric_policy[name] = st.policy
+            self._fabric_names[st.policy].add(name)
+
+    def fabric_names(self, policy: str) -> list[str]:
+        """The NodeAcceptances of ``policy`` with a fabric test, as last counted (call
+        :meth:`settle` first)."""
+        return sorted(self._fabric_names.get(policy, ()))
 
     def acceptances(self) -> tuple[NAView, ...]:
         """Every NodeAcceptance as last counted (call :meth:`settle` first)."""

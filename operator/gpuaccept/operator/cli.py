@@ -31,6 +31,7 @@ from gpuaccept.operator.leader import LeaderElector, LeaseSettings
 from gpuaccept.operator.options import (
     UsageError,
     check_ranges,
+    fabric_pods,
     owned_key_prefixes,
     parser,
     probe_resources,
@@ -97,8 +98,11 @@ def main(argv: Sequence[str]) -> int:
     try:
         args = parser().parse_args(list(argv))
         check_ranges(args)
-        resources = probe_resources(args.probe_resources)
-        tolerations = probe_tolerations(args.probe_tolerations)
+        resources, tolerations, fabric = (
+            probe_resources(args.probe_resources),
+            probe_tolerations(args.probe_tolerations),
+            fabric_pods(args.fabric_pods),
+        )
         try:
             node_selector = parse_node_selector(args.node_selector)
         except ValueError as error:
@@ -139,6 +143,7 @@ def main(argv: Sequence[str]) -> int:
         owned_key_prefixes=owned_key_prefixes(args.owned_key_prefixes),
         accept_simulated_reports=args.accept_simulated_reports,
         image_pull_secrets=tuple(dict.fromkeys(args.probe_image_pull_secrets)),
+        fabric=fabric,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     leader = None

@@ -56,6 +56,7 @@ from gpuaccept.operator.executor import (
     StatusRefusedError,
     api_message,
 )
+from gpuaccept.operator.fabricloop import FabricLoop
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
 from gpuaccept.operator.kube import ConflictError, Kube
 from gpuaccept.operator.leader import LeaderElector
@@ -119,6 +120,10 @@ class Controller:
         )
         self.policy_status.identity = runtime.identity
         self.policy_status.executor = self.executor
+        self.fabric = FabricLoop(
+            self.cache, self.actions, config, wake=self.enqueue, leading=lambda: self.leading
+        )
+        self.fabric.executor = self.executor
         self._policy_generations: dict[str, int] = {}
         self._failures: Counter[str] = Counter()
         self.failures = FailureLog("reconcile")
@@ -167,6 +172,9 @@ class Controller:
             asyncio.create_task(
                 self.policy_status.run(self.runtime.status_interval), name="policy-status"
             )
+        )
+        self._tasks.append(
+            asyncio.create_task(self.fabric.run(self.runtime.status_interval), name="fabric")
         )
         if self.leader is not None:
             self.leader.on_change = self.on_leadership
@@ -225,17 +233,20 @@ class Controller:
         breaker = BreakerCounts()
         if len(policies) == 1:
             breaker = self.ledger.counts(policies[0].name, name)
+        na = self.cache.na(name)
+        fabric = na.status.fabric if na is not None else None
         return Observed(
             node_name=name,
             now=now,
             node=node,
-            na=self.cache.na(name),
+            na=na,
             pods=self.cache.pods(name),
             policies=policies,
             breaker=breaker,
             config=self.config,
             pod_create_error=self.actions.create_errors.get(name),
             status_write_error=self.actions.status_errors.get(name),
+            fabric_verdict=self.fabric.verdict(name, fabric.waiting_since) if fabric else None,
         )
 
     def cache_policies(self) -> list[PolicyView]:

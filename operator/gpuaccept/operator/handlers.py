@@ -29,6 +29,7 @@ from gpuaccept.operator.controller import Controller
 from gpuaccept.operator.core.podspec import (
     COMPONENT_LABEL,
     COMPONENT_VALUE,
+    FABRIC_PAIR_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
 )
@@ -109,10 +110,12 @@ def build_registry(
             controller.cache.refresh("node", name)
 
     @kopf.on.event(GROUP, VERSION, ACCEPTANCE_PLURAL, registry=registry)
-    async def na_event(name: str, spec: kopf.Spec, **kwargs: Any) -> None:
+    async def na_event(name: str, spec: kopf.Spec, status: kopf.Status, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
         controller.cache.refresh("na", name)
         controller.enqueue(str(spec.get("nodeName") or name))
+        if status.get("fabric"):  # a node in (or done with) a fabric test
+            controller.fabric.poke()
 
     @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, registry=registry)
     async def policy_event(name: str, meta: kopf.Meta, type: str | None, **kwargs: Any) -> None:
@@ -121,9 +124,11 @@ def build_registry(
         controller.policy_seen(name, meta.get("generation"), deleted=type == "DELETED")
 
     @kopf.on.event("", "v1", "pods", labels=probe_labels, registry=registry)
-    async def pod_event(spec: kopf.Spec, **kwargs: Any) -> None:
+    async def pod_event(spec: kopf.Spec, labels: kopf.Labels, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
         controller.enqueue(str(spec.get("nodeName") or ""))
+        if FABRIC_PAIR_LABEL in labels:  # a fabric pair's pod: the pair pass reads it
+            controller.fabric.poke()
 
     # ---------------------------------------------------------------- lifecycle
     @kopf.on.startup(registry=registry)

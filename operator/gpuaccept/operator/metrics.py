@@ -106,6 +106,7 @@ def record_policy(policy: str, share: PolicyTally) -> None:
         Phase.QUARANTINED: counts.quarantined,
         Phase.HELD: counts.held,
         Phase.STALLED: counts.stalled,
+        Phase.FABRIC: counts.fabric,
     }
     for phase in Phase:
         NODES_BY_PHASE.labels(policy, phase.value).set(by_phase.get(phase, 0))

@@ -16,6 +16,8 @@ from gpuaccept.contracts.policy import (
     OWNED_PREFIX_PATTERN,
     RESERVED_KEY_PATTERN,
 )
+from gpuaccept.contracts.probe_invocation import DEFAULT_RENDEZVOUS_PORT
+from gpuaccept.operator.core.model import FabricPodConfig
 
 
 class UsageError(Exception):
@@ -142,6 +144,72 @@ def probe_tolerations(text: str) -> tuple[dict[str, Any], ...]:
     return tuple(_toleration(item, f"{flag}: [{i}]") for i, item in enumerate(data))
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CAPABILITY = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_FABRIC_FIELDS = {
+    "resources": "object",
+    "annotations": "object",
+    "capabilities": "array",
+    "env": "object",
+    "rendezvousPort": "integer",
+    "rendezvousTimeoutSeconds": "integer",
+    "timeoutSeconds": "integer",
+}
+_FABRIC_RANGES = {
+    "rendezvousPort": (1, 65535),
+    "rendezvousTimeoutSeconds": (10, 86400),
+    "timeoutSeconds": (60, 86400),
+}
+
+
+def _string_map(value: dict[str, Any], where: str) -> dict[str, str]:
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise UsageError(f"{where}: {key}: expected a string, got {_json_type(item)}")
+    return dict(value)
+
+
+def fabric_pods(text: str) -> FabricPodConfig:
+    """``--fabric-pods``: the fabric pods' RDMA settings, the chart's ``fabric`` values:
+    ``{"resources": {name: quantity}, "annotations": {...}, "capabilities": [...],
+    "env": {NAME: value}, "rendezvousPort", "rendezvousTimeoutSeconds", "timeoutSeconds"}``."""
+    flag = "--fabric-pods"
+    data = _json_flag(text, flag, {})
+    if not isinstance(data, dict):
+        raise UsageError(f"{flag}: expected a JSON object, got {_json_type(data)}")
+    for key, value in data.items():
+        kind = _FABRIC_FIELDS.get(key)
+        if kind is None:
+            raise UsageError(f"{flag}: {key}: unknown field (allowed: {', '.join(_FABRIC_FIELDS)})")
+        if _json_type(value) != kind:
+            raise UsageError(f"{flag}: {key}: expected {kind}, got {_json_type(value)}")
+        if key in _FABRIC_RANGES:
+            low, high = _FABRIC_RANGES[key]
+            if not low <= value <= high:
+                raise UsageError(f"{flag}: {key}: must be between {low} and {high} (got {value})")
+    resources = {
+        name: _quantity(q, f"{flag}: resources: {name}")
+        for name, q in (data.get("resources") or {}).items()
+    }
+    env = _string_map(data.get("env") or {}, f"{flag}: env")
+    for name in env:
+        if not _ENV_NAME.match(name):
+            raise UsageError(f"{flag}: env: {name!r} is not an environment variable name")
+    capabilities = data.get("capabilities") or []
+    for capability in capabilities:
+        if not isinstance(capability, str) or not _CAPABILITY.match(capability):
+            raise UsageError(f"{flag}: capabilities: {capability!r} is not a capability name")
+    return FabricPodConfig(
+        resources=resources,
+        annotations=_string_map(data.get("annotations") or {}, f"{flag}: annotations"),
+        capabilities=tuple(capabilities),
+        env=tuple(sorted(env.items())),
+        rendezvous_port=int(data.get("rendezvousPort", DEFAULT_RENDEZVOUS_PORT)),
+        rendezvous_timeout_seconds=int(data.get("rendezvousTimeoutSeconds", 300)),
+        timeout_seconds=int(data.get("timeoutSeconds", 900)),
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     env = os.environ.get
     p = _Parser(
@@ -257,6 +325,12 @@ def parser() -> argparse.ArgumentParser:
         help="JSON list of extra tolerations",
     )
     probe.add_argument("--probe-pod-prefix", default="gpuaccept-probe")
+    probe.add_argument(
+        "--fabric-pods",
+        default=env("GPUACCEPT_FABRIC_PODS", "{}"),
+        help="JSON: the fabric test pods' RDMA settings (resources, annotations, "
+        "capabilities, env, rendezvousPort, rendezvousTimeoutSeconds, timeoutSeconds)",
+    )
     obs = p.add_argument_group("observability")
     obs.add_argument("--metrics-port", type=int, default=8080, help="/metrics (0: off)")
     obs.add_argument("--health-port", type=int, default=8081, help="/healthz, /readyz (0: off)")

@@ -19,6 +19,7 @@ from gpuaccept.contracts.api import GPU_RESOURCE, NODE_CONDITION_TYPE
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.model import (
+    FabricPodLabels,
     NAView,
     NodeCondition,
     NodeView,
@@ -26,7 +27,14 @@ from gpuaccept.operator.core.model import (
     PolicyView,
     Taint,
 )
-from gpuaccept.operator.core.podspec import ATTEMPT_LABEL, CONTAINER_NAME
+from gpuaccept.operator.core.podspec import (
+    ATTEMPT_LABEL,
+    CONTAINER_NAME,
+    FABRIC_FIRST_ANNOTATION,
+    FABRIC_PAIR_LABEL,
+    FABRIC_RANK_LABEL,
+    FABRIC_SECOND_ANNOTATION,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +113,28 @@ def na_view(body: Mapping[str, Any]) -> NAView:
     )
 
 
+def _fabric_labels(meta: Mapping[str, Any]) -> FabricPodLabels | None:
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    pair, rank = labels.get(FABRIC_PAIR_LABEL), labels.get(FABRIC_RANK_LABEL)
+    first, second = (
+        annotations.get(FABRIC_FIRST_ANNOTATION),
+        annotations.get(FABRIC_SECOND_ANNOTATION),
+    )
+    if not (pair and rank in ("0", "1") and first and second):
+        return None
+    return FabricPodLabels(pair=str(pair), rank=int(rank), first=str(first), second=str(second))
+
+
+def _timestamp(text: object) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def pod_view(body: Mapping[str, Any]) -> PodView:
     meta = _meta(body)
     status = body.get("status") or {}
@@ -140,6 +170,9 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         waiting_reason=waiting.get("reason"),
         waiting_message=waiting.get("message"),
         run_seconds=container_run_seconds(terminated),
+        pod_ip=status.get("podIP") or None,
+        created=_timestamp(meta.get("creationTimestamp")),
+        fabric=_fabric_labels(meta),
     )
 
 

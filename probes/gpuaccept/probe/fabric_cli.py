@@ -30,6 +30,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from gpuaccept.checks import fabric_allreduce
 from gpuaccept.checks.fabric_allreduce import (
     CHECK,
     MAX_NCCL_ENV,
@@ -92,7 +93,7 @@ LOOPBACK_SCALE = 1000.0
 well below what gloo moves over the loopback, so the hold, not the loopback, sets
 the pace."""
 MIN_MESSAGE_BYTES = 1 << 20
-DEFAULT_MAX_MESSAGE_BYTES = 1 << 33  # as nccl_allreduce: 8 GiB, on the plateau
+DEFAULT_MAX_MESSAGE_BYTES = fabric_allreduce.DEFAULT_MAX_MESSAGE_BYTES
 SIMULATED_MESSAGE_BYTES = (1 << 18, 1 << 19, 1 << 20, 1 << 21, 1 << 22)
 SIMULATED_ITERATIONS = 5
 SIMULATED_WARMUP = 2

@@ -83,6 +83,7 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
+import functools
 import json
 import logging
 import os
@@ -104,16 +105,19 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from gpuaccept.probe.hardware.profile import HardwareProfile, load_profile
 from gpuaccept.testsupport.standin_behaviours import (
     Behaviour,
     BehaviourHook,
     Complete,
+    CompleteAfterPod,
     Hang,
     ImagePullFailure,
     PodInfo,
     RunProcess,
     SandboxFailure,
     StartFailure,
+    fabric_pairs_from_profiles,
     prepared_reports,
 )
 from gpuaccept.testsupport.standin_containers import (
@@ -135,6 +139,7 @@ __all__ = [
     "Behaviour",
     "BehaviourHook",
     "Complete",
+    "CompleteAfterPod",
     "Hang",
     "ImagePullFailure",
     "KubeletStandIn",
@@ -144,6 +149,7 @@ __all__ = [
     "SimNode",
     "StandInSettings",
     "StartFailure",
+    "fabric_pairs_from_profiles",
     "load_fleet",
     "main",
     "prepared_reports",
@@ -151,6 +157,12 @@ __all__ = [
 ]
 
 log = logging.getLogger("gpuaccept.testsupport.kubelet_standin")
+
+
+@functools.lru_cache(maxsize=256)
+def _load_profile(path: str) -> HardwareProfile:
+    return load_profile(Path(path))
+
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -226,6 +238,8 @@ class KubeletStandIn:
         self._watch_resp: Any = None
         self._resource_version: str | None = None  # where the pod watch resumes; None: relist
         self._ip_counter = 0
+        self._pod_ip_counter = 0
+        self._pod_names: set[tuple[str, str]] = set()  # every pod bound here (pod_seen)
 
     # -- lifecycle -----------------------------------------------------------
     def start(self, *, timeout: float = 60.0) -> KubeletStandIn:
@@ -420,7 +434,32 @@ class KubeletStandIn:
         p = r.log_path(c)
         return p.read_text(errors="replace") if p.exists() else ""
 
-    def _container_env(self, pod: JSON, c: JSON, node: SimNode) -> dict[str, str]:
+    def inter_node_busbw(self, node_name: str) -> float | None:
+        """The node's profile's ``interNode.busbwGBps`` (None: no such node or figure)."""
+        with self._lock:
+            node = self._nodes.get(node_name)
+        if node is None or node.profile is None:
+            return None
+        inter_node = _load_profile(node.profile).inter_node
+        return inter_node.busbw_gbps if inter_node is not None else None
+
+    def pod_seen(self, namespace: str, name: str) -> bool:
+        """Has a pod of this name been bound to one of this stand-in's nodes?"""
+        with self._lock:
+            return (namespace, name) in self._pod_names
+
+    def allocate_pod_ip(self) -> str:
+        """Each pod's own loopback address, 127.0.0.2 to 127.0.255.254 in turn (Linux
+        routes all of 127.0.0.0/8 to the loopback): two pods of a fabric pair listen
+        and connect on their own addresses, as on a pod network."""
+        with self._lock:
+            self._pod_ip_counter = self._pod_ip_counter % (256 * 254 - 1) + 1
+            i = self._pod_ip_counter
+        return f"127.0.{i // 254}.{i % 254 + 1}"
+
+    def _container_env(
+        self, pod: JSON, c: JSON, node: SimNode, pod_ip: str | None = None
+    ) -> dict[str, str]:
         ns = pod["metadata"]["namespace"]
         env: dict[str, str] = {}
         for src in c.get("envFrom") or []:
@@ -441,7 +480,7 @@ class KubeletStandIn:
                 continue
             vf = e.get("valueFrom") or {}
             if "fieldRef" in vf:
-                env[name] = field_ref(pod, vf["fieldRef"]["fieldPath"], node)
+                env[name] = field_ref(pod, vf["fieldRef"]["fieldPath"], node, pod_ip)
             elif "configMapKeyRef" in vf or "secretKeyRef" in vf:
                 kind = "configmap" if "configMapKeyRef" in vf else "secret"
                 ref = vf.get("configMapKeyRef") or vf["secretKeyRef"]
@@ -565,6 +604,7 @@ class KubeletStandIn:
                 return
             runner = PodRunner(self, pod, node)
             self._runners[uid] = runner
+            self._pod_names.add((runner.namespace, runner.name))
         runner.thread.start()
 
     def _relist(self) -> None:
@@ -683,6 +723,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(NODE_NAME/BOOT_ID placeholders {node_name} {boot_id} are filled in)",
     )
     ap.add_argument("--prepared-exit-code", type=int, default=0)
+    ap.add_argument(
+        "--fabric-from-profiles",
+        action="store_true",
+        help="scale mode for fabric pairs: complete them with the lower of the two nodes' "
+        "interNode.busbwGBps instead of running gpuaccept probe fabric",
+    )
     ap.add_argument("--delete-nodes-on-exit", action="store_true")
     ap.add_argument("--api-concurrency", type=int, default=32)
     ap.add_argument(
@@ -731,6 +777,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             api_concurrency=args.api_concurrency, sim_time_scale=args.sim_time_scale
         ),
     )
+    if args.fabric_from_profiles:
+        standin.default_behaviour = fabric_pairs_from_profiles(standin.inter_node_busbw, default)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

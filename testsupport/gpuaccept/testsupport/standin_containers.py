@@ -58,7 +58,8 @@ def expand(s: str, env: Mapping[str, str]) -> str:
 _LABEL_REF = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
 
 
-def field_ref(pod: Mapping[str, Any], path: str, node: SimNode) -> str:
+def field_ref(pod: Mapping[str, Any], path: str, node: SimNode, pod_ip: str | None = None) -> str:
+    """A downward-API field; ``pod_ip`` is the pod's own address (the node's by default)."""
     meta = pod.get("metadata", {})
     spec = pod.get("spec", {})
     ip = node.address or "127.0.0.1"
@@ -70,8 +71,8 @@ def field_ref(pod: Mapping[str, Any], path: str, node: SimNode) -> str:
         "spec.serviceAccountName": spec.get("serviceAccountName", ""),
         "status.hostIP": ip,
         "status.hostIPs": ip,
-        "status.podIP": ip,
-        "status.podIPs": ip,
+        "status.podIP": pod_ip or ip,
+        "status.podIPs": pod_ip or ip,
     }
     if path in simple:
         return str(simple[path])

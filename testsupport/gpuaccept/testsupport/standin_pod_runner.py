@@ -24,6 +24,7 @@ from gpuaccept.contracts.probe_invocation import ENV_BOOT_ID, ENV_PROFILE, ENV_S
 from gpuaccept.testsupport.standin_behaviours import (
     Behaviour,
     Complete,
+    CompleteAfterPod,
     Hang,
     ImagePullFailure,
     PodInfo,
@@ -49,7 +50,16 @@ DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 GPU_RESOURCE = "nvidia.com/gpu"
 START_ERROR_EXIT_CODE = 128  # what containerd reports for a container it could not start
-DIRECT_BEHAVIOURS = (RunProcess, Hang, Complete, StartFailure, ImagePullFailure, SandboxFailure)
+DIRECT_BEHAVIOURS = (
+    RunProcess,
+    Hang,
+    Complete,
+    CompleteAfterPod,
+    StartFailure,
+    ImagePullFailure,
+    SandboxFailure,
+)
+PARTNER_POLL_S = 0.25
 NeverStarts = ImagePullFailure | SandboxFailure
 
 
@@ -95,6 +105,7 @@ class PodRunner:
         self.finalize = False  # deletionTimestamp seen: delete with grace 0 at the end
         self.grace_s: float | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.pod_ip = standin.allocate_pod_ip()
         self.dir = Path(
             tempfile.mkdtemp(prefix=f"{self.namespace}_{self.name}_", dir=standin.workdir)
         )
@@ -306,19 +317,24 @@ class PodRunner:
 
     def _simulate(
         self,
-        b: Hang | Complete,
+        b: Hang | Complete | CompleteAfterPod,
         containers: list[JSON],
         deadline: float | None,
         started: Mapping[str, str],
     ) -> dict[str, JSON]:
-        until = None if isinstance(b, Hang) else time.monotonic() + b.delay_s
+        until = None if isinstance(b, Hang) else time.monotonic()
+        if isinstance(b, Complete):
+            until = time.monotonic() + b.delay_s
         while True:
             if self._wait(deadline, until):
                 code = 137
                 msg = b""
                 break
+            if isinstance(b, CompleteAfterPod) and not self.s.pod_seen(self.namespace, b.pod):
+                until = time.monotonic() + PARTNER_POLL_S
+                continue
             if until is not None and time.monotonic() >= until:
-                assert isinstance(b, Complete)
+                assert not isinstance(b, Hang)
                 code, msg = b.exit_code, b.message.encode()
                 break
         t = timestamp()
@@ -334,7 +350,7 @@ class PodRunner:
         }
         env["PATH"] = self.s.search_path
         env["HOSTNAME"] = self.name
-        pod_env = self.s._container_env(self.pod, c, self.node)
+        pod_env = self.s._container_env(self.pod, c, self.node, self.pod_ip)
         env.update({k: v.replace(tpath, str(msg_file)) for k, v in pod_env.items()})
         if self.node.profile is not None:
             env[ENV_PROFILE] = self.node.profile
@@ -581,8 +597,8 @@ class PodRunner:
             "startTime": start_time,
             "hostIP": ip,
             "hostIPs": [{"ip": ip}],
-            "podIP": ip,
-            "podIPs": [{"ip": ip}],
+            "podIP": self.pod_ip,
+            "podIPs": [{"ip": self.pod_ip}],
             "conditions": [
                 cond("PodReadyToStartContainers", not terminal),
                 cond("Initialized", init_done, "ContainersNotInitialized"),

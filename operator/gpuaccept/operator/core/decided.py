@@ -8,6 +8,7 @@ there is room. Otherwise the node is kept as decided.
 
 from __future__ import annotations
 
+from gpuaccept.checks.fabric_allreduce import CHECK as FABRIC_CHECK
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import Phase, Reason
@@ -84,14 +85,20 @@ def _rejudged(ctx: NodeContext) -> Verdict:
     if isinstance(stored, str):  # the stored report cannot be judged
         error = Reason(check="probe", reason=REASON_PROBE_ERROR, message=stored)
         return failing_verdict((error,), figures=st.figures)
+    # A fabric conviction rests on pair results, not on this report: re-judging the
+    # report does not lift it while the policy still runs the fabric test.
+    convicted = tuple(r for r in st.reasons if r.check == FABRIC_CHECK)
+    if stored.accepted and convicted and ctx.spec.fabric.enabled:
+        return failing_verdict(convicted, checks=stored.checks, figures=stored.figures)
     return stored
 
 
 def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
     st = ctx.status
-    # Leftover probe pods (e.g. a pod whose deletion was lost in a restart).
+    # Leftover probe pods (e.g. a pod whose deletion was lost in a restart). A
+    # fabric pod is a partner's test, left to the pair planning (core.fabric_pairs).
     for pod in ctx.obs.pods:
-        if not pod.deleting:
+        if not pod.deleting and pod.fabric is None:
             out.delete_pod(pod)
     out.write_status(st, ctx.with_applied_keys(st))
     out.ensure_node(ctx, st)

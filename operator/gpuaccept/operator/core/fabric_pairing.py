@@ -40,6 +40,7 @@ from enum import StrEnum
 from pydantic import ValidationError
 
 from gpuaccept.checks import fabric_allreduce
+from gpuaccept.checks.fabric_allreduce import FabricPolicy, NoPartnerAction
 from gpuaccept.contracts.report import CheckResult, CheckStatus
 
 REASON_FABRIC_FAILED = fabric_allreduce.REASON
@@ -86,15 +87,10 @@ def pair_outcome(outcomes: Iterable[PairOutcome]) -> PairOutcome:
     return PairOutcome.INCOMPLETE
 
 
-class NoPartnerAction(StrEnum):
-    HOLD = "hold"
-    ACCEPT = "accept"
-
-
 @dataclass(frozen=True)
 class FabricPairingParams:
-    """The pairing's settings; a ``fabric`` section of the NodeAcceptancePolicy
-    will map onto these when the operator runs fabric tests (docs/fabric.md)."""
+    """The pairing's settings: the policy's ``fabric`` section maps onto these
+    (:meth:`from_policy`; docs/fabric.md)."""
 
     deadline: timedelta = timedelta(minutes=30)
     """How long a node may wait for a verdict, from the moment it began waiting."""
@@ -107,6 +103,14 @@ class FabricPairingParams:
     def __post_init__(self) -> None:
         if self.deadline <= timedelta(0):
             raise ValueError("deadline must be positive")
+
+    @classmethod
+    def from_policy(cls, section: FabricPolicy) -> FabricPairingParams:
+        return cls(
+            deadline=timedelta(seconds=section.deadline_seconds),
+            no_partner=section.on_no_partner,
+            idle_accepted_partners=section.idle_accepted_partners,
+        )
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,7 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
                 quarantined=counts[Phase.QUARANTINED],
                 held=counts[Phase.HELD],
                 stalled=counts[Phase.STALLED],
+                fabric=counts[Phase.FABRIC],
             ),
             quarantined=frozenset(quarantined[name]),
             held_by_breaker=tuple(held[name]),

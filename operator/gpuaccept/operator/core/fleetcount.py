@@ -144,6 +144,7 @@ class FleetCount:
                     quarantined=counts[Phase.QUARANTINED],
                     held=counts[Phase.HELD],
                     stalled=counts[Phase.STALLED],
+                    fabric=counts[Phase.FABRIC],
                 ),
                 quarantined=frozenset(self._quarantined.get(name, ())),
                 held_by_breaker=tuple(sorted(self._held.get(name, ()))),

@@ -16,6 +16,7 @@ from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.operator.core.fabric_pairing import FabricVerdict
 
 # --------------------------------------------------------------------------- observed
 
@@ -82,6 +83,16 @@ class NAView:
 
 
 @dataclass(frozen=True)
+class FabricPodLabels:
+    """What a fabric pod says about its pair (its labels and annotations)."""
+
+    pair: str
+    rank: int  # 0: the pod on ``first``, created first
+    first: str
+    second: str
+
+
+@dataclass(frozen=True)
 class PodView:
     """A probe pod bound to the node (found by ``spec.nodeName``)."""
 
@@ -100,6 +111,13 @@ class PodView:
     waiting_message: str | None = None
     # the terminated container's startedAt -> finishedAt, whole seconds (kubelet timestamps)
     run_seconds: int | None = None
+    pod_ip: str | None = None  # status.podIP
+    created: datetime | None = None  # metadata.creationTimestamp
+    fabric: FabricPodLabels | None = None  # a fabric pair's pod (docs/fabric.md)
+
+    @property
+    def ended(self) -> bool:
+        return self.terminated or self.phase in ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -117,6 +135,20 @@ class BreakerCounts:
 
     quarantined: int = 0
     matched: int = 0
+
+
+@dataclass(frozen=True)
+class FabricPodConfig:
+    """The fabric pods' RDMA settings: the chart's values (the platform team's), never
+    the policy's (docs/fabric.md)."""
+
+    resources: Mapping[str, str] = field(default_factory=dict)  # extra requests = limits
+    annotations: Mapping[str, str] = field(default_factory=dict)  # e.g. Multus networks
+    capabilities: tuple[str, ...] = ()  # added to the container's, e.g. IPC_LOCK
+    env: tuple[tuple[str, str], ...] = ()  # e.g. NCCL_IB_HCA, NCCL_NET
+    rendezvous_port: int = 29500
+    rendezvous_timeout_seconds: int = 300
+    timeout_seconds: int = 900  # the pods' activeDeadlineSeconds
 
 
 @dataclass(frozen=True)
@@ -151,6 +183,7 @@ class OperatorConfig:
     # Secrets (in the probe pods' namespace) to pull the probe image with
     # (--probe-image-pull-secret): a private registry.
     image_pull_secrets: tuple[str, ...] = ()
+    fabric: FabricPodConfig = FabricPodConfig()
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run
@@ -181,6 +214,8 @@ class Observed:
     # The API server refused this node's last status write (a 400/422, not a
     # conflict or an outage): writing it again would fail the same way.
     status_write_error: str | None = None
+    # Phase Fabric: the verdict the fabric pairing gives this node now (None: none yet).
+    fabric_verdict: FabricVerdict | None = None
 
 
 # --------------------------------------------------------------------------- actions

@@ -21,11 +21,20 @@ from gpuaccept.contracts.probe_invocation import (
     ENV_GFD_GPU_COUNT,
     ENV_NODE_GPU_CAPACITY,
     ENV_NODE_NAME,
+    ENV_POD_IP,
     ENV_POLICY,
+    FABRIC_SUBCOMMAND,
+    FLAG_DEADLINE,
+    FLAG_MAX_MESSAGE_BYTES,
+    FLAG_MIN_BUSBW,
+    FLAG_NODE_RANK,
+    FLAG_RENDEZVOUS_ADDRESS,
+    FLAG_RENDEZVOUS_PORT,
+    FLAG_RENDEZVOUS_TIMEOUT,
     FLAG_TERMINATION_LOG,
     TERMINATION_LOG_PATH,
 )
-from gpuaccept.operator.core.model import NodeView, OperatorConfig
+from gpuaccept.operator.core.model import FabricPodLabels, NodeView, OperatorConfig
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "gpuaccept"
@@ -39,6 +48,13 @@ PROBE_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{COMPONENT_LABEL}={COMP
 TERMINATION_LOG = TERMINATION_LOG_PATH
 CONTAINER_NAME = "probe"
 GFD_GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # set by GPU feature discovery
+FABRIC_PAIR_LABEL = f"{GROUP}/fabric-pair"
+FABRIC_RANK_LABEL = f"{GROUP}/fabric-rank"
+FABRIC_FIRST_ANNOTATION = f"{GROUP}/fabric-first"
+FABRIC_SECOND_ANNOTATION = f"{GROUP}/fabric-second"
+FABRIC_DEADLINE_MARGIN_SECONDS = 30
+"""The probe stops its run this long before the pod's activeDeadlineSeconds, so
+that it still writes its report."""
 
 MAX_NAME = 63
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -192,4 +208,108 @@ def probe_pod_manifest(attempt: ProbeAttempt, config: OperatorConfig) -> dict[st
             },
         },
         "spec": _pod_spec(attempt, config),
+    }
+
+
+# --------------------------------------------------------------------------- fabric pods
+
+
+def fabric_pair_id(first: str, second: str, planned_at: str) -> str:
+    """A pair's identity: its pods' label, and the key of its result in both statuses."""
+    return hashlib.sha256(f"{first}/{second}/{planned_at}".encode()).hexdigest()[:12]
+
+
+def fabric_pod_name(prefix: str, pair: str, rank: int) -> str:
+    return f"{prefix}-fabric-{pair}-{rank}"
+
+
+@dataclass(frozen=True)
+class FabricPodRequest:
+    """One pod of a fabric pair: rank 0 on ``pair.first`` (it listens on its own IP),
+    rank 1 on ``pair.second`` with rank 0's IP as the rendezvous address."""
+
+    labels: FabricPodLabels
+    node: NodeView
+    policy_name: str
+    spec: NodeAcceptancePolicySpec
+    rendezvous_address: str | None  # rank 1: rank 0's pod IP; rank 0: None (its own)
+    applied_taints: Sequence[str] = ()
+
+
+def _fabric_args(request: FabricPodRequest, config: OperatorConfig) -> list[str]:
+    fabric, section = config.fabric, request.spec.fabric
+    address = request.rendezvous_address or f"$({ENV_POD_IP})"  # rank 0: its own pod IP
+    args = [
+        FABRIC_SUBCOMMAND,
+        FLAG_TERMINATION_LOG,
+        TERMINATION_LOG,
+        FLAG_NODE_RANK,
+        str(request.labels.rank),
+        FLAG_RENDEZVOUS_ADDRESS,
+        address,
+        FLAG_RENDEZVOUS_PORT,
+        str(fabric.rendezvous_port),
+        FLAG_RENDEZVOUS_TIMEOUT,
+        str(fabric.rendezvous_timeout_seconds),
+        FLAG_DEADLINE,
+        str(max(fabric.timeout_seconds - FABRIC_DEADLINE_MARGIN_SECONDS, 1)),
+        FLAG_MAX_MESSAGE_BYTES,
+        str(section.max_message_bytes),
+    ]
+    if section.min_busbw_gbps is not None:
+        args += [FLAG_MIN_BUSBW, f"{section.min_busbw_gbps:g}"]
+    return args
+
+
+def fabric_pod_manifest(request: FabricPodRequest, config: OperatorConfig) -> dict[str, Any]:
+    """One pod of a fabric pair, built from the operator's own ``config`` (the chart's
+    RDMA settings included): all of the node's GPUs, the pending taint tolerated,
+    pinned to the node, no API credentials, the pod IP from the downward API."""
+    labels, node = request.labels, request.node
+    attempt = ProbeAttempt(
+        name=fabric_pod_name(config.pod_prefix, labels.pair, labels.rank),
+        serial=0,
+        node=node,
+        policy_name=request.policy_name,
+        spec=request.spec,
+        applied_taints=request.applied_taints,
+    )
+    pod_spec = _pod_spec(attempt, config)
+    pod_spec["activeDeadlineSeconds"] = config.fabric.timeout_seconds
+    container = pod_spec["containers"][0]
+    container["command"] = [*config.probe_command, *_fabric_args(request, config)]
+    container["env"] = [
+        {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": ENV_EXPECTED_GPUS, "value": str(node.gpus)},
+        *({"name": name, "value": value} for name, value in config.fabric.env),
+    ]
+    resources = container["resources"]
+    for name, quantity in config.fabric.resources.items():
+        resources["limits"][name] = quantity
+        resources["requests"][name] = quantity
+    if config.fabric.capabilities:
+        container["securityContext"]["capabilities"]["add"] = list(config.fabric.capabilities)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": attempt.name,
+            "namespace": config.namespace,
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                COMPONENT_LABEL: COMPONENT_VALUE,
+                NODE_LABEL: node_label_value(node.name),
+                FABRIC_PAIR_LABEL: labels.pair,
+                FABRIC_RANK_LABEL: str(labels.rank),
+            },
+            "annotations": {
+                **config.fabric.annotations,
+                NODE_NAME_ANNOTATION: node.name,
+                POLICY_ANNOTATION: request.policy_name,
+                FABRIC_FIRST_ANNOTATION: labels.first,
+                FABRIC_SECOND_ANNOTATION: labels.second,
+            },
+        },
+        "spec": pod_spec,
     }

@@ -21,6 +21,7 @@ from gpuaccept.contracts.api import REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core.context import NodeContext, PlanBuilder
 from gpuaccept.operator.core.decided import DECIDED, plan_decided
+from gpuaccept.operator.core.fabric import plan_fabric_phase
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
     DeleteNodeAcceptance,
@@ -57,11 +58,13 @@ def reconcile(observed: Observed, judge: Judge) -> Plan:
         return out.build("new node")
     if spec.paused:
         # No new probes, nothing decided changes; undecided nodes stay out.
-        if status.phase in (Phase.PENDING, Phase.PROBING, Phase.STALLED):
+        if status.phase in (Phase.PENDING, Phase.PROBING, Phase.STALLED, Phase.FABRIC):
             out.ensure_node(ctx, status)
         if status.policy is None:  # a new node: counted under its policy at once
             out.write_status(status, ctx.stamped(status))
         return out.build("paused")
+    if status.phase == Phase.FABRIC:
+        return plan_fabric_phase(ctx, out)
     if status.phase in DECIDED:
         return plan_decided(ctx, out)
     if REPROBE_ANNOTATION in node.annotations and spec.reprobe.on_annotation:

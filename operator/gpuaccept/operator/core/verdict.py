@@ -17,6 +17,7 @@ from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import (
     CheckSummary,
+    FabricStatus,
     KeyFigures,
     NodeAcceptanceStatus,
     Phase,
@@ -37,6 +38,7 @@ from gpuaccept.operator.core.model import Plan, PodView
 
 HELD_QUARANTINE = "Quarantine"
 HELD_ACCEPT = "Accept"
+REASON_FABRIC_WAITING = "FabricPending"
 
 
 def failing_verdict(
@@ -94,10 +96,10 @@ def attempt_failed(
     return record_verdict(ctx, out, failing_verdict((error,)), Evidence(pod=pod))
 
 
-def _outcome(
+def verdict_outcome(
     ctx: NodeContext, verdict: Verdict, summary: str
 ) -> tuple[Phase, str | None, str, str | None]:
-    """(phase, reason, message, held action) for a verdict, and whether the breaker decided."""
+    """(phase, reason, message, held action) for a verdict, under dryRun and the breaker."""
     if ctx.spec.dry_run:
         return (
             Phase.HELD,
@@ -142,7 +144,13 @@ def record_verdict(
     report, rejudged, pod = evidence.report, evidence.rejudged, evidence.pod
     reasons = list(verdict.reasons)[:32]
     summary = reasons_message(reasons)
-    phase, reason, message, held_action = _outcome(ctx, verdict, summary)
+    enters_fabric = ctx.spec.fabric.enabled and verdict.accepted and not rejudged
+    reason: str | None
+    if enters_fabric:  # passed the single-node checks: the fabric test comes next
+        phase, reason, held_action = Phase.FABRIC, REASON_FABRIC_WAITING, None
+        message = "passed the single-node checks; waiting for a fabric pair"
+    else:
+        phase, reason, message, held_action = verdict_outcome(ctx, verdict, summary)
     if not ctx.spec.dry_run and not verdict.accepted:
         out.needs_breaker = True
     if not reasons and not verdict.accepted:
@@ -170,6 +178,8 @@ def record_verdict(
         update["checks"] = list(verdict.checks)[:32]
     if report is not None:  # the figures of the report judged (an error verdict has none)
         update["figures"] = verdict.figures
+    if enters_fabric:
+        update["fabric"] = FabricStatus(waiting_since=ctx.obs.now, summary="waiting")
     new = ctx.with_applied_keys(ctx.stamped(st, **update))
     out.write_status(st, new)
     if (new.phase, new.reason) != (st.phase, st.reason):
@@ -183,7 +193,9 @@ def record_verdict(
 def _verdict_events(
     out: PlanBuilder, new: NodeAcceptanceStatus, summary: str, accepted: bool
 ) -> None:
-    if new.phase == Phase.ACCEPTED:
+    if new.phase == Phase.FABRIC:
+        out.event(ACCEPTANCE_KIND, "Normal", REASON_FABRIC_WAITING, new.message or "")
+    elif new.phase == Phase.ACCEPTED:
         out.event(ACCEPTANCE_KIND, "Normal", "Accepted", "all required GPU checks passed")
     elif new.phase == Phase.QUARANTINED:
         text = f"quarantined ({new.reason}): {summary}"

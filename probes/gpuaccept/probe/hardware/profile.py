@@ -621,6 +621,11 @@ class HardwareProfile(ProfileModel):
     expect: ExpectedVerdict | None = Field(
         default=None, description="The verdict under the default policy (shipped profiles)."
     )
+    expect_fabric: ExpectedVerdict | None = Field(
+        default=None,
+        description="The fabric test's verdict when paired with healthy nodes, under a "
+        "policy whose fabric.minBusbwGBps is 200 (the demo's; docs/fabric.md).",
+    )
     node: Node = Node()
     gpus: Gpus
     driver: Driver
@@ -643,6 +648,17 @@ class HardwareProfile(ProfileModel):
 
 def load_profile(path: Path) -> HardwareProfile:
     return validate(HardwareProfile, read_structured_file(path), str(path))
+
+
+def expected_fabric_reasons(directory: Path) -> dict[str, str]:
+    """``{profile stem: reason}`` for the profiles in ``directory`` whose fabric test
+    fails (``expectFabric``), for the demo's fabric batch and the benchmark."""
+    out: dict[str, str] = {}
+    for path in sorted(directory.glob("*.yaml")):
+        expect = load_profile(path).expect_fabric
+        if expect is not None and expect.reason is not None:
+            out[path.stem] = expect.reason
+    return out
 
 
 def expected_fault_reasons(directory: Path) -> dict[str, str]:

@@ -1,0 +1,187 @@
+"""The fabric loop (runtime): for each policy with ``fabric.enabled``, one pass of
+:func:`~gpuaccept.operator.core.fabric_pairs.plan_fabric_pass` over the nodes
+that take part in its fabric tests, then its writes in order (docs/fabric.md).
+
+A pass runs when something it reads changed (a fabric pod or a NodeAcceptance
+with a fabric test: :meth:`FabricLoop.poke`, O(1) per event), at most every
+:data:`MIN_GAP_SECONDS`, and at the latest when its plan asks to be woken (a
+deadline) or every ``interval`` seconds. It reads the policy's NodeAcceptances
+that have a fabric test, which the cache keeps as it counts (O(members) per
+pass). Its verdicts are handed to the nodes' own reconciles
+(:meth:`FabricLoop.verdict`), which record them under dryRun and the quarantine
+limit like any verdict. Everything a pass reads is in the API server
+(pair results in the statuses, running pairs as pods), so a restarted operator
+picks up where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from kubernetes.client.exceptions import ApiException
+
+from gpuaccept.contracts.nodeacceptance import Phase
+from gpuaccept.operator import metrics
+from gpuaccept.operator.cache import Cache
+from gpuaccept.operator.core.fabric_pairing import FabricVerdict
+from gpuaccept.operator.core.fabric_pairs import FabricMember, FabricObserved, plan_fabric_pass
+from gpuaccept.operator.core.model import Action, Observed, OperatorConfig, PolicyView
+from gpuaccept.operator.executor import KubeExecutor, StaleCacheError, api_message
+from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
+from gpuaccept.operator.kube import ConflictError
+
+log = logging.getLogger("gpuaccept.operator")
+
+MIN_GAP_SECONDS = 0.5
+PARTNER_PHASES = frozenset({Phase.ACCEPTED, Phase.HELD})
+
+
+@dataclass(frozen=True)
+class _Given:
+    verdict: FabricVerdict
+    waiting_since: datetime | None  # the wait it was given for: a new wait gets a new one
+
+
+class FabricLoop:
+    def __init__(
+        self,
+        cache: Cache,
+        actions: KubeExecutor,
+        config: OperatorConfig,
+        *,
+        wake: Callable[[str], None],
+        leading: Callable[[], bool],
+    ) -> None:
+        self.cache = cache
+        self.actions = actions
+        self.config = config
+        self.wake = wake
+        self.leading = leading
+        self.executor: ThreadPoolExecutor | None = None  # the API threads
+        self._verdicts: dict[str, _Given] = {}
+        self._poked = asyncio.Event()
+        self.failures = FailureLog("fabric pass")
+
+    # ------------------------------------------------------------------ for the controller
+    def poke(self) -> None:
+        """Something a pass reads changed (O(1): the pass itself runs later)."""
+        self._poked.set()
+
+    def verdict(self, node: str, waiting_since: datetime | None) -> FabricVerdict | None:
+        """The fabric verdict of ``node`` for its current wait, if a pass gave one."""
+        given = self._verdicts.get(node)
+        if given is None or given.waiting_since != waiting_since:
+            return None
+        return given.verdict
+
+    # ------------------------------------------------------------------ loop
+    async def run(self, interval: float) -> None:
+        await self.cache.synced.wait()
+        timeout = interval
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), timeout=timeout)
+            self._poked.clear()
+            timeout = interval
+            if self.leading():
+                try:
+                    wake = await self.run_once()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:  # one line per kind, with backoff (faultlog)
+                    log_failure(log, self.failures, error, str(error))
+                else:
+                    log_recovery(log, self.failures)
+                    if wake is not None:
+                        timeout = max(min(timeout, wake), MIN_GAP_SECONDS)
+            await asyncio.sleep(MIN_GAP_SECONDS)
+
+    def _fabric_policies(self) -> list[PolicyView]:
+        return [
+            entry.view
+            for entry in self.cache.policies()
+            if entry.view.spec is not None and entry.view.spec.fabric.enabled
+        ]
+
+    def observe(self, policy: PolicyView, now: datetime) -> FabricObserved:
+        """The nodes of ``policy`` that take part: waiting (phase Fabric), and decided
+        ones that have fabric results; with ``idleAcceptedPartners`` every decided
+        one (the only case that walks the policy's NodeAcceptances)."""
+        spec = policy.spec
+        assert spec is not None
+        self.cache.settle()
+        names: list[str] = self.cache.fabric_names(policy.name)
+        if spec.fabric.idle_accepted_partners:
+            names = sorted(na.name for na in self.cache.acceptances())
+        members: list[FabricMember] = []
+        for name in names:
+            na = self.cache.na(name)
+            if na is None or na.status.policy != policy.name:
+                continue
+            st = na.status
+            take = st.phase == Phase.FABRIC or (
+                st.phase in PARTNER_PHASES
+                and (st.fabric is not None or spec.fabric.idle_accepted_partners)
+            )
+            node = self.cache.node(name) if take else None
+            if node is not None:
+                members.append(FabricMember(node, na, self.cache.pods(name)))
+        return FabricObserved(policy, spec, tuple(members), now, self.config)
+
+    async def run_once(self) -> float | None:
+        """One pass over every fabric policy; seconds until the next one is due."""
+        now = datetime.now(UTC)
+        wake: float | None = None
+        given: dict[str, _Given] = {}
+        for policy in self._fabric_policies():
+            observed = self.observe(policy, now)
+            step = plan_fabric_pass(observed)
+            waits = {m.node.name: m.na.status.fabric for m in observed.members}
+            for node, verdict in step.verdicts.items():
+                fabric = waits.get(node)
+                given[node] = _Given(verdict, fabric.waiting_since if fabric else None)
+            if step.wake_in is not None:
+                wake = step.wake_in if wake is None else min(wake, step.wake_in)
+            await self._execute(observed, step.writes)
+        changed = {n for n, g in given.items() if self._verdicts.get(n) != g}
+        self._verdicts = given
+        for node in sorted(changed):
+            self.wake(node)
+        return wake
+
+    async def _execute(
+        self, observed: FabricObserved, writes: tuple[tuple[str, Action], ...]
+    ) -> None:
+        """The pass's writes in order; the first that fails ends them (the next pass
+        starts again from what the API server then holds)."""
+        loop = asyncio.get_running_loop()
+        for node, action in writes:
+            if not self.leading():
+                return
+            context = Observed(
+                node_name=node,
+                now=observed.now,
+                node=self.cache.node(node),
+                pods=self.cache.pods(node),
+                config=self.config,
+            )
+            try:
+                await loop.run_in_executor(self.executor, self.actions.execute, context, action)
+            except (ConflictError, StaleCacheError):
+                log.info("fabric: node=%s conflict on %s; next pass", node, type(action).__name__)
+                await loop.run_in_executor(self.executor, self.actions.refresh, node, action)
+                self.poke()
+                return
+            except ApiException as error:  # e.g. a pod refused: the next timed pass retries
+                log.warning(
+                    "fabric: node=%s %s failed: %s", node, type(action).__name__, api_message(error)
+                )
+                return
+            metrics.API_CALLS.labels(type(action).__name__).inc()
+            log.info("fabric: node=%s %s", node, type(action).__name__)

@@ -1,0 +1,306 @@
+"""One pass over a policy's fabric pairs (pure; docs/fabric.md): pods started in
+order, results read into both statuses before the pods go, every moment at which
+an operator may be killed picked up again from what the API server holds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpuaccept.checks.fabric_allreduce import CHECK
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.contracts.nodeacceptance import (
+    FabricPairRecord,
+    FabricStatus,
+    NodeAcceptanceStatus,
+    Phase,
+)
+from gpuaccept.contracts.report import (
+    CheckResult,
+    CheckStatus,
+    HardwareMode,
+    HardwareSummary,
+    ProbeReport,
+    encode_termination_message,
+)
+from gpuaccept.operator.core.fabric_pairing import FabricPassed, NodePair
+from gpuaccept.operator.core.fabric_pairs import (
+    PARTNER_START_GRACE_SECONDS,
+    FabricMember,
+    FabricObserved,
+    FabricStep,
+    plan_fabric_pass,
+)
+from gpuaccept.operator.core.model import (
+    CreateProbePod,
+    FabricPodConfig,
+    FabricPodLabels,
+    NAView,
+    NodeView,
+    OperatorConfig,
+    PatchNAStatus,
+    PodView,
+    PolicyView,
+)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SPEC = NodeAcceptancePolicySpec.model_validate({"fabric": {"enabled": True, "minBusbwGBps": 300}})
+POLICY = PolicyView(name="fab", spec=SPEC)
+CONFIG = OperatorConfig(accept_simulated_reports=True)
+PAIR = FabricPodLabels("p1", 0, "a", "b")
+
+
+def waiting(
+    name: str, pods: tuple[PodView, ...] = (), pairs: tuple[FabricPairRecord, ...] = ()
+) -> FabricMember:
+    status = NodeAcceptanceStatus(
+        phase=Phase.FABRIC,
+        policy="fab",
+        fabric=FabricStatus(waiting_since=T0, pairs=list(pairs), summary="waiting"),
+        applied_taints=["gpuaccept.io/pending"],
+    )
+    return FabricMember(
+        node=NodeView(name=name, boot_id=f"boot-{name}", gpus=8, gpu_capacity=8),
+        na=NAView(name=name, status=status, resource_version=f"rv-{name}"),
+        pods=pods,
+    )
+
+
+def observed(*members: FabricMember, spec: NodeAcceptancePolicySpec = SPEC, now: datetime = T0,
+             config: OperatorConfig = CONFIG) -> FabricObserved:  # fmt: skip
+    return FabricObserved(PolicyView(name="fab", spec=spec), spec, members, now, config)
+
+
+def report(node: str, busbw: float | None, *, phase: str | None = None) -> str:
+    observed = {"backend": "gloo", "source": "loopback", "nodes": 2, "nodeRank": 0,
+                "localRanks": 1, "ranks": 2, "busbwGBps": busbw, "phase": phase}  # fmt: skip
+    status = CheckStatus.ERROR if phase else CheckStatus.PASS
+    result = CheckResult(check=CHECK, status=status, observed=observed, durationS=1.0)
+    return encode_termination_message(
+        ProbeReport(
+            node_name=node,
+            bootID=f"boot-{node}",
+            probe_version="0.1.0",
+            started_at=T0,
+            finished_at=T0,
+            hardware=HardwareMode.SIMULATED,
+            summary=HardwareSummary(gpu_count=1),
+            results=[result],
+        )
+    )
+
+
+def pod(rank: int, *, ip: str | None = None, message: str | None = None, created: datetime = T0,
+        labels: FabricPodLabels = PAIR) -> PodView:  # fmt: skip
+    done = message is not None
+    return PodView(
+        name=f"gpuaccept-probe-fabric-{labels.pair}-{rank}",
+        phase="Succeeded" if done else "Running",
+        terminated=done,
+        exit_code=0 if done else None,
+        message=message,
+        pod_ip=ip,
+        created=created,
+        fabric=FabricPodLabels(labels.pair, rank, labels.first, labels.second),
+    )
+
+
+def kinds(step: FabricStep) -> list[tuple[str, str]]:
+    return [(node, type(action).__name__) for node, action in step.writes]
+
+
+def created(step: FabricStep) -> list[CreateProbePod]:
+    return [a for _n, a in step.writes if isinstance(a, CreateProbePod)]
+
+
+def recorded(step: FabricStep, node: str) -> FabricPairRecord:
+    (status,) = [a.status for n, a in step.writes if isinstance(a, PatchNAStatus) and n == node]
+    assert status.fabric is not None
+    return status.fabric.pairs[-1]
+
+
+def test_two_waiting_nodes_start_a_pair_with_the_rank0_pod_only() -> None:
+    step = plan_fabric_pass(observed(waiting("a"), waiting("b")))
+    assert step.started == (NodePair("a", "b"),) or step.started == (NodePair("b", "a"),)
+    (create,) = created(step)
+    first = step.started[0].first
+    spec = create.manifest["spec"]
+    container = spec["containers"][0]
+    command = container["command"]
+    assert spec["nodeName"] == first
+    assert spec["automountServiceAccountToken"] is False
+    assert {"key": "gpuaccept.io/pending", "operator": "Exists"} in spec["tolerations"]
+    assert command[:3] == ["gpuaccept", "probe", "fabric"]
+    assert command[command.index("--node-rank") + 1] == "0"
+    assert command[command.index("--rendezvous-address") + 1] == "$(GPUACCEPT_POD_IP)"
+    assert command[command.index("--min-busbw-gbps") + 1] == "300"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    pod_ip = {"name": "GPUACCEPT_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    assert pod_ip in container["env"]
+    meta = create.manifest["metadata"]
+    assert meta["labels"]["gpuaccept.io/fabric-rank"] == "0"
+    assert meta["annotations"]["gpuaccept.io/fabric-first"] == first
+    assert not step.verdicts
+
+
+def test_the_second_pod_waits_for_the_first_pods_ip_then_gets_it_as_rendezvous() -> None:
+    no_ip = plan_fabric_pass(observed(waiting("a", (pod(0),)), waiting("b")))
+    assert no_ip.writes == ()
+    with_ip = plan_fabric_pass(observed(waiting("a", (pod(0, ip="10.0.0.7"),)), waiting("b")))
+    (create,) = created(with_ip)
+    command = create.manifest["spec"]["containers"][0]["command"]
+    assert create.manifest["spec"]["nodeName"] == "b"
+    assert command[command.index("--node-rank") + 1] == "1"
+    assert command[command.index("--rendezvous-address") + 1] == "10.0.0.7"
+    assert with_ip.started == ()  # a running pair: nothing new planned for a or b
+
+
+BUSY = waiting("b", (PodView(name="probe-b-1", phase="Running"),))
+LATE = T0 + timedelta(seconds=PARTNER_START_GRACE_SECONDS)
+ORPHANS = [
+    ("partner node gone", (waiting("a", (pod(0, ip="10.0.0.7"),)),), T0),
+    ("rank 0 ended alone", (waiting("a", (pod(0, message=report("a", None, phase="rendezvous")),)),
+                            waiting("b")), T0),
+    ("no IP within the grace", (waiting("a", (pod(0),)), waiting("b")), LATE),
+    ("partner busy with a probe", (waiting("a", (pod(0, ip="10.0.0.7"),)), BUSY), T0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("members", "now"), [c[1:] for c in ORPHANS], ids=[c[0] for c in ORPHANS])
+def test_a_rank0_pod_whose_partner_pod_cannot_come_is_recorded_incomplete_then_deleted(
+    members: tuple[FabricMember, ...], now: datetime
+) -> None:
+    step = plan_fabric_pass(observed(*members, now=now))
+    assert recorded(step, "a").outcome == "incomplete"
+    order = kinds(step)
+    delete = ("a", "DeleteProbePod")
+    assert delete in order
+    assert all(i < order.index(delete) for i, k in enumerate(order) if k[1] == "PatchNAStatus")
+    assert not any(isinstance(a, CreateProbePod) and n == "b" and "-p1-" in a.name
+                   for n, a in step.writes)  # fmt: skip
+
+
+def test_a_finished_pair_goes_into_both_statuses_before_its_pods_are_deleted() -> None:
+    a = waiting("a", (pod(0, ip="10.0.0.7", message=report("a", 390.0)),))
+    b = waiting("b", (pod(1, message=report("b", 390.0)),))
+    step = plan_fabric_pass(observed(a, b))
+    order = kinds(step)
+    assert order[:2] == [("a", "PatchNAStatus"), ("b", "PatchNAStatus")]
+    assert sorted(order[2:]) == [("a", "DeleteProbePod"), ("b", "DeleteProbePod")]
+    for node, partner, rank in (("a", "b", 0), ("b", "a", 1)):
+        record = recorded(step, node)
+        assert (record.partner, record.node_rank, record.outcome) == (partner, rank, "passed")
+        assert record.busbw_gbps == 390.0
+    assert step.verdicts == {"a": FabricPassed("b", 390.0, T0), "b": FabricPassed("a", 390.0, T0)}
+
+
+def test_a_slow_pair_fails_against_the_policy_minimum() -> None:
+    a = waiting("a", (pod(0, message=report("a", 180.0)),))
+    b = waiting("b", (pod(1, message=report("b", 180.0)),))
+    step = plan_fabric_pass(observed(a, b))
+    assert recorded(step, "a").outcome == "failed"
+    assert step.verdicts == {}
+
+
+def test_killed_between_the_two_status_writes_writes_only_the_missing_one() -> None:
+    done = FabricPairRecord(pair="p1", partner="b", node_rank=0, outcome="passed",
+                            busbw_gbps=390.0, finished_at=T0)  # fmt: skip
+    a = waiting("a", (pod(0, message=report("a", 390.0)),), pairs=(done,))
+    b = waiting("b", (pod(1, message=report("b", 390.0)),))
+    step = plan_fabric_pass(observed(a, b))
+    assert [k for k in kinds(step) if k[1] == "PatchNAStatus"] == [("b", "PatchNAStatus")]
+    assert len(recorded(step, "b").pair) > 0
+
+
+def test_pods_left_after_both_results_are_recorded_are_only_deleted() -> None:
+    rec = {n: FabricPairRecord(pair="p1", partner=p, node_rank=r, outcome="passed",
+                               busbw_gbps=390.0, finished_at=T0)
+           for n, p, r in (("a", "b", 0), ("b", "a", 1))}  # fmt: skip
+    a = waiting("a", (pod(0, message=report("a", 390.0)),), pairs=(rec["a"],))
+    b = waiting("b", (pod(1, message=report("b", 390.0)),), pairs=(rec["b"],))
+    step = plan_fabric_pass(observed(a, b))
+    assert sorted(kinds(step)) == [("a", "DeleteProbePod"), ("b", "DeleteProbePod")]
+    assert set(step.verdicts) == {"a", "b"}
+
+
+def test_paused_starts_no_pair_but_reads_a_finished_one() -> None:
+    paused = NodeAcceptancePolicySpec.model_validate({"fabric": {"enabled": True}, "paused": True})
+    assert plan_fabric_pass(observed(waiting("c"), waiting("d"), spec=paused)).writes == ()
+    a = waiting("a", (pod(0, message=report("a", 390.0)),))
+    b = waiting("b", (pod(1, message=report("b", 390.0)),))
+    step = plan_fabric_pass(observed(a, b, spec=paused))
+    assert ("a", "PatchNAStatus") in kinds(step)
+
+
+def test_the_charts_rdma_settings_go_on_both_pods() -> None:
+    fabric = FabricPodConfig(
+        resources={"rdma/rdma_shared_device_a": "1"},
+        annotations={"k8s.v1.cni.cncf.io/networks": "rdma-net"},
+        capabilities=("IPC_LOCK",),
+        env=(("NCCL_IB_HCA", "=mlx5_0"),),
+    )
+    config = OperatorConfig(accept_simulated_reports=True, fabric=fabric)
+    for members in (
+        (waiting("a"), waiting("b")),
+        (waiting("a", (pod(0, ip="10.0.0.7"),)), waiting("b")),
+    ):
+        (create,) = created(plan_fabric_pass(observed(*members, config=config)))
+        container = create.manifest["spec"]["containers"][0]
+        assert container["resources"]["requests"]["rdma/rdma_shared_device_a"] == "1"
+        assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+        assert {"name": "NCCL_IB_HCA", "value": "=mlx5_0"} in container["env"]
+        assert (
+            create.manifest["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == "rdma-net"
+        )
+
+
+def test_a_node_with_another_probe_pod_is_not_paired() -> None:
+    busy = waiting("c", (PodView(name="probe-c-1", phase="Running"),))
+    assert plan_fabric_pass(observed(busy, waiting("d"))).writes == ()
+
+
+def test_accepted_nodes_that_passed_a_pair_are_partners_while_idle() -> None:
+    passed = FabricPairRecord(pair="p0", partner="y", node_rank=0, outcome="passed",
+                              busbw_gbps=390.0, finished_at=T0)  # fmt: skip
+    x = waiting("x", pairs=(passed,))
+    x = FabricMember(x.node, NAView("x", x.na.status.model_copy(update={"phase": Phase.ACCEPTED})))
+    failed = FabricPairRecord(pair="p9", partner="z", node_rank=0, outcome="failed",
+                              busbw_gbps=100.0, finished_at=T0)  # fmt: skip
+    step = plan_fabric_pass(observed(x, waiting("s", pairs=(failed,))))
+    assert step.started == (NodePair("x", "s"),)
+    assert created(step)[0].manifest["spec"]["nodeName"] == "x"
+
+
+def test_a_node_cleared_in_this_pass_loses_its_read_pod_before_it_partners_again() -> None:
+    a = waiting("a", (pod(0, message=report("a", 390.0)),))
+    b = waiting("b", (pod(1, message=report("b", 390.0)),))
+    failed = FabricPairRecord(pair="p9", partner="z", node_rank=0, outcome="failed",
+                              busbw_gbps=100.0, finished_at=T0)  # fmt: skip
+    step = plan_fabric_pass(observed(a, b, waiting("s", pairs=(failed,))))
+    (pair,) = step.started
+    order = kinds(step)
+    assert order.index((pair.first, "DeleteProbePod")) < order.index((pair.first, "CreateProbePod"))
+
+
+@pytest.mark.parametrize(
+    ("phase", "held_action", "partner"),
+    [
+        (Phase.ACCEPTED, None, True),
+        (Phase.HELD, "Accept", True),  # a dry run that would accept: pairs still run
+        (Phase.HELD, "Quarantine", False),
+        (Phase.QUARANTINED, None, False),
+    ],
+)
+def test_which_decided_nodes_that_passed_a_pair_are_partners(
+    phase: Phase, held_action: str | None, partner: bool
+) -> None:
+    passed = FabricPairRecord(pair="p0", partner="y", node_rank=0, outcome="passed",
+                              busbw_gbps=390.0, finished_at=T0)  # fmt: skip
+    x = waiting("x", pairs=(passed,))
+    update = {"phase": phase, "held_action": held_action}
+    x = FabricMember(x.node, NAView("x", x.na.status.model_copy(update=update)))
+    failed = FabricPairRecord(pair="p9", partner="z", node_rank=0, outcome="failed",
+                              busbw_gbps=100.0, finished_at=T0)  # fmt: skip
+    step = plan_fabric_pass(observed(x, waiting("s", pairs=(failed,))))
+    assert (step.started == (NodePair("x", "s"),)) is partner
