@@ -337,6 +337,15 @@ def env(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
 
 
 def assert_accepted(env: Env, name: str) -> None:
+    # the status is written before the Node is patched: wait for the Node's side,
+    # then check all of it
+    def node_released() -> bool:
+        labels = env.node(name)["metadata"].get("labels") or {}
+        return labels.get(ACCEPTANCE_LABEL) == "accepted" and PENDING_TAINT_KEY not in (
+            env.taint_keys(name)
+        )
+
+    wait_for(f"{name}'s Node to be released (accepted label, no pending taint)", node_released, 30)
     node = env.node(name)
     keys = env.taint_keys(name)
     assert PENDING_TAINT_KEY not in keys, f"{name}: pending taint left: {keys}"
