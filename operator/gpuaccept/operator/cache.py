@@ -6,6 +6,11 @@ kopf keeps the indexes (``@kopf.index`` on Nodes, NodeAcceptances, policies
 and probe pods, with the ``index_*`` functions below); ``Cache.attach`` takes
 them once the first handler runs.
 
+A NodeAcceptance is kept as a
+:class:`~gpuaccept.operator.views.CachedAcceptance`: its status without the
+stored probe report, which stays compressed JSON until a decision asks for it
+(:meth:`Cache.na_with_report`).
+
 The fleet's counts (:class:`~gpuaccept.operator.core.fleetcount.FleetCount`:
 phases, matched nodes, the quarantine limit's figures) follow the views the
 cache returns, one key at a time: a watch event refreshes its key
@@ -26,8 +31,9 @@ from typing import Any
 from gpuaccept.operator.core.fleetcount import FleetCount
 from gpuaccept.operator.core.model import NAView, NodeView, PodView
 from gpuaccept.operator.views import (
+    CachedAcceptance,
     PolicyEntry,
-    na_view,
+    cached_acceptance,
     node_view,
     pod_view,
     policy_entry,
@@ -156,8 +162,14 @@ class Cache:
         return view if isinstance(view, NodeView) else None
 
     def na(self, name: str) -> NAView | None:
-        view = self._pick("na", NAS_INDEX, name)
-        return view if isinstance(view, NAView) else None
+        """The NodeAcceptance without its stored report (``status.report`` None)."""
+        cached = self._pick("na", NAS_INDEX, name)
+        return cached.view if isinstance(cached, CachedAcceptance) else None
+
+    def na_with_report(self, name: str) -> NAView | None:
+        """The NodeAcceptance with its stored report parsed: for a decision."""
+        cached = self._pick("na", NAS_INDEX, name)
+        return cached.with_report() if isinstance(cached, CachedAcceptance) else None
 
     def pods(self, node: str) -> tuple[PodView, ...]:
         found: dict[str, tuple[int, PodView | None]] = {}
@@ -233,9 +245,9 @@ def index_node(body: Mapping[str, Any]) -> dict[str, tuple[int, NodeView]]:
     return {view.name: (resource_version(body), view)}
 
 
-def index_na(body: Mapping[str, Any]) -> dict[str, tuple[int, NAView]]:
-    view = na_view(body)
-    return {view.name: (resource_version(body), view)}
+def index_na(body: Mapping[str, Any]) -> dict[str, tuple[int, CachedAcceptance]]:
+    cached = cached_acceptance(body)
+    return {cached.view.name: (resource_version(body), cached)}
 
 
 def index_pod(body: Mapping[str, Any]) -> dict[str, tuple[int, PodView]]:
