@@ -47,9 +47,9 @@ def test_decisions_read_the_status_as_parsed_at_once() -> None:
     for failing in ((), ("nccl_allreduce",)):
         wire = _decided_wire(failing)
         cached = cached_acceptance(_body(wire))
-        assert cached.with_report().status == NodeAcceptanceStatus.model_validate(wire)
+        assert cached.with_evidence().status == NodeAcceptanceStatus.model_validate(wire)
         # what a decision writes back (a status write replaces it whole) is what was stored
-        assert cached.with_report().status.to_wire() == wire
+        assert cached.with_evidence().status.to_wire() == wire
 
 
 def test_the_cache_entry_keeps_no_parsed_evidence() -> None:
@@ -73,7 +73,7 @@ def test_the_cache_answers_slim_for_counts_and_whole_for_decisions() -> None:
             "gpuaccept_probe_pods": {},
         }
     )
-    slim, whole = cache.na("gpu-1"), cache.na_with_report("gpu-1")
+    slim, whole = cache.na("gpu-1"), cache.na_with_evidence("gpu-1")
     assert slim is not None
     assert whole is not None
     assert slim.status.report is None
@@ -82,7 +82,7 @@ def test_the_cache_answers_slim_for_counts_and_whole_for_decisions() -> None:
     # our own write (the PATCH response) is kept the same way
     newer = {**wire, "rejudged": True}
     cache.write("na", "gpu-1", 6, cached_acceptance(_body(newer, rv=6)))
-    written = cache.na_with_report("gpu-1")
+    written = cache.na_with_evidence("gpu-1")
     assert written is not None
     assert written.status == NodeAcceptanceStatus.model_validate(newer)
 
@@ -90,6 +90,6 @@ def test_the_cache_answers_slim_for_counts_and_whole_for_decisions() -> None:
 def test_unreadable_evidence_starts_over_as_an_unreadable_status_does() -> None:
     wire = _decided_wire()
     broken = {**wire, "report": {**wire["report"], "results": "not a list"}}
-    assert cached_acceptance(_body(broken)).with_report().status == NodeAcceptanceStatus()
+    assert cached_acceptance(_body(broken)).with_evidence().status == NodeAcceptanceStatus()
     bad_checks = {**wire, "checks": [{"check": "x", "status": "Bogus"}]}
-    assert cached_acceptance(_body(bad_checks)).with_report().status == NodeAcceptanceStatus()
+    assert cached_acceptance(_body(bad_checks)).with_evidence().status == NodeAcceptanceStatus()

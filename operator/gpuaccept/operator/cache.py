@@ -8,8 +8,8 @@ them once the first handler runs.
 
 A NodeAcceptance is kept as a
 :class:`~gpuaccept.operator.views.CachedAcceptance`: its status without the
-stored probe report, which stays compressed JSON until a decision asks for it
-(:meth:`Cache.na_with_report`).
+evidence (stored probe report, check summaries), which stays compressed JSON
+until a decision asks for it (:meth:`Cache.na_with_evidence`).
 
 The fleet's counts (:class:`~gpuaccept.operator.core.fleetcount.FleetCount`:
 phases, matched nodes, the quarantine limit's figures) follow the views the
@@ -162,14 +162,14 @@ class Cache:
         return view if isinstance(view, NodeView) else None
 
     def na(self, name: str) -> NAView | None:
-        """The NodeAcceptance without its stored report (``status.report`` None)."""
+        """The NodeAcceptance without its evidence (``status.report`` None, no ``checks``)."""
         cached = self._pick("na", NAS_INDEX, name)
         return cached.view if isinstance(cached, CachedAcceptance) else None
 
-    def na_with_report(self, name: str) -> NAView | None:
-        """The NodeAcceptance with its stored report parsed: for a decision."""
+    def na_with_evidence(self, name: str) -> NAView | None:
+        """The NodeAcceptance with its evidence parsed into the status: for a decision."""
         cached = self._pick("na", NAS_INDEX, name)
-        return cached.with_report() if isinstance(cached, CachedAcceptance) else None
+        return cached.with_evidence() if isinstance(cached, CachedAcceptance) else None
 
     def pods(self, node: str) -> tuple[PodView, ...]:
         found: dict[str, tuple[int, PodView | None]] = {}

@@ -229,7 +229,7 @@ class Controller:
             node_name=name,
             now=now,
             node=node,
-            na=self.cache.na_with_report(name),
+            na=self.cache.na_with_evidence(name),
             pods=self.cache.pods(name),
             policies=policies,
             breaker=breaker,

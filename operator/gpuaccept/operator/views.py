@@ -87,11 +87,6 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
     )
 
 
-def na_view(body: Mapping[str, Any]) -> NAView:
-    """The NodeAcceptance with its whole status parsed, the stored report included."""
-    return cached_acceptance(body).with_report()
-
-
 EVIDENCE_FIELDS = ("report", "checks")
 """The status fields a NodeAcceptance's cache entry keeps as compressed JSON:
 the stored probe report and the per-check summaries, the evidence a decision
@@ -106,14 +101,14 @@ class CachedAcceptance:
     what the counts, the metrics and the status loop read. The evidence (the
     probe's results with their observed values: ~7 KB of JSON that parses into
     some 130 objects) stays as its compact wire JSON, zlib-compressed, parsed by
-    :meth:`with_report` only for a decision, which reads it and writes it back
+    :meth:`with_evidence` only for a decision, which reads it and writes it back
     with every status (a status write replaces the status whole).
     """
 
     view: NAView
     evidence_json: bytes | None = None  # zlib of {"report": …, "checks": …}; None: neither
 
-    def with_report(self) -> NAView:
+    def with_evidence(self) -> NAView:
         """The view with its evidence parsed into the status, as the core reads it.
 
         Unreadable evidence makes the whole status unreadable, as when the
