@@ -120,8 +120,9 @@ def test_policy_entry_with_an_empty_version_range_is_invalid() -> None:
 
 
 def test_unreadable_na_status_starts_over() -> None:
-    ((_, view),) = index_na({"metadata": {"name": "n"}, "status": {"phase": "Bogus"}}).values()
-    assert view.status.phase == Phase.PENDING
+    ((_, cached),) = index_na({"metadata": {"name": "n"}, "status": {"phase": "Bogus"}}).values()
+    assert cached.view.status.phase == Phase.PENDING
+    assert cached.with_evidence().status.phase == Phase.PENDING
 
 
 def _cache(**indexes: dict[str, list[Any]]) -> Cache:

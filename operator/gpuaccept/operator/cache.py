@@ -6,6 +6,11 @@ kopf keeps the indexes (``@kopf.index`` on Nodes, NodeAcceptances, policies
 and probe pods, with the ``index_*`` functions below); ``Cache.attach`` takes
 them once the first handler runs.
 
+A NodeAcceptance is kept as a
+:class:`~gpuaccept.operator.views.CachedAcceptance`: its status without the
+evidence (stored probe report, check summaries), which stays compressed JSON
+until a decision asks for it (:meth:`Cache.na_with_evidence`).
+
 The fleet's counts (:class:`~gpuaccept.operator.core.fleetcount.FleetCount`:
 phases, matched nodes, the quarantine limit's figures) follow the views the
 cache returns, one key at a time: a watch event refreshes its key
@@ -27,8 +32,9 @@ from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core.fleetcount import FleetCount
 from gpuaccept.operator.core.model import NAView, NodeView, PodView
 from gpuaccept.operator.views import (
+    CachedAcceptance,
     PolicyEntry,
-    na_view,
+    cached_acceptance,
     node_view,
     pod_view,
     policy_entry,
@@ -176,8 +182,14 @@ class Cache:
         return view if isinstance(view, NodeView) else None
 
     def na(self, name: str) -> NAView | None:
-        view = self._pick("na", NAS_INDEX, name)
-        return view if isinstance(view, NAView) else None
+        """The NodeAcceptance without its evidence (``status.report`` None, no ``checks``)."""
+        cached = self._pick("na", NAS_INDEX, name)
+        return cached.view if isinstance(cached, CachedAcceptance) else None
+
+    def na_with_evidence(self, name: str) -> NAView | None:
+        """The NodeAcceptance with its evidence parsed into the status: for a decision."""
+        cached = self._pick("na", NAS_INDEX, name)
+        return cached.with_evidence() if isinstance(cached, CachedAcceptance) else None
 
     def pods(self, node: str) -> tuple[PodView, ...]:
         found: dict[str, tuple[int, PodView | None]] = {}
@@ -253,9 +265,9 @@ def index_node(body: Mapping[str, Any]) -> dict[str, tuple[int, NodeView]]:
     return {view.name: (resource_version(body), view)}
 
 
-def index_na(body: Mapping[str, Any]) -> dict[str, tuple[int, NAView]]:
-    view = na_view(body)
-    return {view.name: (resource_version(body), view)}
+def index_na(body: Mapping[str, Any]) -> dict[str, tuple[int, CachedAcceptance]]:
+    cached = cached_acceptance(body)
+    return {cached.view.name: (resource_version(body), cached)}
 
 
 def index_pod(body: Mapping[str, Any]) -> dict[str, tuple[int, PodView]]:

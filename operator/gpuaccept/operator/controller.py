@@ -233,7 +233,7 @@ class Controller:
         breaker = BreakerCounts()
         if len(policies) == 1:
             breaker = self.ledger.counts(policies[0].name, name)
-        na = self.cache.na(name)
+        na = self.cache.na_with_evidence(name)
         fabric = na.status.fabric if na is not None else None
         return Observed(
             node_name=name,

@@ -31,7 +31,7 @@ from gpuaccept.operator.core.model import (
     RemoveReprobeAnnotation,
 )
 from gpuaccept.operator.kube import ConflictError, EventRecord, Kube
-from gpuaccept.operator.views import na_view, node_view, pod_view, resource_version
+from gpuaccept.operator.views import cached_acceptance, node_view, pod_view, resource_version
 
 log = logging.getLogger("gpuaccept.operator")
 
@@ -78,7 +78,7 @@ class KubeExecutor:
         if isinstance(action, PatchNAStatus):
             body = self.kube.get_na(action.name)
             if body is not None:
-                self.cache.write("na", action.name, resource_version(body), na_view(body))
+                self.cache.write("na", action.name, resource_version(body), cached_acceptance(body))
         else:
             body = self.kube.get_node(node)
             if body is not None:
@@ -103,7 +103,7 @@ class _NodeWrites:
     def create_node_acceptance(self, action: CreateNodeAcceptance) -> None:
         body = self.kube.create_na(action.name, action.policy)
         if body:
-            self.cache.write("na", action.name, resource_version(body), na_view(body))
+            self.cache.write("na", action.name, resource_version(body), cached_acceptance(body))
 
     def patch_na_status(self, action: PatchNAStatus) -> None:
         node, errors = self.observed.node_name, self.executor.status_errors
@@ -121,7 +121,7 @@ class _NodeWrites:
             errors[node] = f"status cannot be sent: {error}"[:500]
             raise StatusRefusedError(errors[node]) from error
         errors.pop(node, None)
-        self.cache.write("na", action.name, resource_version(body), na_view(body))
+        self.cache.write("na", action.name, resource_version(body), cached_acceptance(body))
 
     def patch_node_taints_labels(self, action: PatchNodeTaintsLabels) -> None:
         body = self.kube.patch_node(

@@ -130,8 +130,10 @@ class FabricLoop:
                 and (st.fabric is not None or spec.fabric.idle_accepted_partners)
             )
             node = self.cache.node(name) if take else None
-            if node is not None:
-                members.append(FabricMember(node, na, self.cache.pods(name)))
+            # a pass writes the whole status back: the member carries its stored report
+            evidence = self.cache.na_with_evidence(name) if node is not None else None
+            if node is not None and evidence is not None:
+                members.append(FabricMember(node, evidence, self.cache.pods(name)))
         return FabricObserved(policy, spec, tuple(members), now, self.config)
 
     async def run_once(self) -> float | None:

@@ -6,9 +6,11 @@ hold only what the core reads.
 
 from __future__ import annotations
 
+import json
 import logging
+import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -93,24 +95,78 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
     )
 
 
-def na_view(body: Mapping[str, Any]) -> NAView:
+EVIDENCE_FIELDS = ("report", "checks")
+"""The status fields a NodeAcceptance's cache entry keeps as compressed JSON:
+the stored probe report and the per-check summaries, the evidence a decision
+re-reads (re-judging, releasing a held verdict) and writes back."""
+
+
+@dataclass(frozen=True)
+class CachedAcceptance:
+    """A NodeAcceptance as the cache keeps it (issue 15: memory per node).
+
+    ``view`` holds the status without its evidence (:data:`EVIDENCE_FIELDS`):
+    what the counts, the metrics and the status loop read. The evidence (the
+    probe's results with their observed values: ~7 KB of JSON that parses into
+    some 130 objects) stays as its compact wire JSON, zlib-compressed, parsed by
+    :meth:`with_evidence` only for a decision, which reads it and writes it back
+    with every status (a status write replaces the status whole).
+    """
+
+    view: NAView
+    evidence_json: bytes | None = None  # zlib of {"report": …, "checks": …}; None: neither
+
+    def with_evidence(self) -> NAView:
+        """The view with its evidence parsed into the status, as the core reads it.
+
+        Unreadable evidence makes the whole status unreadable, as when the
+        status is parsed at once: the node starts over (never an acceptance).
+        """
+        if self.evidence_json is None:
+            return self.view
+        try:
+            evidence = NodeAcceptanceStatus.model_validate_json(zlib.decompress(self.evidence_json))
+        except (ValidationError, zlib.error) as error:
+            _unreadable(self.view.name, error)
+            return replace(self.view, status=NodeAcceptanceStatus())
+        update = {name: getattr(evidence, name) for name in EVIDENCE_FIELDS}
+        return replace(self.view, status=self.view.status.model_copy(update=update))
+
+
+def _unreadable(name: object, error: Exception) -> None:
+    # Fail safe: an unreadable status starts over (the node goes back under
+    # the pending taint and is probed again); never an acceptance.
+    log.error("NodeAcceptance %s: unreadable status, starting over: %s", name, error)
+
+
+def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
+    """The cache entry of a NodeAcceptance body: its status parsed but for the
+    evidence, which is kept as compressed JSON (checked when it is parsed)."""
     meta = _meta(body)
     raw = body.get("status") or {}
+    evidence_json = None
+    if isinstance(raw, Mapping) and any(raw.get(name) for name in EVIDENCE_FIELDS):
+        evidence = {name: raw[name] for name in EVIDENCE_FIELDS if raw.get(name)}
+        raw = {key: value for key, value in raw.items() if key not in EVIDENCE_FIELDS}
+        try:
+            text = json.dumps(evidence, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as error:  # no status could carry it
+            _unreadable(meta.get("name"), error)
+            raw = {}
+        else:
+            evidence_json = zlib.compress(text.encode(), 1)
     try:
         status = NodeAcceptanceStatus.model_validate(raw)
     except ValidationError as error:
-        # Fail safe: an unreadable status starts over (the node goes back under
-        # the pending taint and is probed again); never an acceptance.
-        log.error(
-            "NodeAcceptance %s: unreadable status, starting over: %s", meta.get("name"), error
-        )
-        status = NodeAcceptanceStatus()
-    return NAView(
+        _unreadable(meta.get("name"), error)
+        status, evidence_json = NodeAcceptanceStatus(), None
+    view = NAView(
         name=str(meta.get("name", "")),
         status=status,
         resource_version=str(meta.get("resourceVersion", "")),
         uid=str(meta.get("uid", "")),
     )
+    return CachedAcceptance(view, evidence_json)
 
 
 def _fabric_labels(meta: Mapping[str, Any]) -> FabricPodLabels | None:
