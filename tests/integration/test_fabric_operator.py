@@ -130,7 +130,8 @@ def test_one_slow_fabric_node_in_a_batch_is_quarantined_and_no_healthy_one(env: 
         assert env.status(name)["fabric"]["summary"] == "passed 390.0 GB/s"
     for name in names:  # the fabric pass writes whole statuses: the stored evidence stays
         status = env.status(name)
-        assert status.get("report") and status.get("checks"), (name, sorted(status))
+        assert status.get("report"), (name, sorted(status))
+        assert status.get("checks"), (name, sorted(status))
         assert status["attempts"] == 1, (name, status["attempts"])
     wait_for("the fabric pods to be deleted", lambda: not fabric_pods(env, names), 60)
     assert_results_consistent(env, names)
