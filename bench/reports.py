@@ -36,6 +36,8 @@ JSON_OUT = ("--output", "json")
 def default_profiles() -> tuple[Path, Path]:
     """A healthy profile and a fault profile from ``profiles/``, by their ``expect`` field.
 
+    The healthy one is ``h100-sxm-8gpu-healthy.yaml`` when shipped.
+
     The fault is one that quarantines: a PCIe link narrower than its maximum
     (the fault profile expecting ``pcie_link`` to fail) if the probe ships it,
     else the first fault profile.
@@ -49,7 +51,10 @@ def default_profiles() -> tuple[Path, Path]:
             "profiles are needed to build reports (pass --healthy-profile/--fault-profile)"
         )
     preferred = [p for p in faults if (e := expected[p]) is not None and e.check == "pcie_link"]
-    return healthy[0], (preferred or faults)[0]
+    # the healthy H100 if shipped (not the first accepted profile by path, which would be
+    # the damaged-cable one in profiles/fabric/: the same box, reported the same)
+    healthy_h100 = [p for p in healthy if p.name == "h100-sxm-8gpu-healthy.yaml"]
+    return (healthy_h100 or healthy)[0], (preferred or faults)[0]
 
 
 def probe_report(profile: Path, gpus: int) -> ProbeReport:

@@ -4,7 +4,7 @@
 #
 #   make bench-quick   N=100 (last line: bench-quick: nodes=… decided=… req_per_node=…)
 #   make bench         N=100, 500, 2000 (tens of minutes on 2 cores)
-#   make bench-5k      N=500, 5000 (the design target; ~15 min on 2 cores, nothing
+#   make bench-5k      N=500, 5000 (the design target; ~6.5 min on 2 cores, nothing
 #                      else running), then the CPU-per-node plot over the runs of these targets in
 #                      bench/out/bench*/ (bench/out/cpu-per-node.png)
 #   make bench-check   N=20, correctness only (what `make test` runs, via tests/bench)

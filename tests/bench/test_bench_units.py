@@ -12,6 +12,7 @@ from bench.fleet_bench import ArmResult, latency_summary, percentile, summary_li
 from bench.floor import judge
 from bench.phases import timeline
 from bench.profile_summary import summarise
+from bench.reports import default_profiles
 
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.contracts.report import (
@@ -175,3 +176,9 @@ def test_floor_judges_like_the_policy_says() -> None:
     assert judge(report(CheckStatus.WARN), policy) == []
     assert [r.reason for r in judge(report(CheckStatus.FAIL), policy)] == ["CheckFailed"]
     assert [r.reason for r in judge(report(CheckStatus.SKIP), policy)] == ["CheckSkipped"]
+
+
+def test_the_benchmark_reports_come_from_the_healthy_h100_and_a_pcie_fault() -> None:
+    healthy, fault = default_profiles()
+    assert healthy.name == "h100-sxm-8gpu-healthy.yaml"
+    assert fault.parent.name == "faults"
