@@ -31,6 +31,19 @@ from gpuaccept.operator.core.model import BreakerCounts, NAView, NodeView, Polic
 REASON_BREAKER = "BreakerOpen"
 
 
+def phase_counts(counts: Mapping[Phase, int]) -> PhaseCounts:
+    """The policy status's counts from a count per phase (a phase not in it: 0)."""
+    return PhaseCounts(
+        pending=counts.get(Phase.PENDING, 0),
+        probing=counts.get(Phase.PROBING, 0),
+        accepted=counts.get(Phase.ACCEPTED, 0),
+        quarantined=counts.get(Phase.QUARANTINED, 0),
+        held=counts.get(Phase.HELD, 0),
+        stalled=counts.get(Phase.STALLED, 0),
+        fabric=counts.get(Phase.FABRIC, 0),
+    )
+
+
 def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
 
@@ -118,15 +131,7 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
         out[name] = PolicyTally(
             matched=matched[name],
             conflicts=tuple(conflicts[name]),
-            counts=PhaseCounts(
-                pending=counts[Phase.PENDING],
-                probing=counts[Phase.PROBING],
-                accepted=counts[Phase.ACCEPTED],
-                quarantined=counts[Phase.QUARANTINED],
-                held=counts[Phase.HELD],
-                stalled=counts[Phase.STALLED],
-                fabric=counts[Phase.FABRIC],
-            ),
+            counts=phase_counts(counts),
             quarantined=frozenset(quarantined[name]),
             held_by_breaker=tuple(held[name]),
             limit=spec.max_quarantined_count(matched[name]) if spec is not None else 0,

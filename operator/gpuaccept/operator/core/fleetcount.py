@@ -15,8 +15,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, PhaseCounts
-from gpuaccept.operator.core.fleet import REASON_BREAKER, PolicyTally, matching_policies
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.operator.core.fleet import (
+    REASON_BREAKER,
+    PolicyTally,
+    matching_policies,
+    phase_counts,
+)
 from gpuaccept.operator.core.model import BreakerCounts, PolicyView
 
 
@@ -137,15 +142,7 @@ class FleetCount:
             out[name] = PolicyTally(
                 matched=matched,
                 conflicts=tuple(sorted(self._conflicts.get(name, ()))),
-                counts=PhaseCounts(
-                    pending=counts[Phase.PENDING],
-                    probing=counts[Phase.PROBING],
-                    accepted=counts[Phase.ACCEPTED],
-                    quarantined=counts[Phase.QUARANTINED],
-                    held=counts[Phase.HELD],
-                    stalled=counts[Phase.STALLED],
-                    fabric=counts[Phase.FABRIC],
-                ),
+                counts=phase_counts(counts),
                 quarantined=frozenset(self._quarantined.get(name, ())),
                 held_by_breaker=tuple(sorted(self._held.get(name, ()))),
                 limit=spec.max_quarantined_count(matched) if spec is not None else 0,
