@@ -336,3 +336,45 @@ def test_a_pairs_outcome_from_its_two_pods(
     pods: tuple[PairOutcome, ...], outcome: PairOutcome
 ) -> None:
     assert pair_outcome(pods) is outcome
+
+
+REPAIRED_AT = 60  # minutes after T0: the node began waiting again (a new round)
+
+
+@pytest.mark.parametrize(
+    "old_results",
+    [
+        (  # two failures, each partner passed with its own witness: a conviction once
+            result("n", "p1", F, 10),
+            result("n", "p2", F, 20),
+            result("p1", "w1", P, 30),
+            result("p2", "w2", P, 40),
+        ),
+        (result("p1", "n", P, 10),),  # a pass: a clearance once
+    ],
+    ids=["old conviction", "old pass"],
+)
+def test_results_from_before_a_node_began_waiting_decide_nothing(
+    old_results: tuple[PairResult, ...],
+) -> None:
+    situation = FabricSituation(
+        waiting=(WaitingNode("n", T0 + timedelta(minutes=REPAIRED_AT)),),
+        idle_accepted=frozenset({"p1", "p2"}),
+        results=old_results,
+        running=(),
+        now=T0 + timedelta(minutes=REPAIRED_AT + 1),
+    )
+    plan = plan_fabric(situation, PARAMS)
+    assert plan.verdicts == {}
+    assert [p.second for p in plan.next_pairs] == ["n"]  # tested again
+
+
+def test_a_result_from_after_a_node_began_waiting_still_decides() -> None:
+    situation = FabricSituation(
+        waiting=(WaitingNode("n", T0 + timedelta(minutes=REPAIRED_AT)),),
+        idle_accepted=frozenset({"p1"}),
+        results=(result("p1", "n", P, REPAIRED_AT + 5),),
+        running=(),
+        now=T0 + timedelta(minutes=REPAIRED_AT + 6),
+    )
+    assert kinds(plan_fabric(situation, PARAMS)) == {"n": "FabricPassed"}

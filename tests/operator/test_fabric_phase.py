@@ -172,6 +172,7 @@ def test_a_reboot_while_waiting_starts_a_new_round() -> None:
     world.now = T0 + timedelta(minutes=1)
     world.apply(world.plan())
     assert (world.status.phase, world.status.reason) == (Phase.PENDING, "BootIDChanged")
+    assert world.status.fabric is None  # the old round's pairs are not this round's
 
 
 def test_an_accepted_partner_keeps_its_fabric_pod() -> None:

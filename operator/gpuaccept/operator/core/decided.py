@@ -120,6 +120,7 @@ def new_round(ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str) 
         probe_pod=None,
         probe_started_time=None,
         report=None,  # the old round's evidence is not this round's
+        fabric=None,  # nor its fabric pairs and verdict
     )
     new = ctx.with_applied_keys(new)
     out.write_status(st, new)

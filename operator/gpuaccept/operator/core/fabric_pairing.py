@@ -235,10 +235,17 @@ def _figure(node: str, result: PairResult) -> PartnerFigure:
     )
 
 
-def _histories(results: Iterable[PairResult]) -> dict[str, _History]:
+def _histories(results: Iterable[PairResult], since: Mapping[str, datetime]) -> dict[str, _History]:
+    """Each node's results. A waiting node's history starts when it began waiting: a
+    result from before (partners' statuses keep it after a repair and a new round)
+    is not evidence about the node as it is now, neither for its verdict nor as a
+    partner already tried."""
     histories: dict[str, _History] = {}
     for result in results:
         for node in result.pair.members:
+            start = since.get(node)
+            if start is not None and result.finished_at < start:
+                continue
             histories.setdefault(node, _History()).pairs.append(result)
     return histories
 
@@ -321,8 +328,10 @@ def _judge(node: str, histories: Mapping[str, _History]) -> FabricPassed | Fabri
 
 def plan_fabric(situation: FabricSituation, params: FabricPairingParams) -> FabricPlan:
     """The verdicts the results support, and the pairs to start now."""
-    histories = _histories(situation.results)
     waiting = {w.name: w for w in situation.waiting}
+    histories = _histories(
+        situation.results, {name: w.waiting_since for name, w in waiting.items()}
+    )
     verdicts: dict[str, FabricVerdict] = {}
     for name in sorted(waiting):
         judged = _judge(name, histories)
