@@ -214,3 +214,35 @@ def test_a_policy_change_rejudges_the_report_but_keeps_a_fabric_conviction(held:
     assert world.status.phase == before
     assert [r.reason for r in world.status.reasons] == ["FabricAllreduceFailed"]
     assert world.status.rejudged
+
+
+TIGHTER = {"driverLibraries": {"driverVersions": {"min": "999.0.0"}}}
+
+
+@pytest.mark.parametrize("fabric", [FABRIC, {}], ids=["fabric still on", "fabric turned off"])
+def test_a_policy_tightened_while_waiting_rejudges_the_report(fabric: dict[str, object]) -> None:
+    world = fabric_world()
+    world.policies = [PolicyView("default", 2, spec(fabric=fabric, probe=TIGHTER))]
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "DriverLibrariesFailed")
+    assert st.rejudged
+    assert st.policy_generation == 2
+
+
+def test_a_policy_change_the_report_still_passes_keeps_waiting_under_the_new_policy() -> None:
+    world = fabric_world()
+    world.policies = [PolicyView("default", 2, spec(fabric=FABRIC, maxQuarantined=3))]
+    world.settle()
+    st = world.status
+    assert (st.phase, st.policy_generation) == (Phase.FABRIC, 2)
+    assert st.fabric is not None
+    assert st.fabric.waiting_since == T0  # the deadline still counts from the start
+
+
+def test_a_policy_change_with_on_policy_change_reprobe_starts_a_new_round() -> None:
+    world = fabric_world()
+    reprobe = {"onPolicyChange": "Reprobe"}
+    world.policies = [PolicyView("default", 2, spec(fabric=FABRIC, reprobe=reprobe))]
+    world.apply(world.plan())
+    assert (world.status.phase, world.status.reason) == (Phase.PENDING, "PolicyChanged")

@@ -47,7 +47,9 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
             message = f"policy {policy.name} changed (generation {policy.generation})"
             return new_round(ctx, out, reason="PolicyChanged", message=message)
         if action == PolicyChangeAction.REJUDGE:
-            return record_verdict(ctx, out, _rejudged(ctx), Evidence(st.report, rejudged=True))
+            return record_verdict(
+                ctx, out, rejudged_verdict(ctx), Evidence(st.report, rejudged=True)
+            )
     held_by_limit = st.phase == Phase.HELD and st.reason == REASON_BREAKER and not spec.dry_run
     if held_by_limit and quarantine_allowed(spec, ctx.obs.breaker):
         held = failing_verdict(tuple(st.reasons), checks=tuple(st.checks), figures=st.figures)
@@ -65,7 +67,7 @@ def policy_changed(ctx: NodeContext) -> bool:
     )
 
 
-def _rejudged(ctx: NodeContext) -> Verdict:
+def rejudged_verdict(ctx: NodeContext) -> Verdict:
     """The stored report judged under the current policy."""
     st = ctx.status
     if st.report is None:  # an error verdict has no results to re-judge: it stands

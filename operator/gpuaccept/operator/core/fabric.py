@@ -15,8 +15,9 @@ from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import FabricStatus, KeyFigures, Phase, Reason
+from gpuaccept.contracts.policy import PolicyChangeAction
 from gpuaccept.operator.core.context import NodeContext, PlanBuilder, cut, reasons_message
-from gpuaccept.operator.core.decided import new_round
+from gpuaccept.operator.core.decided import new_round, policy_changed, rejudged_verdict
 from gpuaccept.operator.core.fabric_pairing import (
     FabricNoPartner,
     FabricPassed,
@@ -25,7 +26,7 @@ from gpuaccept.operator.core.fabric_pairing import (
     PartnerFigure,
 )
 from gpuaccept.operator.core.model import Plan
-from gpuaccept.operator.core.verdict import verdict_outcome
+from gpuaccept.operator.core.verdict import Evidence, record_verdict, verdict_outcome
 
 FABRIC_CHECK = fabric_allreduce.CHECK
 REASON_NO_PARTNER = "FabricNoPartner"
@@ -96,6 +97,28 @@ def plan_fabric_phase(ctx: NodeContext, out: PlanBuilder) -> Plan:
         if pod.fabric is None and not pod.deleting:
             out.delete_pod(pod)
     fabric = st.fabric or FabricStatus(waiting_since=obs.now, summary="waiting")
+    if policy_changed(ctx):
+        if spec.reprobe.on_policy_change == PolicyChangeAction.REPROBE:
+            message = f"policy {ctx.policy.name} changed (generation {ctx.policy.generation})"
+            return new_round(ctx, out, reason="PolicyChanged", message=message)
+        # Not decided yet, so never left judged under an old policy (Ignore included):
+        # the single-node report is judged again under the new one.
+        rejudged = rejudged_verdict(ctx)
+        if not rejudged.accepted:
+            return record_verdict(ctx, out, rejudged, Evidence(st.report, rejudged=True))
+        if spec.fabric.enabled:  # still passes: waits on, under the new policy
+            restamped = ctx.stamped(
+                st,
+                checks=list(rejudged.checks)[:32],
+                figures=rejudged.figures,
+                fabric=fabric,
+            )
+            out.write_status(st, ctx.with_applied_keys(restamped))
+            out.ensure_node(ctx, st)
+            out.wake_in(1)
+            return out.build(
+                "policy changed: the report still passes; waiting for a fabric verdict"
+            )
     verdict = obs.fabric_verdict
     if not spec.fabric.enabled:  # the policy no longer runs fabric tests
         passed = FabricNoPartner(NoPartnerAction.ACCEPT, ())
