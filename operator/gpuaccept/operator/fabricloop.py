@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from kubernetes.client.exceptions import ApiException
@@ -31,10 +31,23 @@ from gpuaccept.operator import metrics
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.fabric_pairing import FabricVerdict
 from gpuaccept.operator.core.fabric_pairs import FabricMember, FabricObserved, plan_fabric_pass
-from gpuaccept.operator.core.model import Action, Observed, OperatorConfig, PolicyView
-from gpuaccept.operator.executor import KubeExecutor, StaleCacheError, api_message
+from gpuaccept.operator.core.model import (
+    Action,
+    DeleteProbePod,
+    Observed,
+    OperatorConfig,
+    PatchNAStatus,
+    PolicyView,
+)
+from gpuaccept.operator.executor import (
+    KubeExecutor,
+    StaleCacheError,
+    StatusRefusedError,
+    api_message,
+)
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
 from gpuaccept.operator.kube import ConflictError
+from gpuaccept.operator.views import EVIDENCE_FIELDS
 
 log = logging.getLogger("gpuaccept.operator")
 
@@ -59,7 +72,12 @@ class FabricLoop:
         leading: Callable[[], bool],
     ) -> None:
         self.cache = cache
-        self.actions = actions
+        # Its own executor on the same API client: the refusals it remembers per node
+        # (create_errors, status_errors) are the probing phase's evidence against a
+        # node's own attempt, never to be set or cleared by a partner's fabric pod.
+        self.actions = KubeExecutor(
+            actions.kube, cache, namespace=actions.namespace, identity=actions.identity
+        )
         self.config = config
         self.wake = wake
         self.leading = leading
@@ -67,6 +85,7 @@ class FabricLoop:
         self._verdicts: dict[str, _Given] = {}
         self._poked = asyncio.Event()
         self.failures = FailureLog("fabric pass")
+        self._policy_failures: dict[str, FailureLog] = {}
 
     # ------------------------------------------------------------------ for the controller
     def poke(self) -> None:
@@ -130,11 +149,30 @@ class FabricLoop:
                 and (st.fabric is not None or spec.fabric.idle_accepted_partners)
             )
             node = self.cache.node(name) if take else None
-            # a pass writes the whole status back: the member carries its stored report
-            evidence = self.cache.na_with_evidence(name) if node is not None else None
-            if node is not None and evidence is not None:
-                members.append(FabricMember(node, evidence, self.cache.pods(name)))
+            # The slim view (no evidence parsed): a pass reads neither report nor checks;
+            # the few statuses it writes get theirs back in :meth:`with_evidence`.
+            if node is not None:
+                members.append(FabricMember(node, na, self.cache.pods(name)))
         return FabricObserved(policy, spec, tuple(members), now, self.config)
+
+    def with_evidence(self, writes: tuple[tuple[str, Action], ...]) -> list[tuple[str, Action]]:
+        """The pass's writes, each status write carrying the node's stored evidence
+        (a status write replaces the status whole; the pass changed only its
+        ``fabric``): evidence is parsed for the statuses written only, not per member."""
+        out: list[tuple[str, Action]] = []
+        for node, action in writes:
+            whole = (
+                self.cache.na_with_evidence(action.name)
+                if isinstance(action, PatchNAStatus)
+                else None
+            )
+            if isinstance(action, PatchNAStatus) and whole is not None:
+                evidence = {name: getattr(whole.status, name) for name in EVIDENCE_FIELDS}
+                status = action.status.model_copy(update=evidence)
+                out.append((node, replace(action, status=status)))
+            else:
+                out.append((node, action))
+        return out
 
     async def run_once(self) -> float | None:
         """One pass over every fabric policy; seconds until the next one is due."""
@@ -142,30 +180,53 @@ class FabricLoop:
         wake: float | None = None
         given: dict[str, _Given] = {}
         for policy in self._fabric_policies():
-            observed = self.observe(policy, now)
-            step = plan_fabric_pass(observed)
-            waits = {m.node.name: m.na.status.fabric for m in observed.members}
-            for node, verdict in step.verdicts.items():
-                fabric = waits.get(node)
-                given[node] = _Given(verdict, fabric.waiting_since if fabric else None)
-            if step.wake_in is not None:
-                wake = step.wake_in if wake is None else min(wake, step.wake_in)
-            await self._execute(observed, step.writes)
+            # One policy's pass at a time: a failure (a bug, an odd object) is logged
+            # and the other policies' verdicts and pairs go on.
+            failures = self._policy_failures.setdefault(
+                policy.name, FailureLog(f"fabric pass of policy {policy.name}")
+            )
+            try:
+                policy_wake = await self._policy_pass(policy, now, given)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log_failure(log, failures, error, f"policy={policy.name}: {error}")
+                continue
+            log_recovery(log, failures)
+            if policy_wake is not None:
+                wake = policy_wake if wake is None else min(wake, policy_wake)
         changed = {n for n, g in given.items() if self._verdicts.get(n) != g}
         self._verdicts = given
         for node in sorted(changed):
             self.wake(node)
         return wake
 
+    async def _policy_pass(
+        self, policy: PolicyView, now: datetime, given: dict[str, _Given]
+    ) -> float | None:
+        observed = self.observe(policy, now)
+        step = plan_fabric_pass(observed)
+        waits = {m.node.name: m.na.status.fabric for m in observed.members}
+        for node, verdict in step.verdicts.items():
+            fabric = waits.get(node)
+            given[node] = _Given(verdict, fabric.waiting_since if fabric else None)
+        await self._execute(observed, self.with_evidence(step.writes))
+        return step.wake_in
+
     async def _execute(
-        self, observed: FabricObserved, writes: tuple[tuple[str, Action], ...]
+        self, observed: FabricObserved, writes: Sequence[tuple[str, Action]]
     ) -> None:
-        """The pass's writes in order; the first that fails ends them (the next pass
-        starts again from what the API server then holds)."""
+        """The pass's writes in order; a conflict or an outage ends them (the next pass
+        starts again from what the API server then holds). A status the API server
+        refuses (it would refuse it again) is skipped, and so are the pod deletions
+        after it, which would lose a result not recorded; the pairs still start."""
         loop = asyncio.get_running_loop()
+        refused = False
         for node, action in writes:
             if not self.leading():
                 return
+            if refused and isinstance(action, DeleteProbePod):
+                continue
             context = Observed(
                 node_name=node,
                 now=observed.now,
@@ -180,6 +241,10 @@ class FabricLoop:
                 await loop.run_in_executor(self.executor, self.actions.refresh, node, action)
                 self.poke()
                 return
+            except StatusRefusedError as error:
+                log.warning("fabric: node=%s status refused: %s", node, error)
+                refused = True
+                continue
             except ApiException as error:  # e.g. a pod refused: the next timed pass retries
                 log.warning(
                     "fabric: node=%s %s failed: %s", node, type(action).__name__, api_message(error)

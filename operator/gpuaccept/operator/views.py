@@ -177,8 +177,8 @@ def _fabric_labels(meta: Mapping[str, Any]) -> FabricPodLabels | None:
         annotations.get(FABRIC_FIRST_ANNOTATION),
         annotations.get(FABRIC_SECOND_ANNOTATION),
     )
-    if not (pair and rank in ("0", "1") and first and second):
-        return None
+    if not (pair and rank in ("0", "1") and first and second) or first == second:
+        return None  # not a fabric pod this operator made (a node never pairs with itself)
     return FabricPodLabels(pair=str(pair), rank=int(rank), first=str(first), second=str(second))
 
 
