@@ -4,6 +4,7 @@ an operator may be killed picked up again from what the API server holds."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,7 +25,7 @@ from gpuaccept.contracts.report import (
     ProbeReport,
     encode_termination_message,
 )
-from gpuaccept.operator.core.fabric_pairing import FabricPassed, NodePair
+from gpuaccept.operator.core.fabric_pairing import FabricNoPartner, FabricPassed, NodePair
 from gpuaccept.operator.core.fabric_pairs import (
     PARTNER_START_GRACE_SECONDS,
     FabricMember,
@@ -304,3 +305,17 @@ def test_which_decided_nodes_that_passed_a_pair_are_partners(
                               busbw_gbps=100.0, finished_at=T0)  # fmt: skip
     step = plan_fabric_pass(observed(x, waiting("s", pairs=(failed,))))
     assert (step.started == (NodePair("x", "s"),)) is partner
+
+
+@pytest.mark.parametrize("deadline_passed", [False, True], ids=["before", "after"])
+def test_a_waiting_node_without_gpus_is_never_paired_but_gets_its_deadline_verdict(
+    deadline_passed: bool,
+) -> None:
+    member = waiting("a")
+    gone = FabricMember(dataclasses.replace(member.node, gpus=0), member.na)
+    now = T0 + timedelta(hours=2 if deadline_passed else 0)
+    step = plan_fabric_pass(observed(gone, waiting("b"), waiting("c"), now=now))
+    assert all("a" not in pair.members for pair in step.started)
+    assert ("a" in step.verdicts) is deadline_passed
+    if deadline_passed:
+        assert isinstance(step.verdicts["a"], FabricNoPartner)

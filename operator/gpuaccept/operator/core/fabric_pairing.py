@@ -158,6 +158,9 @@ class FabricSituation:
     results: tuple[PairResult, ...]
     running: tuple[NodePair, ...]
     now: datetime
+    unavailable: frozenset[str] = frozenset()
+    """Waiting nodes that cannot take a fabric pod now (no GPUs advertised, another
+    probe pod): judged and given their deadline verdict, never paired."""
 
 
 @dataclass(frozen=True)
@@ -370,11 +373,11 @@ def plan_fabric(situation: FabricSituation, params: FabricPairingParams) -> Fabr
 
     def pick(node: str, candidates: Iterable[str]) -> None:
         """Pair ``node`` with the first candidate that is free and not tried with it."""
-        if node in used:
+        if node in used or node in situation.unavailable:
             return
-        tried = history(node).tried(node)
+        skip = used | history(node).tried(node) | situation.unavailable | {node}
         for candidate in candidates:
-            if candidate != node and candidate not in used and candidate not in tried:
+            if candidate not in skip:
                 pairs.append(NodePair(candidate, node))
                 used.update((candidate, node))
                 return

@@ -323,12 +323,18 @@ def plan_fabric_pass(obs: FabricObserved) -> FabricStep:
     for pp in sorted(_pairs(obs.members).values(), key=lambda p: p.labels.pair):
         _step_pair(b, pp)
     busy = {n for pair in b.running for n in pair.members}
+    waiting_members = [
+        m for m in obs.members if m.na.status.phase == Phase.FABRIC and m.na.status.fabric
+    ]
     waiting = tuple(
         WaitingNode(m.node.name, (m.na.status.fabric.waiting_since or obs.now))
-        for m in obs.members
-        if m.na.status.phase == Phase.FABRIC
-        and m.na.status.fabric is not None
-        and (m.node.name in busy or _eligible_partner(m))
+        for m in waiting_members
+        if m.na.status.fabric is not None
+    )
+    # A waiting node that cannot take a pod now (e.g. its GPU count dropped to 0) is
+    # never paired, but still judged and given its verdict at the deadline.
+    unavailable = frozenset(
+        m.node.name for m in waiting_members if m.node.name not in busy and not _eligible_partner(m)
     )
     idle = frozenset(m.node.name for m in obs.members if _is_partner(m)) - busy
     situation = FabricSituation(
@@ -337,6 +343,7 @@ def plan_fabric_pass(obs: FabricObserved) -> FabricStep:
         results=tuple(_results(obs.members, b.new_results)),
         running=tuple(b.running),
         now=obs.now,
+        unavailable=unavailable,
     )
     plan = plan_fabric(situation, FabricPairingParams.from_policy(obs.spec.fabric))
     # Results first (both statuses), then the read pods go, then pods start: a restart
