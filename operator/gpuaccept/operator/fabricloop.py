@@ -26,11 +26,15 @@ from datetime import UTC, datetime
 
 from kubernetes.client.exceptions import ApiException
 
-from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator import metrics
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.fabric_pairing import FabricVerdict
-from gpuaccept.operator.core.fabric_pairs import FabricMember, FabricObserved, plan_fabric_pass
+from gpuaccept.operator.core.fabric_pairs import (
+    FabricMember,
+    FabricObserved,
+    plan_fabric_pass,
+    takes_part_in_fabric,
+)
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,
@@ -52,7 +56,6 @@ from gpuaccept.operator.views import EVIDENCE_FIELDS
 log = logging.getLogger("gpuaccept.operator")
 
 MIN_GAP_SECONDS = 0.5
-PARTNER_PHASES = frozenset({Phase.ACCEPTED, Phase.HELD})
 
 
 @dataclass(frozen=True)
@@ -143,11 +146,7 @@ class FabricLoop:
             na = self.cache.na(name)
             if na is None or na.status.policy != policy.name:
                 continue
-            st = na.status
-            take = st.phase == Phase.FABRIC or (
-                st.phase in PARTNER_PHASES
-                and (st.fabric is not None or spec.fabric.idle_accepted_partners)
-            )
+            take = takes_part_in_fabric(na.status, policy.name, spec)
             node = self.cache.node(name) if take else None
             # The slim view (no evidence parsed): a pass reads neither report nor checks;
             # the few statuses it writes get theirs back in :meth:`with_evidence`.

@@ -20,6 +20,7 @@ from gpuaccept.operator.core.context import (
     PlanBuilder,
     cut,
 )
+from gpuaccept.operator.core.fabric_pairs import takes_part_in_fabric
 from gpuaccept.operator.core.fleet import quarantine_allowed
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.report import report_problem
@@ -98,9 +99,11 @@ def rejudged_verdict(ctx: NodeContext) -> Verdict:
 def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
     st = ctx.status
     # Leftover probe pods (e.g. a pod whose deletion was lost in a restart). A
-    # fabric pod is a partner's test, left to the pair planning (core.fabric_pairs).
+    # fabric pod is left to the pair planning (core.fabric_pairs) only while the
+    # node is a member of its policy's pass; otherwise no pass sees it, and it goes.
+    member = takes_part_in_fabric(st, ctx.policy.name, ctx.spec)
     for pod in ctx.obs.pods:
-        if not pod.deleting and pod.fabric is None:
+        if not pod.deleting and (pod.fabric is None or not member):
             out.delete_pod(pod)
     out.write_status(st, ctx.with_applied_keys(st))
     out.ensure_node(ctx, st)

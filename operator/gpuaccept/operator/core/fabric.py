@@ -25,6 +25,7 @@ from gpuaccept.operator.core.fabric_pairing import (
     FabricVerdict,
     PartnerFigure,
 )
+from gpuaccept.operator.core.fabric_pairs import takes_part_in_fabric
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.verdict import Evidence, record_verdict, verdict_outcome
 
@@ -92,9 +93,12 @@ def plan_fabric_phase(ctx: NodeContext, out: PlanBuilder) -> Plan:
         out.remove_annotation = True
         message = f"annotation {REPROBE_ANNOTATION} was set"
         return new_round(ctx, out, reason="ReprobeRequested", message=message)
-    # One probe per node: a probe pod that is not this node's fabric pod goes.
+    # One probe per node: a probe pod that is not this node's fabric pod goes, and
+    # so does a fabric pod once the node is no member of its policy's pass (fabric
+    # turned off, relabelled to another policy): no pass would delete it.
+    member = takes_part_in_fabric(st, ctx.policy.name, spec)
     for pod in obs.pods:
-        if pod.fabric is None and not pod.deleting:
+        if not pod.deleting and (pod.fabric is None or not member):
             out.delete_pod(pod)
     fabric = st.fabric or FabricStatus(waiting_since=obs.now, summary="waiting")
     if policy_changed(ctx):

@@ -67,6 +67,25 @@ POLL_SECONDS = 30.0
 """How soon the pairs are looked at again while one runs (pod events come sooner)."""
 
 
+PARTNER_PHASES = frozenset({Phase.ACCEPTED, Phase.HELD})
+
+
+def takes_part_in_fabric(
+    status: NodeAcceptanceStatus, policy_name: str, spec: NodeAcceptancePolicySpec
+) -> bool:
+    """Whether the node with ``status`` is a member of the fabric pass of the policy
+    ``policy_name`` with ``spec``: decided under it, the policy runs fabric tests, and the
+    node waits (phase Fabric) or is a partner (Accepted/Held with fabric results, or
+    any with ``idleAcceptedPartners``). Only a member's fabric pods are the pass's to
+    delete; the node's own reconcile deletes any other (docs/fabric.md, Safety)."""
+    if not spec.fabric.enabled or status.policy != policy_name:
+        return False
+    return status.phase == Phase.FABRIC or (
+        status.phase in PARTNER_PHASES
+        and (status.fabric is not None or spec.fabric.idle_accepted_partners)
+    )
+
+
 @dataclass(frozen=True)
 class FabricMember:
     """A node under the policy that takes part in fabric tests: waiting (phase
