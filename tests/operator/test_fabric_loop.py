@@ -14,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from test_fabric_pairs import CONFIG, SPEC, T0, pod, report
 from world import make_report
 
+from gpuaccept.contracts.api import GPU_PRESENT_LABEL
 from gpuaccept.contracts.nodeacceptance import (
     CheckSummary,
     FabricStatus,
@@ -71,6 +72,9 @@ class FabricKube:
         self.created.append(manifest["metadata"]["name"])
 
 
+GPU_NODE = {GPU_PRESENT_LABEL: "true"}  # what the default node selector matches
+
+
 def _na_body(name: str, policy: str) -> dict[str, Any]:
     evidence = make_report(name, f"boot-{name}")
     status = NodeAcceptanceStatus(
@@ -86,11 +90,16 @@ def _na_body(name: str, policy: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "resourceVersion": "5"}, "status": wire}
 
 
-def _cache(policies: Mapping[str, str], pods: Mapping[str, tuple[PodView, ...]]) -> Cache:
+def _cache(
+    policies: Mapping[str, str],
+    pods: Mapping[str, tuple[PodView, ...]],
+    labels: Mapping[str, str] = GPU_NODE,
+) -> Cache:
     """``policies``: node -> its policy; every node waits in phase Fabric."""
     cache = Cache()
     nodes = {
-        n: [(1, NodeView(name=n, boot_id=f"boot-{n}", gpus=8, gpu_capacity=8))] for n in policies
+        n: [(1, NodeView(name=n, boot_id=f"boot-{n}", gpus=8, gpu_capacity=8, labels=labels))]
+        for n in policies
     }
     nas = {n: list(index_na(_na_body(n, p)).values()) for n, p in policies.items()}
     entries = {p: [(1, PolicyEntry(PolicyView(name=p, spec=SPEC)))] for p in set(policies.values())}
@@ -101,6 +110,15 @@ def _cache(policies: Mapping[str, str], pods: Mapping[str, tuple[PodView, ...]])
     for name in policies:
         cache.refresh("na", name)
     return cache
+
+
+def test_a_node_relabelled_away_from_the_policy_is_no_member() -> None:
+    """Under onPolicyChange: Ignore its status keeps the old policy's name; the
+    pass must not pair it (its own reconcile deletes fabric pods on it)."""
+    cache = _cache({"a": "fab", "b": "fab"}, {}, labels={"team": "other"})
+    actions = KubeExecutor(cast(Kube, FabricKube()), cache, namespace="ns", identity="test")
+    loop = FabricLoop(cache, actions, CONFIG, wake=lambda _node: None, leading=lambda: True)
+    assert loop.observe(PolicyView(name="fab", spec=SPEC), T0).members == ()
 
 
 def _finished_pair() -> dict[str, tuple[PodView, ...]]:

@@ -35,6 +35,7 @@ from gpuaccept.operator.core.fabric_pairs import (
     plan_fabric_pass,
     takes_part_in_fabric,
 )
+from gpuaccept.operator.core.fleet import matching_policies
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,
@@ -148,6 +149,8 @@ class FabricLoop:
                 continue
             take = takes_part_in_fabric(na.status, policy.name, spec)
             node = self.cache.node(name) if take else None
+            if node is not None and not matching_policies((policy,), node.labels):
+                node = None  # relabelled away (its status keeps the old policy's name)
             # The slim view (no evidence parsed): a pass reads neither report nor checks;
             # the few statuses it writes get theirs back in :meth:`with_evidence`.
             if node is not None:
