@@ -38,6 +38,7 @@ def _timed_load(
     """A load of its own: warm-up, then ``seconds`` timed (and the SM clock sampled)."""
     sm: dict[int, list[int]] = {}
     figures, matrix = PerGpuFigures({}), 0
+    sampled = range(len(hardware.gpus())) if clocks else range(0)
     try:
         with hardware.gpu_load(precision) as timer:
             matrix = timer.matrix
@@ -48,7 +49,7 @@ def _timed_load(
                 step = min(SAMPLE_INTERVAL_S, seconds - waited)
                 hardware.sleep(step)
                 waited += step
-                for gpu in range(len(hardware.gpus())) if clocks else ():
+                for gpu in sampled:
                     with contextlib.suppress(Unavailable, GpuFailedError):
                         sm.setdefault(gpu, []).append(hardware.sm_clock(gpu)[0])
             figures = timer.figures()

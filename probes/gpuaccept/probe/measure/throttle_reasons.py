@@ -106,11 +106,7 @@ def measure(
         samples=judged,
         warmup_samples=warmup,
         active_fraction=fractions,
-        sm_clock_mhz=(
-            [round(statistics.median(c for c, _m in sm[gpu])) for gpu in gpus]
-            if clocks_complete
-            else None
-        ),
+        sm_clock_mhz=[medians[gpu] for gpu in gpus] if clocks_complete else None,
         sm_clock_max_mhz=[max(m for _c, m in sm[gpu]) for gpu in gpus] if clocks_complete else None,
         failed_gpus={str(gpu): what for gpu, what in sorted(failed.items())} or None,
     )
