@@ -22,12 +22,17 @@ help:
 	@echo "make cluster-up  start kube-apiserver + etcd on 127.0.0.1 (.cluster/kubeconfig)"
 	@echo "make bench-quick 100-node benchmark; make bench for the full run; make bench-5k at 5,000 nodes"
 
-# The virtual environment: the project (editable) with every extra.
+# The virtual environment: exactly the versions of requirements/dev.txt (every
+# extra; mk/lock.mk), then the project itself, editable. uv comes first, pinned
+# with hashes (requirements/uv.txt); `uv pip sync` removes whatever the lock does
+# not list, so a venv made before a lock change ends up as a fresh one would.
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements/dev.txt requirements/uv.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --progress-bar off -e ".[probe,operator,dev]"
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+	  -r requirements/uv.txt
+	$(VENV)/bin/uv pip sync --quiet --python $(PY) --require-hashes requirements/dev.txt
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
 	@touch $@
 
 lint: venv
