@@ -26,13 +26,16 @@ help:
 # extra; mk/lock.mk), then the project itself, editable. uv comes first, pinned
 # with hashes (requirements/uv.txt); `uv pip sync` removes whatever the lock does
 # not list, so a venv made before a lock change ends up as a fresh one would.
+UV := $(VENV)/bin/uv
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml requirements/dev.txt requirements/uv.txt
+$(VENV)/.installed: pyproject.toml requirements/dev.txt $(UV)
+	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements/dev.txt
+	$(UV) pip install --quiet --python $(PY) --no-deps -e .
+	@touch $@
+$(UV): requirements/uv.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
 	  -r requirements/uv.txt
-	$(VENV)/bin/uv pip sync --quiet --python $(PY) --require-hashes requirements/dev.txt
-	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
 	@touch $@
 
 lint: venv

@@ -19,7 +19,6 @@
 # pyproject.toml disagree, and when the running venv holds a version the lock does not.
 
 LOCK_DIR := requirements
-UV := $(VENV)/bin/uv
 UV_COMPILE = $(UV) --quiet pip compile pyproject.toml --universal --python-version 3.11 \
   --generate-hashes --no-strip-extras --annotation-style split \
   --constraint $(LOCK_DIR)/pins.txt --custom-compile-command "make lock" $(LOCK_ARGS)
@@ -27,7 +26,7 @@ LOCK_ARGS ?=
 
 .PHONY: lock lock-upgrade lock-check
 
-lock: venv
+lock: $(UV)
 	$(UV_COMPILE) --extra probe --extra operator --extra dev -o $(LOCK_DIR)/dev.txt
 	$(UV_COMPILE) --extra operator --constraint $(LOCK_DIR)/dev.txt -o $(LOCK_DIR)/operator.txt
 	$(UV_COMPILE) --extra probe --constraint $(LOCK_DIR)/dev.txt -o $(LOCK_DIR)/probe.txt
@@ -38,7 +37,7 @@ lock: venv
 lock-upgrade:
 	$(MAKE) --no-print-directory lock LOCK_ARGS=--upgrade
 
-lock-check: venv
+lock-check: $(UV)
 	@rm -rf .cache/lock-check && mkdir -p .cache/lock-check && cp $(LOCK_DIR)/*.txt .cache/lock-check/
 	$(MAKE) --no-print-directory lock
 	@status=0; for f in .cache/lock-check/*.txt; do \
@@ -49,7 +48,7 @@ lock-check: venv
 # `docker build --build-arg PROBE_LOCK=requirements/probe-torch$(TORCH_VERSION).txt`:
 #   make probe-lock-torch TORCH_VERSION=2.5.1
 .PHONY: probe-lock-torch
-probe-lock-torch: venv
+probe-lock-torch: $(UV)
 	@test -n "$(TORCH_VERSION)" || { echo "usage: make probe-lock-torch TORCH_VERSION=X.Y.Z"; exit 2; }
 	@mkdir -p .cache && sed 's/^torch==.*/torch==$(TORCH_VERSION)/' $(LOCK_DIR)/pins.txt > .cache/pins-torch.txt
 	$(UV) --quiet pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
