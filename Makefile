@@ -39,9 +39,9 @@ $(UV): requirements/uv.txt
 	@touch $@
 
 lint: venv
-	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench scripts hack/images
-	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench scripts hack/images
-	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py hack/images/build_image.py
+	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench scripts hack/images hack/chart
+	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench scripts hack/images hack/chart
+	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py hack/images/build_image.py hack/chart/values_schema.py hack/chart/values_docs.py
 	$(VENV)/bin/lint-imports --no-cache
 
 # The fast tier: every test that needs no control plane (pure core, checks,
