@@ -22,18 +22,26 @@ help:
 	@echo "make cluster-up  start kube-apiserver + etcd on 127.0.0.1 (.cluster/kubeconfig)"
 	@echo "make bench-quick 100-node benchmark; make bench for the full run; make bench-5k at 5,000 nodes"
 
-# The virtual environment: the project (editable) with every extra.
+# The virtual environment: exactly the versions of requirements/dev.txt (every
+# extra; mk/lock.mk), then the project itself, editable. uv comes first, pinned
+# with hashes (requirements/uv.txt); `uv pip sync` removes whatever the lock does
+# not list, so a venv made before a lock change ends up as a fresh one would.
+UV := $(VENV)/bin/uv
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements/dev.txt $(UV)
+	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements/dev.txt
+	$(UV) pip install --quiet --python $(PY) --no-deps -e .
+	@touch $@
+$(UV): requirements/uv.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --progress-bar off -e ".[probe,operator,dev]"
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+	  -r requirements/uv.txt
 	@touch $@
 
 lint: venv
-	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench scripts hack/images
-	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench scripts hack/images
-	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py hack/images/build_image.py
+	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench scripts hack/images hack/chart
+	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench scripts hack/images hack/chart
+	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py hack/images/build_image.py hack/chart/values_schema.py hack/chart/values_docs.py
 	$(VENV)/bin/lint-imports --no-cache
 
 # The fast tier: every test that needs no control plane (pure core, checks,

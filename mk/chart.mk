@@ -4,6 +4,8 @@
 #                    from the pydantic models
 #   make chart-lint  helm lint + helm template (default and example values)
 #   make chart-test  the chart, CRD and image-convention tests (integration ones included)
+#   make chart-docs  regenerate values.schema.json's defaultPolicy (from the CRD) and the
+#                    values table of charts/gpuaccept/README.md (from values.yaml)
 
 CHART_DIR := charts/gpuaccept
 CHART_PYTHON ?= .venv/bin/python
@@ -25,3 +27,16 @@ chart-test: venv $(BIN)/helm $(BIN)/controlplane $(BIN)/kubectl $(BIN)/promtool 
 	$(CHART_PYTHON) -m pytest tests/contracts tests/chart tests/images \
 	  tests/integration/test_crds.py $(wildcard tests/integration/test_chart*.py) \
 	  tests/integration/test_crd_chart_upgrade.py tests/integration/test_kubeconform.py
+
+# The chart's generated parts (issue 26): the defaultPolicy part of
+# values.schema.json from the NodeAcceptancePolicy CRD (hack/chart/values_schema.py)
+# and the values table of charts/gpuaccept/README.md from values.yaml's comments
+# (hack/chart/values_docs.py). tests/chart/test_chart_platform.py fails until you do.
+.PHONY: chart-docs chart-docs-check
+chart-docs: venv
+	$(CHART_PYTHON) hack/chart/values_schema.py
+	$(CHART_PYTHON) hack/chart/values_docs.py
+
+chart-docs-check: venv
+	$(CHART_PYTHON) hack/chart/values_schema.py --check
+	$(CHART_PYTHON) hack/chart/values_docs.py --check

@@ -4,8 +4,8 @@
 #   make image-operator         the operator (Debian slim, no CUDA)
 #   make image-probe            the probe (Debian slim + torch's CUDA 12 wheels + NVML)
 #   make images IMAGE_REGISTRY=registry.example.com/gpuaccept IMAGE_TAG=dev
-#   make image-probe PROBE_BUILD_ARGS="--build-arg TORCH_VERSION=2.5.1"
-#                               the probe's torch (it pins its CUDA and NCCL) must
+#   make image-probe PROBE_BUILD_ARGS="--build-arg PROBE_LOCK=requirements/probe-torch2.5.1.txt"
+#                               (after make probe-lock-torch TORCH_VERSION=2.5.1) the probe's torch must
 #                               suit the fleet's driver (probes/Dockerfile,
 #                               docs/install.md "Images")
 #

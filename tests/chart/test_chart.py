@@ -90,6 +90,11 @@ def test_default_render(default_docs: list[Manifest]) -> None:
             "ServiceAccount",
             "ServiceAccount",
             "ClusterRole",
+            # the view/edit roles aggregated into Kubernetes' default roles
+            "ClusterRole",
+            "ClusterRole",
+            # lets the system-cluster-critical operator pods in (docs/install.md, "Priority")
+            "ResourceQuota",
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",

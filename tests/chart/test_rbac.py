@@ -39,6 +39,17 @@ def one(docs: list[Manifest], kind: str) -> Manifest:
     return found[0]
 
 
+def operator_cluster_role(docs: list[Manifest]) -> Manifest:
+    """The operator's own ClusterRole (not the user-facing view/edit ClusterRoles the
+    chart aggregates into Kubernetes' default roles: tests/chart/test_chart_platform.py)."""
+    (role,) = [
+        d
+        for d in by_kind(docs, "ClusterRole")
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"
+    ]
+    return role
+
+
 # (apiGroup, resource, verb, resourceName or "")
 Grant = tuple[str, str, str, str]
 
@@ -116,7 +127,7 @@ def docs() -> list[Manifest]:
 
 
 def test_cluster_role_is_exactly_the_allow_list(docs: list[Manifest]) -> None:
-    granted = grants(one(docs, "ClusterRole"))
+    granted = grants(operator_cluster_role(docs))
     extra = granted - CLUSTER_ALLOW.keys()
     missing = CLUSTER_ALLOW.keys() - granted
     assert not extra, f"the ClusterRole grants more than the code uses: {sorted(extra)}"
@@ -153,9 +164,11 @@ def test_no_wildcards_no_secrets_no_cluster_wide_pods(values: Any) -> None:
             assert "*" not in (group, resource, verb), f"wildcard in {role['kind']}"
             assert resource not in SENSITIVE, f"{role['kind']} grants {resource}"
             assert verb not in ESCALATION_VERBS
+    for role in [operator_cluster_role(rendered), *by_kind(rendered, "Role")]:
+        for group, resource, verb, _ in grants(role):
             if verb in {"update", "deletecollection"}:
                 assert (group, resource) == ("coordination.k8s.io", "leases"), f"{verb} {resource}"
-    cluster = grants(one(rendered, "ClusterRole"))
+    cluster = grants(operator_cluster_role(rendered))
     assert not {g for g in cluster if g[1].startswith("pods")}, "pods only in the release Role"
 
 

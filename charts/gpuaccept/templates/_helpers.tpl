@@ -67,20 +67,40 @@ app.kubernetes.io/component: operator
 {{- default (include "gpuaccept.fullname" .) .Values.operator.leaderElection.leaseName }}
 {{- end }}
 
-{{/* repository[:tag][@digest] */}}
+{{/* The release's namespace, or namespaceOverride (a chart installed as a
+subchart, or from a tool that always installs into one namespace). */}}
+{{- define "gpuaccept.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* [registry/]repository[:tag][@digest]. The registry is the image's own
+(image.registry), else global.imageRegistry, else the one in repository. A
+registry replaces the repository's first path element when that element is a
+registry host (it has a "." or a ":", or is "localhost", as Docker reads it),
+and is put before the repository otherwise. */}}
 {{- define "gpuaccept.image" -}}
 {{- $tag := default .root.Chart.AppVersion .image.tag }}
+{{- $registry := .image.registry | default (dig "imageRegistry" "" (.root.Values.global | default dict)) | trimSuffix "/" }}
+{{- $repository := .image.repository }}
+{{- if $registry }}
+{{- $parts := splitList "/" $repository }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- $repository = rest $parts | join "/" }}
+{{- end }}
+{{- $repository = printf "%s/%s" $registry $repository }}
+{{- end }}
 {{- if .image.digest }}
-{{- printf "%s@%s" .image.repository .image.digest }}
+{{- printf "%s@%s" $repository .image.digest }}
 {{- else }}
-{{- printf "%s:%s" .image.repository $tag }}
+{{- printf "%s:%s" $repository $tag }}
 {{- end }}
 {{- end }}
 
 {{/* The operator's command line (gpuaccept operator ...). */}}
 {{- define "gpuaccept.operatorArgs" -}}
 - operator
-- --namespace={{ .Release.Namespace }}
+- --namespace={{ include "gpuaccept.namespace" . }}
 - --lease-name={{ include "gpuaccept.leaseName" . }}
 - --lease-duration={{ .Values.operator.leaderElection.leaseDurationSeconds }}
 - --log-level={{ .Values.operator.logLevel }}
@@ -116,4 +136,14 @@ operator's, usually the same registry) then probe.imagePullSecrets, without repe
 {{- $names = append $names .name }}
 {{- end }}
 {{- $names | uniq | toJson }}
+{{- end }}
+
+{{/* The fabric test's pods (labels set by the operator, operator/gpuaccept/operator/core/podspec.py). */}}
+{{- define "gpuaccept.fabricPodSelector" -}}
+matchLabels:
+  app.kubernetes.io/managed-by: gpuaccept
+  app.kubernetes.io/component: probe
+matchExpressions:
+  - key: gpuaccept.io/fabric-pair
+    operator: Exists
 {{- end }}
