@@ -13,11 +13,14 @@ from __future__ import annotations
 from gpuaccept.checks import fabric_allreduce
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.checks.verdict import Verdict
-from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
-from gpuaccept.contracts.nodeacceptance import FabricStatus, KeyFigures, Phase, Reason
+from gpuaccept.contracts.nodeacceptance import FabricStatus, KeyFigures, Reason
 from gpuaccept.contracts.policy import PolicyChangeAction
-from gpuaccept.operator.core.context import NodeContext, PlanBuilder, cut, reasons_message
-from gpuaccept.operator.core.decided import new_round, policy_changed, rejudged_verdict
+from gpuaccept.operator.core.decided import (
+    new_round,
+    policy_changed,
+    rejudged_verdict,
+    reprobe_triggered,
+)
 from gpuaccept.operator.core.fabric_pairing import (
     FabricNoPartner,
     FabricPassed,
@@ -27,7 +30,16 @@ from gpuaccept.operator.core.fabric_pairing import (
 )
 from gpuaccept.operator.core.fabric_pairs import takes_part_in_fabric
 from gpuaccept.operator.core.model import Plan
-from gpuaccept.operator.core.verdict import Evidence, record_verdict, verdict_outcome
+from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
+from gpuaccept.operator.core.record import (
+    ACCEPTED_MESSAGE,
+    Evidence,
+    Outcome,
+    Wait,
+    judged,
+    record,
+    record_verdict,
+)
 
 FABRIC_CHECK = fabric_allreduce.CHECK
 REASON_NO_PARTNER = "FabricNoPartner"
@@ -82,17 +94,9 @@ def _as_verdict(verdict: FabricVerdict, ctx: NodeContext, message: str) -> Verdi
 
 def plan_fabric_phase(ctx: NodeContext, out: PlanBuilder) -> Plan:
     st, obs, spec = ctx.status, ctx.obs, ctx.spec
-    if (
-        spec.reprobe.on_boot_id_change
-        and st.probed_boot_id
-        and st.probed_boot_id != ctx.node.boot_id
-    ):
-        message = f"bootID changed from {st.probed_boot_id} to {ctx.node.boot_id}"
-        return new_round(ctx, out, reason="BootIDChanged", message=message)
-    if REPROBE_ANNOTATION in ctx.node.annotations and spec.reprobe.on_annotation:
-        out.remove_annotation = True
-        message = f"annotation {REPROBE_ANNOTATION} was set"
-        return new_round(ctx, out, reason="ReprobeRequested", message=message)
+    triggered = reprobe_triggered(ctx, out)
+    if triggered is not None:
+        return triggered
     # One probe per node: a probe pod that is not this node's fabric pod goes, and
     # so does a fabric pod once the node is no member of its policy's pass (fabric
     # turned off, relabelled to another policy): no pass would delete it.
@@ -102,50 +106,51 @@ def plan_fabric_phase(ctx: NodeContext, out: PlanBuilder) -> Plan:
             out.delete_pod(pod)
     fabric = st.fabric or FabricStatus(waiting_since=obs.now, summary="waiting")
     if policy_changed(ctx):
-        if spec.reprobe.on_policy_change == PolicyChangeAction.REPROBE:
-            message = f"policy {ctx.policy.name} changed (generation {ctx.policy.generation})"
-            return new_round(ctx, out, reason="PolicyChanged", message=message)
-        # Not decided yet, so never left judged under an old policy (Ignore included):
-        # the single-node report is judged again under the new one.
-        rejudged = rejudged_verdict(ctx)
-        if not rejudged.accepted:
-            return record_verdict(ctx, out, rejudged, Evidence(st.report, rejudged=True))
-        if spec.fabric.enabled:  # still passes: waits on, under the new policy
-            restamped = ctx.stamped(
-                st,
-                checks=list(rejudged.checks)[:32],
-                figures=rejudged.figures,
-                fabric=fabric,
-            )
-            out.write_status(st, ctx.with_applied_keys(restamped))
-            out.ensure_node(ctx, st)
-            out.wake_in(1)
-            return out.build(
-                "policy changed: the report still passes; waiting for a fabric verdict"
-            )
-    verdict = obs.fabric_verdict
+        changed = _policy_changed(ctx, out, fabric)
+        if changed is not None:
+            return changed
     if not spec.fabric.enabled:  # the policy no longer runs fabric tests
         passed = FabricNoPartner(NoPartnerAction.ACCEPT, ())
-        return _record(ctx, out, passed, fabric, "fabric tests disabled by the policy")
-    if verdict is None:
+        return record(ctx, out, fabric_outcome(ctx, passed, fabric, disabled=True))
+    if obs.fabric_verdict is None:
         if st.fabric is None:
             out.write_status(st, ctx.stamped(st, fabric=fabric))
         out.ensure_node(ctx, st)
         return out.build("waiting for a fabric verdict")
-    return _record(ctx, out, verdict, fabric, None)
+    return record(ctx, out, fabric_outcome(ctx, obs.fabric_verdict, fabric))
 
 
-def _record(
-    ctx: NodeContext,
-    out: PlanBuilder,
-    verdict: FabricVerdict,
-    fabric: FabricStatus,
-    why: str | None,
-) -> Plan:
-    st = ctx.status
+def _policy_changed(ctx: NodeContext, out: PlanBuilder, fabric: FabricStatus) -> Plan | None:
+    """A new round, the re-judged report's failing verdict, or (the report still
+    passes) waiting on under the new policy; None: fabric tests are off now."""
+    st, spec = ctx.status, ctx.spec
+    if spec.reprobe.on_policy_change == PolicyChangeAction.REPROBE:
+        message = f"policy {ctx.policy.name} changed (generation {ctx.policy.generation})"
+        return new_round(ctx, out, reason="PolicyChanged", message=message)
+    # Not decided yet, so never left judged under an old policy (Ignore included):
+    # the single-node report is judged again under the new one.
+    rejudged = rejudged_verdict(ctx)
+    if not rejudged.accepted:
+        return record_verdict(ctx, out, rejudged, Evidence(st.report, rejudged=True))
+    if not spec.fabric.enabled:
+        return None
+    restamped = ctx.stamped(
+        st, checks=list(rejudged.checks)[:32], figures=rejudged.figures, fabric=fabric
+    )
+    out.write_status(st, ctx.with_applied_keys(restamped))
+    out.ensure_node(ctx, st)
+    out.wake_in(1)
+    return out.build("policy changed: the report still passes; waiting for a fabric verdict")
+
+
+def fabric_outcome(
+    ctx: NodeContext, verdict: FabricVerdict, fabric: FabricStatus, *, disabled: bool = False
+) -> Outcome:
+    """What the fabric verdict (or fabric tests turned off, ``disabled``) makes of the
+    node: a verdict on its pair record, or (no partner, held) a wait."""
     name, text, busbw, message = fabric_summary(verdict)
-    if why is not None:
-        name, text, message = "Disabled", "not tested", why
+    if disabled:
+        name, text, message = "Disabled", "not tested", "fabric tests disabled by the policy"
     recorded = fabric.model_copy(
         update={
             "verdict": name,
@@ -155,44 +160,11 @@ def _record(
         }
     )
     if isinstance(verdict, FabricNoPartner) and verdict.action == NoPartnerAction.HOLD:
-        held = ctx.stamped(
-            st, reason=REASON_NO_PARTNER, message=cut(message, 1000), fabric=recorded
-        )
-        if held != ctx.stamped(st):
-            out.write_status(st, held)
-            if st.reason != REASON_NO_PARTNER:
-                out.event(ACCEPTANCE_KIND, "Warning", REASON_NO_PARTNER, message)
-        out.ensure_node(ctx, st)
-        return out.build("fabric: no partner, held")
-    judged = _as_verdict(verdict, ctx, message)
-    summary = reasons_message(list(judged.reasons)) if judged.reasons else message
-    phase, reason, outcome_message, held_action = verdict_outcome(ctx, judged, summary)
-    if judged.accepted and phase == Phase.ACCEPTED:
-        outcome_message = cut(f"all required checks passed; {message}", 1000)
-    if not ctx.spec.dry_run and not judged.accepted:
-        out.needs_breaker = True
-    new = ctx.with_applied_keys(
-        ctx.stamped(
-            st,
-            phase=phase,
-            reason=reason,
-            message=cut(outcome_message, 1000),
-            reasons=list(judged.reasons),
-            held_action=held_action,
-            fabric=recorded,
-        )
+        return Wait(REASON_NO_PARTNER, message, recorded, "fabric: no partner, held")
+    accept_message = cut(f"{ACCEPTED_MESSAGE}; {message}", 1000)
+    return judged(
+        ctx,
+        _as_verdict(verdict, ctx, message),
+        Evidence(fabric=recorded),
+        accept_message=accept_message,
     )
-    out.write_status(st, new)
-    _events(out, new.phase, reason, outcome_message)
-    out.ensure_node(ctx, new)
-    return out.build(f"fabric verdict {new.phase.value}")
-
-
-def _events(out: PlanBuilder, phase: Phase, reason: str | None, message: str) -> None:
-    if phase == Phase.ACCEPTED:
-        out.event(ACCEPTANCE_KIND, "Normal", "Accepted", message)
-    elif phase == Phase.QUARANTINED:
-        out.event("Node", "Warning", "Quarantined", f"quarantined ({reason}): {message}")
-        out.event(ACCEPTANCE_KIND, "Warning", "Quarantined", f"quarantined ({reason}): {message}")
-    else:
-        out.event(ACCEPTANCE_KIND, "Warning", reason or phase.value, message)

@@ -57,8 +57,8 @@ from gpuaccept.operator.core.podspec import (
     fabric_pod_manifest,
     fabric_pod_name,
 )
-from gpuaccept.operator.core.report import report_problem, validate_report
-from gpuaccept.operator.core.verdict import HELD_ACCEPT
+from gpuaccept.operator.core.record import HELD_ACCEPT
+from gpuaccept.operator.core.report_trust import trusted_report
 
 PARTNER_START_GRACE_SECONDS = 120
 """How long a rank-0 pod may wait for its IP (and so for its partner pod) after it
@@ -160,14 +160,9 @@ def _pod_result(
     if member is None or not pod.message:
         return PairOutcome.INCOMPLETE, None, f"pod {pod.name}: no report"
     node = member.node
-    report = validate_report(pod.message, node_name=node.name, boot_id=node.boot_id)
+    report = trusted_report(pod.message, node, accept_simulated=obs.config.accept_simulated_reports)
     if not isinstance(report, ProbeReport):
         return PairOutcome.INCOMPLETE, None, f"pod {pod.name}: {report.message}"
-    problem = report_problem(
-        report, node_gpus=node.gpus, accept_simulated=obs.config.accept_simulated_reports
-    )
-    if problem is not None:
-        return PairOutcome.INCOMPLETE, None, f"pod {pod.name}: {problem.message}"
     result = next((r for r in report.results if r.check == CHECK), None)
     outcome = pod_outcome(result, obs.spec.fabric.min_busbw_gbps)
     busbw = None

@@ -28,7 +28,7 @@ from gpuaccept.contracts.nodeacceptance import (
 from gpuaccept.operator.core.model import BreakerCounts, NAView, NodeView, PolicyView
 
 # The NodeAcceptance reason of a verdict the quarantine limit holds back.
-REASON_BREAKER = "BreakerOpen"
+REASON_QUARANTINE_LIMIT = "BreakerOpen"
 
 
 def phase_counts(counts: Mapping[Phase, int]) -> PhaseCounts:
@@ -122,7 +122,7 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
         phases[st.policy][st.phase] += 1
         if st.phase == Phase.QUARANTINED:
             quarantined[st.policy].add(na.name)
-        if st.phase == Phase.HELD and st.reason == REASON_BREAKER:
+        if st.phase == Phase.HELD and st.reason == REASON_QUARANTINE_LIMIT:
             held[st.policy].append(na.name)
     out: dict[str, PolicyTally] = {}
     for policy in policies:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core.fleet import (
-    REASON_BREAKER,
+    REASON_QUARANTINE_LIMIT,
     PolicyTally,
     matching_policies,
     phase_counts,
@@ -37,7 +37,7 @@ class _Counted:
 def _counted(status: NodeAcceptanceStatus) -> _Counted | None:
     if not status.policy:
         return None
-    held = status.phase == Phase.HELD and status.reason == REASON_BREAKER
+    held = status.phase == Phase.HELD and status.reason == REASON_QUARANTINE_LIMIT
     return _Counted(status.policy, status.phase, held)
 
 

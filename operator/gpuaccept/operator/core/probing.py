@@ -6,32 +6,31 @@ from datetime import timedelta
 
 from gpuaccept.contracts.nodeacceptance import Reason
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.context import (
+from gpuaccept.operator.core.model import CreateProbePod, Plan, PodView
+from gpuaccept.operator.core.nodecontext import (
     WAIT_FOR_DELETION_SECONDS,
     NodeContext,
     PlanBuilder,
     cut,
 )
-from gpuaccept.operator.core.model import CreateProbePod, Plan, PodView
 from gpuaccept.operator.core.pending import probe_manifest
-from gpuaccept.operator.core.report import (
+from gpuaccept.operator.core.record import (
+    Evidence,
+    attempt_failed,
+    failing_verdict,
+    record_verdict,
+)
+from gpuaccept.operator.core.report_trust import (
     DEADLINE_EXCEEDED,
     PROBE_TIMEOUT,
     outcome_problem,
-    report_problem,
-    validate_report,
+    trusted_report,
 )
 from gpuaccept.operator.core.startfailure import (
     StartFailure,
     create_refused,
     never_started,
     start_failure,
-)
-from gpuaccept.operator.core.verdict import (
-    Evidence,
-    attempt_failed,
-    failing_verdict,
-    record_verdict,
 )
 
 STATUS_WRITE_REFUSED = "StatusWriteRefused"
@@ -131,17 +130,11 @@ def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
     """The pod ended: its report, judged, if the report and the pod's end can be trusted."""
     node = ctx.node
     if pod.message:
-        result = validate_report(pod.message, node_name=node.name, boot_id=node.boot_id)
+        result = trusted_report(
+            pod.message, node, accept_simulated=ctx.obs.config.accept_simulated_reports
+        )
         if not isinstance(result, ProbeReport):
             return attempt_failed(ctx, out, reason=result.reason, message=result.message, pod=pod)
-        problem = report_problem(
-            result,
-            node_gpus=node.gpus,
-            node_capacity=node.gpu_capacity,
-            accept_simulated=ctx.obs.config.accept_simulated_reports,
-        )
-        if problem is not None:
-            return attempt_failed(ctx, out, reason=problem.reason, message=problem.message, pod=pod)
         verdict = ctx.judge_report(result)
         if isinstance(verdict, str):  # valid JSON the judge cannot use
             return attempt_failed(ctx, out, reason="InvalidReport", message=verdict, pod=pod)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from gpuaccept.contracts.api import REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.operator.core.context import NodeContext, PlanBuilder
 from gpuaccept.operator.core.decided import DECIDED, plan_decided
 from gpuaccept.operator.core.fabric import plan_fabric_phase
 from gpuaccept.operator.core.model import (
@@ -30,6 +29,7 @@ from gpuaccept.operator.core.model import (
     Observed,
     Plan,
 )
+from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
 from gpuaccept.operator.core.pending import plan_pending
 from gpuaccept.operator.core.probing import plan_probing
 

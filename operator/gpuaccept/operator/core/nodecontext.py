@@ -16,7 +16,7 @@ from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core import nodestate
-from gpuaccept.operator.core.fleet import REASON_BREAKER
+from gpuaccept.operator.core.fleet import REASON_QUARANTINE_LIMIT
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,
@@ -33,7 +33,7 @@ from gpuaccept.operator.core.model import (
     RemoveReprobeAnnotation,
 )
 
-__all__ = ["REASON_BREAKER", "NodeContext", "PlanBuilder", "cut", "reasons_message"]
+__all__ = ["REASON_QUARANTINE_LIMIT", "NodeContext", "PlanBuilder", "cut", "reasons_message"]
 
 REASON_PROBE_ERROR = "ProbeError"
 REASON_DRY_RUN = "DryRun"
