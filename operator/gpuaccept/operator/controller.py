@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.operator import metrics
+from gpuaccept.operator.actionrunner import ActionRunner, RunResult
 from gpuaccept.operator.cache import (
     NAS_INDEX,
     NODES_INDEX,
@@ -50,18 +51,13 @@ from gpuaccept.operator.core.model import (
     PolicyView,
 )
 from gpuaccept.operator.core.reconcile import reconcile
-from gpuaccept.operator.executor import (
-    KubeExecutor,
-    StaleCacheError,
-    StatusRefusedError,
-    api_message,
-)
+from gpuaccept.operator.executor import KubeExecutor, api_message
 from gpuaccept.operator.fabricloop import FabricLoop
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
-from gpuaccept.operator.kube import ConflictError, Kube
+from gpuaccept.operator.kube import Kube
 from gpuaccept.operator.leader import LeaderElector
 from gpuaccept.operator.ledger import QuarantineLedger
-from gpuaccept.operator.policystatus import PolicyStatusLoop
+from gpuaccept.operator.policystatus import PolicyStatusLoop, StatusWriter
 from gpuaccept.operator.workqueue import WorkQueue
 
 __all__ = [
@@ -114,16 +110,29 @@ class Controller:
         self.actions = KubeExecutor(
             kube, self.cache, namespace=config.namespace, identity=runtime.identity
         )
+        self.runner = ActionRunner(self.actions, self.executor, leading=lambda: self.leading)
         self.ledger = QuarantineLedger(self.cache)
         self.policy_status = PolicyStatusLoop(
-            kube, self.cache, self.ledger, wake=self.enqueue, leading=lambda: self.leading
+            StatusWriter(kube, self.executor, runtime.identity),
+            self.ledger,
+            wake=self.enqueue,
+            leading=lambda: self.leading,
         )
-        self.policy_status.identity = runtime.identity
-        self.policy_status.executor = self.executor
+        # The fabric loop's own executor on the same API client: the refusals it
+        # remembers per node (create_errors, status_errors) are the probing phase's
+        # evidence against a node's own attempt, never to be set or cleared by a
+        # partner's fabric pod.
+        fabric_actions = KubeExecutor(
+            kube, self.cache, namespace=config.namespace, identity=runtime.identity
+        )
         self.fabric = FabricLoop(
-            self.cache, self.actions, config, wake=self.enqueue, leading=lambda: self.leading
+            self.cache,
+            ActionRunner(
+                fabric_actions, self.executor, leading=lambda: self.leading, who="fabric: "
+            ),
+            config,
+            wake=self.enqueue,
         )
-        self.fabric.executor = self.executor
         self._policy_generations: dict[str, int] = {}
         self._failures: Counter[str] = Counter()
         self.failures = FailureLog("reconcile")
@@ -287,27 +296,12 @@ class Controller:
             plan.note,
             ", ".join(type(a).__name__ for a in plan.actions),
         )
-        loop = asyncio.get_running_loop()
         for action in plan.actions:
-            if not self.leading:
-                return False
-            try:
-                await loop.run_in_executor(self.executor, self.actions.execute, observed, action)
-            except StaleCacheError:
-                return False
-            except StatusRefusedError as error:
-                # Re-planned at once: the core sees the refusal and ends the attempt.
-                log.warning("node=%s status update refused: %s", observed.node_name, error)
-                return False
-            except ConflictError:
-                log.info(
-                    "node=%s conflict on %s; re-reading", observed.node_name, type(action).__name__
-                )
-                await loop.run_in_executor(
-                    self.executor, self.actions.refresh, observed.node_name, action
-                )
-                return False
+            ran = await self.runner.run(observed, action)
+            if ran.error is not None:  # an outage or a refusal: the worker retries later
+                raise ran.error
+            if ran.result is not RunResult.DONE:
+                return False  # re-planned at once from what the cache holds now
             log_recovery(log, self.failures)  # a write went through
-            metrics.API_CALLS.labels(type(action).__name__).inc()
             metrics.record_write(observed, action)
         return True

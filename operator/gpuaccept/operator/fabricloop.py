@@ -20,13 +20,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from kubernetes.client.exceptions import ApiException
-
-from gpuaccept.operator import metrics
+from gpuaccept.operator.actionrunner import ActionRunner, RunResult
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.fabric_pairing import FabricVerdict
 from gpuaccept.operator.core.fabric_pairs import (
@@ -44,14 +41,8 @@ from gpuaccept.operator.core.model import (
     PatchNAStatus,
     PolicyView,
 )
-from gpuaccept.operator.executor import (
-    KubeExecutor,
-    StaleCacheError,
-    StatusRefusedError,
-    api_message,
-)
+from gpuaccept.operator.executor import api_message
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
-from gpuaccept.operator.kube import ConflictError
 from gpuaccept.operator.views import EVIDENCE_FIELDS
 
 log = logging.getLogger("gpuaccept.operator")
@@ -69,23 +60,16 @@ class FabricLoop:
     def __init__(
         self,
         cache: Cache,
-        actions: KubeExecutor,
+        runner: ActionRunner,
         config: OperatorConfig,
         *,
         wake: Callable[[str], None],
-        leading: Callable[[], bool],
     ) -> None:
         self.cache = cache
-        # Its own executor on the same API client: the refusals it remembers per node
-        # (create_errors, status_errors) are the probing phase's evidence against a
-        # node's own attempt, never to be set or cleared by a partner's fabric pod.
-        self.actions = KubeExecutor(
-            actions.kube, cache, namespace=actions.namespace, identity=actions.identity
-        )
+        self.runner = runner  # on an executor of its own (see Controller)
         self.config = config
         self.wake = wake
-        self.leading = leading
-        self.executor: ThreadPoolExecutor | None = None  # the API threads
+        self.leading = runner.leading
         self._verdicts: dict[str, _Given] = {}
         self._poked = asyncio.Event()
         self.failures = FailureLog("fabric pass")
@@ -222,11 +206,8 @@ class FabricLoop:
         starts again from what the API server then holds). A status the API server
         refuses (it would refuse it again) is skipped, and so are the pod deletions
         after it, which would lose a result not recorded; the pairs still start."""
-        loop = asyncio.get_running_loop()
         refused = False
         for node, action in writes:
-            if not self.leading():
-                return
             if refused and isinstance(action, DeleteProbePod):
                 continue
             context = Observed(
@@ -236,21 +217,16 @@ class FabricLoop:
                 pods=self.cache.pods(node),
                 config=self.config,
             )
-            try:
-                await loop.run_in_executor(self.executor, self.actions.execute, context, action)
-            except (ConflictError, StaleCacheError):
-                log.info("fabric: node=%s conflict on %s; next pass", node, type(action).__name__)
-                await loop.run_in_executor(self.executor, self.actions.refresh, node, action)
-                self.poke()
-                return
-            except StatusRefusedError as error:
-                log.warning("fabric: node=%s status refused: %s", node, error)
+            ran = await self.runner.run(context, action)
+            kind = type(action).__name__
+            if ran.result is RunResult.DONE:
+                log.info("fabric: node=%s %s", node, kind)
+            elif ran.result is RunResult.STATUS_REFUSED:
                 refused = True
-                continue
-            except ApiException as error:  # e.g. a pod refused: the next timed pass retries
-                log.warning(
-                    "fabric: node=%s %s failed: %s", node, type(action).__name__, api_message(error)
-                )
+            elif ran.result in (RunResult.CONFLICT, RunResult.STALE_CACHE):
+                self.poke()  # the next pass starts from what the API server holds
                 return
-            metrics.API_CALLS.labels(type(action).__name__).inc()
-            log.info("fabric: node=%s %s", node, type(action).__name__)
+            else:  # not leading; an API error (e.g. a pod refused): the next pass retries
+                if ran.error is not None:
+                    log.warning("fabric: node=%s %s failed: %s", node, kind, api_message(ran.error))
+                return

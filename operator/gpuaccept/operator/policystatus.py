@@ -14,11 +14,11 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gpuaccept.contracts.api import API_VERSION, POLICY_KIND
 from gpuaccept.operator import metrics
-from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core import fleet
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
 from gpuaccept.operator.kube import EventRecord, Kube
@@ -28,23 +28,32 @@ from gpuaccept.operator.views import PolicyEntry
 log = logging.getLogger("gpuaccept.operator")
 
 
+@dataclass(frozen=True)
+class StatusWriter:
+    """Where policy statuses and their Events go: the API client, the API threads
+    (None: the loop's default), this replica's name in Events."""
+
+    kube: Kube
+    executor: ThreadPoolExecutor | None = None
+    identity: str = "gpuaccept"
+
+
 class PolicyStatusLoop:
     def __init__(
         self,
-        kube: Kube,
-        cache: Cache,
+        writer: StatusWriter,
         ledger: QuarantineLedger,
         *,
         wake: Callable[[str], None],
         leading: Callable[[], bool],
     ) -> None:
-        self.kube = kube
-        self.cache = cache
+        self.kube = writer.kube
+        self.executor = writer.executor
+        self.identity = writer.identity
+        self.cache = ledger.cache
         self.ledger = ledger
         self.wake = wake
         self.leading = leading
-        self.identity = "gpuaccept"
-        self.executor: ThreadPoolExecutor | None = None  # the API threads
         self._reported: set[str] = set()
         self._published = -1  # the cache's acceptances_changes last published
         self.failures = FailureLog("policy status update")
