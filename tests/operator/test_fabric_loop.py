@@ -33,7 +33,7 @@ from gpuaccept.operator.cache import (
 )
 from gpuaccept.operator.controller import Controller
 from gpuaccept.operator.core import OperatorConfig
-from gpuaccept.operator.core.fabric_pairing import FabricPassed
+from gpuaccept.operator.core.fabric.pairing import FabricPassed
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import FabricPodLabels, NodeView, PodView, PolicyView
 from gpuaccept.operator.core.podspec import (

@@ -25,8 +25,8 @@ from gpuaccept.contracts.report import (
     ProbeReport,
     encode_termination_message,
 )
-from gpuaccept.operator.core.fabric_pairing import FabricNoPartner, FabricPassed, NodePair
-from gpuaccept.operator.core.fabric_pairs import (
+from gpuaccept.operator.core.fabric.pairing import FabricNoPartner, FabricPassed, NodePair
+from gpuaccept.operator.core.fabric.policypass import (
     PARTNER_START_GRACE_SECONDS,
     FabricMember,
     FabricObserved,

@@ -13,7 +13,7 @@ from world import PENDING, T0, World, spec
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core import BreakerCounts, PodView, PolicyView, Taint
-from gpuaccept.operator.core.fabric_pairing import (
+from gpuaccept.operator.core.fabric.pairing import (
     FabricNoPartner,
     FabricPassed,
     FabricQuarantined,

@@ -39,7 +39,7 @@ from gpuaccept.operator.core import (
     Taint,
     reconcile,
 )
-from gpuaccept.operator.core.fabric_pairing import FabricVerdict
+from gpuaccept.operator.core.fabric.pairing import FabricVerdict
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import Judge

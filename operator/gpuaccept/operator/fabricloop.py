@@ -1,5 +1,5 @@
 """The fabric loop (runtime): for each policy with ``fabric.enabled``, one pass of
-:func:`~gpuaccept.operator.core.fabric_pairs.plan_fabric_pass` over the nodes
+:func:`~gpuaccept.operator.core.fabric.policypass.plan_fabric_pass` over the nodes
 that take part in its fabric tests, then its writes in order (docs/fabric.md).
 
 A pass runs when something it reads changed (a fabric pod or a NodeAcceptance
@@ -25,14 +25,13 @@ from datetime import UTC, datetime
 
 from gpuaccept.operator.actionrunner import ActionRunner, RunResult
 from gpuaccept.operator.cache import Cache
-from gpuaccept.operator.core.fabric_pairing import FabricVerdict
-from gpuaccept.operator.core.fabric_pairs import (
+from gpuaccept.operator.core.fabric.pairing import FabricVerdict
+from gpuaccept.operator.core.fabric.policypass import (
     FabricMember,
     FabricObserved,
+    pass_members,
     plan_fabric_pass,
-    takes_part_in_fabric,
 )
-from gpuaccept.operator.core.fleet import matching_policies
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,
@@ -126,20 +125,18 @@ class FabricLoop:
         names: list[str] = self.cache.fabric_names(policy.name)
         if spec.fabric.idle_accepted_partners:
             names = sorted(na.name for na in self.cache.acceptances())
-        members: list[FabricMember] = []
+        candidates: list[FabricMember] = []
         for name in names:
             na = self.cache.na(name)
             if na is None or na.status.policy != policy.name:
                 continue
-            take = takes_part_in_fabric(na.status, policy.name, spec)
-            node = self.cache.node(name) if take else None
-            if node is not None and not matching_policies((policy,), node.labels):
-                node = None  # relabelled away (its status keeps the old policy's name)
+            node = self.cache.node(name)
             # The slim view (no evidence parsed): a pass reads neither report nor checks;
             # the few statuses it writes get theirs back in :meth:`with_evidence`.
             if node is not None:
-                members.append(FabricMember(node, na, self.cache.pods(name)))
-        return FabricObserved(policy, spec, tuple(members), now, self.config)
+                candidates.append(FabricMember(node, na, self.cache.pods(name)))
+        members = pass_members(policy.name, spec, candidates)
+        return FabricObserved(policy, spec, members, now, self.config)
 
     def with_evidence(self, writes: tuple[tuple[str, Action], ...]) -> list[tuple[str, Action]]:
         """The pass's writes, each status write carrying the node's stored evidence

@@ -14,7 +14,7 @@ from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import Phase, Reason
 from gpuaccept.contracts.policy import PolicyChangeAction
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.fabric_pairs import takes_part_in_fabric
+from gpuaccept.operator.core.fabric.membership import is_member
 from gpuaccept.operator.core.fleet import quarantine_allowed
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import (
@@ -111,9 +111,9 @@ def rejudged_verdict(ctx: NodeContext) -> Verdict:
 def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
     st = ctx.status
     # Leftover probe pods (e.g. a pod whose deletion was lost in a restart). A
-    # fabric pod is left to the pair planning (core.fabric_pairs) only while the
+    # fabric pod is left to the pair planning (core.fabric.policypass) only while the
     # node is a member of its policy's pass; otherwise no pass sees it, and it goes.
-    member = takes_part_in_fabric(st, ctx.policy.name, ctx.spec)
+    member = is_member(st, ctx.policy.name, ctx.spec, ctx.node.labels)
     for pod in ctx.obs.pods:
         if not pod.deleting and (pod.fabric is None or not member):
             out.delete_pod(pod)

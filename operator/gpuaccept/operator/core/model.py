@@ -16,7 +16,7 @@ from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.fabric_pairing import FabricVerdict
+from gpuaccept.operator.core.fabric.pairing import FabricVerdict
 
 # --------------------------------------------------------------------------- observed
 

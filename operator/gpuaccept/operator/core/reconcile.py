@@ -20,7 +20,7 @@ from __future__ import annotations
 from gpuaccept.contracts.api import REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core.decided import DECIDED, plan_decided
-from gpuaccept.operator.core.fabric import plan_fabric_phase
+from gpuaccept.operator.core.fabric.phase import plan_fabric_phase
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
     DeleteNodeAcceptance,

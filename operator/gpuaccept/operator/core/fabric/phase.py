@@ -2,7 +2,7 @@
 of its two-node fabric test (docs/fabric.md).
 
 The pairs themselves are planned for the whole policy at once
-(:mod:`.fabric_pairs`, around :func:`.fabric_pairing.plan_fabric`); this node's
+(:mod:`.policypass`, around :func:`.pairing.plan_fabric`); this node's
 reconcile records the verdict that planning gives it (``Observed.fabric_verdict``),
 subject to dryRun and the quarantine limit like any verdict. Until then it keeps
 the pending taint, and its fabric pods are left to the pair planning.
@@ -21,14 +21,14 @@ from gpuaccept.operator.core.decided import (
     rejudged_verdict,
     reprobe_triggered,
 )
-from gpuaccept.operator.core.fabric_pairing import (
+from gpuaccept.operator.core.fabric.membership import is_member
+from gpuaccept.operator.core.fabric.pairing import (
     FabricNoPartner,
     FabricPassed,
     FabricQuarantined,
     FabricVerdict,
     PartnerFigure,
 )
-from gpuaccept.operator.core.fabric_pairs import takes_part_in_fabric
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
 from gpuaccept.operator.core.record import (
@@ -100,7 +100,7 @@ def plan_fabric_phase(ctx: NodeContext, out: PlanBuilder) -> Plan:
     # One probe per node: a probe pod that is not this node's fabric pod goes, and
     # so does a fabric pod once the node is no member of its policy's pass (fabric
     # turned off, relabelled to another policy): no pass would delete it.
-    member = takes_part_in_fabric(st, ctx.policy.name, spec)
+    member = is_member(st, ctx.policy.name, spec, ctx.node.labels)
     for pod in obs.pods:
         if not pod.deleting and (pod.fabric is None or not member):
             out.delete_pod(pod)
