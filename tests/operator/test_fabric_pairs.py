@@ -29,7 +29,7 @@ from gpuaccept.operator.core.fabric.pairing import FabricNoPartner, FabricPassed
 from gpuaccept.operator.core.fabric.policypass import (
     PARTNER_START_GRACE_SECONDS,
     FabricMember,
-    FabricObserved,
+    FabricSnapshot,
     FabricStep,
     plan_fabric_pass,
 )
@@ -69,8 +69,8 @@ def waiting(
 
 
 def observed(*members: FabricMember, spec: NodeAcceptancePolicySpec = SPEC, now: datetime = T0,
-             config: OperatorConfig = CONFIG) -> FabricObserved:  # fmt: skip
-    return FabricObserved(PolicyView(name="fab", spec=spec), spec, members, now, config)
+             config: OperatorConfig = CONFIG) -> FabricSnapshot:  # fmt: skip
+    return FabricSnapshot(PolicyView(name="fab", spec=spec), spec, members, now, config)
 
 
 def report(node: str, busbw: float | None, *, phase: str | None = None) -> str:

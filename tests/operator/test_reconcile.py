@@ -11,7 +11,6 @@ from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.contracts.policy import PolicyChangeAction
 from gpuaccept.operator.core import (
-    BreakerCounts,
     CreateNodeAcceptance,
     CreateProbePod,
     DeleteNodeAcceptance,
@@ -21,6 +20,7 @@ from gpuaccept.operator.core import (
     PatchNodeTaintsLabels,
     PodView,
     PolicyView,
+    QuarantineLimitCounts,
     RemoveReprobeAnnotation,
     Taint,
     reconcile,
@@ -289,14 +289,14 @@ def test_stale_pods_deleted_before_a_new_attempt() -> None:
     assert len(world.pods) == 1
 
 
-# ---------------------------------------------------------------- breaker, dryRun, paused
+# ---------------------------------------------------------------- quarantine limit, dryRun, paused
 
 
-def test_breaker_holds_under_pending_taint_then_releases_when_limit_raised() -> None:
-    world = probing_world(breaker=BreakerCounts(quarantined=5, matched=10))
+def test_quarantine_limit_holds_under_pending_taint_then_releases_when_limit_raised() -> None:
+    world = probing_world(limit_counts=QuarantineLimitCounts(quarantined=5, matched=10))
     world.finish_with_report(make_report(failing=["cpu_governor"]))
     plan = world.plan()
-    assert plan.needs_breaker
+    assert plan.needs_limit_lock
     world.settle()
     st = world.status
     assert st.phase == Phase.HELD
@@ -312,19 +312,19 @@ def test_breaker_holds_under_pending_taint_then_releases_when_limit_raised() -> 
     assert world.taint_keys() == ["gpuaccept.io/quarantined"]
 
 
-def test_breaker_room_freed_applies_held_quarantine() -> None:
-    world = probing_world(breaker=BreakerCounts(quarantined=5, matched=10))
+def test_quarantine_limit_room_freed_applies_held_quarantine() -> None:
+    world = probing_world(limit_counts=QuarantineLimitCounts(quarantined=5, matched=10))
     world.finish_with_report(make_report(failing=["cpu_governor"]))
     world.settle()
     held = world.status.phase
-    world.breaker = BreakerCounts(quarantined=4, matched=10)
+    world.limit_counts = QuarantineLimitCounts(quarantined=4, matched=10)
     world.settle()
     assert (held, world.status.phase) == (Phase.HELD, Phase.QUARANTINED)
 
 
-def test_breaker_percentage() -> None:
+def test_quarantine_limit_percentage() -> None:
     world = probing_world(
-        breaker=BreakerCounts(quarantined=1, matched=20),
+        limit_counts=QuarantineLimitCounts(quarantined=1, matched=20),
         policies=[PolicyView("default", 1, spec(maxQuarantined="10%"))],
     )
     world.finish_with_report(make_report(failing=["pcie_link"]))
@@ -538,13 +538,13 @@ def test_a_report_the_judge_cannot_use_is_an_attempt_error() -> None:
 
 
 def test_a_node_that_leaves_accepted_is_no_longer_labelled_accepted() -> None:
-    # accepted, rebooted, the new probe fails and the breaker is full: Held
+    # accepted, rebooted, the new probe fails and the quarantine limit is reached: Held
     w = accepted_world()
     assert w.node is not None
     assert w.node.labels["gpuaccept.io/acceptance"] == "accepted"
     assert w.node.condition is not None
     assert w.node.condition.status == "True"
-    w.breaker = BreakerCounts(quarantined=5, matched=10)
+    w.limit_counts = QuarantineLimitCounts(quarantined=5, matched=10)
     w.node = dataclasses.replace(w.node, boot_id="boot-2")
     w.settle()
     assert "gpuaccept.io/acceptance" not in w.node.labels  # re-probing: not accepted
@@ -565,7 +565,7 @@ def test_a_quarantine_moved_to_another_policy_takes_a_slot_there() -> None:
     assert (w.status.phase, w.status.policy) == (Phase.QUARANTINED, "default")
     # relabelled into policy "b", which already has 5 of its 5 slots in use
     w.policies = [PolicyView(name="b", generation=1, spec=spec())]
-    w.breaker = BreakerCounts(quarantined=5, matched=10)
+    w.limit_counts = QuarantineLimitCounts(quarantined=5, matched=10)
     w.settle()
     assert (w.status.phase, w.status.reason, w.status.policy) == (Phase.HELD, "BreakerOpen", "b")
 
@@ -757,7 +757,7 @@ def test_a_stalled_node_waits_again_when_the_deadline_is_raised() -> None:
 
 def test_the_first_bad_node_of_a_small_fleet_is_quarantined_under_a_percentage() -> None:
     w = probing_world(
-        breaker=BreakerCounts(quarantined=0, matched=4),
+        limit_counts=QuarantineLimitCounts(quarantined=0, matched=4),
         policies=[PolicyView("default", 1, spec(maxQuarantined="10%"))],
     )
     w.finish_with_report(make_report(failing=["pcie_link"]))

@@ -22,7 +22,7 @@ from enum import Enum
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.operator import metrics
-from gpuaccept.operator.core.model import Action, Observed
+from gpuaccept.operator.core.model import Action, NodeSnapshot
 from gpuaccept.operator.executor import KubeExecutor, StaleCacheError, StatusRefusedError
 from gpuaccept.operator.kube import ConflictError
 
@@ -61,7 +61,7 @@ class ActionRunner:
         self.leading = leading
         self.who = who
 
-    async def run(self, observed: Observed, action: Action) -> Ran:
+    async def run(self, observed: NodeSnapshot, action: Action) -> Ran:
         if not self.leading():
             return Ran(RunResult.NOT_LEADING)
         node, kind = observed.node_name, type(action).__name__

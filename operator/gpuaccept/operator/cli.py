@@ -204,7 +204,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 # Python's cyclic garbage collector, set for a process that keeps the fleet in
-# memory (issue 15). By default it collects the young generation every 700 net
+# memory. By default it collects the young generation every 700 net
 # allocations, so the objects of a watch event or an API call that live a few
 # milliseconds get promoted, and every promotion brings the next full
 # collection closer: a walk over every object alive, whose cost grows with

@@ -11,7 +11,7 @@ heap, rebuilt from NodeAcceptance status on start because every object is
 reconciled once after the initial listing.
 
 A plan that quarantines is re-planned and executed under its policy's lock
-with exact counts (:mod:`.ledger`); the policy status loop
+with exact counts (:mod:`.quarantinelimit`); the policy status loop
 (:mod:`.policystatus`) writes each policy's status. Writes are reflected at
 once in the cache's write-through overlay, so the next pass does not act on a
 stale cache.
@@ -43,12 +43,12 @@ from gpuaccept.operator.cache import (
 )
 from gpuaccept.operator.core.fleet import matching_policies
 from gpuaccept.operator.core.model import (
-    BreakerCounts,
     Judge,
-    Observed,
+    NodeSnapshot,
     OperatorConfig,
     Plan,
     PolicyView,
+    QuarantineLimitCounts,
 )
 from gpuaccept.operator.core.reconcile import reconcile
 from gpuaccept.operator.executor import KubeExecutor, api_message
@@ -56,8 +56,8 @@ from gpuaccept.operator.fabricloop import FabricLoop
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
 from gpuaccept.operator.kube import Kube
 from gpuaccept.operator.leader import LeaderElector
-from gpuaccept.operator.ledger import QuarantineLedger
 from gpuaccept.operator.policystatus import PolicyStatusLoop, StatusWriter
+from gpuaccept.operator.quarantinelimit import QuarantineLimit
 from gpuaccept.operator.workqueue import WorkQueue
 
 __all__ = [
@@ -111,10 +111,10 @@ class Controller:
             kube, self.cache, namespace=config.namespace, identity=runtime.identity
         )
         self.runner = ActionRunner(self.actions, self.executor, leading=lambda: self.leading)
-        self.ledger = QuarantineLedger(self.cache)
+        self.quarantine_limit = QuarantineLimit(self.cache)
         self.policy_status = PolicyStatusLoop(
             StatusWriter(kube, self.executor, runtime.identity),
-            self.ledger,
+            self.quarantine_limit,
             wake=self.enqueue,
             leading=lambda: self.leading,
         )
@@ -234,24 +234,24 @@ class Controller:
         self.queue.add_after(name, delay)
 
     # ------------------------------------------------------------------ observe
-    def observe(self, name: str, now: datetime) -> Observed:
+    def observe(self, name: str, now: datetime) -> NodeSnapshot:
         """The node's snapshot for the core: its objects, its policies, the limit's counts."""
         self.cache.settle()
         node = self.cache.node(name)
         policies = matching_policies(self.cache_policies(), node.labels) if node else ()
-        breaker = BreakerCounts()
+        limit_counts = QuarantineLimitCounts()
         if len(policies) == 1:
-            breaker = self.ledger.counts(policies[0].name, name)
+            limit_counts = self.quarantine_limit.counts(policies[0].name, name)
         na = self.cache.na_with_evidence(name)
         fabric = na.status.fabric if na is not None else None
-        return Observed(
+        return NodeSnapshot(
             node_name=name,
             now=now,
             node=node,
             na=na,
             pods=self.cache.pods(name),
             policies=policies,
-            breaker=breaker,
+            limit_counts=limit_counts,
             config=self.config,
             pod_create_error=self.actions.create_errors.get(name),
             status_write_error=self.actions.status_errors.get(name),
@@ -267,8 +267,8 @@ class Controller:
             now = datetime.now(UTC)
             observed = self.observe(name, now)
             plan = reconcile(observed, self.judge)
-            if plan.needs_breaker and observed.policies:
-                async with self.ledger.lock(observed.policies[0].name):
+            if plan.needs_limit_lock and observed.policies:
+                async with self.quarantine_limit.lock(observed.policies[0].name):
                     observed = self.observe(name, now)
                     plan = reconcile(observed, self.judge)
                     done = await self._execute(observed, plan) if plan.actions else True
@@ -288,7 +288,7 @@ class Controller:
         log.warning("node=%s no steady state after %d passes; retrying later", name, MAX_PASSES)
         self._retry_later(name)
 
-    async def _execute(self, observed: Observed, plan: Plan) -> bool:
+    async def _execute(self, observed: NodeSnapshot, plan: Plan) -> bool:
         """Run the plan's writes in order (in the thread pool); False after a conflict."""
         log.info(
             "node=%s %s: %s",

@@ -28,14 +28,14 @@ from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.fabric.pairing import FabricVerdict
 from gpuaccept.operator.core.fabric.policypass import (
     FabricMember,
-    FabricObserved,
+    FabricSnapshot,
     pass_members,
     plan_fabric_pass,
 )
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,
-    Observed,
+    NodeSnapshot,
     OperatorConfig,
     PatchNAStatus,
     PolicyView,
@@ -115,7 +115,7 @@ class FabricLoop:
             if entry.view.spec is not None and entry.view.spec.fabric.enabled
         ]
 
-    def observe(self, policy: PolicyView, now: datetime) -> FabricObserved:
+    def observe(self, policy: PolicyView, now: datetime) -> FabricSnapshot:
         """The nodes of ``policy`` that take part: waiting (phase Fabric), and decided
         ones that have fabric results; with ``idleAcceptedPartners`` every decided
         one (the only case that walks the policy's NodeAcceptances)."""
@@ -136,7 +136,7 @@ class FabricLoop:
             if node is not None:
                 candidates.append(FabricMember(node, na, self.cache.pods(name)))
         members = pass_members(policy.name, spec, candidates)
-        return FabricObserved(policy, spec, members, now, self.config)
+        return FabricSnapshot(policy, spec, members, now, self.config)
 
     def with_evidence(self, writes: tuple[tuple[str, Action], ...]) -> list[tuple[str, Action]]:
         """The pass's writes, each status write carrying the node's stored evidence
@@ -197,7 +197,7 @@ class FabricLoop:
         return step.wake_in
 
     async def _execute(
-        self, observed: FabricObserved, writes: Sequence[tuple[str, Action]]
+        self, observed: FabricSnapshot, writes: Sequence[tuple[str, Action]]
     ) -> None:
         """The pass's writes in order; a conflict or an outage ends them (the next pass
         starts again from what the API server then holds). A status the API server
@@ -207,7 +207,7 @@ class FabricLoop:
         for node, action in writes:
             if refused and isinstance(action, DeleteProbePod):
                 continue
-            context = Observed(
+            context = NodeSnapshot(
                 node_name=node,
                 now=observed.now,
                 node=self.cache.node(node),

@@ -66,7 +66,7 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
     held_by_limit = (
         st.phase == Phase.HELD and st.reason == REASON_QUARANTINE_LIMIT and not spec.dry_run
     )
-    if held_by_limit and quarantine_allowed(spec, ctx.obs.breaker):
+    if held_by_limit and quarantine_allowed(spec, ctx.obs.limit_counts):
         held = failing_verdict(tuple(st.reasons), checks=tuple(st.checks), figures=st.figures)
         return record_verdict(ctx, out, held, Evidence(st.report, rejudged=st.rejudged))
     return _keep(ctx, out)

@@ -22,7 +22,7 @@ from gpuaccept.operator.core.fleet import (
     matching_policies,
     phase_counts,
 )
-from gpuaccept.operator.core.model import BreakerCounts, PolicyView
+from gpuaccept.operator.core.model import PolicyView, QuarantineLimitCounts
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class _Counted:
 
     policy: str
     phase: Phase
-    held_by_breaker: bool
+    held_by_limit: bool
 
 
 def _counted(status: NodeAcceptanceStatus) -> _Counted | None:
@@ -113,7 +113,7 @@ class FleetCount:
         self._phases[policy][counted.phase] += step
         for members, member in (
             (self._quarantined[policy], counted.phase == Phase.QUARANTINED),
-            (self._held[policy], counted.held_by_breaker),
+            (self._held[policy], counted.held_by_limit),
         ):
             if not member:
                 continue
@@ -123,10 +123,10 @@ class FleetCount:
                 members.discard(name)
 
     # ------------------------------------------------------------------ answers
-    def breaker(self, policy: str, node: str) -> BreakerCounts:
+    def limit_counts(self, policy: str, node: str) -> QuarantineLimitCounts:
         """The quarantine limit's counts for ``node`` under ``policy`` (itself excluded)."""
         quarantined = self._quarantined.get(policy, set())
-        return BreakerCounts(
+        return QuarantineLimitCounts(
             quarantined=len(quarantined) - (node in quarantined),
             matched=self._matched.get(policy, 0),
         )
@@ -144,7 +144,7 @@ class FleetCount:
                 conflicts=tuple(sorted(self._conflicts.get(name, ()))),
                 counts=phase_counts(counts),
                 quarantined=frozenset(self._quarantined.get(name, ())),
-                held_by_breaker=tuple(sorted(self._held.get(name, ()))),
+                held_by_limit=tuple(sorted(self._held.get(name, ()))),
                 limit=spec.max_quarantined_count(matched) if spec is not None else 0,
             )
         return out

@@ -83,7 +83,7 @@ def desired_labels(
         want.update(spec.quarantine.labels)
     elif node.labels.get(ACCEPTANCE_LABEL) == ACCEPTED:
         # Pending, Probing, Held, Stalled: out of service again (a re-probe, a
-        # failed one held by the breaker), so no longer "accepted"; "quarantined"
+        # failed one held by the quarantine limit), so no longer "accepted"; "quarantined"
         # and the quarantine labels stay, like its taint, until the new verdict.
         want[ACCEPTANCE_LABEL] = None
     return _changes(node.labels, want)

@@ -150,7 +150,7 @@ def judged(
         return Hold(verdict, evidence, REASON_DRY_RUN, message, HELD_QUARANTINE)
     if verdict.accepted:
         return Accept(verdict, evidence, accept_message)
-    st, counts, spec = ctx.status, ctx.obs.breaker, ctx.spec
+    st, counts, spec = ctx.status, ctx.obs.limit_counts, ctx.spec
     main = verdict.reasons[0].reason if verdict.reasons else REASON_PROBE_ERROR
     # Already quarantined under this policy: no new slot is taken. Under
     # another policy (the node was relabelled), it takes one here.
@@ -181,7 +181,7 @@ def record(ctx: NodeContext, out: PlanBuilder, outcome: Outcome) -> Plan:
     if isinstance(outcome, Quarantine) or (
         isinstance(outcome, Hold) and outcome.reason == REASON_QUARANTINE_LIMIT
     ):
-        out.needs_breaker = True  # takes (or is refused) a slot under the limit
+        out.needs_limit_lock = True  # takes (or is refused) a slot under the limit
     update = {
         "phase": phase,
         "reason": reason,

@@ -46,7 +46,7 @@ from gpuaccept.contracts.report import CheckResult, CheckStatus
 REASON_FABRIC_FAILED = fabric_allreduce.REASON
 CONVICTION_NODES = 5
 """A conviction names five different nodes: the node, the two partners it failed
-with (issue 14: "two different partners") and the node each partner passed with."""
+with ("two different partners") and the node each partner passed with."""
 
 
 class PairOutcome(StrEnum):

@@ -3,7 +3,7 @@ of its two-node fabric test (docs/fabric.md).
 
 The pairs themselves are planned for the whole policy at once
 (:mod:`.policypass`, around :func:`.pairing.plan_fabric`); this node's
-reconcile records the verdict that planning gives it (``Observed.fabric_verdict``),
+reconcile records the verdict that planning gives it (``NodeSnapshot.fabric_verdict``),
 subject to dryRun and the quarantine limit like any verdict. Until then it keeps
 the pending taint, and its fabric pods are left to the pair planning.
 """

@@ -85,12 +85,12 @@ def pass_members(
     policy_name: str, spec: NodeAcceptancePolicySpec, candidates: Iterable[FabricMember]
 ) -> tuple[FabricMember, ...]:
     """The candidates that are members of the pass of ``policy_name`` with ``spec``
-    (:func:`~.membership.is_member`): what a :class:`FabricObserved` holds."""
+    (:func:`~.membership.is_member`): what a :class:`FabricSnapshot` holds."""
     return tuple(m for m in candidates if is_member(m.na.status, policy_name, spec, m.node.labels))
 
 
 @dataclass(frozen=True)
-class FabricObserved:
+class FabricSnapshot:
     policy: PolicyView
     spec: NodeAcceptancePolicySpec
     members: tuple[FabricMember, ...]
@@ -155,7 +155,7 @@ class PodResult:
     why: str
 
 
-def _pod_result(pod: PodView, member: FabricMember | None, obs: FabricObserved) -> PodResult:
+def _pod_result(pod: PodView, member: FabricMember | None, obs: FabricSnapshot) -> PodResult:
     """One ended pod's outcome, judged against the policy's current minimum."""
     if member is None or not pod.message:
         return PodResult(PairOutcome.INCOMPLETE, None, f"pod {pod.name}: no report")
@@ -189,7 +189,7 @@ def _combined(results: list[PodResult], extra: tuple[PairOutcome, ...] = ()) -> 
 class _PassBuilder:
     """One pass's writes as it reads the pairs: statuses, deletions, second pods."""
 
-    obs: FabricObserved
+    obs: FabricSnapshot
     members: dict[str, FabricMember]
     writes: list[tuple[str, Action]] = field(default_factory=list)
     statuses: dict[str, NodeAcceptanceStatus] = field(default_factory=dict)
@@ -357,7 +357,7 @@ def _results(members: Iterable[FabricMember], extra: Iterable[PairResult]) -> li
     return list(found.values())
 
 
-def plan_fabric_pass(obs: FabricObserved) -> FabricStep:
+def plan_fabric_pass(obs: FabricSnapshot) -> FabricStep:
     """Read the finished pairs, carry on the started ones, plan verdicts and new pairs."""
     members = {m.node.name: m for m in obs.members}
     b = _PassBuilder(obs, members)
@@ -376,7 +376,7 @@ def plan_fabric_pass(obs: FabricObserved) -> FabricStep:
     return FabricStep(tuple(writes), verdicts, tuple(started), wake)
 
 
-def _situation(obs: FabricObserved, b: _PassBuilder) -> FabricSituation:
+def _situation(obs: FabricSnapshot, b: _PassBuilder) -> FabricSituation:
     """What the pairing algorithm sees once the pairs were read."""
     busy = {n for pair in b.running for n in pair.members}
     waiting: list[WaitingNode] = []
@@ -413,7 +413,7 @@ def _ordered_writes(b: _PassBuilder) -> list[tuple[str, Action]]:
     return writes + b.writes
 
 
-def _first_pod(obs: FabricObserved, first: FabricMember, pair: NodePair) -> tuple[str, Action]:
+def _first_pod(obs: FabricSnapshot, first: FabricMember, pair: NodePair) -> tuple[str, Action]:
     """The rank-0 pod of a new pair (its IP is the partner's rendezvous address)."""
     planned_at = obs.now.isoformat()
     labels = FabricPodLabels(
@@ -432,7 +432,7 @@ def _first_pod(obs: FabricObserved, first: FabricMember, pair: NodePair) -> tupl
 
 
 def _wake_in(
-    obs: FabricObserved, waiting: Iterable[WaitingNode], *, params_deadline: int
+    obs: FabricSnapshot, waiting: Iterable[WaitingNode], *, params_deadline: int
 ) -> float | None:
     """Seconds to the next waiting node's deadline (then its verdict is due)."""
     deadlines = [
