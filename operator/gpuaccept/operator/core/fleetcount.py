@@ -2,7 +2,7 @@
 
 :class:`FleetCount` is told every change of a node's labels, a NodeAcceptance's
 status and the policy list, and answers what :func:`~.fleet.tally` answers
-for a snapshot of the same objects (``tests/operator/test_fleetcount.py``
+for a snapshot of the same objects (``tests/operator/core/test_fleetcount.py``
 checks the two against each other). A node or NodeAcceptance change costs
 O(number of policies); the quarantine limit's counts for one node are O(1),
 with no copy of the quarantined set. Only a change of the policy list

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import pytest
+from fabric_pods import CONFIG, SPEC, T0, pod, report
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from test_fabric_pairs import CONFIG, SPEC, T0, pod, report
 from world import make_report
 
 from gpuaccept.contracts.api import GPU_PRESENT_LABEL
