@@ -105,9 +105,10 @@ class PolicyTally:
         )
 
 
-def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyTally]:
-    """Every policy's (or just ``only``'s) tally, keyed by policy name."""
-    policies = [p for p in snapshot.policies if only is None or p.name == only]
+def _matched(
+    snapshot: FleetSnapshot, policies: list[PolicyView]
+) -> tuple[Counter[str], dict[str, list[str]]]:
+    """Per policy: the nodes it matches, and those another policy matches too."""
     matched: Counter[str] = Counter()
     conflicts: dict[str, list[str]] = {p.name: [] for p in policies}
     for node in snapshot.nodes:
@@ -117,6 +118,14 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
                 matched[policy.name] += 1
                 if len(matching) > 1:
                     conflicts[policy.name].append(node.name)
+    return matched, conflicts
+
+
+def _decided(
+    snapshot: FleetSnapshot, policies: list[PolicyView]
+) -> tuple[dict[str, Counter[Phase]], dict[str, set[str]], dict[str, list[str]]]:
+    """Per policy: its NodeAcceptances by phase, the quarantined ones, and those
+    held by the quarantine limit."""
     phases: dict[str, Counter[Phase]] = {p.name: Counter() for p in policies}
     quarantined: dict[str, set[str]] = {p.name: set() for p in policies}
     held: dict[str, list[str]] = {p.name: [] for p in policies}
@@ -129,6 +138,14 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
             quarantined[st.policy].add(na.name)
         if st.phase == Phase.HELD and st.reason == REASON_QUARANTINE_LIMIT:
             held[st.policy].append(na.name)
+    return phases, quarantined, held
+
+
+def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyTally]:
+    """Every policy's (or just ``only``'s) tally, keyed by policy name."""
+    policies = [p for p in snapshot.policies if only is None or p.name == only]
+    matched, conflicts = _matched(snapshot, policies)
+    phases, quarantined, held = _decided(snapshot, policies)
     out: dict[str, PolicyTally] = {}
     for policy in policies:
         name, counts = policy.name, phases[policy.name]

@@ -106,15 +106,20 @@ def plan_probing(ctx: NodeContext, out: PlanBuilder) -> Plan:
         message = f"{pod.waiting_reason}: {pod.waiting_message or ''}".strip()
         return attempt_failed(ctx, out, reason="ProbePodError", message=message, pod=pod)
     if now >= deadline:
-        stalled = never_started(pod, timeout)
-        if stalled is not None:
-            return _did_not_start(ctx, out, pod, stalled)
-        # A pod still terminating past it was e.g. evicted from a dead kubelet.
-        stuck = "; the probe pod is stuck terminating" if pod.deleting else ""
-        message = f"no result within {timeout}s{stuck}"
-        return attempt_failed(ctx, out, reason="ProbeTimeout", message=message, pod=pod)
+        return _past_deadline(ctx, out, pod, timeout)
     out.wake_in(remaining)
     return out.build("probing")
+
+
+def _past_deadline(ctx: NodeContext, out: PlanBuilder, pod: PodView, timeout: int) -> Plan:
+    """The pod has not ended by the attempt's deadline: it never started, or it timed out."""
+    stalled = never_started(pod, timeout)
+    if stalled is not None:
+        return _did_not_start(ctx, out, pod, stalled)
+    # A pod still terminating past it was e.g. evicted from a dead kubelet.
+    stuck = "; the probe pod is stuck terminating" if pod.deleting else ""
+    message = f"no result within {timeout}s{stuck}"
+    return attempt_failed(ctx, out, reason="ProbeTimeout", message=message, pod=pod)
 
 
 def _did_not_start(ctx: NodeContext, out: PlanBuilder, pod: PodView, failure: StartFailure) -> Plan:
