@@ -1,15 +1,18 @@
-"""The pure reconcile core, driven through an in-memory world (no API server)."""
+"""The pure reconcile core, driven through an in-memory world (no API server): the
+state machine as one table (phase x trigger -> next phase, actions, requeue), then
+the sequences and the Node's side in detail."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
 from world import BOOT, PENDING, T0, World, make_report, spec
 
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import Phase
-from gpuaccept.contracts.policy import PolicyChangeAction
 from gpuaccept.operator.core import (
     CreateNodeAcceptance,
     CreateProbePod,
@@ -44,24 +47,423 @@ def accepted_world() -> World:
     return world
 
 
-# ---------------------------------------------------------------- node join
+# ---------------------------------------------------------------- the state machine, as a table
+#
+# Each row: a world in some phase, a trigger, and what reconciling to a fixed point
+# gives: the next phase (None: no NodeAcceptance) and reason, the trigger's first
+# plan (its action kinds in order, or as a set), whether it asks for the quarantine
+# limit's lock, the requeue once settled, the Node's taint keys, and what else the
+# row checks. After settling, a further plan always has no writes.
+
+ANNOTATION = "gpuaccept.io/reprobe"
+PENDING_KEY, QUARANTINE_KEY = "gpuaccept.io/pending", "gpuaccept.io/quarantined"
+UNSET: Any = object()
 
 
-def test_new_node_gets_na_and_pending_taint() -> None:
-    world = World()
-    plan = world.plan()
-    assert isinstance(plan.actions[0], CreateNodeAcceptance)
-    patch = plan.actions[1]
-    assert isinstance(patch, PatchNodeTaintsLabels)
-    assert patch.taints == (PENDING,)
-
-
-def test_node_registered_with_pending_taint_is_not_patched() -> None:
-    world = World()
+def world_with(*, gpus: int = 8, taints: tuple[Taint, ...] = (), **world_kwargs: Any) -> World:
+    world = World(**world_kwargs)
     assert world.node is not None
-    world.node = dataclasses.replace(world.node, taints=(PENDING,))
+    world.node = dataclasses.replace(world.node, gpus=gpus, taints=taints)
+    return world
+
+
+def decided(report: Any = None, **world_kwargs: Any) -> World:
+    world = probing_world(**world_kwargs)
+    world.finish_with_report(report)
+    world.settle()
+    return world
+
+
+def quarantined(**world_kwargs: Any) -> World:
+    world = decided(make_report(failing=["pcie_link"]), **world_kwargs)
+    assert world.status.phase == Phase.QUARANTINED
+    return world
+
+
+def held_by_limit() -> World:
+    counts = QuarantineLimitCounts(quarantined=5, matched=10)
+    world = decided(make_report(failing=["cpu_governor"]), limit_counts=counts)
+    assert (world.status.phase, world.status.reason) == (Phase.HELD, "BreakerOpen")
+    return world
+
+
+def policy(generation: int = 1, *, uid: str = "", **fields: Any) -> list[PolicyView]:
+    return [PolicyView("default", generation, spec(**fields), uid=uid)]
+
+
+def stalled() -> World:
+    world = world_with(gpus=0, policies=policy(waitForGPUs={"timeoutSeconds": 60}))
+    world.settle()
+    world.advance(60)
+    world.settle()
+    assert world.status.phase == Phase.STALLED
+    return world
+
+
+def nothing(_world: World) -> None:
+    pass
+
+
+def report(**report_kwargs: Any) -> Callable[[World], None]:
+    return lambda world: world.finish_with_report(make_report(**report_kwargs))
+
+
+def pod_ended(exit_code: int, reason: str = "Error") -> Callable[[World], None]:
+    return lambda world: world.finish_pod(None, exit_code=exit_code, phase="Failed", reason=reason)
+
+
+def later(seconds: float) -> Callable[[World], None]:
+    return lambda world: world.advance(seconds)
+
+
+def node(**changes: Any) -> Callable[[World], None]:
+    def change(world: World) -> None:
+        assert world.node is not None
+        world.node = dataclasses.replace(world.node, **changes)
+
+    return change
+
+
+def policies(views: list[PolicyView]) -> Callable[[World], None]:
+    return lambda world: setattr(world, "policies", views)
+
+
+def limit(quarantined: int, matched: int) -> Callable[[World], None]:
+    return lambda world: setattr(world, "limit_counts", QuarantineLimitCounts(quarantined, matched))
+
+
+def pod(**changes: Any) -> Callable[[World], None]:
+    def change(world: World) -> None:
+        current = world.current_pod()
+        world.pods[current.name] = dataclasses.replace(current, **changes)
+
+    return change
+
+
+def pod_lost(world: World) -> None:
+    world.pods.clear()
+
+
+def both(*triggers: Callable[[World], None]) -> Callable[[World], None]:
+    def run(world: World) -> None:
+        for trigger in triggers:
+            trigger(world)
+
+    return run
+
+
+@dataclasses.dataclass(frozen=True)
+class Transition:
+    start: Callable[[], World]
+    trigger: Callable[[World], None]
+    phase: Phase | None
+    reason: str | None = UNSET
+    first: tuple[type, ...] | frozenset[type] | None = None
+    lock: bool | None = None
+    requeue: float | None = UNSET
+    taints: list[str] | None = None
+    pods: int | None = None
+    status: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    also: Callable[[World], None] | None = None
+
+
+def _accepted_side(w: World) -> None:
+    assert w.node is not None
+    assert w.node.labels["gpuaccept.io/acceptance"] == "accepted"
+    assert w.node.condition == NodeCondition(
+        "True", "Accepted", "all required GPU acceptance checks passed"
+    )
+    assert w.pods == {}
+    assert w.status.report is not None
+    assert w.status.probed_boot_id == BOOT
+    assert w.status.applied_taints == []
+    assert [e.reason for e in w.events] == ["Accepted"]
+
+
+def _quarantined_side(w: World) -> None:
+    assert w.node is not None
+    assert w.node.taints == (QUARANTINE,)
+    assert w.node.labels["gpuaccept.io/acceptance"] == "quarantined"
+    assert w.node.condition is not None
+    assert (w.node.condition.status, w.node.condition.reason) == ("False", "PcieLinkFailed")
+    warnings = [(e.kind, e.reason) for e in w.events if e.type == "Warning"]
+    assert ("Node", "Quarantined") in warnings
+    assert ("NodeAcceptance", "Quarantined") in warnings
+    assert w.status.applied_taints == [QUARANTINE_KEY]
+
+
+def _noexecute_side(w: World) -> None:
+    assert w.node is not None
+    assert w.node.taints == (Taint(QUARANTINE_KEY, "NoExecute", "true"),)
+    assert w.node.labels["team/gpu-bad"] == "yes"
+
+
+def _dry_run_side(w: World) -> None:
+    assert w.status.held_action == "Quarantine"
+    assert w.node is not None
+    assert (w.node.taints, w.node.condition) == ((), None)
+    assert w.node.labels == {"nvidia.com/gpu.present": "true"}
+    for plan in w.log:
+        assert not any(isinstance(a, PatchNodeTaintsLabels) for a in plan.actions)
+    assert any(e.reason == "DryRun" for e in w.events)
+
+
+def _rebooted_and_probed_again(w: World) -> None:
+    assert (w.status.attempts, w.status.pod_serial) == (1, 2)
+    w.finish_with_report(make_report(boot_id="boot-2"))
+    w.settle()
+    assert (w.status.phase, w.status.probed_boot_id) == (Phase.ACCEPTED, "boot-2")
+
+
+def _stuck_terminating(w: World) -> None:
+    assert "stuck terminating" in (w.status.message or "")
+
+
+def _cannot_be_judged(w: World) -> None:
+    assert "report cannot be judged: ValueError" in (w.status.message or "")
+
+
+def _same_pod(w: World) -> None:
+    assert w.status.probe_pod == w.current_pod().name
+
+
+def _limit_event(w: World) -> None:
+    assert any(e.reason == "BreakerOpen" for e in w.events)
+
+
+def _annotation_gone(w: World) -> None:
+    assert w.node is not None
+    assert w.node.annotations == {}
+
+
+def _new_labels(w: World) -> None:
+    assert w.node is not None
+    assert "gpuaccept.io/old" not in w.node.labels
+    assert w.node.labels["gpuaccept.io/new"] == "yes"
+
+
+def _judge_raises(report: object, policy: object) -> Verdict:
+    raise ValueError("min_pcie_generation must be >= 0")
+
+
+QUARANTINE_LABEL_POLICY = {
+    "quarantine": {"taintEffect": "NoExecute", "labels": {"team/gpu-bad": "yes"}}
+}
+DRY_RUN_REPROBE = {"dryRun": True, "reprobe": {"onPolicyChange": "Reprobe"}}
+OLD_LABELS = {"quarantine": {"labels": {"gpuaccept.io/old": "yes"}}}
+NEW_LABELS = {"quarantine": {"labels": {"gpuaccept.io/new": "yes"}}}
+
+TRANSITIONS = {
+    # ---- a node joins
+    "a new node gets its NodeAcceptance and the pending taint, then a probe": Transition(
+        World, nothing, Phase.PROBING, None,
+        first=(CreateNodeAcceptance, PatchNodeTaintsLabels), taints=[PENDING_KEY],
+    ),
+    "a node registered under the pending taint is not patched": Transition(
+        lambda: world_with(taints=(PENDING,)), nothing, Phase.PROBING,
+        first=(CreateNodeAcceptance,), taints=[PENDING_KEY],
+    ),
+    "no probe until the node advertises GPUs; it names its policy at once": Transition(
+        lambda: world_with(gpus=0), nothing, Phase.PENDING, "WaitingForGPUs",
+        taints=[PENDING_KEY], pods=0, status={"policy": "default", "waiting_since": T0},
+    ),
+    "a waiting node is probed once it advertises GPUs": Transition(
+        lambda: world_with(gpus=0), both(lambda w: w.settle(), node(gpus=8)), Phase.PROBING,
+        None, pods=1,
+    ),
+    "a new node under a paused policy waits out of service, naming its policy": Transition(
+        lambda: World(policies=policy(paused=True)), nothing, Phase.PENDING,
+        taints=[PENDING_KEY], pods=0, status={"policy": "default"},
+    ),
+    "a stalled node waits again when the deadline is raised": Transition(
+        stalled, policies(policy(2, waitForGPUs={"timeoutSeconds": 3600})), Phase.PENDING,
+        "WaitingForGPUs", status={"waiting_since": T0},  # still counted from the start
+    ),
+    # ---- verdicts
+    "a healthy report accepts and untaints": Transition(
+        probing_world, report(), Phase.ACCEPTED, None, taints=[], also=_accepted_side,
+    ),
+    "an accepted node is left as it is": Transition(
+        accepted_world, nothing, Phase.ACCEPTED, None, first=(), requeue=None,
+    ),
+    "a failing report quarantines: reason, taint, label, Events, condition": Transition(
+        probing_world, report(failing=["pcie_link"]), Phase.QUARANTINED, "PcieLinkFailed",
+        lock=True, taints=[QUARANTINE_KEY], also=_quarantined_side,
+    ),
+    "the quarantine's labels and NoExecute effect": Transition(
+        lambda: probing_world(policies=policy(**QUARANTINE_LABEL_POLICY)),
+        report(failing=["gpu_count"]), Phase.QUARANTINED, also=_noexecute_side,
+    ),
+    "a report the judge cannot use is an attempt error": Transition(
+        lambda: probing_world(judge=_judge_raises), report(), Phase.PENDING, "InvalidReport",
+        taints=[PENDING_KEY], also=_cannot_be_judged,
+    ),
+    # ---- attempt errors
+    "a failed pod is retried after the backoff": Transition(
+        probing_world, pod_ended(137), Phase.PENDING, "ProbeFailed", requeue=10, pods=0,
+    ),
+    "a pod ended DeadlineExceeded is a timeout": Transition(
+        probing_world, pod_ended(137, "DeadlineExceeded"), Phase.PENDING, "ProbeTimeout",
+    ),
+    "a probing node waits for its deadline": Transition(
+        probing_world, nothing, Phase.PROBING, None, first=(), requeue=60 + 30,
+    ),
+    "no result by the deadline is a timeout": Transition(
+        probing_world, later(91), Phase.PENDING, "ProbeTimeout", pods=0,
+    ),
+    "a pod stuck terminating past the deadline is a timeout": Transition(
+        probing_world, both(pod(deleting=True), later(10_000)), Phase.PENDING, "ProbeTimeout",
+        also=_stuck_terminating,
+    ),
+    "an image that cannot be pulled is an attempt error": Transition(
+        probing_world, pod(waiting_reason="ImagePullBackOff"), Phase.PENDING,
+        "ProbeImagePullFailed",
+    ),
+    "a pod lost in a restart is created again under the same name": Transition(
+        probing_world, pod_lost, Phase.PROBING, None, first=(CreateProbePod,),
+        also=_same_pod,
+    ),
+    "a pod lost past the grace period is a failed attempt": Transition(
+        probing_world, both(pod_lost, later(61)), Phase.PENDING, "ProbePodLost",
+    ),
+    # ---- the quarantine limit, dryRun, paused
+    "a quarantine over the limit is held under the pending taint": Transition(
+        lambda: probing_world(limit_counts=QuarantineLimitCounts(quarantined=5, matched=10)),
+        report(failing=["cpu_governor"]), Phase.HELD, "BreakerOpen", lock=True,
+        taints=[PENDING_KEY], status={"held_action": "Quarantine"}, also=_limit_event,
+    ),
+    "raising the limit lets a held quarantine through": Transition(
+        held_by_limit, policies(policy(2, maxQuarantined=6)), Phase.QUARANTINED,
+        "CpuGovernorFailed", taints=[QUARANTINE_KEY],
+    ),
+    "room under the limit lets a held quarantine through": Transition(
+        held_by_limit, limit(4, 10), Phase.QUARANTINED, "CpuGovernorFailed",
+    ),
+    "a percentage limit: 2 of 20 is 10 %": Transition(
+        lambda: probing_world(limit_counts=QuarantineLimitCounts(quarantined=1, matched=20),
+                              policies=policy(maxQuarantined="10%")),
+        report(failing=["pcie_link"]), Phase.QUARANTINED,
+    ),
+    "a percentage limit: 10 % of 4 nodes rounds to 1, not 0": Transition(
+        lambda: probing_world(limit_counts=QuarantineLimitCounts(quarantined=0, matched=4),
+                              policies=policy(maxQuarantined="10%")),
+        report(failing=["pcie_link"]), Phase.QUARANTINED,
+    ),
+    "a quarantine moved to another policy takes a slot there": Transition(
+        quarantined,
+        both(policies([PolicyView("b", 1, spec())]), limit(5, 10)), Phase.HELD, "BreakerOpen",
+        status={"policy": "b"},
+    ),
+    "dryRun holds the verdict and changes no taint or label": Transition(
+        lambda: probing_world(policies=policy(dryRun=True)), report(failing=["pcie_link"]),
+        Phase.HELD, "DryRun", also=_dry_run_side,
+    ),
+    "dryRun off applies the stored verdict without a new probe": Transition(
+        lambda: decided(make_report(failing=["pcie_link"]), policies=policy(dryRun=True)),
+        policies(policy(2)), Phase.QUARANTINED, status={"rejudged": True}, pods=0,
+    ),
+    "a dryRun verdict is re-judged under onPolicyChange Reprobe too": Transition(
+        lambda: decided(policies=policy(**DRY_RUN_REPROBE)),
+        policies(policy(2, reprobe={"onPolicyChange": "Reprobe"})), Phase.ACCEPTED,
+        status={"rejudged": True}, pods=0,
+    ),
+    "a policy recreated under its name is a change": Transition(
+        lambda: decided(policies=policy(dryRun=True, uid="uid-1")),
+        policies(policy(1, uid="uid-2")), Phase.ACCEPTED, taints=[],
+        status={"policy_uid": "uid-2"},
+    ),
+    "a paused policy starts nothing on a decided node": Transition(
+        accepted_world,
+        both(node(boot_id="boot-2", annotations={ANNOTATION: "1"}),
+             policies(policy(2, paused=True))),
+        Phase.ACCEPTED, first=(),
+    ),
+    # ---- re-probe and re-judge
+    "a new bootID starts a new round": Transition(
+        accepted_world, node(boot_id="boot-2"), Phase.PROBING, taints=[PENDING_KEY],
+        also=_rebooted_and_probed_again,
+    ),
+    "the re-probe annotation starts a new round and is removed": Transition(
+        accepted_world, node(annotations={ANNOTATION: "now"}), Phase.PROBING,
+        "ReprobeRequested",
+        also=_annotation_gone,
+    ),
+    "the re-probe annotation while probing is just removed": Transition(
+        probing_world, node(annotations={ANNOTATION: ""}), Phase.PROBING,
+        first=(RemoveReprobeAnnotation,),
+    ),
+    "a policy change re-judges the stored report": Transition(
+        accepted_world, policies(policy(2, probe={"ncclAllreduce": {"minBusbwGBps": 500}})),
+        Phase.QUARANTINED, "NcclAllreduceFailed", taints=[QUARANTINE_KEY],
+        status={"rejudged": True, "policy_generation": 2}, pods=0,
+    ),
+    "a policy change under onPolicyChange Ignore": Transition(
+        accepted_world, policies(policy(2, reprobe={"onPolicyChange": "Ignore"})),
+        Phase.ACCEPTED,
+    ),
+    "a policy change under onPolicyChange Reprobe": Transition(
+        accepted_world, policies(policy(2, reprobe={"onPolicyChange": "Reprobe"})),
+        Phase.PROBING,
+    ),
+    "a new quarantine taint key replaces the old owned taint": Transition(
+        quarantined, policies(policy(2, quarantine={"taintKey": "example.com/bad-gpu"})),
+        Phase.QUARANTINED, taints=["example.com/bad-gpu"],
+        status={"applied_taints": ["example.com/bad-gpu"]},
+    ),
+    "an old quarantine label key is removed after a policy change": Transition(
+        lambda: quarantined(policies=policy(**OLD_LABELS)), policies(policy(2, **NEW_LABELS)),
+        Phase.QUARANTINED, status={"applied_labels": ["gpuaccept.io/new"]}, also=_new_labels,
+    ),
+    # ---- policies, deletion
+    "a deleted node takes its NodeAcceptance and pods along": Transition(
+        probing_world, lambda w: setattr(w, "node", None), None,
+        first=frozenset({DeleteNodeAcceptance, DeleteProbePod}), pods=0,
+    ),
+    "two policies: no action": Transition(
+        lambda: World(policies=[PolicyView("a", 1, spec()), PolicyView("b", 1, spec())]),
+        nothing, None, first=(),
+    ),
+    "no policy: no action": Transition(lambda: World(policies=[]), nothing, None, first=()),
+    "an invalid policy: no action": Transition(
+        lambda: World(policies=[PolicyView("a", 1, None, "bad")]), nothing, None, first=(),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", TRANSITIONS.values(), ids=TRANSITIONS.keys())
+def test_transition(case: Transition) -> None:
+    world = case.start()
+    case.trigger(world)
     plan = world.plan()
-    assert [type(a) for a in plan.actions] == [CreateNodeAcceptance]
+    if case.first is not None:
+        kinds = tuple(type(a) for a in plan.actions)
+        assert (frozenset(kinds) if isinstance(case.first, frozenset) else kinds) == case.first
+    if case.lock is not None:
+        assert plan.needs_limit_lock is case.lock
+    world.settle()
+    settled = world.plan()
+    assert settled.actions == ()
+    if case.phase is None:
+        assert world.na is None
+    else:
+        assert world.status.phase == case.phase, world.status
+    if case.reason is not UNSET:
+        assert world.status.reason == case.reason
+    if case.requeue is not UNSET:
+        assert settled.requeue_after == (
+            pytest.approx(case.requeue) if case.requeue is not None else None
+        )
+    if case.taints is not None:
+        assert world.taint_keys() == case.taints
+    if case.pods is not None:
+        assert len(world.pods) == case.pods
+    for field, value in case.status.items():
+        assert getattr(world.status, field) == value, field
+    if case.also is not None:
+        case.also(world)
+
+
+# ------------------------------------------------ sequences, and the Node's side in detail
 
 
 def test_first_probe_status_before_pod_and_one_pod() -> None:
@@ -74,67 +476,6 @@ def test_first_probe_status_before_pod_and_one_pod() -> None:
     assert len(world.pods) == 1
     assert world.status.attempts == 1
     assert world.status.probe_pod == world.current_pod().name
-
-
-# ---------------------------------------------------------------- verdicts
-
-
-def test_healthy_node_accepted_and_untainted() -> None:
-    world = accepted_world()
-    assert world.node is not None
-    assert world.taint_keys() == []
-    assert world.node.labels["gpuaccept.io/acceptance"] == "accepted"
-    assert world.node.condition == NodeCondition(
-        "True", "Accepted", "all required GPU acceptance checks passed"
-    )
-    assert world.pods == {}
-    assert world.status.report is not None
-    assert world.status.probed_boot_id == BOOT
-    assert world.status.applied_taints == []
-    assert [e.reason for e in world.events] == ["Accepted"]
-
-
-def test_idempotent_after_verdict() -> None:
-    world = accepted_world()
-    assert world.plan().actions == ()
-    assert world.plan().actions == ()
-
-
-def test_failing_node_quarantined_with_reason_taint_label_event_condition() -> None:
-    world = probing_world()
-    world.finish_with_report(make_report(failing=["pcie_link"]))
-    world.settle()
-    st = world.status
-    assert st.phase == Phase.QUARANTINED
-    assert st.reason == "PcieLinkFailed"
-    assert world.node is not None
-    assert world.node.taints == (QUARANTINE,)
-    assert world.node.labels["gpuaccept.io/acceptance"] == "quarantined"
-    assert world.node.condition is not None
-    assert world.node.condition.status == "False"
-    assert world.node.condition.reason == "PcieLinkFailed"
-    warnings = [(e.kind, e.reason) for e in world.events if e.type == "Warning"]
-    assert ("Node", "Quarantined") in warnings
-    assert ("NodeAcceptance", "Quarantined") in warnings
-    assert st.applied_taints == ["gpuaccept.io/quarantined"]
-    assert world.plan().actions == ()
-
-
-def test_quarantine_labels_and_noexecute_effect() -> None:
-    world = probing_world(
-        policies=[
-            PolicyView(
-                "default",
-                1,
-                spec(quarantine={"taintEffect": "NoExecute", "labels": {"team/gpu-bad": "yes"}}),
-            )
-        ]
-    )
-    world.finish_with_report(make_report(failing=["gpu_count"]))
-    world.settle()
-    assert world.node is not None
-    assert world.node.taints == (Taint("gpuaccept.io/quarantined", "NoExecute", "true"),)
-    assert world.node.labels["team/gpu-bad"] == "yes"
 
 
 def test_manual_taint_and_cordon_survive_acceptance() -> None:
@@ -170,9 +511,6 @@ def test_another_owners_noexecute_taint_is_rewritten_as_it_was() -> None:
     ]
     assert patches
     assert [t.to_wire() for t in patches[-1]] == [wire]
-
-
-# ---------------------------------------------------------------- errors and retries
 
 
 @pytest.mark.parametrize(
@@ -238,46 +576,6 @@ def test_failed_pod_retries_with_backoff_then_probe_error() -> None:
     assert world.pods == {}
 
 
-def test_timeout_when_pod_never_finishes() -> None:
-    world = probing_world()
-    plan = world.plan()
-    assert plan.actions == ()
-    assert plan.requeue_after == pytest.approx(60 + 30)
-    world.advance(91)
-    world.settle()
-    assert world.status.phase == Phase.PENDING
-    assert world.status.reason == "ProbeTimeout"
-    assert world.pods == {}
-
-
-def test_image_pull_error_is_an_attempt_error() -> None:
-    world = probing_world()
-    pod = world.current_pod()
-    world.pods[pod.name] = dataclasses.replace(pod, waiting_reason="ImagePullBackOff")
-    world.settle()
-    assert world.status.reason == "ProbeImagePullFailed"
-
-
-def test_restart_mid_probe_keeps_one_pod() -> None:
-    world = probing_world()
-    name = world.current_pod().name
-    # a restarted operator sees the same state: nothing to do, no second pod
-    assert world.plan().actions == ()
-    # status written but the pod creation was lost in the crash: same name again
-    world.pods.clear()
-    plan = world.plan()
-    assert [a.name for a in plan.actions if isinstance(a, CreateProbePod)] == [name]
-
-
-def test_pod_lost_after_grace_counts_as_failed_attempt() -> None:
-    world = probing_world()
-    world.pods.clear()
-    world.advance(61)
-    world.settle()
-    assert world.status.phase == Phase.PENDING
-    assert world.status.reason == "ProbePodLost"
-
-
 def test_stale_pods_deleted_before_a_new_attempt() -> None:
     world = World()
     world.pods["gpuaccept-probe-gpu-1-7"] = PodView("gpuaccept-probe-gpu-1-7", phase="Running")
@@ -287,200 +585,6 @@ def test_stale_pods_deleted_before_a_new_attempt() -> None:
     world.apply(plan)
     world.settle()
     assert len(world.pods) == 1
-
-
-# ---------------------------------------------------------------- quarantine limit, dryRun, paused
-
-
-def test_quarantine_limit_holds_under_pending_taint_then_releases_when_limit_raised() -> None:
-    world = probing_world(limit_counts=QuarantineLimitCounts(quarantined=5, matched=10))
-    world.finish_with_report(make_report(failing=["cpu_governor"]))
-    plan = world.plan()
-    assert plan.needs_limit_lock
-    world.settle()
-    st = world.status
-    assert st.phase == Phase.HELD
-    assert st.held_action == "Quarantine"
-    assert st.reason == "BreakerOpen"
-    assert world.taint_keys() == ["gpuaccept.io/pending"]
-    assert any(e.reason == "BreakerOpen" for e in world.events)
-    # raising the limit (a new generation) lets the held quarantine through
-    world.policies = [PolicyView("default", 2, spec(maxQuarantined=6))]
-    world.settle()
-    assert world.status.phase == Phase.QUARANTINED
-    assert world.status.reason == "CpuGovernorFailed"
-    assert world.taint_keys() == ["gpuaccept.io/quarantined"]
-
-
-def test_quarantine_limit_room_freed_applies_held_quarantine() -> None:
-    world = probing_world(limit_counts=QuarantineLimitCounts(quarantined=5, matched=10))
-    world.finish_with_report(make_report(failing=["cpu_governor"]))
-    world.settle()
-    held = world.status.phase
-    world.limit_counts = QuarantineLimitCounts(quarantined=4, matched=10)
-    world.settle()
-    assert (held, world.status.phase) == (Phase.HELD, Phase.QUARANTINED)
-
-
-def test_quarantine_limit_percentage() -> None:
-    world = probing_world(
-        limit_counts=QuarantineLimitCounts(quarantined=1, matched=20),
-        policies=[PolicyView("default", 1, spec(maxQuarantined="10%"))],
-    )
-    world.finish_with_report(make_report(failing=["pcie_link"]))
-    world.settle()
-    assert world.status.phase == Phase.QUARANTINED  # 2 of 20 = 10%
-
-
-def test_dry_run_changes_no_taint_or_label() -> None:
-    world = World(policies=[PolicyView("default", 1, spec(dryRun=True))])
-    world.settle()
-    world.finish_with_report(make_report(failing=["pcie_link"]))
-    world.settle()
-    st = world.status
-    assert st.phase == Phase.HELD
-    assert st.held_action == "Quarantine"
-    assert st.reason == "DryRun"
-    assert world.node is not None
-    assert world.node.taints == ()
-    assert world.node.labels == {"nvidia.com/gpu.present": "true"}
-    assert world.node.condition is None
-    for plan in world.log:
-        assert not any(isinstance(a, PatchNodeTaintsLabels) for a in plan.actions)
-    assert any(e.reason == "DryRun" for e in world.events)
-    # switching dryRun off applies the stored verdict without a new probe
-    world.policies = [PolicyView("default", 2, spec())]
-    world.settle()
-    assert world.status.phase == Phase.QUARANTINED
-    assert world.status.rejudged
-    assert world.pods == {}
-
-
-def test_paused_starts_no_probe_and_changes_nothing_decided() -> None:
-    world = World(policies=[PolicyView("default", 1, spec(paused=True))])
-    world.settle()
-    assert world.status.phase == Phase.PENDING
-    assert world.pods == {}
-    assert world.taint_keys() == ["gpuaccept.io/pending"]  # fail safe: the node stays out
-    accepted = accepted_world()
-    assert accepted.node is not None
-    accepted.node = dataclasses.replace(
-        accepted.node, boot_id="boot-2", annotations={"gpuaccept.io/reprobe": "1"}
-    )
-    accepted.policies = [PolicyView("default", 2, spec(paused=True))]
-    assert accepted.plan().actions == ()
-
-
-# ---------------------------------------------------------------- re-probe
-
-
-def test_boot_id_change_reprobes() -> None:
-    world = accepted_world()
-    assert world.node is not None
-    world.node = dataclasses.replace(world.node, boot_id="boot-2")
-    world.settle()
-    st = world.status
-    assert st.phase == Phase.PROBING
-    assert st.attempts == 1
-    assert st.pod_serial == 2
-    assert world.taint_keys() == ["gpuaccept.io/pending"]
-    world.finish_with_report(make_report(boot_id="boot-2"))
-    world.settle()
-    assert world.status.phase == Phase.ACCEPTED
-    assert world.status.probed_boot_id == "boot-2"
-
-
-def test_reprobe_annotation_reprobes_and_is_removed() -> None:
-    world = accepted_world()
-    assert world.node is not None
-    world.node = dataclasses.replace(world.node, annotations={"gpuaccept.io/reprobe": "now"})
-    plan = world.plan()
-    assert any(isinstance(a, RemoveReprobeAnnotation) for a in plan.actions)
-    world.settle()
-    assert world.node.annotations == {}
-    assert world.status.phase == Phase.PROBING
-    assert world.status.reason == "ReprobeRequested"
-
-
-def test_reprobe_annotation_while_probing_is_just_removed() -> None:
-    world = probing_world()
-    assert world.node is not None
-    world.node = dataclasses.replace(world.node, annotations={"gpuaccept.io/reprobe": ""})
-    plan = world.plan()
-    assert [type(a) for a in plan.actions] == [RemoveReprobeAnnotation]
-
-
-def test_policy_change_rejudges_stored_report() -> None:
-    world = accepted_world()
-    stricter = spec(probe={"ncclAllreduce": {"minBusbwGBps": 500}})  # the report: 468
-    world.policies = [PolicyView("default", 2, stricter)]
-    world.settle()
-    st = world.status
-    assert st.phase == Phase.QUARANTINED
-    assert st.reason == "NcclAllreduceFailed"
-    assert st.rejudged
-    assert st.policy_generation == 2
-    assert world.pods == {}
-    assert world.taint_keys() == ["gpuaccept.io/quarantined"]
-
-
-@pytest.mark.parametrize(
-    ("action", "probes"), [(PolicyChangeAction.IGNORE, False), (PolicyChangeAction.REPROBE, True)]
-)
-def test_policy_change_ignore_or_reprobe(action: PolicyChangeAction, probes: bool) -> None:
-    world = accepted_world()
-    world.policies = [PolicyView("default", 2, spec(reprobe={"onPolicyChange": action.value}))]
-    world.settle()
-    assert (world.status.phase == Phase.PROBING) is probes
-
-
-def test_quarantine_key_change_removes_old_owned_taint() -> None:
-    world = probing_world()
-    world.finish_with_report(make_report(failing=["pcie_link"]))
-    world.settle()
-    world.policies = [
-        PolicyView("default", 2, spec(quarantine={"taintKey": "example.com/bad-gpu"}))
-    ]
-    world.settle()
-    assert world.taint_keys() == ["example.com/bad-gpu"]
-    assert world.status.applied_taints == ["example.com/bad-gpu"]
-
-
-# ---------------------------------------------------------------- policies, deletion
-
-
-def test_node_deleted_removes_na_and_pods() -> None:
-    world = probing_world()
-    world.node = None
-    plan = world.plan()
-    kinds = {type(a) for a in plan.actions}
-    assert kinds == {DeleteNodeAcceptance, DeleteProbePod}
-    world.settle()
-    assert world.na is None
-    assert world.pods == {}
-
-
-def test_two_policies_no_action() -> None:
-    world = World(policies=[PolicyView("a", 1, spec()), PolicyView("b", 1, spec())])
-    assert world.plan().actions == ()
-
-
-def test_no_policy_no_action() -> None:
-    world = World(policies=[])
-    assert world.plan().actions == ()
-
-
-def test_invalid_policy_no_action() -> None:
-    world = World(policies=[PolicyView("a", 1, None, "bad")])
-    assert world.plan().actions == ()
-
-
-def test_deadline_exceeded_pod_is_a_timeout_error() -> None:
-    world = probing_world()
-    world.finish_pod(None, exit_code=137, phase="Failed", reason="DeadlineExceeded")
-    world.settle()
-    assert world.status.phase == Phase.PENDING
-    assert world.status.reason == "ProbeTimeout"
 
 
 def test_refused_pod_creation_is_an_attempt_error_with_the_api_message() -> None:
@@ -519,24 +623,6 @@ def test_policy_change_never_rejudges_an_older_rounds_report() -> None:
     assert "gpuaccept.io/quarantined" in w.taint_keys()
 
 
-def test_a_report_the_judge_cannot_use_is_an_attempt_error() -> None:
-    """Valid against the contract, but the judge raises on it: an attempt error
-    (retry, then ProbeError), never an exception that leaves the node Probing."""
-
-    def broken_judge(report: object, policy: object) -> Verdict:
-        raise ValueError("min_pcie_generation must be >= 0")
-
-    w = probing_world(judge=broken_judge)
-    w.finish_with_report(make_report())
-    w.settle()
-    assert (w.status.phase, w.status.reason) == (Phase.PENDING, "InvalidReport")
-    assert "report cannot be judged: ValueError" in (w.status.message or "")
-    assert "gpuaccept.io/pending" in w.taint_keys()
-
-
-# ---------------------------------------------------------------- review fixes
-
-
 def test_a_node_that_leaves_accepted_is_no_longer_labelled_accepted() -> None:
     # accepted, rebooted, the new probe fails and the quarantine limit is reached: Held
     w = accepted_world()
@@ -556,75 +642,6 @@ def test_a_node_that_leaves_accepted_is_no_longer_labelled_accepted() -> None:
     assert "gpuaccept.io/acceptance" not in w.node.labels
     assert w.node.condition.status == "Unknown"
     assert w.taint_keys() == ["gpuaccept.io/pending"]
-
-
-def test_a_quarantine_moved_to_another_policy_takes_a_slot_there() -> None:
-    w = probing_world()
-    w.finish_with_report(make_report(failing=["cpu_governor"]))
-    w.settle()
-    assert (w.status.phase, w.status.policy) == (Phase.QUARANTINED, "default")
-    # relabelled into policy "b", which already has 5 of its 5 slots in use
-    w.policies = [PolicyView(name="b", generation=1, spec=spec())]
-    w.limit_counts = QuarantineLimitCounts(quarantined=5, matched=10)
-    w.settle()
-    assert (w.status.phase, w.status.reason, w.status.policy) == (Phase.HELD, "BreakerOpen", "b")
-
-
-def test_held_by_dry_run_is_rejudged_under_reprobe_too() -> None:
-    reprobe = {"reprobe": {"onPolicyChange": "Reprobe"}}
-    w = probing_world(policies=[PolicyView("default", 1, spec(dryRun=True, **reprobe))])
-    w.finish_with_report()
-    w.settle()
-    assert (w.status.phase, w.status.reason) == (Phase.HELD, "DryRun")
-    w.policies = [PolicyView("default", 2, spec(**reprobe))]
-    w.settle()
-    assert w.status.phase == Phase.ACCEPTED  # the stored verdict, applied, no new pod
-    assert w.status.rejudged
-    assert w.pods == {}
-
-
-def test_a_pod_stuck_terminating_past_the_deadline_is_a_timeout() -> None:
-    w = probing_world()
-    pod = w.current_pod()
-    w.pods[pod.name] = dataclasses.replace(pod, deleting=True)  # evicted, kubelet gone
-    w.advance(10_000)
-    w.settle()
-    assert (w.status.phase, w.status.reason) == (Phase.PENDING, "ProbeTimeout")
-    assert "stuck terminating" in (w.status.message or "")
-
-
-def test_no_probe_until_the_node_advertises_gpus() -> None:
-    w = World()
-    assert w.node is not None
-    w.node = dataclasses.replace(w.node, gpus=0)  # the device plugin has not registered
-    w.settle()
-    assert (w.status.phase, w.status.reason) == (Phase.PENDING, "WaitingForGPUs")
-    assert w.pods == {}
-    assert w.taint_keys() == ["gpuaccept.io/pending"]
-    w.node = dataclasses.replace(w.node, gpus=8)  # the Node update that wakes it
-    w.settle()
-    assert (w.status.phase, w.status.reason) == (Phase.PROBING, None)
-    assert len(w.pods) == 1
-
-
-def test_a_policy_recreated_under_its_name_is_a_change() -> None:
-    # kubectl replace --force, or a Helm reinstall: generation 1 again, a new UID
-    old = PolicyView("default", 1, spec(dryRun=True), uid="uid-1")
-    w = probing_world(policies=[old])
-    w.finish_with_report()
-    w.settle()
-    assert (w.status.phase, w.status.reason, w.status.policy_uid) == (
-        Phase.HELD,
-        "DryRun",
-        "uid-1",
-    )
-    w.policies = [PolicyView("default", 1, spec(), uid="uid-2")]
-    w.settle()
-    assert (w.status.phase, w.status.policy_uid) == (Phase.ACCEPTED, "uid-2")
-    assert w.taint_keys() == []
-
-
-# ---------------------------------------------------------------- issue 10: keys, waiting, limits
 
 
 def test_quarantine_labels_are_recorded_and_only_those_are_removed() -> None:
@@ -659,41 +676,6 @@ def test_a_label_the_operator_never_set_survives_acceptance() -> None:
     w.settle()
     assert w.status.phase == Phase.ACCEPTED
     assert w.node.labels["gpuaccept.io/pool"] == "gpu-a"
-
-
-def test_an_old_quarantine_label_key_is_removed_after_a_policy_change() -> None:
-    old = spec(quarantine={"labels": {"gpuaccept.io/old": "yes"}})
-    w = probing_world(policies=[PolicyView("default", 1, old)])
-    w.finish_with_report(make_report(failing=["pcie_link"]))
-    w.settle()
-    assert w.node is not None
-    assert w.node.labels["gpuaccept.io/old"] == "yes"
-    new = spec(quarantine={"labels": {"gpuaccept.io/new": "yes"}})
-    w.policies = [PolicyView("default", 2, new)]
-    w.settle()
-    assert w.status.phase == Phase.QUARANTINED
-    assert "gpuaccept.io/old" not in w.node.labels
-    assert w.node.labels["gpuaccept.io/new"] == "yes"
-    assert w.status.applied_labels == ["gpuaccept.io/new"]
-
-
-def test_a_waiting_node_names_its_policy_at_once() -> None:
-    w = World()
-    assert w.node is not None
-    w.node = dataclasses.replace(w.node, gpus=0)
-    w.settle()
-    assert (w.status.phase, w.status.reason, w.status.policy) == (
-        Phase.PENDING,
-        "WaitingForGPUs",
-        "default",
-    )
-    assert w.status.waiting_since == w.now
-
-
-def test_a_new_node_under_a_paused_policy_names_its_policy() -> None:
-    w = World(policies=[PolicyView("default", 1, spec(paused=True))])
-    w.settle()
-    assert (w.status.phase, w.status.policy) == (Phase.PENDING, "default")
 
 
 @pytest.mark.parametrize(
@@ -739,27 +721,3 @@ def test_a_node_that_never_advertises_gpus_stalls_at_the_deadline(
     w.finish_with_report()
     w.settle()
     assert w.status.phase == Phase.ACCEPTED
-
-
-def test_a_stalled_node_waits_again_when_the_deadline_is_raised() -> None:
-    w = World(policies=[PolicyView("default", 1, spec(waitForGPUs={"timeoutSeconds": 60}))])
-    assert w.node is not None
-    w.node = dataclasses.replace(w.node, gpus=0)
-    w.settle()
-    w.advance(60)
-    w.settle()
-    assert w.status.phase == Phase.STALLED
-    w.policies = [PolicyView("default", 2, spec(waitForGPUs={"timeoutSeconds": 3600}))]
-    w.settle()
-    assert (w.status.phase, w.status.reason) == (Phase.PENDING, "WaitingForGPUs")
-    assert w.status.waiting_since == T0  # the deadline still counts from the start
-
-
-def test_the_first_bad_node_of_a_small_fleet_is_quarantined_under_a_percentage() -> None:
-    w = probing_world(
-        limit_counts=QuarantineLimitCounts(quarantined=0, matched=4),
-        policies=[PolicyView("default", 1, spec(maxQuarantined="10%"))],
-    )
-    w.finish_with_report(make_report(failing=["pcie_link"]))
-    w.settle()
-    assert w.status.phase == Phase.QUARANTINED  # 10% of 4 rounds to 1, not 0
