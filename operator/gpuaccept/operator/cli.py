@@ -27,7 +27,7 @@ from gpuaccept.operator.core.model import OperatorConfig
 from gpuaccept.operator.handlers import build_registry, configure, parse_node_selector
 from gpuaccept.operator.health import serve_health
 from gpuaccept.operator.kube import Kube
-from gpuaccept.operator.leader import LeaderElector, LeaseSettings
+from gpuaccept.operator.leader import LeaseSettings
 from gpuaccept.operator.options import (
     UsageError,
     check_ranges,
@@ -146,7 +146,7 @@ def main(argv: Sequence[str]) -> int:
         fabric=fabric,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
-    leader = None
+    lease = None
     if not args.standalone:
         lease = LeaseSettings(
             namespace=args.namespace,
@@ -154,11 +154,10 @@ def main(argv: Sequence[str]) -> int:
             identity=identity,
             lease_duration=args.lease_duration,
         )
-        leader = LeaderElector(kube, lease)
     runtime = RuntimeSettings(
         workers=args.workers, status_interval=args.status_interval, identity=identity
     )
-    controller = Controller(kube, config, judge, runtime=runtime, leader=leader)
+    controller = Controller(kube, config, judge, runtime=runtime, lease=lease)
     registry = build_registry(controller, node_selector)
 
     @kopf.on.login(registry=registry)

@@ -55,7 +55,7 @@ from gpuaccept.operator.executor import KubeExecutor, api_message
 from gpuaccept.operator.fabricloop import FabricLoop
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
 from gpuaccept.operator.kube import Kube
-from gpuaccept.operator.leader import LeaderElector
+from gpuaccept.operator.leader import LeaderElector, LeaseSettings
 from gpuaccept.operator.policystatus import PolicyStatusLoop, StatusWriter
 from gpuaccept.operator.quarantinelimit import QuarantineLimit
 from gpuaccept.operator.workqueue import WorkQueue
@@ -96,14 +96,17 @@ class Controller:
         judge: Judge,
         *,
         runtime: RuntimeSettings | None = None,
-        leader: LeaderElector | None = None,
+        lease: LeaseSettings | None = None,
     ) -> None:
         runtime = runtime or RuntimeSettings()
         self.kube = kube
         self.config = config
         self.judge = judge
         self.runtime = runtime
-        self.leader = leader
+        # None: standalone, always leading.
+        self.leader = (
+            LeaderElector(kube, lease, on_change=self.on_leadership) if lease is not None else None
+        )
         self.cache = Cache()
         self.queue = WorkQueue()
         self.executor = ThreadPoolExecutor(max_workers=runtime.workers, thread_name_prefix="kube")
@@ -186,7 +189,6 @@ class Controller:
             asyncio.create_task(self.fabric.run(self.runtime.status_interval), name="fabric")
         )
         if self.leader is not None:
-            self.leader.on_change = self.on_leadership
             self._tasks.append(asyncio.create_task(self.leader.run(), name="leader-election"))
         else:
             metrics.LEADER.set(1)
