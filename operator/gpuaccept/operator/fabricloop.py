@@ -25,11 +25,11 @@ from datetime import UTC, datetime
 
 from gpuaccept.operator.actionrunner import ActionRunner, RunResult
 from gpuaccept.operator.cache import Cache
+from gpuaccept.operator.core.fabric.membership import is_member
 from gpuaccept.operator.core.fabric.pairing import FabricVerdict
 from gpuaccept.operator.core.fabric.policypass import (
     FabricMember,
     FabricSnapshot,
-    pass_members,
     plan_fabric_pass,
 )
 from gpuaccept.operator.core.model import (
@@ -125,7 +125,7 @@ class FabricLoop:
         names: list[str] = self.cache.fabric_names(policy.name)
         if spec.fabric.idle_accepted_partners:
             names = sorted(na.name for na in self.cache.acceptances())
-        candidates: list[FabricMember] = []
+        members: list[FabricMember] = []
         for name in names:
             na = self.cache.na(name)
             if na is None or na.status.policy != policy.name:
@@ -133,10 +133,9 @@ class FabricLoop:
             node = self.cache.node(name)
             # The slim view (no evidence parsed): a pass reads neither report nor checks;
             # the few statuses it writes get theirs back in :meth:`with_evidence`.
-            if node is not None:
-                candidates.append(FabricMember(node, na, self.cache.pods(name)))
-        members = pass_members(policy.name, spec, candidates)
-        return FabricSnapshot(policy, spec, members, now, self.config)
+            if node is not None and is_member(na.status, policy.name, spec, node.labels):
+                members.append(FabricMember(node, na, self.cache.pods(name)))
+        return FabricSnapshot(policy, spec, tuple(members), now, self.config)
 
     def with_evidence(self, writes: tuple[tuple[str, Action], ...]) -> list[tuple[str, Action]]:
         """The pass's writes, each status write carrying the node's stored evidence

@@ -1,6 +1,7 @@
 """Who takes part in a policy's fabric pass, and who can take a fabric pod (pure).
 
-:func:`is_member` is the one rule, used by the pass, by the node's own reconcile
+:func:`is_member` is the one rule, used for the pass (the fabric loop gathers a
+pass's members with it), by the node's own reconcile
 (only a member's fabric pods are the pass's to delete; the node deletes any
 other, docs/fabric.md, Safety) and, as the superset :func:`fabric_candidate_policy`,
 by the cache that keeps the candidates of each policy.

@@ -30,7 +30,6 @@ from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.fabric.membership import (
     can_take_fabric_pod,
     is_idle_partner,
-    is_member,
 )
 from gpuaccept.operator.core.fabric.pairing import (
     FabricPairingParams,
@@ -81,19 +80,11 @@ class FabricMember:
     pods: tuple[PodView, ...] = ()  # every probe pod on the node
 
 
-def pass_members(
-    policy_name: str, spec: NodeAcceptancePolicySpec, candidates: Iterable[FabricMember]
-) -> tuple[FabricMember, ...]:
-    """The candidates that are members of the pass of ``policy_name`` with ``spec``
-    (:func:`~.membership.is_member`): what a :class:`FabricSnapshot` holds."""
-    return tuple(m for m in candidates if is_member(m.na.status, policy_name, spec, m.node.labels))
-
-
 @dataclass(frozen=True)
 class FabricSnapshot:
     policy: PolicyView
     spec: NodeAcceptancePolicySpec
-    members: tuple[FabricMember, ...]
+    members: tuple[FabricMember, ...]  # those for which membership.is_member holds
     now: datetime
     config: OperatorConfig = field(default_factory=OperatorConfig)
 
