@@ -33,10 +33,11 @@ from test_operator import (
     env,
     suite_id,
     wait_for,
+    wait_node_side,
 )
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
-from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, QUARANTINE_TAINT_KEY, VERSION
+from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, VERSION
 from gpuaccept.operator.core.model import FabricPodLabels, NodeView, OperatorConfig
 from gpuaccept.operator.core.podspec import FabricPodRequest, fabric_pod_manifest
 from gpuaccept.testsupport.kubelet_standin import (
@@ -124,7 +125,7 @@ def test_one_slow_fabric_node_in_a_batch_is_quarantined_and_no_healthy_one(env: 
     status = env.status(slow)
     assert status["reason"] == "FabricAllreduceFailed"
     assert status["fabric"]["verdict"] == "FabricAllreduceFailed"
-    assert QUARANTINE_TAINT_KEY in env.taint_keys(slow)
+    wait_node_side(env, slow, "Quarantined")
     assert "180" in status["reasons"][0]["message"]  # the partners' figures are recorded
     for name in healthy:
         assert env.status(name)["fabric"]["summary"] == "passed 390.0 GB/s"
@@ -320,6 +321,6 @@ def test_taints_stay_while_a_node_waits_for_its_pair(env: Env) -> None:
     env.policy(suite, fabric=FABRIC)
     (name,) = fabric_nodes(env, suite, {"lone": HEALTHY})
     env.wait_phase([name], "Fabric", timeout=120)
-    assert PENDING_TAINT["key"] in env.taint_keys(name)
+    wait_node_side(env, name, "Pending")
     assert env.status(name)["fabric"]["summary"] == "waiting"
     assert SUITE_LABEL in env.node(name)["metadata"]["labels"]

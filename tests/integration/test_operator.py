@@ -336,23 +336,49 @@ def env(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
 # ---------------------------------------------------------------------- the main paths
 
 
-def assert_accepted(env: Env, name: str) -> None:
-    # the status is written before the Node is patched: wait for the Node's side,
-    # then check all of it
-    def node_released() -> bool:
-        labels = env.node(name)["metadata"].get("labels") or {}
-        return labels.get(ACCEPTANCE_LABEL) == "accepted" and PENDING_TAINT_KEY not in (
-            env.taint_keys(name)
-        )
-
-    wait_for(f"{name}'s Node to be released (accepted label, no pending taint)", node_released, 30)
-    node = env.node(name)
-    keys = env.taint_keys(name)
-    assert PENDING_TAINT_KEY not in keys, f"{name}: pending taint left: {keys}"
-    assert QUARANTINE_TAINT_KEY not in keys, f"{name}: quarantined taint: {keys}"
-    assert node["metadata"]["labels"].get(ACCEPTANCE_LABEL) == "accepted"
+def _node_shows(node: dict[str, Any], phase: str, reason: str | None) -> bool:
+    """Whether the Node carries what ``phase`` means for it (taints, label, condition)."""
+    taints = {t["key"]: t for t in node["spec"].get("taints") or []}
+    label = (node["metadata"].get("labels") or {}).get(ACCEPTANCE_LABEL)
     conditions = {c["type"]: c for c in node["status"].get("conditions") or []}
-    assert conditions[NODE_CONDITION_TYPE]["status"] == "True"
+    condition = conditions.get(NODE_CONDITION_TYPE) or {}
+    if phase == "Accepted":
+        return (
+            PENDING_TAINT_KEY not in taints
+            and QUARANTINE_TAINT_KEY not in taints
+            and label == "accepted"
+            and condition.get("status") == "True"
+        )
+    if phase == "Quarantined":
+        return (
+            taints.get(QUARANTINE_TAINT_KEY, {}).get("effect") == "NoSchedule"
+            and PENDING_TAINT_KEY not in taints
+            and label == "quarantined"
+            and condition.get("status") == "False"
+            and (reason is None or condition.get("reason") == reason)
+        )
+    if phase == "Pending":  # held, waiting for a pair, stalled: still out of service
+        return PENDING_TAINT_KEY in taints and QUARANTINE_TAINT_KEY not in taints
+    raise ValueError(f"no Node side for phase {phase!r}")
+
+
+def wait_node_side(env: Env, name: str, phase: str, *, reason: str | None = None) -> dict[str, Any]:
+    """The Node once it shows ``phase`` (Accepted, Quarantined, or Pending: held or
+    waiting). The operator writes the NodeAcceptance status before it patches the Node,
+    so every assertion on a Node's side after a phase goes through this wait."""
+    node: dict[str, Any] = {}
+
+    def shows() -> bool:
+        nonlocal node
+        node = env.node(name)
+        return _node_shows(node, phase, reason)
+
+    wait_for(f"{name}'s Node to show {phase}", shows, 30)
+    return node
+
+
+def assert_accepted(env: Env, name: str) -> None:
+    wait_node_side(env, name, "Accepted")
     wait_for(f"{name}'s probe pod to be deleted", lambda: not env.pods(name), 60)
 
 
@@ -385,15 +411,7 @@ def test_each_fault_profile_is_quarantined_with_the_right_reason(env: Env) -> No
         name = f"{suite}-{fault}"
         status = env.status(name)
         assert status["reason"] == reason, env.describe([name])
-        node = env.node(name)
-        taints = {t["key"]: t for t in node["spec"].get("taints") or []}
-        assert QUARANTINE_TAINT_KEY in taints
-        assert taints[QUARANTINE_TAINT_KEY]["effect"] == "NoSchedule"
-        assert PENDING_TAINT_KEY not in taints
-        assert node["metadata"]["labels"][ACCEPTANCE_LABEL] == "quarantined"
-        conditions = {c["type"]: c for c in node["status"].get("conditions") or []}
-        assert conditions[NODE_CONDITION_TYPE]["status"] == "False"
-        assert conditions[NODE_CONDITION_TYPE]["reason"] == reason
+        wait_node_side(env, name, "Quarantined", reason=reason)
         node_events = wait_for(
             f"a Quarantined Event on node {name}", partial(quarantine_events, env, name, "Node")
         )
@@ -412,7 +430,7 @@ def test_manual_taint_and_cordon_survive_acceptance(env: Env) -> None:
     (name,) = env.nodes(suite, {"n": HEALTHY}, taints=[PENDING_TAINT, manual])
     env.core.patch_node(name, {"spec": {"unschedulable": True}})
     env.wait_phase([name], "Accepted")
-    node = env.node(name)
+    node = wait_node_side(env, name, "Accepted")
     keys = env.taint_keys(name)
     assert "example.com/maintenance" in keys
     assert PENDING_TAINT_KEY not in keys
@@ -464,8 +482,7 @@ def test_untrustworthy_termination_messages_never_accept(env: Env) -> None:
         status = env.status(n)
         assert status["reason"] == "ProbeError", env.describe([n])
         assert status["attempts"] == 2  # retries: 1
-        assert QUARANTINE_TAINT_KEY in env.taint_keys(n)
-        assert env.node(n)["metadata"]["labels"][ACCEPTANCE_LABEL] == "quarantined"
+        wait_node_side(env, n, "Quarantined")
 
 
 def _passing_report(node: str, boot_id: str, *, gpus: int | None = None) -> str:
@@ -529,7 +546,7 @@ def test_hostile_probe_results_never_accept(env: Env) -> None:
         status = env.status(n)
         assert status["reason"] == "ProbeError", env.describe([n])
         assert status["reasons"][0]["message"].startswith(expected[kind]), status
-        assert QUARANTINE_TAINT_KEY in env.taint_keys(n)
+        wait_node_side(env, n, "Quarantined")
     wait_for("the probe pods to be gone", lambda: not any(env.pods(n) for n in seen), 60)
 
 
@@ -548,7 +565,7 @@ def test_deadline_exceeded_is_retried_then_probe_error(env: Env) -> None:
     status = env.status(name)
     assert status["reason"] == "ProbeError"
     assert "DeadlineExceeded" in status["reasons"][0]["message"], status
-    assert QUARANTINE_TAINT_KEY in env.taint_keys(name)
+    wait_node_side(env, name, "Quarantined")
     wait_for("the probe pods to be gone", lambda: not env.pods(name), 60)
 
 
@@ -569,6 +586,7 @@ def test_breaker_holds_at_the_limit_then_raising_it_releases(env: Env) -> None:
         if status["phase"] == "Held":
             assert status["reason"] == "BreakerOpen"
             assert status["heldAction"] == "Quarantine"
+            wait_node_side(env, n, "Pending")
             assert env.taint_keys(n) == [PENDING_TAINT_KEY]
     wait_for(
         "the policy to report the open breaker",
@@ -590,6 +608,7 @@ def test_breaker_holds_at_the_limit_then_raising_it_releases(env: Env) -> None:
     )
     env.wait_phase(names, "Quarantined")
     for n in names:
+        wait_node_side(env, n, "Quarantined")
         assert env.taint_keys(n) == [QUARANTINE_TAINT_KEY]
 
 
@@ -747,7 +766,7 @@ def test_refused_probe_pod_ends_in_probe_error_with_the_reason(env: Env) -> None
         status = env.status(name)
         assert status["reason"] == "ProbeError"
         assert "no-such-account" in status["reasons"][0]["message"], status
-        assert QUARANTINE_TAINT_KEY in env.taint_keys(name)
+        wait_node_side(env, name, "Quarantined")
     finally:
         op.stop()
         env.operator.start(**_operator_ports())
@@ -1059,7 +1078,7 @@ def test_a_toolkit_driver_mismatch_quarantines_with_driver_libraries(env: Env) -
     assert status["attempts"] == 1  # the node's fault: judged, not retried
     assert status["reasons"][0]["check"] == "driver_libraries"
     assert status["reasons"][0]["message"].endswith("nvidia-container-cli: " + TOOLKIT_MISMATCH)
-    assert QUARANTINE_TAINT_KEY in env.taint_keys(name)
+    wait_node_side(env, name, "Quarantined")
     wait_for("the failed probe pod to be deleted", lambda: not env.pods(name), 60)
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
-from gpuaccept.operator.core.fabric_pairing import (
+from gpuaccept.operator.core.fabric.pairing import (
     FabricNoPartner,
     FabricPairingParams,
     FabricPassed,

@@ -18,7 +18,6 @@ from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.probe_invocation import ProbeExit
 from gpuaccept.contracts.report import ProbeReport, encode_termination_message
 from gpuaccept.operator.core import (
-    BreakerCounts,
     CreateNodeAcceptance,
     CreateProbePod,
     DeleteNodeAcceptance,
@@ -26,8 +25,8 @@ from gpuaccept.operator.core import (
     EmitEvent,
     NAView,
     NodeCondition,
+    NodeSnapshot,
     NodeView,
-    Observed,
     OperatorConfig,
     PatchNAStatus,
     PatchNodeCondition,
@@ -35,11 +34,12 @@ from gpuaccept.operator.core import (
     Plan,
     PodView,
     PolicyView,
+    QuarantineLimitCounts,
     RemoveReprobeAnnotation,
     Taint,
     reconcile,
 )
-from gpuaccept.operator.core.fabric_pairing import FabricVerdict
+from gpuaccept.operator.core.fabric.pairing import FabricVerdict
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import Judge
@@ -125,7 +125,9 @@ class World:
     policies: list[PolicyView] = field(
         default_factory=lambda: [PolicyView(name="default", generation=1, spec=spec())]
     )
-    breaker: BreakerCounts = field(default_factory=lambda: BreakerCounts(0, 10))
+    limit_counts: QuarantineLimitCounts = field(
+        default_factory=lambda: QuarantineLimitCounts(0, 10)
+    )
     now: datetime = T0
     # The world's reports come from simulated hardware profiles.
     config: OperatorConfig = field(
@@ -143,15 +145,15 @@ class World:
     # Phase Fabric: the verdict the policy's pair planning gives this node.
     fabric_verdict: FabricVerdict | None = None
 
-    def observe(self) -> Observed:
-        return Observed(
+    def observe(self) -> NodeSnapshot:
+        return NodeSnapshot(
             node_name="gpu-1",
             now=self.now,
             node=self.node,
             na=self.na,
             pods=tuple(self.pods.values()),
             policies=tuple(self.policies),
-            breaker=self.breaker,
+            limit_counts=self.limit_counts,
             config=self.config,
             status_write_error=self.status_write_error,
             fabric_verdict=self.fabric_verdict,

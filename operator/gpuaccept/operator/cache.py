@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaccept.contracts.nodeacceptance import Phase
+from gpuaccept.operator.core.fabric.membership import fabric_candidate_policy
 from gpuaccept.operator.core.fleetcount import FleetCount
 from gpuaccept.operator.core.model import NAView, NodeView, PodView
 from gpuaccept.operator.views import (
@@ -144,10 +144,10 @@ class Cache:
         old = self._fabric_policy.pop(name, None)
         if old is not None:
             self._fabric_names[old].discard(name)
-        st = view.status if view is not None else None
-        if st is not None and st.policy and (st.fabric is not None or st.phase == Phase.FABRIC):
-            self._fabric_policy[name] = st.policy
-            self._fabric_names[st.policy].add(name)
+        policy = fabric_candidate_policy(view.status if view is not None else None)
+        if policy is not None:  # a superset of the members (core.fabric.membership)
+            self._fabric_policy[name] = policy
+            self._fabric_names[policy].add(name)
 
     def fabric_names(self, policy: str) -> list[str]:
         """The NodeAcceptances of ``policy`` with a fabric test, as last counted (call

@@ -27,7 +27,7 @@ from gpuaccept.operator.core.model import OperatorConfig
 from gpuaccept.operator.handlers import build_registry, configure, parse_node_selector
 from gpuaccept.operator.health import serve_health
 from gpuaccept.operator.kube import Kube
-from gpuaccept.operator.leader import LeaderElector, LeaseSettings
+from gpuaccept.operator.leader import LeaseSettings
 from gpuaccept.operator.options import (
     UsageError,
     check_ranges,
@@ -146,7 +146,7 @@ def main(argv: Sequence[str]) -> int:
         fabric=fabric,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
-    leader = None
+    lease = None
     if not args.standalone:
         lease = LeaseSettings(
             namespace=args.namespace,
@@ -154,11 +154,10 @@ def main(argv: Sequence[str]) -> int:
             identity=identity,
             lease_duration=args.lease_duration,
         )
-        leader = LeaderElector(kube, lease)
     runtime = RuntimeSettings(
         workers=args.workers, status_interval=args.status_interval, identity=identity
     )
-    controller = Controller(kube, config, judge, runtime=runtime, leader=leader)
+    controller = Controller(kube, config, judge, runtime=runtime, lease=lease)
     registry = build_registry(controller, node_selector)
 
     @kopf.on.login(registry=registry)
@@ -204,7 +203,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 # Python's cyclic garbage collector, set for a process that keeps the fleet in
-# memory (issue 15). By default it collects the young generation every 700 net
+# memory. By default it collects the young generation every 700 net
 # allocations, so the objects of a watch event or an API call that live a few
 # milliseconds get promoted, and every promotion brings the next full
 # collection closer: a walk over every object alive, whose cost grows with

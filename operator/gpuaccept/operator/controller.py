@@ -11,7 +11,7 @@ heap, rebuilt from NodeAcceptance status on start because every object is
 reconciled once after the initial listing.
 
 A plan that quarantines is re-planned and executed under its policy's lock
-with exact counts (:mod:`.ledger`); the policy status loop
+with exact counts (:mod:`.quarantinelimit`); the policy status loop
 (:mod:`.policystatus`) writes each policy's status. Writes are reflected at
 once in the cache's write-through overlay, so the next pass does not act on a
 stale cache.
@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.operator import metrics
+from gpuaccept.operator.actionrunner import ActionRunner, RunResult
 from gpuaccept.operator.cache import (
     NAS_INDEX,
     NODES_INDEX,
@@ -42,26 +43,21 @@ from gpuaccept.operator.cache import (
 )
 from gpuaccept.operator.core.fleet import matching_policies
 from gpuaccept.operator.core.model import (
-    BreakerCounts,
     Judge,
-    Observed,
+    NodeSnapshot,
     OperatorConfig,
     Plan,
     PolicyView,
+    QuarantineLimitCounts,
 )
 from gpuaccept.operator.core.reconcile import reconcile
-from gpuaccept.operator.executor import (
-    KubeExecutor,
-    StaleCacheError,
-    StatusRefusedError,
-    api_message,
-)
+from gpuaccept.operator.executor import KubeExecutor, api_message
 from gpuaccept.operator.fabricloop import FabricLoop
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
-from gpuaccept.operator.kube import ConflictError, Kube
-from gpuaccept.operator.leader import LeaderElector
-from gpuaccept.operator.ledger import QuarantineLedger
-from gpuaccept.operator.policystatus import PolicyStatusLoop
+from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.leader import LeaderElector, LeaseSettings
+from gpuaccept.operator.policystatus import PolicyStatusLoop, StatusWriter
+from gpuaccept.operator.quarantinelimit import QuarantineLimit
 from gpuaccept.operator.workqueue import WorkQueue
 
 __all__ = [
@@ -100,30 +96,46 @@ class Controller:
         judge: Judge,
         *,
         runtime: RuntimeSettings | None = None,
-        leader: LeaderElector | None = None,
+        lease: LeaseSettings | None = None,
     ) -> None:
         runtime = runtime or RuntimeSettings()
         self.kube = kube
         self.config = config
         self.judge = judge
         self.runtime = runtime
-        self.leader = leader
+        # None: standalone, always leading.
+        self.leader = (
+            LeaderElector(kube, lease, on_change=self.on_leadership) if lease is not None else None
+        )
         self.cache = Cache()
         self.queue = WorkQueue()
         self.executor = ThreadPoolExecutor(max_workers=runtime.workers, thread_name_prefix="kube")
         self.actions = KubeExecutor(
             kube, self.cache, namespace=config.namespace, identity=runtime.identity
         )
-        self.ledger = QuarantineLedger(self.cache)
+        self.runner = ActionRunner(self.actions, self.executor, leading=lambda: self.leading)
+        self.quarantine_limit = QuarantineLimit(self.cache)
         self.policy_status = PolicyStatusLoop(
-            kube, self.cache, self.ledger, wake=self.enqueue, leading=lambda: self.leading
+            StatusWriter(kube, self.executor, runtime.identity),
+            self.quarantine_limit,
+            wake=self.enqueue,
+            leading=lambda: self.leading,
         )
-        self.policy_status.identity = runtime.identity
-        self.policy_status.executor = self.executor
+        # The fabric loop's own executor on the same API client: the refusals it
+        # remembers per node (create_errors, status_errors) are the probing phase's
+        # evidence against a node's own attempt, never to be set or cleared by a
+        # partner's fabric pod.
+        fabric_actions = KubeExecutor(
+            kube, self.cache, namespace=config.namespace, identity=runtime.identity
+        )
         self.fabric = FabricLoop(
-            self.cache, self.actions, config, wake=self.enqueue, leading=lambda: self.leading
+            self.cache,
+            ActionRunner(
+                fabric_actions, self.executor, leading=lambda: self.leading, who="fabric: "
+            ),
+            config,
+            wake=self.enqueue,
         )
-        self.fabric.executor = self.executor
         self._policy_generations: dict[str, int] = {}
         self._failures: Counter[str] = Counter()
         self.failures = FailureLog("reconcile")
@@ -177,7 +189,6 @@ class Controller:
             asyncio.create_task(self.fabric.run(self.runtime.status_interval), name="fabric")
         )
         if self.leader is not None:
-            self.leader.on_change = self.on_leadership
             self._tasks.append(asyncio.create_task(self.leader.run(), name="leader-election"))
         else:
             metrics.LEADER.set(1)
@@ -225,24 +236,24 @@ class Controller:
         self.queue.add_after(name, delay)
 
     # ------------------------------------------------------------------ observe
-    def observe(self, name: str, now: datetime) -> Observed:
+    def observe(self, name: str, now: datetime) -> NodeSnapshot:
         """The node's snapshot for the core: its objects, its policies, the limit's counts."""
         self.cache.settle()
         node = self.cache.node(name)
         policies = matching_policies(self.cache_policies(), node.labels) if node else ()
-        breaker = BreakerCounts()
+        limit_counts = QuarantineLimitCounts()
         if len(policies) == 1:
-            breaker = self.ledger.counts(policies[0].name, name)
+            limit_counts = self.quarantine_limit.counts(policies[0].name, name)
         na = self.cache.na_with_evidence(name)
         fabric = na.status.fabric if na is not None else None
-        return Observed(
+        return NodeSnapshot(
             node_name=name,
             now=now,
             node=node,
             na=na,
             pods=self.cache.pods(name),
             policies=policies,
-            breaker=breaker,
+            limit_counts=limit_counts,
             config=self.config,
             pod_create_error=self.actions.create_errors.get(name),
             status_write_error=self.actions.status_errors.get(name),
@@ -258,8 +269,8 @@ class Controller:
             now = datetime.now(UTC)
             observed = self.observe(name, now)
             plan = reconcile(observed, self.judge)
-            if plan.needs_breaker and observed.policies:
-                async with self.ledger.lock(observed.policies[0].name):
+            if plan.needs_limit_lock and observed.policies:
+                async with self.quarantine_limit.lock(observed.policies[0].name):
                     observed = self.observe(name, now)
                     plan = reconcile(observed, self.judge)
                     done = await self._execute(observed, plan) if plan.actions else True
@@ -279,7 +290,7 @@ class Controller:
         log.warning("node=%s no steady state after %d passes; retrying later", name, MAX_PASSES)
         self._retry_later(name)
 
-    async def _execute(self, observed: Observed, plan: Plan) -> bool:
+    async def _execute(self, observed: NodeSnapshot, plan: Plan) -> bool:
         """Run the plan's writes in order (in the thread pool); False after a conflict."""
         log.info(
             "node=%s %s: %s",
@@ -287,27 +298,12 @@ class Controller:
             plan.note,
             ", ".join(type(a).__name__ for a in plan.actions),
         )
-        loop = asyncio.get_running_loop()
         for action in plan.actions:
-            if not self.leading:
-                return False
-            try:
-                await loop.run_in_executor(self.executor, self.actions.execute, observed, action)
-            except StaleCacheError:
-                return False
-            except StatusRefusedError as error:
-                # Re-planned at once: the core sees the refusal and ends the attempt.
-                log.warning("node=%s status update refused: %s", observed.node_name, error)
-                return False
-            except ConflictError:
-                log.info(
-                    "node=%s conflict on %s; re-reading", observed.node_name, type(action).__name__
-                )
-                await loop.run_in_executor(
-                    self.executor, self.actions.refresh, observed.node_name, action
-                )
-                return False
+            ran = await self.runner.run(observed, action)
+            if ran.error is not None:  # an outage or a refusal: the worker retries later
+                raise ran.error
+            if ran.result is not RunResult.DONE:
+                return False  # re-planned at once from what the cache holds now
             log_recovery(log, self.failures)  # a write went through
-            metrics.API_CALLS.labels(type(action).__name__).inc()
             metrics.record_write(observed, action)
         return True

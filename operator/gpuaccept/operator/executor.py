@@ -24,7 +24,7 @@ from gpuaccept.operator.core.model import (
     DeleteNodeAcceptance,
     DeleteProbePod,
     EmitEvent,
-    Observed,
+    NodeSnapshot,
     PatchNAStatus,
     PatchNodeCondition,
     PatchNodeTaintsLabels,
@@ -70,7 +70,7 @@ class KubeExecutor:
         self.create_errors: dict[str, str] = {}  # node -> why its probe pod was refused
         self.status_errors: dict[str, str] = {}  # node -> why its last status write was refused
 
-    def execute(self, observed: Observed, action: Action) -> None:  # runs in a thread
+    def execute(self, observed: NodeSnapshot, action: Action) -> None:  # runs in a thread
         interpret(_NodeWrites(self, observed), action)
 
     def refresh(self, node: str, action: Action) -> None:  # runs in a thread
@@ -90,7 +90,7 @@ class _NodeWrites:
     """The :class:`~gpuaccept.operator.core.interpret.ActionInterpreter` for one node's plan."""
 
     executor: KubeExecutor
-    observed: Observed
+    observed: NodeSnapshot
 
     @property
     def kube(self) -> Kube:

@@ -1,5 +1,5 @@
 """The fabric loop (runtime): for each policy with ``fabric.enabled``, one pass of
-:func:`~gpuaccept.operator.core.fabric_pairs.plan_fabric_pass` over the nodes
+:func:`~gpuaccept.operator.core.fabric.policypass.plan_fabric_pass` over the nodes
 that take part in its fabric tests, then its writes in order (docs/fabric.md).
 
 A pass runs when something it reads changed (a fabric pod or a NodeAcceptance
@@ -20,38 +20,28 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from kubernetes.client.exceptions import ApiException
-
-from gpuaccept.operator import metrics
+from gpuaccept.operator.actionrunner import ActionRunner, RunResult
 from gpuaccept.operator.cache import Cache
-from gpuaccept.operator.core.fabric_pairing import FabricVerdict
-from gpuaccept.operator.core.fabric_pairs import (
+from gpuaccept.operator.core.fabric.membership import is_member
+from gpuaccept.operator.core.fabric.pairing import FabricVerdict
+from gpuaccept.operator.core.fabric.policypass import (
     FabricMember,
-    FabricObserved,
+    FabricSnapshot,
     plan_fabric_pass,
-    takes_part_in_fabric,
 )
-from gpuaccept.operator.core.fleet import matching_policies
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,
-    Observed,
+    NodeSnapshot,
     OperatorConfig,
     PatchNAStatus,
     PolicyView,
 )
-from gpuaccept.operator.executor import (
-    KubeExecutor,
-    StaleCacheError,
-    StatusRefusedError,
-    api_message,
-)
+from gpuaccept.operator.executor import api_message
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
-from gpuaccept.operator.kube import ConflictError
 from gpuaccept.operator.views import EVIDENCE_FIELDS
 
 log = logging.getLogger("gpuaccept.operator")
@@ -69,23 +59,16 @@ class FabricLoop:
     def __init__(
         self,
         cache: Cache,
-        actions: KubeExecutor,
+        runner: ActionRunner,
         config: OperatorConfig,
         *,
         wake: Callable[[str], None],
-        leading: Callable[[], bool],
     ) -> None:
         self.cache = cache
-        # Its own executor on the same API client: the refusals it remembers per node
-        # (create_errors, status_errors) are the probing phase's evidence against a
-        # node's own attempt, never to be set or cleared by a partner's fabric pod.
-        self.actions = KubeExecutor(
-            actions.kube, cache, namespace=actions.namespace, identity=actions.identity
-        )
+        self.runner = runner  # on an executor of its own (see Controller)
         self.config = config
         self.wake = wake
-        self.leading = leading
-        self.executor: ThreadPoolExecutor | None = None  # the API threads
+        self.leading = runner.leading
         self._verdicts: dict[str, _Given] = {}
         self._poked = asyncio.Event()
         self.failures = FailureLog("fabric pass")
@@ -132,7 +115,7 @@ class FabricLoop:
             if entry.view.spec is not None and entry.view.spec.fabric.enabled
         ]
 
-    def observe(self, policy: PolicyView, now: datetime) -> FabricObserved:
+    def observe(self, policy: PolicyView, now: datetime) -> FabricSnapshot:
         """The nodes of ``policy`` that take part: waiting (phase Fabric), and decided
         ones that have fabric results; with ``idleAcceptedPartners`` every decided
         one (the only case that walks the policy's NodeAcceptances)."""
@@ -147,15 +130,12 @@ class FabricLoop:
             na = self.cache.na(name)
             if na is None or na.status.policy != policy.name:
                 continue
-            take = takes_part_in_fabric(na.status, policy.name, spec)
-            node = self.cache.node(name) if take else None
-            if node is not None and not matching_policies((policy,), node.labels):
-                node = None  # relabelled away (its status keeps the old policy's name)
+            node = self.cache.node(name)
             # The slim view (no evidence parsed): a pass reads neither report nor checks;
             # the few statuses it writes get theirs back in :meth:`with_evidence`.
-            if node is not None:
+            if node is not None and is_member(na.status, policy.name, spec, node.labels):
                 members.append(FabricMember(node, na, self.cache.pods(name)))
-        return FabricObserved(policy, spec, tuple(members), now, self.config)
+        return FabricSnapshot(policy, spec, tuple(members), now, self.config)
 
     def with_evidence(self, writes: tuple[tuple[str, Action], ...]) -> list[tuple[str, Action]]:
         """The pass's writes, each status write carrying the node's stored evidence
@@ -216,41 +196,33 @@ class FabricLoop:
         return step.wake_in
 
     async def _execute(
-        self, observed: FabricObserved, writes: Sequence[tuple[str, Action]]
+        self, observed: FabricSnapshot, writes: Sequence[tuple[str, Action]]
     ) -> None:
         """The pass's writes in order; a conflict or an outage ends them (the next pass
         starts again from what the API server then holds). A status the API server
         refuses (it would refuse it again) is skipped, and so are the pod deletions
         after it, which would lose a result not recorded; the pairs still start."""
-        loop = asyncio.get_running_loop()
         refused = False
         for node, action in writes:
-            if not self.leading():
-                return
             if refused and isinstance(action, DeleteProbePod):
                 continue
-            context = Observed(
+            context = NodeSnapshot(
                 node_name=node,
                 now=observed.now,
                 node=self.cache.node(node),
                 pods=self.cache.pods(node),
                 config=self.config,
             )
-            try:
-                await loop.run_in_executor(self.executor, self.actions.execute, context, action)
-            except (ConflictError, StaleCacheError):
-                log.info("fabric: node=%s conflict on %s; next pass", node, type(action).__name__)
-                await loop.run_in_executor(self.executor, self.actions.refresh, node, action)
-                self.poke()
-                return
-            except StatusRefusedError as error:
-                log.warning("fabric: node=%s status refused: %s", node, error)
+            ran = await self.runner.run(context, action)
+            kind = type(action).__name__
+            if ran.result is RunResult.DONE:
+                log.info("fabric: node=%s %s", node, kind)
+            elif ran.result is RunResult.STATUS_REFUSED:
                 refused = True
-                continue
-            except ApiException as error:  # e.g. a pod refused: the next timed pass retries
-                log.warning(
-                    "fabric: node=%s %s failed: %s", node, type(action).__name__, api_message(error)
-                )
+            elif ran.result in (RunResult.CONFLICT, RunResult.STALE_CACHE):
+                self.poke()  # the next pass starts from what the API server holds
                 return
-            metrics.API_CALLS.labels(type(action).__name__).inc()
-            log.info("fabric: node=%s %s", node, type(action).__name__)
+            else:  # not leading; an API error (e.g. a pod refused): the next pass retries
+                if ran.error is not None:
+                    log.warning("fabric: node=%s %s failed: %s", node, kind, api_message(ran.error))
+                return

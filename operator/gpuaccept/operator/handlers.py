@@ -192,6 +192,6 @@ def configure(settings: kopf.OperatorSettings) -> None:
     # kopf keeps a worker per object until it has idled this long, and the
     # worker keeps that object's last raw event (the whole decoded body) alive
     # while it waits: with the fleet joining at once, that is every object's
-    # body for 5 s by default (issue 15: peak RSS).
+    # body for 5 s by default (peak RSS).
     settings.queueing.idle_timeout = 0.5
     settings.networking.connect_timeout = 10

@@ -29,7 +29,7 @@ from gpuaccept.operator.core.fleet import PolicyTally
 from gpuaccept.operator.core.model import (
     Action,
     NAView,
-    Observed,
+    NodeSnapshot,
     PatchNAStatus,
 )
 
@@ -74,11 +74,17 @@ QUARANTINES = Counter(
     "Nodes newly quarantined (a transition into phase Quarantined), by policy.",
     ["policy"],
 )
-BREAKER_OPEN = Gauge(
-    "gpuaccept_breaker_open", "1 while a policy's quarantine breaker holds nodes back.", ["policy"]
+# The two quarantine limit series keep the names of the policy status field they
+# mirror (``breakerOpen``, condition ``BreakerOpen``): dashboards and alerts use them.
+QUARANTINE_LIMIT_REACHED = Gauge(
+    "gpuaccept_breaker_open",
+    "1 while a policy's quarantine limit holds nodes back (status breakerOpen).",
+    ["policy"],
 )
 QUARANTINE_LIMIT = Gauge(
-    "gpuaccept_breaker_limit", "The policy's maxQuarantined as a node count.", ["policy"]
+    "gpuaccept_breaker_limit",
+    "The policy's quarantine limit (maxQuarantined) as a node count.",
+    ["policy"],
 )
 RECONCILES = Counter("gpuaccept_reconciles_total", "Reconcile passes by outcome.", ["outcome"])
 API_CALLS = Counter("gpuaccept_api_writes_total", "Write actions executed, by kind.", ["action"])
@@ -112,7 +118,7 @@ def record_policy(policy: str, share: PolicyTally) -> None:
         NODES_BY_PHASE.labels(policy, phase.value).set(by_phase.get(phase, 0))
     QUARANTINES.labels(policy)  # exists at 0 before the first quarantine
     QUARANTINE_LIMIT.labels(policy).set(share.limit)
-    BREAKER_OPEN.labels(policy).set(1 if share.held_by_breaker else 0)
+    QUARANTINE_LIMIT_REACHED.labels(policy).set(1 if share.held_by_limit else 0)
 
 
 def forget_policy(policy: str) -> None:
@@ -120,10 +126,10 @@ def forget_policy(policy: str) -> None:
         remove_series(NODES_BY_PHASE, policy, phase.value)
     remove_series(QUARANTINE_LIMIT, policy)
     remove_series(QUARANTINES, policy)
-    remove_series(BREAKER_OPEN, policy)
+    remove_series(QUARANTINE_LIMIT_REACHED, policy)
 
 
-def record_write(observed: Observed, action: Action) -> None:
+def record_write(observed: NodeSnapshot, action: Action) -> None:
     """What a successful write tells: probe durations, errors, failures, bandwidth."""
     if not isinstance(action, PatchNAStatus) or observed.na is None:
         return

@@ -14,37 +14,46 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gpuaccept.contracts.api import API_VERSION, POLICY_KIND
 from gpuaccept.operator import metrics
-from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core import fleet
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
 from gpuaccept.operator.kube import EventRecord, Kube
-from gpuaccept.operator.ledger import QuarantineLedger
+from gpuaccept.operator.quarantinelimit import QuarantineLimit
 from gpuaccept.operator.views import PolicyEntry
 
 log = logging.getLogger("gpuaccept.operator")
 
 
+@dataclass(frozen=True)
+class StatusWriter:
+    """Where policy statuses and their Events go: the API client, the API threads
+    (None: the loop's default), this replica's name in Events."""
+
+    kube: Kube
+    executor: ThreadPoolExecutor | None = None
+    identity: str = "gpuaccept"
+
+
 class PolicyStatusLoop:
     def __init__(
         self,
-        kube: Kube,
-        cache: Cache,
-        ledger: QuarantineLedger,
+        writer: StatusWriter,
+        quarantine_limit: QuarantineLimit,
         *,
         wake: Callable[[str], None],
         leading: Callable[[], bool],
     ) -> None:
-        self.kube = kube
-        self.cache = cache
-        self.ledger = ledger
+        self.kube = writer.kube
+        self.executor = writer.executor
+        self.identity = writer.identity
+        self.cache = quarantine_limit.cache
+        self.quarantine_limit = quarantine_limit
         self.wake = wake
         self.leading = leading
-        self.identity = "gpuaccept"
-        self.executor: ThreadPoolExecutor | None = None  # the API threads
         self._reported: set[str] = set()
         self._published = -1  # the cache's acceptances_changes last published
         self.failures = FailureLog("policy status update")
@@ -78,7 +87,7 @@ class PolicyStatusLoop:
         current = {entry.view.name for entry in entries}
         for gone in self._reported - current:  # a deleted policy: drop its series
             metrics.forget_policy(gone)
-            self.ledger.forget(gone)
+            self.quarantine_limit.forget(gone)
         self._reported = current
         for entry in entries:
             share = tallies[entry.view.name]
@@ -97,8 +106,8 @@ class PolicyStatusLoop:
             return
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.executor, self.kube.patch_policy_status, view.name, wire)
-        if fleet.breaker_just_opened(old, status):
-            breaker = next(c for c in status.conditions if c.type == "BreakerOpen")
+        if fleet.quarantine_limit_just_reached(old, status):
+            reached = next(c for c in status.conditions if c.type == "BreakerOpen")
             await loop.run_in_executor(
                 self.executor,
                 lambda: self.kube.create_event(
@@ -109,7 +118,7 @@ class PolicyStatusLoop:
                         uid=entry.uid,
                         type="Warning",
                         reason="BreakerOpen",
-                        message=breaker.message,
+                        message=reached.message,
                     ),
                     now=now,
                     reporting_instance=self.identity,

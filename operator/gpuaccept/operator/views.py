@@ -103,7 +103,7 @@ re-reads (re-judging, releasing a held verdict) and writes back."""
 
 @dataclass(frozen=True)
 class CachedAcceptance:
-    """A NodeAcceptance as the cache keeps it (issue 15: memory per node).
+    """A NodeAcceptance as the cache keeps it (memory per node).
 
     ``view`` holds the status without its evidence (:data:`EVIDENCE_FIELDS`):
     what the counts, the metrics and the status loop read. The evidence (the

@@ -2,7 +2,6 @@
 
 from gpuaccept.operator.core.model import (
     Action,
-    BreakerCounts,
     CreateNodeAcceptance,
     CreateProbePod,
     DeleteNodeAcceptance,
@@ -10,8 +9,8 @@ from gpuaccept.operator.core.model import (
     EmitEvent,
     NAView,
     NodeCondition,
+    NodeSnapshot,
     NodeView,
-    Observed,
     OperatorConfig,
     PatchNAStatus,
     PatchNodeCondition,
@@ -19,6 +18,7 @@ from gpuaccept.operator.core.model import (
     Plan,
     PodView,
     PolicyView,
+    QuarantineLimitCounts,
     RemoveReprobeAnnotation,
     Taint,
 )
@@ -26,7 +26,6 @@ from gpuaccept.operator.core.reconcile import reconcile
 
 __all__ = [
     "Action",
-    "BreakerCounts",
     "CreateNodeAcceptance",
     "CreateProbePod",
     "DeleteNodeAcceptance",
@@ -34,8 +33,8 @@ __all__ = [
     "EmitEvent",
     "NAView",
     "NodeCondition",
+    "NodeSnapshot",
     "NodeView",
-    "Observed",
     "OperatorConfig",
     "PatchNAStatus",
     "PatchNodeCondition",
@@ -43,6 +42,7 @@ __all__ = [
     "Plan",
     "PodView",
     "PolicyView",
+    "QuarantineLimitCounts",
     "RemoveReprobeAnnotation",
     "Taint",
     "reconcile",

@@ -13,24 +13,28 @@ from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import Phase, Reason
 from gpuaccept.contracts.policy import PolicyChangeAction
-from gpuaccept.operator.core.context import (
-    REASON_BREAKER,
+from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.operator.core.fabric.membership import is_member
+from gpuaccept.operator.core.fleet import quarantine_allowed
+from gpuaccept.operator.core.model import Plan
+from gpuaccept.operator.core.nodecontext import (
     REASON_PROBE_ERROR,
+    REASON_QUARANTINE_LIMIT,
     NodeContext,
     PlanBuilder,
     cut,
 )
-from gpuaccept.operator.core.fabric_pairs import takes_part_in_fabric
-from gpuaccept.operator.core.fleet import quarantine_allowed
-from gpuaccept.operator.core.model import Plan
-from gpuaccept.operator.core.report import report_problem
-from gpuaccept.operator.core.verdict import Evidence, failing_verdict, record_verdict
+from gpuaccept.operator.core.record import Evidence, failing_verdict, record_verdict
+from gpuaccept.operator.core.report_trust import trusted_report
 
 DECIDED = frozenset({Phase.ACCEPTED, Phase.QUARANTINED, Phase.HELD})
 
 
-def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
-    node, spec, st, policy = ctx.node, ctx.spec, ctx.status, ctx.policy
+def reprobe_triggered(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """A new round when the node rebooted or a re-probe was asked for (the request
+    then comes off the node); None when neither (the policy's ``reprobe`` says which
+    count)."""
+    node, spec, st = ctx.node, ctx.spec, ctx.status
     annotated = REPROBE_ANNOTATION in node.annotations and spec.reprobe.on_annotation
     if annotated:
         out.remove_annotation = True
@@ -40,6 +44,14 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
     if annotated:
         message = f"annotation {REPROBE_ANNOTATION} was set"
         return new_round(ctx, out, reason="ReprobeRequested", message=message)
+    return None
+
+
+def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    spec, st, policy = ctx.spec, ctx.status, ctx.policy
+    triggered = reprobe_triggered(ctx, out)
+    if triggered is not None:
+        return triggered
     if policy_changed(ctx):
         action = spec.reprobe.on_policy_change
         if st.phase == Phase.HELD:
@@ -51,8 +63,10 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
             return record_verdict(
                 ctx, out, rejudged_verdict(ctx), Evidence(st.report, rejudged=True)
             )
-    held_by_limit = st.phase == Phase.HELD and st.reason == REASON_BREAKER and not spec.dry_run
-    if held_by_limit and quarantine_allowed(spec, ctx.obs.breaker):
+    held_by_limit = (
+        st.phase == Phase.HELD and st.reason == REASON_QUARANTINE_LIMIT and not spec.dry_run
+    )
+    if held_by_limit and quarantine_allowed(spec, ctx.obs.limit_counts):
         held = failing_verdict(tuple(st.reasons), checks=tuple(st.checks), figures=st.figures)
         return record_verdict(ctx, out, held, Evidence(st.report, rejudged=st.rejudged))
     return _keep(ctx, out)
@@ -76,15 +90,13 @@ def rejudged_verdict(ctx: NodeContext) -> Verdict:
             tuple(st.reasons)
             or (Reason(check="probe", reason=REASON_PROBE_ERROR, message=st.message or ""),),
         )
-    problem = report_problem(
-        st.report,
-        node_gpus=ctx.node.gpus,
-        accept_simulated=ctx.obs.config.accept_simulated_reports,
+    report = trusted_report(
+        st.report, ctx.node, accept_simulated=ctx.obs.config.accept_simulated_reports
     )
-    if problem is not None:  # e.g. simulated, and this operator no longer judges those
-        error = Reason(check="probe", reason=REASON_PROBE_ERROR, message=problem.message)
+    if not isinstance(report, ProbeReport):  # e.g. simulated, and no longer judged here
+        error = Reason(check="probe", reason=REASON_PROBE_ERROR, message=report.message)
         return failing_verdict((error,), figures=st.figures)
-    stored = ctx.judge_report(st.report)
+    stored = ctx.judge_report(report)
     if isinstance(stored, str):  # the stored report cannot be judged
         error = Reason(check="probe", reason=REASON_PROBE_ERROR, message=stored)
         return failing_verdict((error,), figures=st.figures)
@@ -99,9 +111,9 @@ def rejudged_verdict(ctx: NodeContext) -> Verdict:
 def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
     st = ctx.status
     # Leftover probe pods (e.g. a pod whose deletion was lost in a restart). A
-    # fabric pod is left to the pair planning (core.fabric_pairs) only while the
+    # fabric pod is left to the pair planning (core.fabric.policypass) only while the
     # node is a member of its policy's pass; otherwise no pass sees it, and it goes.
-    member = takes_part_in_fabric(st, ctx.policy.name, ctx.spec)
+    member = is_member(st, ctx.policy.name, ctx.spec, ctx.node.labels)
     for pod in ctx.obs.pods:
         if not pod.deleting and (pod.fabric is None or not member):
             out.delete_pod(pod)

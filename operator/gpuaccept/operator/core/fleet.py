@@ -25,10 +25,10 @@ from gpuaccept.contracts.nodeacceptance import (
     Phase,
     PhaseCounts,
 )
-from gpuaccept.operator.core.model import BreakerCounts, NAView, NodeView, PolicyView
+from gpuaccept.operator.core.model import NAView, NodeView, PolicyView, QuarantineLimitCounts
 
 # The NodeAcceptance reason of a verdict the quarantine limit holds back.
-REASON_BREAKER = "BreakerOpen"
+REASON_QUARANTINE_LIMIT = "BreakerOpen"
 
 
 def phase_counts(counts: Mapping[Phase, int]) -> PhaseCounts:
@@ -66,7 +66,10 @@ def matching_policies(
 
 
 def quarantine_allowed(
-    spec: NodeAcceptancePolicySpec, counts: BreakerCounts, *, already_quarantined: bool = False
+    spec: NodeAcceptancePolicySpec,
+    counts: QuarantineLimitCounts,
+    *,
+    already_quarantined: bool = False,
 ) -> bool:
     """May one more node be quarantined under ``spec``? ``counts`` exclude that node.
 
@@ -92,17 +95,20 @@ class PolicyTally:
     conflicts: tuple[str, ...] = ()  # matched nodes that another policy matches too
     counts: PhaseCounts = field(default_factory=PhaseCounts)
     quarantined: frozenset[str] = frozenset()
-    held_by_breaker: tuple[str, ...] = ()  # Held by the quarantine limit
+    held_by_limit: tuple[str, ...] = ()  # Held by the quarantine limit
     limit: int = 0  # maxQuarantined as a node count; 0 for an invalid spec
 
-    def breaker(self, node: str) -> BreakerCounts:
+    def limit_counts(self, node: str) -> QuarantineLimitCounts:
         """The limit's counts as seen by ``node`` (itself excluded)."""
-        return BreakerCounts(quarantined=len(self.quarantined - {node}), matched=self.matched)
+        return QuarantineLimitCounts(
+            quarantined=len(self.quarantined - {node}), matched=self.matched
+        )
 
 
-def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyTally]:
-    """Every policy's (or just ``only``'s) tally, keyed by policy name."""
-    policies = [p for p in snapshot.policies if only is None or p.name == only]
+def _matched(
+    snapshot: FleetSnapshot, policies: list[PolicyView]
+) -> tuple[Counter[str], dict[str, list[str]]]:
+    """Per policy: the nodes it matches, and those another policy matches too."""
     matched: Counter[str] = Counter()
     conflicts: dict[str, list[str]] = {p.name: [] for p in policies}
     for node in snapshot.nodes:
@@ -112,6 +118,14 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
                 matched[policy.name] += 1
                 if len(matching) > 1:
                     conflicts[policy.name].append(node.name)
+    return matched, conflicts
+
+
+def _decided(
+    snapshot: FleetSnapshot, policies: list[PolicyView]
+) -> tuple[dict[str, Counter[Phase]], dict[str, set[str]], dict[str, list[str]]]:
+    """Per policy: its NodeAcceptances by phase, the quarantined ones, and those
+    held by the quarantine limit."""
     phases: dict[str, Counter[Phase]] = {p.name: Counter() for p in policies}
     quarantined: dict[str, set[str]] = {p.name: set() for p in policies}
     held: dict[str, list[str]] = {p.name: [] for p in policies}
@@ -122,8 +136,16 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
         phases[st.policy][st.phase] += 1
         if st.phase == Phase.QUARANTINED:
             quarantined[st.policy].add(na.name)
-        if st.phase == Phase.HELD and st.reason == REASON_BREAKER:
+        if st.phase == Phase.HELD and st.reason == REASON_QUARANTINE_LIMIT:
             held[st.policy].append(na.name)
+    return phases, quarantined, held
+
+
+def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyTally]:
+    """Every policy's (or just ``only``'s) tally, keyed by policy name."""
+    policies = [p for p in snapshot.policies if only is None or p.name == only]
+    matched, conflicts = _matched(snapshot, policies)
+    phases, quarantined, held = _decided(snapshot, policies)
     out: dict[str, PolicyTally] = {}
     for policy in policies:
         name, counts = policy.name, phases[policy.name]
@@ -133,7 +155,7 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
             conflicts=tuple(conflicts[name]),
             counts=phase_counts(counts),
             quarantined=frozenset(quarantined[name]),
-            held_by_breaker=tuple(held[name]),
+            held_by_limit=tuple(held[name]),
             limit=spec.max_quarantined_count(matched[name]) if spec is not None else 0,
         )
     return out
@@ -141,10 +163,10 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
 
 def held_to_release(policy: PolicyView, share: PolicyTally) -> tuple[str, ...]:
     """Nodes held by the limit that may now go through (each re-plans under the lock)."""
-    if policy.spec is None or not share.held_by_breaker:
+    if policy.spec is None or not share.held_by_limit:
         return ()
-    room = BreakerCounts(quarantined=len(share.quarantined), matched=share.matched)
-    return share.held_by_breaker if quarantine_allowed(policy.spec, room) else ()
+    room = QuarantineLimitCounts(quarantined=len(share.quarantined), matched=share.matched)
+    return share.held_by_limit if quarantine_allowed(policy.spec, room) else ()
 
 
 def _condition(
@@ -187,8 +209,8 @@ def _ready(policy: PolicyView, share: PolicyTally) -> tuple[bool, str, str]:
     return True, "Reconciling", f"{share.matched} node(s) matched"
 
 
-def _breaker_open(share: PolicyTally) -> tuple[bool, str, str]:
-    held = share.held_by_breaker
+def _limit_reached_condition(share: PolicyTally) -> tuple[bool, str, str]:
+    held = share.held_by_limit
     if held:
         return (
             True,
@@ -210,7 +232,7 @@ def policy_status(
     conditions = []
     for ctype, state in (
         ("Ready", _ready(policy, share)),
-        ("BreakerOpen", _breaker_open(share)),
+        ("BreakerOpen", _limit_reached_condition(share)),
     ):
         conditions.append(
             _condition(
@@ -224,7 +246,7 @@ def policy_status(
     return NodeAcceptancePolicyStatus(
         counts=share.counts,
         matched_nodes=share.matched,
-        breaker_open=bool(share.held_by_breaker),
+        breaker_open=bool(share.held_by_limit),
         conditions=conditions,
         observed_generation=policy.generation,
     )
@@ -244,6 +266,6 @@ def same_status(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return strip(old) == strip(new)
 
 
-def breaker_just_opened(old: Mapping[str, Any], new: NodeAcceptancePolicyStatus) -> bool:
+def quarantine_limit_just_reached(old: Mapping[str, Any], new: NodeAcceptancePolicyStatus) -> bool:
     """The limit started holding nodes back: worth a Warning Event on the policy."""
     return new.breaker_open and not old.get("breakerOpen")

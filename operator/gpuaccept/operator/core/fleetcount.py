@@ -2,7 +2,7 @@
 
 :class:`FleetCount` is told every change of a node's labels, a NodeAcceptance's
 status and the policy list, and answers what :func:`~.fleet.tally` answers
-for a snapshot of the same objects (``tests/operator/test_fleetcount.py``
+for a snapshot of the same objects (``tests/operator/core/test_fleetcount.py``
 checks the two against each other). A node or NodeAcceptance change costs
 O(number of policies); the quarantine limit's counts for one node are O(1),
 with no copy of the quarantined set. Only a change of the policy list
@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core.fleet import (
-    REASON_BREAKER,
+    REASON_QUARANTINE_LIMIT,
     PolicyTally,
     matching_policies,
     phase_counts,
 )
-from gpuaccept.operator.core.model import BreakerCounts, PolicyView
+from gpuaccept.operator.core.model import PolicyView, QuarantineLimitCounts
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,13 @@ class _Counted:
 
     policy: str
     phase: Phase
-    held_by_breaker: bool
+    held_by_limit: bool
 
 
 def _counted(status: NodeAcceptanceStatus) -> _Counted | None:
     if not status.policy:
         return None
-    held = status.phase == Phase.HELD and status.reason == REASON_BREAKER
+    held = status.phase == Phase.HELD and status.reason == REASON_QUARANTINE_LIMIT
     return _Counted(status.policy, status.phase, held)
 
 
@@ -113,7 +113,7 @@ class FleetCount:
         self._phases[policy][counted.phase] += step
         for members, member in (
             (self._quarantined[policy], counted.phase == Phase.QUARANTINED),
-            (self._held[policy], counted.held_by_breaker),
+            (self._held[policy], counted.held_by_limit),
         ):
             if not member:
                 continue
@@ -123,10 +123,10 @@ class FleetCount:
                 members.discard(name)
 
     # ------------------------------------------------------------------ answers
-    def breaker(self, policy: str, node: str) -> BreakerCounts:
+    def limit_counts(self, policy: str, node: str) -> QuarantineLimitCounts:
         """The quarantine limit's counts for ``node`` under ``policy`` (itself excluded)."""
         quarantined = self._quarantined.get(policy, set())
-        return BreakerCounts(
+        return QuarantineLimitCounts(
             quarantined=len(quarantined) - (node in quarantined),
             matched=self._matched.get(policy, 0),
         )
@@ -144,7 +144,7 @@ class FleetCount:
                 conflicts=tuple(sorted(self._conflicts.get(name, ()))),
                 counts=phase_counts(counts),
                 quarantined=frozenset(self._quarantined.get(name, ())),
-                held_by_breaker=tuple(sorted(self._held.get(name, ()))),
+                held_by_limit=tuple(sorted(self._held.get(name, ()))),
                 limit=spec.max_quarantined_count(matched) if spec is not None else 0,
             )
         return out

@@ -1,7 +1,7 @@
 """Plain data for the reconcile core: what was observed, and the actions planned.
 
 Everything here is immutable and free of I/O. The Kubernetes adapter builds
-:class:`Observed` from its cache and executes the :class:`Plan`.
+:class:`NodeSnapshot` from its cache and executes the :class:`Plan`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.fabric_pairing import FabricVerdict
+from gpuaccept.operator.core.fabric.pairing import FabricVerdict
 
 # --------------------------------------------------------------------------- observed
 
@@ -130,7 +130,7 @@ class PolicyView:
 
 
 @dataclass(frozen=True)
-class BreakerCounts:
+class QuarantineLimitCounts:
     """Per policy, from the operator's index; ``quarantined`` excludes this node."""
 
     quarantined: int = 0
@@ -199,14 +199,14 @@ Judge = Callable[[ProbeReport, ProbePolicy], Verdict]
 
 
 @dataclass(frozen=True)
-class Observed:
+class NodeSnapshot:
     node_name: str
     now: datetime
     node: NodeView | None
     na: NAView | None = None
     pods: tuple[PodView, ...] = ()
     policies: tuple[PolicyView, ...] = ()
-    breaker: BreakerCounts = BreakerCounts()
+    limit_counts: QuarantineLimitCounts = QuarantineLimitCounts()
     config: OperatorConfig = OperatorConfig()
     # The API server refused to create this node's probe pod (e.g. a missing
     # ServiceAccount or a quota): the attempt failed, with this message.
@@ -323,8 +323,8 @@ class Plan:
     actions: tuple[Action, ...] = ()
     requeue_after: float | None = None  # seconds; a time-based wake-up
     # The plan quarantines a node: the executor must re-plan under the policy's
-    # breaker lock so that two workers cannot both take the last slot.
-    needs_breaker: bool = False
+    # quarantine limit's lock so that two workers cannot both take the last slot.
+    needs_limit_lock: bool = False
     note: str = ""  # why (for logs)
 
     def __post_init__(self) -> None:
@@ -339,14 +339,14 @@ class Plan:
         actions: Iterable[Action],
         *,
         requeue_after: float | None = None,
-        needs_breaker: bool = False,
+        needs_limit_lock: bool = False,
         note: str = "",
     ) -> Plan:
         """A plan of ``actions`` in planned order, must-run-last actions moved to the end."""
         return cls(
             actions=tuple(sorted(actions, key=order_rank)),  # stable: planned order kept
             requeue_after=requeue_after,
-            needs_breaker=needs_breaker,
+            needs_limit_lock=needs_limit_lock,
             note=note,
         )
 

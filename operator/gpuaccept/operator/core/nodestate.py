@@ -41,13 +41,7 @@ def desired_taints(
         return tuple(t for t in node.taints if t.key not in owned)
     if phase == Phase.QUARANTINED:
         kept = [t for t in node.taints if t.key not in owned or t == quarantine]
-        if quarantine not in kept:
-            kept.append(quarantine)
-        unique: list[Taint] = []
-        for taint in kept:
-            if taint not in unique:
-                unique.append(taint)
-        return tuple(unique)
+        return _unique([*kept, quarantine])
     if phase == Phase.STALLED and (
         spec.wait_for_gpus.on_timeout == GPUWaitExpiry.REMOVE_PENDING_TAINT
     ):
@@ -58,6 +52,11 @@ def desired_taints(
     if any(t.key == pending.key for t in node.taints):
         return node.taints
     return (*node.taints, pending)
+
+
+def _unique(taints: list[Taint]) -> tuple[Taint, ...]:
+    """``taints`` in order, each once."""
+    return tuple(dict.fromkeys(taints))
 
 
 def desired_labels(
@@ -83,7 +82,7 @@ def desired_labels(
         want.update(spec.quarantine.labels)
     elif node.labels.get(ACCEPTANCE_LABEL) == ACCEPTED:
         # Pending, Probing, Held, Stalled: out of service again (a re-probe, a
-        # failed one held by the breaker), so no longer "accepted"; "quarantined"
+        # failed one held by the quarantine limit), so no longer "accepted"; "quarantined"
         # and the quarantine labels stay, like its taint, until the new verdict.
         want[ACCEPTANCE_LABEL] = None
     return _changes(node.labels, want)

@@ -9,7 +9,8 @@ from typing import Any
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, GPU_RESOURCE
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import GPUWaitExpiry
-from gpuaccept.operator.core.context import (
+from gpuaccept.operator.core.model import CreateProbePod, Plan
+from gpuaccept.operator.core.nodecontext import (
     REASON_PROBE_ERROR,
     REASON_WAITING_FOR_GPUS,
     WAIT_FOR_DELETION_SECONDS,
@@ -17,9 +18,8 @@ from gpuaccept.operator.core.context import (
     PlanBuilder,
     cut,
 )
-from gpuaccept.operator.core.model import CreateProbePod, Plan
 from gpuaccept.operator.core.podspec import ProbeAttempt, probe_pod_manifest, probe_pod_name
-from gpuaccept.operator.core.verdict import attempt_failed
+from gpuaccept.operator.core.record import attempt_failed
 
 # Phase Stalled: the node advertised no GPUs within the policy's waitForGPUs deadline.
 REASON_NO_GPUS = "NoGPUsAdvertised"

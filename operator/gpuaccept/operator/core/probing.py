@@ -6,32 +6,31 @@ from datetime import timedelta
 
 from gpuaccept.contracts.nodeacceptance import Reason
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.context import (
+from gpuaccept.operator.core.model import CreateProbePod, Plan, PodView
+from gpuaccept.operator.core.nodecontext import (
     WAIT_FOR_DELETION_SECONDS,
     NodeContext,
     PlanBuilder,
     cut,
 )
-from gpuaccept.operator.core.model import CreateProbePod, Plan, PodView
 from gpuaccept.operator.core.pending import probe_manifest
-from gpuaccept.operator.core.report import (
+from gpuaccept.operator.core.record import (
+    Evidence,
+    attempt_failed,
+    failing_verdict,
+    record_verdict,
+)
+from gpuaccept.operator.core.report_trust import (
     DEADLINE_EXCEEDED,
     PROBE_TIMEOUT,
     outcome_problem,
-    report_problem,
-    validate_report,
+    trusted_report,
 )
 from gpuaccept.operator.core.startfailure import (
     StartFailure,
     create_refused,
     never_started,
     start_failure,
-)
-from gpuaccept.operator.core.verdict import (
-    Evidence,
-    attempt_failed,
-    failing_verdict,
-    record_verdict,
 )
 
 STATUS_WRITE_REFUSED = "StatusWriteRefused"
@@ -107,15 +106,20 @@ def plan_probing(ctx: NodeContext, out: PlanBuilder) -> Plan:
         message = f"{pod.waiting_reason}: {pod.waiting_message or ''}".strip()
         return attempt_failed(ctx, out, reason="ProbePodError", message=message, pod=pod)
     if now >= deadline:
-        stalled = never_started(pod, timeout)
-        if stalled is not None:
-            return _did_not_start(ctx, out, pod, stalled)
-        # A pod still terminating past it was e.g. evicted from a dead kubelet.
-        stuck = "; the probe pod is stuck terminating" if pod.deleting else ""
-        message = f"no result within {timeout}s{stuck}"
-        return attempt_failed(ctx, out, reason="ProbeTimeout", message=message, pod=pod)
+        return _past_deadline(ctx, out, pod, timeout)
     out.wake_in(remaining)
     return out.build("probing")
+
+
+def _past_deadline(ctx: NodeContext, out: PlanBuilder, pod: PodView, timeout: int) -> Plan:
+    """The pod has not ended by the attempt's deadline: it never started, or it timed out."""
+    stalled = never_started(pod, timeout)
+    if stalled is not None:
+        return _did_not_start(ctx, out, pod, stalled)
+    # A pod still terminating past it was e.g. evicted from a dead kubelet.
+    stuck = "; the probe pod is stuck terminating" if pod.deleting else ""
+    message = f"no result within {timeout}s{stuck}"
+    return attempt_failed(ctx, out, reason="ProbeTimeout", message=message, pod=pod)
 
 
 def _did_not_start(ctx: NodeContext, out: PlanBuilder, pod: PodView, failure: StartFailure) -> Plan:
@@ -131,17 +135,11 @@ def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
     """The pod ended: its report, judged, if the report and the pod's end can be trusted."""
     node = ctx.node
     if pod.message:
-        result = validate_report(pod.message, node_name=node.name, boot_id=node.boot_id)
+        result = trusted_report(
+            pod.message, node, accept_simulated=ctx.obs.config.accept_simulated_reports
+        )
         if not isinstance(result, ProbeReport):
             return attempt_failed(ctx, out, reason=result.reason, message=result.message, pod=pod)
-        problem = report_problem(
-            result,
-            node_gpus=node.gpus,
-            node_capacity=node.gpu_capacity,
-            accept_simulated=ctx.obs.config.accept_simulated_reports,
-        )
-        if problem is not None:
-            return attempt_failed(ctx, out, reason=problem.reason, message=problem.message, pod=pod)
         verdict = ctx.judge_report(result)
         if isinstance(verdict, str):  # valid JSON the judge cannot use
             return attempt_failed(ctx, out, reason="InvalidReport", message=verdict, pod=pod)

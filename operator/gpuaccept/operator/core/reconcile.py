@@ -6,7 +6,7 @@ looks at what *is* and plans what *should be*. Applying a plan and reconciling
 again yields a plan without writes, which is what makes duplicate events and
 restarts harmless.
 
-Fail safe: every unsure path (error, timeout, breaker, paused, invalid or
+Fail safe: every unsure path (error, timeout, quarantine limit, paused, invalid or
 mismatched report) leaves the node out of service, under the pending taint or
 quarantined. An error never accepts a node.
 
@@ -19,24 +19,24 @@ from __future__ import annotations
 
 from gpuaccept.contracts.api import REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.operator.core.context import NodeContext, PlanBuilder
 from gpuaccept.operator.core.decided import DECIDED, plan_decided
-from gpuaccept.operator.core.fabric import plan_fabric_phase
+from gpuaccept.operator.core.fabric.phase import plan_fabric_phase
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
     DeleteNodeAcceptance,
     DeleteProbePod,
     Judge,
-    Observed,
+    NodeSnapshot,
     Plan,
 )
+from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
 from gpuaccept.operator.core.pending import plan_pending
 from gpuaccept.operator.core.probing import plan_probing
 
 __all__ = ["reconcile"]
 
 
-def reconcile(observed: Observed, judge: Judge) -> Plan:
+def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     """Plan the writes that bring the cluster in line for one node."""
     out = PlanBuilder(observed)
     node = observed.node
@@ -75,7 +75,7 @@ def reconcile(observed: Observed, judge: Judge) -> Plan:
     return plan_pending(ctx, out)
 
 
-def _node_deleted(observed: Observed, out: PlanBuilder) -> Plan:
+def _node_deleted(observed: NodeSnapshot, out: PlanBuilder) -> Plan:
     """Node deleted: its NodeAcceptance and probe pods go too."""
     if observed.na is not None:
         out.actions.append(DeleteNodeAcceptance(observed.na.name))

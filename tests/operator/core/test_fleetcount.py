@@ -4,7 +4,7 @@ Each row is a sequence of changes (policies, node labels, NodeAcceptance
 statuses, deletions); after every step, :class:`FleetCount` must answer what
 :func:`~gpuaccept.operator.core.fleet.tally` answers for a snapshot of the same
 objects, and its quarantine-limit counts must be those of
-:meth:`PolicyTally.breaker` for every node.
+:meth:`PolicyTally.limit_counts` for every node.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _normalised(shares: Mapping[str, PolicyTally]) -> dict[str, PolicyTally]:
             conflicts=tuple(sorted(share.conflicts)),
             counts=share.counts,
             quarantined=share.quarantined,
-            held_by_breaker=tuple(sorted(share.held_by_breaker)),
+            held_by_limit=tuple(sorted(share.held_by_limit)),
             limit=share.limit,
         )
         for name, share in shares.items()
@@ -144,12 +144,16 @@ def test_fleet_count_answers_what_the_snapshot_tally_answers(steps: Sequence[Ste
         assert count.tally() == expected, step
         for policy, share in expected.items():
             for node in {*nodes, *acceptances, "absent"}:
-                assert count.breaker(policy, node) == share.breaker(node), (step, policy, node)
+                assert count.limit_counts(policy, node) == share.limit_counts(node), (
+                    step,
+                    policy,
+                    node,
+                )
 
 
-def test_breaker_counts_of_an_unknown_policy_are_zero() -> None:
+def test_quarantine_limit_counts_of_an_unknown_policy_are_zero() -> None:
     count = FleetCount()
     count.set_acceptance("n1", _status("a", Phase.QUARANTINED))
-    assert count.breaker("a", "n2").quarantined == 1  # counted before the policy is known
-    assert count.breaker("zzz", "n1").matched == 0
+    assert count.limit_counts("a", "n2").quarantined == 1  # counted before the policy is known
+    assert count.limit_counts("zzz", "n1").matched == 0
     assert count.tally() == {}

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY, generate_latest
 
 from gpuaccept.contracts.nodeacceptance import KeyFigures, NodeAcceptanceStatus, Phase
 from gpuaccept.operator import metrics
-from gpuaccept.operator.core.model import NAView, Observed, PatchNAStatus
+from gpuaccept.operator.core.model import NAView, NodeSnapshot, PatchNAStatus
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -80,7 +80,7 @@ def test_build_info_and_no_created_series() -> None:
 def _write(old: Phase, new: Phase, reason: str = "LowBusBandwidth") -> None:
     before = NAView(name="n", status=NodeAcceptanceStatus(phase=old, policy="p"))
     after = NodeAcceptanceStatus(phase=new, policy="p", reason=reason)
-    observed = Observed(node_name="n", now=NOW, node=None, na=before)
+    observed = NodeSnapshot(node_name="n", now=NOW, node=None, na=before)
     metrics.record_write(observed, PatchNAStatus("n", "1", after))
 
 

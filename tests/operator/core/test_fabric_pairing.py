@@ -11,7 +11,7 @@ from fabric_fleet import BAD_BUSBW, GOOD_BUSBW, T0, Fleet, run_fleet
 
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.contracts.report import CheckResult, CheckStatus
-from gpuaccept.operator.core.fabric_pairing import (
+from gpuaccept.operator.core.fabric.pairing import (
     REASON_FABRIC_FAILED,
     FabricNoPartner,
     FabricPairingParams,

@@ -10,7 +10,10 @@ Three steps, each of which can only ever take trust away:
 3. :func:`outcome_problem`: once judged, the verdict agrees with how the pod
    ended (exit code, phase, deadline) and covers every GPU the node advertises.
 
-Whatever fails a step is an attempt error, never an accepted node.
+:func:`trusted_report` is steps 1 and 2 for every report the operator reads (a
+probe pod's, a fabric pod's, a stored one judged again), always against the
+node's allocatable and capacity. Whatever fails a step is an attempt error,
+never an accepted node.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from gpuaccept.contracts.report import (
     ReportTooLargeError,
     decode_termination_message,
 )
-from gpuaccept.operator.core.model import PodView
+from gpuaccept.operator.core.model import NodeView, PodView
 
 REPORT_MISMATCH = "ReportMismatch"
 SIMULATED_REPORT = "SimulatedReport"
@@ -83,6 +86,27 @@ def validate_report(message: str, *, node_name: str, boot_id: str) -> ProbeRepor
     return report
 
 
+def trusted_report(
+    source: str | ProbeReport, node: NodeView, *, accept_simulated: bool
+) -> ProbeReport | ReportProblem:
+    """The report, or why it cannot be judged for ``node``: ``source`` is a pod's
+    termination message (validated for this node and boot first) or a report read
+    before (stored in status, validated then), checked against the node as it is."""
+    if isinstance(source, str):
+        report = validate_report(source, node_name=node.name, boot_id=node.boot_id)
+        if not isinstance(report, ProbeReport):
+            return report
+    else:
+        report = source
+    problem = report_problem(
+        report,
+        node_gpus=node.gpus,
+        node_capacity=node.gpu_capacity,
+        accept_simulated=accept_simulated,
+    )
+    return report if problem is None else problem
+
+
 def _observed(report: ProbeReport, check: AnyCheckSpec) -> object | None:
     """``check``'s observed value as its model; None when absent or unparseable
     (the judge then rules on it: an unparseable value is an error, never a pass)."""
@@ -100,8 +124,8 @@ def report_problem(
     report: ProbeReport,
     *,
     node_gpus: int,
+    node_capacity: int,
     accept_simulated: bool,
-    node_capacity: int | None = None,
 ) -> ReportProblem | None:
     """Why a valid report still cannot be judged for this node, or None.
 
@@ -138,7 +162,7 @@ def report_problem(
 
 
 def _count_problem(
-    count: gpu_count.GpuCountObserved, seen: int, node_gpus: int, node_capacity: int | None
+    count: gpu_count.GpuCountObserved, seen: int, node_gpus: int, node_capacity: int
 ) -> ReportProblem | None:
     """The counts the operator passed must come back as passed, and the probe's own agree."""
     if count.allocatable is not None and count.allocatable != node_gpus:
@@ -146,7 +170,7 @@ def _count_problem(
             REPORT_MISMATCH,
             f"report says the node has {count.allocatable} allocatable GPUs; it has {node_gpus}",
         )
-    if node_capacity is not None and count.capacity is not None and count.capacity != node_capacity:
+    if count.capacity is not None and count.capacity != node_capacity:
         return ReportProblem(
             REPORT_MISMATCH,
             f"report says the node's GPU capacity is {count.capacity}; it is {node_capacity}",

@@ -46,7 +46,7 @@ from gpuaccept.contracts.report import CheckResult, CheckStatus
 REASON_FABRIC_FAILED = fabric_allreduce.REASON
 CONVICTION_NODES = 5
 """A conviction names five different nodes: the node, the two partners it failed
-with (issue 14: "two different partners") and the node each partner passed with."""
+with ("two different partners") and the node each partner passed with."""
 
 
 class PairOutcome(StrEnum):
@@ -331,102 +331,146 @@ def _judge(node: str, histories: Mapping[str, _History]) -> FabricPassed | Fabri
 
 def plan_fabric(situation: FabricSituation, params: FabricPairingParams) -> FabricPlan:
     """The verdicts the results support, and the pairs to start now."""
-    waiting = {w.name: w for w in situation.waiting}
-    histories = _histories(
-        situation.results, {name: w.waiting_since for name, w in waiting.items()}
-    )
-    verdicts: dict[str, FabricVerdict] = {}
-    for name in sorted(waiting):
-        judged = _judge(name, histories)
-        if judged is not None:
-            verdicts[name] = judged
+    return _Planner.for_situation(situation, params).plan()
 
-    def history(node: str) -> _History:
-        return histories.get(node, _History())
 
-    def failures(node: str) -> int:
-        return len(
-            {r.pair.partner_of(node) for r in history(node).outcomes(node, PairOutcome.FAILED)}
-        )
+@dataclass
+class _Planner:
+    """One planning: the verdicts first, then the pairs, step by step (:meth:`plan`)."""
 
-    used: set[str] = {node for pair in situation.running for node in pair.members}
-    needers = sorted(
-        (w for name, w in waiting.items() if name not in verdicts and name not in used),
-        key=lambda w: (-failures(w.name), w.waiting_since, w.name),
-    )
-    suspects = [w.name for w in needers if failures(w.name) > 0]
-    fresh = [w.name for w in needers if failures(w.name) == 0]
+    situation: FabricSituation
+    params: FabricPairingParams
+    waiting: dict[str, WaitingNode]
+    histories: dict[str, _History]
+    verdicts: dict[str, FabricVerdict] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
+    """Nodes in a pair, running or planned (one pair per node)."""
+    pairs: list[NodePair] = field(default_factory=list)
+    planned_ref: dict[str, str] = field(default_factory=dict)
+    """Suspect -> the partner planned for it now."""
 
-    def has_passed(node: str) -> bool:
-        return bool(history(node).outcomes(node, PairOutcome.PASSED))
+    @classmethod
+    def for_situation(cls, situation: FabricSituation, params: FabricPairingParams) -> _Planner:
+        waiting = {w.name: w for w in situation.waiting}
+        since = {name: w.waiting_since for name, w in waiting.items()}
+        used = {node for pair in situation.running for node in pair.members}
+        return cls(situation, params, waiting, _histories(situation.results, since), used=used)
 
-    available = {name for name in waiting if isinstance(verdicts.get(name), FabricPassed)} | (
-        situation.idle_accepted - set(waiting)
-    )
-    by_reliability = sorted(available - used, key=lambda n: (failures(n), n))
-    cleared_refs = [n for n in by_reliability if has_passed(n)]
-    untested_refs = [
-        n for n in by_reliability if not has_passed(n) and params.idle_accepted_partners
-    ]
+    def plan(self) -> FabricPlan:
+        self.judge_waiting()
+        needers = self.needers()
+        suspects = [w.name for w in needers if self.failures(w.name) > 0]
+        fresh = [w.name for w in needers if self.failures(w.name) == 0]
+        cleared, untested = self.references()
+        self.pair_suspects(suspects, cleared)
+        self.pair_fresh(fresh)
+        self.pair_rest(fresh + suspects, cleared + untested)
+        if any(node not in self.used for node in suspects):
+            self.pair_witnesses(untested + cleared, cleared)
+        self.no_partner_verdicts(needers)
+        return FabricPlan(verdicts=self.verdicts, next_pairs=tuple(self.pairs))
 
-    pairs: list[NodePair] = []
+    # ------------------------------------------------------------------ what is known
+    def history(self, node: str) -> _History:
+        return self.histories.get(node, _History())
 
-    def pick(node: str, candidates: Iterable[str]) -> None:
-        """Pair ``node`` with the first candidate that is free and not tried with it."""
-        if node in used or node in situation.unavailable:
-            return
-        skip = used | history(node).tried(node) | situation.unavailable | {node}
-        for candidate in candidates:
-            if candidate not in skip:
-                pairs.append(NodePair(candidate, node))
-                used.update((candidate, node))
-                return
+    def partners(self, node: str, outcome: PairOutcome) -> set[str]:
+        return {r.pair.partner_of(node) for r in self.history(node).outcomes(node, outcome)}
 
-    def passed_with(node: str) -> set[str]:
-        return {r.pair.partner_of(node) for r in history(node).outcomes(node, PairOutcome.PASSED)}
+    def failures(self, node: str) -> int:
+        return len(self.partners(node, PairOutcome.FAILED))
 
-    def failed_with(node: str) -> set[str]:
-        return {r.pair.partner_of(node) for r in history(node).outcomes(node, PairOutcome.FAILED)}
+    def has_passed(self, node: str) -> bool:
+        return bool(self.history(node).outcomes(node, PairOutcome.PASSED))
 
-    planned_ref: dict[str, str] = {}
-
-    def entangled(node: str) -> set[str]:
+    def entangled(self, node: str) -> set[str]:
         """Nodes a new partner of ``node`` should neither be nor have passed with, so
         that a failure with it can join a conviction: ``node``'s failed partners,
         the nodes those passed with, and the partners planned for them now."""
         out: set[str] = set()
-        for partner in failed_with(node):
-            out |= {partner} | passed_with(partner)
-            if partner in planned_ref:
-                out |= {planned_ref[partner]} | passed_with(planned_ref[partner])
+        for partner in self.partners(node, PairOutcome.FAILED):
+            out |= {partner} | self.partners(partner, PairOutcome.PASSED)
+            if partner in self.planned_ref:
+                ref = self.planned_ref[partner]
+                out |= {ref} | self.partners(ref, PairOutcome.PASSED)
         return out
 
-    # A suspect meets a partner that passed: the pair's result then says which it is.
-    for node in suspects:
-        avoid = entangled(node)
-        apart = [r for r in cleared_refs if not ({r} | passed_with(r)) & avoid]
-        pick(node, apart + cleared_refs)
-        if node in used:
-            planned_ref[node] = next(p.first for p in pairs if p.second == node)
-    # Two fresh nodes together: a pass clears both at once.
-    for i, node in enumerate(fresh):
-        pick(node, fresh[i + 1 :])
-    # What is left takes any partner it has not tried, the likeliest good first.
-    # The least suspect nodes first, with each other: two good nodes meet soonest.
-    rest = sorted(fresh + suspects, key=lambda n: (failures(n), waiting[n].waiting_since, n))
-    for node in rest:
-        pick(node, cleared_refs + untested_refs + rest)
-    # A suspect with no partner left may lack only witnesses: partners that passed
-    # with two different nodes. Free partners test each other, untested ones first.
-    if any(node not in used for node in suspects):
-        for node in untested_refs + cleared_refs:
-            pick(node, cleared_refs)
+    # ------------------------------------------------------------------ the steps
+    def judge_waiting(self) -> None:
+        for name in sorted(self.waiting):
+            judged = _judge(name, self.histories)
+            if judged is not None:
+                self.verdicts[name] = judged
 
-    for w in needers:
-        if w.name not in used and situation.now >= w.waiting_since + params.deadline:
-            tried = tuple(
-                _figure(w.name, r)
-                for r in sorted(history(w.name).pairs, key=lambda r: r.finished_at)
-            )
-            verdicts[w.name] = FabricNoPartner(params.no_partner, tried)
-    return FabricPlan(verdicts=verdicts, next_pairs=tuple(pairs))
+    def needers(self) -> list[WaitingNode]:
+        """Waiting nodes without a verdict and not under test, the most suspect first."""
+        return sorted(
+            (
+                w
+                for name, w in self.waiting.items()
+                if name not in self.verdicts and name not in self.used
+            ),
+            key=lambda w: (-self.failures(w.name), w.waiting_since, w.name),
+        )
+
+    def references(self) -> tuple[list[str], list[str]]:
+        """Free possible partners, the most reliable first: (those that passed a pair,
+        untested accepted ones where ``idleAcceptedPartners`` allows them)."""
+        passed = {n for n in self.waiting if isinstance(self.verdicts.get(n), FabricPassed)}
+        available = passed | (self.situation.idle_accepted - set(self.waiting))
+        by_reliability = sorted(available - self.used, key=lambda n: (self.failures(n), n))
+        cleared = [n for n in by_reliability if self.has_passed(n)]
+        untested = [
+            n
+            for n in by_reliability
+            if not self.has_passed(n) and self.params.idle_accepted_partners
+        ]
+        return cleared, untested
+
+    def pick(self, node: str, candidates: Iterable[str]) -> None:
+        """Pair ``node`` with the first candidate that is free and not tried with it."""
+        unavailable = self.situation.unavailable
+        if node in self.used or node in unavailable:
+            return
+        skip = self.used | self.history(node).tried(node) | unavailable | {node}
+        for candidate in candidates:
+            if candidate not in skip:
+                self.pairs.append(NodePair(candidate, node))
+                self.used.update((candidate, node))
+                return
+
+    def pair_suspects(self, suspects: list[str], cleared: list[str]) -> None:
+        """A suspect meets a partner that passed: the pair's result then says which it is."""
+        for node in suspects:
+            avoid = self.entangled(node)
+            apart = [r for r in cleared if not ({r} | self.partners(r, PairOutcome.PASSED)) & avoid]
+            self.pick(node, apart + cleared)
+            if node in self.used:
+                self.planned_ref[node] = next(p.first for p in self.pairs if p.second == node)
+
+    def pair_fresh(self, fresh: list[str]) -> None:
+        """Two fresh nodes together: a pass clears both at once."""
+        for i, node in enumerate(fresh):
+            self.pick(node, fresh[i + 1 :])
+
+    def pair_rest(self, rest: list[str], references: list[str]) -> None:
+        """What is left takes any partner it has not tried, the likeliest good first;
+        the least suspect nodes first, with each other: two good nodes meet soonest."""
+        ordered = sorted(rest, key=lambda n: (self.failures(n), self.waiting[n].waiting_since, n))
+        for node in ordered:
+            self.pick(node, references + ordered)
+
+    def pair_witnesses(self, free: list[str], cleared: list[str]) -> None:
+        """A suspect with no partner left may lack only witnesses: partners that passed
+        with two different nodes. Free partners test each other, untested ones first."""
+        for node in free:
+            self.pick(node, cleared)
+
+    def no_partner_verdicts(self, needers: list[WaitingNode]) -> None:
+        """A node still without a pair at its deadline gets the no-partner verdict."""
+        for w in needers:
+            if w.name in self.used or self.situation.now < w.waiting_since + self.params.deadline:
+                continue
+            pairs = sorted(self.history(w.name).pairs, key=lambda r: r.finished_at)
+            tried = tuple(_figure(w.name, r) for r in pairs)
+            self.verdicts[w.name] = FabricNoPartner(self.params.no_partner, tried)

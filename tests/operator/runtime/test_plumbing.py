@@ -182,9 +182,9 @@ def test_cache_counts_follow_watch_events_and_our_writes() -> None:
     # our own write counts once settled, before the watch delivers it
     ((rv, quarantined),) = index_na(_na_body("gpu-1", 7, "Quarantined")).values()
     cache.write("na", "gpu-1", rv, quarantined)
-    assert cache.count.breaker("default", "gpu-2").quarantined == 0
+    assert cache.count.limit_counts("default", "gpu-2").quarantined == 0
     cache.settle()
-    assert cache.count.breaker("default", "gpu-2").quarantined == 1
+    assert cache.count.limit_counts("default", "gpu-2").quarantined == 1
     assert [na.status.phase for na in cache.acceptances()] == [Phase.QUARANTINED]
     # the NodeAcceptance and the node are deleted: the watch events uncount them
     cache.indexes[NAS_INDEX].pop("gpu-1")

@@ -12,8 +12,8 @@ from world import PENDING, T0, World, spec
 
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.contracts.nodeacceptance import Phase
-from gpuaccept.operator.core import BreakerCounts, PodView, PolicyView, Taint
-from gpuaccept.operator.core.fabric_pairing import (
+from gpuaccept.operator.core import PodView, PolicyView, QuarantineLimitCounts, Taint
+from gpuaccept.operator.core.fabric.pairing import (
     FabricNoPartner,
     FabricPassed,
     FabricQuarantined,
@@ -120,15 +120,15 @@ def test_a_conviction_names_the_partners_figures_and_witnesses() -> None:
     assert any(e.reason == "Quarantined" and e.kind == "Node" for e in world.events)
 
 
-def test_a_quarantine_verdict_asks_for_the_breaker_lock() -> None:
+def test_a_quarantine_verdict_asks_for_the_quarantine_limit_lock() -> None:
     world = fabric_world()
     world.fabric_verdict = FabricQuarantined(FAILED_WITH, ("gpu-4", "gpu-5"), T0)
-    assert world.plan().needs_breaker
+    assert world.plan().needs_limit_lock
 
 
 def test_the_quarantine_limit_holds_a_fabric_conviction() -> None:
     world = fabric_world(maxQuarantined=1)
-    world.breaker = BreakerCounts(quarantined=1, matched=10)
+    world.limit_counts = QuarantineLimitCounts(quarantined=1, matched=10)
     world.fabric_verdict = FabricQuarantined(FAILED_WITH, ("gpu-4", "gpu-5"), T0)
     world.settle()
     assert (world.status.phase, world.status.reason) == (Phase.HELD, "BreakerOpen")
@@ -201,7 +201,7 @@ def test_a_reprobe_request_while_waiting_starts_a_new_round() -> None:
 def test_a_policy_change_rejudges_the_report_but_keeps_a_fabric_conviction(held: bool) -> None:
     world = fabric_world(maxQuarantined=1)
     if held:
-        world.breaker = BreakerCounts(quarantined=1, matched=10)
+        world.limit_counts = QuarantineLimitCounts(quarantined=1, matched=10)
     world.fabric_verdict = FabricQuarantined(FAILED_WITH, ("gpu-4", "gpu-5"), T0)
     world.settle()
     before = world.status.phase

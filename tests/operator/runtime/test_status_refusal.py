@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.controller import Controller
-from gpuaccept.operator.core import Observed, OperatorConfig, PatchNAStatus
+from gpuaccept.operator.core import NodeSnapshot, OperatorConfig, PatchNAStatus
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.executor import KubeExecutor, StatusRefusedError
 from gpuaccept.operator.kube import ConflictError, Kube
@@ -43,7 +43,7 @@ def refused(status: int, message: str) -> ApiException:
 def write(executor: KubeExecutor) -> None:
     status = NodeAcceptanceStatus(phase=Phase.ACCEPTED)
     executor.execute(
-        Observed(node_name="gpu-1", now=NOW, node=None), PatchNAStatus("gpu-1", "6", status)
+        NodeSnapshot(node_name="gpu-1", now=NOW, node=None), PatchNAStatus("gpu-1", "6", status)
     )
 
 

@@ -11,7 +11,7 @@ from fabric_fleet import Fleet, FleetRun, run_fleet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuaccept.operator.core.fabric_pairing import (
+from gpuaccept.operator.core.fabric.pairing import (
     FabricPairingParams,
     FabricPassed,
     FabricQuarantined,

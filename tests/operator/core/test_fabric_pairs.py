@@ -5,11 +5,11 @@ an operator may be killed picked up again from what the API server holds."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
+from fabric_pods import CONFIG, SPEC, T0, pod, report
 
-from gpuaccept.checks.fabric_allreduce import CHECK
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import (
     FabricPairRecord,
@@ -17,26 +17,17 @@ from gpuaccept.contracts.nodeacceptance import (
     NodeAcceptanceStatus,
     Phase,
 )
-from gpuaccept.contracts.report import (
-    CheckResult,
-    CheckStatus,
-    HardwareMode,
-    HardwareSummary,
-    ProbeReport,
-    encode_termination_message,
-)
-from gpuaccept.operator.core.fabric_pairing import FabricNoPartner, FabricPassed, NodePair
-from gpuaccept.operator.core.fabric_pairs import (
+from gpuaccept.operator.core.fabric.pairing import FabricNoPartner, FabricPassed, NodePair
+from gpuaccept.operator.core.fabric.policypass import (
     PARTNER_START_GRACE_SECONDS,
     FabricMember,
-    FabricObserved,
+    FabricSnapshot,
     FabricStep,
     plan_fabric_pass,
 )
 from gpuaccept.operator.core.model import (
     CreateProbePod,
     FabricPodConfig,
-    FabricPodLabels,
     NAView,
     NodeView,
     OperatorConfig,
@@ -44,12 +35,6 @@ from gpuaccept.operator.core.model import (
     PodView,
     PolicyView,
 )
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-SPEC = NodeAcceptancePolicySpec.model_validate({"fabric": {"enabled": True, "minBusbwGBps": 300}})
-POLICY = PolicyView(name="fab", spec=SPEC)
-CONFIG = OperatorConfig(accept_simulated_reports=True)
-PAIR = FabricPodLabels("p1", 0, "a", "b")
 
 
 def waiting(
@@ -69,42 +54,8 @@ def waiting(
 
 
 def observed(*members: FabricMember, spec: NodeAcceptancePolicySpec = SPEC, now: datetime = T0,
-             config: OperatorConfig = CONFIG) -> FabricObserved:  # fmt: skip
-    return FabricObserved(PolicyView(name="fab", spec=spec), spec, members, now, config)
-
-
-def report(node: str, busbw: float | None, *, phase: str | None = None) -> str:
-    observed = {"backend": "gloo", "source": "loopback", "nodes": 2, "nodeRank": 0,
-                "localRanks": 1, "ranks": 2, "busbwGBps": busbw, "phase": phase}  # fmt: skip
-    status = CheckStatus.ERROR if phase else CheckStatus.PASS
-    result = CheckResult(check=CHECK, status=status, observed=observed, durationS=1.0)
-    return encode_termination_message(
-        ProbeReport(
-            node_name=node,
-            bootID=f"boot-{node}",
-            probe_version="0.1.0",
-            started_at=T0,
-            finished_at=T0,
-            hardware=HardwareMode.SIMULATED,
-            summary=HardwareSummary(gpu_count=1),
-            results=[result],
-        )
-    )
-
-
-def pod(rank: int, *, ip: str | None = None, message: str | None = None, created: datetime = T0,
-        labels: FabricPodLabels = PAIR) -> PodView:  # fmt: skip
-    done = message is not None
-    return PodView(
-        name=f"gpuaccept-probe-fabric-{labels.pair}-{rank}",
-        phase="Succeeded" if done else "Running",
-        terminated=done,
-        exit_code=0 if done else None,
-        message=message,
-        pod_ip=ip,
-        created=created,
-        fabric=FabricPodLabels(labels.pair, rank, labels.first, labels.second),
-    )
+             config: OperatorConfig = CONFIG) -> FabricSnapshot:  # fmt: skip
+    return FabricSnapshot(PolicyView(name="fab", spec=spec), spec, members, now, config)
 
 
 def kinds(step: FabricStep) -> list[tuple[str, str]]:

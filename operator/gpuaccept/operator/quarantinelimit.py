@@ -4,7 +4,7 @@ The rule itself is pure (:func:`gpuaccept.operator.core.fleet.quarantine_allowed
 this gives it the counts, from the cache's incremental fleet count
 (:class:`~gpuaccept.operator.core.fleetcount.FleetCount`), which follows every
 watch event and every write of this process. A plan that quarantines is
-re-planned under the policy's lock (:meth:`QuarantineLedger.lock`), and the
+re-planned under the policy's lock (:meth:`QuarantineLimit.lock`), and the
 cache counts this process's writes before the counts are read
 (:meth:`~gpuaccept.operator.cache.Cache.settle`), so under the lock the counts
 are exact: every quarantine goes through it.
@@ -16,10 +16,10 @@ import asyncio
 from collections import defaultdict
 
 from gpuaccept.operator.cache import Cache
-from gpuaccept.operator.core.model import BreakerCounts
+from gpuaccept.operator.core.model import QuarantineLimitCounts
 
 
-class QuarantineLedger:
+class QuarantineLimit:
     def __init__(self, cache: Cache) -> None:
         self.cache = cache
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -27,10 +27,10 @@ class QuarantineLedger:
     def lock(self, policy: str) -> asyncio.Lock:
         return self._locks[policy]
 
-    def counts(self, policy: str, node: str) -> BreakerCounts:
+    def counts(self, policy: str, node: str) -> QuarantineLimitCounts:
         """Quarantined nodes of ``policy`` but ``node``, and the nodes it matches: O(1)."""
         self.cache.settle()
-        return self.cache.count.breaker(policy, node)
+        return self.cache.count.limit_counts(policy, node)
 
     def forget(self, policy: str) -> None:
         lock = self._locks.get(policy)

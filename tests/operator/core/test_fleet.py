@@ -8,15 +8,15 @@ import pytest
 from world import spec
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, PhaseCounts
-from gpuaccept.operator.core import BreakerCounts, NAView, NodeView, PolicyView
+from gpuaccept.operator.core import NAView, NodeView, PolicyView, QuarantineLimitCounts
 from gpuaccept.operator.core.fleet import (
     FleetSnapshot,
     PolicyTally,
-    breaker_just_opened,
     held_to_release,
     matching_policies,
     policy_status,
     quarantine_allowed,
+    quarantine_limit_just_reached,
     same_status,
     tally,
 )
@@ -71,7 +71,7 @@ def test_max_quarantined_count_rounds_to_at_least_one(
 def test_quarantine_allowed(
     max_quarantined: int | str, quarantined: int, matched: int, already: bool, allowed: bool
 ) -> None:
-    counts = BreakerCounts(quarantined=quarantined, matched=matched)
+    counts = QuarantineLimitCounts(quarantined=quarantined, matched=matched)
     policy = spec(maxQuarantined=max_quarantined)
     assert quarantine_allowed(policy, counts, already_quarantined=already) is allowed
 
@@ -126,9 +126,9 @@ def test_tally_counts_conflicts_limit_and_held() -> None:
     assert (a.matched, a.conflicts, a.limit) == (3, ("n3",), 5)
     assert a.counts == PhaseCounts(quarantined=1, held=1)
     assert a.quarantined == {"n1"}
-    assert a.held_by_breaker == ("n2",)
-    assert a.breaker("n1") == BreakerCounts(quarantined=0, matched=3)
-    assert a.breaker("n2") == BreakerCounts(quarantined=1, matched=3)
+    assert a.held_by_limit == ("n2",)
+    assert a.limit_counts("n1") == QuarantineLimitCounts(quarantined=0, matched=3)
+    assert a.limit_counts("n2") == QuarantineLimitCounts(quarantined=1, matched=3)
     assert (shares["b"].matched, shares["b"].conflicts) == (2, ("n3",))
     assert shares["bad"] == PolicyTally()
     assert tally(snapshot, only="b") == {"b": shares["b"]}
@@ -138,22 +138,22 @@ def test_tally_counts_conflicts_limit_and_held() -> None:
     ("policy", "share", "released"),
     [
         (A, PolicyTally(), ()),
-        (A, PolicyTally(matched=10, held_by_breaker=("n2",)), ("n2",)),
+        (A, PolicyTally(matched=10, held_by_limit=("n2",)), ("n2",)),
         (
             A,
             PolicyTally(
-                matched=10, quarantined=frozenset({"1", "2", "3", "4", "5"}), held_by_breaker=("x",)
+                matched=10, quarantined=frozenset({"1", "2", "3", "4", "5"}), held_by_limit=("x",)
             ),
             (),
         ),
         (
             A,
             PolicyTally(
-                matched=10, quarantined=frozenset({"1", "2", "3", "4"}), held_by_breaker=("x", "y")
+                matched=10, quarantined=frozenset({"1", "2", "3", "4"}), held_by_limit=("x", "y")
             ),
             ("x", "y"),  # each re-plans under the lock; one gets the slot
         ),
-        (BAD, PolicyTally(held_by_breaker=("n2",)), ()),
+        (BAD, PolicyTally(held_by_limit=("n2",)), ()),
     ],
 )
 def test_held_to_release(policy: PolicyView, share: PolicyTally, released: tuple[str, ...]) -> None:
@@ -192,7 +192,7 @@ def _conditions(status: object) -> dict[str, tuple[str, str, str]]:
         ),
         (
             A,
-            PolicyTally(matched=3, held_by_breaker=("n2",), limit=1),
+            PolicyTally(matched=3, held_by_limit=("n2",), limit=1),
             ("True", "Reconciling", "3 node(s) matched"),
             (
                 "True",
@@ -211,7 +211,7 @@ def test_policy_status_conditions(
 ) -> None:
     status = policy_status(policy, share, {}, NOW)
     assert _conditions(status) == {"Ready": ready, "BreakerOpen": breaker}
-    assert status.breaker_open is bool(share.held_by_breaker)
+    assert status.breaker_open is bool(share.held_by_limit)
     assert status.matched_nodes == share.matched
     assert status.observed_generation == policy.generation
     assert all(c.last_transition_time == NOW for c in status.conditions)
@@ -230,16 +230,16 @@ def test_condition_keeps_its_transition_time_while_its_status_holds() -> None:
     assert stamps["BreakerOpen"] == NOW  # True -> False
 
 
-def test_same_status_ignores_transition_times_and_breaker_event_on_opening() -> None:
-    share = PolicyTally(matched=1, held_by_breaker=("n1",), limit=0)
+def test_same_status_ignores_transition_times_and_quarantine_limit_event_on_reaching() -> None:
+    share = PolicyTally(matched=1, held_by_limit=("n1",), limit=0)
     status = policy_status(A, share, {}, NOW)
     wire = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     later = policy_status(A, share, {}, datetime(2026, 2, 1, tzinfo=UTC))
     later_wire = later.model_dump(mode="json", by_alias=True, exclude_none=True)
     assert wire != later_wire
     assert same_status(wire, later_wire)
-    assert breaker_just_opened({}, status)
-    assert not breaker_just_opened(wire, status)
+    assert quarantine_limit_just_reached({}, status)
+    assert not quarantine_limit_just_reached(wire, status)
 
 
 CONTROL_PLANE = {"node-role.kubernetes.io/control-plane": ""}

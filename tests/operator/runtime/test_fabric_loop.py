@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import pytest
+from fabric_pods import CONFIG, SPEC, T0, pod, report
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from test_fabric_pairs import CONFIG, SPEC, T0, pod, report
 from world import make_report
 
 from gpuaccept.contracts.api import GPU_PRESENT_LABEL
@@ -21,6 +22,7 @@ from gpuaccept.contracts.nodeacceptance import (
     NodeAcceptanceStatus,
     Phase,
 )
+from gpuaccept.operator.actionrunner import ActionRunner
 from gpuaccept.operator.cache import (
     NAS_INDEX,
     NODES_INDEX,
@@ -29,7 +31,10 @@ from gpuaccept.operator.cache import (
     Cache,
     index_na,
 )
-from gpuaccept.operator.core.fabric_pairing import FabricPassed
+from gpuaccept.operator.controller import Controller
+from gpuaccept.operator.core import OperatorConfig
+from gpuaccept.operator.core.fabric.pairing import FabricPassed
+from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import FabricPodLabels, NodeView, PodView, PolicyView
 from gpuaccept.operator.core.podspec import (
     FABRIC_FIRST_ANNOTATION,
@@ -116,8 +121,7 @@ def test_a_node_relabelled_away_from_the_policy_is_no_member() -> None:
     """Under onPolicyChange: Ignore its status keeps the old policy's name; the
     pass must not pair it (its own reconcile deletes fabric pods on it)."""
     cache = _cache({"a": "fab", "b": "fab"}, {}, labels={"team": "other"})
-    actions = KubeExecutor(cast(Kube, FabricKube()), cache, namespace="ns", identity="test")
-    loop = FabricLoop(cache, actions, CONFIG, wake=lambda _node: None, leading=lambda: True)
+    loop = _loop(cache, FabricKube())
     assert loop.observe(PolicyView(name="fab", spec=SPEC), T0).members == ()
 
 
@@ -126,16 +130,21 @@ def _finished_pair() -> dict[str, tuple[PodView, ...]]:
     return {"a": (pod(0, message=report("a", 390.0)),), "b": (pod(1, message=report("b", 390.0)),)}
 
 
-def _run(cache: Cache, kube: FabricKube) -> tuple[FabricLoop, KubeExecutor]:
+def _loop(cache: Cache, kube: FabricKube) -> FabricLoop:
     actions = KubeExecutor(cast(Kube, kube), cache, namespace="ns", identity="test")
-    loop = FabricLoop(cache, actions, CONFIG, wake=lambda _node: None, leading=lambda: True)
+    runner = ActionRunner(actions, None, leading=lambda: True, who="fabric: ")
+    return FabricLoop(cache, runner, CONFIG, wake=lambda _node: None)
+
+
+def _run(cache: Cache, kube: FabricKube) -> FabricLoop:
+    loop = _loop(cache, kube)
     asyncio.run(loop.run_once())
-    return loop, actions
+    return loop
 
 
 def test_a_pass_writes_each_status_whole_with_its_report_and_checks() -> None:
     kube = FabricKube()
-    loop, _ = _run(_cache({"a": "fab", "b": "fab"}, _finished_pair()), kube)
+    loop = _run(_cache({"a": "fab", "b": "fab"}, _finished_pair()), kube)
     assert set(kube.statuses) == {"a", "b"}
     for node in ("a", "b"):
         written = NodeAcceptanceStatus.model_validate(kube.statuses[node])
@@ -148,19 +157,28 @@ def test_a_pass_writes_each_status_whole_with_its_report_and_checks() -> None:
 
 def test_a_refused_status_write_stalls_no_verdict_and_loses_no_result() -> None:
     kube = FabricKube(refuse=frozenset({"a"}))
-    loop, actions = _run(_cache({"a": "fab", "b": "fab"}, _finished_pair()), kube)
+    loop = _run(_cache({"a": "fab", "b": "fab"}, _finished_pair()), kube)
     assert set(kube.statuses) == {"b"}  # the writes after the refused one go on
     assert kube.deleted == []  # the pods keep a's result until it is recorded
     assert isinstance(loop.verdict("a", T0), FabricPassed)
     assert isinstance(loop.verdict("b", T0), FabricPassed)
-    # the probing phase reads these as its own attempt's refusals: not the fabric loop's
-    assert (actions.status_errors, actions.create_errors) == ({}, {})
+
+
+def test_the_fabric_loop_keeps_its_refusals_apart_from_the_nodes_own() -> None:
+    """The probing phase reads the controller's executor's refusals as its own
+    attempt's: a partner's fabric pod must never set or clear them."""
+    controller = Controller(Kube(k8s.ApiClient()), OperatorConfig(), judge)
+    try:
+        assert controller.fabric.runner.actions is not controller.actions
+        assert controller.fabric.runner.actions.kube is controller.actions.kube
+    finally:
+        controller.executor.shutdown()
 
 
 def test_one_policys_failing_pass_stalls_no_other_policys_verdicts() -> None:
     kube = FabricKube(broken=frozenset({"c", "d"}))
     policies = {"a": "fab", "b": "fab", "c": "other", "d": "other"}
-    loop, _ = _run(_cache(policies, _finished_pair()), kube)
+    loop = _run(_cache(policies, _finished_pair()), kube)
     assert isinstance(loop.verdict("a", T0), FabricPassed)
     assert set(kube.statuses) == {"a", "b"}
 
@@ -188,8 +206,7 @@ def test_a_pod_is_a_fabric_pod_only_with_two_different_nodes(
 
 def test_a_pass_reads_the_members_slim_parsing_no_evidence() -> None:
     cache = _cache({"a": "fab", "b": "fab"}, _finished_pair())
-    actions = KubeExecutor(cast(Kube, FabricKube()), cache, namespace="ns", identity="test")
-    loop = FabricLoop(cache, actions, CONFIG, wake=lambda _node: None, leading=lambda: True)
+    loop = _loop(cache, FabricKube())
     observed = loop.observe(PolicyView(name="fab", spec=SPEC), T0)
     assert [m.node.name for m in observed.members] == ["a", "b"]
     assert all((m.na.status.report, m.na.status.checks) == (None, []) for m in observed.members)

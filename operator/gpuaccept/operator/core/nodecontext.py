@@ -16,14 +16,14 @@ from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core import nodestate
-from gpuaccept.operator.core.fleet import REASON_BREAKER
+from gpuaccept.operator.core.fleet import REASON_QUARANTINE_LIMIT
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,
     EmitEvent,
     Judge,
+    NodeSnapshot,
     NodeView,
-    Observed,
     PatchNAStatus,
     PatchNodeCondition,
     PatchNodeTaintsLabels,
@@ -33,7 +33,7 @@ from gpuaccept.operator.core.model import (
     RemoveReprobeAnnotation,
 )
 
-__all__ = ["REASON_BREAKER", "NodeContext", "PlanBuilder", "cut", "reasons_message"]
+__all__ = ["REASON_QUARANTINE_LIMIT", "NodeContext", "PlanBuilder", "cut", "reasons_message"]
 
 REASON_PROBE_ERROR = "ProbeError"
 REASON_DRY_RUN = "DryRun"
@@ -54,7 +54,7 @@ def reasons_message(reasons: tuple[Reason, ...] | list[Reason]) -> str:
 class NodeContext:
     """One governed node: what every phase of its reconcile reads."""
 
-    obs: Observed
+    obs: NodeSnapshot
     judge: Judge
     node: NodeView
     policy: PolicyView
@@ -125,10 +125,10 @@ class NodeContext:
 class PlanBuilder:
     """Collects one pass's actions; :meth:`build` orders them into a :class:`Plan`."""
 
-    obs: Observed
+    obs: NodeSnapshot
     actions: list[Action] = field(default_factory=list)
     requeue: float | None = None
-    needs_breaker: bool = False
+    needs_limit_lock: bool = False
     remove_annotation: bool = False
 
     def wake_in(self, seconds: float) -> None:
@@ -140,7 +140,7 @@ class PlanBuilder:
         return Plan.ordered(
             (*self.actions, *tail),
             requeue_after=self.requeue,
-            needs_breaker=self.needs_breaker,
+            needs_limit_lock=self.needs_limit_lock,
             note=note,
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from world import BOOT, make_report
 
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.report import ReportProblem, validate_report
+from gpuaccept.operator.core.report_trust import ReportProblem, validate_report
 
 
 def check(message: str) -> ProbeReport | ReportProblem:

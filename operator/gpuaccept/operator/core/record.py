@@ -1,0 +1,325 @@
+"""Recording an outcome (pure): the one path from what a phase concluded about a
+node to its NodeAcceptance status, the Node's desired state and the Events.
+
+A phase builds an :data:`Outcome` and hands it to :func:`record`:
+
+* :class:`Accept`, :class:`Quarantine`, :class:`Hold`: a verdict, after dryRun and
+  the quarantine limit (:func:`judged` turns a :class:`~gpuaccept.checks.verdict.Verdict`
+  into one of these; a phase with its own reason to hold builds a ``Hold``);
+* :class:`EnterFabric`: the single-node checks passed, the fabric test comes next;
+* :class:`Wait`: no verdict, and nothing against the node: it stays in its phase
+  under a reason (a fabric test without a partner, held by the policy).
+
+:func:`attempt_failed` is the one outcome of an attempt without a trustworthy
+report: retry with backoff, and a ``ProbeError`` verdict once the retries are
+spent. Nothing here ever accepts a node on an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal, assert_never
+
+from gpuaccept.checks.verdict import Verdict
+from gpuaccept.contracts.api import ACCEPTANCE_KIND
+from gpuaccept.contracts.nodeacceptance import (
+    CheckSummary,
+    FabricStatus,
+    KeyFigures,
+    NodeAcceptanceStatus,
+    Phase,
+    Reason,
+)
+from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.operator.core.fleet import quarantine_allowed
+from gpuaccept.operator.core.model import Plan, PodView
+from gpuaccept.operator.core.nodecontext import (
+    REASON_DRY_RUN,
+    REASON_PROBE_ERROR,
+    REASON_QUARANTINE_LIMIT,
+    NodeContext,
+    PlanBuilder,
+    cut,
+    reasons_message,
+)
+
+HELD_QUARANTINE = "Quarantine"
+HELD_ACCEPT = "Accept"
+REASON_FABRIC_WAITING = "FabricPending"
+ACCEPTED_MESSAGE = "all required checks passed"
+MAX_REASONS = 32
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a judgement rests on."""
+
+    report: ProbeReport | None = None  # the report judged; None for an error verdict
+    rejudged: bool = False  # a stored report judged again (no new probe)
+    pod: PodView | None = None  # the attempt's pod, deleted once the verdict is recorded
+    fabric: FabricStatus | None = None  # a fabric verdict: the pair record it rests on
+
+    @property
+    def new_probe(self) -> bool:
+        """A single-node run of this round is behind the verdict."""
+        return not self.rejudged and self.fabric is None
+
+
+@dataclass(frozen=True)
+class Accept:
+    verdict: Verdict
+    evidence: Evidence
+    message: str = ACCEPTED_MESSAGE
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    verdict: Verdict
+    evidence: Evidence
+    reason: str  # the first reason's word (the condition's and the column's)
+    summary: str  # every reason, for the message and the Events
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A verdict held back: recorded, its action (:data:`HELD_ACCEPT` or
+    :data:`HELD_QUARANTINE`) not taken (dryRun, the quarantine limit)."""
+
+    verdict: Verdict
+    evidence: Evidence
+    reason: str
+    message: str
+    action: str
+
+
+@dataclass(frozen=True)
+class EnterFabric:
+    verdict: Verdict
+    evidence: Evidence
+
+
+@dataclass(frozen=True)
+class Wait:
+    """No verdict and no conviction: the node keeps its phase under ``reason``."""
+
+    reason: str
+    message: str
+    fabric: FabricStatus | None
+    note: str
+
+
+Outcome = Accept | Quarantine | Hold | EnterFabric | Wait
+VerdictOutcome = Accept | Quarantine | Hold | EnterFabric
+
+
+def failing_verdict(
+    reasons: tuple[Reason, ...],
+    *,
+    checks: tuple[CheckSummary, ...] = (),
+    figures: KeyFigures | None = None,
+) -> Verdict:
+    """A verdict that does not accept, on ``reasons``: an error, or a failing verdict
+    replayed from status. It carries no re-judged results: no new report is behind it."""
+    return Verdict(
+        accepted=False,
+        reasons=reasons,
+        warnings=(),
+        checks=checks,
+        figures=figures or KeyFigures(),
+        results=(),
+    )
+
+
+def judged(
+    ctx: NodeContext,
+    verdict: Verdict,
+    evidence: Evidence,
+    *,
+    accept_message: str = ACCEPTED_MESSAGE,
+) -> VerdictOutcome:
+    """The outcome of ``verdict``: the fabric test next, or the verdict under dryRun
+    and the quarantine limit."""
+    if ctx.spec.fabric.enabled and verdict.accepted and evidence.new_probe:
+        return EnterFabric(verdict, evidence)
+    summary = reasons_message(list(verdict.reasons)[:MAX_REASONS])
+    if ctx.spec.dry_run:
+        if verdict.accepted:
+            return Hold(verdict, evidence, REASON_DRY_RUN, "dry run: would accept", HELD_ACCEPT)
+        message = f"dry run: would quarantine: {summary}"
+        return Hold(verdict, evidence, REASON_DRY_RUN, message, HELD_QUARANTINE)
+    if verdict.accepted:
+        return Accept(verdict, evidence, accept_message)
+    st, counts, spec = ctx.status, ctx.obs.limit_counts, ctx.spec
+    main = verdict.reasons[0].reason if verdict.reasons else REASON_PROBE_ERROR
+    # Already quarantined under this policy: no new slot is taken. Under
+    # another policy (the node was relabelled), it takes one here.
+    already = st.phase == Phase.QUARANTINED and st.policy == ctx.policy.name
+    if quarantine_allowed(spec, counts, already_quarantined=already):
+        return Quarantine(verdict, evidence, main, summary)
+    limit = spec.max_quarantined_count(counts.matched)
+    message = (
+        f"quarantine limit: quarantining would exceed maxQuarantined={spec.max_quarantined}"
+        f" ({counts.quarantined} of limit {limit} in use); would quarantine: {summary}"
+    )
+    return Hold(verdict, evidence, REASON_QUARANTINE_LIMIT, message, HELD_QUARANTINE)
+
+
+def record_verdict(
+    ctx: NodeContext, out: PlanBuilder, verdict: Verdict, evidence: Evidence
+) -> Plan:
+    """Record ``verdict`` on ``evidence`` (its :func:`judged` outcome)."""
+    return record(ctx, out, judged(ctx, verdict, evidence))
+
+
+def record(ctx: NodeContext, out: PlanBuilder, outcome: Outcome) -> Plan:
+    """The status, the Node's desired state and the Events for ``outcome``."""
+    if isinstance(outcome, Wait):
+        return _record_wait(ctx, out, outcome)
+    st, evidence = ctx.status, outcome.evidence
+    phase, reason, message, held_action = _phase_of(outcome)
+    if isinstance(outcome, Quarantine) or (
+        isinstance(outcome, Hold) and outcome.reason == REASON_QUARANTINE_LIMIT
+    ):
+        out.needs_limit_lock = True  # takes (or is refused) a slot under the limit
+    update = {
+        "phase": phase,
+        "reason": reason,
+        "message": cut(message, 1000),
+        "reasons": _reasons(outcome.verdict),
+        "held_action": held_action,
+        **_evidence_fields(ctx, outcome),
+    }
+    new = ctx.with_applied_keys(ctx.stamped(st, **update))
+    out.write_status(st, new)
+    if (new.phase, new.reason) != (st.phase, st.reason):
+        _events(out, new, outcome)
+    out.ensure_node(ctx, new)
+    pod = evidence.pod
+    if pod is not None and not pod.deleting:
+        out.delete_pod(pod)
+    if evidence.fabric is not None:
+        return out.build(f"fabric verdict {new.phase.value}")
+    return out.build(f"verdict {new.phase.value}{' (rejudged)' if evidence.rejudged else ''}")
+
+
+def _phase_of(outcome: VerdictOutcome) -> tuple[Phase, str | None, str, str | None]:
+    """(phase, reason, message, held action) that ``outcome`` records."""
+    if isinstance(outcome, Accept):
+        return Phase.ACCEPTED, None, outcome.message, None
+    if isinstance(outcome, Quarantine):
+        return Phase.QUARANTINED, outcome.reason, outcome.summary, None
+    if isinstance(outcome, Hold):
+        return Phase.HELD, outcome.reason, outcome.message, outcome.action
+    if isinstance(outcome, EnterFabric):  # passed the single-node checks
+        message = "passed the single-node checks; waiting for a fabric pair"
+        return Phase.FABRIC, REASON_FABRIC_WAITING, message, None
+    assert_never(outcome)
+
+
+def _reasons(verdict: Verdict) -> list[Reason]:
+    reasons = list(verdict.reasons)[:MAX_REASONS]
+    if not reasons and not verdict.accepted:
+        reasons = [Reason(check="probe", reason=REASON_PROBE_ERROR, message="no reason given")]
+    return reasons
+
+
+def _evidence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]:
+    """The status fields the evidence behind ``outcome`` sets."""
+    verdict, evidence = outcome.verdict, outcome.evidence
+    if evidence.fabric is not None:  # a fabric verdict: the round's probe stays on record
+        return {"fabric": evidence.fabric}
+    report, pod = evidence.report, evidence.pod
+    update: dict[str, Any] = {
+        "rejudged": evidence.rejudged,
+        "probe_pod": None,
+        "probe_started_time": None,
+        "next_attempt_time": None,
+    }
+    if not evidence.rejudged:
+        update["last_probe_time"] = ctx.obs.now
+        update["probed_boot_id"] = report.boot_id if report is not None else ctx.node.boot_id
+        # The report this verdict came from; an error verdict has none. Keeping
+        # an older one would let a later re-judge accept on stale evidence.
+        update["report"] = report
+        # The kubelet's view of the probe's run (None for a pod that never ran).
+        update["probe_pod_seconds"] = pod.run_seconds if pod is not None else None
+    if verdict.checks or report is not None:
+        update["checks"] = list(verdict.checks)[:MAX_REASONS]
+    if report is not None:  # the figures of the report judged (an error verdict has none)
+        update["figures"] = verdict.figures
+    if isinstance(outcome, EnterFabric):
+        update["fabric"] = FabricStatus(waiting_since=ctx.obs.now, summary="waiting")
+    return update
+
+
+def _events(out: PlanBuilder, new: NodeAcceptanceStatus, outcome: VerdictOutcome) -> None:
+    """The Events of a newly recorded phase or reason."""
+    message = new.message or ""
+    if isinstance(outcome, EnterFabric):
+        out.event(ACCEPTANCE_KIND, "Normal", REASON_FABRIC_WAITING, message)
+    elif isinstance(outcome, Accept):
+        out.event(ACCEPTANCE_KIND, "Normal", "Accepted", message)
+    elif isinstance(outcome, Quarantine):
+        text = f"quarantined ({outcome.reason}): {outcome.summary}"
+        out.event("Node", "Warning", "Quarantined", text)
+        out.event(ACCEPTANCE_KIND, "Warning", "Quarantined", text)
+    elif isinstance(outcome, Hold) and outcome.reason == REASON_DRY_RUN:
+        etype: Literal["Normal", "Warning"] = "Normal" if outcome.verdict.accepted else "Warning"
+        out.event(ACCEPTANCE_KIND, etype, REASON_DRY_RUN, message)
+    elif isinstance(outcome, Hold):
+        out.event("Node", "Warning", outcome.reason, message)
+        out.event(ACCEPTANCE_KIND, "Warning", outcome.reason, message)
+    else:
+        assert_never(outcome)
+
+
+def _record_wait(ctx: NodeContext, out: PlanBuilder, wait: Wait) -> Plan:
+    st = ctx.status
+    update: dict[str, Any] = {"reason": wait.reason, "message": cut(wait.message, 1000)}
+    if wait.fabric is not None:
+        update["fabric"] = wait.fabric
+    waiting = ctx.stamped(st, **update)
+    if waiting != ctx.stamped(st):
+        out.write_status(st, waiting)
+        if st.reason != wait.reason:
+            out.event(ACCEPTANCE_KIND, "Warning", wait.reason, wait.message)
+    out.ensure_node(ctx, st)
+    return out.build(wait.note)
+
+
+def attempt_failed(
+    ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str, pod: PodView | None
+) -> Plan:
+    """An attempt failed without a trustworthy report: retry, then ProbeError."""
+    st, spec = ctx.status, ctx.spec
+    if st.attempts >= spec.probe_run.retries + 1:
+        error = Reason(
+            check="probe", reason=REASON_PROBE_ERROR, message=cut(f"{reason}: {message}", 500)
+        )
+        return record_verdict(ctx, out, failing_verdict((error,)), Evidence(pod=pod))
+    backoff = min(
+        spec.probe_run.backoff_seconds * 2 ** max(st.attempts - 1, 0),
+        ctx.obs.config.max_backoff_seconds,
+    )
+    new = st.model_copy(
+        update={
+            "phase": Phase.PENDING,
+            "reason": reason,
+            "message": cut(f"attempt {st.attempts} failed: {message}", 1000),
+            "next_attempt_time": ctx.obs.now + timedelta(seconds=backoff),
+            "probe_pod": None,
+            "probe_started_time": None,
+        }
+    )
+    out.write_status(st, new)
+    out.event(
+        ACCEPTANCE_KIND,
+        "Warning",
+        reason,
+        f"probe attempt {st.attempts} failed, retrying in {backoff}s: {message}",
+    )
+    if pod is not None and not pod.deleting:
+        out.delete_pod(pod)
+    out.wake_in(backoff)
+    return out.build(f"retry after {reason}")
