@@ -3,7 +3,7 @@ probe runs them.
 
 Everything else that lists checks is built from :data:`CHECKS`: the
 ``ProbePolicy`` sections (:mod:`gpuaccept.checks.policy`), the key-figure
-printer columns of the NodeAcceptance CRD (:mod:`gpuaccept.checks.crdgen`),
+printer columns of the NodeAcceptance CRD (:mod:`gpuaccept.checks.gen.crds`),
 the probe CLI help and the docs' check tables (``make docs``).
 
 Importing this module imports no torch, no NVML and no Kubernetes client.
