@@ -18,7 +18,7 @@ condensed (when the report must shrink; the columns are dropped)::
      "minH2DGBps": 52.9, "minD2HGBps": 52.7, "slowH2D": [1], "slowD2H": [0]}
 
 (``slow*``: the GPUs with the lowest bandwidth; ``belowMax*``: the GPUs below
-their maximum, as ranges, ``""`` for none; condensed reports before issue 13
+their maximum, as ranges, ``""`` for none; condensed reports of older probes
 carry them as lists, judged the same.)
 
 The full form also carries ``numaNode`` (per GPU, -1 where the kernel does not
@@ -96,7 +96,7 @@ class PcieLinkObserved(ObservedModel):
     gpus: int | None = None
     min_gen: int | None = None
     min_width: int | None = None
-    # GPUs as ranges ("0-7"; "" none); condensed reports before issue 13 carry lists
+    # GPUs as ranges ("0-7"; "" none); older probes' condensed reports carry lists
     below_max_gen: list[int] | str | None = None
     below_max_width: list[int] | str | None = None
     min_h2d_gbps: float | None = Field(default=None, alias="minH2DGBps")

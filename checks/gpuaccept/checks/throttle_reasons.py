@@ -23,7 +23,7 @@ observed::
 samples in which it was active; only reasons seen at least once). Condensed:
 ``worst``: reason → [the largest fraction, the GPU it was on], and
 ``minSmClockMHz`` / ``minSmClockGpu`` instead of the columns, without
-``warmupSamples`` (never judged). Condensed reports before issue 13 carry
+``warmupSamples`` (never judged). Older probes' condensed reports carry
 ``maxActiveFraction`` and ``worstGpu`` instead of ``worst``, and
 ``smClockMaxMHzTop`` (the highest max SM clock): judged the same. Reports of
 earlier probes carry ``reasons`` (reason → GPUs that showed it once); they are
