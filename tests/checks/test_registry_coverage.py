@@ -54,3 +54,14 @@ def test_every_registered_check_has_its_judge_table(check: str) -> None:
     needed = {CheckStatus.PASS, CheckStatus.FAIL} | (returned - {CheckStatus.ERROR})
     missing = needed - {c.status for c in cases}
     assert not missing, f"{path.name}: no row for {sorted(s.value for s in missing)}"
+
+
+def test_every_registered_check_has_a_fault_profile() -> None:
+    """A profile in profiles/faults/ whose ``expect.check`` is the check (the demo, the
+    operator tests and the benchmark pick it up from there)."""
+    expected = {
+        (yaml.safe_load(path.read_text(encoding="utf-8")).get("expect") or {}).get("check")
+        for path in (REPO / "profiles" / "faults").glob("*.yaml")
+    }
+    missing = [c.name for c in CHECKS if c.name not in expected]
+    assert not missing, f"add a fault profile to profiles/faults/ that fails: {missing}"
