@@ -8,9 +8,18 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+from pydantic import Field
 from pydantic.alias_generators import to_camel
 
+from gpuaccept.checks import budget
+from gpuaccept.checks.gen import docs
+from gpuaccept.checks.phase_estimate import fixed_phase
+from gpuaccept.checks.policy import probe_policy_model
 from gpuaccept.checks.registry import CHECKS
+from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry
+from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATED_SECTION = re.compile(r"<!-- BEGIN GENERATED.*?<!-- END GENERATED[^>]*-->", re.S)
@@ -74,3 +83,60 @@ def test_the_walk_through_names_every_per_check_file() -> None:
     assert not missing, f"docs/architecture.md's 'Adding a check' does not name {missing}"
     for link in LINKS:
         assert (REPO / link).is_symlink(), link
+
+
+# --- a throwaway check, in-process: its spec is all the derived lists need ----------
+
+
+class FanSpeedPolicy(CheckSwitch):
+    min_rpm: int = Field(default=1000, ge=0, description="Every fan at least this fast.")
+
+
+class FanSpeedObserved(ObservedModel):
+    rpm: list[int]
+
+
+def judge_fan_speed(
+    observed: FanSpeedObserved, section: FanSpeedPolicy, _summary: HardwareSummary
+) -> CheckJudgement:
+    slow = [i for i, rpm in enumerate(observed.rpm) if rpm < section.min_rpm]
+    status = CheckStatus.FAIL if slow else CheckStatus.PASS
+    return CheckJudgement(status, {"minRpm": section.min_rpm}, f"slow fans: {slow}")
+
+
+FAN_SPEED = CheckSpec(
+    name="fan_speed",
+    title="Fan speed",
+    summary="every fan at or above the minimum",
+    reason="FanSpeedFailed",
+    policy_model=FanSpeedPolicy,
+    observed_model=FanSpeedObserved,
+    judge=judge_fan_speed,
+    runbook=RunbookEntry(meaning="a fan turns too slowly", fix="replace the fan"),
+    budget=fixed_phase("fan tachometers", 0.1, "one NVML query per GPU"),
+)
+
+
+def test_a_new_checks_spec_is_all_its_section_budget_and_docs_tables_need(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checks = (*CHECKS, FAN_SPEED)
+    policy_model = probe_policy_model(checks)
+    section = policy_model.model_fields["fan_speed"]
+    assert (section.alias, section.annotation) == ("fanSpeed", FanSpeedPolicy)
+    probe_policy = policy_model.model_validate({"fanSpeed": {"minRpm": 1500}})
+    judgement = judge_fan_speed(
+        FanSpeedObserved(rpm=[1200]), probe_policy.section(FAN_SPEED), HardwareSummary(gpu_count=1)
+    )
+    assert judgement.status is CheckStatus.FAIL
+    # the time budget: its row between the registered checks' and the end
+    monkeypatch.setattr(budget, "CHECKS", checks)
+    rows = budget.suite_budget(probe_policy)  # type: ignore[arg-type]
+    assert [r.check for r in rows][-2:] == ["fan_speed", budget.END_PHASE]
+    assert rows[-2].seconds == 0.1
+    # the docs' tables
+    assert "`fan_speed`" in docs.checks_table(checks)
+    assert "`FanSpeedFailed`" in docs.runbook_reasons(checks)
+    assert "`fanSpeed.minRpm`" in docs.policy_fields(checks)
+    assert "`rpm`" in docs.observed_shapes(checks)
+    assert "`fan_speed`" in docs.probe_checks(checks)
