@@ -1,7 +1,7 @@
 # CRDs generated from the contract models, and the Helm chart (issue 5).
 #
 #   make crds        regenerate crds/, charts/gpuaccept/crds/ and charts/gpuaccept-crds/files/
-#                    from the pydantic models
+#                    from the pydantic models (gpuaccept.checks.gen.crds, build time only)
 #   make chart-lint  helm lint + helm template (default and example values)
 #   make chart-test  the chart, CRD and image-convention tests (integration ones included)
 #   make chart-docs  regenerate values.schema.json's defaultPolicy (from the CRD) and the

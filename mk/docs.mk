@@ -1,4 +1,5 @@
-# Docs generated from the check registry (issue 9).
+# Docs generated from the check registry, by gpuaccept.checks.gen.docs (build time only:
+# no image carries gpuaccept.checks.gen).
 #
 #   make docs        rewrite the marked sections (<!-- BEGIN GENERATED: NAME --> ... END) of
 #                    docs/policy.md, probe.md, report-format.md and profile-format.md from the

@@ -15,6 +15,7 @@ USAGE = """usage: gpuaccept {probe,operator,cleanup,crds,docs} [options]
   cleanup    remove what gpuaccept leaves in a cluster (dry run unless --yes)
   crds       print the CustomResourceDefinitions generated from the contract models
   docs       rewrite the docs' check tables from the check registry
+             (crds and docs: build-time commands, from a source checkout)
 """
 
 EXIT_USAGE = 2
@@ -38,16 +39,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuaccept.operator.cleanup import main as cleanup_main  # noqa: PLC0415 (lazy: one component only)
 
         return cleanup_main(rest)
-    if command == "crds":
-        from gpuaccept.checks.crdgen import main as crds_main  # noqa: PLC0415 (lazy: one component only)
-
-        return crds_main(rest)
-    if command == "docs":
-        from gpuaccept.checks.docgen import main as docs_main  # noqa: PLC0415 (lazy: one component only)
-
-        return docs_main(rest)
+    if command in {"crds", "docs"}:
+        return _generate(command, rest)
     sys.stderr.write(f"gpuaccept: unknown command {command!r}\n{USAGE}")
     return EXIT_USAGE
+
+
+def _generate(command: str, rest: list[str]) -> int:
+    """``crds``/``docs``: the generators in ``gpuaccept.checks.gen``, which the images
+    leave out (nothing the probe or the operator runs needs them)."""
+    try:
+        if command == "crds":
+            from gpuaccept.checks.gen.crds import main as generate  # noqa: PLC0415 (lazy: build time only)
+        else:
+            from gpuaccept.checks.gen.docs import main as generate  # noqa: PLC0415 (lazy: build time only)
+    except ModuleNotFoundError as error:
+        if not (error.name or "").startswith("gpuaccept.checks.gen"):
+            raise
+        sys.stderr.write(
+            f"gpuaccept {command}: a build-time command; run it from a source checkout "
+            f"(make {command})\n"
+        )
+        return EXIT_USAGE
+    return generate(rest)
 
 
 if __name__ == "__main__":

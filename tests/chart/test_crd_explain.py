@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from gpuaccept.checks import crdgen
+from gpuaccept.checks.gen import crds as crdgen
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 
 Schema = dict[str, Any]

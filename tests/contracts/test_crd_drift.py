@@ -9,6 +9,7 @@ real kube-apiserver, is tests/integration/test_crds.py.
 from __future__ import annotations
 
 import re
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuaccept.checks import crdgen
+from gpuaccept import cli
+from gpuaccept.checks.gen import crds as crdgen
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import (
     CheckSummary,
@@ -77,6 +79,25 @@ def test_cli_prints_every_crd(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_writes_files(tmp_path: Path) -> None:
     assert crdgen.main(["--out", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(crdgen.rendered_files())
+
+
+@pytest.mark.parametrize("command", ["crds", "docs"])
+def test_without_the_generators_the_cli_says_where_to_run_them(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The images leave gpuaccept.checks.gen out (.dockerignore): one line, exit 2."""
+    monkeypatch.setitem(sys.modules, "gpuaccept.checks.gen", None)
+    monkeypatch.delitem(sys.modules, f"gpuaccept.checks.gen.{command}", raising=False)
+    assert cli.main([command]) == 2
+    assert capsys.readouterr().err == (
+        f"gpuaccept {command}: a build-time command; run it from a source checkout "
+        f"(make {command})\n"
+    )
+
+
+def test_the_images_leave_the_generators_out() -> None:
+    ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+    assert "checks/gpuaccept/checks/gen" in ignored
 
 
 # --- a small structural-schema validator ---------------------------------------------

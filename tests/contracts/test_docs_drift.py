@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.checks import docgen
+from gpuaccept.checks.gen import docs as docgen
 from gpuaccept.checks.registry import CHECKS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gpuaccept.checks import crdgen
+from gpuaccept.checks.gen import crds as crdgen
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.contracts.nodeacceptance import MAX_CHECK_FIGURES, KeyFigures
 

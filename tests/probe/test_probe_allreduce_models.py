@@ -13,7 +13,6 @@ from probe_scenarios import (
 )
 
 from gpuaccept.checks.gpu_models import gpu_model_class
-from gpuaccept.checks.nccl_allreduce import SPEC as NCCL
 from gpuaccept.checks.nccl_allreduce import NcclAllreducePolicy
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.report import CheckStatus, decode_termination_message
@@ -124,12 +123,3 @@ def test_the_curve_survives_the_termination_message(path: object) -> None:
     assert nccl is not None
     assert isinstance(nccl.observed, dict)
     assert len(nccl.observed["sweep"]) == 5
-
-
-def test_condensed_curve_is_rounded_and_rejudgeable() -> None:
-    observed = NCCL.parse(
-        {"ranks": 8, "busbwGBps": 465.3, "sweep": [[GIB, 446.21], [8 * GIB, 465.3]]}
-    )
-    condensed = NCCL.condense(observed)
-    assert condensed.sweep == [(GIB, 446.0), (8 * GIB, 465.0)]
-    assert condensed.busbw_gbps == 465.3

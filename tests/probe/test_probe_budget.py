@@ -1,5 +1,6 @@
-"""The time budget (issue 13 item 4): the default suite within 60 s on 8 GPUs, one set
-of figures for the docs table, the budget test and the simulated node's durations."""
+"""The time budget: the default suite within 60 s on 8 GPUs, one set of figures for
+the docs table, the budget test and the simulated node's durations, each check's
+from its own ``CheckSpec.budget``."""
 
 import sys
 from pathlib import Path
@@ -8,7 +9,11 @@ import pytest
 from probe_scenarios import FIXTURES, HEALTHY, default_policy, probe, run_cli
 from test_probe_real_backend import fake_nvml
 
-from gpuaccept.checks import budget, peer_bandwidth
+from gpuaccept.checks import budget, peer_bandwidth, phase_estimate
+from gpuaccept.checks import gpu_compute as gpu_compute_check
+from gpuaccept.checks import nccl_allreduce as nccl_allreduce_check
+from gpuaccept.checks import pcie_link as pcie_link_check
+from gpuaccept.checks import throttle_reasons as throttle_reasons_check
 from gpuaccept.checks.budget import (
     START_PHASE,
     SUITE_LIMIT_S,
@@ -16,7 +21,7 @@ from gpuaccept.checks.budget import (
     suite_budget,
     suite_seconds,
 )
-from gpuaccept.checks.docgen import probe_budget
+from gpuaccept.checks.gen.docs import probe_budget
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.contracts.report import CheckStatus
@@ -38,12 +43,13 @@ def test_the_default_suite_fits_in_60_seconds_on_8_gpus() -> None:
     assert f"**{suite_seconds(suite_budget(default_policy())):.1f} s**" in probe_budget(REPO)
 
 
-def test_every_registered_check_has_a_budget_row() -> None:
-    """A check added later is in the budget (and its simulated duration) or this fails."""
-    rows = {p.check for p in suite_budget(ProbePolicy())}
-    assert {c.name for c in CHECKS} - rows == set()
-    # and every row is a check that runs, or the time before the first / after the last
-    assert rows - {c.name for c in CHECKS} == {budget.START_PHASE, budget.END_PHASE}
+def test_the_budget_rows_are_the_registry_between_start_and_end() -> None:
+    """Each row comes from a registered check's ``budget`` (a spec field), in registry
+    order, so a check added later is in the budget (and its simulated duration)."""
+    rows = [p.check for p in suite_budget(ProbePolicy())]
+    assert rows == [budget.START_PHASE, *(c.name for c in CHECKS), budget.END_PHASE]
+    for check, row in zip(CHECKS, suite_budget(ProbePolicy(), 4)[1:-1], strict=True):
+        assert row.estimate == check.budget(ProbePolicy().section(check), 4)
 
 
 def test_the_peer_row_covers_a_node_without_peer_access() -> None:
@@ -53,9 +59,9 @@ def test_the_peer_row_covers_a_node_without_peer_access() -> None:
     section = policy.section(peer_bandwidth.SPEC)
     row = next(p for p in suite_budget(policy) if p.check == "peer_bandwidth")
     copies = 56 * (section.warmup_iterations + section.iterations)
-    staged = copies * section.staged_buffer_bytes / (budget.STAGED_PEER_GBPS * 1e9)
+    staged = copies * section.staged_buffer_bytes / (peer_bandwidth.STAGED_PEER_GBPS * 1e9)
     assert row.seconds >= staged
-    assert 2 * copies * section.buffer_bytes / (budget.STAGED_PEER_GBPS * 1e9) > row.seconds
+    assert 2 * copies * section.buffer_bytes / (peer_bandwidth.STAGED_PEER_GBPS * 1e9) > row.seconds
 
 
 def test_the_former_60_second_window_alone_breaks_the_budget() -> None:
@@ -78,13 +84,13 @@ def test_the_policy_drives_the_load_and_sweep_rows() -> None:
 
 
 def test_the_budget_assumes_what_the_probe_does() -> None:
-    assert budget.LOAD_RAMP_S == real.LOAD_RAMP_S
-    assert budget.THROTTLE_SAMPLE_INTERVAL_S == throttle_reasons.SAMPLE_INTERVAL_S
-    assert budget.COPY_BYTES == pcie_link.COPY_BYTES
-    assert budget.FP8_WARMUP_S == gpu_compute_measure.OWN_WARMUP_S
-    assert budget.COPY_REPETITIONS == real.COPY_REPETITIONS
+    assert phase_estimate.LOAD_RAMP_S == real.LOAD_RAMP_S
+    assert throttle_reasons_check.THROTTLE_SAMPLE_INTERVAL_S == throttle_reasons.SAMPLE_INTERVAL_S
+    assert pcie_link_check.COPY_BYTES == pcie_link.COPY_BYTES
+    assert gpu_compute_check.FP8_WARMUP_S == gpu_compute_measure.OWN_WARMUP_S
+    assert pcie_link_check.COPY_REPETITIONS == real.COPY_REPETITIONS
     for top in (1 << 10, 1 << 20, 1 << 33, 1 << 34, 3 << 30):
-        assert budget.sweep_bytes(top) == nccl_allreduce.sweep_sizes(top)
+        assert nccl_allreduce_check.sweep_bytes(top) == nccl_allreduce.sweep_sizes(top)
 
 
 def test_a_simulated_report_states_the_budget_durations_and_their_sum() -> None:

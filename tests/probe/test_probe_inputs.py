@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 import yaml
 from probe_scenarios import DEFAULT_POLICY_FILE, HEALTHY, REPO, run_cli
+from pydantic import ValidationError
 
 from gpuaccept.checks.policy import ProbePolicy
-from gpuaccept.probe.hardware.profile import load_profile
+from gpuaccept.probe.hardware.profile import Gpu, GpuOverride, load_profile
 from gpuaccept.probe.inputs import InputError, default_policy, load_policy, policy_from_json
 
 
@@ -44,6 +45,12 @@ def mutate(change: str) -> dict[str, object]:
         gpus["clockEventReasons"] = {"load": ["hw_slowdwn"]}
     elif change == "override-range":
         gpus["overrides"] = {9: {"h2dGBps": 1.0}}
+    elif change == "override-bound":
+        gpus["overrides"] = {3: {"pcieMaxWidth": 64}}
+    elif change == "override-misspelled":
+        gpus["overrides"] = {3: {"h2dGbps": 1.0}}
+    elif change == "override-model":
+        gpus["overrides"] = {3: {"model": "NVIDIA H100 80GB HBM3"}}
     elif change == "unknown-top":
         data["gpu"] = {}
     elif change == "bad-cpulist":
@@ -58,6 +65,9 @@ PROFILE_CASES = {
     "missing": ("driver.cudaDriverVersion", "required field is missing"),
     "bad-reason": ("gpus.clockEventReasons.load.0", "hw_slowdwn"),
     "override-range": ("gpus", "GPU index 9 is not below count 8"),
+    "override-bound": ("gpus.overrides.3.pcieMaxWidth", "less than or equal to 32"),
+    "override-misspelled": ("gpus.overrides.3.h2dGbps", "unknown field"),
+    "override-model": ("gpus.overrides.3.model", "unknown field"),
     "unknown-top": ("gpu", "unknown field"),
     "bad-cpulist": ("cpus.overrides.0-3;5.[key]", "pattern"),
 }
@@ -88,6 +98,25 @@ def test_unparseable_profiles(tmp_path: Path, text: str, needle: str) -> None:
         load_profile(write(tmp_path, text))
     assert needle in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_every_gpu_field_can_be_overridden_with_the_same_bounds() -> None:
+    """``GpuOverride`` is derived from ``Gpu``: a field added to ``Gpu`` is overridable,
+    and a bad value reads the same reason as the ``gpus`` default would."""
+    assert set(GpuOverride.model_fields) == set(Gpu.model_fields)
+    for name, field in Gpu.model_fields.items():
+        override = GpuOverride.model_fields[name]
+        assert (override.alias, override.metadata) == (field.alias, field.metadata), name
+        assert override.default is None, name
+    bad = {"pcieMaxGeneration": 9, "h2dGBps": -1, "xids": [0], "computeMode": "shared"}
+    for key, value in bad.items():
+        with pytest.raises(ValidationError) as as_default:
+            Gpu.model_validate({"h2dGBps": 50, "d2hGBps": 50, key: value})
+        with pytest.raises(ValidationError) as as_override:
+            GpuOverride.model_validate({key: value})
+        assert [e["msg"] for e in as_override.value.errors()] == [
+            e["msg"] for e in as_default.value.errors()
+        ], key
 
 
 def test_missing_profile_file(tmp_path: Path) -> None:

@@ -8,12 +8,10 @@ from typing import Any
 
 import pytest
 from probe_scenarios import FIXTURES, PROFILES, UntimedLoad, default_policy, fault, probe
-from pydantic import JsonValue
 from test_probe_real_backend import FakeNVMLError, fake_nvml
 
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import BY_NAME
-from gpuaccept.checks.throttle_reasons import SPEC as THROTTLE
 from gpuaccept.checks.throttle_reasons import ThrottleReasonsPolicy
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 from gpuaccept.probe import clocks
@@ -25,55 +23,6 @@ from gpuaccept.probe.measure.throttle_reasons import measure, sample_counts
 from gpuaccept.probe.runner import hardware_summary, run_check
 
 SUMMARY = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=2)
-
-
-def judged(observed: JsonValue, policy: ThrottleReasonsPolicy | None = None) -> tuple[str, str]:
-    j = THROTTLE.judge(THROTTLE.parse(observed), policy or ThrottleReasonsPolicy(), SUMMARY)
-    return j.status.value, j.message
-
-
-@pytest.mark.parametrize(
-    ("fractions", "status"),
-    [
-        ({"hw_slowdown": [0.0, 0.1]}, "pass"),  # at the limit: not more than 10 %
-        ({"hw_slowdown": [0.0, 0.11]}, "fail"),
-        ({"hw_slowdown": [0.02, 0.0]}, "pass"),  # a P-state change: one sample or two
-        ({"hw_thermal_slowdown": [0.9, 0.9]}, "fail"),
-        ({"sw_power_cap": [0.5, 0.0]}, "warn"),
-        ({"sw_power_cap": [0.05, 0.0]}, "pass"),
-        ({"sync_boost": [1.0, 1.0]}, "pass"),  # not judged
-    ],
-)
-def test_a_reason_counts_only_when_sustained(
-    fractions: dict[str, list[float]], status: str
-) -> None:
-    observed: JsonValue = {"samples": 120, "warmupSamples": 20, "activeFraction": fractions}
-    assert judged(observed)[0] == status
-
-
-def test_the_fraction_is_a_policy_threshold_and_condensing_keeps_the_verdict() -> None:
-    observed: JsonValue = {"samples": 120, "activeFraction": {"hw_slowdown": [0.0, 0.3, 0.05]}}
-    assert judged(observed) == ("fail", "hw_slowdown 30% of samples on GPU 1")
-    assert judged(observed, ThrottleReasonsPolicy(max_active_fraction=0.5))[0] == "pass"
-    condensed = THROTTLE.condense(THROTTLE.parse(observed)).to_observed()
-    assert condensed == {"samples": 120, "worst": {"hw_slowdown": [0.3, 1]}}
-    assert judged(condensed) == ("fail", "hw_slowdown 30% of samples on GPU 1")
-    assert judged(condensed, ThrottleReasonsPolicy(max_active_fraction=0.5))[0] == "pass"
-
-
-def test_condensed_reports_of_earlier_probes_are_judged_the_same() -> None:
-    """Before issue 13 the condensed form carried two maps instead of ``worst``."""
-    earlier: JsonValue = {
-        "samples": 120,
-        "maxActiveFraction": {"hw_slowdown": 0.3},
-        "worstGpu": {"hw_slowdown": 1},
-    }
-    assert judged(earlier) == ("fail", "hw_slowdown 30% of samples on GPU 1")
-
-
-def test_a_lost_gpu_fails_by_name() -> None:
-    observed: JsonValue = {"samples": 10, "activeFraction": {}, "failedGpus": {"3": "load: hung"}}
-    assert judged(observed) == ("fail", "GPU 3 failed: load: hung")
 
 
 def test_warm_up_samples_are_not_counted() -> None:

@@ -2,13 +2,12 @@
 real two-socket host (tests/fixtures/sysfs-topology), the real backend over it, the
 simulated profiles, and table tests of both judges (full and condensed forms)."""
 
-import json
 import sys
 import types
 from pathlib import Path
 
 import pytest
-from probe_scenarios import FIXTURES, PROFILES, condense_json, fault, judge_json, probe
+from probe_scenarios import FIXTURES, PROFILES, fault, probe
 from pydantic import JsonValue
 
 from gpuaccept.checks.gpu_numa import SPEC as GPU_NUMA
@@ -16,9 +15,6 @@ from gpuaccept.checks.infiniband_ports import SPEC as INFINIBAND
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 from gpuaccept.probe.hardware.infiniband import (
-    IbHca,
-    IbPort,
-    InfinibandView,
     parse_port_state,
     parse_rate,
     read_infiniband,
@@ -27,7 +23,6 @@ from gpuaccept.probe.hardware.real import RealBackend
 from gpuaccept.probe.hardware.sysfs import SysfsError
 from gpuaccept.probe.hardware.topology import read_host_topology
 from gpuaccept.probe.measure import ProbeContext
-from gpuaccept.probe.measure.infiniband_ports import measure
 from gpuaccept.probe.runner import run_check
 
 TOPOLOGY = FIXTURES / "sysfs-topology"
@@ -242,115 +237,13 @@ def test_fault_profiles_name_what_is_wrong(name: str, message: str) -> None:
     assert got.startswith(message), got
 
 
+# --- gpu_numa: the judge ---------------------------------------------------
+
+
 def test_snc_host_spread_is_judged_per_socket() -> None:
     status, message = _result(PROFILES / "h100-sxm-8gpu-snc.yaml", "gpu_numa")
     assert status is CheckStatus.PASS
     assert message == "8 GPUs on NUMA nodes 0,1,2,3; 4+4 over 2 sockets"
-
-
-# --- gpu_numa: the judge ---------------------------------------------------
-
-
-def numa_observed(
-    sockets: int, numa: list[int], socket: list[int], nodes: int | None = 2, **extra: JsonValue
-) -> JsonValue:
-    observed: dict[str, JsonValue] = {
-        "sockets": sockets,
-        "numaNode": list[JsonValue](numa),
-        "socket": list[JsonValue](socket),
-        **extra,
-    }
-    if nodes is not None:
-        observed["numaNodes"] = nodes
-    return observed
-
-
-EVEN = policy(gpuNuma={"socketSpread": "even"})
-FOUR_FOUR = policy(gpuNuma={"gpusPerSocket": [4, 4]})
-
-
-@pytest.mark.parametrize(
-    ("observed", "probe_policy", "status", "needle"),
-    [
-        # single socket, one node: -1 is normal
-        (numa_observed(1, [-1] * 8, [0] * 8, 1), EVEN, CheckStatus.PASS, "8 over 1 socket"),
-        # NUMA off on two sockets: the reason names the BIOS
-        (numa_observed(2, [-1] * 8, [-1] * 8, 1), EVEN, CheckStatus.FAIL, "NUMA off in the BIOS"),
-        # two nodes, one GPU without proximity data
-        (
-            numa_observed(2, [0, 0, 0, 0, 1, 1, 1, -1], [0, 0, 0, 0, 1, 1, 1, -1]),
-            EVEN,
-            CheckStatus.FAIL,
-            "GPU 7: no NUMA node",
-        ),
-        # ... which requireNumaNode: false lets through on the NUMA rule, but not the spread
-        (
-            numa_observed(2, [0, 0, 0, 0, 1, 1, 1, -1], [0, 0, 0, 0, 1, 1, 1, -1]),
-            policy(gpuNuma={"requireNumaNode": False, "socketSpread": "even"}),
-            CheckStatus.FAIL,
-            "GPU 7: on no single socket",
-        ),
-        (
-            numa_observed(2, [0, 0, 0, 0, 1, 1, 1, -1], [0, 0, 0, 0, 1, 1, 1, -1]),
-            policy(gpuNuma={"requireNumaNode": False}),
-            CheckStatus.PASS,
-            "8 GPUs on NUMA nodes 0,1",
-        ),
-        (
-            numa_observed(2, [0] * 4 + [1] * 4, [0] * 4 + [1] * 4),
-            EVEN,
-            CheckStatus.PASS,
-            "4+4 over 2 sockets",
-        ),
-        (
-            numa_observed(2, [0] * 8, [0] * 8),
-            EVEN,
-            CheckStatus.FAIL,
-            "GPUs per socket 8+0 over 2 sockets",
-        ),
-        (numa_observed(2, [0] * 8, [0] * 8), policy(), CheckStatus.PASS, "8+0"),
-        (
-            numa_observed(2, [0] * 5 + [1] * 3, [0] * 5 + [1] * 3),
-            FOUR_FOUR,
-            CheckStatus.FAIL,
-            "GPUs per socket 5+3, expected 4+4",
-        ),
-        (
-            numa_observed(1, [-1] * 8, [0] * 8, 1),
-            FOUR_FOUR,
-            CheckStatus.FAIL,
-            "GPUs per socket 8, expected 4+4",
-        ),
-        (numa_observed(2, [0] * 3 + [1] * 4, [0] * 3 + [1] * 4), EVEN, CheckStatus.PASS, "4+3"),
-        (
-            numa_observed(2, [0, -1], [0, -1], failedGpus={"1": "NUMA placement: no PCI bus id"}),
-            EVEN,
-            CheckStatus.FAIL,
-            "GPU 1 failed: NUMA placement",
-        ),
-    ],
-)
-def test_gpu_numa_judge(
-    observed: JsonValue, probe_policy: ProbePolicy, status: CheckStatus, needle: str
-) -> None:
-    judged = judge_json(GPU_NUMA, observed, probe_policy, SUMMARY)
-    assert judged.status is status, judged.message
-    assert needle in judged.message
-    condensed = judge_json(GPU_NUMA, condense_json(GPU_NUMA, observed), probe_policy, SUMMARY)
-    assert (condensed.status, condensed.message) == (judged.status, judged.message)
-
-
-def test_gpu_numa_rejects_ragged_columns() -> None:
-    with pytest.raises(ValueError, match="equal length"):
-        GPU_NUMA.parse(numa_observed(2, [0, 1], [0]))
-
-
-def test_gpu_numa_condensed_drops_cpulists_and_stays_small() -> None:
-    full = numa_observed(2, [-1] * 16, [-1] * 16, 1, localCpulist={"0-223": list(range(16))})
-    condensed = condense_json(GPU_NUMA, full)
-    assert isinstance(condensed, dict)
-    assert "localCpulist" not in condensed
-    assert len(json.dumps(condensed, separators=(",", ":"))) <= 250
 
 
 # --- infiniband_ports: the judge -------------------------------------------
@@ -368,142 +261,6 @@ def port(name: str, **fields: JsonValue) -> dict[str, JsonValue]:
         "symbolError": 0,
     }
     return {**healthy, **fields}
-
-
-def ib_observed(
-    ports: list[dict[str, JsonValue]],
-    *,
-    mode: str = "shared",
-    firmware: dict[str, str] | None = None,
-) -> JsonValue:
-    """What the measure function makes of these ports (one HCA per port)."""
-    hcas = []
-    for p in ports:
-        hca, number = str(p["port"]).split("/")
-        ib_port = IbPort(
-            hca=hca,
-            port=int(number),
-            state=str(p["state"]),
-            phys_state=str(p["physState"]),
-            rate_gbps=float(str(p["rateGbps"])),
-            link_layer=str(p["linkLayer"]),
-            link_downed=int(str(p["linkDowned"])),
-            symbol_error=int(str(p["symbolError"])),
-        )
-        fw = (firmware or {}).get(hca, "28.39.1002")
-        hcas.append(IbHca(name=hca, fw_ver=fw, board_id="MT_0000000838", ports=(ib_port,)))
-
-    class View:
-        def infiniband(self) -> InfinibandView:
-            return InfinibandView(hcas=tuple(hcas), netns_mode=mode)  # type: ignore[arg-type]
-
-    return measure(View(), INFINIBAND.policy_model(), ProbeContext()).to_observed()  # type: ignore[arg-type]
-
-
-EIGHT = [port(f"mlx5_{i}/1") for i in range(8)]
-IB_EXPECT_8 = policy(infinibandPorts={"expectedUpPorts": 8, "linkLayer": "InfiniBand"})
-IB_DEFAULTS = policy(
-    infinibandPorts={
-        "linkLayer": "InfiniBand",
-        "minRateGbps": 200,
-        "linkDownedWarn": 1,
-        "symbolErrorWarn": 1,
-    }
-)
-
-
-@pytest.mark.parametrize(
-    ("observed", "probe_policy", "status", "needle"),
-    [
-        (ib_observed([]), IB_DEFAULTS, CheckStatus.PASS, "none expected"),
-        (ib_observed([]), IB_EXPECT_8, CheckStatus.FAIL, "no InfiniBand/RoCE HCA"),
-        (ib_observed([], mode="exclusive"), IB_EXPECT_8, CheckStatus.PASS, "count not judged"),
-        (ib_observed(EIGHT), IB_EXPECT_8, CheckStatus.PASS, "8 InfiniBand ports up on 8 HCAs"),
-        (
-            ib_observed([*EIGHT[:7], port("mlx5_7/1", state="DOWN", physState="Polling")]),
-            IB_EXPECT_8,
-            CheckStatus.FAIL,
-            "7 of 8 InfiniBand ports up (ACTIVE, LinkUp); down: (mlx5_7/1)",
-        ),
-        # a down port without an expected count: healthy (an unused port)
-        (
-            ib_observed([*EIGHT[:7], port("mlx5_7/1", state="DOWN", physState="Disabled")]),
-            IB_DEFAULTS,
-            CheckStatus.PASS,
-            "7 InfiniBand ports up",
-        ),
-        (
-            ib_observed([*EIGHT[:7], port("mlx5_7/1", state="ARMED")]),
-            IB_DEFAULTS,
-            CheckStatus.FAIL,
-            "LinkUp but not ACTIVE (mlx5_7/1 ARMED)",
-        ),
-        (
-            ib_observed([*EIGHT[:7], port("mlx5_7/1", rateGbps=100)]),
-            IB_DEFAULTS,
-            CheckStatus.FAIL,
-            "rate 100 < 200 Gb/s (mlx5_7/1)",
-        ),
-        # a slow Ethernet storage port is not judged when linkLayer is InfiniBand
-        (
-            ib_observed([*EIGHT, port("mlx5_8/1", rateGbps=100, linkLayer="Ethernet")]),
-            IB_DEFAULTS,
-            CheckStatus.PASS,
-            "min 400 Gb/s",
-        ),
-        (
-            ib_observed([*EIGHT, port("mlx5_8/1", rateGbps=100, linkLayer="Ethernet")]),
-            policy(infinibandPorts={"minRateGbps": 200}),
-            CheckStatus.FAIL,
-            "rate 100 < 200",
-        ),
-        (
-            ib_observed(EIGHT, firmware={"mlx5_3": "28.36.1010"}),
-            IB_DEFAULTS,
-            CheckStatus.FAIL,
-            "mlx5_3 28.36.1010",
-        ),
-        (
-            ib_observed(EIGHT, firmware={"mlx5_3": "28.36.1010"}),
-            policy(infinibandPorts={"requireSameFirmware": False}),
-            CheckStatus.PASS,
-            "8 ports up",
-        ),
-        (
-            ib_observed([*EIGHT[:7], port("mlx5_7/1", linkDowned=3)]),
-            IB_DEFAULTS,
-            CheckStatus.WARN,
-            "link_downed 3 >= 1 (mlx5_7/1)",
-        ),
-        (
-            ib_observed([*EIGHT[:7], port("mlx5_7/1", symbolError=70)]),
-            policy(infinibandPorts={"symbolErrorFail": 50}),
-            CheckStatus.FAIL,
-            "symbol_error 70 >= 50 (mlx5_7/1)",
-        ),
-    ],
-)
-def test_infiniband_judge(
-    observed: JsonValue, probe_policy: ProbePolicy, status: CheckStatus, needle: str
-) -> None:
-    judged = judge_json(INFINIBAND, observed, probe_policy, SUMMARY)
-    assert judged.status is status, judged.message
-    assert needle in judged.message, judged.message
-    condensed = judge_json(INFINIBAND, condense_json(INFINIBAND, observed), probe_policy, SUMMARY)
-    assert condensed.status is judged.status, condensed.message
-
-
-def test_infiniband_condensed_is_small_with_sixteen_bad_ports() -> None:
-    bad = [
-        port(f"mlx5_{i}/1", state="INIT", rateGbps=100, linkDowned=9, symbolError=900)
-        for i in range(16)
-    ]
-    observed = ib_observed(bad, firmware={"mlx5_3": "28.36.1010", "mlx5_9": "28.30.1000"})
-    judged = judge_json(INFINIBAND, observed, IB_DEFAULTS, SUMMARY)
-    assert judged.status is CheckStatus.FAIL
-    condensed = condense_json(INFINIBAND, observed)
-    # every kind of failure at once, 16 HCAs: one name per kind is kept
-    assert len(json.dumps(condensed, separators=(",", ":"))) <= 330
 
 
 def test_simulated_gpu_without_proximity_data(tmp_path: Path) -> None:

@@ -7,12 +7,11 @@ from typing import get_args
 import pytest
 from probe_scenarios import HEALTHY, default_policy, fault, probe
 
-from gpuaccept.checks import memory_health, xid_errors
+from gpuaccept.checks import xid_errors
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.gpu_sets import merged
-from gpuaccept.checks.memory_health import MemoryHealthObserved, MemoryHealthPolicy
 from gpuaccept.checks.registry import BY_NAME
-from gpuaccept.checks.xid_errors import XidErrorsObserved, XidErrorsPolicy, xid_sets
+from gpuaccept.checks.xid_errors import XidErrorsObserved, xid_sets
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 from gpuaccept.probe.hardware.profile import RecoveryActionName, load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
@@ -48,83 +47,6 @@ def xid(**fields: object) -> XidErrorsObserved:
     return XidErrorsObserved.model_validate({"watched": "0-7", "listenedS": 80.0, **fields})
 
 
-@pytest.mark.parametrize(
-    ("observed", "status", "message"),
-    [
-        (xid(), CheckStatus.PASS, "no critical Xid on GPUs 0-7 in 80 s under load"),
-        (
-            xid(
-                events=[{"gpu": 5, "xid": 79, "atS": 41.5, "during": "nccl_allreduce"}],
-                xids={"5": [79]},
-            ),
-            CheckStatus.FAIL,
-            "GPU 5: Xid 79 (GPU fallen off the bus: reboot the node; reseat or replace if it "
-            "recurs) during nccl_allreduce",
-        ),
-        (
-            xid(xids={"2": [94]}),
-            CheckStatus.FAIL,
-            "GPU 2: Xid 94 (contained ECC error: reset the GPU when convenient)",
-        ),
-        (
-            xid(xids={"2": [92]}),
-            CheckStatus.WARN,
-            "GPU 2: Xid 92 (high single-bit ECC rate: watch it; no action unless it persists)",
-        ),
-        (
-            xid(xids={"0-1": [13, 43]}),
-            CheckStatus.PASS,
-            "no critical Xid on GPUs 0-7 in 80 s under load; not judged: Xid 13, 43",
-        ),
-        (
-            xid(recoveryAction={"gpu_reset": "3"}),
-            CheckStatus.FAIL,
-            "GPU 3: recovery action gpu_reset",
-        ),
-        (
-            xid(recoveryAction={"recover_imex_domain": "0-7"}),
-            CheckStatus.WARN,
-            "GPUs 0-7: recovery action recover_imex_domain",
-        ),
-        (
-            xid(xids={"-1": [48]}),
-            CheckStatus.FAIL,
-            "an unknown GPU: Xid 48 (double-bit ECC error: reset the GPU; replace it if it recurs)",
-        ),
-        (
-            xid(
-                notRead={
-                    "recoveryAction": "GPUs 0-7: driver 550.54.15: no recovery action "
-                    "field before R570"
-                }
-            ),
-            CheckStatus.PASS,
-            "no critical Xid on GPUs 0-7 in 80 s under load; recoveryAction not read: GPUs 0-7: "
-            "driver 550.54.15: no recovery action field before R570",
-        ),
-    ],
-)
-def test_xid_judge(observed: XidErrorsObserved, status: CheckStatus, message: str) -> None:
-    judgement = xid_errors.judge(observed, XidErrorsPolicy(), SUMMARY)
-    assert (judgement.status, judgement.message) == (status, message)
-    condensed = xid_errors.condense(observed)
-    assert condensed.events is None
-    assert xid_errors.judge(condensed, XidErrorsPolicy(), SUMMARY).status is status
-
-
-def test_xid_policy_moves_a_code_between_lists() -> None:
-    observed = xid(xids={"4": [13]})
-    policy = XidErrorsPolicy(fail_on=[13], warn_on=[])
-    assert xid_errors.judge(observed, policy, SUMMARY).status is CheckStatus.FAIL
-    relaxed = XidErrorsPolicy(fail_on=[], warn_on=[92])
-    assert xid_errors.judge(xid(xids={"5": [79]}), relaxed, SUMMARY).status is CheckStatus.PASS
-
-
-def test_xid_malformed_gpu_set_is_an_error_not_a_pass() -> None:
-    with pytest.raises(ValueError, match="range"):
-        xid_errors.judge(xid(xids={"GPU five": [13]}), XidErrorsPolicy(), SUMMARY)
-
-
 def test_xid_sets_group_gpus_with_the_same_xids() -> None:
     events = [(5, 79), (3, 94), (4, 94), (3, 94), (-1, 48)]
     assert xid_sets(events) == {"3-4": [94], "5": [79], "-1": [48]}
@@ -139,82 +61,6 @@ def test_default_xid_lists_are_the_catalogue_defaults() -> None:
 
 def test_profile_recovery_actions_are_nvml_order() -> None:
     assert get_args(RecoveryActionName) == tuple(a.value for a in xid_errors.RecoveryAction)
-
-
-def mem(**fields: object) -> MemoryHealthObserved:
-    return MemoryHealthObserved.model_validate({"gpus": 8, **fields})
-
-
-@pytest.mark.parametrize(
-    ("observed", "status", "message"),
-    [
-        (mem(), CheckStatus.PASS, "ECC and memory healthy on 8 GPUs"),
-        (
-            mem(remapPending="5", remappedRows={"5": [0, 2]}, aggregateUncorrected={"5": 2}),
-            CheckStatus.FAIL,
-            "GPU 5: row remap pending (0 correctable, 2 uncorrectable rows remapped; reset "
-            "needed); GPU 5: 2 uncorrected ECC errors in the GPU's lifetime",
-        ),
-        (
-            mem(remapFailed="3"),
-            CheckStatus.FAIL,
-            "GPU 3: row remapping failed (replace the GPU)",
-        ),
-        (
-            mem(volatileUncorrected={"1": 2}),
-            CheckStatus.FAIL,
-            "GPU 1: 2 uncorrected ECC errors since the driver loaded",
-        ),
-        (mem(eccOff="4"), CheckStatus.FAIL, "GPU 4: ECC off"),
-        (mem(eccPendingOff="0-7"), CheckStatus.FAIL, "GPUs 0-7: ECC off after the next reset"),
-        (
-            mem(retirePending="2", retiredPages={"2": 3}),
-            CheckStatus.FAIL,
-            "GPU 2: page retirement pending (reset needed)",
-        ),
-        (mem(retiredPages={"2": 61}), CheckStatus.FAIL, "GPU 2: 61 retired pages (replace)"),
-        (mem(retiredPages={"2": 60}), CheckStatus.PASS, "ECC and memory healthy on 8 GPUs"),
-        (
-            mem(aggregateUncorrected={"2": 1}),
-            CheckStatus.WARN,
-            "GPU 2: 1 uncorrected ECC errors in the GPU's lifetime",
-        ),
-        (
-            mem(notRead={"eccMode": "GPU 6: NotSupported"}),
-            CheckStatus.PASS,
-            "ECC and memory healthy on 8 GPUs; eccMode not read: GPU 6: NotSupported",
-        ),
-    ],
-)
-def test_memory_judge(observed: MemoryHealthObserved, status: CheckStatus, message: str) -> None:
-    judgement = memory_health.judge(observed, MemoryHealthPolicy(), SUMMARY)
-    assert (judgement.status, judgement.message) == (status, message)
-    condensed = memory_health.condense(observed)
-    assert condensed.remapped_rows is None
-    assert memory_health.judge(condensed, MemoryHealthPolicy(), SUMMARY).status is status
-
-
-def test_memory_pending_gpus_with_the_same_rows_share_one_reason() -> None:
-    observed = mem(remapPending="1-2,5", remappedRows={"1": [0, 1], "2": [0, 1], "5": [3, 0]})
-    message = memory_health.judge(observed, MemoryHealthPolicy(), SUMMARY).message
-    assert message == (
-        "GPUs 1-2: row remap pending (0 correctable, 1 uncorrectable rows remapped; reset "
-        "needed); GPU 5: row remap pending (3 correctable, 0 uncorrectable rows remapped; "
-        "reset needed)"
-    )
-
-
-def test_memory_policy_relaxes_thresholds() -> None:
-    observed = mem(volatileUncorrected={"1": 2}, eccOff="3", aggregateUncorrected={"1": 2})
-    policy = MemoryHealthPolicy(
-        require_ecc=False, max_volatile_uncorrected=2, warn_aggregate_uncorrected=5
-    )
-    assert memory_health.judge(observed, policy, SUMMARY).status is CheckStatus.PASS
-
-
-def test_memory_malformed_gpu_set_is_an_error_not_a_pass() -> None:
-    with pytest.raises(ValueError, match="range"):
-        memory_health.judge(mem(remapFailed="all"), MemoryHealthPolicy(), SUMMARY)
 
 
 # --- the simulated probe run -------------------------------------------------------

@@ -10,6 +10,7 @@ when condensed; cpulists longer than 96 characters are clipped).
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -65,6 +66,7 @@ SPEC = CheckSpec(
     observed_model=CpuGovernorObserved,
     judge=judge,
     condense=condense,
+    budget=fixed_phase("cpufreq governor of every CPU", 0.1, "one sysfs file per CPU (224)"),
     runbook=RunbookEntry(
         meaning="CPUs not on the required governor (e.g. `powersave`)",
         fix="set `performance` (tuned / BIOS)",

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import (
     CheckSwitch,
@@ -207,6 +208,11 @@ SPEC = CheckSpec(
     observed_model=DriverLibrariesObserved,
     judge=judge,
     condense=condense,
+    budget=fixed_phase(
+        "versions: kernel module, NVML, cuDriverGetVersion",
+        0.2,
+        "a few file reads and library calls",
+    ),
     runbook=RunbookEntry(
         meaning=(
             "kernel module and user-space driver differ (NVML's mismatch in the probe, or the "

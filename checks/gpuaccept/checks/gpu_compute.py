@@ -48,6 +48,7 @@ from gpuaccept.checks.per_gpu_figures import (
     spread,
     without_figure,
 )
+from gpuaccept.checks.phase_estimate import LOAD_RAMP_S, NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -209,6 +210,21 @@ def condense(observed: GpuComputeObserved) -> GpuComputeObserved:
     return observed.model_copy(update=update)
 
 
+FP8_WARMUP_S = 1.0  # measure/gpu_compute.py: OWN_WARMUP_S (a test ties them)
+
+
+def budget(section: GpuComputePolicy, _gpus: int) -> PhaseEstimate:
+    """The fp8 load (bf16 is timed in the throttle_reasons load)."""
+    seconds = LOAD_RAMP_S + FP8_WARMUP_S + section.fp8_seconds + 0.5 if section.fp8 else 0.1
+    return PhaseEstimate(
+        "fp8 matmul phase (bf16 TFLOPS come from the throttle load)",
+        seconds,
+        f"{LOAD_RAMP_S:g} s ramp + {FP8_WARMUP_S:g} s warm-up + {section.fp8_seconds:g} s "
+        "timed (`fp8Seconds`) + 0.5 s to stop; 0.1 s with `fp8: false`",
+        f"the policy; {NOT_ON_GPU}",
+    )
+
+
 SPEC = CheckSpec(
     name="gpu_compute",
     title="GPU compute throughput",
@@ -219,6 +235,7 @@ SPEC = CheckSpec(
     observed_model=GpuComputeObserved,
     judge=judge,
     condense=condense,
+    budget=budget,
     runbook=RunbookEntry(
         meaning="a GPU's matmul throughput below the model minimum or well below its siblings",
         fix="heatsink seating and cooling, clock caps (nvidia-smi -q -d CLOCK), GPU replacement",

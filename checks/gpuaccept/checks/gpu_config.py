@@ -38,6 +38,7 @@ from enum import StrEnum
 from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus, ungroup
+from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
@@ -288,6 +289,7 @@ SPEC = CheckSpec(
     observed_model=GpuConfigObserved,
     judge=judge,
     condense=condense,
+    budget=fixed_phase("power, persistence, MIG, compute mode", 0.1, "NVML queries"),
     runbook=RunbookEntry(
         meaning=(
             "power limit below the default, persistence off, MIG or compute mode not as the "

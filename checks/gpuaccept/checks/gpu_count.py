@@ -23,6 +23,7 @@ observed: ``{"visible": 7, "allocatable": 7, "capacity": 8, "labelled": 8,
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -122,6 +123,7 @@ SPEC = CheckSpec(
     policy_model=GpuCountPolicy,
     observed_model=GpuCountObserved,
     judge=judge,
+    budget=fixed_phase("GPU counts: NVML, the PCI bus", 0.1, "sysfs scan"),
     runbook=RunbookEntry(
         meaning=(
             "fewer GPUs than the node should have: allocatable below capacity (the device plugin "

@@ -41,6 +41,7 @@ from gpuaccept.checks.per_gpu_figures import (
     spread,
     without_figure,
 )
+from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -143,6 +144,24 @@ def condense(observed: GpuMemoryBandwidthObserved) -> GpuMemoryBandwidthObserved
     return observed.model_copy(update=update)
 
 
+TRIAD_SETUP_S = 0.5  # per GPU, in parallel: 3 arrays allocated and filled (an estimate)
+TRIAD_GBPS = 2000.0  # a low HBM3 triad rate, so the row is an upper bound
+
+
+def budget(section: GpuMemoryBandwidthPolicy, _gpus: int) -> PhaseEstimate:
+    """The triads on every GPU at once, at a rate below HBM3's."""
+    triads = section.warmup_iterations + section.iterations
+    moved = triads * 3 * section.buffer_bytes
+    return PhaseEstimate(
+        "STREAM triad on every GPU at once",
+        TRIAD_SETUP_S + moved / (TRIAD_GBPS * 1e9),
+        f"{TRIAD_SETUP_S:g} s to allocate and fill 3 arrays of "
+        f"{section.buffer_bytes >> 20} MiB + {triads} triads x 3 arrays at "
+        f"{TRIAD_GBPS:g} GB/s (a floor: H100 SXM HBM3 peaks at 3350)",
+        f"the policy; {NOT_ON_GPU}",
+    )
+
+
 SPEC = CheckSpec(
     name="gpu_memory_bandwidth",
     title="GPU memory bandwidth",
@@ -153,6 +172,7 @@ SPEC = CheckSpec(
     observed_model=GpuMemoryBandwidthObserved,
     judge=judge,
     condense=condense,
+    budget=budget,
     runbook=RunbookEntry(
         meaning="a GPU's memory bandwidth below the model minimum or well below its siblings",
         fix="memory clock (nvidia-smi -q -d CLOCK), HBM health (row remaps), GPU replacement",

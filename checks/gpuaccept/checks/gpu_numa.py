@@ -32,6 +32,7 @@ from typing import Literal
 from pydantic import Field, JsonValue, model_validator
 
 from gpuaccept.checks.gpu_ranges import group, parse_gpus
+from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
@@ -204,6 +205,7 @@ SPEC = CheckSpec(
     observed_model=GpuNumaObserved,
     judge=judge,
     condense=condense,
+    budget=fixed_phase("GPU NUMA placement", 0.1, "sysfs reads"),
     runbook=RunbookEntry(
         meaning=(
             "a GPU has no NUMA node on a multi-socket host, or the GPUs are not spread over the "

@@ -34,6 +34,7 @@ from typing import Literal
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -314,6 +315,7 @@ SPEC = CheckSpec(
     observed_model=InfinibandPortsObserved,
     judge=judge,
     condense=condense,
+    budget=fixed_phase("InfiniBand ports", 0.1, "sysfs reads"),
     runbook=RunbookEntry(
         meaning=(
             "too few HCA ports up, a port LinkUp but not ACTIVE, a slow port, mixed firmware on "

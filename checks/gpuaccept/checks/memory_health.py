@@ -42,6 +42,7 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.gpu_sets import gpu_label, merged, notes_condensed
+from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -188,6 +189,7 @@ SPEC = CheckSpec(
     observed_model=MemoryHealthObserved,
     judge=judge,
     condense=condense,
+    budget=fixed_phase("ECC, row remapping", 0.1, "NVML queries"),
     runbook=RunbookEntry(
         meaning=(
             "ECC off, uncorrected ECC errors since the driver loaded, a row remap pending or "

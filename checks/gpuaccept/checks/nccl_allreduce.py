@@ -25,6 +25,7 @@ whole GB/s but the curve stays, and ``backend``, ``algbwGBps``, ``timing`` and
 from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_models import per_model_value
+from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
@@ -122,6 +123,57 @@ def key_figures(observed: NcclAllreduceObserved) -> NcclAllreduceFigures:
     return NcclAllreduceFigures(busbw_gbps=busbw if busbw >= 0 else None)
 
 
+# What the time budget assumes of the probe's sweep (a test ties it to the probe's).
+SWEEP_STEPS = 5  # measure/nccl_allreduce.py: message sizes, each 8x the previous
+SWEEP_FACTOR = 8
+# Estimates (no GPU here).
+RANK_START_S = 4.0  # spawn 8 interpreters that each import torch and gpuaccept
+RANK_CUDA_S = 0.5  # each rank's CUDA context, in parallel
+NCCL_INIT_S = 2.0  # ncclCommInitRank over 8 GPUs
+RANK_TEARDOWN_S = 1.0  # destroy_process_group, the ranks' exit, the join
+FALLBACK_BUSBW_GBPS = 320.0  # no minimum in the policy: the h100-sxm/h200-sxm default
+
+
+def sweep_bytes(max_bytes: int) -> list[int]:
+    """The all-reduce sweep's message sizes (the probe's ``sweep_sizes``)."""
+    sizes: list[int] = []
+    size = max_bytes
+    while len(sizes) < SWEEP_STEPS and size >= 1024:
+        sizes.insert(0, size)
+        size //= SWEEP_FACTOR
+    return sizes
+
+
+def slowest_passing_busbw(section: NcclAllreducePolicy) -> float:
+    """The lowest bus bandwidth the policy accepts (the slowest sweep that passes)."""
+    minimums = [v for v in section.min_busbw_gbps_by_model.values() if v > 0]
+    if section.min_busbw_gbps:
+        minimums.append(section.min_busbw_gbps)
+    return min(minimums) if minimums else FALLBACK_BUSBW_GBPS
+
+
+def budget(section: NcclAllreducePolicy, gpus: int) -> PhaseEstimate:
+    """One process per GPU, NCCL init and the sweep at the slowest rate that passes."""
+    gpus = max(gpus, 2)  # one GPU: the check skips; the row keeps its two-GPU figure
+    busbw = slowest_passing_busbw(section)
+    algbw = busbw * gpus / (2 * (gpus - 1))
+    rounds = section.warmup_iterations + section.iterations
+    moved = rounds * sum(sweep_bytes(section.max_message_bytes))
+    sweep = moved / (algbw * 1e9)
+    fixed = RANK_START_S + RANK_CUDA_S + NCCL_INIT_S + RANK_TEARDOWN_S
+    return PhaseEstimate(
+        "all-reduce: spawn one process per GPU, NCCL init, the sweep",
+        fixed + sweep,
+        f"{RANK_START_S:g} s {gpus} processes start (spawn, import torch) + "
+        f"{RANK_CUDA_S:g} s CUDA contexts + {NCCL_INIT_S:g} s NCCL init + "
+        f"{rounds} x {sum(sweep_bytes(section.max_message_bytes)) / 2**30:.2f} GiB swept at "
+        f"algbw {algbw:.0f} GB/s (busbw {busbw:g}, the lowest that passes) = {sweep:.1f} s + "
+        f"{RANK_TEARDOWN_S:g} s teardown",
+        "NCCL init: nccl-tests issue 273 logs 0.66 s on 8 GPUs (NCCL_DEBUG Init timings); "
+        f"the rest {NOT_ON_GPU}",
+    )
+
+
 SPEC = CheckSpec(
     name="nccl_allreduce",
     title="NCCL all-reduce",
@@ -134,6 +186,7 @@ SPEC = CheckSpec(
     figures_model=NcclAllreduceFigures,
     key_figures=key_figures,
     columns=(FigureColumn("BusBW", BUSBW_FIGURE, "NCCL all-reduce GB/s.", position=1),),
+    budget=budget,
     runbook=RunbookEntry(
         meaning="all-reduce busbw below the policy minimum",
         fix="NVLink/NVSwitch/fabric manager",

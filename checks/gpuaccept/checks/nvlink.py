@@ -29,6 +29,7 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
 from gpuaccept.checks.gpu_ranges import parse_gpus, ungroup
+from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
@@ -212,6 +213,7 @@ SPEC = CheckSpec(
     observed_model=NvlinkObserved,
     judge=judge,
     condense=condense,
+    budget=fixed_phase("NVLink state and counters", 0.5, "8 x 18 links x 4 NVML queries"),
     runbook=RunbookEntry(
         meaning=(
             'a GPU has fewer active NVLinks than its model should (message: "GPU 5: 16 of 18 '

@@ -29,6 +29,7 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
 from gpuaccept.checks.gpu_ranges import group, parse_gpus, ungroup
+from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
@@ -222,6 +223,7 @@ SPEC = CheckSpec(
     observed_model=NvswitchFabricObserved,
     judge=judge,
     condense=condense,
+    budget=fixed_phase("fabric state per GPU", 0.1, "one NVML query per GPU"),
     runbook=RunbookEntry(
         meaning=(
             'a GPU\'s fabric registration did not complete ("fabric registration not started": '

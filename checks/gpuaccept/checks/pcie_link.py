@@ -18,7 +18,7 @@ condensed (when the report must shrink; the columns are dropped)::
      "minH2DGBps": 52.9, "minD2HGBps": 52.7, "slowH2D": [1], "slowD2H": [0]}
 
 (``slow*``: the GPUs with the lowest bandwidth; ``belowMax*``: the GPUs below
-their maximum, as ranges, ``""`` for none; condensed reports before issue 13
+their maximum, as ranges, ``""`` for none; condensed reports of older probes
 carry them as lists, judged the same.)
 
 The full form also carries ``numaNode`` (per GPU, -1 where the kernel does not
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pydantic import Field, JsonValue, model_validator
 
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
+from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
@@ -95,7 +96,7 @@ class PcieLinkObserved(ObservedModel):
     gpus: int | None = None
     min_gen: int | None = None
     min_width: int | None = None
-    # GPUs as ranges ("0-7"; "" none); condensed reports before issue 13 carry lists
+    # GPUs as ranges ("0-7"; "" none); older probes' condensed reports carry lists
     below_max_gen: list[int] | str | None = None
     below_max_width: list[int] | str | None = None
     min_h2d_gbps: float | None = Field(default=None, alias="minH2DGBps")
@@ -279,6 +280,30 @@ def key_figures(observed: PcieLinkObserved) -> PcieLinkFigures | None:
     return PcieLinkFigures(min_pcie_generation=gen, min_pcie_width=width, pcie=f"Gen{gen}x{width}")
 
 
+# What the time budget assumes of the probe's copies (a test ties each to the probe's).
+COPY_BYTES = 256 << 20  # measure/pcie_link.py: one pinned copy
+COPY_WARMUP = 2  # real backend: untimed copies
+COPY_REPETITIONS = 20  # real backend: timed copies per direction
+# Estimates (no GPU here).
+CUDA_CONTEXT_S = 0.4  # cuInit share and one primary context per GPU (lazy loading)
+COPY_SETUP_S = 0.1  # per GPU: 256 MiB pinned host buffer, device buffer, copy thread
+COPY_GBPS = 50.0  # pinned copy at Gen5 x16 (the default policy's minimum is 40 GB/s)
+
+
+def budget(_section: PcieLinkPolicy, gpus: int) -> PhaseEstimate:
+    """CUDA initialisation (the first CUDA use) and the copies, one GPU at a time."""
+    copies = COPY_WARMUP + 2 * COPY_REPETITIONS
+    per_gpu = copies * COPY_BYTES / (COPY_GBPS * 1e9) + COPY_SETUP_S
+    return PhaseEstimate(
+        "CUDA initialisation; pinned H2D/D2H copies, one GPU at a time",
+        gpus * (CUDA_CONTEXT_S + per_gpu),
+        f"{gpus} GPUs x ({CUDA_CONTEXT_S:g} s CUDA context (the first CUDA use) + "
+        f"{copies} copies of {COPY_BYTES >> 20} MiB at {COPY_GBPS:g} GB/s + "
+        f"{COPY_SETUP_S:g} s buffers and thread)",
+        f"copy rate: Gen5 x16 (63 GB/s raw); context time: {NOT_ON_GPU}",
+    )
+
+
 SPEC = CheckSpec(
     name="pcie_link",
     title="PCIe link",
@@ -292,6 +317,7 @@ SPEC = CheckSpec(
     figures_model=PcieLinkFigures,
     key_figures=key_figures,
     columns=(FigureColumn("PCIe", "pcie", "Weakest PCIe link under load.", position=2),),
+    budget=budget,
     runbook=RunbookEntry(
         meaning=(
             "a GPU's PCIe link under load is below its maximum (e.g. x8), or copy bandwidth is low"

@@ -67,6 +67,7 @@ from enum import StrEnum
 from pydantic import Field, JsonValue, model_validator
 
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
+from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -486,6 +487,38 @@ def condense(observed: PeerBandwidthObserved) -> PeerBandwidthObserved:
     )
 
 
+PEER_SETUP_S = 0.02  # per ordered pair: buffers and CUDA events (an estimate)
+FALLBACK_PEER_GBPS = 300.0  # no minimum in the policy: the h100-sxm/h200-sxm default
+STAGED_PEER_GBPS = 10.0  # a copy staged through host memory, at worst: Gen4 nodes stage at
+# 20-22 GB/s (NVIDIA/nccl issue 814), HGX H100 at 37 (issue 1264); half of Gen4's rate
+
+
+def budget(section: PeerBandwidthPolicy, gpus: int) -> PhaseEstimate:
+    """The slower of the two nodes the matrix meets: every pair with peer access (the
+    policy's buffer, both ways too) or none (staged through host memory: the smaller
+    ``stagedBufferBytes``, one way only)."""
+    minimums = [v for v in section.min_gbps_by_model.values() if v > 0]
+    rate = min(minimums) if minimums else FALLBACK_PEER_GBPS
+    ordered = gpus * (gpus - 1)
+    copies = section.warmup_iterations + section.iterations
+    one_way = ordered * copies * section.buffer_bytes / (rate * 1e9)
+    both = one_way if section.bidirectional else 0.0  # half the pairs, twice the bytes each
+    staged = ordered * copies * section.staged_buffer_bytes / (STAGED_PEER_GBPS * 1e9)
+    setup = ordered * PEER_SETUP_S
+    return PhaseEstimate(
+        "GPU-pair peer copy matrix (and both directions at once)",
+        max(one_way + both, staged) + setup,
+        f"the slower of: with peer access, {ordered} ordered pairs x {copies} copies of "
+        f"{section.buffer_bytes >> 20} MiB at {rate:g} GB/s (the lowest that passes) = "
+        f"{one_way:.1f} s, the same again both ways = {one_way + both:.1f} s; without peer "
+        f"access, {ordered} x {copies} copies of {section.staged_buffer_bytes >> 20} MiB "
+        f"(`stagedBufferBytes`) staged through host memory at {STAGED_PEER_GBPS:g} GB/s, "
+        f"one way only = {staged:.1f} s; + {ordered} x {PEER_SETUP_S:g} s buffers and streams",
+        f"the policy; staged rate: 20-22 GB/s on PCIe Gen4 (NVIDIA/nccl issue 814), halved; "
+        f"{NOT_ON_GPU}",
+    )
+
+
 SPEC = CheckSpec(
     name="peer_bandwidth",
     title="GPU-to-GPU bandwidth",
@@ -497,6 +530,7 @@ SPEC = CheckSpec(
     observed_model=PeerBandwidthObserved,
     judge=judge,
     condense=condense,
+    budget=budget,
     runbook=RunbookEntry(
         meaning=(
             "one GPU pair copies slower than its siblings or the model's minimum (message: "

@@ -18,7 +18,7 @@ from pydantic import Field, create_model, model_validator
 
 from gpuaccept.checks.fabric_allreduce import FabricPolicy
 from gpuaccept.checks.registry import CHECKS
-from gpuaccept.checks.spec import CheckSpec
+from gpuaccept.checks.spec import AnyCheckSpec, CheckSpec
 from gpuaccept.contracts.api import PENDING_TAINT_KEY
 from gpuaccept.contracts.base import ContractModel
 from gpuaccept.contracts.policy import (
@@ -68,25 +68,32 @@ class ProbePolicySections(ContractModel):
         return value
 
 
+def probe_policy_model(checks: Iterable[AnyCheckSpec]) -> type[ProbePolicySections]:
+    """The ``ProbePolicy`` model of these checks: one section per check, named after it."""
+    sections: dict[str, Any] = {
+        spec.name: (
+            spec.policy_model,
+            Field(default=spec.policy_model(), description=f"{spec.title}: {spec.summary}"),
+        )
+        for spec in checks
+    }
+    model: type[ProbePolicySections] = create_model(
+        "ProbePolicy",
+        __base__=ProbePolicySections,
+        __module__=__name__,
+        __doc__=PROBE_POLICY_DOC,
+        **sections,
+    )
+    return model
+
+
 if TYPE_CHECKING:
 
     class ProbePolicy(ProbePolicySections):
         """Thresholds for every check (one section per registered check)."""
 
 else:
-    ProbePolicy = create_model(
-        "ProbePolicy",
-        __base__=ProbePolicySections,
-        __module__=__name__,
-        __doc__=PROBE_POLICY_DOC,
-        **{
-            spec.name: (
-                spec.policy_model,
-                Field(default=spec.policy_model(), description=f"{spec.title}: {spec.summary}"),
-            )
-            for spec in CHECKS
-        },
-    )
+    ProbePolicy = probe_policy_model(CHECKS)
 
 
 class NodeAcceptancePolicySpec(ContractModel):

@@ -3,7 +3,7 @@ probe runs them.
 
 Everything else that lists checks is built from :data:`CHECKS`: the
 ``ProbePolicy`` sections (:mod:`gpuaccept.checks.policy`), the key-figure
-printer columns of the NodeAcceptance CRD (:mod:`gpuaccept.checks.crdgen`),
+printer columns of the NodeAcceptance CRD (:mod:`gpuaccept.checks.gen.crds`),
 the probe CLI help and the docs' check tables (``make docs``).
 
 Importing this module imports no torch, no NVML and no Kubernetes client.
@@ -37,23 +37,23 @@ CHECKS: tuple[AnyCheckSpec, ...] = (
     cpu_governor.SPEC,
     pcie_link.SPEC,
     throttle_reasons.SPEC,
-    # issue 13 item 3: the GPU-to-GPU bandwidth matrix and peer access, before the
+    # The GPU-to-GPU bandwidth matrix and peer access, before the
     # all-reduce: without peer access NCCL falls back to host memory, and the first
     # reason must name the cause
     peer_bandwidth.SPEC,
     nccl_allreduce.SPEC,
-    # NVLink, the NVSwitch fabric, power and GPU configuration (issue 12 items 3, 4);
+    # NVLink, the NVSwitch fabric, power and GPU configuration;
     # gpu_config reuses the throttle_reasons samples under load, so it runs after it.
     nvlink.SPEC,
     nvswitch_fabric.SPEC,
     gpu_config.SPEC,
     gpu_numa.SPEC,
     infiniband_ports.SPEC,
-    # issue 12: Xid errors under load (measured last: the listener spans every load),
+    # Xid errors under load (measured last: the listener spans every load),
     # memory health
     xid_errors.SPEC,
     memory_health.SPEC,
-    # issue 13 items 1, 2: per-GPU compute (timed in the throttle_reasons load, so after
+    # Per-GPU compute (timed in the throttle_reasons load, so after
     # it) and memory bandwidth, each against the model minimum and the node's median GPU
     gpu_compute.SPEC,
     gpu_memory_bandwidth.SPEC,

@@ -15,6 +15,8 @@ or I/O). It defines
   the CRD schema of ``status.figures`` is generated from these models) and the
   printer columns that show them;
 * its reason code (``<CheckName>Failed``);
+* its time budget: ``budget(section, gpus) -> PhaseEstimate``, the seconds its
+  phase of a probe run takes (:mod:`gpuaccept.checks.budget` adds them up);
 
 and registers all of it as one ``SPEC`` in :mod:`gpuaccept.checks.registry`.
 The measuring half lives in the probe (``gpuaccept.probe.measure``).
@@ -26,6 +28,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import JsonValue
 
+from gpuaccept.checks.phase_estimate import PhaseEstimate
 from gpuaccept.contracts.base import ContractModel
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -105,6 +108,8 @@ class CheckSpec(Generic[PolicyT, ObservedT]):
     observed_model: type[ObservedT]
     judge: Callable[[ObservedT, PolicyT, HardwareSummary], CheckJudgement]
     runbook: RunbookEntry
+    # The seconds its phase of a probe run takes, from its section and the GPU count.
+    budget: Callable[[PolicyT, int], PhaseEstimate]
     condense: Callable[[ObservedT], ObservedT] = _unchanged
     # This check's key figures (None: the check has none), from its observed value.
     figures_model: type[FiguresModel] | None = None

@@ -23,7 +23,7 @@ observed::
 samples in which it was active; only reasons seen at least once). Condensed:
 ``worst``: reason → [the largest fraction, the GPU it was on], and
 ``minSmClockMHz`` / ``minSmClockGpu`` instead of the columns, without
-``warmupSamples`` (never judged). Condensed reports before issue 13 carry
+``warmupSamples`` (never judged). Older probes' condensed reports carry
 ``maxActiveFraction`` and ``worstGpu`` instead of ``worst``, and
 ``smClockMaxMHzTop`` (the highest max SM clock): judged the same. Reports of
 earlier probes carry ``reasons`` (reason → GPUs that showed it once); they are
@@ -34,6 +34,7 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.phase_estimate import LOAD_RAMP_S, PhaseEstimate
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
@@ -192,6 +193,29 @@ def condense(observed: ThrottleReasonsObserved) -> ThrottleReasonsObserved:
     return observed.model_copy(update=update)
 
 
+# What the time budget assumes of the probe's sampling (a test ties each to the probe's).
+THROTTLE_SAMPLE_INTERVAL_S = 0.25  # measure/throttle_reasons.py
+NVML_SAMPLE_S = 0.0005  # one NVML query (reasons, or SM clock): an estimate
+LOAD_STOP_S = 0.5  # to stop the load and free its memory: an estimate
+
+
+def budget(section: ThrottleReasonsPolicy, gpus: int) -> PhaseEstimate:
+    """The load: its ramp, the warm-up and the judged window."""
+    # each judged sample queries every GPU twice (reasons, SM clock), then sleeps
+    per_sample = THROTTLE_SAMPLE_INTERVAL_S + 2 * gpus * NVML_SAMPLE_S
+    window = section.sample_seconds * per_sample / THROTTLE_SAMPLE_INTERVAL_S
+    return PhaseEstimate(
+        "load: bf16 matmul on every GPU, clock event reasons sampled",
+        LOAD_RAMP_S + section.warmup_seconds + window + LOAD_STOP_S,
+        f"{LOAD_RAMP_S:g} s ramp + {section.warmup_seconds:g} s warm-up "
+        f"(`warmupSeconds`) + {section.sample_seconds:g} s window (`sampleSeconds`) "
+        f"x {per_sample / THROTTLE_SAMPLE_INTERVAL_S:.3f} ({2 * gpus} NVML queries of "
+        f"{NVML_SAMPLE_S * 1000:g} ms per {THROTTLE_SAMPLE_INTERVAL_S:g} s sample) + "
+        f"{LOAD_STOP_S:g} s to stop the load and free its memory",
+        "the policy; the NVML query time is an estimate, not measured on a GPU",
+    )
+
+
 SPEC = CheckSpec(
     name="throttle_reasons",
     title="Clock throttle reasons",
@@ -202,6 +226,7 @@ SPEC = CheckSpec(
     observed_model=ThrottleReasonsObserved,
     judge=judge,
     condense=condense,
+    budget=budget,
     runbook=RunbookEntry(
         meaning="HW slowdown, thermal or power brake under load",
         fix="cooling, power, GPU replacement",

@@ -43,6 +43,7 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.gpu_sets import gpu_label, notes_condensed
+from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
@@ -250,6 +251,11 @@ SPEC = CheckSpec(
     observed_model=XidErrorsObserved,
     judge=judge,
     condense=condense,
+    budget=fixed_phase(
+        "Xids seen, recovery actions",
+        0.1,
+        "one NVML query per GPU (the listener stops after the last check)",
+    ),
     runbook=RunbookEntry(
         meaning=(
             "a critical Xid while the probe loaded the GPUs, or a GPU left needing a recovery "

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from world import World, make_report
 
-from gpuaccept.checks import crdgen
+from gpuaccept.checks.gen import crds as crdgen
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.views import container_run_seconds, pod_view
 

@@ -5,7 +5,7 @@ an unknown or misspelled field is an error naming the file and the field.
 """
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -13,9 +13,11 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    create_model,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 
 from gpuaccept.checks.budget import START_PHASE
 from gpuaccept.checks.registry import BY_NAME
@@ -195,41 +197,6 @@ class GpuMemory(ProfileModel):
     retire_pending: bool = False
 
 
-class GpuOverride(ProfileModel):
-    """Per-GPU differences from the ``gpus`` defaults (all optional)."""
-
-    pcie_max_generation: int | None = Field(default=None, ge=1, le=7)
-    pcie_max_width: int | None = Field(default=None, ge=1, le=32)
-    pcie_idle: Link | None = None
-    pcie_load: Link | None = None
-    h2d_gbps: float | None = Field(default=None, ge=0, alias="h2dGBps")
-    d2h_gbps: float | None = Field(default=None, ge=0, alias="d2hGBps")
-    h2d_remote_gbps: float | None = Field(default=None, ge=0, alias="h2dRemoteGBps")
-    d2h_remote_gbps: float | None = Field(default=None, ge=0, alias="d2hRemoteGBps")
-    numa_node: int | None = Field(default=None, ge=-1, le=63)
-    clock_event_reasons: ClockEventReasons | None = None
-    sm_clock_max_mhz: int | None = Field(default=None, ge=1, le=10000, alias="smClockMaxMHz")
-    sm_clock_load_mhz: int | None = Field(default=None, ge=1, le=10000, alias="smClockLoadMHz")
-    lost: GpuLoss | None = None
-    nvlink: NvlinkSpec | None = None
-    fabric: FabricSpec | None = None
-    power_limit_w: float | None = Field(default=None, ge=0, le=5000, alias="powerLimitW")
-    default_power_limit_w: float | None = Field(
-        default=None, ge=0, le=5000, alias="defaultPowerLimitW"
-    )
-    persistence: bool | None = None
-    mig_enabled: bool | None = None
-    mig_pending: bool | None = None
-    compute_mode: ComputeModeName | None = None
-    unsupported: list[UnsupportedItem] | None = None
-    xids: list[XidCode] | None = None
-    recovery_action: RecoveryActionName | None = None
-    memory: GpuMemory | None = None
-    bf16_tflops: float | None = Field(default=None, ge=0, le=100000)
-    fp8_tflops: float | None = Field(default=None, ge=0, le=100000)
-    memory_gbps: float | None = Field(default=None, ge=0, le=100000, alias="memoryGBps")
-
-
 class Gpu(ProfileModel):
     """One GPU, fully resolved."""
 
@@ -342,6 +309,33 @@ class Gpu(ProfileModel):
         return self.pcie_load or Link(
             generation=self.pcie_max_generation, width=self.pcie_max_width
         )
+
+
+def _all_optional(model: type[ProfileModel], name: str, doc: str) -> type[ProfileModel]:
+    """``model``'s fields, each optional (default ``None``), with the same types, aliases
+    and bounds, so a bad value reads the same error in either model."""
+    fields: dict[str, Any] = {}
+    for field_name, field in model.model_fields.items():
+        annotation: Any = field.annotation
+        optional = FieldInfo.merge_field_infos(field, default=None, default_factory=None)
+        fields[field_name] = (annotation | None, optional)
+    derived: type[ProfileModel] = create_model(
+        name, __base__=ProfileModel, __module__=__name__, __doc__=doc, **fields
+    )
+    return derived
+
+
+if TYPE_CHECKING:
+
+    class GpuOverride(ProfileModel):
+        """Per-GPU differences from the ``gpus`` defaults: any field of :class:`Gpu`."""
+
+else:
+    GpuOverride = _all_optional(
+        Gpu,
+        "GpuOverride",
+        "Per-GPU differences from the ``gpus`` defaults: any field of :class:`Gpu`.",
+    )
 
 
 class Gpus(Gpu):

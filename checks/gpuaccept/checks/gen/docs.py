@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel
+from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from gpuaccept.checks.budget import BUDGET_GPUS, SUITE_LIMIT_S, suite_budget, suite_seconds
@@ -71,8 +72,9 @@ def _wire_name(name: str, field: FieldInfo) -> str:
 
 
 def section_name(check: AnyCheckSpec) -> str:
-    """The check's ``ProbePolicy`` section as it travels (``pcie_link`` → ``pcieLink``)."""
-    return _wire_name(check.name, ProbePolicy.model_fields[check.name])
+    """The check's ``ProbePolicy`` section as it travels (``pcie_link`` → ``pcieLink``):
+    the contract models' camelCase, from the check's name alone."""
+    return to_camel(check.name)
 
 
 def _json(value: Any) -> Any:

@@ -1,0 +1,120 @@
+"""nvlink: its judge table (a row per branch,
+with the policy section that decides it) and
+its judge's other tests."""
+
+import pytest
+from judge_table import Case, assert_row, default_policy, ids
+from pydantic import JsonValue
+
+from gpuaccept.checks.nvlink import SPEC as NVLINK
+from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.spec import AnyCheckSpec
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+
+H100 = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8)
+
+
+H100_NVL = HardwareSummary(gpu_model="NVIDIA H100 NVL", gpu_count=8)
+
+
+def judged(
+    check: AnyCheckSpec,
+    observed: JsonValue,
+    summary: HardwareSummary = H100,
+    policy: ProbePolicy | None = None,
+) -> tuple[CheckStatus, str]:
+    """(status, message) of ``observed`` as measured and condensed: both must agree."""
+    section = (policy or default_policy()).section(check)
+    full = check.judge(check.parse(observed), section, summary)
+    condensed = check.judge(check.condense(check.parse(observed)), section, summary)
+    assert condensed.status is full.status, (full.message, condensed.message)
+    return full.status, full.message
+
+
+EIGHTEEN = {"0-7": 18}
+
+
+@pytest.mark.parametrize(
+    ("observed", "summary", "status", "says"),
+    [
+        ({"links": EIGHTEEN, "active": EIGHTEEN}, H100, CheckStatus.PASS, ">= 18 active"),
+        (
+            {"links": EIGHTEEN, "active": {"0-4,6-7": 18, "5": 16}, "inactive": {"5": [16, 17]}},
+            H100,
+            CheckStatus.FAIL,
+            "GPU 5: 16 of 18 NVLinks active (inactive: 16, 17)",
+        ),
+        # an NVL part: no expected count, inactive links are recorded only
+        ({"links": EIGHTEEN, "active": {"0-7": 12}}, H100_NVL, CheckStatus.PASS, "not judged"),
+        (
+            {"links": EIGHTEEN, "active": EIGHTEEN, "errors": {"crc": {"4:3": 14}}},
+            H100,
+            CheckStatus.WARN,
+            "crc errors > 0 on GPU 4 link 3: 14",
+        ),
+        (
+            {"links": EIGHTEEN, "active": EIGHTEEN, "errors": {"recovery": {"3:7": 2}}},
+            H100,
+            CheckStatus.FAIL,
+            "recovery errors > 0 on GPU 3 link 7: 2",
+        ),
+        (
+            {"links": EIGHTEEN, "active": EIGHTEEN, "countersUnsupported": "0-1"},
+            H100,
+            CheckStatus.PASS,
+            "error counters not supported on GPUs 0, 1: not judged",
+        ),
+        (
+            {
+                "links": {"0": 18, "1": 0},
+                "active": {"0": 18, "1": 0},
+                "failedGpus": {"1": "NVLink: lost"},
+            },
+            H100,
+            CheckStatus.FAIL,
+            "GPU 1 failed: NVLink: lost",
+        ),
+    ],
+)
+def test_nvlink_judge(
+    observed: JsonValue, summary: HardwareSummary, status: CheckStatus, says: str
+) -> None:
+    got, message = judged(NVLINK, observed, summary)
+    assert got is status
+    assert says in message
+
+
+def test_nvlink_fail_thresholds_come_from_the_policy() -> None:
+    policy = ProbePolicy.model_validate({"nvlink": {"failAbove": {"replay": 100}}})
+    observed: JsonValue = {
+        "links": {"0": 18},
+        "active": {"0": 18},
+        "errors": {"replay": {"0:1": 101}},
+    }
+    assert judged(NVLINK, observed, policy=policy)[0] is CheckStatus.FAIL
+    assert judged(NVLINK, observed)[0] is CheckStatus.WARN  # default: replay only warns
+
+
+CASES = [
+    Case("all-active", {"links": EIGHTEEN, "active": EIGHTEEN}, CheckStatus.PASS, ">= 18 active",
+         summary=H100, shipped=True),
+    Case("two-inactive",
+         {"links": EIGHTEEN, "active": {"0-4,6-7": 18, "5": 16}, "inactive": {"5": [16, 17]}},
+         CheckStatus.FAIL, "GPU 5: 16 of 18 NVLinks active", summary=H100, shipped=True),
+    Case("nvl-part-not-judged", {"links": EIGHTEEN, "active": {"0-7": 12}}, CheckStatus.PASS,
+         "not judged", summary=H100_NVL, shipped=True),
+    Case("crc-warns", {"links": EIGHTEEN, "active": EIGHTEEN, "errors": {"crc": {"4:3": 14}}},
+         CheckStatus.WARN, "crc errors > 0 on GPU 4 link 3: 14", summary=H100, shipped=True),
+    Case("recovery-fails",
+         {"links": EIGHTEEN, "active": EIGHTEEN, "errors": {"recovery": {"3:7": 2}}},
+         CheckStatus.FAIL, summary=H100, shipped=True),
+    Case("policy-fails-on-replay",
+         {"links": {"0": 18}, "active": {"0": 18}, "errors": {"replay": {"0:1": 101}}},
+         CheckStatus.FAIL, section={"failAbove": {"replay": 100}}, summary=H100, shipped=True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_table(case: Case) -> None:
+    """The table: observed, the policy section, the expected status and message."""
+    assert_row(NVLINK, case)
