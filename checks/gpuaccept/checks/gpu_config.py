@@ -117,6 +117,9 @@ class GpuConfigObserved(ObservedModel):
     sm_clock_fraction: dict[str, float] | None = None  # GPUs -> median SM clock / max
     limited: str | None = None  # GPUs
     failed_gpus: dict[str, str] | None = None
+    # Read when persistence reads Off: nvidia-persistenced's socket reachable from the probe
+    # (False: NVML in a container reads Off although the daemon holds persistence on).
+    persistenced_socket: bool | None = None
     # condensed
     below_default: dict[str, list[int]] | None = None  # GPUs -> [enforced, default] W
     min_sm_clock_fraction: float | None = None
@@ -152,7 +155,7 @@ def _power_findings(o: GpuConfigObserved, tolerance: float) -> list[str]:
 
 def _mode_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
     out = []
-    if p.require_persistence and o.persistence_off:
+    if p.require_persistence and o.persistence_off and o.persistenced_socket is not False:
         out.append(f"persistence mode off on {gpu_list(parse_gpus(o.persistence_off))}")
     unsupported = {item: set(parse_gpus(gpus)) for item, gpus in (o.unsupported or {}).items()}
     mig_unknown = unsupported.get("mig", set())
@@ -214,6 +217,20 @@ def _clock_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
     return out
 
 
+def _persistence_unknowable(o: GpuConfigObserved, p: GpuConfigPolicy) -> str | None:
+    """Persistence read as Off where NVML could not ask nvidia-persistenced: inside a
+    container without the daemon's socket NVML reports Off even when the host holds
+    persistence on (NVIDIA/dgx-selinux pull request 3; docs/policy.md), so it is not
+    evidence of persistence off. A warning with the reason, never a failure."""
+    if not (p.require_persistence and o.persistence_off and o.persistenced_socket is False):
+        return None
+    return (
+        f"persistence mode reads Off on {gpu_list(parse_gpus(o.persistence_off))}, and "
+        "nvidia-persistenced's socket is not reachable from the probe pod: NVML cannot tell "
+        "the host's mode there (check `nvidia-smi -q | grep Persistence` on the host)"
+    )
+
+
 def judge(
     observed: GpuConfigObserved, policy: GpuConfigPolicy, summary: HardwareSummary
 ) -> CheckJudgement:
@@ -234,6 +251,9 @@ def judge(
     )
     if failing:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing)))
+    warning = _persistence_unknowable(observed, policy)
+    if warning:
+        return CheckJudgement(CheckStatus.WARN, expected, clip(warning))
     notes = [
         f"{item} not supported on {gpu_list(parse_gpus(gpus))}"
         for item, gpus in (observed.unsupported or {}).items()

@@ -471,6 +471,12 @@ class Node(ProfileModel):
         description="The GPU feature discovery label nvidia.com/gpu.count. Default: unset.",
     )
     boot_id: str | None = Field(default=None, alias="bootID", max_length=64)
+    persistenced_socket: bool = Field(
+        default=True,
+        description="nvidia-persistenced's socket (/var/run/nvidia-persistenced/socket) is "
+        "reachable in the probe pod. false: NVML there reads persistence mode as Off on every "
+        "GPU (NVIDIA/dgx-selinux pull request 3), whatever the host's mode.",
+    )
     pod_cpus: CpuList | None = Field(
         default=None,
         description="The probe pod's cpuset (its sched_getaffinity). Default: every CPU.",

@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from gpuaccept.contracts.report import HardwareMode
-from gpuaccept.probe.hardware import topology_backend
+from gpuaccept.probe.hardware import persistenced, topology_backend
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
@@ -40,6 +40,7 @@ from gpuaccept.probe.hardware.base import (
     GpuSettings,
     LoadTimer,
     MatmulPrecision,
+    NoSuchInterface,
     NvlinkLinks,
     PcieLinkState,
     PeerAccess,
@@ -137,9 +138,15 @@ def _library_version(
 class RealBackend:
     mode = HardwareMode.REAL
 
-    def __init__(self, sysfs_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> None:
+    def __init__(
+        self,
+        sysfs_root: Path = Path("/sys"),
+        proc_root: Path = Path("/proc"),
+        persistenced_sockets: tuple[Path, ...] = persistenced.SOCKET_PATHS,
+    ) -> None:
         self._sysfs_root = sysfs_root
         self._proc_root = proc_root
+        self._persistenced_sockets = persistenced_sockets
         self._nvml: ModuleType | None = None
         self._problem: str | None = None
         self._mismatch = False
@@ -229,7 +236,7 @@ class RealBackend:
         try:
             return read_cpu_governors(self._sysfs_root)
         except NoCpufreq as exc:
-            raise Unavailable(f"no cpufreq: {exc}") from exc
+            raise NoSuchInterface(f"no cpufreq driver: {exc}") from exc
 
     def boot_id(self) -> str | None:
         try:
@@ -591,6 +598,9 @@ class RealBackend:
 
     def gpu_settings(self, gpu: int) -> GpuSettings:
         return read_settings(self._require_nvml(), self._handle(gpu, "configuration"), gpu)
+
+    def persistenced_socket(self) -> bool:
+        return persistenced.socket_reachable(self._persistenced_sockets)
 
     def gpu_numa(self, gpu: int) -> PciNuma:
         bus = self._gpus[gpu].bus_id if gpu < len(self._gpus) else None

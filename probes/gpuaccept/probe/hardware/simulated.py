@@ -38,6 +38,7 @@ from gpuaccept.probe.hardware.base import (
     GpuSettings,
     LoadTimer,
     MatmulPrecision,
+    NoSuchInterface,
     NvlinkLinks,
     PcieLinkState,
     PeerAccess,
@@ -185,7 +186,7 @@ class SimulatedBackend:
         try:
             return read_cpu_governors(self.sysfs_root())
         except NoCpufreq as exc:
-            raise Unavailable(f"no cpufreq: {exc}") from exc
+            raise NoSuchInterface(f"no cpufreq driver: {exc}") from exc
 
     def boot_id(self) -> str | None:
         try:
@@ -404,6 +405,9 @@ class SimulatedBackend:
             conditions = conditions if spec.struct_version == 2 else ()
         return FabricInfo(spec.state, spec.status, conditions, spec.struct_version)
 
+    def persistenced_socket(self) -> bool:
+        return self.profile.node.persistenced_socket
+
     def gpu_settings(self, gpu: int) -> GpuSettings:
         self._check_lost(gpu, "configuration")
         spec = self.profile.gpus.gpu(gpu)
@@ -416,7 +420,10 @@ class SimulatedBackend:
         return GpuSettings(
             power_limit_mw=None if "powerLimit" in off else round(enforced * 1000),
             default_power_limit_mw=None if "powerLimit" in off else default_mw,
-            persistence=None if "persistence" in off else spec.persistence,
+            # Without the daemon's socket NVML reads Off whatever the host's mode.
+            persistence=None
+            if "persistence" in off
+            else spec.persistence and self.profile.node.persistenced_socket,
             mig_current=None if "mig" in off else spec.mig_enabled,
             mig_pending=None if "mig" in off else pending,
             compute_mode=None if "computeMode" in off else spec.compute_mode,

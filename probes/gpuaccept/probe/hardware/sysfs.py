@@ -82,11 +82,15 @@ def read_cpu_governors(sysfs_root: Path) -> dict[int, str]:
     """``{cpu: governor}`` from ``<root>/devices/system/cpu/cpuN/cpufreq/scaling_governor``.
 
     Only online CPUs are listed when ``online`` is present. Raises
-    :class:`NoCpufreq` when no CPU has a cpufreq directory.
+    :class:`NoCpufreq` when no CPU has a cpufreq directory: the kernel has no cpufreq
+    driver (the kernel's sysfs ABI, Documentation/ABI/testing/sysfs-devices-system-cpu:
+    ``cpuX/cpufreq`` exists only while a driver is registered; VMs, and hosts whose BIOS
+    owns the P-states, have none). A missing ``devices/system/cpu`` is a sysfs that
+    could not be read (:class:`SysfsError`), not a platform without cpufreq.
     """
     cpu_root = sysfs_root / "devices" / "system" / "cpu"
     if not cpu_root.is_dir():
-        raise NoCpufreq(f"{cpu_root} does not exist")
+        raise SysfsError(f"{cpu_root} does not exist (sysfs not mounted?)")
     online: set[int] | None = None
     online_file = cpu_root / "online"
     if online_file.is_file():
