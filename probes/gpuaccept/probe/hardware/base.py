@@ -139,8 +139,12 @@ class NvlinkLinks:
 
     count: int
     active: tuple[int, ...]  # the indices of the active links
-    # counter ("replay", "recovery", "crc") -> per link, index order; None: NotSupported
+    # counter ("replay", "recovery", "crc") -> per link, index order, for the counters NVML
+    # answered; None: NVML answers none of them (each is read on its own: DCGM's NVLink
+    # health reads every field separately, and Hopper lacks some per-link ones)
     errors: dict[str, tuple[int, ...]] | None = None
+    # The NVML counters (replay, recovery, crc_flit, crc_data) answered with NotSupported.
+    not_supported: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -282,6 +286,9 @@ class HardwareBackend(Protocol):
 
     def pci_gpu_count(self) -> int:
         """NVIDIA display/3D controllers on the host's PCI bus (sysfs; 0: none found)."""
+
+    def pci_nvswitch_count(self) -> int:
+        """NVSwitches on the host's PCI bus (sysfs class 0x068000; 0: none)."""
 
     # --- per-GPU throughput (gpu_compute, gpu_memory_bandwidth) ---------------------
     def memory_bandwidth(self, nbytes: int, iterations: int, warmup: int) -> "PerGpuFigures":

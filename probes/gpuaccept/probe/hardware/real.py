@@ -91,6 +91,7 @@ from gpuaccept.probe.hardware.sysfs import (
     SysfsError,
     copy_cpus,
     count_nvidia_gpus,
+    count_nvswitches,
     nvml_bus_id_to_sysfs,
     read_boot_id,
     read_cpu_governors,
@@ -636,6 +637,9 @@ class RealBackend:
 
     def pci_gpu_count(self) -> int:
         return count_nvidia_gpus(self._sysfs_root)
+
+    def pci_nvswitch_count(self) -> int:
+        return count_nvswitches(self._sysfs_root)
 
     # --- per-GPU memory bandwidth (gpuaccept.probe.hardware.gpu_throughput) ------
     def memory_bandwidth(self, nbytes: int, iterations: int, warmup: int) -> PerGpuFigures:

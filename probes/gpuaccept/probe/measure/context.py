@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpuaccept.probe.hardware.base import PerGpuFigures
+from gpuaccept.probe.hardware.base import NvlinkLinks, PerGpuFigures
 from gpuaccept.probe.hardware.xid_events import XidLog
 
 
@@ -49,6 +49,9 @@ class ProbeContext:
     xids: XidLog | None = None
     # Set by the throttle_reasons measurement: its load's bf16 matmuls, timed (gpu_compute).
     matmul_load: MatmulLoad | None = None
+    # Read by the runner before the first check: each GPU's NVLink counters then (the
+    # nvlink check judges the increase over the run); None outside a probe run.
+    nvlink_before: dict[int, NvlinkLinks] | None = None
     # Set by the pcie_link measurement: GPU -> its pinned host-to-device GB/s, for the GPUs
     # it measured (peer_bandwidth's host-staged floor for pairs with peer access over PCIe).
     h2d_gbps: dict[int, float] = field(default_factory=dict)
