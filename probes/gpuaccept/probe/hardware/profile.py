@@ -515,6 +515,14 @@ class Node(ProfileModel):
         alias="gfdGpuCount",
         description="The GPU feature discovery label nvidia.com/gpu.count. Default: unset.",
     )
+    gfd_gpu_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        alias="gfdGpuReplicas",
+        description="The GPU feature discovery label nvidia.com/gpu.replicas (time-slicing or "
+        "MPS sharing: gpuCapacity is then GPUs x replicas). Default: unset.",
+    )
     boot_id: str | None = Field(default=None, alias="bootID", max_length=64)
     persistenced_socket: bool = Field(
         default=True,

@@ -36,6 +36,9 @@ class NodeGpuCounts:
     allocatable: int | None = None  # GPUACCEPT_EXPECTED_GPUS: what the probe pod requested
     capacity: int | None = None  # GPUACCEPT_NODE_GPU_CAPACITY
     labelled: int | None = None  # GPUACCEPT_GFD_GPU_COUNT (label nvidia.com/gpu.count)
+    # GPUACCEPT_GFD_GPU_REPLICAS (label nvidia.com/gpu.replicas): each GPU is advertised
+    # this many times under time-slicing or MPS sharing
+    replicas: int | None = None
 
 
 @dataclass
