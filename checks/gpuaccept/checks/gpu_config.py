@@ -185,12 +185,34 @@ def _mode_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
     return out
 
 
+APP_CLOCKS_AT_MAX_FRACTION = 0.95  # a median SM clock this near the max is not held low
+
+
+def _at_max_clock(o: GpuConfigObserved) -> set[int]:
+    """GPUs whose median SM clock under load was at (within 5 % of) their maximum."""
+    if o.sm_clock_fraction is not None:
+        return {
+            g for g, f in ungroup(o.sm_clock_fraction).items() if f >= APP_CLOCKS_AT_MAX_FRACTION
+        }
+    if (
+        o.min_sm_clock_fraction is not None
+        and o.min_sm_clock_fraction >= APP_CLOCKS_AT_MAX_FRACTION
+    ):
+        return set(range(o.gpus))  # condensed: the lowest GPU was at max, so all were
+    return set()
+
+
 def _clock_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
     if o.load_samples is None:
         return []
     out = []
+    # The rule catches clocks held *low* by configuration: application clocks set at the
+    # maximum (a common tuning: `nvidia-smi -ac <mem>,<max>`) hold nothing low.
+    at_max = _at_max_clock(o)
     held = sorted(
-        g for g, f in ungroup(o.app_clocks_fraction or {}).items() if f > p.max_app_clocks_fraction
+        g
+        for g, f in ungroup(o.app_clocks_fraction or {}).items()
+        if f > p.max_app_clocks_fraction and g not in at_max
     )
     if held:
         out.append(

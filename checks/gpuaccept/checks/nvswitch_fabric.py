@@ -83,6 +83,15 @@ class NvswitchFabricPolicy(CheckSwitch):
         ],
         description="Fabric health conditions that fail the node on any GPU.",
     )
+    # A registration in progress right after boot completes within seconds; one stuck in
+    # progress is what makes CUDA fail with error 802 "system not yet initialized".
+    in_progress_wait_seconds: float = Field(
+        default=30,
+        ge=0,
+        le=300,
+        description="How long the probe waits, reading again every 2 s, for a GPU whose fabric "
+        "registration is in progress (right after boot) before judging it.",
+    )
     warn_on: list[FabricCondition] = Field(
         default_factory=lambda: [
             FabricCondition.ROUTE_RECOVERY,

@@ -181,7 +181,10 @@ def read_fabric(nvml: ModuleType, handle: Any, gpu: int) -> FabricInfo:
         if nvml_error_code(exc) == NVML_ERROR_NOT_SUPPORTED:
             return FabricInfo(state="unsupported", struct_version=0)
         raise nvml_failure(gpu, "the fabric state", exc) from exc
-    state = FABRIC_STATES.get(int(info.state), f"state_{int(info.state)}")
+    # nvml.h declares nvmlGpuFabricState_t as an unsigned char; pynvml's structure field
+    # is a c_uint, whose upper bytes the driver does not set: only the low byte counts.
+    raw_state = int(info.state) & 0xFF
+    state = FABRIC_STATES.get(raw_state, f"state_{raw_state}")
     mask = int(getattr(info, "healthMask", 0)) if version >= 2 else 0
     conditions = [
         name

@@ -174,6 +174,14 @@ class FabricSpec(ProfileModel):
     struct_version: Literal[1, 2, 3] = Field(
         default=3, description="The newest nvmlGpuFabricInfo structure the driver knows."
     )
+    completes_after_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description="With state in_progress: the registration completes this many seconds "
+        "after the probe first asks (the fabric manager still registering after boot). "
+        "Default: never (stuck).",
+    )
 
 
 GpuLoss = Literal["before", "under_load", "hangs"]

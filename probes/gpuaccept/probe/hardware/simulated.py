@@ -184,6 +184,7 @@ class SimulatedBackend:
             raise
         self._loaded = False
         self._ever_loaded = False  # a load has run (the NVLink counters have counted it)
+        self._fabric_first_asked_s: dict[int, float] = {}
         self._clock_s = 0.0  # virtual time: sleep() advances it, instantly
         self._load_started_s = 0.0
         self._load_samples: dict[int, int] = {}
@@ -433,6 +434,10 @@ class SimulatedBackend:
             return FabricInfo(state="completed" if on_fabric else "not_supported")
         if spec.state == "unsupported":
             return FabricInfo(state="unsupported", struct_version=0)
+        if spec.state == "in_progress" and spec.completes_after_s is not None:
+            asked = self._fabric_first_asked_s.setdefault(gpu, self._clock_s)
+            if self._clock_s - asked >= spec.completes_after_s:
+                return FabricInfo("completed", 0, (), spec.struct_version)
         conditions = tuple(spec.conditions)
         if spec.struct_version < 3:  # no health summary before v3, no mask before v2
             conditions = tuple(c for c in conditions if c not in ("unhealthy", "limited_capacity"))
