@@ -68,6 +68,7 @@ from gpuaccept.probe.hardware.libraries import (
     query_version,
 )
 from gpuaccept.probe.hardware.nvml_errors import (
+    NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_LIB_RM_VERSION_MISMATCH,
     nvml_error_code,
@@ -309,12 +310,22 @@ class RealBackend:
     def clock_event_reasons(self, gpu: int) -> int:
         nvml = self._require_nvml()
         handle = self._handle(gpu, "clock event reasons")
-        getter = (
-            getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-            or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        )
+        newer = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        older = getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
         try:
-            return int(getter(handle))
+            try:
+                return int((newer or older)(handle))  # type: ignore[misc]
+            except nvml.NVMLError as exc:
+                # A binding newer than the driver: the library has no ...EventReasons
+                # symbol (pynvml raises FUNCTION_NOT_FOUND at the call); the older
+                # getter answers the same mask (nvml.h keeps it as a deprecated alias).
+                if (
+                    newer is None
+                    or older is None
+                    or nvml_error_code(exc) != NVML_ERROR_FUNCTION_NOT_FOUND
+                ):
+                    raise
+                return int(older(handle))
         except nvml.NVMLError as exc:
             raise nvml_failure(gpu, "clock event reasons", exc) from exc
 
