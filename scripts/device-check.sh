@@ -4,7 +4,8 @@
 #   scripts/device-check.sh [--deps-only] [OUTDIR]   (OUTDIR: $OUT, else ./device-check-out)
 #
 # For a host with a GPU, torch (CUDA build) and no network or Kubernetes. Steps, each
-# with its own time limit inside a total budget of DEVICE_CHECK_BUDGET_S (360 s):
+# with its own time limit inside a total budget of DEVICE_CHECK_BUDGET_S (450 s, under the
+# device machine's 8 minutes a run):
 #   1 machine  nvidia-smi, driver, Python and torch versions        -> machine.txt
 #   2 deps     pydantic, nvidia-ml-py, rich, PyYAML, pytest: the host's, else installed
 #              offline from the wheel folder DEVICE_WHEELS (.device-wheels, filled
@@ -15,6 +16,14 @@
 #              its evidence from NVML                 -> device-tests.txt, evidence/
 #   5 summary  every claim, proven or not, its evidence, the steps, and what one GPU
 #              cannot test                            -> summary.json (for docs/probe.md)
+#   6 pack     everything in OUTDIR into OUTDIR/device-check.tar.gz; with
+#              DEVICE_CHECK_PACK=1 only that and summary.json are left (a device run
+#              returns at most 8 files)
+# The claims include the real paths of tests/device/test_device_real_paths.py: the Xid
+# listener, NVLink counters per field, recovery action and fabric state, persistence with
+# and without nvidia-persistenced's socket, and a second probe run as a non-root user
+# with no capabilities (the probe pod's security context). Without a GPU every claim is
+# listed as not run, with what it would prove.
 # --deps-only runs steps 1, 2 and 5 (no GPU needed).
 # Exit code: 0 every claim proven; 1 a claim not proven or a step failed; 2 bad usage;
 # 3 a dependency is missing, so nothing was tested.
@@ -31,13 +40,15 @@ if [[ ${1:-} == -* || $# -gt 1 ]]; then
   exit 2
 fi
 OUTDIR=${1:-${OUT:-device-check-out}}
-BUDGET_S=${DEVICE_CHECK_BUDGET_S:-360}
+BUDGET_S=${DEVICE_CHECK_BUDGET_S:-450}
+PACK=${DEVICE_CHECK_PACK:-0}
 WHEELS=${DEVICE_WHEELS:-.device-wheels}
 PY=${PYTHON:-python3}
 mkdir -p "$OUTDIR" || exit 2
 rm -rf "$OUTDIR/evidence" "$OUTDIR/steps.tsv" "$OUTDIR/missing.txt" "$OUTDIR/summary.json" \
-  "$OUTDIR/device-tests.xml"
+  "$OUTDIR/device-tests.xml" "$OUTDIR/device-check.tar.gz"
 SITE=$(mktemp -d "${TMPDIR:-/tmp}/gpuaccept-device-site.XXXXXX") || exit 2
+chmod 755 "$SITE" # the non-root probe run imports the offline-installed packages too
 trap 'rm -rf "$SITE"' EXIT
 export PYTHONPATH="$PWD/contracts:$PWD/checks:$PWD/probes${PYTHONPATH:+:$PYTHONPATH}"
 unset GPUACCEPT_PROFILE GPUACCEPT_POLICY GPUACCEPT_EXPECTED_GPUS
@@ -156,6 +167,26 @@ summary() {
   echo "==> summary"
   "$PY" tests/device/device_claims.py not-testable
   "$PY" tests/device/device_claims.py summary --outdir "$OUTDIR" --exit-code "$1" "${facts[@]}"
+  local rc=$?
+  pack
+  return $rc
+}
+
+# One tarball of everything the run wrote (a device run returns at most 8 files).
+pack() {
+  local entries=() path
+  for path in "$OUTDIR"/* "$OUTDIR"/.[!.]*; do
+    [[ -e $path && ${path##*/} != device-check.tar.gz* ]] && entries+=("${path##*/}")
+  done
+  ((${#entries[@]})) || return 0
+  tar -czf "$OUTDIR/device-check.tar.gz.part" -C "$OUTDIR" "${entries[@]}" &&
+    mv "$OUTDIR/device-check.tar.gz.part" "$OUTDIR/device-check.tar.gz"
+  echo "==> pack     $OUTDIR/device-check.tar.gz (${#entries[@]} entries)"
+  if [[ $PACK == 1 ]]; then
+    for path in "${entries[@]}"; do
+      [[ $path == summary.json ]] || rm -rf "${OUTDIR:?}/$path"
+    done
+  fi
 }
 
 if [[ -n $missing ]]; then
@@ -195,7 +226,7 @@ fi
 t=$SECONDS
 if [[ $status -eq 0 ]]; then
   GPUACCEPT_DEVICE=1 GPUACCEPT_DEVICE_EVIDENCE="$OUTDIR/evidence" \
-    timeout "$(limit 280)" "$PY" -m pytest -p no:cacheprovider --noconftest -o timeout=200 \
+    timeout "$(limit 400)" "$PY" -m pytest -p no:cacheprovider --noconftest -o timeout=200 \
     -m device tests/device -v -s --junitxml "$OUTDIR/device-tests.xml" \
     >"$OUTDIR/device-tests.txt" 2>&1
   tests_rc=$?

@@ -30,6 +30,7 @@ from typing import Any
 SCHEMA = "gpuaccept-device-check/1"
 ENV_EVIDENCE_DIR = "GPUACCEPT_DEVICE_EVIDENCE"
 TEST_MODULE = "tests/device/test_device_probe.py"
+REAL_PATHS_MODULE = "tests/device/test_device_real_paths.py"
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Claim:
     name: str
     test: str
     statement: str
+    module: str = TEST_MODULE
 
 
 CLAIMS = (
@@ -105,6 +107,45 @@ CLAIMS = (
         "pair's peer copy is timed (above 0 GB/s) and each pair's peer access matches "
         "CUDA's own answer (torch.cuda.can_device_access_peer) and NVML's P2P status.",
     ),
+    # the real paths of issue 22 (tests/device/test_device_real_paths.py)
+    Claim(
+        "xid_listener_watches_every_gpu",
+        "test_xid_listener_registers_every_gpu_and_ends_clean",
+        "The Xid listener registers every GPU for critical-Xid events, its waits time out "
+        "without an error, and it ends without a problem (no dead listener).",
+        REAL_PATHS_MODULE,
+    ),
+    Claim(
+        "nvlink_counters_per_field",
+        "test_nvlink_counters_read_or_not_supported_per_field",
+        "Each NVLink error counter (replay, recovery, CRC flit, CRC data) of each link is "
+        "read or answered NotSupported, per field, and the probe lists exactly NVML's "
+        "NotSupported ones.",
+        REAL_PATHS_MODULE,
+    ),
+    Claim(
+        "recovery_action_and_fabric_state",
+        "test_recovery_action_and_fabric_state_as_nvml_gives_them",
+        "The recovery action (R570 and later) and the fabric state are recorded as NVML "
+        "gives them, and the probe reads the same recovery action.",
+        REAL_PATHS_MODULE,
+    ),
+    Claim(
+        "persistence_with_and_without_socket",
+        "test_persistence_with_and_without_the_daemons_socket",
+        "Persistence mode is read with nvidia-persistenced's socket reachable and again "
+        "with its directory hidden (a private mount namespace): the evidence shows "
+        "whether NVML's answer depends on the socket.",
+        REAL_PATHS_MODULE,
+    ),
+    Claim(
+        "probe_runs_as_non_root",
+        "test_the_probe_as_non_root_with_the_pods_capabilities",
+        "The probe run again as uid 65534 with no capabilities and no privilege escalation "
+        "(the probe pod's security context) gives the same check results as root, none "
+        "in error.",
+        REAL_PATHS_MODULE,
+    ),
 )
 
 NOT_TESTABLE_ON_ONE_GPU = (
@@ -115,6 +156,8 @@ NOT_TESTABLE_ON_ONE_GPU = (
     ("NUMA spread", "one GPU sits on one NUMA node; the far-socket case needs GPUs on both"),
     ("InfiniBand", "no HCA and no network on this host"),
     ("Xid injection", "needs root on the host driver and a fault-injection build, not a VM"),
+    ("8-GPU peers", "the all-pairs peer matrix of an HGX board needs its 8 GPUs"),
+    ("the two-node pair", "the fabric test's all-reduce needs a second node and a network"),
 )
 
 
@@ -187,7 +230,7 @@ def claim_results(outdir: Path) -> list[dict[str, Any]]:
             {
                 "claim": claim.name,
                 "statement": claim.statement,
-                "test": f"{TEST_MODULE}::{claim.test}",
+                "test": f"{claim.module}::{claim.test}",
                 "test_outcome": outcome,
                 "proven": outcome == "passed" and recorded,
                 "evidence": evidence,
@@ -235,6 +278,8 @@ def _main(argv: list[str]) -> int:
     for claim in result["claims"]:
         mark = "PROVEN    " if claim["proven"] else "NOT PROVEN"
         print(f"  {mark} {claim['claim']} ({claim['test_outcome']})")
+        if claim["test_outcome"] == "not run":  # what it would prove on a GPU
+            print(f"      would prove: {claim['statement']}")
     print(
         f"  {'all claims proven' if result['proven'] else 'NOT every claim proven'}; "
         f"exit code {result['exit_code']}; {args.outdir / 'summary.json'}"

@@ -39,6 +39,8 @@ NOT_TESTABLE = {
     "NUMA spread",
     "InfiniBand",
     "Xid injection",
+    "8-GPU peers",
+    "the two-node pair",
 }
 
 

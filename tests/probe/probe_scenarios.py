@@ -70,6 +70,7 @@ def probe(
                 allocatable=advertised if advertised is not None else node.allocatable,
                 capacity=node.gpu_capacity,
                 labelled=node.gfd_gpu_count,
+                replicas=node.gfd_gpu_replicas,
             )
         )
         run = ProbeRun(node_name=node_name, boot_id=None, context=context)

@@ -71,12 +71,13 @@ def test_bad_pairs_text_is_refused() -> None:
         parse_pairs("2-5", 8)
 
 
-def test_single_gpu_skips_with_a_reason() -> None:
+def test_single_gpu_passes_as_not_applicable_with_a_reason() -> None:
     profile = load_profile(HEALTHY)
     one = profile.model_copy(update={"gpus": profile.gpus.model_copy(update={"count": 1})})
     result = probe(one).result("peer_bandwidth")
     assert result is not None
-    assert result.status is CheckStatus.SKIP
+    assert result.status is CheckStatus.PASS  # a node shape (no pair), not a skip
+    assert result.message.startswith("not applicable: ")
     assert "at least 2 GPUs" in result.message
 
 

@@ -1,12 +1,20 @@
 """``cpu_governor``: every online CPU runs the required cpufreq governor.
 
 The probe reads ``<sysfs>/devices/system/cpu/cpuN/cpufreq/scaling_governor``
-through its hardware backend. No cpufreq (common in VMs) gives ``skip``.
+through its hardware backend. A kernel with no cpufreq driver at all (no CPU has a
+``cpufreq`` directory: VMs, and servers whose BIOS owns the P-states under a
+maximum-performance profile) is a platform without the interface, not a failed
+read: the observed value says so (``noCpufreq``) and the judge applies
+``withoutCpufreq`` (default ``pass``: no OS governor can slow those CPUs down).
+A sysfs that cannot be read at all is an error.
 
-observed: ``{"cpus": 64, "count": {"performance": 60, "powersave": 4},
+observed (no driver: ``{"cpus": 0, "count": {}, "noCpufreq": "…"}``):
+``{"cpus": 64, "count": {"performance": 60, "powersave": 4},
 "list": {"performance": "4-63", "powersave": "0-3"}}`` (``list`` is dropped
 when condensed; cpulists longer than 96 characters are clipped).
 """
+
+from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
@@ -19,11 +27,25 @@ REASON = "CpuGovernorFailed"
 CPULIST_MAX = 96
 
 
+class WithoutCpufreq(StrEnum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+
+
 class CpuGovernorPolicy(CheckSwitch):
     required_governor: str = Field(
         default="performance",
         pattern=r"^[a-z_]{1,32}$",
         description="The cpufreq scaling_governor every online CPU must run.",
+    )
+    # Source: the kernel's cpufreq documentation (admin-guide/pm/cpufreq.rst): without a
+    # scaling driver the CPUs run as the platform firmware sets them; BIOS "maximum
+    # performance" profiles (OS control of P-states off) load none. docs/policy.md.
+    without_cpufreq: WithoutCpufreq = Field(
+        default=WithoutCpufreq.PASS,
+        description="The result when the kernel has no cpufreq driver (no CPU has a cpufreq "
+        "directory): the firmware owns the P-states, no governor can hold the CPUs low.",
     )
 
 
@@ -31,6 +53,7 @@ class CpuGovernorObserved(ObservedModel):
     cpus: int = Field(ge=0)
     count: dict[str, int]  # governor -> CPUs on it
     cpu_lists: dict[str, str] | None = Field(default=None, alias="list")  # detail: cpulists
+    no_cpufreq: str | None = Field(default=None, max_length=200)  # why: no cpufreq driver
 
 
 def judge(
@@ -38,6 +61,20 @@ def judge(
 ) -> CheckJudgement:
     required = policy.required_governor
     expected: JsonValue = {"governor": required}
+    if observed.no_cpufreq is not None:
+        status = {
+            WithoutCpufreq.PASS: CheckStatus.PASS,
+            WithoutCpufreq.WARN: CheckStatus.WARN,
+            WithoutCpufreq.FAIL: CheckStatus.FAIL,
+        }[policy.without_cpufreq]
+        return CheckJudgement(
+            status,
+            {"governor": required, "withoutCpufreq": str(policy.without_cpufreq)},
+            clip(
+                f"no cpufreq driver ({observed.no_cpufreq}): the firmware owns the P-states, "
+                "no governor to judge"
+            ),
+        )
     offending = {g: n for g, n in observed.count.items() if g != required}
     if not offending:
         return CheckJudgement(CheckStatus.PASS, expected, f"all {observed.cpus} CPUs on {required}")

@@ -25,6 +25,7 @@ pods never met: evidence against neither node) or ``allreduce`` (they met and
 the collective broke).
 """
 
+import re
 from enum import StrEnum
 from typing import Literal
 
@@ -112,14 +113,47 @@ class FabricAllreduceObserved(ObservedModel):
     sweep: list[tuple[int, float]] | None = None  # [bytes, busbw GB/s] per message size
     phase: Phase | None = None  # how far a run that failed got
     nccl_env: dict[str, str] | None = Field(default=None, alias="ncclEnv")
+    # The network transport NCCL used, as its own debug output names it (NCCL_DEBUG=INFO,
+    # subsystem NET: "NET/IB : Using ...", "Using network Socket"): IB, Socket, or a
+    # plugin's name (IBext, OFI...). None: not NCCL, or not found in its output.
+    transport: str | None = Field(default=None, max_length=32)
 
 
-def judge_fabric(observed: FabricAllreduceObserved, minimum: float | None) -> CheckJudgement:
-    """The pair's busbw at the largest message against ``minimum`` (GB/s)."""
+SOCKET_TRANSPORT = "Socket"  # NCCL's TCP transport: no RDMA
+_TRANSPORT_RES = (
+    re.compile(r"NCCL INFO Using network (\S+)"),
+    re.compile(r"NCCL INFO NET/(\S+?)\s*: Using"),
+)
+
+
+def parse_nccl_transport(text: str) -> str | None:
+    """The network transport NCCL's debug output names (the first it reports)."""
+    for pattern in _TRANSPORT_RES:
+        match = pattern.search(text)
+        if match is not None:
+            return match.group(1)[:32]
+    return None
+
+
+def judge_fabric(
+    observed: FabricAllreduceObserved, minimum: float | None, *, require_rdma: bool = True
+) -> CheckJudgement:
+    """The pair's busbw at the largest message against ``minimum`` (GB/s); with
+    ``require_rdma``, a pair NCCL ran over its socket transport fails (without
+    /dev/infiniband in the pod NCCL silently falls back to TCP sockets)."""
     expected: JsonValue = {"minBusbwGBps": minimum} if minimum is not None else None
     busbw = observed.busbw_gbps
     if busbw is None:
         return CheckJudgement(CheckStatus.ERROR, expected, "no fabric busbw measured")
+    if require_rdma and observed.backend == "nccl" and observed.transport == SOCKET_TRANSPORT:
+        return CheckJudgement(
+            CheckStatus.FAIL,
+            expected,
+            clip(
+                f"fabric busbw {busbw:g} GB/s over NCCL's socket transport (TCP), not RDMA: "
+                "the pods have no /dev/infiniband (the chart's RDMA resource) or no IPC_LOCK"
+            ),
+        )
     label = " (loopback, simulated)" if observed.source == "loopback" else ""
     figure = f"fabric busbw {busbw:g} GB/s over {observed.ranks} ranks on {observed.nodes} nodes"
     figure += label

@@ -118,6 +118,9 @@ class GpuConfigObserved(ObservedModel):
     sm_clock_fraction: dict[str, float] | None = None  # GPUs -> median SM clock / max
     limited: str | None = None  # GPUs
     failed_gpus: dict[str, str] | None = None
+    # Read when persistence reads Off: nvidia-persistenced's socket reachable from the probe
+    # (False: NVML in a container reads Off although the daemon holds persistence on).
+    persistenced_socket: bool | None = None
     # condensed
     below_default: dict[str, list[int]] | None = None  # GPUs -> [enforced, default] W
     min_sm_clock_fraction: float | None = None
@@ -153,7 +156,7 @@ def _power_findings(o: GpuConfigObserved, tolerance: float) -> list[str]:
 
 def _mode_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
     out = []
-    if p.require_persistence and o.persistence_off:
+    if p.require_persistence and o.persistence_off and o.persistenced_socket is not False:
         out.append(f"persistence mode off on {gpu_list(parse_gpus(o.persistence_off))}")
     unsupported = {item: set(parse_gpus(gpus)) for item, gpus in (o.unsupported or {}).items()}
     mig_unknown = unsupported.get("mig", set())
@@ -183,12 +186,34 @@ def _mode_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
     return out
 
 
+APP_CLOCKS_AT_MAX_FRACTION = 0.95  # a median SM clock this near the max is not held low
+
+
+def _at_max_clock(o: GpuConfigObserved) -> set[int]:
+    """GPUs whose median SM clock under load was at (within 5 % of) their maximum."""
+    if o.sm_clock_fraction is not None:
+        return {
+            g for g, f in ungroup(o.sm_clock_fraction).items() if f >= APP_CLOCKS_AT_MAX_FRACTION
+        }
+    if (
+        o.min_sm_clock_fraction is not None
+        and o.min_sm_clock_fraction >= APP_CLOCKS_AT_MAX_FRACTION
+    ):
+        return set(range(o.gpus))  # condensed: the lowest GPU was at max, so all were
+    return set()
+
+
 def _clock_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
     if o.load_samples is None:
         return []
     out = []
+    # The rule catches clocks held *low* by configuration: application clocks set at the
+    # maximum (a common tuning: `nvidia-smi -ac <mem>,<max>`) hold nothing low.
+    at_max = _at_max_clock(o)
     held = sorted(
-        g for g, f in ungroup(o.app_clocks_fraction or {}).items() if f > p.max_app_clocks_fraction
+        g
+        for g, f in ungroup(o.app_clocks_fraction or {}).items()
+        if f > p.max_app_clocks_fraction and g not in at_max
     )
     if held:
         out.append(
@@ -215,6 +240,20 @@ def _clock_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
     return out
 
 
+def _persistence_unknowable(o: GpuConfigObserved, p: GpuConfigPolicy) -> str | None:
+    """Persistence read as Off where NVML could not ask nvidia-persistenced: inside a
+    container without the daemon's socket NVML reports Off even when the host holds
+    persistence on (NVIDIA/dgx-selinux pull request 3; docs/policy.md), so it is not
+    evidence of persistence off. A warning with the reason, never a failure."""
+    if not (p.require_persistence and o.persistence_off and o.persistenced_socket is False):
+        return None
+    return (
+        f"persistence mode reads Off on {gpu_list(parse_gpus(o.persistence_off))}, and "
+        "nvidia-persistenced's socket is not reachable from the probe pod: NVML cannot tell "
+        "the host's mode there (check `nvidia-smi -q | grep Persistence` on the host)"
+    )
+
+
 def judge(
     observed: GpuConfigObserved, policy: GpuConfigPolicy, summary: HardwareSummary
 ) -> CheckJudgement:
@@ -235,6 +274,9 @@ def judge(
     )
     if failing:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing)))
+    warning = _persistence_unknowable(observed, policy)
+    if warning:
+        return CheckJudgement(CheckStatus.WARN, expected, clip(warning))
     notes = [
         f"{item} not supported on {gpu_list(parse_gpus(gpus))}"
         for item, gpus in (observed.unsupported or {}).items()

@@ -13,6 +13,13 @@ count is judged against the strongest evidence of what the node *should* have:
   (``GPUACCEPT_GFD_GPU_COUNT``) and the NVIDIA display/3D controllers the probe
   finds in ``/sys/bus/pci/devices`` (vendor 0x10de, class 0x0300xx/0x0302xx).
 
+Under GPU sharing (time-slicing or MPS) the NVIDIA device plugin advertises each
+GPU ``replicas`` times (32 for 8 GPUs x 4), and GPU feature discovery labels the
+node ``nvidia.com/gpu.replicas`` (``GPUACCEPT_GFD_GPU_REPLICAS``) and
+``nvidia.com/gpu.count`` with the physical count: capacity and allocatable are
+divided by the replicas before they are compared with what NVML sees (a capacity
+that is not a multiple of them fails: the node's counts are inconsistent).
+
 Allocatable below capacity is a failure by itself (the device plugin has
 marked GPUs unhealthy). Every count used is recorded in ``observed`` so
 judging is pure.
@@ -48,14 +55,22 @@ class GpuCountObserved(ObservedModel):
     capacity: int | None = Field(default=None, ge=0)  # node status.capacity
     labelled: int | None = Field(default=None, ge=0)  # GFD label nvidia.com/gpu.count
     pci_devices: int | None = Field(default=None, ge=0)  # NVIDIA GPUs in /sys/bus/pci
+    replicas: int | None = Field(default=None, ge=2)  # GFD label nvidia.com/gpu.replicas
     problem: str | None = None  # why no GPU could be seen, when none was
+
+
+def _physical(count: int | None, replicas: int | None) -> int | None:
+    """A device plugin count in GPUs (each advertised ``replicas`` times when shared)."""
+    if count is None or not replicas:
+        return count
+    return -(-count // replicas)  # a partial set of replicas is still a GPU
 
 
 def _evidence(observed: GpuCountObserved) -> dict[str, int]:
     """What the node should have, by source; 0 (a device plugin that has not
     reported yet, a label not set) is no evidence."""
     found = {
-        "capacity": observed.capacity,
+        "capacity": _physical(observed.capacity, observed.replicas),
         "label nvidia.com/gpu.count": observed.labelled,
         "PCI bus": observed.pci_devices,
     }
@@ -74,8 +89,16 @@ def _expected(observed: GpuCountObserved, policy: GpuCountPolicy) -> tuple[int |
 
 
 def _problems(observed: GpuCountObserved, expected: int | None, source: str) -> list[str]:
-    visible, allocatable, capacity = observed.visible, observed.allocatable, observed.capacity
+    replicas = observed.replicas
+    visible = observed.visible
+    allocatable = _physical(observed.allocatable, replicas)
+    capacity = _physical(observed.capacity, replicas)
     problems: list[str] = []
+    if replicas and observed.capacity and observed.capacity % replicas:
+        problems.append(
+            f"capacity nvidia.com/gpu {observed.capacity} is not a multiple of the "
+            f"{replicas} replicas (label nvidia.com/gpu.replicas)"
+        )
     if capacity and allocatable is not None and allocatable < capacity:
         problems.append(
             f"allocatable nvidia.com/gpu {allocatable} < capacity {capacity}: the device "
@@ -107,10 +130,15 @@ def judge(
             f"{visible} GPUs visible, but no expected count: set gpuCount.expected in the "
             "policy (no capacity, nvidia.com/gpu.count label or PCI count known)",
         )
+    shared = (
+        f"; shared: {observed.replicas} replicas each (capacity {observed.capacity})"
+        if observed.replicas
+        else ""
+    )
     return CheckJudgement(
         CheckStatus.PASS,
         expectation,
-        clip(f"{visible} of {expected} GPUs visible (expected from {source})"),
+        clip(f"{visible} of {expected} GPUs visible (expected from {source}){shared}"),
     )
 
 

@@ -14,6 +14,8 @@ logs the names come from.
 import re
 from dataclasses import dataclass
 
+from gpuaccept.contracts.report import HardwareSummary
+
 
 @dataclass(frozen=True)
 class GpuModelClass:
@@ -42,6 +44,38 @@ def gpu_model_class(nvml_name: str | None) -> str | None:
     for model_class in GPU_MODEL_CLASSES:
         if re.fullmatch(model_class.pattern, name):
             return model_class.name
+    return None
+
+
+# The classes whose 8-GPU baseboards carry NVSwitches (HGX H100/H200: 4 third-generation
+# NVSwitches; HGX B200: 2). The same NVML name also runs on boards without them: the
+# HGX H100 4-GPU board links its GPUs directly (6 NVLinks per pair), and a pod may be
+# given a slice of an 8-GPU board. docs/policy.md ("What the board has").
+NVSWITCH_CLASSES = frozenset({"h100-sxm", "h200-sxm", "b200"})
+FULL_BOARD_GPUS = 8
+
+
+def without_nvswitch(summary: HardwareSummary) -> str | None:
+    """Why the NVSwitch expectations of the GPUs' model class do not hold on this node
+    (its PCI bus has no NVSwitch: a 4-GPU HGX board), or None when they do, or when the
+    bus was not read (an older report: the class decides, as before)."""
+    if gpu_model_class(summary.gpu_model) not in NVSWITCH_CLASSES:
+        return None
+    if summary.nvswitch_devices == 0:
+        return "no NVSwitch on the PCI bus (GPUs linked directly, e.g. an HGX 4-GPU board)"
+    return None
+
+
+def not_a_full_board(summary: HardwareSummary) -> str | None:
+    """Why the 8-GPU figures of an NVSwitch class (the all-reduce busbw) do not apply:
+    no NVSwitch, or fewer GPUs than the board (a slice of it); None when they do."""
+    no_switch = without_nvswitch(summary)
+    if no_switch is not None:
+        return no_switch
+    if gpu_model_class(summary.gpu_model) in NVSWITCH_CLASSES and (
+        summary.gpu_count < FULL_BOARD_GPUS
+    ):
+        return f"{summary.gpu_count} of the board's {FULL_BOARD_GPUS} GPUs (a slice of it)"
     return None
 
 

@@ -93,6 +93,13 @@ class IbPortObserved(ObservedModel):
     link_layer: str = Field(max_length=16)
     link_downed: int | None = None
     symbol_error: int | None = None
+    lanes: str | None = Field(default=None, max_length=16)  # "4X NDR" from the rate text
+    board: str | None = Field(default=None, max_length=32)  # its HCA's board_id (PSID)
+
+    @property
+    def number(self) -> str:
+        """The port's number on its HCA (``mlx5_0/1`` → ``1``)."""
+        return self.port.rpartition("/")[2]
 
     @property
     def up(self) -> bool:
@@ -111,6 +118,41 @@ class IbLayerObserved(ObservedModel):
     min_rate_gbps: float | None = Field(default=None, ge=0)  # over the up ports
     max_link_downed: int | None = Field(default=None, ge=0)
     max_symbol_error: int | None = Field(default=None, ge=0)
+    # up ports below the best rate of their board's same-numbered up ports (2X NDR or
+    # 4X HDR where the others run 4X NDR: a lane or speed fallback)
+    behind: int | None = Field(default=None, ge=0)
+    # ports down (not Disabled) while their board's same-numbered ports are up
+    dead: int | None = Field(default=None, ge=0)
+
+
+def _siblings(ports: list[IbPortObserved]) -> dict[tuple[str, str], list[IbPortObserved]]:
+    """Ports grouped by (board_id, port number): the same adapter SKU's same port,
+    which a healthy node trains alike (ports without a board_id are not grouped)."""
+    out: dict[tuple[str, str], list[IbPortObserved]] = {}
+    for port in ports:
+        if port.board:
+            out.setdefault((port.board, port.number), []).append(port)
+    return out
+
+
+def ports_behind_their_board(ports: list[IbPortObserved]) -> list[IbPortObserved]:
+    """Up ports whose rate is below the best up port of their (board, port number)."""
+    out = []
+    for group in _siblings(ports).values():
+        best = max((p.rate_gbps for p in group if p.up), default=None)
+        out += [p for p in group if p.up and best is not None and p.rate_gbps < best]
+    return out
+
+
+def ports_down_on_a_live_board(ports: list[IbPortObserved]) -> list[IbPortObserved]:
+    """Ports down while their (board, port number) siblings are up: cabled compute ports
+    (an unused port of a dual-port NIC is down on every HCA of its board; one
+    administratively Disabled is not counted)."""
+    out = []
+    for group in _siblings(ports).values():
+        if any(p.up for p in group):
+            out += [p for p in group if not p.up and not p.stuck and p.phys_state != "Disabled"]
+    return out
 
 
 class IbNamedPorts(ObservedModel):
@@ -121,6 +163,8 @@ class IbNamedPorts(ObservedModel):
     slowest: list[str] | None = None  # the up ports at the lowest rate, when rates differ
     link_downed: list[str] | None = None
     symbol_error: list[str] | None = None
+    behind: list[str] | None = None  # "<port> <lanes>"
+    dead: list[str] | None = None
 
 
 class InfinibandPortsObserved(ObservedModel):
@@ -151,6 +195,13 @@ def named_ports(ports: list[IbPortObserved], limit: int = NAMED_MAX) -> IbNamedP
         slowest=first([p.port for p in ports if p.up and p.rate_gbps == slowest]),
         link_downed=first([p.port for p in ports if p.link_downed]),
         symbol_error=first([p.port for p in ports if p.symbol_error]),
+        behind=first(
+            [
+                f"{p.port} {p.lanes or f'{p.rate_gbps:g} Gb/s'}"
+                for p in ports_behind_their_board(ports)
+            ]
+        ),
+        dead=first([p.port for p in ports_down_on_a_live_board(ports)]),
     )
 
 
@@ -161,6 +212,8 @@ class _Facts:
     min_rate: float | None
     max_link_downed: int
     max_symbol_error: int
+    behind: int
+    dead: int
     named: IbNamedPorts
     label: str  # "InfiniBand ports", "ports"
 
@@ -181,6 +234,8 @@ def _facts(observed: InfinibandPortsObserved, policy: InfinibandPortsPolicy) -> 
         min_rate=min(rates) if rates else None,
         max_link_downed=max((s.max_link_downed or 0 for s in layers), default=0),
         max_symbol_error=max((s.max_symbol_error or 0 for s in layers), default=0),
+        behind=sum(s.behind or 0 for s in layers),
+        dead=sum(s.dead or 0 for s in layers),
         named=named,
         label=f"{policy.link_layer} ports" if policy.link_layer else "ports",
     )
@@ -242,6 +297,24 @@ def _counter_problems(facts: _Facts, policy: InfinibandPortsPolicy) -> tuple[lis
     return failures, warnings
 
 
+def _sibling_problems(policy: InfinibandPortsPolicy, facts: _Facts) -> list[str]:
+    """Ports that trained below, or stayed down beside, the same port of their board's
+    other HCAs: the sysfs rate text names the active width and speed, and one adapter
+    SKU (board_id) trains alike on a healthy node (docs/policy.md)."""
+    out = []
+    if facts.behind:
+        out.append(
+            f"{_ports(facts.behind, facts.label)} below the rate of the same port on the "
+            f"board's other HCAs{_names(facts.named.behind)}: a lane or speed fallback"
+        )
+    if facts.dead and policy.expected_up_ports is None:  # with a count, the count judges
+        out.append(
+            f"{_ports(facts.dead, facts.label)} down while the same port of the board's other "
+            f"HCAs is up{_names(facts.named.dead)}: a dead cable, transceiver or switch port"
+        )
+    return out
+
+
 def _firmware_problem(observed: InfinibandPortsObserved) -> str | None:
     firmware = observed.firmware or {}
     mixed = {board: versions for board, versions in firmware.items() if len(versions) > 1}
@@ -277,6 +350,7 @@ def judge(
             f"{facts.label} rate {facts.min_rate:g} < {policy.min_rate_gbps:g} Gb/s"
             f"{_names(facts.named.slowest)}"
         )
+    failures += _sibling_problems(policy, facts)
     counter_failures, warnings = _counter_problems(facts, policy)
     failures.extend(counter_failures)
     firmware = _firmware_problem(observed) if policy.require_same_firmware else None

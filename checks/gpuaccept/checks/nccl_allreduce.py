@@ -24,7 +24,7 @@ whole GB/s but the curve stays, and ``backend``, ``algbwGBps``, ``timing`` and
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.gpu_models import per_model_value
+from gpuaccept.checks.gpu_models import not_a_full_board, per_model_value
 from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import (
     CheckJudgement,
@@ -89,13 +89,17 @@ def judge(
     busbw = observed.busbw_gbps
     source = observed.source or "measured"
     label = " (from the simulated profile)" if source == "profile" else ""
-    minimum = policy.min_busbw_for(summary.gpu_model)
+    # The per-class figures are those of a full 8-GPU NVSwitch board; on a board without
+    # NVSwitch or a slice of one only the global minimum (if any) holds.
+    partial = not_a_full_board(summary)
+    minimum = policy.min_busbw_gbps if partial else policy.min_busbw_for(summary.gpu_model)
     expected: JsonValue = {"minBusbwGBps": minimum} if minimum is not None else None
     figure = f"busbw {busbw:g} GB/s over {observed.ranks} GPUs{label}"
     if busbw <= 0:
         return CheckJudgement(CheckStatus.FAIL, expected, clip(f"{figure}: no bandwidth"))
     if minimum is None:
-        return CheckJudgement(CheckStatus.PASS, expected, clip(f"{figure}; no minimum set"))
+        why = f" ({partial}: the model's 8-GPU figure does not apply)" if partial else ""
+        return CheckJudgement(CheckStatus.PASS, expected, clip(f"{figure}; no minimum set{why}"))
     if busbw < minimum:
         return CheckJudgement(CheckStatus.FAIL, expected, clip(f"{figure} < {minimum:g}"))
     return CheckJudgement(CheckStatus.PASS, expected, clip(f"{figure} >= {minimum:g}"))

@@ -69,14 +69,17 @@ class NvlinkPolicy(CheckSwitch):
         description="Active NVLinks every GPU of this model must have: an exact NVML name or a "
         "model class (docs/policy.md); a model not listed has its links recorded, not judged.",
     )
+    # Judged as increases over the probe's run, as DCGM's NVLink health watch judges
+    # new errors in its window (docs/policy.md); counts from before the run only warn.
     warn_above: dict[NvlinkCounter, int] = Field(
         default_factory=_default_warn,
-        description="Per link: a cumulative error count above this warns (replay, recovery, crc).",
+        description="Per link: more errors than this during the probe's run, or already "
+        "counted before it (since driver load), warns (replay, recovery, crc).",
     )
     fail_above: dict[NvlinkCounter, int] = Field(
         default_factory=_default_fail,
-        description="Per link: a cumulative error count above this fails; a counter not listed "
-        "never fails.",
+        description="Per link: more errors than this during the probe's run fails; a counter "
+        "not listed never fails.",
     )
 
 
@@ -85,12 +88,19 @@ class NvlinkObserved(ObservedModel):
     links: dict[str, int] | None = None  # GPUs -> link count
     active: dict[str, int] | None = None  # GPUs -> active links
     inactive: dict[str, list[int]] | None = None
-    errors: dict[str, dict[str, int]] | None = None  # counter -> "gpu:link" -> count
+    # counter -> "gpu:link" -> errors during the probe's run (since driver load for the GPUs
+    # in sinceDriverLoad: no baseline was read)
+    errors: dict[str, dict[str, int]] | None = None
+    errors_before: dict[str, dict[str, int]] | None = None  # counts at the baseline
     # both forms
-    counters_unsupported: str | None = None  # GPUs, "0-7"
+    counters_unsupported: str | None = None  # GPUs on which NVML answers no counter: "0-7"
+    # NVML counter (replay, recovery, crc_flit, crc_data) -> GPUs that answer NotSupported
+    counters_not_supported: dict[str, str] | None = None
+    since_driver_load: str | None = None  # GPUs whose errors have no baseline (cumulative)
     failed_gpus: dict[str, str] | None = None
     # condensed
     worst: dict[str, list[int]] | None = None  # counter -> [count, gpu, link]
+    worst_before: dict[str, list[int]] | None = None  # the same, of errorsBefore
 
 
 def _active_facts(o: NvlinkObserved) -> tuple[int, int, list[int]]:
@@ -102,17 +112,19 @@ def _active_facts(o: NvlinkObserved) -> tuple[int, int, list[int]]:
     return len(active), least, sorted(g for g, a in active.items() if a == least)
 
 
-def _worst_errors(o: NvlinkObserved) -> dict[str, list[tuple[int, str]]]:
-    """counter → [(count, "GPU g link l")], largest first, from either form."""
+def _worst_errors(o: NvlinkObserved, before: bool = False) -> dict[str, list[tuple[int, str]]]:
+    """counter → [(count, "GPU g link l")], largest first, from either form (``before``:
+    the counts from before the run)."""
     out: dict[str, list[tuple[int, str]]] = {}
-    if o.errors is not None:
-        for counter, by_link in o.errors.items():
+    errors = o.errors_before if before else o.errors
+    if errors is not None:
+        for counter, by_link in errors.items():
             entries = []
             for where, count in by_link.items():
                 gpu, _, link = where.partition(":")
                 entries.append((count, f"GPU {gpu} link {link}"))
             out[counter] = sorted(entries, reverse=True)
-    for counter, worst in (o.worst or {}).items():
+    for counter, worst in ((o.worst_before if before else o.worst) or {}).items():
         if len(worst) == 3:
             out.setdefault(counter, [(worst[0], f"GPU {worst[1]} link {worst[2]}")])
     return out
@@ -136,9 +148,12 @@ def _link_failures(o: NvlinkObserved, expected: int | None) -> list[str]:
     return out
 
 
-def _counter_findings(o: NvlinkObserved, limits: dict[NvlinkCounter, int]) -> list[str]:
+def _counter_findings(
+    o: NvlinkObserved, limits: dict[NvlinkCounter, int], before: bool = False
+) -> list[str]:
     findings = []
-    for counter, entries in _worst_errors(o).items():
+    when = " before the probe (since driver load)" if before else ""
+    for counter, entries in _worst_errors(o, before).items():
         limit = limits.get(NvlinkCounter(counter)) if counter in set(NvlinkCounter) else None
         if limit is None:
             continue
@@ -146,7 +161,7 @@ def _counter_findings(o: NvlinkObserved, limits: dict[NvlinkCounter, int]) -> li
         if over:
             shown = ", ".join(f"{where}: {count}" for count, where in over[:SHOWN])
             more = f" (+{len(over) - SHOWN})" if len(over) > SHOWN else ""
-            findings.append(f"{counter} errors > {limit} on {shown}{more}")
+            findings.append(f"{counter} errors{when} > {limit} on {shown}{more}")
     return findings
 
 
@@ -174,7 +189,12 @@ def judge(
         if observed.counters_unsupported
         else ""
     )
+    unsupported += "".join(
+        f"; {part} not supported on {gpu_list(parse_gpus(gpus))}"
+        for part, gpus in (observed.counters_not_supported or {}).items()
+    )
     warning = _counter_findings(observed, policy.warn_above)
+    warning += _counter_findings(observed, policy.warn_above, before=True)
     if warning:
         return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warning) + unsupported))
     gpus, least, _where = _active_facts(observed)
@@ -198,8 +218,20 @@ def condense(observed: NvlinkObserved) -> NvlinkObserved:
             at = max(by_link, key=by_link.__getitem__)
             gpu, _, link = at.partition(":")
             worst[counter] = [by_link[at], int(gpu), int(link)]
+    worst_before: dict[str, list[int]] = {}
+    for counter, by_link in (observed.errors_before or {}).items():
+        if by_link:
+            at = max(by_link, key=by_link.__getitem__)
+            gpu, _, link = at.partition(":")
+            worst_before[counter] = [by_link[at], int(gpu), int(link)]
     return observed.model_copy(
-        update={"inactive": None, "errors": None, "worst": worst or observed.worst}
+        update={
+            "inactive": None,
+            "errors": None,
+            "errors_before": None,
+            "worst": worst or observed.worst,
+            "worst_before": worst_before or observed.worst_before,
+        }
     )
 
 

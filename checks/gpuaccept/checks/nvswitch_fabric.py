@@ -27,7 +27,7 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
-from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
+from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value, without_nvswitch
 from gpuaccept.checks.gpu_ranges import group, parse_gpus, ungroup
 from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import (
@@ -83,6 +83,15 @@ class NvswitchFabricPolicy(CheckSwitch):
             FabricCondition.UNHEALTHY,
         ],
         description="Fabric health conditions that fail the node on any GPU.",
+    )
+    # A registration in progress right after boot completes within seconds; one stuck in
+    # progress is what makes CUDA fail with error 802 "system not yet initialized".
+    in_progress_wait_seconds: float = Field(
+        default=30,
+        ge=0,
+        le=300,
+        description="How long the probe waits, reading again every 2 s, for a GPU whose fabric "
+        "registration is in progress (right after boot) before judging it.",
     )
     warn_on: list[FabricCondition] = Field(
         default_factory=lambda: [
@@ -149,7 +158,11 @@ def _all_state(observed: NvswitchFabricObserved) -> str | None:
 
 
 def _no_fabric(
-    observed: NvswitchFabricObserved, fabric_expected: bool, model: str, expected: JsonValue
+    observed: NvswitchFabricObserved,
+    fabric_expected: bool,
+    model: str,
+    expected: JsonValue,
+    why_not: str | None = None,
 ) -> CheckJudgement:
     """Every GPU on no fabric (state not_supported) or without fabric info (NotSupported)."""
     answer = (
@@ -161,7 +174,8 @@ def _no_fabric(
         return CheckJudgement(
             CheckStatus.PASS,
             expected,
-            f"{observed.gpus} GPUs on no NVSwitch fabric ({answer}); none expected for {model}",
+            f"{observed.gpus} GPUs on no NVSwitch fabric ({answer}); none expected "
+            f"{'(' + why_not + ')' if why_not else 'for ' + model}",
         )
     if _all_state(observed) == UNSUPPORTED:
         return CheckJudgement(
@@ -177,14 +191,18 @@ def _no_fabric(
 def judge(
     observed: NvswitchFabricObserved, policy: NvswitchFabricPolicy, summary: HardwareSummary
 ) -> CheckJudgement:
-    fabric_expected = bool(per_model_value(policy.expected_by_model, summary.gpu_model, 0))
+    # The class says NVSwitch; the node's PCI bus has the last word (a 4-GPU HGX board).
+    why_not = without_nvswitch(summary)
+    fabric_expected = why_not is None and bool(
+        per_model_value(policy.expected_by_model, summary.gpu_model, 0)
+    )
     fail_on = {str(c) for c in policy.fail_on}
     warn_on = {str(c) for c in policy.warn_on} - fail_on
     expected: JsonValue = {"fabric": fabric_expected, "state": "completed"}
     model = gpu_model_class(summary.gpu_model) or summary.gpu_model or "this model"
     lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
     if _all_state(observed) in (NOT_SUPPORTED, UNSUPPORTED) and not lost:
-        return _no_fabric(observed, fabric_expected, model, expected)
+        return _no_fabric(observed, fabric_expected, model, expected, why_not)
     failing = lost + _state_findings(observed) + _condition_findings(observed, fail_on)
     warning = _condition_findings(observed, warn_on)
     if failing:

@@ -66,7 +66,7 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue, model_validator
 
-from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
+from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value, without_nvswitch
 from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
@@ -332,6 +332,15 @@ def pairs_by_path(
 
 
 # --- judging ------------------------------------------------------------------------------
+def _minimum(policy: PeerBandwidthPolicy, summary: HardwareSummary) -> float | None:
+    """The per-model minimum, where it holds: an NVSwitch class's figure is that of a pair
+    through the NVSwitches (~380 GB/s); a board without them (HGX 4-GPU: 6 NVLinks per
+    pair, 150 GB/s a direction at line rate) is judged by the sibling rule only."""
+    if without_nvswitch(summary) is not None:
+        return None
+    return policy.minimum_for(summary.gpu_model)
+
+
 def _required(policy: PeerBandwidthPolicy, summary: HardwareSummary) -> str:
     if policy.every_pair_required(summary.gpu_model):
         return "all"
@@ -363,7 +372,7 @@ def _bandwidth_findings(
     o: PeerBandwidthObserved, policy: PeerBandwidthPolicy, summary: HardwareSummary
 ) -> list[str]:
     by_path, medians = pairs_by_path(o)
-    minimum = policy.minimum_for(summary.gpu_model)
+    minimum = _minimum(policy, summary)
     weak: dict[Pair, tuple[float, str]] = {}
     for path, pairs in by_path.items():
         median = medians.get(path)
@@ -416,7 +425,7 @@ def _form_findings(o: PeerBandwidthObserved, summary: HardwareSummary) -> list[s
 
 def _expected(policy: PeerBandwidthPolicy, summary: HardwareSummary, required: str) -> JsonValue:
     return {
-        "minGBps": policy.minimum_for(summary.gpu_model),
+        "minGBps": _minimum(policy, summary),
         "maxBelowMedianPercent": {str(k): v for k, v in policy.max_below_median_percent.items()},
         "peerAccess": required,
     }

@@ -104,6 +104,9 @@ class ThrottleReasonsObserved(ObservedModel):
     sm_clock_max_mhz: list[int] | None = Field(default=None, alias="smClockMaxMHz")
     # GPUs NVML lost (or that hung) while sampling: index -> what happened
     failed_gpus: dict[str, str] | None = None
+    # GPU -> judged samples NVML did not answer (a transient error); fractions are over the
+    # samples read
+    missed_samples: dict[str, int] | None = None
     # condensed
     max_active_fraction: dict[str, float] | None = None
     worst_gpu: dict[str, int] | None = None

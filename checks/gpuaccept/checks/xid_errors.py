@@ -134,6 +134,16 @@ class XidEventObserved(ObservedModel):
     during: str | None = Field(default=None, max_length=32)  # the check then running
 
 
+class ListenerStop(ObservedModel):
+    """The listener's wait ended before the probe did (an NVML error other than its
+    timeout): no Xid after ``atS`` was seen."""
+
+    at_s: float = Field(ge=0, alias="atS")
+    during: str | None = Field(default=None, max_length=64)
+    error: str = Field(max_length=160)
+    gpu_lost: bool = False  # NVML answered GPU_IS_LOST
+
+
 class XidErrorsObserved(ObservedModel):
     watched: str | None = None  # the GPUs registered for Xid events (range text)
     listened_s: float | None = Field(default=None, ge=0, alias="listenedS")
@@ -141,6 +151,7 @@ class XidErrorsObserved(ObservedModel):
     xids: dict[str, list[int]] | None = None  # GPUs (range text) → every Xid they reported
     recovery_action: dict[str, str] | None = None  # action (not none) → GPUs
     not_read: dict[str, str] | None = None  # part → why it was not read
+    listener_stopped: ListenerStop | None = None  # the wait died before the probe ended
 
 
 def describe_xid(xid: int) -> str:
@@ -204,6 +215,17 @@ def judge(
     by_code = xids_by_code(observed)
     failing = _action_texts(observed, fail_actions) + _xid_texts(by_code, observed, fail_xids)
     warning = _action_texts(observed, warn_actions) + _xid_texts(by_code, observed, warn_xids)
+    stopped = observed.listener_stopped
+    if stopped is not None:
+        during = f" during {stopped.during}" if stopped.during else ""
+        text = (
+            f"the Xid listener stopped after {stopped.at_s:g} s{during}: {stopped.error}; "
+            "no Xid after that was seen"
+        )
+        if stopped.gpu_lost:  # NVML lost a GPU while waiting: the Xid 79 it hides
+            failing.append(f"a GPU was lost: {text}")
+        elif not failing:  # no evidence of "no critical Xid": an error, never a pass
+            return CheckJudgement(CheckStatus.ERROR, expected, clip("; ".join([text, *warning])))
     if failing:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing + warning)))
     if warning:

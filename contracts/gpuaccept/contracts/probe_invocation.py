@@ -18,6 +18,9 @@ ENV_EXPECTED_GPUS: Final = "GPUACCEPT_EXPECTED_GPUS"
 ENV_NODE_GPU_CAPACITY: Final = "GPUACCEPT_NODE_GPU_CAPACITY"
 # The GPU feature discovery label nvidia.com/gpu.count, when the node has it.
 ENV_GFD_GPU_COUNT: Final = "GPUACCEPT_GFD_GPU_COUNT"
+# The GPU feature discovery label nvidia.com/gpu.replicas (time-slicing or MPS sharing:
+# the device plugin then advertises GPUs x replicas), when the node has it.
+ENV_GFD_GPU_REPLICAS: Final = "GPUACCEPT_GFD_GPU_REPLICAS"
 ENV_PROFILE: Final = "GPUACCEPT_PROFILE"  # simulate this hardware profile (tests, demo)
 ENV_BOOT_ID: Final = "GPUACCEPT_BOOT_ID"  # the boot ID to report (simulated nodes)
 # Simulated nodes: take the profile's durations x this factor (0, the default: no waiting).

@@ -60,6 +60,15 @@ class HardwareSummary(ContractModel):
         description="The probe image's NCCL (ncclGetVersion of the libnccl it loaded); an "
         "image fact, never judged.",
     )
+    nvswitch_devices: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="NVSwitches on the host's PCI bus (sysfs, class 0x068000): whether the "
+        "GPUs sit on an NVSwitch baseboard, which decides the NVSwitch fabric, the per-pair "
+        "and the all-reduce expectations of the HGX model classes. null: not read (the "
+        "model class alone decides, as before).",
+    )
 
 
 def first_non_finite(value: JsonValue, where: str = "") -> str | None:

@@ -27,6 +27,7 @@ from gpuaccept.contracts.probe_invocation import (
     ENV_BOOT_ID,
     ENV_EXPECTED_GPUS,
     ENV_GFD_GPU_COUNT,
+    ENV_GFD_GPU_REPLICAS,
     ENV_NODE_GPU_CAPACITY,
     ENV_NODE_NAME,
     ENV_POLICY,
@@ -194,6 +195,7 @@ def _node_gpus(args: argparse.Namespace) -> NodeGpuCounts:
         allocatable=allocatable,
         capacity=_env_count(ENV_NODE_GPU_CAPACITY),
         labelled=_env_count(ENV_GFD_GPU_COUNT),
+        replicas=_env_count(ENV_GFD_GPU_REPLICAS),
     )
 
 

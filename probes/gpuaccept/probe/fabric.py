@@ -27,15 +27,17 @@ each other's ports.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.checks.fabric_allreduce import Phase
+from gpuaccept.checks.fabric_allreduce import SOCKET_TRANSPORT, Phase, parse_nccl_transport
 from gpuaccept.probe.allreduce import FLOAT_BYTES, AllreduceTiming, Backend, bus_bandwidth
 
 PHASE_RENDEZVOUS: Phase = "rendezvous"
@@ -108,6 +110,7 @@ class FabricMeasurement:
     ranks: int
     sweep: tuple[tuple[int, float, float, float], ...]
     """(bytes, seconds per all-reduce averaged over every rank, algbw GB/s, busbw GB/s)"""
+    transport: str | None = None  # the network transport NCCL's debug output names
 
     @property
     def busbw_gbps(self) -> float:
@@ -162,8 +165,9 @@ def run_fabric(job: FabricJob, deadline_s: float) -> FabricMeasurement:
         out = Path(out_dir)
         (out / JOB_FILE).write_text(job.to_json())
         command = [sys.executable, "-m", "gpuaccept.probe.fabric_rank", out_dir]
+        env = nccl_debug_env(os.environ, out) if job.backend == "nccl" else None
         processes = [
-            subprocess.Popen([*command, str(local_rank)], stdin=subprocess.DEVNULL)
+            subprocess.Popen([*command, str(local_rank)], stdin=subprocess.DEVNULL, env=env)
             for local_rank in range(rdv.local_ranks)
         ]
         stop_at = time.monotonic() + deadline_s
@@ -188,9 +192,38 @@ def run_fabric(job: FabricJob, deadline_s: float) -> FabricMeasurement:
                 cause = f"not finished in {deadline_s:.0f} s"
             raise FabricError(f"fabric all-reduce {where} failed in {step}: {cause}", phase)
         times: list[float] = json.loads((out / TIMES_FILE).read_text())
+        transport = nccl_transport(out) if job.backend == "nccl" else None
     sweep = []
     for size, seconds in zip(job.sizes, times, strict=True):
         nbytes = max(1, size // FLOAT_BYTES) * FLOAT_BYTES
         algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
         sweep.append((nbytes, seconds, algbw, bus_bandwidth(algbw, rdv.world)))
-    return FabricMeasurement(backend=job.backend, ranks=rdv.world, sweep=tuple(sweep))
+    return FabricMeasurement(
+        backend=job.backend, ranks=rdv.world, sweep=tuple(sweep), transport=transport
+    )
+
+
+NCCL_LOG_PREFIX = "nccl-debug"
+
+
+def nccl_debug_env(environ: Mapping[str, str], out: Path) -> dict[str, str]:
+    """The ranks' environment with NCCL's debug output on for its NET subsystem, written
+    to files in ``out`` (NCCL_DEBUG_FILE, %h host, %p pid), so the transport NCCL chose
+    can be read back; settings the chart made are kept."""
+    env = dict(environ)
+    env.setdefault("NCCL_DEBUG", "INFO")
+    env.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+    env.setdefault("NCCL_DEBUG_FILE", str(out / f"{NCCL_LOG_PREFIX}.%h.%p.log"))
+    return env
+
+
+def nccl_transport(out: Path) -> str | None:
+    """The transport named in the ranks' NCCL debug files (Socket if any rank used it)."""
+    found: list[str] = []
+    for path in sorted(out.glob(f"{NCCL_LOG_PREFIX}.*.log")):
+        name = parse_nccl_transport(path.read_text(errors="replace")[:1_000_000])
+        if name is not None:
+            found.append(name)
+    if SOCKET_TRANSPORT in found:
+        return SOCKET_TRANSPORT
+    return found[0] if found else None

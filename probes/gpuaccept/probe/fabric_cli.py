@@ -268,6 +268,7 @@ def observe(
             "busbwGBps": round(measured.busbw_gbps * run.scale, 2),
             "algbwGBps": round(measured.algbw_gbps * run.scale, 2),
             "sweep": [(size, round(busbw * run.scale, 1)) for size, _, _, busbw in measured.sweep],
+            "transport": measured.transport,
         }
     return FabricAllreduceObserved.model_validate(fields)
 

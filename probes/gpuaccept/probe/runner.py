@@ -15,8 +15,9 @@ from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec, clip
 from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareSummary, ProbeReport
 from gpuaccept.probe import PROBE_VERSION
-from gpuaccept.probe.hardware.base import HardwareBackend, Unavailable, VersionInfo
+from gpuaccept.probe.hardware.base import HardwareBackend, NoSuchInterface, Unavailable, VersionInfo
 from gpuaccept.probe.measure import ProbeContext, measurer, runs_last
+from gpuaccept.probe.measure.nvlink import baseline as nvlink_baseline
 
 UNKNOWN_BOOT_ID = "unknown"
 
@@ -39,7 +40,12 @@ def hardware_summary(hardware: HardwareBackend) -> HardwareSummary:
     models = sorted({gpu.name for gpu in gpus if gpu.problem is None})
     model = models[0] if len(models) == 1 else ("mixed: " + ", ".join(models) if models else None)
     driver = versions.kernel_module or versions.nvml_driver
+    try:
+        nvswitches: int | None = min(hardware.pci_nvswitch_count(), 64)
+    except Exception:
+        nvswitches = None
     return HardwareSummary(
+        nvswitch_devices=nvswitches,
         gpu_model=_short(model, 64),
         gpu_count=min(len(gpus), 64),
         driver_version=_short(driver, 32),
@@ -56,7 +62,9 @@ def run_check(
     context: ProbeContext,
     summary: HardwareSummary,
 ) -> CheckResult:
-    """Measure, then judge. Unavailable → skip; any other exception → error."""
+    """Measure, then judge. NoSuchInterface (the node has no such thing to measure: one
+    GPU has no pair) → pass with that reason; Unavailable → skip; any other exception →
+    error."""
     switch = policy.switch(check.name)
     if switch is not None and not switch.enabled:
         return CheckResult(
@@ -69,6 +77,13 @@ def run_check(
         measured = measurer(check)(hardware, section, context)
         observed = measured.to_observed()
         judgement = check.judge(measured, section, summary)
+    except NoSuchInterface as exc:
+        return CheckResult(
+            check=check.name,
+            status=CheckStatus.PASS,
+            message=clip(f"not applicable: {exc}"),
+            duration_s=round(time.monotonic() - started, 3),
+        )
     except Unavailable as exc:
         return CheckResult(
             check=check.name,
@@ -147,7 +162,13 @@ def run_probe(hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun) -> 
     budget = phase_seconds(policy, max(summary.gpu_count, 1))
     by_name: dict[str, CheckResult] = {}
     with hardware.xid_listener() as xids:
-        context = dataclasses.replace(run.context, xids=xids)
+        switch = policy.switch("nvlink")
+        nvlink_on = any(c.name == "nvlink" for c in run.checks) and (
+            switch is None or switch.enabled
+        )
+        context = dataclasses.replace(
+            run.context, xids=xids, nvlink_before=nvlink_baseline(hardware) if nvlink_on else None
+        )
         wall = hardware.phase_seconds(START_PHASE, run.process_age(), budget[START_PHASE])
         for check in measuring_order(run.checks):
             xids.phase = check.name

@@ -19,6 +19,7 @@ from gpuaccept.contracts.api import GPU_RESOURCE, GROUP
 from gpuaccept.contracts.probe_invocation import (
     ENV_EXPECTED_GPUS,
     ENV_GFD_GPU_COUNT,
+    ENV_GFD_GPU_REPLICAS,
     ENV_NODE_GPU_CAPACITY,
     ENV_NODE_NAME,
     ENV_POD_IP,
@@ -48,6 +49,8 @@ PROBE_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{COMPONENT_LABEL}={COMP
 TERMINATION_LOG = TERMINATION_LOG_PATH
 CONTAINER_NAME = "probe"
 GFD_GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # set by GPU feature discovery
+# GFD under time-slicing or MPS sharing (the device plugin advertises GPUs x replicas)
+GFD_GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 FABRIC_PAIR_LABEL = f"{GROUP}/fabric-pair"
 FABRIC_RANK_LABEL = f"{GROUP}/fabric-rank"
 FABRIC_FIRST_ANNOTATION = f"{GROUP}/fabric-first"
@@ -120,6 +123,9 @@ def _node_gpu_env(node: NodeView) -> list[dict[str, Any]]:
     label = node.labels.get(GFD_GPU_COUNT_LABEL, "")
     if label.isascii() and label.isdigit():
         env.append({"name": ENV_GFD_GPU_COUNT, "value": str(int(label))})
+    replicas = node.labels.get(GFD_GPU_REPLICAS_LABEL, "")
+    if replicas.isascii() and replicas.isdigit():
+        env.append({"name": ENV_GFD_GPU_REPLICAS, "value": str(int(replicas))})
     return env
 
 

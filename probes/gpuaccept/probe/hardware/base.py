@@ -24,6 +24,13 @@ class Unavailable(Exception):  # noqa: N818 - reads as "the hardware is unavaila
     """The hardware cannot answer this question; the check result is ``skip``."""
 
 
+class NoSuchInterface(Unavailable):
+    """This platform has no such interface at all (no cpufreq driver on a host whose
+    firmware owns the P-states, no NVLink on a PCIe card): a fact about the node,
+    which the measurement records and its judge passes or warns on with the reason;
+    not a read that failed (that is an error, or a partial read)."""
+
+
 class GpuFailedError(Exception):
     """One GPU failed (NVML ``GPU_IS_LOST``, fallen off the bus...) at one step.
 
@@ -132,8 +139,12 @@ class NvlinkLinks:
 
     count: int
     active: tuple[int, ...]  # the indices of the active links
-    # counter ("replay", "recovery", "crc") -> per link, index order; None: NotSupported
+    # counter ("replay", "recovery", "crc") -> per link, index order, for the counters NVML
+    # answered; None: NVML answers none of them (each is read on its own: DCGM's NVLink
+    # health reads every field separately, and Hopper lacks some per-link ones)
     errors: dict[str, tuple[int, ...]] | None = None
+    # The NVML counters (replay, recovery, crc_flit, crc_data) answered with NotSupported.
+    not_supported: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -217,8 +228,8 @@ class HardwareBackend(Protocol):
     def allreduce(self, sizes: list[int], iterations: int, warmup: int) -> AllreduceMeasurement: ...
 
     def cpu_governors(self) -> dict[int, str]:
-        """``{cpu: cpufreq governor}`` for the online CPUs; raises :class:`Unavailable`
-        when the kernel exposes no cpufreq (common in VMs)."""
+        """``{cpu: cpufreq governor}`` for the online CPUs; raises :class:`NoSuchInterface`
+        when the kernel has no cpufreq driver (VMs; hosts whose BIOS owns the P-states)."""
 
     def boot_id(self) -> str | None:
         """The host's boot ID (``<proc>/sys/kernel/random/boot_id``), if readable."""
@@ -244,6 +255,10 @@ class HardwareBackend(Protocol):
 
     def gpu_settings(self, gpu: int) -> GpuSettings:
         """Power limits, persistence, MIG and compute mode (``None`` where unsupported)."""
+
+    def persistenced_socket(self) -> bool:
+        """Whether nvidia-persistenced's socket is reachable from here (without it, NVML
+        in a container reads persistence mode as Off although it is on)."""
 
     def gpu_numa(self, gpu: int) -> PciNuma:
         """The GPU's PCI ``numa_node`` (None: -1) and ``local_cpulist``; raises
@@ -271,6 +286,9 @@ class HardwareBackend(Protocol):
 
     def pci_gpu_count(self) -> int:
         """NVIDIA display/3D controllers on the host's PCI bus (sysfs; 0: none found)."""
+
+    def pci_nvswitch_count(self) -> int:
+        """NVSwitches on the host's PCI bus (sysfs class 0x068000; 0: none)."""
 
     # --- per-GPU throughput (gpu_compute, gpu_memory_bandwidth) ---------------------
     def memory_bandwidth(self, nbytes: int, iterations: int, warmup: int) -> "PerGpuFigures":

@@ -33,6 +33,9 @@ from gpuaccept.probe.hardware.sysfs import SysfsError
 NetnsMode = Literal["shared", "exclusive", "unknown"]
 _STATE_RE = re.compile(r"^\s*[0-9]+:\s*(.+?)\s*$")
 _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+# drivers/infiniband/core/sysfs.c, rate_show: "%d%s Gb/sec (%dX %s)" (active width x
+# active speed name: SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR, XDR)
+_LANES_RE = re.compile(r"\(([0-9]+)X\s+([A-Z0-9]+)\)")
 _PORT_MAX = 64
 
 
@@ -46,6 +49,9 @@ class IbPort:
     link_layer: str  # InfiniBand | Ethernet
     link_downed: int | None
     symbol_error: int | None
+    width: int | None = None  # active lanes, from the rate text ("4X")
+    speed: str | None = None  # the lanes' speed name ("NDR")
+    board_id: str | None = None  # its HCA's board_id (PSID)
 
     @property
     def name(self) -> str:
@@ -88,6 +94,14 @@ def parse_rate(text: str) -> float:
     return float(match.group(1))
 
 
+def parse_lanes(text: str) -> tuple[int | None, str | None]:
+    """``"200 Gb/sec (2X NDR)"`` → ``(2, "NDR")``; no parenthesis → ``(None, None)``."""
+    match = _LANES_RE.search(text)
+    if match is None:
+        return None, None
+    return int(match.group(1)), match.group(2)
+
+
 def _optional(path: Path) -> str | None:
     try:
         return path.read_text().strip() or None
@@ -109,14 +123,19 @@ def read_netns_mode(sysfs_root: Path) -> NetnsMode:
     return "unknown"
 
 
-def _read_port(hca: str, port_dir: Path) -> IbPort:
+def _read_port(hca: str, port_dir: Path, board_id: str | None = None) -> IbPort:
     try:
+        rate = (port_dir / "rate").read_text()
+        width, speed = parse_lanes(rate)
         return IbPort(
             hca=hca,
             port=int(port_dir.name),
             state=parse_port_state((port_dir / "state").read_text()),
             phys_state=parse_port_state((port_dir / "phys_state").read_text()),
-            rate_gbps=parse_rate((port_dir / "rate").read_text()),
+            rate_gbps=parse_rate(rate),
+            width=width,
+            speed=speed,
+            board_id=board_id,
             link_layer=(port_dir / "link_layer").read_text().strip(),
             link_downed=_counter(port_dir / "counters" / "link_downed"),
             symbol_error=_counter(port_dir / "counters" / "symbol_error"),
@@ -141,12 +160,13 @@ def read_infiniband(sysfs_root: Path) -> InfinibandView:
         ports_dir = entry / "ports"
         listed = ports_dir.iterdir() if ports_dir.is_dir() else iter(())
         port_dirs = sorted((p for p in listed if p.name.isdigit()), key=lambda p: int(p.name))
+        board_id = _optional(entry / "board_id")
         hcas.append(
             IbHca(
                 name=entry.name,
                 fw_ver=_optional(entry / "fw_ver"),
-                board_id=_optional(entry / "board_id"),
-                ports=tuple(_read_port(entry.name, p) for p in port_dirs[:_PORT_MAX]),
+                board_id=board_id,
+                ports=tuple(_read_port(entry.name, p, board_id) for p in port_dirs[:_PORT_MAX]),
             )
         )
     return InfinibandView(hcas=tuple(hcas), netns_mode=read_netns_mode(sysfs_root))

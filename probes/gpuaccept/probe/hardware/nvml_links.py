@@ -101,28 +101,46 @@ def read_nvlink(nvml: ModuleType, handle: Any, gpu: int) -> NvlinkLinks:
             if nvml_error_code(exc) != NVML_ERROR_NOT_SUPPORTED:
                 raise nvml_failure(gpu, f"NVLink {link} state", exc) from exc
             # a link NVML says nothing about is not counted as active
+    errors, not_supported = _counters(nvml, handle, gpu, count, active)
     return NvlinkLinks(
-        count=count, active=tuple(active), errors=_counters(nvml, handle, gpu, count, active)
+        count=count, active=tuple(active), errors=errors, not_supported=not_supported
     )
+
+
+NVLINK_COUNTER_PARTS = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
 
 
 def _counters(
     nvml: ModuleType, handle: Any, gpu: int, count: int, active: list[int]
-) -> dict[str, tuple[int, ...]] | None:
-    """counter → per link (inactive links 0); None when NVML answers NotSupported."""
+) -> tuple[dict[str, tuple[int, ...]] | None, tuple[str, ...]]:
+    """(counter → per link, inactive links 0; the NVML counters answered NotSupported).
+
+    Each NVML counter is read on its own: one answered NotSupported (on Hopper the
+    per-link CRC data counter, DCGM issue 173) is listed and the others are still read;
+    a judged counter (crc = flit + data) is kept while one of its parts is readable."""
     out: dict[str, list[int]] = {name: [0] * count for name in NVLINK_COUNTERS}
+    not_supported: set[int] = set()
     for link in active:
         for name, counters in NVLINK_COUNTERS.items():
             for counter in counters:
+                if counter in not_supported:
+                    continue
                 try:
                     out[name][link] += int(
                         nvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter)
                     )
                 except nvml.NVMLError as exc:
                     if nvml_error_code(exc) == NVML_ERROR_NOT_SUPPORTED:
-                        return None
+                        not_supported.add(counter)
+                        continue
                     raise nvml_failure(gpu, f"NVLink {link} error counters", exc) from exc
-    return {name: tuple(values) for name, values in out.items()}
+    unreadable = {
+        name for name, counters in NVLINK_COUNTERS.items() if set(counters) <= not_supported
+    }
+    parts = tuple(NVLINK_COUNTER_PARTS[c] for c in sorted(not_supported))
+    if active and unreadable == set(NVLINK_COUNTERS):
+        return None, parts
+    return {n: tuple(v) for n, v in out.items() if n not in unreadable}, parts
 
 
 def _fabric_call(nvml: ModuleType, handle: Any) -> tuple[Any, int]:
@@ -163,7 +181,10 @@ def read_fabric(nvml: ModuleType, handle: Any, gpu: int) -> FabricInfo:
         if nvml_error_code(exc) == NVML_ERROR_NOT_SUPPORTED:
             return FabricInfo(state="unsupported", struct_version=0)
         raise nvml_failure(gpu, "the fabric state", exc) from exc
-    state = FABRIC_STATES.get(int(info.state), f"state_{int(info.state)}")
+    # nvml.h declares nvmlGpuFabricState_t as an unsigned char; pynvml's structure field
+    # is a c_uint, whose upper bytes the driver does not set: only the low byte counts.
+    raw_state = int(info.state) & 0xFF
+    state = FABRIC_STATES.get(raw_state, f"state_{raw_state}")
     mask = int(getattr(info, "healthMask", 0)) if version >= 2 else 0
     conditions = [
         name

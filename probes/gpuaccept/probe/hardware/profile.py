@@ -4,6 +4,7 @@ Documented field by field in ``docs/profile-format.md``. Validated strictly:
 an unknown or misspelled field is an error naming the file and the field.
 """
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -20,6 +21,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from gpuaccept.checks.budget import START_PHASE
+from gpuaccept.checks.gpu_models import gpu_model_class
 from gpuaccept.checks.registry import BY_NAME
 from gpuaccept.probe.clocks import REASON_BITS
 from gpuaccept.probe.hardware.sysfs import parse_cpu_list
@@ -105,6 +107,7 @@ class ClockEventReasons(ProfileModel):
 
 
 NvlinkCounterName = Literal["replay", "recovery", "crc"]
+NvlinkCounterPart = Literal["replay", "recovery", "crc_flit", "crc_data"]
 FabricState = Literal["completed", "in_progress", "not_started", "not_supported", "unsupported"]
 FabricConditionName = Literal[
     "degraded_bandwidth",
@@ -125,12 +128,39 @@ class NvlinkSpec(ProfileModel):
     links: int = Field(
         default=18, ge=0, le=36, description="NVML_FI_DEV_NVLINK_LINK_COUNT (H100/H200: 18)."
     )
+
+    @model_validator(mode="after")
+    def _links_in_range(self) -> "NvlinkSpec":
+        """A link the GPU does not have cannot be inactive or count errors (silently
+        ignoring it would let a profile state a fault the probe never sees)."""
+        named = [("inactive", link) for link in self.inactive] + [
+            (f"{field}.{counter}", link)
+            for field, table in (("errors", self.errors), ("errorsBefore", self.errors_before))
+            for counter, by_link in table.items()
+            for link in by_link
+        ]
+        for field, link in named:
+            if link >= self.links:
+                raise ValueError(f"{field}: link {link} is not below links {self.links}")
+        return self
+
     inactive: list[Annotated[int, Field(ge=0, le=35)]] = Field(
         default_factory=list, description="Links nvmlDeviceGetNvLinkState reports inactive."
     )
     errors: dict[NvlinkCounterName, dict[Annotated[int, Field(ge=0, le=35)], int]] = Field(
         default_factory=dict,
-        description="Cumulative error counts: counter -> link -> count (crc = flit + data).",
+        description="Errors the links count while the probe loads the GPUs: counter -> link -> "
+        "count (crc = flit + data). The probe judges the increase over its own run.",
+    )
+    errors_before: dict[NvlinkCounterName, dict[Annotated[int, Field(ge=0, le=35)], int]] = Field(
+        default_factory=dict,
+        description="Counts already on the links when the probe starts (since the driver "
+        "loaded: link training at boot, an earlier job); read as the probe's baseline.",
+    )
+    counters_not_supported: list[NvlinkCounterPart] = Field(
+        default_factory=list,
+        description="NVML counters nvmlDeviceGetNvLinkErrorCounter answers NotSupported for "
+        "(H100: crc_data, DCGM issue 173); the others are still read.",
     )
 
 
@@ -145,6 +175,14 @@ class FabricSpec(ProfileModel):
     )
     struct_version: Literal[1, 2, 3] = Field(
         default=3, description="The newest nvmlGpuFabricInfo structure the driver knows."
+    )
+    completes_after_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description="With state in_progress: the registration completes this many seconds "
+        "after the probe first asks (the fabric manager still registering after boot). "
+        "Default: never (stuck).",
     )
 
 
@@ -348,6 +386,15 @@ class Gpus(Gpu):
         description="NVIDIA display/3D controllers on the host's PCI bus (a GPU that fell "
         "off the bus or that the driver cannot bring up stays enumerated). Default: count.",
     )
+    nvswitches: int | None = Field(
+        default=None,
+        ge=0,
+        le=16,
+        description="NVSwitches on the host's PCI bus (class 0x068000). Default: 4 for the "
+        "HGX model classes (h100-sxm, h200-sxm: an 8-GPU baseboard has 4 third-generation "
+        "NVSwitches), 2 for b200, else 0. An HGX H100 4-GPU board (GPUs linked directly) "
+        "has 0; a pod given a slice of an 8-GPU board still sees its 4.",
+    )
     overrides: dict[int, GpuOverride] = Field(
         default_factory=dict, description="GPU index → what differs on that GPU."
     )
@@ -355,6 +402,12 @@ class Gpus(Gpu):
     @property
     def pci_count(self) -> int:
         return self.count if self.pci_devices is None else self.pci_devices
+
+    @property
+    def nvswitch_count(self) -> int:
+        if self.nvswitches is not None:
+            return self.nvswitches
+        return {"h100-sxm": 4, "h200-sxm": 4, "b200": 2}.get(gpu_model_class(self.model) or "", 0)
 
     @model_validator(mode="after")
     def _overrides_in_range(self) -> "Gpus":
@@ -464,7 +517,21 @@ class Node(ProfileModel):
         alias="gfdGpuCount",
         description="The GPU feature discovery label nvidia.com/gpu.count. Default: unset.",
     )
+    gfd_gpu_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        alias="gfdGpuReplicas",
+        description="The GPU feature discovery label nvidia.com/gpu.replicas (time-slicing or "
+        "MPS sharing: gpuCapacity is then GPUs x replicas). Default: unset.",
+    )
     boot_id: str | None = Field(default=None, alias="bootID", max_length=64)
+    persistenced_socket: bool = Field(
+        default=True,
+        description="nvidia-persistenced's socket (/var/run/nvidia-persistenced/socket) is "
+        "reachable in the probe pod. false: NVML there reads persistence mode as Off on every "
+        "GPU (NVIDIA/dgx-selinux pull request 3), whatever the host's mode.",
+    )
     pod_cpus: CpuList | None = Field(
         default=None,
         description="The probe pod's cpuset (its sched_getaffinity). Default: every CPU.",
@@ -638,6 +705,21 @@ class HardwareProfile(ProfileModel):
         "docs/probe.md's budget table under the policy used.",
     )
     p2p: P2p = Field(default=P2p(), alias="p2p")  # GPU-to-GPU peer copies (peer_bandwidth)
+
+    @model_validator(mode="after")
+    def _pairs_in_range(self) -> "HardwareProfile":
+        """A peer pair naming a GPU beyond the count is refused, as a GPU override is."""
+        count = self.gpus.count
+        for key in self.p2p.pairs:
+            gpus = [int(part) for part in re.split(r"<>|>", key) if part.isdigit()]
+            beyond = [gpu for gpu in gpus if gpu >= count]
+            if beyond:
+                raise ValueError(
+                    f"p2p.pairs: {key!r} names GPU {beyond[0]}, not below count {count}"
+                )
+            if len(gpus) == 2 and gpus[0] == gpus[1]:
+                raise ValueError(f"p2p.pairs: {key!r} pairs a GPU with itself")
+        return self
 
 
 def load_profile(path: Path) -> HardwareProfile:

@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from gpuaccept.contracts.report import HardwareMode
-from gpuaccept.probe.hardware import topology_backend
+from gpuaccept.probe.hardware import persistenced, topology_backend
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     CopyMeasurement,
@@ -40,6 +40,7 @@ from gpuaccept.probe.hardware.base import (
     GpuSettings,
     LoadTimer,
     MatmulPrecision,
+    NoSuchInterface,
     NvlinkLinks,
     PcieLinkState,
     PeerAccess,
@@ -67,6 +68,7 @@ from gpuaccept.probe.hardware.libraries import (
     query_version,
 )
 from gpuaccept.probe.hardware.nvml_errors import (
+    NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_LIB_RM_VERSION_MISMATCH,
     nvml_error_code,
@@ -90,6 +92,7 @@ from gpuaccept.probe.hardware.sysfs import (
     SysfsError,
     copy_cpus,
     count_nvidia_gpus,
+    count_nvswitches,
     nvml_bus_id_to_sysfs,
     read_boot_id,
     read_cpu_governors,
@@ -137,9 +140,15 @@ def _library_version(
 class RealBackend:
     mode = HardwareMode.REAL
 
-    def __init__(self, sysfs_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> None:
+    def __init__(
+        self,
+        sysfs_root: Path = Path("/sys"),
+        proc_root: Path = Path("/proc"),
+        persistenced_sockets: tuple[Path, ...] = persistenced.SOCKET_PATHS,
+    ) -> None:
         self._sysfs_root = sysfs_root
         self._proc_root = proc_root
+        self._persistenced_sockets = persistenced_sockets
         self._nvml: ModuleType | None = None
         self._problem: str | None = None
         self._mismatch = False
@@ -229,7 +238,7 @@ class RealBackend:
         try:
             return read_cpu_governors(self._sysfs_root)
         except NoCpufreq as exc:
-            raise Unavailable(f"no cpufreq: {exc}") from exc
+            raise NoSuchInterface(f"no cpufreq driver: {exc}") from exc
 
     def boot_id(self) -> str | None:
         try:
@@ -301,12 +310,22 @@ class RealBackend:
     def clock_event_reasons(self, gpu: int) -> int:
         nvml = self._require_nvml()
         handle = self._handle(gpu, "clock event reasons")
-        getter = (
-            getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-            or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        )
+        newer = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        older = getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
         try:
-            return int(getter(handle))
+            try:
+                return int((newer or older)(handle))  # type: ignore[misc]
+            except nvml.NVMLError as exc:
+                # A binding newer than the driver: the library has no ...EventReasons
+                # symbol (pynvml raises FUNCTION_NOT_FOUND at the call); the older
+                # getter answers the same mask (nvml.h keeps it as a deprecated alias).
+                if (
+                    newer is None
+                    or older is None
+                    or nvml_error_code(exc) != NVML_ERROR_FUNCTION_NOT_FOUND
+                ):
+                    raise
+                return int(older(handle))
         except nvml.NVMLError as exc:
             raise nvml_failure(gpu, "clock event reasons", exc) from exc
 
@@ -592,6 +611,9 @@ class RealBackend:
     def gpu_settings(self, gpu: int) -> GpuSettings:
         return read_settings(self._require_nvml(), self._handle(gpu, "configuration"), gpu)
 
+    def persistenced_socket(self) -> bool:
+        return persistenced.socket_reachable(self._persistenced_sockets)
+
     def gpu_numa(self, gpu: int) -> PciNuma:
         bus = self._gpus[gpu].bus_id if gpu < len(self._gpus) else None
         return topology_backend.gpu_numa(self._sysfs_root, gpu, bus)
@@ -626,6 +648,9 @@ class RealBackend:
 
     def pci_gpu_count(self) -> int:
         return count_nvidia_gpus(self._sysfs_root)
+
+    def pci_nvswitch_count(self) -> int:
+        return count_nvswitches(self._sysfs_root)
 
     # --- per-GPU memory bandwidth (gpuaccept.probe.hardware.gpu_throughput) ------
     def memory_bandwidth(self, nbytes: int, iterations: int, warmup: int) -> PerGpuFigures:

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import get_args
 
-from gpuaccept.checks.gpu_models import gpu_model_class
+from gpuaccept.checks.gpu_models import NVSWITCH_CLASSES, gpu_model_class
 from gpuaccept.checks.peer_bandwidth import parse_pairs
 from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe import clocks
@@ -38,6 +38,7 @@ from gpuaccept.probe.hardware.base import (
     GpuSettings,
     LoadTimer,
     MatmulPrecision,
+    NoSuchInterface,
     NvlinkLinks,
     PcieLinkState,
     PeerAccess,
@@ -48,7 +49,12 @@ from gpuaccept.probe.hardware.base import (
 )
 from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.nvml_health import recovery_action_field_id
-from gpuaccept.probe.hardware.profile import HardwareProfile, Link, RecoveryActionName
+from gpuaccept.probe.hardware.profile import (
+    GpuOverride,
+    HardwareProfile,
+    Link,
+    RecoveryActionName,
+)
 from gpuaccept.probe.hardware.simulated_throughput import SimulatedTimer, check_figures, triad
 from gpuaccept.probe.hardware.simulated_topology import materialize_topology
 from gpuaccept.probe.hardware.sysfs import (
@@ -59,6 +65,7 @@ from gpuaccept.probe.hardware.sysfs import (
     SysfsError,
     copy_cpus,
     count_nvidia_gpus,
+    count_nvswitches,
     format_cpu_list,
     parse_cpu_list,
     pci_device_dir,
@@ -74,10 +81,12 @@ from gpuaccept.probe.hardware.xid_events import XidLog
 # nvmlDeviceGpuRecoveryAction_t values 0-7, in order
 RECOVERY_ACTIONS: tuple[RecoveryActionName, ...] = get_args(RecoveryActionName)
 LOST = "NVML: GPU is lost (NVML_ERROR_GPU_IS_LOST)"
+# NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors): Xid 79 "GPU has fallen off
+# the bus"; from then on NVML answers GPU_IS_LOST for it and CUDA cannot use it.
+FELL_OFF_BUS_XIDS = frozenset({79})
 NVML_MISMATCH = "NVML: driver/library version mismatch"
 SIM_IDLE_SM_MHZ = 345  # an idle H100's SM clock
 SIM_DEADLINE_S = 60.0  # the real backend's copy and load deadlines
-NVSWITCH_CLASSES = frozenset({"h100-sxm", "h200-sxm", "b200"})  # HGX boards: NVSwitch
 KERNEL_MODULE_LINE = (
     "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Tue Mar  5 22:23:56 UTC 2024\n"
     "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
@@ -126,6 +135,12 @@ def materialize(profile: HardwareProfile, root: Path, host_boot_id: str | None =
         (device / "numa_node").write_text(f"{numa}\n")
         (device / "local_cpulist").write_text(format_cpu_list(cpus.node_cpus(gpu.numa_node)) + "\n")
         write_link(sys_root, index, gpu.idle)
+    for switch in range(profile.gpus.nvswitch_count):
+        # The baseboard's NVSwitches, as the host's PCI bus lists them (class 0x068000).
+        device = pci_device_dir(sys_root, f"0000:{0x05 + switch:02x}:00.0")
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(NVIDIA_VENDOR + "\n")
+        (device / "class").write_text("0x068000\n")
     for index in range(profile.gpus.count, profile.gpus.pci_count):
         # On the bus, but not visible to NVML (fell off, or the driver cannot bring it up).
         device = pci_device_dir(sys_root, bus_id(index))
@@ -168,6 +183,8 @@ class SimulatedBackend:
             self.close()
             raise
         self._loaded = False
+        self._ever_loaded = False  # a load has run (the NVLink counters have counted it)
+        self._fabric_first_asked_s: dict[int, float] = {}
         self._clock_s = 0.0  # virtual time: sleep() advances it, instantly
         self._load_started_s = 0.0
         self._load_samples: dict[int, int] = {}
@@ -185,7 +202,7 @@ class SimulatedBackend:
         try:
             return read_cpu_governors(self.sysfs_root())
         except NoCpufreq as exc:
-            raise Unavailable(f"no cpufreq: {exc}") from exc
+            raise NoSuchInterface(f"no cpufreq driver: {exc}") from exc
 
     def boot_id(self) -> str | None:
         try:
@@ -375,16 +392,34 @@ class SimulatedBackend:
             raise Unavailable(f"GPU {gpu}: NVML gives no NVLink count (NotSupported)")
         count = spec.nvlink.links
         active = tuple(link for link in range(count) if link not in spec.nvlink.inactive)
+        off = set(spec.nvlink.counters_not_supported)
+        parts = {"replay": ("replay",), "recovery": ("recovery",), "crc": ("crc_flit", "crc_data")}
+        readable = [name for name, of in parts.items() if not set(of) <= off]
         errors = None
-        if "nvlinkCounters" not in spec.unsupported:
+        if "nvlinkCounters" not in spec.unsupported and readable:
+            # the counters are cumulative: what was there at the start, plus what the
+            # probe's own load added once it has run (the baseline reads before it)
+            during: dict[str, dict[int, int]] = (
+                {str(k): v for k, v in spec.nvlink.errors.items()} if self._ever_loaded else {}
+            )
+            before: dict[str, dict[int, int]] = {
+                str(k): v for k, v in spec.nvlink.errors_before.items()
+            }
             errors = {
                 name: tuple(
-                    spec.nvlink.errors.get(name, {}).get(link, 0) if link in active else 0
+                    before.get(name, {}).get(link, 0) + during.get(name, {}).get(link, 0)
+                    if link in active
+                    else 0
                     for link in range(count)
                 )
-                for name in ("replay", "recovery", "crc")
+                for name in readable
             }
-        return NvlinkLinks(count=count, active=active, errors=errors)
+        not_supported = (
+            tuple(sorted(off))
+            if "nvlinkCounters" not in spec.unsupported
+            else ("crc_data", "crc_flit", "recovery", "replay")
+        )
+        return NvlinkLinks(count=count, active=active, errors=errors, not_supported=not_supported)
 
     def gpu_fabric(self, gpu: int) -> FabricInfo:
         """As NVML: the SXM (NVSwitch) classes complete their registration; the call
@@ -392,17 +427,25 @@ class SimulatedBackend:
         self._check_lost(gpu, "fabric state")
         spec = self.profile.gpus.gpu(gpu).fabric
         if spec is None:
-            on_fabric = gpu_model_class(self.profile.gpus.model) in NVSWITCH_CLASSES
-            return (
-                FabricInfo(state="completed") if on_fabric else FabricInfo("unsupported", 0, (), 0)
-            )
+            if gpu_model_class(self.profile.gpus.model) not in NVSWITCH_CLASSES:
+                return FabricInfo("unsupported", 0, (), 0)
+            # An HGX board without NVSwitches (4-GPU, linked directly) is on no fabric.
+            on_fabric = self.profile.gpus.nvswitch_count > 0
+            return FabricInfo(state="completed" if on_fabric else "not_supported")
         if spec.state == "unsupported":
             return FabricInfo(state="unsupported", struct_version=0)
+        if spec.state == "in_progress" and spec.completes_after_s is not None:
+            asked = self._fabric_first_asked_s.setdefault(gpu, self._clock_s)
+            if self._clock_s - asked >= spec.completes_after_s:
+                return FabricInfo("completed", 0, (), spec.struct_version)
         conditions = tuple(spec.conditions)
         if spec.struct_version < 3:  # no health summary before v3, no mask before v2
             conditions = tuple(c for c in conditions if c not in ("unhealthy", "limited_capacity"))
             conditions = conditions if spec.struct_version == 2 else ()
         return FabricInfo(spec.state, spec.status, conditions, spec.struct_version)
+
+    def persistenced_socket(self) -> bool:
+        return self.profile.node.persistenced_socket
 
     def gpu_settings(self, gpu: int) -> GpuSettings:
         self._check_lost(gpu, "configuration")
@@ -416,7 +459,10 @@ class SimulatedBackend:
         return GpuSettings(
             power_limit_mw=None if "powerLimit" in off else round(enforced * 1000),
             default_power_limit_mw=None if "powerLimit" in off else default_mw,
-            persistence=None if "persistence" in off else spec.persistence,
+            # Without the daemon's socket NVML reads Off whatever the host's mode.
+            persistence=None
+            if "persistence" in off
+            else spec.persistence and self.profile.node.persistenced_socket,
             mig_current=None if "mig" in off else spec.mig_enabled,
             mig_pending=None if "mig" in off else pending,
             compute_mode=None if "computeMode" in off else spec.compute_mode,
@@ -436,6 +482,7 @@ class SimulatedBackend:
     def _loaded_once(self, gpus: list[int]) -> None:
         """A GPU's profile Xids reach the open listener the first time it is loaded
         (a lost-before GPU is never loaded)."""
+        self._ever_loaded = True
         log = self._xid_log
         if log is None:
             return
@@ -446,6 +493,18 @@ class SimulatedBackend:
             self._xids_sent.add(gpu)
             for xid in spec.xids:
                 log.record(gpu, xid)
+            if FELL_OFF_BUS_XIDS & set(spec.xids):
+                self._fall_off(gpu)
+
+    def _fall_off(self, gpu: int) -> None:
+        """The consequence of an Xid 79: the GPU is gone for every later step, as on a
+        real node (every NVML query answers GPU_IS_LOST, CUDA errors on it)."""
+        gpus = self.profile.gpus
+        override = gpus.overrides.get(gpu) or GpuOverride()
+        overrides = {**gpus.overrides, gpu: override.model_copy(update={"lost": "before"})}
+        self.profile = self.profile.model_copy(
+            update={"gpus": gpus.model_copy(update={"overrides": overrides})}
+        )
 
     @contextmanager
     def xid_listener(self) -> Iterator[XidLog]:
@@ -491,6 +550,9 @@ class SimulatedBackend:
 
     def pci_gpu_count(self) -> int:
         return count_nvidia_gpus(self.sysfs_root())
+
+    def pci_nvswitch_count(self) -> int:
+        return count_nvswitches(self.sysfs_root())
 
     # --- per-GPU memory bandwidth (gpuaccept.probe.hardware.simulated_throughput) ---
     def memory_bandwidth(self, nbytes: int, iterations: int, warmup: int) -> PerGpuFigures:

@@ -82,11 +82,15 @@ def read_cpu_governors(sysfs_root: Path) -> dict[int, str]:
     """``{cpu: governor}`` from ``<root>/devices/system/cpu/cpuN/cpufreq/scaling_governor``.
 
     Only online CPUs are listed when ``online`` is present. Raises
-    :class:`NoCpufreq` when no CPU has a cpufreq directory.
+    :class:`NoCpufreq` when no CPU has a cpufreq directory: the kernel has no cpufreq
+    driver (the kernel's sysfs ABI, Documentation/ABI/testing/sysfs-devices-system-cpu:
+    ``cpuX/cpufreq`` exists only while a driver is registered; VMs, and hosts whose BIOS
+    owns the P-states, have none). A missing ``devices/system/cpu`` is a sysfs that
+    could not be read (:class:`SysfsError`), not a platform without cpufreq.
     """
     cpu_root = sysfs_root / "devices" / "system" / "cpu"
     if not cpu_root.is_dir():
-        raise NoCpufreq(f"{cpu_root} does not exist")
+        raise SysfsError(f"{cpu_root} does not exist (sysfs not mounted?)")
     online: set[int] | None = None
     online_file = cpu_root / "online"
     if online_file.is_file():
@@ -169,23 +173,39 @@ def read_boot_id(proc_root: Path) -> str:
 
 NVIDIA_VENDOR = "0x10de"
 _GPU_CLASSES = ("0x0300", "0x0302")
+# An NVSwitch is an NVIDIA PCI device of class 0x068000 (bridge, other); NCCL tells
+# NVSwitches from GPUs the same way (src/include/nvlink.h, ncclDeviceType: class
+# "0x068000" is ncclNvLinkDeviceSwitch; 0x068001 is IBM's NVLink bridge, not a switch).
+NVSWITCH_CLASS = "0x068000"
 
 
-def count_nvidia_gpus(sysfs_root: Path) -> int:
-    """NVIDIA display/3D controllers on the PCI bus (works without NVML)."""
+def _nvidia_pci_classes(sysfs_root: Path) -> list[str]:
+    """The PCI class of every NVIDIA device on the bus (sysfs; works without NVML)."""
     devices = sysfs_root / "bus" / "pci" / "devices"
     if not devices.is_dir():
-        return 0
-    count = 0
+        return []
+    classes = []
     for device in devices.iterdir():
         try:
             vendor = (device / "vendor").read_text().strip()
             klass = (device / "class").read_text().strip()
         except OSError:
             continue
-        if vendor == NVIDIA_VENDOR and klass.startswith(_GPU_CLASSES):
-            count += 1
-    return count
+        if vendor == NVIDIA_VENDOR:
+            classes.append(klass)
+    return classes
+
+
+def count_nvidia_gpus(sysfs_root: Path) -> int:
+    """NVIDIA display/3D controllers on the PCI bus (works without NVML)."""
+    return sum(1 for klass in _nvidia_pci_classes(sysfs_root) if klass.startswith(_GPU_CLASSES))
+
+
+def count_nvswitches(sysfs_root: Path) -> int:
+    """NVSwitches on the PCI bus (an HGX 8-GPU baseboard has 4 on Hopper; a 4-GPU HGX
+    board, whose GPUs link directly, and PCIe/NVL cards have none). sysfs is not
+    namespaced, so a pod given one GPU of an HGX board still sees the board's switches."""
+    return sum(1 for klass in _nvidia_pci_classes(sysfs_root) if klass == NVSWITCH_CLASS)
 
 
 @dataclass(frozen=True)

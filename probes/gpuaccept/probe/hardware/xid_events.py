@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from gpuaccept.probe.hardware.nvml_errors import NVML_ERROR_TIMEOUT, nvml_error_code
+from gpuaccept.probe.hardware.nvml_errors import (
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_TIMEOUT,
+    nvml_error_code,
+)
 
 WAIT_MS = 500  # each nvmlEventSetWait_v2 call; the stop flag is looked at in between
 STOP_DEADLINE_S = 5.0
@@ -46,6 +50,16 @@ class XidLog:
         self.watched: tuple[int, ...] = ()  # GPUs registered for Xid events
         self.unwatched: dict[int, str] = {}  # GPU → why it could not be registered
         self.problem: str | None = None  # why no GPU could be watched at all
+        # The wait ended before the block did (an NVML error other than its timeout):
+        # Xids after that were not seen. (seconds since the start, check, error, GPU lost)
+        self.died: tuple[float, str | None, str, bool] | None = None
+
+    def wait_failed(self, error: str, gpu_lost: bool) -> None:
+        """The listener's wait stopped on ``error``; ``gpu_lost``: NVML answered
+        GPU_IS_LOST (a GPU fell off the bus during the wait)."""
+        at = round(self._clock() - self._started, 1)
+        self.died = (at, self.phase, error, gpu_lost)
+        self.problem = f"NVML event wait failed after {at:g} s: {error}"
 
     def record(self, gpu: int, xid: int) -> None:
         event = XidEvent(gpu, xid, round(self._clock() - self._started, 1), self.phase)
@@ -61,6 +75,9 @@ class XidLog:
 
     @property
     def seconds(self) -> float:
+        """How long the listener listened: until its wait died, else until it stopped."""
+        if self.died is not None:
+            return self.died[0]
         end = self._stopped if self._stopped is not None else self._clock()
         return round(end - self._started, 1)
 
@@ -118,9 +135,10 @@ def _wait_loop(
         try:
             data = nvml.nvmlEventSetWait_v2(event_set, WAIT_MS)
         except nvml.NVMLError as exc:
-            if nvml_error_code(exc) == NVML_ERROR_TIMEOUT:
+            code = nvml_error_code(exc)
+            if code == NVML_ERROR_TIMEOUT:
                 continue
-            log.problem = f"NVML event wait failed: {exc}"
+            log.wait_failed(str(exc)[:120], gpu_lost=code == NVML_ERROR_GPU_IS_LOST)
             return
         if int(data.eventType) & xid_type:
             log.record(keys.get(handle_key(data.device), -1), int(data.eventData))

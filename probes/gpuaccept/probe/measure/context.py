@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpuaccept.probe.hardware.base import PerGpuFigures
+from gpuaccept.probe.hardware.base import NvlinkLinks, PerGpuFigures
 from gpuaccept.probe.hardware.xid_events import XidLog
 
 
@@ -36,6 +36,9 @@ class NodeGpuCounts:
     allocatable: int | None = None  # GPUACCEPT_EXPECTED_GPUS: what the probe pod requested
     capacity: int | None = None  # GPUACCEPT_NODE_GPU_CAPACITY
     labelled: int | None = None  # GPUACCEPT_GFD_GPU_COUNT (label nvidia.com/gpu.count)
+    # GPUACCEPT_GFD_GPU_REPLICAS (label nvidia.com/gpu.replicas): each GPU is advertised
+    # this many times under time-slicing or MPS sharing
+    replicas: int | None = None
 
 
 @dataclass
@@ -49,6 +52,9 @@ class ProbeContext:
     xids: XidLog | None = None
     # Set by the throttle_reasons measurement: its load's bf16 matmuls, timed (gpu_compute).
     matmul_load: MatmulLoad | None = None
+    # Read by the runner before the first check: each GPU's NVLink counters then (the
+    # nvlink check judges the increase over the run); None outside a probe run.
+    nvlink_before: dict[int, NvlinkLinks] | None = None
     # Set by the pcie_link measurement: GPU -> its pinned host-to-device GB/s, for the GPUs
     # it measured (peer_bandwidth's host-staged floor for pairs with peer access over PCIe).
     h2d_gbps: dict[int, float] = field(default_factory=dict)

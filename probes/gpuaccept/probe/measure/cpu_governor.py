@@ -2,7 +2,7 @@
 
 from gpuaccept.checks.cpu_governor import CPULIST_MAX, CpuGovernorObserved, CpuGovernorPolicy
 from gpuaccept.checks.spec import clip
-from gpuaccept.probe.hardware.base import HardwareBackend
+from gpuaccept.probe.hardware.base import HardwareBackend, NoSuchInterface
 from gpuaccept.probe.hardware.sysfs import format_cpu_list
 from gpuaccept.probe.measure.context import ProbeContext
 
@@ -10,7 +10,10 @@ from gpuaccept.probe.measure.context import ProbeContext
 def measure(
     hardware: HardwareBackend, policy: CpuGovernorPolicy, context: ProbeContext
 ) -> CpuGovernorObserved:
-    governors = hardware.cpu_governors()
+    try:
+        governors = hardware.cpu_governors()
+    except NoSuchInterface as exc:  # a platform fact, judged; a failed read stays an error
+        return CpuGovernorObserved(cpus=0, count={}, no_cpufreq=clip(str(exc), 200))
     by_governor: dict[str, list[int]] = {}
     for cpu, governor in governors.items():
         by_governor.setdefault(governor, []).append(cpu)

@@ -96,5 +96,6 @@ def measure(
         compute_modes=group(settings.compute) or None,
         unsupported={item: format_gpus(g) for item, g in settings.unsupported.items()} or None,
         failed_gpus=failed or None,
+        persistenced_socket=hardware.persistenced_socket() if settings.persistence_off else None,
     )
     return observed.model_copy(update=_under_load(context.under_load, [g.index for g in gpus]))

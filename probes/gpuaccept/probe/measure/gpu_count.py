@@ -19,6 +19,7 @@ def measure(
         allocatable=node.allocatable,
         capacity=node.capacity,
         labelled=node.labelled,
+        replicas=node.replicas if node.replicas and node.replicas > 1 else None,
         pci_devices=hardware.pci_gpu_count() or None,
         problem=clip(problem, PROBLEM_MAX) if problem else None,
     )

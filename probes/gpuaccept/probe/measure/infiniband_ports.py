@@ -10,6 +10,8 @@ from gpuaccept.checks.infiniband_ports import (
     IbPortObserved,
     InfinibandPortsObserved,
     InfinibandPortsPolicy,
+    ports_behind_their_board,
+    ports_down_on_a_live_board,
 )
 from gpuaccept.probe.hardware.base import HardwareBackend
 from gpuaccept.probe.hardware.infiniband import IbHca, IbPort
@@ -27,6 +29,8 @@ def _port(port: IbPort) -> IbPortObserved:
         link_layer=port.link_layer[:16],
         link_downed=port.link_downed,
         symbol_error=port.symbol_error,
+        lanes=f"{port.width}X {port.speed}"[:16] if port.width and port.speed else None,
+        board=(port.board_id or "")[:32] or None,
     )
 
 
@@ -35,7 +39,10 @@ def _layers(ports: list[IbPort]) -> dict[str, IbLayerObserved]:
     for layer in sorted({p.link_layer for p in ports}):
         mine = [p for p in ports if p.link_layer == layer]
         up_rates = [p.rate_gbps for p in mine if p.up]
+        observed = [_port(p) for p in mine]
         out[layer[:16]] = IbLayerObserved(
+            behind=len(ports_behind_their_board(observed)) or None,
+            dead=len(ports_down_on_a_live_board(observed)) or None,
             ports=len(mine),
             up=len(up_rates),
             stuck=sum(1 for p in mine if p.phys_state == "LinkUp" and p.state != "ACTIVE") or None,

@@ -1,7 +1,7 @@
 """Measures :mod:`gpuaccept.checks.nccl_allreduce`: an all-reduce sweep over every GPU."""
 
 from gpuaccept.checks.nccl_allreduce import NcclAllreduceObserved, NcclAllreducePolicy
-from gpuaccept.probe.hardware.base import HardwareBackend, Unavailable
+from gpuaccept.probe.hardware.base import HardwareBackend, NoSuchInterface, Unavailable
 from gpuaccept.probe.measure.context import ProbeContext
 from gpuaccept.probe.measure.rounding import round_figure
 
@@ -24,7 +24,8 @@ def measure(
 ) -> NcclAllreduceObserved:
     gpus = hardware.gpus()
     if len(gpus) < 2:
-        raise Unavailable(
+        # one GPU: nothing to measure (a node shape, NoSuchInterface); none: unavailable
+        raise (NoSuchInterface if len(gpus) == 1 else Unavailable)(
             "all-reduce bus bandwidth needs at least 2 GPUs "
             f"({len(gpus)} visible; busbw = algbw x 2(n-1)/n)"
         )

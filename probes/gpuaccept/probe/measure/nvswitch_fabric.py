@@ -6,10 +6,30 @@ state NVML reports: the GPU is on no fabric) are both recorded as they are.
 
 from gpuaccept.checks.gpu_ranges import format_gpus, group
 from gpuaccept.checks.nvswitch_fabric import NvswitchFabricObserved, NvswitchFabricPolicy
-from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unavailable
+from gpuaccept.probe.hardware.base import (
+    FabricInfo,
+    GpuFailedError,
+    HardwareBackend,
+    Unavailable,
+)
 from gpuaccept.probe.measure.context import ProbeContext
 
 FAILURE_MAX = 120
+POLL_S = 2.0
+
+
+def _settled(hardware: HardwareBackend, gpu: int, wait_s: float) -> FabricInfo:
+    """The GPU's fabric info once its registration is no longer in progress, read again
+    every POLL_S for up to ``wait_s`` (right after boot nvidia-fabricmanager is still
+    registering the GPUs; a state stuck in progress is what makes CUDA fail with
+    "system not yet initialized")."""
+    info = hardware.gpu_fabric(gpu)
+    waited = 0.0
+    while info.state == "in_progress" and waited < wait_s:
+        hardware.sleep(POLL_S)
+        waited += POLL_S
+        info = hardware.gpu_fabric(gpu)
+    return info
 
 
 def measure(
@@ -28,7 +48,7 @@ def measure(
         try:
             if gpu.problem:
                 raise GpuFailedError(gpu.index, "enumeration", gpu.problem)
-            info = hardware.gpu_fabric(gpu.index)
+            info = _settled(hardware, gpu.index, policy.in_progress_wait_seconds)
         except GpuFailedError as exc:
             failed[str(gpu.index)] = f"{exc.step}: {exc.detail}"[:FAILURE_MAX]
             continue

@@ -26,6 +26,7 @@ from gpuaccept.checks.peer_bandwidth import (
 from gpuaccept.probe.hardware.base import (
     GpuFailedError,
     HardwareBackend,
+    NoSuchInterface,
     PeerCopyFailedError,
     Unavailable,
 )
@@ -131,7 +132,8 @@ def measure(
 ) -> PeerBandwidthObserved:
     gpus = hardware.gpus()
     if len(gpus) < 2:
-        raise Unavailable(
+        # one GPU: nothing to measure (a node shape, NoSuchInterface); none: unavailable
+        raise (NoSuchInterface if len(gpus) == 1 else Unavailable)(
             f"GPU-to-GPU bandwidth needs at least 2 GPUs ({len(gpus)} visible: no pair to copy "
             "between)"
         )

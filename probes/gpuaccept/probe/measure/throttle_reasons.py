@@ -41,20 +41,27 @@ def sample_counts(policy: ThrottleReasonsPolicy) -> tuple[int, int]:
 Tally = tuple[dict[str, int], dict[int, list[tuple[int, int]]], dict[int, str]]
 
 
-def _sample(hardware: HardwareBackend, gpu: int, counted: bool, tally: Tally) -> None:
-    """One sample of one GPU into (reason counts, SM clocks, failed GPUs)."""
+def _sample(
+    hardware: HardwareBackend, gpu: int, counted: bool, tally: Tally, missed: dict[int, str]
+) -> bool:
+    """One sample of one GPU into (reason counts, SM clocks, failed GPUs); False when
+    NVML did not answer this sample (a transient error: recorded, the others go on)."""
     counts, sm, failed = tally
     try:
         mask = hardware.clock_event_reasons(gpu)
     except GpuFailedError as exc:
         failed[gpu] = f"{exc.step}: {exc.detail}"[:FAILURE_MAX]
-        return
+        return False
+    except Unavailable as exc:
+        missed.setdefault(gpu, str(exc)[:FAILURE_MAX])
+        return False
     if not counted:
-        return
+        return True
     for name in clocks.decode(mask):  # ignored ones too: gpu_config judges app clocks
         counts[name] = counts.get(name, 0) + 1
     with contextlib.suppress(Unavailable):
         sm.setdefault(gpu, []).append(hardware.sm_clock(gpu))
+    return True
 
 
 def measure(
@@ -70,6 +77,8 @@ def measure(
     failed = {g.index: g.problem[:FAILURE_MAX] for g in infos if g.problem}
     context.progress("loading GPUs")
     tflops, matrix = PerGpuFigures({}), 0
+    read = dict.fromkeys(gpus, 0)  # judged samples NVML answered, per GPU
+    missed: dict[int, str] = {}
     try:
         with hardware.gpu_load() as timer:
             matrix = timer.matrix
@@ -79,18 +88,26 @@ def measure(
                     timer.start()
                 context.progress(f"{'sample' if counted else 'warm-up'} {n + 1}/{warmup + judged}")
                 for gpu in gpus:
-                    if gpu not in failed:
-                        _sample(hardware, gpu, counted, (active[gpu], sm, failed))
+                    if gpu not in failed and _sample(
+                        hardware, gpu, counted, (active[gpu], sm, failed), missed
+                    ):
+                        read[gpu] += counted
                 if n + 1 < warmup + judged:
                     hardware.sleep(SAMPLE_INTERVAL_S)
             tflops = timer.figures()
     except GpuFailedError as exc:  # a load thread hung or failed: that GPU, by name
         failed.setdefault(exc.gpu, f"{exc.step}: {exc.detail}"[:FAILURE_MAX])
+    for gpu in gpus:  # a GPU no judged sample could be read of is not judged as clean
+        if gpu not in failed and read[gpu] == 0:
+            failed[gpu] = f"clock event reasons not read in any sample: {missed.get(gpu, '?')}"
+    if all(gpu in failed and read[gpu] == 0 for gpu in gpus) and missed:
+        raise Unavailable(f"NVML answered no clock event reasons sample: {missed[min(missed)]}")
     names = sorted(
         {name for counts in active.values() for name in counts if name not in clocks.IGNORED}
     )
-    fractions = {
-        name: [round(active[gpu].get(name, 0) / judged, 3) for gpu in gpus] for name in names
+    fractions = {  # over the samples read of each GPU (a missed one is not a clean one)
+        name: [round(active[gpu].get(name, 0) / max(read[gpu], 1), 3) for gpu in gpus]
+        for name in names
     }
     clocks_complete = all(sm.get(gpu) for gpu in gpus if gpu not in failed)
     sm = {gpu: sm.get(gpu) or [(0, 0)] for gpu in gpus}  # 0 MHz: a failed GPU
@@ -109,6 +126,10 @@ def measure(
         sm_clock_mhz=[medians[gpu] for gpu in gpus] if clocks_complete else None,
         sm_clock_max_mhz=[max(m for _c, m in sm[gpu]) for gpu in gpus] if clocks_complete else None,
         failed_gpus={str(gpu): what for gpu, what in sorted(failed.items())} or None,
+        missed_samples={
+            str(g): judged - read[g] for g in gpus if g not in failed and read[g] < judged
+        }
+        or None,
     )
 
 

@@ -13,6 +13,7 @@ from gpuaccept.checks.gpu_sets import gpu_label
 from gpuaccept.checks.xid_errors import (
     EVENTS_MAX,
     RECOVERY_ACTION_BY_VALUE,
+    ListenerStop,
     RecoveryAction,
     XidErrorsObserved,
     XidErrorsPolicy,
@@ -87,4 +88,12 @@ def measure(
         xids=xid_sets([(e.gpu, e.xid) for e in events]) or None,
         recovery_action=actions or None,
         not_read=not_read or None,
+        listener_stopped=None
+        if log is None or log.died is None
+        else ListenerStop(
+            at_s=log.died[0],
+            during=log.died[1][:64] if log.died[1] else None,
+            error=log.died[2][:160],
+            gpu_lost=log.died[3],
+        ),
     )
