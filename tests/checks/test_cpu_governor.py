@@ -14,6 +14,8 @@ EIGHT_POWERSAVE: JsonValue = {
     "list": {"performance": "4-111,116-223", "powersave": "0-3,112-115"},
 }
 
+NO_CPUFREQ: JsonValue = {"cpus": 224, "count": {}, "noCpufreq": "no CPU has a cpufreq directory"}
+
 CASES = [
     Case("all-on-performance", ALL_PERFORMANCE, CheckStatus.PASS, "all 224 CPUs on performance"),
     Case(
@@ -36,6 +38,22 @@ CASES = [
         CheckStatus.FAIL,
         "224 of 224 CPUs not on schedutil",
         section={"requiredGovernor": "schedutil"},
+    ),
+    # no cpufreq driver (BIOS-owned P-states): the policy's withoutCpufreq decides
+    Case("no-cpufreq-passes", NO_CPUFREQ, CheckStatus.PASS, "no cpufreq driver"),
+    Case(
+        "no-cpufreq-warns",
+        NO_CPUFREQ,
+        CheckStatus.WARN,
+        "the firmware owns the P-states",
+        section={"withoutCpufreq": "warn"},
+    ),
+    Case(
+        "no-cpufreq-fails",
+        NO_CPUFREQ,
+        CheckStatus.FAIL,
+        "no cpufreq driver",
+        section={"withoutCpufreq": "fail"},
     ),
 ]
 

@@ -114,6 +114,13 @@ CASES = [
          shipped=True),
     Case("policy-allows-persistence-off", config(persistenceOff="1"), CheckStatus.PASS,
          section={"requirePersistence": False}, summary=H100, shipped=True),
+    # Off where nvidia-persistenced's socket is not reachable from the pod: NVML cannot
+    # tell (a warning with the reason); Off with the socket reachable still fails
+    Case("persistence-unknowable-without-socket",
+         config(persistenceOff="1", persistencedSocket=False), CheckStatus.WARN,
+         "nvidia-persistenced's socket is not reachable", summary=H100, shipped=True),
+    Case("persistence-off-with-socket", config(persistenceOff="1", persistencedSocket=True),
+         CheckStatus.FAIL, "persistence mode off on GPU 1", summary=H100, shipped=True),
 ]  # fmt: skip
 
 

@@ -116,7 +116,7 @@ def _counters(
     """(counter → per link, inactive links 0; the NVML counters answered NotSupported).
 
     Each NVML counter is read on its own: one answered NotSupported (on Hopper the
-    per-link CRC data counter, DCGM issue 173) is listed and the others are still read;
+    per-link CRC data counter, NVIDIA/DCGM#173) is listed and the others are still read;
     a judged counter (crc = flit + data) is kept while one of its parts is readable."""
     out: dict[str, list[int]] = {name: [0] * count for name in NVLINK_COUNTERS}
     not_supported: set[int] = set()

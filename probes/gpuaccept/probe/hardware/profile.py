@@ -160,7 +160,7 @@ class NvlinkSpec(ProfileModel):
     counters_not_supported: list[NvlinkCounterPart] = Field(
         default_factory=list,
         description="NVML counters nvmlDeviceGetNvLinkErrorCounter answers NotSupported for "
-        "(H100: crc_data, DCGM issue 173); the others are still read.",
+        "(H100: crc_data, NVIDIA/DCGM#173); the others are still read.",
     )
 
 
