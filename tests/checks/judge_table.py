@@ -40,6 +40,21 @@ def condense_json(check: AnyCheckSpec, observed: JsonValue) -> JsonValue:
     return check.condense(check.parse(observed)).to_observed()
 
 
+def status_and_message(
+    check: AnyCheckSpec,
+    observed: JsonValue,
+    summary: HardwareSummary = SUMMARY,
+    policy: ProbePolicy | None = None,
+) -> tuple[CheckStatus, str]:
+    """(status, message) of ``observed`` as measured and condensed (the shipped policy
+    unless ``policy`` is given): both forms must agree."""
+    section = (policy or default_policy()).section(check)
+    full = check.judge(check.parse(observed), section, summary)
+    condensed = check.judge(check.condense(check.parse(observed)), section, summary)
+    assert condensed.status is full.status, (full.message, condensed.message)
+    return full.status, full.message
+
+
 @dataclass(frozen=True)
 class Case:
     """One row of a check's table: ``observed`` judged under the model defaults with

@@ -6,29 +6,17 @@ import json
 from typing import Any
 
 import pytest
-from judge_table import Case, assert_row, default_policy, ids
+from judge_table import Case, assert_row, ids, status_and_message
 from pydantic import JsonValue
 
 from gpuaccept.checks.gpu_config import SPEC as GPU_CONFIG
 from gpuaccept.checks.policy import ProbePolicy
-from gpuaccept.checks.spec import AnyCheckSpec
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 H100 = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8)
 
 
-def judged(
-    check: AnyCheckSpec,
-    observed: JsonValue,
-    summary: HardwareSummary = H100,
-    policy: ProbePolicy | None = None,
-) -> tuple[CheckStatus, str]:
-    """(status, message) of ``observed`` as measured and condensed: both must agree."""
-    section = (policy or default_policy()).section(check)
-    full = check.judge(check.parse(observed), section, summary)
-    condensed = check.judge(check.condense(check.parse(observed)), section, summary)
-    assert condensed.status is full.status, (full.message, condensed.message)
-    return full.status, full.message
+judged = status_and_message  # H100 summary, the shipped policy
 
 
 W700 = {"0-3": 700}
