@@ -28,6 +28,7 @@ from gpuaccept.contracts.report import (
 )
 from gpuaccept.probe.compact import fit_report
 from gpuaccept.probe.hardware.profile import load_profile
+from gpuaccept.probe.output import read_json_output
 
 REPO = Path(__file__).resolve().parent.parent
 JSON_OUT = ("--output", "json")
@@ -72,7 +73,7 @@ def probe_report(profile: Path, gpus: int) -> ProbeReport:
             f"gpuaccept probe --profile {profile} exited {proc.returncode}:\n"
             f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
         )
-    return ProbeReport.model_validate_json(proc.stdout)
+    return read_json_output(proc.stdout)[0]
 
 
 def for_node(template: ProbeReport, node_name: str, boot_id: str) -> str:

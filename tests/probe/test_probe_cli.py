@@ -24,6 +24,7 @@ from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.report import ProbeReport, decode_termination_message
 from gpuaccept.probe import cli
 from gpuaccept.probe.compact import fit_report
+from gpuaccept.probe.output import read_json_output
 
 
 def statuses(report: ProbeReport) -> dict[str, str]:
@@ -34,7 +35,7 @@ def statuses(report: ProbeReport) -> dict[str, str]:
 def test_healthy_profiles_exit_0_with_every_check_passing(profile: Path) -> None:
     proc = run_cli("--profile", profile, "--output", "json")
     assert proc.returncode == 0, proc.stderr
-    report = ProbeReport.model_validate_json(proc.stdout)
+    report = read_json_output(proc.stdout)[0]
     assert set(statuses(report).values()) == {"pass"}
     assert len(report.results) == len(CHECKS)
     assert report.hardware.value == "simulated"
@@ -48,7 +49,7 @@ def test_fault_profiles_exit_1_failing_only_their_check(
     policy: list[str | Path] = ["--policy", DEFAULT_POLICY_FILE] if explicit_policy else []
     proc = run_cli("--profile", fault(name), *policy, "--output", "json")
     assert proc.returncode == 1, proc.stderr
-    got = statuses(ProbeReport.model_validate_json(proc.stdout))
+    got = statuses(read_json_output(proc.stdout)[0])
     assert got.pop(check) == "fail"
     if name == "driver-library-mismatch":
         # NVML cannot initialise (LIB_RM_VERSION_MISMATCH): it sees no GPU, so the
@@ -88,7 +89,7 @@ def test_environment_and_termination_log(tmp_path: Path) -> None:
     assert report.node_name == "gpu-node-17"
     assert report.boot_id == "11111111-2222-3333-4444-555555555555"
     # The termination message is the report fitted to 4096 bytes (condensed).
-    assert report == fit_report(ProbeReport.model_validate_json(proc.stdout))
+    assert report == fit_report(read_json_output(proc.stdout)[0])
 
 
 def test_node_name_flag_wins_and_boot_id_from_proc(tmp_path: Path) -> None:
@@ -107,11 +108,11 @@ def test_policy_from_env_and_expected_gpus() -> None:
     strict = json.dumps({"ncclAllreduce": {"minBusbwGBps": 500}})
     proc = run_cli("--profile", HEALTHY, "--output", "json", env={"GPUACCEPT_POLICY": strict})
     assert proc.returncode == 1
-    assert statuses(ProbeReport.model_validate_json(proc.stdout))["nccl_allreduce"] == "fail"
+    assert statuses(read_json_output(proc.stdout)[0])["nccl_allreduce"] == "fail"
     # the operator passes the node's allocatable count; it overrides the profile's
     proc = run_cli("--profile", HEALTHY, "--output", "json", env={"GPUACCEPT_EXPECTED_GPUS": "16"})
     assert proc.returncode == 1
-    count = ProbeReport.model_validate_json(proc.stdout).result("gpu_count")
+    count = read_json_output(proc.stdout)[0].result("gpu_count")
     assert count is not None
     assert "the probe was given 16 GPUs but NVML sees 8" in count.message
     # and its capacity
@@ -119,7 +120,7 @@ def test_policy_from_env_and_expected_gpus() -> None:
         "--profile", HEALTHY, "--output", "json", env={"GPUACCEPT_NODE_GPU_CAPACITY": "9"}
     )
     assert proc.returncode == 1
-    count = ProbeReport.model_validate_json(proc.stdout).result("gpu_count")
+    count = read_json_output(proc.stdout)[0].result("gpu_count")
     assert count is not None
     assert "allocatable nvidia.com/gpu 8 < capacity 9" in count.message
     # the flag wins over the env
@@ -141,7 +142,7 @@ def test_checks_subset() -> None:
     proc = run_cli("--profile", fault("nccl-slow"), "--checks", "gpu_count,pcie_link",
                    "--output", "json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    report = ProbeReport.model_validate_json(proc.stdout)
+    report = read_json_output(proc.stdout)[0]
     got = {r.check: (r.status.value, r.message) for r in report.results}
     assert got["pcie_link"][0] == "pass"
     assert got["nccl_allreduce"] == ("skip", "disabled by policy")
@@ -189,7 +190,7 @@ def test_no_gpu_is_not_accepted_even_when_the_checks_left_pass(tmp_path: Path) -
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False
     )
     assert proc.returncode == 1, proc.stderr
-    report = ProbeReport.model_validate_json(proc.stdout)
+    report = read_json_output(proc.stdout)[0]
     assert statuses(report)["cpu_governor"] == "pass"
     assert "no NVIDIA GPU found on this machine" in proc.stderr
 

@@ -174,16 +174,17 @@ def judge(
     if failures:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
     nodes = sorted({n for n in numa_node if n >= 0})
-    where = f"NUMA nodes {','.join(map(str, nodes))}" if nodes else "numa_node -1 (one node)"
-    return CheckJudgement(
-        CheckStatus.PASS,
-        expected,
-        clip(
-            f"{len(numa_node)} GPUs on {where}; "
-            f"{'+'.join(map(str, _per_socket(observed)))} over {observed.sockets} socket"
-            f"{'s' if observed.sockets > 1 else ''}"
-        ),
+    spread = (
+        f"{'+'.join(map(str, _per_socket(observed)))} over {observed.sockets} socket"
+        f"{'s' if observed.sockets > 1 else ''}"
     )
+    if not nodes and observed.sockets <= 1:  # numa_node -1 on one socket: nothing to place
+        message = f"{len(numa_node)} GPUs, {spread}; one NUMA node, so every GPU is local"
+    elif not nodes:
+        message = f"{len(numa_node)} GPUs, {spread}; no NUMA node given (not required)"
+    else:
+        message = f"{len(numa_node)} GPUs on NUMA nodes {','.join(map(str, nodes))}; {spread}"
+    return CheckJudgement(CheckStatus.PASS, expected, clip(message))
 
 
 def condense(observed: GpuNumaObserved) -> GpuNumaObserved:

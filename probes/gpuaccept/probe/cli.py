@@ -10,17 +10,16 @@ never mistakes a missing report for success.
 import argparse
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from gpuaccept.checks.budget import phase_seconds
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import BY_NAME, CHECKS
+from gpuaccept.checks.report_table import TABLE_WIDTH, RunTimes, table_lines
 from gpuaccept.checks.spec import AnyCheckSpec
 from gpuaccept.checks.verdict import Verdict, evaluate
 from gpuaccept.contracts.probe_invocation import (
@@ -47,11 +46,7 @@ from gpuaccept.contracts.probe_invocation import (
     FLAG_TERMINATION_LOG,
     ProbeExit,
 )
-from gpuaccept.contracts.report import (
-    CheckStatus,
-    HardwareMode,
-    ProbeReport,
-)
+from gpuaccept.contracts.report import CheckResult, HardwareMode, ProbeReport
 from gpuaccept.probe.fabric_cli import main as fabric_main
 from gpuaccept.probe.failure import (
     OneLineParser,
@@ -65,20 +60,13 @@ from gpuaccept.probe.hardware.base import HardwareBackend
 from gpuaccept.probe.inputs import InputError, default_policy, load_policy, policy_from_json
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
+from gpuaccept.probe.output import CheckProgress, json_output
 from gpuaccept.probe.process_clock import process_age_s
-from gpuaccept.probe.runner import ProbeRun, run_probe
+from gpuaccept.probe.runner import ProbeRun, measuring_order, run_probe
 
 EXIT_ACCEPTED = ProbeExit.ACCEPTED
 EXIT_QUARANTINED = ProbeExit.QUARANTINED
 EXIT_USAGE = ProbeExit.USAGE
-
-STATUS_STYLE = {
-    CheckStatus.PASS: "green",
-    CheckStatus.WARN: "yellow",
-    CheckStatus.FAIL: "bold red",
-    CheckStatus.ERROR: "bold magenta",
-    CheckStatus.SKIP: "cyan",
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,59 +187,14 @@ def _node_gpus(args: argparse.Namespace) -> NodeGpuCounts:
     )
 
 
-@contextmanager
-def _progress(err: Console, enabled: bool) -> Iterator[tuple[Progress | None, TaskID | None]]:
-    if not enabled:
-        yield None, None
-        return
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("[bold]{task.description}"),
-        TextColumn("{task.fields[note]}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as progress:
-        yield progress, progress.add_task("starting", total=None, note="")
-
-
-def render_table(report: ProbeReport, verdict: Verdict, out: Console) -> None:
-    s = report.summary
-    model = s.gpu_model or "no GPU"
-    out.print(
-        f"[bold]{report.node_name}[/bold]  {s.gpu_count} x {model}  driver "
-        f"{s.driver_version or '?'}  CUDA {s.cuda_driver_version or '?'} "
-        f"(probe image: runtime {s.cuda_runtime_version or '?'}, NCCL {s.nccl_version or '?'})  "
-        f"hardware: [bold]{report.hardware.value}[/bold]",
-        highlight=False,
-    )
-    table = Table(show_lines=False)
-    table.add_column("check")
-    table.add_column("status")
-    table.add_column("result")
-    table.add_column("time", justify="right")
-    judged = {r.check: r for r in verdict.results}
-    for stored in report.results:
-        result = judged.get(stored.check, stored)
-        style = STATUS_STYLE[result.status]
-        table.add_row(
-            result.check,
-            f"[{style}]{result.status.value}[/{style}]",
-            result.message,
-            f"{result.duration_s:.1f}s",
-        )
-    out.print(table)
-    if report.wall_s is not None:
-        out.print(f"wall time {report.wall_s:.1f}s (process start to the end of the last check)")
-    if verdict.accepted:
-        extra = f" with {len(verdict.warnings)} warning(s)" if verdict.warnings else ""
-        out.print(f"[bold green]ACCEPTED[/bold green]{extra}")
-    else:
-        out.print(
-            "[bold red]QUARANTINED[/bold red]: "
-            + ", ".join(f"{r.reason} ({r.check})" for r in verdict.reasons),
-            highlight=False,
-        )
+def render_table(
+    report: ProbeReport, verdict: Verdict, out: Console, elapsed_s: float | None = None
+) -> None:
+    """The final table, every row one line at most 100 columns wide."""
+    width = min(out.width, TABLE_WIDTH) if out.is_terminal else TABLE_WIDTH
+    lines = table_lines(report, verdict, width=width, times=RunTimes(elapsed_s=elapsed_s))
+    for line in lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @dataclass(frozen=True)
@@ -316,22 +259,39 @@ def _open_hardware(
     return RealBackend(sysfs_root=sysfs, proc_root=proc), node
 
 
+def _gpu_count(hardware: HardwareBackend) -> int:
+    """The GPUs the budget is for (0 where the backend cannot list them: the run
+    reports why)."""
+    try:
+        return len(hardware.gpus())
+    except Exception:
+        return 0
+
+
 def _measure(
-    hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun, err: Console, progress_on: bool
+    hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun, err: Console
 ) -> ProbeReport:
-    """Run the probe, showing the check under way and its notes on ``err``."""
-    with _progress(err, progress_on) as (progress, task):
+    """Run the probe, showing on ``err`` each check as it runs or finishes."""
+    budget = phase_seconds(policy, max(_gpu_count(hardware), 1))
+    enabled = [c for c in run.checks if policy.section(c).enabled]
+    progress = CheckProgress(
+        err=err,
+        checks=measuring_order(enabled),
+        budget=budget,
+        simulated=hardware.mode is HardwareMode.SIMULATED,
+    )
 
-        def on_check(check: AnyCheckSpec) -> None:
-            if progress is not None and task is not None:
-                progress.update(task, description=check.title, note="")
+    def finished(check: AnyCheckSpec, result: CheckResult) -> None:
+        if policy.section(check).enabled:
+            progress.finished(check, result)
 
-        def note(text: str) -> None:
-            if progress is not None and task is not None:
-                progress.update(task, note=text)
-
-        context = replace(run.context, progress=note)
-        return run_probe(hardware, policy, replace(run, context=context, on_check=on_check))
+    with progress.shown():
+        context = replace(run.context, progress=progress.note)
+        return run_probe(
+            hardware,
+            policy,
+            replace(run, context=context, on_check=progress.started, on_result=finished),
+        )
 
 
 def _warn_no_gpu(report: ProbeReport, hardware: HardwareBackend, err: Console) -> None:
@@ -385,8 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         process_age=process_age_s,
     )
     try:
-        show_progress = args.output == "table" or err.is_terminal
-        report = _measure(hardware, policy, run, err, show_progress)
+        report = _measure(hardware, policy, run, err)
         verdict = evaluate(report, policy)
     except Exception as exc:  # fail safe: a crashed probe is a failed probe, with a report
         message = f"probe failed: {type(exc).__name__}: {exc}"
@@ -398,10 +357,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failures.term_log is not None:
         written = write_termination_log(failures.term_log, report, err)
     _warn_no_gpu(report, hardware, err)
+    elapsed = process_age_s()
     if args.output == "json":
-        sys.stdout.write(report.model_dump_json(by_alias=True, exclude_none=True, indent=2) + "\n")
+        sys.stdout.write(json_output(report, verdict, elapsed))
     else:
-        render_table(report, verdict, out)
+        render_table(report, verdict, out, elapsed)
     if not written:
         return EXIT_QUARANTINED
     return EXIT_ACCEPTED if verdict.accepted else EXIT_QUARANTINED

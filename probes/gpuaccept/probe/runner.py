@@ -113,6 +113,10 @@ def _no_progress(_check: AnyCheckSpec) -> None:
     pass
 
 
+def _no_result(_check: AnyCheckSpec, _result: CheckResult) -> None:
+    pass
+
+
 def _utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -125,13 +129,15 @@ def _age_unknown() -> float | None:
 class ProbeRun:
     """What one probe run reports on and how: the node, its boot ID when known from
     outside, the facts a measurement may need, the checks in order, a callback as
-    each check starts, and the clock."""
+    each check starts, another as each finishes (with its result, the time it reports
+    included), and the clock."""
 
     node_name: str
     boot_id: str | None = None
     context: ProbeContext = field(default_factory=ProbeContext)
     checks: Sequence[AnyCheckSpec] = CHECKS
     on_check: Callable[[AnyCheckSpec], None] = _no_progress
+    on_result: Callable[[AnyCheckSpec, CheckResult], None] = _no_result
     now: Callable[[], datetime] = _utc_now
     # Seconds since the probe process started (the CLI: process_clock.process_age_s);
     # None: unknown (a run inside another process), and the report has no wallS.
@@ -146,7 +152,8 @@ def measuring_order(checks: Sequence[AnyCheckSpec]) -> list[AnyCheckSpec]:
 
 def run_probe(hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun) -> ProbeReport:
     """Every check in ``run.checks`` (the report lists them in that order);
-    ``run.on_check`` is called as each starts.
+    ``run.on_check`` is called as each starts, ``run.on_result`` as each finishes
+    (in measuring order: :func:`measuring_order`).
 
     One Xid listener (``hardware.xid_listener()``) is open from before the first
     check to after the last, so every phase that loads the GPUs is watched; the
@@ -175,6 +182,7 @@ def run_probe(hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun) -> 
             run.on_check(check)
             result = _timed(run_check(check, hardware, policy, context, summary), hardware, budget)
             by_name[check.name] = result
+            run.on_result(check, result)
             wall = None if wall is None else wall + result.duration_s
     results = [by_name[check.name] for check in run.checks]
     return ProbeReport(
