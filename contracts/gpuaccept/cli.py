@@ -7,8 +7,12 @@ operator never loads torch or NVML and the probe never loads kopf.
 
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+DISTRIBUTION = "gpuaccept"
 
 USAGE = """usage: gpuaccept {probe,operator,cleanup,crds,docs} [options]
+       gpuaccept --version
 
   probe      measure this node and print a report (see: gpuaccept probe --help)
   operator   run the Kubernetes operator (see: gpuaccept operator --help)
@@ -21,11 +25,23 @@ USAGE = """usage: gpuaccept {probe,operator,cleanup,crds,docs} [options]
 EXIT_USAGE = 2
 
 
+def installed_version() -> str:
+    """The installed distribution's version (package metadata: pyproject.toml's
+    ``version`` as pip or an editable install recorded it)."""
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (no package metadata: gpuaccept is not installed, only on sys.path)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in {"-h", "--help"}:
         sys.stdout.write(USAGE)
         return 0 if args else EXIT_USAGE
+    if args[0] in {"-V", "--version"}:
+        sys.stdout.write(f"gpuaccept {installed_version()}\n")
+        return 0
     command, rest = args[0], args[1:]
     if command == "probe":
         from gpuaccept.probe.cli import main as probe_main  # noqa: PLC0415 (lazy: one component only)

@@ -39,6 +39,7 @@ from gpuaccept.contracts.api import (
     NODE_CONDITION_TYPE,
     POLICY_PLURAL,
 )
+from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.podspec import PROBE_SELECTOR
 from gpuaccept.operator.kube import LEASE_PATH, MERGE, NA_PATH, STRATEGIC, ConflictError, Kube
@@ -243,6 +244,7 @@ class Cleanup:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpuaccept cleanup",
+        formatter_class=DefaultsHelpFormatter,
         description="Remove what gpuaccept leaves in a cluster (after helm uninstall): its "
         "taints, labels and annotations, the GPUAcceptance condition, probe pods, the Lease, "
         "the NodeAcceptances and, with --crds, the CRDs. A dry run unless --yes.",

@@ -11,6 +11,7 @@ import re
 import socket
 from typing import Any, NoReturn
 
+from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
 from gpuaccept.contracts.policy import (
     OWNED_KEY_PREFIX,
     OWNED_PREFIX_PATTERN,
@@ -25,7 +26,12 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (no usage block); ``main`` exits 2 on them."""
+    """argparse whose errors are one line (no usage block); ``main`` exits 2 on them;
+    ``--help`` shows every default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(" ".join(message.split()))

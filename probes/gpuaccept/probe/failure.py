@@ -9,11 +9,12 @@ import socket
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.console import Console
 
 from gpuaccept.checks.spec import clip
+from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
 from gpuaccept.contracts.probe_invocation import ENV_NODE_NAME, FLAG_TERMINATION_LOG
 from gpuaccept.contracts.report import (
     CheckResult,
@@ -32,7 +33,12 @@ class UsageError(Exception):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line (no usage block); ``main`` exits 2 on them."""
+    """argparse whose errors are one line (no usage block); ``main`` exits 2 on them;
+    ``--help`` shows every default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(" ".join(message.split()))
