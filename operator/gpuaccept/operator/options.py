@@ -20,6 +20,12 @@ from gpuaccept.contracts.policy import (
 from gpuaccept.contracts.probe_invocation import DEFAULT_RENDEZVOUS_PORT
 from gpuaccept.operator.core.model import FabricPodConfig
 
+# The chart's defaults (charts/gpuaccept/values.yaml; the images' EXPOSE), so that
+# the operator run by hand listens and elects as the installed one does.
+DEFAULT_HEALTH_PORT = 8080
+DEFAULT_METRICS_PORT = 9090
+DEFAULT_LEASE_NAME = "gpuaccept"
+
 
 class UsageError(Exception):
     """Bad configuration; the message is one line: ``--flag: field: reason``."""
@@ -264,8 +270,9 @@ def parser() -> argparse.ArgumentParser:
         "--peering",
         "--lease-name",
         dest="lease_name",
-        default="gpuaccept-operator",
-        help="name of the leader-election Lease (one per installation)",
+        default=DEFAULT_LEASE_NAME,
+        help="name of the leader-election Lease (one per installation; the chart's: the "
+        "release's full name, gpuaccept for the release gpuaccept)",
     )
     ha.add_argument(
         "--standalone",
@@ -338,8 +345,12 @@ def parser() -> argparse.ArgumentParser:
         "capabilities, env, rendezvousPort, rendezvousTimeoutSeconds, timeoutSeconds)",
     )
     obs = p.add_argument_group("observability")
-    obs.add_argument("--metrics-port", type=int, default=8080, help="/metrics (0: off)")
-    obs.add_argument("--health-port", type=int, default=8081, help="/healthz, /readyz (0: off)")
+    obs.add_argument(
+        "--metrics-port", type=int, default=DEFAULT_METRICS_PORT, help="/metrics (0: off)"
+    )
+    obs.add_argument(
+        "--health-port", type=int, default=DEFAULT_HEALTH_PORT, help="/healthz, /readyz (0: off)"
+    )
     obs.add_argument("--log-format", choices=["text", "json"], default="text")
     obs.add_argument(
         "--log-level",
