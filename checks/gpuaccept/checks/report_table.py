@@ -128,16 +128,17 @@ def verdict_line(verdict: Verdict) -> str:
 
 def table_lines(
     report: ProbeReport,
-    verdict: Verdict,
+    verdict: Verdict | None,
     *,
     width: int = TABLE_WIDTH,
     times: RunTimes | None = None,
 ) -> list[str]:
     """The report as its table: a header, one line per check (no line wider than
     ``width``), the details of every result that is not a pass, the time, the
-    verdict. Results are the verdict's (re-judged) where it has them."""
+    verdict. Results are the verdict's (re-judged) where it has them; without a
+    verdict (no policy to judge with) the stored results, and no verdict line."""
     result_width = max(width - CHECK_COLUMN - STATUS_COLUMN - TIME_COLUMN - 6, MIN_RESULT_COLUMN)
-    judged = {r.check: r for r in verdict.results}
+    judged = {r.check: r for r in verdict.results} if verdict is not None else {}
     results = [judged.get(stored.check, stored) for stored in report.results]
     lines = [*_header(report), ""]
     lines.append(_row("check", "status", "result", "time", result_width))
@@ -155,5 +156,7 @@ def table_lines(
     more = details(results, width)
     if more:
         lines += ["", *more]
-    lines += ["", *time_lines(report, times or RunTimes()), verdict_line(verdict)]
+    lines += ["", *time_lines(report, times or RunTimes())]
+    if verdict is not None:
+        lines.append(verdict_line(verdict))
     return lines

@@ -1,0 +1,102 @@
+"""``kubectl gpuaccept explain NODE``: a NodeAcceptance as a person reads it.
+
+The verdict, every reason with its message, and the stored report as the probe's
+own table (:func:`gpuaccept.checks.report_table.table_lines`), re-judged under
+the policy the node is governed by, so the thresholds shown are that policy's.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.checks.report_table import TABLE_WIDTH, table_lines
+from gpuaccept.checks.verdict import evaluate
+from gpuaccept.contracts.report import ProbeReport
+
+
+def _report(status: Mapping[str, Any]) -> ProbeReport | None:
+    raw = status.get("report")
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return ProbeReport.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def policy_spec(policy: Mapping[str, Any] | None) -> NodeAcceptancePolicySpec | None:
+    """A NodeAcceptancePolicy object's spec as the model, or None (missing, invalid)."""
+    if policy is None:
+        return None
+    try:
+        return NodeAcceptancePolicySpec.model_validate(policy.get("spec") or {})
+    except ValidationError:
+        return None
+
+
+def _summary(name: str, status: Mapping[str, Any], policy: Mapping[str, Any] | None) -> list[str]:
+    phase = status.get("phase") or "Pending"
+    reason = status.get("reason")
+    line = f"{name}: {phase}" + (f" ({reason})" if reason else "")
+    if status.get("heldAction"):
+        line += f", held action {status['heldAction']}"
+    out = [line]
+    policy_name = status.get("policy")
+    if policy_name:
+        generation = status.get("policyGeneration")
+        judged = f" (judged at generation {generation})" if generation is not None else ""
+        out.append(f"policy {policy_name}{judged}")
+        if policy is None:
+            out.append(f"policy {policy_name} not found: the stored results are shown as judged")
+    if status.get("message"):
+        out.append(f"message: {status['message']}")
+    return out
+
+
+def _reasons(status: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    for title, key in (("reasons", "reasons"), ("warnings", "warnings")):
+        items = [r for r in status.get(key) or [] if isinstance(r, Mapping)]
+        if items:
+            out.append(f"{title}:")
+            out += [
+                f"  {r.get('reason', '?')} ({r.get('check', '?')}): {r.get('message', '')}"
+                for r in items
+            ]
+    return out
+
+
+def _fabric(status: Mapping[str, Any]) -> list[str]:
+    fabric = status.get("fabric")
+    if not isinstance(fabric, Mapping) or not fabric:
+        return []
+    parts = [f"{k} {fabric[k]}" for k in ("state", "reason", "message") if fabric.get(k)]
+    return [f"fabric: {', '.join(parts)}"] if parts else []
+
+
+def explain_lines(
+    acceptance: Mapping[str, Any],
+    policy: Mapping[str, Any] | None,
+    *,
+    width: int = TABLE_WIDTH,
+) -> list[str]:
+    """What ``explain`` prints for one NodeAcceptance (and its policy, when found)."""
+    name = str((acceptance.get("metadata") or {}).get("name", "?"))
+    status: Mapping[str, Any] = acceptance.get("status") or {}
+    head = [*_summary(name, status, policy), *_reasons(status), *_fabric(status)]
+    lines = [
+        wrapped
+        for line in head
+        for wrapped in textwrap.wrap(line, width, subsequent_indent="    ") or [""]
+    ]
+    report = _report(status)
+    if report is None:
+        return [*lines, "", "no probe report stored yet (the node has not been probed)"]
+    spec = policy_spec(policy)
+    verdict = evaluate(report, spec.probe) if spec is not None else None
+    return [*lines, "", *table_lines(report, verdict, width=width)]
