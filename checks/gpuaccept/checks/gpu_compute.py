@@ -130,8 +130,7 @@ class GpuComputeObserved(ObservedModel):
     sm_clock_mhz: list[int] | None = Field(default=None, alias="smClockMHz", max_length=64)
     fp8_skipped: str | None = Field(default=None, max_length=160)
     failed_gpus: dict[str, str] | None = None  # GPU -> what happened
-    # condensed: [lowest, median, GPU of the lowest, GPUs measured, the faster half's
-    # median]; failed GPUs as ranges
+    # condensed: [lowest, median, GPU of the lowest, GPUs measured]; failed GPUs as ranges
     bf16: Spread | None = None
     fp8: Spread | None = None
     failed: str | None = Field(default=None, max_length=200)

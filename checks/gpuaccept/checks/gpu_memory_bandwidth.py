@@ -92,8 +92,7 @@ class GpuMemoryBandwidthObserved(ObservedModel):
     iterations: int | None = Field(default=None, ge=0)
     gbps: list[GBps] | None = Field(default=None, max_length=64)
     failed_gpus: dict[str, str] | None = None  # GPU -> what happened
-    # condensed: [lowest, median, GPU of the lowest, GPUs measured, the faster half's
-    # median]; failed GPUs as ranges
+    # condensed: [lowest, median, GPU of the lowest, GPUs measured]; failed GPUs as ranges
     memory: Spread | None = None
     failed: str | None = Field(default=None, max_length=200)
 
