@@ -53,7 +53,7 @@ def _summary(name: str, status: Mapping[str, Any], policy: Mapping[str, Any] | N
         out.append(f"policy {policy_name}{judged}")
         if policy is None:
             out.append(f"policy {policy_name} not found: the stored results are shown as judged")
-    if status.get("message"):
+    if status.get("message") and not status.get("reasons"):  # the reasons say it in full
         out.append(f"message: {status['message']}")
     return out
 
