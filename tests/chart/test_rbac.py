@@ -229,7 +229,10 @@ def _path_template(node: ast.AST, module: Any) -> str:
 _HTTP = {"GET", "POST", "PATCH", "PUT", "DELETE"}
 # Modules that run with the admin's kubeconfig, never as the operator's
 # ServiceAccount: their calls need no grant (and must get none).
-ADMIN_MODULES = {"gpuaccept.operator.cleanup": "gpuaccept cleanup (after helm uninstall)"}
+ADMIN_MODULES = {
+    "gpuaccept.operator.cleanup": "gpuaccept cleanup (after helm uninstall)",
+    "gpuaccept.operator.plugin.cli": "kubectl gpuaccept (the user's own kubeconfig)",
+}
 # Discovery documents: readable by every authenticated user (system:discovery).
 _DISCOVERY = re.compile(r"^/(api|apis)(/[^/]+){0,2}$")
 
