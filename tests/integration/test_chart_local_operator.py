@@ -6,7 +6,9 @@ the chart's ServiceAccount; simulated GPU nodes are then decided.
   pods do not run; there is no kubelet for them anyway);
 - a TokenRequest token for the chart's operator ServiceAccount: the operator
   process authenticates with it alone (no admin certificate, no impersonation),
-  so every call it makes is checked against the chart's RBAC;
+  so every call it makes is checked against the chart's RBAC, and against the
+  chart's admission rules (installed by default; templates/admission.yaml): its
+  probe pods, Node patches, node condition and status writes are admitted;
 - ``gpuaccept operator`` runs locally with the exact arguments the chart renders;
 - the kubelet stand-in registers two GPU nodes under the pending taint and runs
   the probe pods as local processes with simulated hardware. Under the default
@@ -79,6 +81,11 @@ def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str,
         "install", release, str(chart_dir()), "--create-namespace", *args,
         kubeconfig=control_plane.kubeconfig,
     )  # fmt: skip
+    bound = control_plane.kubectl(
+        "get", "validatingadmissionpolicybindings", "-o", "name",
+        "-l", f"app.kubernetes.io/instance={release}",
+    )  # fmt: skip
+    assert len(bound.stdout.split()) == 4, bound.stdout
     yield {"release": release, "namespace": namespace, "sets": sets, "suffix": suffix}
     helm("uninstall", release, "-n", namespace, kubeconfig=control_plane.kubeconfig, check=False)
     control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
