@@ -34,13 +34,12 @@ from gpuaccept.operator.core.podspec import (
     probe_pod_name,
 )
 from gpuaccept.operator.kube import Kube
-from gpuaccept.operator.options import fabric_pods, parser, probe_resources, probe_tolerations
 from gpuaccept.testsupport.chart_rbac import (
     ChartRelease,
     OperatorIdentity,
     apply_chart_rbac,
     apply_manifests,
-    operator_args,
+    operator_config,
     remove_chart_rbac,
 )
 from gpuaccept.testsupport.controlplane import ControlPlane
@@ -234,22 +233,7 @@ def node(admin: k8s.ApiClient) -> Iterator[str]:
 
 
 def _config(rendered: list[dict[str, Any]]) -> OperatorConfig:
-    """The operator's configuration from the arguments the chart renders (as cli.main)."""
-    args = parser().parse_args(operator_args(rendered)[1:])
-    return OperatorConfig(
-        namespace=args.namespace,
-        probe_image=args.probe_image,
-        probe_command=tuple(args.probe_command.split()),
-        image_pull_policy=args.probe_image_pull_policy,
-        pod_prefix=args.probe_pod_prefix,
-        service_account=args.probe_service_account,
-        runtime_class=args.probe_runtime_class or None,
-        extra_tolerations=probe_tolerations(args.probe_tolerations),
-        resources=probe_resources(args.probe_resources),
-        shm_size=args.probe_shm_size or None,
-        default_timeout_seconds=args.probe_timeout,
-        fabric=fabric_pods(args.fabric_pods),
-    )
+    return operator_config(rendered)
 
 
 def _probe_pod(rendered: list[dict[str, Any]], node: str, serial: int = 1) -> dict[str, Any]:
