@@ -67,6 +67,8 @@ def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str,
         # no other policy on a shared control plane claims them (nor this one others).
         "defaultPolicy.nodeSelector.nvidia\\.com/gpu\\.present": "null",
         "defaultPolicy.nodeSelector.gpuaccept\\.io/test": suffix,
+        # ... and watched by the operator (its default watches GPU-labelled nodes only).
+        "operator.watchNodeSelector": f"gpuaccept.io/test={suffix}",
         # The control plane has no RuntimeClass "nvidia" (and no container runtime).
         "probe.runtimeClassName": "",
         "probe.image.pullPolicy": "Never",
