@@ -16,7 +16,13 @@ from gpuaccept.testsupport.chart_rbac import chart_dir, helm, render_chart
 Manifest = dict[str, Any]
 NAMESPACE = "gpuaccept-system"
 ADMISSION_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
-POLICIES = ("acceptance-status", "probe-pods", "probe-pod-shape", "node-writes")
+POLICIES = (
+    "acceptance-status",
+    "probe-pods",
+    "probe-pod-shape",
+    "node-writes",
+    "operator-identity",
+)
 
 
 def _admission(docs: list[Manifest]) -> list[Manifest]:
@@ -89,12 +95,35 @@ def test_lint_and_render_with_admission_on_and_off(enabled: str) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     docs = render_chart(namespace=NAMESPACE, set_values={"admission.enabled": enabled})
-    assert len(_admission(docs)) == (8 if enabled == "true" else 0)
+    assert len(_admission(docs)) == (2 * len(POLICIES) if enabled == "true" else 0)
     # Nothing else in the rendering depends on the switch.
     others = [d for d in docs if d["kind"] not in ADMISSION_KINDS]
     assert others == [
         d for d in render_chart(namespace=NAMESPACE) if d["kind"] not in ADMISSION_KINDS
     ]
+
+
+def test_node_writes_are_scoped_by_the_watch_selector() -> None:
+    def scope(selector: str | None) -> str:
+        values = {} if selector is None else {"operator.watchNodeSelector": selector}
+        docs = render_chart(namespace=NAMESPACE, set_values=values)
+        (policy,) = [
+            d
+            for d in docs
+            if d["kind"] == "ValidatingAdmissionPolicy"
+            and d["metadata"]["name"] == "gpuaccept-node-writes"
+        ]
+        return str(policy["spec"]["validations"][0]["expression"])
+
+    assert (
+        scope(None)
+        == "oldObject.metadata.?labels[?'nvidia.com/gpu.present'] == optional.of('true')"
+    )
+    assert scope("pool=a\\,gpu") == (
+        "oldObject.metadata.?labels[?'pool'] == optional.of('a') && "
+        "'gpu' in oldObject.metadata.?labels.orValue({})"
+    )
+    assert scope("") == "true"
 
 
 def test_schema_refuses_a_bad_prefix() -> None:

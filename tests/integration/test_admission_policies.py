@@ -100,7 +100,8 @@ INTRUDER = "intruder"
 @pytest.fixture(scope="module")
 def intruder(control_plane: ControlPlane, identity: OperatorIdentity) -> Iterator[k8s.ApiClient]:
     """A ServiceAccount with what the attacks need: write NodeAcceptance status, and
-    create, delete and patch (status too) pods in the release namespace."""
+    create, delete and patch (status too) pods in the release namespace, and request
+    ServiceAccount tokens there."""
     user = f"system:serviceaccount:{NAMESPACE}:{INTRUDER}"
     rbac = [
         {"apiVersion": "v1", "kind": "ServiceAccount",
@@ -117,7 +118,9 @@ def intruder(control_plane: ControlPlane, identity: OperatorIdentity) -> Iterato
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": {"name": "intruder", "namespace": NAMESPACE},
          "rules": [{"apiGroups": [""], "resources": ["pods", "pods/status"],
-                    "verbs": ["get", "create", "delete", "patch"]}]},
+                    "verbs": ["get", "create", "delete", "patch"]},
+                   {"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                    "verbs": ["create"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": {"name": "intruder", "namespace": NAMESPACE},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
@@ -137,7 +140,7 @@ class Admission:
     def __init__(self, cp: ControlPlane, rendered: list[dict[str, Any]]) -> None:
         self.cp = cp
         self.objects = [obj for obj in rendered if obj.get("kind") in ADMISSION_KINDS]
-        assert len(self.objects) == 8, [o["metadata"]["name"] for o in self.objects]
+        assert len(self.objects) == 10, [o["metadata"]["name"] for o in self.objects]
         self.applied = False
 
     def install(self) -> None:
@@ -328,6 +331,7 @@ def test_forged_acceptance_status_is_refused(
 
 
 def test_probe_pods_of_another_identity_are_refused(  # noqa: PLR0913, PLR0917
+    control_plane: ControlPlane,
     admin: k8s.ApiClient,
     intruder: k8s.ApiClient,
     operator_api: k8s.ApiClient,
@@ -386,6 +390,14 @@ def test_probe_pods_of_another_identity_are_refused(  # noqa: PLR0913, PLR0917
                 names[2], NAMESPACE, {"status": {"message": "from the kubelet"}}, dry_run=DRY_RUN
             )
         )
+        # Pod garbage collection (a kube-system controller, its bootstrap role) too.
+        collector = "system:serviceaccount:kube-system:pod-garbage-collector"
+        with control_plane.api_client(impersonate_user=collector) as gc:
+            admitted(
+                lambda: k8s.CoreV1Api(gc).delete_namespaced_pod(
+                    names[2], NAMESPACE, dry_run=DRY_RUN
+                )
+            )
         kube = Kube(operator_api)
         assert kube.delete_pod(NAMESPACE, names[2], force=True) is None
     finally:
@@ -562,3 +574,62 @@ def test_operator_node_writes_are_limited_to_its_own_keys(
     assert REPROBE_ANNOTATION not in (after.metadata.annotations or {})
     conditions = {c.type: c.status for c in after.status.conditions}
     assert conditions == {"Ready": "True", "GPUAcceptance": "False"}
+
+
+def test_operator_writes_no_node_outside_its_watch_selector(
+    admin: k8s.ApiClient, operator_api: k8s.ApiClient, admission: Admission
+) -> None:
+    """A CPU node (no nvidia.com/gpu.present=true): not even an owned label or taint."""
+    name = f"adm-cpu-{uuid.uuid4().hex[:6]}"
+    core = k8s.CoreV1Api(admin)
+    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=name)))
+    as_operator = k8s.CoreV1Api(operator_api)
+    taint = {"key": "gpuaccept.io/pending", "value": "true", "effect": "NoSchedule"}
+    writes = [
+        lambda: as_operator.patch_node(name, {"spec": {"taints": [taint]}}, dry_run=DRY_RUN),
+        lambda: as_operator.patch_node(
+            name, {"metadata": {"labels": {"gpuaccept.io/acceptance": "x"}}}, dry_run=DRY_RUN
+        ),
+    ]
+    try:
+        for write in writes:
+            eventually_admitted(write)
+        admission.install()
+        for write in writes:
+            eventually_refused(write, "writes only the Nodes its watch selector matches")
+    finally:
+        core.delete_node(name)
+
+
+def test_nobody_else_borrows_the_operator_identity(
+    intruder: k8s.ApiClient, identity: OperatorIdentity, admission: Admission
+) -> None:
+    """A pod run as the operator's ServiceAccount, or a token requested for it."""
+    as_intruder = k8s.CoreV1Api(intruder)
+    borrower = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "borrower"},
+        "spec": {
+            "serviceAccountName": identity.service_account,
+            "containers": [{"name": "c", "image": "busybox"}],
+        },
+    }
+    request = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(audiences=[]))
+    attacks: list[tuple[Callable[[], object], str]] = [
+        (
+            lambda: as_intruder.create_namespaced_pod(NAMESPACE, borrower, dry_run=DRY_RUN),
+            "only the ReplicaSet controller",
+        ),
+        (
+            lambda: as_intruder.create_namespaced_service_account_token(
+                identity.service_account, NAMESPACE, request, dry_run=DRY_RUN
+            ),
+            "only a kubelet requests tokens",
+        ),
+    ]
+    for attack, _ in attacks:
+        eventually_admitted(attack)
+    admission.install()
+    for attack, message in attacks:
+        eventually_refused(attack, message)

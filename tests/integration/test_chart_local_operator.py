@@ -87,7 +87,7 @@ def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str,
         "get", "validatingadmissionpolicybindings", "-o", "name",
         "-l", f"app.kubernetes.io/instance={release}",
     )  # fmt: skip
-    assert len(bound.stdout.split()) == 4, bound.stdout
+    assert len(bound.stdout.split()) == 5, bound.stdout
     yield {"release": release, "namespace": namespace, "sets": sets, "suffix": suffix}
     helm("uninstall", release, "-n", namespace, kubeconfig=control_plane.kubeconfig, check=False)
     control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
