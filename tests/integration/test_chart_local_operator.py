@@ -83,11 +83,6 @@ def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str,
         "install", release, str(chart_dir()), "--create-namespace", *args,
         kubeconfig=control_plane.kubeconfig,
     )  # fmt: skip
-    bound = control_plane.kubectl(
-        "get", "validatingadmissionpolicybindings", "-o", "name",
-        "-l", f"app.kubernetes.io/instance={release}",
-    )  # fmt: skip
-    assert len(bound.stdout.split()) == 5, bound.stdout
     yield {"release": release, "namespace": namespace, "sets": sets, "suffix": suffix}
     helm("uninstall", release, "-n", namespace, kubeconfig=control_plane.kubeconfig, check=False)
     control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
@@ -209,6 +204,12 @@ def test_local_operator_under_chart_rbac_decides_nodes(
         control_plane.kubeconfig, namespace=namespace, service_account=sa, out=tmp_path / "op.kc"
     )
     assert "client-certificate" not in kubeconfig.read_text()
+
+    bound = control_plane.kubectl(
+        "get", "validatingadmissionpolicybindings", "-o", "name",
+        "-l", f"app.kubernetes.io/instance={release}",
+    )  # fmt: skip
+    assert len(bound.stdout.split()) == 5, bound.stdout  # the chart's admission rules
 
     good, bad, nodes = _sim_nodes(str(installed["suffix"]))
     standin = KubeletStandIn(control_plane.configuration(), nodes=nodes)
