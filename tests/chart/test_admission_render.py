@@ -137,3 +137,12 @@ def test_schema_refuses_a_bad_prefix() -> None:
     )
     assert proc.returncode != 0
     assert "probePodPrefix" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "level"),
+    [([], "restricted"), (["--set", "fabric.capabilities={IPC_LOCK}"], "privileged")],
+)
+def test_notes_name_the_pod_security_level(values: list[str], level: str) -> None:
+    out = helm("install", "g", str(chart_dir()), "--dry-run=client", "-n", NAMESPACE, *values)
+    assert f"pod-security.kubernetes.io/enforce={level}" in out.stdout

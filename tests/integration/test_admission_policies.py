@@ -357,6 +357,12 @@ def test_probe_pods_of_another_identity_are_refused(  # noqa: PLR0913, PLR0917
             )
         )
         admitted(lambda: as_intruder.delete_namespaced_pod(names[2], NAMESPACE, dry_run=DRY_RUN))
+        admitted(
+            lambda: as_intruder.patch_namespaced_pod(
+                names[2], NAMESPACE, {"metadata": {"labels": {"gpuaccept.io/node": "x"}}},
+                dry_run=DRY_RUN,
+            )
+        )  # fmt: skip
 
         admission.install()
         eventually_refused(_create(intruder, squatted), "only the gpuaccept operator")
