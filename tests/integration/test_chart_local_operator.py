@@ -8,7 +8,8 @@ the chart's ServiceAccount; simulated GPU nodes are then decided.
   process authenticates with it alone (no admin certificate, no impersonation),
   so every call it makes is checked against the chart's RBAC, and against the
   chart's admission rules (installed by default; templates/admission.yaml): its
-  probe pods, Node patches, node condition and status writes are admitted;
+  probe pods, Node patches, node condition and status writes are admitted, and
+  the release namespace enforces Pod Security "restricted" (docs/install.md);
 - ``gpuaccept operator`` runs locally with the exact arguments the chart renders;
 - the kubelet stand-in registers two GPU nodes under the pending taint and runs
   the probe pods as local processes with simulated hardware. Under the default
@@ -210,6 +211,11 @@ def test_local_operator_under_chart_rbac_decides_nodes(
         "-l", f"app.kubernetes.io/instance={release}",
     )  # fmt: skip
     assert len(bound.stdout.split()) == 5, bound.stdout  # the chart's admission rules
+    # The level docs/install.md tells you to enforce: the operator's probe pods pass it.
+    control_plane.kubectl(
+        "label", "namespace", namespace, "--overwrite",
+        "pod-security.kubernetes.io/enforce=restricted",
+    )  # fmt: skip
 
     good, bad, nodes = _sim_nodes(str(installed["suffix"]))
     standin = KubeletStandIn(control_plane.configuration(), nodes=nodes)
