@@ -72,6 +72,9 @@ fi
 log "helm install ${RELEASE} into ${NAMESPACE}"
 "${HELM}" upgrade --install "${RELEASE}" charts/gpuaccept -n "${NAMESPACE}" --create-namespace \
   --kubeconfig "${ADMIN_KUBECONFIG}" "${values[@]}"
+# The Pod Security level docs/install.md tells you to enforce on the release namespace.
+"${KUBECTL}" --kubeconfig "${ADMIN_KUBECONFIG}" label namespace "${NAMESPACE}" --overwrite \
+  pod-security.kubernetes.io/enforce=restricted >/dev/null
 
 log "TokenRequest kubeconfig for the chart's operator ServiceAccount"
 "${PY}" -m gpuaccept.testsupport.chart_rbac kubeconfig --release "${RELEASE}" \

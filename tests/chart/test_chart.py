@@ -106,6 +106,8 @@ def test_default_render(default_docs: list[Manifest]) -> None:
             # `helm test` hooks: a headless Service and the test Pod
             "Service",
             "Pod",
+            # the admission rules (templates/admission.yaml, docs/security.md)
+            *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 5,
         ]
     )
     assert one(default_docs, "Deployment")["spec"]["replicas"] == 1
@@ -136,7 +138,13 @@ def test_standard_labels_everywhere(values: Path | None) -> None:
         labels = obj["metadata"].get("labels", {})
         missing = [k for k in STANDARD_LABELS if k not in labels]
         assert not missing, f"{obj['kind']}/{obj['metadata']['name']} lacks {missing}"
-        if obj["kind"] in {"ClusterRole", "ClusterRoleBinding", "NodeAcceptancePolicy"}:
+        if obj["kind"] in {
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "NodeAcceptancePolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        }:
             assert "namespace" not in obj["metadata"], obj["kind"]
         elif not obj["metadata"]["name"].endswith("-events"):
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]

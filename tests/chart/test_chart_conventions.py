@@ -95,8 +95,14 @@ def test_watch_node_selector_reaches_the_operator() -> None:
     selector = handlers.parse_node_selector(parsed.node_selector)
     assert selector["nvidia.com/gpu.present"] == "true"
     assert "pool" in selector
+    # By default the nodes labelled as GPU nodes only (docs/security.md, "Bounded reach");
+    # "" watches every node.
     default_args = _operator_pod(render_chart(namespace=NAMESPACE))["containers"][0]["args"]
-    assert not [a for a in default_args if a.startswith("--node-selector")]
+    assert [a for a in default_args if a.startswith("--node-selector")] == [
+        "--node-selector=nvidia.com/gpu.present=true"
+    ]
+    every = render_chart(namespace=NAMESPACE, set_values={"operator.watchNodeSelector": ""})
+    assert not [a for a in _operator_pod(every)["containers"][0]["args"] if "node-selector" in a]
 
 
 def test_a_malformed_watch_node_selector_is_refused() -> None:

@@ -479,7 +479,13 @@ def test_namespace_override_moves_every_namespaced_object(tmp_path: Path) -> Non
     docs = render(
         {"namespaceOverride": "gpu-ops", "metrics": {"serviceMonitor": {"enabled": True}}}, tmp_path
     )
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "NodeAcceptancePolicy"}
+    cluster_scoped = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "NodeAcceptancePolicy",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for doc in docs:
         if doc["kind"] in cluster_scoped or doc["metadata"].get("namespace") == "default":
             continue  # the events Role/RoleBinding live in "default" on purpose

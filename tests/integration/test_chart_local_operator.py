@@ -6,7 +6,10 @@ the chart's ServiceAccount; simulated GPU nodes are then decided.
   pods do not run; there is no kubelet for them anyway);
 - a TokenRequest token for the chart's operator ServiceAccount: the operator
   process authenticates with it alone (no admin certificate, no impersonation),
-  so every call it makes is checked against the chart's RBAC;
+  so every call it makes is checked against the chart's RBAC, and against the
+  chart's admission rules (installed by default; templates/admission.yaml): its
+  probe pods, Node patches, node condition and status writes are admitted, and
+  the release namespace enforces Pod Security "restricted" (docs/install.md);
 - ``gpuaccept operator`` runs locally with the exact arguments the chart renders;
 - the kubelet stand-in registers two GPU nodes under the pending taint and runs
   the probe pods as local processes with simulated hardware. Under the default
@@ -65,6 +68,8 @@ def installed(control_plane: ControlPlane, tmp_path: Path) -> Iterator[dict[str,
         # no other policy on a shared control plane claims them (nor this one others).
         "defaultPolicy.nodeSelector.nvidia\\.com/gpu\\.present": "null",
         "defaultPolicy.nodeSelector.gpuaccept\\.io/test": suffix,
+        # ... and watched by the operator (its default watches GPU-labelled nodes only).
+        "operator.watchNodeSelector": f"gpuaccept.io/test={suffix}",
         # The control plane has no RuntimeClass "nvidia" (and no container runtime).
         "probe.runtimeClassName": "",
         "probe.image.pullPolicy": "Never",
@@ -200,6 +205,17 @@ def test_local_operator_under_chart_rbac_decides_nodes(
         control_plane.kubeconfig, namespace=namespace, service_account=sa, out=tmp_path / "op.kc"
     )
     assert "client-certificate" not in kubeconfig.read_text()
+
+    bound = control_plane.kubectl(
+        "get", "validatingadmissionpolicybindings", "-o", "name",
+        "-l", f"app.kubernetes.io/instance={release}",
+    )  # fmt: skip
+    assert len(bound.stdout.split()) == 5, bound.stdout  # the chart's admission rules
+    # The level docs/install.md tells you to enforce: the operator's probe pods pass it.
+    control_plane.kubectl(
+        "label", "namespace", namespace, "--overwrite",
+        "pod-security.kubernetes.io/enforce=restricted",
+    )  # fmt: skip
 
     good, bad, nodes = _sim_nodes(str(installed["suffix"]))
     standin = KubeletStandIn(control_plane.configuration(), nodes=nodes)

@@ -147,3 +147,10 @@ matchExpressions:
   - key: gpuaccept.io/fabric-pair
     operator: Exists
 {{- end }}
+
+{{/* The strictest Pod Security level the release's pods pass (docs/install.md,
+"Pod Security"): restricted, unless fabric.capabilities adds a capability
+(IPC_LOCK for RDMA), which baseline refuses too. */}}
+{{- define "gpuaccept.podSecurityLevel" -}}
+{{- if .Values.fabric.capabilities }}privileged{{ else }}restricted{{ end }}
+{{- end }}

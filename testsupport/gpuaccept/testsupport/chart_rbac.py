@@ -26,9 +26,12 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from gpuaccept.operator.core.model import OperatorConfig
 
 from gpuaccept.testsupport.controlplane import (
     ControlPlane,
@@ -53,6 +56,7 @@ __all__ = [
     "helm",
     "main",
     "operator_args",
+    "operator_config",
     "operator_kubeconfig",
     "previous_and_next_chart",
     "release_token_kubeconfig",
@@ -365,6 +369,38 @@ def operator_args(manifests: Iterable[Manifest]) -> list[str]:
             container = obj["spec"]["template"]["spec"]["containers"][0]
             return [str(arg) for arg in container.get("args", [])]
     raise ControlPlaneError("the rendered chart has no Deployment")
+
+
+def operator_config(manifests: Iterable[Manifest]) -> OperatorConfig:
+    """The operator's configuration from the arguments the chart renders, built as
+    ``gpuaccept operator`` builds it (its probe and fabric pod settings)."""
+    from gpuaccept.operator.core.model import OperatorConfig  # noqa: PLC0415
+    from gpuaccept.operator.options import (  # noqa: PLC0415
+        fabric_pods,
+        owned_key_prefixes,
+        parser,
+        probe_resources,
+        probe_tolerations,
+    )
+
+    args = parser().parse_args(operator_args(manifests)[1:])
+    return OperatorConfig(
+        namespace=args.namespace,
+        probe_image=args.probe_image,
+        probe_command=tuple(args.probe_command.split()),
+        image_pull_policy=args.probe_image_pull_policy,
+        pod_prefix=args.probe_pod_prefix,
+        service_account=args.probe_service_account,
+        runtime_class=args.probe_runtime_class or None,
+        priority_class=args.probe_priority_class or None,
+        extra_tolerations=probe_tolerations(args.probe_tolerations),
+        resources=probe_resources(args.probe_resources),
+        shm_size=args.probe_shm_size or None,
+        default_timeout_seconds=args.probe_timeout,
+        owned_key_prefixes=owned_key_prefixes(args.owned_key_prefixes),
+        image_pull_secrets=tuple(dict.fromkeys(args.probe_image_pull_secrets)),
+        fabric=fabric_pods(args.fabric_pods),
+    )
 
 
 def release_token_kubeconfig(

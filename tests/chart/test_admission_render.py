@@ -1,0 +1,148 @@
+"""The chart's admission rules as rendered (templates/admission.yaml), on and off.
+
+What they admit and refuse on the real API server is
+tests/integration/test_admission_policies.py; here: that they render, are bound,
+name this release's identities and images, and go away with ``admission.enabled``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuaccept.testsupport.chart_rbac import chart_dir, helm, render_chart
+
+Manifest = dict[str, Any]
+NAMESPACE = "gpuaccept-system"
+ADMISSION_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+POLICIES = (
+    "acceptance-status",
+    "probe-pods",
+    "probe-pod-shape",
+    "node-writes",
+    "operator-identity",
+)
+
+
+def _admission(docs: list[Manifest]) -> list[Manifest]:
+    return [d for d in docs if d["kind"] in ADMISSION_KINDS]
+
+
+def _text(obj: object) -> str:
+    return repr(obj)
+
+
+def test_on_by_default_every_policy_bound_with_deny() -> None:
+    docs = render_chart(namespace=NAMESPACE)
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert sorted(policies) == sorted(f"gpuaccept-{name}" for name in POLICIES)
+    assert {b["spec"]["policyName"] for b in bindings} == set(policies)
+    for binding in bindings:
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert "paramRef" not in binding["spec"]
+    for policy in policies.values():
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        assert policy["spec"]["validations"]
+    operator = "system:serviceaccount:gpuaccept-system:gpuaccept"
+    for name in ("acceptance-status", "probe-pods"):
+        assert operator in _text(policies[f"gpuaccept-{name}"]["spec"]["validations"])
+    for name in ("probe-pod-shape", "node-writes"):  # bound to the operator's requests only
+        assert operator in _text(policies[f"gpuaccept-{name}"]["spec"]["matchConditions"])
+    pods = policies["gpuaccept-probe-pods"]["spec"]["matchConstraints"]
+    assert pods["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "gpuaccept-system"}
+    }
+
+
+def test_rules_follow_the_values() -> None:
+    docs = render_chart(
+        release="r",
+        namespace="gpu-ops",
+        set_values={
+            "global.imageRegistry": "mirror.example",
+            "operator.ownedKeyPrefixes[0]": "example.com/gpu-",
+            "fabric.capabilities[0]": "IPC_LOCK",
+            "probe.runtimeClassName": "nvidia-cdi",
+            "probe.serviceAccount.name": "probe-sa",
+            "admission.exemptGroups[0]": "platform-admins",
+        },
+    )
+    text = _text(_admission(docs))
+    assert "system:serviceaccount:gpu-ops:r-gpuaccept" in text
+    assert "mirror.example/gpuaccept/probe:" in text
+    for policy in ("probe-pod-shape", "node-writes"):
+        (obj,) = [
+            d
+            for d in docs
+            if d["kind"] == "ValidatingAdmissionPolicy"
+            and d["metadata"]["name"] == f"r-gpuaccept-{policy}"
+        ]
+        variables = {v["name"]: v["expression"] for v in obj["spec"]["variables"]}
+        assert variables["prefixes"] == '["gpuaccept.io/","example.com/gpu-"]'
+    assert "IPC_LOCK" in text
+    assert "nvidia-cdi" in text
+    assert "probe-sa" in text
+    assert "platform-admins" in text
+    assert "system:masters" not in text
+
+
+@pytest.mark.parametrize("enabled", ["true", "false"])
+def test_lint_and_render_with_admission_on_and_off(enabled: str) -> None:
+    proc = helm(
+        "lint", "--strict", str(chart_dir()), "--set", f"admission.enabled={enabled}", check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    docs = render_chart(namespace=NAMESPACE, set_values={"admission.enabled": enabled})
+    assert len(_admission(docs)) == (2 * len(POLICIES) if enabled == "true" else 0)
+    # Nothing else in the rendering depends on the switch.
+    others = [d for d in docs if d["kind"] not in ADMISSION_KINDS]
+    assert others == [
+        d for d in render_chart(namespace=NAMESPACE) if d["kind"] not in ADMISSION_KINDS
+    ]
+
+
+def test_node_writes_are_scoped_by_the_watch_selector() -> None:
+    def scope(selector: str | None) -> str:
+        values = {} if selector is None else {"operator.watchNodeSelector": selector}
+        docs = render_chart(namespace=NAMESPACE, set_values=values)
+        (policy,) = [
+            d
+            for d in docs
+            if d["kind"] == "ValidatingAdmissionPolicy"
+            and d["metadata"]["name"] == "gpuaccept-node-writes"
+        ]
+        return str(policy["spec"]["validations"][0]["expression"])
+
+    assert (
+        scope(None)
+        == "oldObject.metadata.?labels[?'nvidia.com/gpu.present'] == optional.of('true')"
+    )
+    assert scope("pool=a\\,gpu") == (
+        "oldObject.metadata.?labels[?'pool'] == optional.of('a') && "
+        "'gpu' in oldObject.metadata.?labels.orValue({})"
+    )
+    assert scope("") == "true"
+
+
+def test_schema_refuses_a_bad_prefix() -> None:
+    proc = helm(
+        "template",
+        "x",
+        str(chart_dir()),
+        "--set",
+        "admission.probePodPrefix=Bad_Prefix",
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "probePodPrefix" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "level"),
+    [([], "restricted"), (["--set", "fabric.capabilities={IPC_LOCK}"], "privileged")],
+)
+def test_notes_name_the_pod_security_level(values: list[str], level: str) -> None:
+    out = helm("install", "g", str(chart_dir()), "--dry-run=client", "-n", NAMESPACE, *values)
+    assert f"pod-security.kubernetes.io/enforce={level}" in out.stdout

@@ -1,0 +1,641 @@
+"""The chart's admission rules (templates/admission.yaml) on the real API server.
+
+Each attack is made twice with the same credentials: before the release's
+ValidatingAdmissionPolicies are applied it is admitted (what the RBAC alone
+allows), after it is refused by the API server. The operator's own writes, made
+through its API adapter (``gpuaccept.operator.kube.Kube``) with a TokenRequest token
+of the chart's ServiceAccount, are admitted under the policies. Identities: the
+operator's ServiceAccount, an ``intruder`` ServiceAccount granted exactly the
+verbs an attacker would need, and the admin (``system:masters``, exempt).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, REPROBE_ANNOTATION, VERSION
+from gpuaccept.operator.core import NodeView, OperatorConfig
+from gpuaccept.operator.core.model import FabricPodLabels, Taint
+from gpuaccept.operator.core.podspec import (
+    FabricPodRequest,
+    ProbeAttempt,
+    fabric_pod_manifest,
+    probe_pod_manifest,
+    probe_pod_name,
+)
+from gpuaccept.operator.kube import Kube
+from gpuaccept.testsupport.chart_rbac import (
+    ChartRelease,
+    OperatorIdentity,
+    apply_chart_rbac,
+    apply_manifests,
+    operator_config,
+    remove_chart_rbac,
+)
+from gpuaccept.testsupport.controlplane import ControlPlane
+
+pytestmark = pytest.mark.integration
+
+NAMESPACE = "gpuaccept-admission-test"
+RELEASE = "admtest"
+VALUES = {
+    # The control plane has no RuntimeClass "nvidia" (its admission plugin would refuse the pod).
+    "probe.runtimeClassName": "",
+    "fabric.capabilities": "{IPC_LOCK}",
+    "probe.tolerations[0].key": "dedicated",
+    "probe.tolerations[0].operator": "Exists",
+}
+ADMISSION_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+DRY_RUN = "All"
+SETTLE_S = 30.0  # policies and bindings reach the admission plugin through informers
+
+
+def _release() -> ChartRelease:
+    return ChartRelease(RELEASE, NAMESPACE, set_values=VALUES)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[dict[str, Any]]:
+    return _release().render()
+
+
+@pytest.fixture(scope="module")
+def identity(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorIdentity]:
+    applied = apply_chart_rbac(
+        control_plane, workdir=tmp_path_factory.mktemp("admission"), release=_release()
+    )
+    yield applied
+    remove_chart_rbac(control_plane, applied)
+
+
+@pytest.fixture(scope="module")
+def admin(control_plane: ControlPlane) -> Iterator[k8s.ApiClient]:
+    with control_plane.api_client() as api:
+        yield api
+
+
+@pytest.fixture(scope="module")
+def operator_api(
+    control_plane: ControlPlane, identity: OperatorIdentity
+) -> Iterator[k8s.ApiClient]:
+    with control_plane.api_client(token=identity.token) as api:
+        yield api
+
+
+INTRUDER = "intruder"
+
+
+@pytest.fixture(scope="module")
+def intruder(control_plane: ControlPlane, identity: OperatorIdentity) -> Iterator[k8s.ApiClient]:
+    """A ServiceAccount with what the attacks need: write NodeAcceptance status, and
+    create, delete and patch (status too) pods in the release namespace, and request
+    ServiceAccount tokens there."""
+    user = f"system:serviceaccount:{NAMESPACE}:{INTRUDER}"
+    rbac = [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": INTRUDER, "namespace": NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": f"{RELEASE}-intruder"},
+         "rules": [{"apiGroups": [GROUP], "resources": [f"{ACCEPTANCE_PLURAL}/status"],
+                    "verbs": ["get", "patch", "update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"{RELEASE}-intruder"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": f"{RELEASE}-intruder"},
+         "subjects": [{"kind": "User", "name": user}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "intruder", "namespace": NAMESPACE},
+         "rules": [{"apiGroups": [""], "resources": ["pods", "pods/status"],
+                    "verbs": ["get", "create", "delete", "patch"]},
+                   {"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                    "verbs": ["create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "intruder", "namespace": NAMESPACE},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "intruder"},
+         "subjects": [{"kind": "User", "name": user}]},
+    ]  # fmt: skip
+    apply_manifests(control_plane, rbac)
+    with control_plane.api_client(impersonate_user=user) as api:
+        yield api
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
+    control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
+
+
+class Admission:
+    """The release's admission objects, applied and removed within one test."""
+
+    def __init__(self, cp: ControlPlane, rendered: list[dict[str, Any]]) -> None:
+        self.cp = cp
+        self.objects = [obj for obj in rendered if obj.get("kind") in ADMISSION_KINDS]
+        assert len(self.objects) == 10, [o["metadata"]["name"] for o in self.objects]
+        self.applied = False
+
+    def install(self) -> None:
+        apply_manifests(self.cp, self.objects)
+        self.applied = True
+
+    def remove(self) -> None:
+        body = json.dumps({"apiVersion": "v1", "kind": "List", "items": self.objects})
+        self.cp.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
+        self.applied = False
+
+
+@pytest.fixture
+def admission(control_plane: ControlPlane, rendered: list[dict[str, Any]]) -> Iterator[Admission]:
+    guard = Admission(control_plane, rendered)
+    yield guard
+    if guard.applied:
+        guard.remove()
+
+
+def _refusal(call: Callable[[], object]) -> ApiException | None:
+    try:
+        call()
+    except ApiException as error:
+        return error
+    return None
+
+
+def eventually_refused(call: Callable[[], object], message: str) -> ApiException:
+    """``call`` (a dry run) refused with ``message``, once the policies are loaded."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        error = _refusal(call)
+        if error is not None and error.status in (403, 422) and message in str(error.body):
+            return error
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not refused with {message!r}: {error and error.body}")
+        time.sleep(0.5)
+
+
+def admitted(call: Callable[[], object]) -> None:
+    error = _refusal(call)
+    assert error is None, error.body
+
+
+def eventually_admitted(call: Callable[[], object]) -> None:
+    """``call`` admitted once the policies are gone (or once they are loaded)."""
+    deadline = time.monotonic() + SETTLE_S
+    while (error := _refusal(call)) is not None:
+        if time.monotonic() > deadline:
+            raise AssertionError(error.body)
+        time.sleep(0.5)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture
+def node(admin: k8s.ApiClient) -> Iterator[str]:
+    name = f"adm-node-{uuid.uuid4().hex[:6]}"
+    core = k8s.CoreV1Api(admin)
+    core.create_node(
+        k8s.V1Node(
+            metadata=k8s.V1ObjectMeta(
+                name=name,
+                labels={"nvidia.com/gpu.present": "true", "team": "ml"},
+                annotations={REPROBE_ANNOTATION: "now"},
+            ),
+            spec=k8s.V1NodeSpec(
+                taints=[
+                    k8s.V1Taint(key="dedicated", value="gpu", effect="NoSchedule"),
+                    k8s.V1Taint(key="gpuaccept.io/pending", value="true", effect="NoSchedule"),
+                ]
+            ),
+        )
+    )
+    core.patch_node_status(
+        name,
+        {
+            "status": {
+                "capacity": {"nvidia.com/gpu": "8", "cpu": "4", "memory": "1Gi", "pods": "10"},
+                "allocatable": {"nvidia.com/gpu": "8", "cpu": "4", "memory": "1Gi", "pods": "10"},
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                     "message": "ok", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                     "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                ],
+            }
+        },
+    )  # fmt: skip
+    yield name
+    core.delete_node(name)
+
+
+def _config(rendered: list[dict[str, Any]]) -> OperatorConfig:
+    return operator_config(rendered)
+
+
+def _probe_pod(rendered: list[dict[str, Any]], node: str, serial: int = 1) -> dict[str, Any]:
+    config = _config(rendered)
+    attempt = ProbeAttempt(
+        name=probe_pod_name(config.pod_prefix, node, serial),
+        serial=serial,
+        node=NodeView(name=node, gpus=8, gpu_capacity=8, boot_id="b"),
+        policy_name="default",
+        spec=NodeAcceptancePolicySpec.model_validate({}),
+    )
+    return probe_pod_manifest(attempt, config)
+
+
+def _fabric_pod(rendered: list[dict[str, Any]], node: str) -> dict[str, Any]:
+    config = _config(rendered)
+    request = FabricPodRequest(
+        labels=FabricPodLabels(pair="abc123", rank=0, first=node, second="other"),
+        node=NodeView(name=node, gpus=8, gpu_capacity=8, boot_id="b"),
+        policy_name="default",
+        spec=NodeAcceptancePolicySpec.model_validate({"fabric": {"enabled": True}}),
+        rendezvous_address=None,
+    )
+    return fabric_pod_manifest(request, config)
+
+
+def _create(
+    api: k8s.ApiClient, pod: dict[str, Any], *, dry_run: bool = True
+) -> Callable[[], object]:
+    core = k8s.CoreV1Api(api)
+    if dry_run:
+        return lambda: core.create_namespaced_pod(NAMESPACE, pod, dry_run=DRY_RUN)
+    return lambda: core.create_namespaced_pod(NAMESPACE, pod)
+
+
+def _delete_pod(admin: k8s.ApiClient, name: str) -> None:
+    try:
+        k8s.CoreV1Api(admin).delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+# --------------------------------------------------------------------------- NodeAcceptance status
+
+
+def test_forged_acceptance_status_is_refused(
+    admin: k8s.ApiClient,
+    intruder: k8s.ApiClient,
+    operator_api: k8s.ApiClient,
+    admission: Admission,
+    node: str,
+) -> None:
+    custom = k8s.CustomObjectsApi(admin)
+    custom.create_cluster_custom_object(
+        GROUP, VERSION, ACCEPTANCE_PLURAL,
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeAcceptance",
+         "metadata": {"name": node}, "spec": {"nodeName": node}},
+    )  # fmt: skip
+    forged = {"status": {"phase": "Accepted", "policy": "default"}}
+    as_intruder = k8s.CustomObjectsApi(intruder)
+
+    def forge(dry_run: bool = True) -> object:
+        return as_intruder.patch_cluster_custom_object_status(
+            GROUP, VERSION, ACCEPTANCE_PLURAL, node, forged,
+            **({"dry_run": DRY_RUN} if dry_run else {}),
+        )  # fmt: skip
+
+    try:
+        # Without the rules: the RBAC grant alone lets anyone holding it accept a node.
+        eventually_admitted(lambda: forge(dry_run=False))
+        stored = custom.get_cluster_custom_object_status(GROUP, VERSION, ACCEPTANCE_PLURAL, node)
+        assert stored["status"]["phase"] == "Accepted"
+
+        admission.install()
+        error = eventually_refused(forge, "only the gpuaccept operator")
+        assert error.status == 403
+        # The operator's own status write (its adapter: a JSON patch) is admitted.
+        kube = Kube(operator_api)
+        current = custom.get_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, node)
+        kube.patch_na_status(
+            node, current["metadata"]["resourceVersion"], {"phase": "Pending", "policy": "default"}
+        )
+        # The admin (system:masters) is exempt.
+        admitted(lambda: custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, ACCEPTANCE_PLURAL, node, forged, dry_run=DRY_RUN))  # fmt: skip
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, node)
+
+
+# --------------------------------------------------------------------------- probe pods: who
+
+
+def test_probe_pods_of_another_identity_are_refused(  # noqa: PLR0913, PLR0917
+    control_plane: ControlPlane,
+    admin: k8s.ApiClient,
+    intruder: k8s.ApiClient,
+    operator_api: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+    node: str,
+) -> None:
+    squatted = _probe_pod(rendered, node, serial=7)  # the attempt's own name and labels
+    unlabelled = _probe_pod(rendered, node, serial=8)
+    unlabelled["metadata"]["labels"] = {}
+    operators = _probe_pod(rendered, node, serial=9)
+    as_intruder = k8s.CoreV1Api(intruder)
+    names = [p["metadata"]["name"] for p in (squatted, unlabelled, operators)]
+    try:
+        # Without the rules: the intruder squats the attempt's pod (with the
+        # probe's labels, or its name alone) and deletes the operator's pod.
+        eventually_admitted(_create(intruder, squatted))
+        admitted(_create(intruder, unlabelled))
+        admitted(_create(operator_api, operators, dry_run=False))
+        admitted(
+            lambda: as_intruder.patch_namespaced_pod_status(
+                names[2], NAMESPACE, {"status": {"message": "forged"}}, dry_run=DRY_RUN
+            )
+        )
+        admitted(lambda: as_intruder.delete_namespaced_pod(names[2], NAMESPACE, dry_run=DRY_RUN))
+        admitted(
+            lambda: as_intruder.patch_namespaced_pod(
+                names[2], NAMESPACE, {"metadata": {"labels": {"gpuaccept.io/node": "x"}}},
+                dry_run=DRY_RUN,
+            )
+        )  # fmt: skip
+
+        admission.install()
+        eventually_refused(_create(intruder, squatted), "only the gpuaccept operator")
+        eventually_refused(_create(intruder, unlabelled), "only the gpuaccept operator")
+        eventually_refused(
+            lambda: as_intruder.delete_namespaced_pod(names[2], NAMESPACE, dry_run=DRY_RUN),
+            "only the gpuaccept operator, the pod's kubelet",
+        )
+        eventually_refused(
+            lambda: as_intruder.patch_namespaced_pod_status(
+                names[2], NAMESPACE, {"status": {"message": "forged"}}, dry_run=DRY_RUN
+            ),
+            "probe pods are not changed after creation",
+        )
+        eventually_refused(
+            lambda: as_intruder.patch_namespaced_pod(
+                names[2], NAMESPACE, {"metadata": {"labels": {"gpuaccept.io/node": "x"}}},
+                dry_run=DRY_RUN,
+            ),
+            "probe pods are not changed after creation",
+        )  # fmt: skip
+        # A pod of the intruder's own, not a probe pod, is none of the rules' business.
+        other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "intruder-own"},
+                 "spec": {"serviceAccountName": INTRUDER,
+                          "containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
+        admitted(_create(intruder, other))
+        # The pod's kubelet writes its status; the operator deletes it.
+        kubelet = _kubelet_client(admin, node)
+        admitted(
+            lambda: k8s.CoreV1Api(kubelet).patch_namespaced_pod_status(
+                names[2], NAMESPACE, {"status": {"message": "from the kubelet"}}, dry_run=DRY_RUN
+            )
+        )
+        # Pod garbage collection (a kube-system controller, its bootstrap role) too.
+        collector = "system:serviceaccount:kube-system:pod-garbage-collector"
+        with control_plane.api_client(impersonate_user=collector) as gc:
+            admitted(
+                lambda: k8s.CoreV1Api(gc).delete_namespaced_pod(
+                    names[2], NAMESPACE, dry_run=DRY_RUN
+                )
+            )
+        kube = Kube(operator_api)
+        assert kube.delete_pod(NAMESPACE, names[2], force=True) is None
+    finally:
+        kubelet_api = locals().get("kubelet")
+        if isinstance(kubelet_api, k8s.ApiClient):
+            kubelet_api.close()
+        for name in names:
+            _delete_pod(admin, name)
+
+
+def _kubelet_client(admin: k8s.ApiClient, node: str) -> k8s.ApiClient:
+    """The admin impersonating the node's kubelet (user system:node:<node>, group system:nodes)."""
+    api = k8s.ApiClient(admin.configuration)
+    api.set_default_header("Impersonate-User", f"system:node:{node}")
+    api.set_default_header("Impersonate-Group", "system:nodes")
+    return api
+
+
+# --------------------------------------------------------------------------- probe pods: shape
+
+
+def _variant(pod: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    copy = json.loads(json.dumps(pod))
+    change(copy)
+    return copy
+
+
+def _privileged(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+
+
+def _host_path(pod: dict[str, Any]) -> None:
+    pod["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
+    pod["spec"]["containers"][0]["volumeMounts"].append({"name": "root", "mountPath": "/host"})
+
+
+def _token(pod: dict[str, Any]) -> None:
+    pod["spec"]["automountServiceAccountToken"] = True
+
+
+def _other_image(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["image"] = "registry.example/shell:latest"
+
+
+def _other_command(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", "id"]
+
+
+def _host_network(pod: dict[str, Any]) -> None:
+    pod["spec"]["hostNetwork"] = True
+
+
+def _sys_admin(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = ["SYS_ADMIN"]
+
+
+def _unpinned(pod: dict[str, Any]) -> None:
+    del pod["spec"]["nodeName"]
+
+
+def _tolerate_everything(pod: dict[str, Any]) -> None:
+    pod["spec"]["tolerations"].append({"operator": "Exists"})
+
+
+def _not_a_probe(pod: dict[str, Any]) -> None:
+    pod["metadata"]["name"] = "gpuaccept-operator-helper"
+
+
+SHAPE_ATTACKS: list[tuple[Callable[[dict[str, Any]], None], str]] = [
+    (_privileged, "a probe pod's container is unprivileged"),
+    (_host_path, "emptyDir volumes only"),
+    (_token, "without an API token"),
+    (_other_image, "from the chart's probe image"),
+    (_other_command, "from the chart's probe image"),
+    (_host_network, "no host network"),
+    (_sys_admin, "a probe pod's container is unprivileged"),
+    (_unpinned, "pinned to its node"),
+    (_tolerate_everything, "tolerates gpuaccept's own taint keys"),
+    (_not_a_probe, "is a probe pod"),
+]
+
+
+def test_operator_token_creates_only_probe_shaped_pods(
+    operator_api: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+    node: str,
+) -> None:
+    pod = _probe_pod(rendered, node)
+    attacks = [(_variant(pod, change), message) for change, message in SHAPE_ATTACKS]
+    # Without the rules the operator's token may create any of them (dry runs).
+    for bad, _ in attacks:
+        eventually_admitted(_create(operator_api, bad))
+    admission.install()
+    eventually_refused(_create(operator_api, attacks[0][0]), attacks[0][1])
+    for bad, message in attacks:
+        eventually_refused(_create(operator_api, bad), message)
+    # The probe pod and the fabric pod the operator builds, with the chart's settings
+    # (IPC_LOCK added, a toleration of probe.tolerations), are admitted.
+    admitted(_create(operator_api, pod))
+    admitted(_create(operator_api, _fabric_pod(rendered, node)))
+    # Elsewhere than the release namespace: refused (RBAC refuses it first).
+    assert (
+        _refusal(
+            lambda: k8s.CoreV1Api(operator_api).create_namespaced_pod(
+                "default", pod, dry_run=DRY_RUN
+            )
+        )
+        is not None
+    )
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def test_operator_node_writes_are_limited_to_its_own_keys(
+    admin: k8s.ApiClient,
+    operator_api: k8s.ApiClient,
+    admission: Admission,
+    node: str,
+) -> None:
+    core = k8s.CoreV1Api(operator_api)
+    stamp = "2026-01-01T00:00:00Z"
+    ready = {"type": "Ready", "status": "False", "reason": "Forged", "message": "x",
+             "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}  # fmt: skip
+    pending = {"key": "gpuaccept.io/pending", "value": "true", "effect": "NoSchedule"}
+    bodies: list[tuple[str, dict[str, Any], str]] = [
+        ("node", {"metadata": {"labels": {"node-role.kubernetes.io/secure": "true"}}},
+         "changes only labels under"),
+        ("node", {"metadata": {"labels": {"team": None}}}, "changes only labels under"),
+        ("node", {"spec": {"taints": [pending]}}, "changes only taints under"),
+        ("node", {"spec": {"unschedulable": True}}, "does not change a Node's spec"),
+        ("node", {"metadata": {"annotations": {"example.com/owner": "me"}}},
+         "only removes the gpuaccept.io/reprobe"),
+        ("status", {"status": {"conditions": [ready]}}, "writes only its own node condition"),
+        ("status", {"status": {"allocatable": {"nvidia.com/gpu": "4"}}},
+         "writes only its own node condition"),
+    ]  # fmt: skip
+
+    def write(kind: str, body: dict[str, Any]) -> Callable[[], object]:
+        patch = core.patch_node if kind == "node" else core.patch_node_status
+        return lambda: patch(node, body, dry_run=DRY_RUN)
+
+    attacks = [(write(kind, body), message) for kind, body, message in bodies]
+    for attack, _ in attacks:
+        eventually_admitted(attack)
+
+    admission.install()
+    for attack, message in attacks:
+        eventually_refused(attack, message)
+
+    # The operator's own writes, through its adapter, as the executor makes them.
+    kube = Kube(operator_api)
+    current = k8s.CoreV1Api(admin).read_node(node)
+    taints = (
+        Taint("dedicated", "NoSchedule", "gpu"),
+        Taint("gpuaccept.io/quarantined", "NoSchedule", "PcieLinkFailed"),
+    )
+    kube.patch_node(
+        node,
+        current.metadata.resource_version,
+        taints,
+        {"gpuaccept.io/acceptance": "quarantined"},
+    )
+    kube.patch_node_condition(node, "False", "PcieLinkFailed", "Gen5x8", datetime.now(UTC))
+    kube.remove_node_annotation(node, REPROBE_ANNOTATION)
+    after = k8s.CoreV1Api(admin).read_node(node)
+    assert {(t.key, t.effect) for t in after.spec.taints} == {
+        ("dedicated", "NoSchedule"),
+        ("gpuaccept.io/quarantined", "NoSchedule"),
+    }
+    assert after.metadata.labels["gpuaccept.io/acceptance"] == "quarantined"
+    assert after.metadata.labels["team"] == "ml"
+    assert REPROBE_ANNOTATION not in (after.metadata.annotations or {})
+    conditions = {c.type: c.status for c in after.status.conditions}
+    assert conditions == {"Ready": "True", "GPUAcceptance": "False"}
+
+
+def test_operator_writes_no_node_outside_its_watch_selector(
+    admin: k8s.ApiClient, operator_api: k8s.ApiClient, admission: Admission
+) -> None:
+    """A CPU node (no nvidia.com/gpu.present=true): not even an owned label or taint."""
+    name = f"adm-cpu-{uuid.uuid4().hex[:6]}"
+    core = k8s.CoreV1Api(admin)
+    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=name)))
+    as_operator = k8s.CoreV1Api(operator_api)
+    taint = {"key": "gpuaccept.io/pending", "value": "true", "effect": "NoSchedule"}
+    writes = [
+        lambda: as_operator.patch_node(name, {"spec": {"taints": [taint]}}, dry_run=DRY_RUN),
+        lambda: as_operator.patch_node(
+            name, {"metadata": {"labels": {"gpuaccept.io/acceptance": "x"}}}, dry_run=DRY_RUN
+        ),
+    ]
+    try:
+        for write in writes:
+            eventually_admitted(write)
+        admission.install()
+        for write in writes:
+            eventually_refused(write, "writes only the Nodes its watch selector matches")
+    finally:
+        core.delete_node(name)
+
+
+def test_nobody_else_borrows_the_operator_identity(
+    intruder: k8s.ApiClient, identity: OperatorIdentity, admission: Admission
+) -> None:
+    """A pod run as the operator's ServiceAccount, or a token requested for it."""
+    as_intruder = k8s.CoreV1Api(intruder)
+    borrower = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "borrower"},
+        "spec": {
+            "serviceAccountName": identity.service_account,
+            "containers": [{"name": "c", "image": "busybox"}],
+        },
+    }
+    request = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(audiences=[]))
+    attacks: list[tuple[Callable[[], object], str]] = [
+        (
+            lambda: as_intruder.create_namespaced_pod(NAMESPACE, borrower, dry_run=DRY_RUN),
+            "only the ReplicaSet controller",
+        ),
+        (
+            lambda: as_intruder.create_namespaced_service_account_token(
+                identity.service_account, NAMESPACE, request, dry_run=DRY_RUN
+            ),
+            "only a kubelet requests tokens",
+        ),
+    ]
+    for attack, _ in attacks:
+        eventually_admitted(attack)
+    admission.install()
+    for attack, message in attacks:
+        eventually_refused(attack, message)
