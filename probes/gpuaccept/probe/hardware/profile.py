@@ -309,8 +309,9 @@ class Gpu(ProfileModel):
     )
     recovery_action: RecoveryActionName = Field(
         default="none",
-        description="What NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers. Read only on R570+ "
-        "drivers: older ones have no such field.",
+        description="What NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers on R570+ drivers; "
+        "on R535-R565 the older reset-status fields answer none, gpu_reset or "
+        "drain_and_reset (another action is not read there); before R535: not read.",
     )
     memory: GpuMemory = Field(default_factory=GpuMemory)
     bf16_tflops: float | None = Field(
