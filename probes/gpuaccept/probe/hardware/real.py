@@ -384,7 +384,7 @@ class RealBackend:
             numa = read_pci_numa(self._sysfs_root, bus)
         except SysfsError:
             return None, frozenset()
-        return numa.node, copy_cpus(numa.local_cpus, frozenset(os.sched_getaffinity(0)))
+        return numa.node, copy_cpus(numa, frozenset(os.sched_getaffinity(0)))
 
     def copy_bandwidth(self, gpu: int, nbytes: int) -> CopyMeasurement:
         """Pinned copies from a thread pinned to the GPU's NUMA node (its buffer is

@@ -253,7 +253,7 @@ class SimulatedBackend:
         if spec.lost is not None:  # a copy loads the GPU
             raise GpuFailedError(gpu, "copy", LOST)
         numa = read_pci_numa(self.sysfs_root(), bus_id(gpu))
-        pinned = bool(copy_cpus(numa.local_cpus, self.affinity()))
+        pinned = bool(copy_cpus(numa, self.affinity()))
         # Unpinned, the scheduler may run the copy on any allowed CPU: model the far socket.
         remote = not pinned and numa.node is not None
         h2d = spec.h2d_remote_gbps if remote and spec.h2d_remote_gbps is not None else spec.h2d_gbps
