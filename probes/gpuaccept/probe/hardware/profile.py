@@ -554,11 +554,21 @@ class ExpectedVerdict(ProfileModel):
     accepted: bool
     check: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]{1,31}$")
     reason: str | None = Field(default=None, pattern=r"^[A-Z][A-Za-z0-9]*$")
+    warnings: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{1,31}$")]] | None = (
+        Field(
+            default=None,
+            max_length=32,
+            description="An accepted profile's checks that warn, in registry order ([]: "
+            "none; a trap against warning noise). Unset: not asserted.",
+        )
+    )
 
     @model_validator(mode="after")
     def _fault_names_its_reason(self) -> "ExpectedVerdict":
         if self.accepted and (self.check or self.reason):
             raise ValueError("an accepted profile names no failing check or reason")
+        if not self.accepted and self.warnings is not None:
+            raise ValueError("only an accepted profile states its warnings")
         if not self.accepted and not (self.check and self.reason):
             raise ValueError("a fault profile names the check that fails and its reason")
         return self
