@@ -590,6 +590,13 @@ class IbPortSpec(ProfileModel):
     link_layer: Literal["InfiniBand", "Ethernet"] = "InfiniBand"
     link_downed: int = Field(default=0, ge=0, le=255)
     symbol_error: int = Field(default=0, ge=0, le=65535)
+    unreadable: list[Literal["state", "phys_state", "rate", "link_layer"]] = Field(
+        default_factory=list,
+        max_length=4,
+        description="Port files whose read fails (sysfs.c's show functions return "
+        "ib_query_port's error, e.g. EIO when the HCA's firmware command times out); "
+        "the simulator leaves them out.",
+    )
 
 
 class IbHcaGroup(ProfileModel):
