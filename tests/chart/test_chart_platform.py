@@ -123,7 +123,11 @@ def full_spec() -> dict[str, Any]:
     from gpuaccept.checks.policy import NodeAcceptancePolicySpec  # noqa: PLC0415
 
     spec = NodeAcceptancePolicySpec.model_validate(
-        {"nodeSelector": {"nvidia.com/gpu.present": "true"}, "fabric": {"enabled": True}}
+        # fabric on needs its busbw floor (the chart refuses it without one)
+        {
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "fabric": {"enabled": True, "minBusbwGBps": 300},
+        }
     )
     dumped: dict[str, Any] = spec.model_dump(mode="json", by_alias=True)
     return dumped

@@ -120,7 +120,7 @@ def test_a_failed_gpu_is_named_and_not_counted_as_a_sibling() -> None:
     assert "below the node median" not in message  # its 0 is no figure
     condensed = gpu_compute.condense(observed)
     assert condensed.failed == "3"
-    assert condensed.bf16 == (736.9, 741.0, 4, 7)
+    assert condensed.bf16 == (736.9, 741.0, 4, 7, 742.6)
 
 
 def test_the_sm_clock_reached_is_in_the_message() -> None:
@@ -150,6 +150,18 @@ CASES = [
          summary=SXM),
     Case("one-gpu-10-percent-slow", compute([*HEALTHY[:5], 666.0, *HEALTHY[6:]]),
          CheckStatus.WARN, summary=SXM),
+    # 4 fast, 4 slow by 15 %: the node median (the groups' mean) hides them, the
+    # faster half's median does not
+    Case("four-of-eight-15-percent-slow", compute([742.0] * 4 + [630.7] * 4),
+         CheckStatus.FAIL, "GPU 4: 631 TFLOPS bf16, 15 % below the faster half's median 742",
+         summary=SXM),
+    # a healthy spread (the throughput-spread trap's figures, 4 % apart) passes it
+    Case("healthy-spread-passes-the-faster-half",
+         compute([748.2, 731.4, 744.9, 719.6, 739.0, 747.1, 735.8, 726.3]), CheckStatus.PASS,
+         summary=SXM),
+    # an earlier probe's condensed form (four items) is judged without that rule
+    Case("earlier-condensed-four-items", {"bf16": [630.7, 686.4, 4, 8]}, CheckStatus.WARN,
+         "8 % below the node median", summary=SXM),
     Case("policy-lines", compute([*HEALTHY[:5], 700.0, *HEALTHY[6:]]), CheckStatus.FAIL,
          section={"warnBelowMedianPercent": 3, "maxBelowMedianPercent": 5}, summary=SXM),
     Case("model-minimum", compute([600.0] * 8), CheckStatus.FAIL, "< minimum 650",

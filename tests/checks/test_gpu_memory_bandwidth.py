@@ -63,6 +63,10 @@ CASES = [
          CheckStatus.PASS, "triad lowest 2973 GB/s, median 3014", summary=SXM),
     Case("one-gpu-20-percent-slow", triad([3015.0] * 7 + [2412.0]), CheckStatus.FAIL,
          "GPU 7: 2412 GB/s triad, 20 % below the node median 3015", summary=SXM),
+    # 4 GPUs at 3015, 4 at 2800 (7 % slower): each 4 % below the node median 2908,
+    # inside 5 %; 7 % below the faster half's median fails them
+    Case("four-of-eight-7-percent-slow", triad([3015.0] * 4 + [2800.0] * 4), CheckStatus.FAIL,
+         "GPU 4: 2800 GB/s triad, 7 % below the faster half's median 3015", summary=SXM),
     Case("policy-band", triad([3015.0] * 7 + [2900.0]), CheckStatus.FAIL, "4 % below",
          section={"maxBelowMedianPercent": 3}, summary=SXM),
     Case("model-minimum", triad([3015.0] * 8), CheckStatus.FAIL, "< minimum 3100",

@@ -44,6 +44,13 @@ FOUR_FOUR = policy(gpuNuma={"gpusPerSocket": [4, 4]})
         (numa_observed(1, [-1] * 8, [0] * 8, 1), EVEN, CheckStatus.PASS, "8 over 1 socket"),
         # NUMA off on two sockets: the reason names the BIOS
         (numa_observed(2, [-1] * 8, [-1] * 8, 1), EVEN, CheckStatus.FAIL, "NUMA off in the BIOS"),
+        # AMD NPS0: one NUMA node (0) over two sockets, every GPU local to every CPU
+        (
+            numa_observed(2, [0] * 8, [-1] * 8, 1),
+            EVEN,
+            CheckStatus.PASS,
+            "one node over 2 sockets (memory interleaved, as AMD NPS0)",
+        ),
         # two nodes, one GPU without proximity data
         (
             numa_observed(2, [0, 0, 0, 0, 1, 1, 1, -1], [0, 0, 0, 0, 1, 1, 1, -1]),

@@ -32,8 +32,11 @@ def judged(observed: JsonValue, policy: ThrottleReasonsPolicy | None = None) -> 
 def test_throttle_reasons_policy_decides() -> None:
     observed: JsonValue = {"samples": 10, "reasons": {"sw_power_cap": [0, 1], "sync_boost": [2]}}
     default = judge_json(THROTTLE, observed, ProbePolicy(), SUMMARY)
-    assert default.status is CheckStatus.WARN
-    assert default.message == "sw_power_cap on GPUs 0, 1"
+    assert default.status is CheckStatus.PASS  # a GPU at its power limit: not judged
+    assert "not judged: sw_power_cap, sync_boost" in default.message
+    warned = policy(throttleReasons={"warnOn": [ThrottleReason.SW_POWER_CAP.value]})
+    warning = judge_json(THROTTLE, observed, warned, SUMMARY)
+    assert (warning.status, warning.message) == (CheckStatus.WARN, "sw_power_cap on GPUs 0, 1")
     raised = policy(throttleReasons={"failOn": [ThrottleReason.SW_POWER_CAP.value]})
     assert judge_json(THROTTLE, observed, raised, SUMMARY).status is CheckStatus.FAIL
     quiet = policy(throttleReasons={"warnOn": []})
@@ -42,9 +45,7 @@ def test_throttle_reasons_policy_decides() -> None:
     assert "not judged: sw_power_cap, sync_boost" in passed.message
     condensed = condense_json(THROTTLE, observed)
     assert condensed == {"samples": 10, "reasons": {"sw_power_cap": 2, "sync_boost": 1}}
-    assert (
-        judge_json(THROTTLE, condensed, ProbePolicy(), SUMMARY).message == "sw_power_cap on 2 GPUs"
-    )
+    assert judge_json(THROTTLE, condensed, warned, SUMMARY).message == "sw_power_cap on 2 GPUs"
 
 
 @pytest.mark.parametrize(
@@ -54,8 +55,9 @@ def test_throttle_reasons_policy_decides() -> None:
         ({"hw_slowdown": [0.0, 0.11]}, "fail"),
         ({"hw_slowdown": [0.02, 0.0]}, "pass"),  # a P-state change: one sample or two
         ({"hw_thermal_slowdown": [0.9, 0.9]}, "fail"),
-        ({"sw_power_cap": [0.5, 0.0]}, "warn"),
-        ({"sw_power_cap": [0.05, 0.0]}, "pass"),
+        ({"sw_power_cap": [1.0, 1.0]}, "pass"),  # at the power limit under a GEMM: normal
+        ({"sw_thermal_slowdown": [0.5, 0.0]}, "warn"),
+        ({"sw_thermal_slowdown": [0.05, 0.0]}, "pass"),
         ({"sync_boost": [1.0, 1.0]}, "pass"),  # not judged
     ],
 )
@@ -101,16 +103,21 @@ CASES = [
          summary=SUMMARY),
     Case("hw-slowdown-sustained", sampled({"hw_slowdown": [0.0, 0.11]}), CheckStatus.FAIL,
          "hw_slowdown", summary=SUMMARY),
-    Case("sw-power-cap-warns", sampled({"sw_power_cap": [0.5, 0.0]}), CheckStatus.WARN,
-         "sw_power_cap", summary=SUMMARY),
+    Case("sw-power-cap-not-judged", sampled({"sw_power_cap": [1.0, 1.0]}), CheckStatus.PASS,
+         "not judged: sw_power_cap", summary=SUMMARY),
+    Case("policy-warns-on-sw-power-cap", sampled({"sw_power_cap": [0.5, 0.0]}),
+         CheckStatus.WARN, "sw_power_cap", section={"warnOn": ["sw_power_cap"]},
+         summary=SUMMARY),
+    Case("sw-thermal-warns", sampled({"sw_thermal_slowdown": [0.5, 0.0]}), CheckStatus.WARN,
+         "sw_thermal_slowdown", summary=SUMMARY),
     Case("sync-boost-not-judged", sampled({"sync_boost": [1.0, 1.0]}), CheckStatus.PASS,
          summary=SUMMARY),
     Case("policy-fails-on-sw-power-cap", sampled({"sw_power_cap": [0.5, 0.0]}),
          CheckStatus.FAIL, section={"failOn": ["sw_power_cap"]}, summary=SUMMARY),
     Case("policy-raises-the-fraction", sampled({"hw_slowdown": [0.0, 0.3]}), CheckStatus.PASS,
          section={"maxActiveFraction": 0.5}, summary=SUMMARY),
-    Case("earlier-probe-reasons", {"samples": 10, "reasons": {"sw_power_cap": [0, 1]}},
-         CheckStatus.WARN, "sw_power_cap on GPUs 0, 1", summary=SUMMARY),
+    Case("earlier-probe-reasons", {"samples": 10, "reasons": {"sw_thermal_slowdown": [0, 1]}},
+         CheckStatus.WARN, "sw_thermal_slowdown on GPUs 0, 1", summary=SUMMARY),
 ]  # fmt: skip
 
 

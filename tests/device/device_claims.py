@@ -126,8 +126,9 @@ CLAIMS = (
     Claim(
         "recovery_action_and_fabric_state",
         "test_recovery_action_and_fabric_state_as_nvml_gives_them",
-        "The recovery action (R570 and later) and the fabric state are recorded as NVML "
-        "gives them, and the probe reads the same recovery action.",
+        "The recovery action (its field on R570 and later, the older reset-status fields "
+        "226/227 on R535-R565, both recorded raw) and the fabric state are recorded as "
+        "NVML gives them, and the probe reads the same recovery action.",
         REAL_PATHS_MODULE,
     ),
     Claim(

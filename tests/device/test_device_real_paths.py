@@ -31,7 +31,11 @@ from device_claims import ENV_EVIDENCE_DIR, record
 
 from gpuaccept.contracts.report import CheckStatus, ProbeReport
 from gpuaccept.probe.hardware.base import GpuInfo, Unavailable
-from gpuaccept.probe.hardware.nvml_health import recovery_action_field_id
+from gpuaccept.probe.hardware.nvml_health import (
+    read_reset_status,
+    recovery_action_field_id,
+    reset_status_field_ids,
+)
 from gpuaccept.probe.hardware.nvml_links import NVLINK_COUNTER_PARTS, nvlink_count
 from gpuaccept.probe.hardware.persistenced import SOCKET_PATHS, socket_reachable
 from gpuaccept.probe.hardware.real import RealBackend
@@ -113,7 +117,10 @@ def test_nvlink_counters_read_or_not_supported_per_field(hw: RealBackend) -> Non
 def test_recovery_action_and_fabric_state_as_nvml_gives_them(hw: RealBackend) -> None:
     driver = str(pynvml.nvmlSystemGetDriverVersion())
     field_id = recovery_action_field_id(driver)
-    evidence: dict[str, Any] = {"driver": driver, "recoveryActionFieldId": field_id}
+    reset_fields = reset_status_field_ids(driver)
+    evidence: dict[str, Any] = {
+        "driver": driver, "recoveryActionFieldId": field_id, "resetStatusFieldIds": reset_fields,
+    }  # fmt: skip
     proven = True
     for gpu in hw.gpus():
         handle = _handle(gpu)
@@ -127,6 +134,13 @@ def test_recovery_action_and_fabric_state_as_nvml_gives_them(hw: RealBackend) ->
             entry["probeRecoveryAction"] = f"Unavailable: {exc}"
         if field_id is not None and entry["rawRecoveryAction"][0] == 0:
             proven = proven and entry["probeRecoveryAction"] == entry["rawRecoveryAction"][1]
+        # the older reset-status fields (226, 227), read on every driver as evidence of
+        # what they answer there (deprecated from R570; the probe's source before it)
+        old = pynvml.nvmlDeviceGetFieldValues(handle, [226, 227])
+        entry["rawResetStatus"] = [[int(v.nvmlReturn), int(v.value.uiVal)] for v in old]
+        if reset_fields is not None and entry["rawResetStatus"][0][0] == 0:
+            expected = read_reset_status(pynvml, handle, gpu.index, reset_fields)
+            proven = proven and entry["probeRecoveryAction"] == expected
         try:
             fabric = hw.gpu_fabric(gpu.index)
             entry["probeFabric"] = [fabric.state, fabric.status, list(fabric.conditions)]

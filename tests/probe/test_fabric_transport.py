@@ -63,3 +63,13 @@ def test_the_ranks_write_nccl_debug_files_that_are_read_back(tmp_path: Path) -> 
     assert nccl_transport(tmp_path) == "IB"
     (tmp_path / "nccl-debug.node-a.12.log").write_text(SOCKET_LOG)
     assert nccl_transport(tmp_path) == "Socket"  # one rank on sockets is the pair's
+
+
+def test_the_fabric_command_line_says_whether_sockets_may_pass() -> None:
+    """The operator adds --allow-socket-transport under fabric.requireRdma: false."""
+    from gpuaccept.probe.fabric_cli import build_parser, plan_run  # noqa: PLC0415
+
+    base = ["--rendezvous-address", "10.0.0.1", "--node-rank", "0", "--local-ranks", "1"]
+    assert plan_run(build_parser().parse_args(base)).require_rdma is True
+    allowed = build_parser().parse_args([*base, "--allow-socket-transport"])
+    assert plan_run(allowed).require_rdma is False

@@ -43,3 +43,19 @@ def test_replicas_that_do_not_divide_the_capacity_fail() -> None:
 def test_without_the_label_the_count_is_the_device_plugins_as_before() -> None:
     status, _ = _judge(visible=8, allocatable=32, capacity=32, labelled=8)
     assert status is CheckStatus.FAIL
+
+
+def test_the_kubelet_standin_registers_a_shared_node_as_the_device_plugin_does() -> None:
+    """capacity GPUs x replicas, and GFD's nvidia.com/gpu.replicas label, which the
+    operator hands to the probe pod."""
+    from gpuaccept.operator.core.podspec import GFD_GPU_REPLICAS_LABEL  # noqa: PLC0415
+    from gpuaccept.testsupport.standin_nodes import SimNode  # noqa: PLC0415
+
+    node = SimNode("gpu-shared-1", profile=str(PROFILES / "h100-sxm-8gpu-time-sliced.yaml"))
+    counts = node.gpu_counts()
+    assert (counts.capacity, counts.allocatable, counts.labelled) == (32, 32, 8)
+    labels = node.node_labels()
+    assert labels[GFD_GPU_REPLICAS_LABEL] == "4"
+    assert labels["nvidia.com/gpu.count"] == "8"
+    unshared = SimNode("gpu-1", profile=str(PROFILES / "h100-sxm-8gpu-healthy.yaml"))
+    assert GFD_GPU_REPLICAS_LABEL not in unshared.node_labels()

@@ -27,7 +27,7 @@ from gpuaccept.probe.hardware.base import LoadTimer, MatmulPrecision, Unavailabl
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.measure import ProbeContext
-from gpuaccept.probe.runner import ProbeRun, run_probe
+from gpuaccept.probe.runner import ProbeRun, run_check, run_probe
 
 H100 = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8)
 NOT_SUPPORTED, INVALID_ARGUMENT, GPU_IS_LOST, VERSION_MISMATCH = 3, 2, 15, 25
@@ -191,8 +191,26 @@ def test_reads_the_device_link_count_not_the_binding_maximum(
     assert links.errors["crc"][3] == 7  # flit + data
 
 
-def test_link_count_not_supported_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_link_count_not_supported_is_a_gpu_without_nvlink(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """NotSupported is how NVML says the GPU has no NVLink (a PCIe card without a
+    bridge): no links, judged against the model, not a skip of the whole check."""
     hw = backend(monkeypatch, nvlink_nvml(count_code=NOT_SUPPORTED))
+    links = hw.nvlink(0)
+    assert (links.count, links.active) == (0, ())
+
+
+def test_a_pcie_card_without_nvlink_passes_nvlink(monkeypatch: pytest.MonkeyPatch) -> None:
+    hw = backend(monkeypatch, nvlink_nvml(count_code=NOT_SUPPORTED))
+    summary = HardwareSummary(gpu_model="NVIDIA H100 PCIe", gpu_count=2)
+    result = run_check(NVLINK, hw, ProbePolicy(), ProbeContext(), summary)
+    assert result.status is CheckStatus.PASS, result.message
+    assert "not judged" in result.message
+
+
+def test_link_count_other_errors_are_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    hw = backend(monkeypatch, nvlink_nvml(count_code=999))
     with pytest.raises(Unavailable, match="GPU 0: NVML gives no NVLink count"):
         hw.nvlink(0)
 

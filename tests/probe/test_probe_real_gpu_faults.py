@@ -191,6 +191,34 @@ def test_copy_unpinned_when_the_cpuset_excludes_the_gpus_node(
     assert (copy.numa_node, copy.pinned_local) == (1, False)
 
 
+def test_copy_of_a_gpu_without_a_numa_node_is_not_called_pinned(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """numa_node -1 (NUMA off, no _PXM): the kernel gives the device every CPU as its
+    local_cpulist, so a thread "pinned" there is pinned nowhere in particular."""
+    import shutil  # noqa: PLC0415
+
+    root = tmp_path / "sysfs"
+    shutil.copytree(FIXTURES / "sysfs", root, symlinks=True)
+    device = root / "bus/pci/devices/0000:43:00.0"
+    (device / "numa_node").write_text("-1\n")
+    (device / "local_cpulist").write_text("0-3\n")
+    torch = FakeTorch(cuda_uuids=[u[4:] for u in NVML_UUIDS])
+    backend(monkeypatch, fake_nvml(), torch)  # the fake modules
+    hw = RealBackend(sysfs_root=root, proc_root=FIXTURES / "proc")
+    monkeypatch.setattr(real.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    copy = hw.copy_bandwidth(1, 1 << 20)
+    assert (copy.numa_node, copy.pinned_local) == (None, False)
+
+
+def test_simulated_gpus_without_a_numa_node_are_reported_unpinned() -> None:
+    report = probe(Path("profiles/faults/numa-off-two-socket.yaml").resolve())
+    result = report.result("pcie_link")
+    assert result is not None
+    assert isinstance(result.observed, dict)
+    assert result.observed["unpinned"] == [0, 1, 2, 3, 4, 5, 6, 7]
+
+
 def test_two_socket_trap_is_pinned_and_the_far_socket_would_fail() -> None:
     report = probe(Path("profiles/h100-sxm-8gpu-two-socket.yaml").resolve())
     result = report.result("pcie_link")

@@ -160,7 +160,7 @@ def test_fail_of_optional_check_still_quarantines() -> None:
 
 
 def test_warn_is_accepted_with_warnings() -> None:
-    observed: JsonValue = {"samples": 10, "reasons": {"sw_power_cap": [0]}}
+    observed: JsonValue = {"samples": 10, "reasons": {"sw_thermal_slowdown": [0]}}
     v = evaluate(
         report(result("throttle_reasons", CheckStatus.PASS, observed)), only("throttle_reasons")
     )
@@ -169,7 +169,7 @@ def test_warn_is_accepted_with_warnings() -> None:
         ("throttle_reasons", "ThrottleReasonsWarning")
     ]
     assert v.checks[0].status is CheckStatus.WARN
-    assert v.message == "throttle_reasons: sw_power_cap on GPU 0"
+    assert v.message == "throttle_reasons: sw_thermal_slowdown on GPU 0"
 
 
 def test_stored_status_is_never_trusted_when_observed_exists() -> None:

@@ -105,13 +105,29 @@ def test_listener_without_nvml_records_why(monkeypatch: pytest.MonkeyPatch) -> N
     assert "not installed" in log.problem
 
 
-def fields(module: types.ModuleType, action: int, *, returned: int = 0, kind: int = 1) -> list[int]:
+def fields(
+    module: types.ModuleType,
+    action: int,
+    *,
+    returned: int = 0,
+    kind: int = 1,
+    by_field: dict[int, tuple[int, int]] | None = None,
+) -> list[int]:
+    """NVML's field values: every field asked answers ``action`` (or, from
+    ``by_field``, its own (return code, value))."""
     asked: list[int] = []
 
     def get(handle: int, ids: list[int]) -> list[Any]:
         asked.extend(ids)
-        value = types.SimpleNamespace(uiVal=action)
-        return [types.SimpleNamespace(nvmlReturn=returned, valueType=kind, value=value)]
+        answers = []
+        for field_id in ids:
+            code, value = (by_field or {}).get(field_id, (returned, action))
+            answers.append(
+                types.SimpleNamespace(
+                    nvmlReturn=code, valueType=kind, value=types.SimpleNamespace(uiVal=value)
+                )
+            )
+        return answers
 
     module.nvmlDeviceGetFieldValues = get  # type: ignore[attr-defined]
     return asked
@@ -128,16 +144,49 @@ def test_recovery_action_read_with_the_drivers_numbering(
     assert asked == [230]
 
 
-def test_recovery_action_not_read_on_a_driver_without_the_field(
+def test_recovery_action_not_read_on_a_driver_without_either_field(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    module = fake_nvml()  # driver 550.54.15
+    module = fake_nvml()
+    module.nvmlSystemGetDriverVersion = lambda: "525.147.05"  # type: ignore[attr-defined]
     asked = fields(module, 0)
     with pytest.raises(
-        Unavailable, match=r"driver 550\.54\.15: no recovery action field before R570"
+        Unavailable,
+        match=r"driver 525\.147\.05: no recovery action or reset status field before R535",
     ):
         backend(monkeypatch, module).gpu_recovery_action(0)
-    assert asked == []  # not even asked: 230 may name another field there
+    assert asked == []  # not even asked: 226, 227 and 230 may name other fields there
+
+
+RESET_REQUIRED, DRAIN_AND_RESET = 226, 227  # NVML_FI_DEV_RESET_STATUS, _DRAIN_AND_RESET_STATUS
+
+
+@pytest.mark.parametrize(
+    ("driver", "answers", "action"),
+    [
+        ("550.54.15", {RESET_REQUIRED: (0, 0), DRAIN_AND_RESET: (0, 0)}, 0),
+        ("550.54.15", {RESET_REQUIRED: (0, 1), DRAIN_AND_RESET: (0, 0)}, 1),  # GPU_RESET
+        ("535.183.06", {RESET_REQUIRED: (0, 1), DRAIN_AND_RESET: (0, 1)}, 4),  # DRAIN_AND_RESET
+        # nvidia-smi prints "Drain and Reset Recommended: N/A" where the flag is not
+        # supported: "reset required" alone decides
+        ("535.183.06", {RESET_REQUIRED: (0, 1), DRAIN_AND_RESET: (NOT_SUPPORTED, 0)}, 1),
+    ],
+)
+def test_recovery_action_before_r570_from_the_reset_status_fields(
+    monkeypatch: pytest.MonkeyPatch, driver: str, answers: dict[int, tuple[int, int]], action: int
+) -> None:
+    module = fake_nvml()
+    module.nvmlSystemGetDriverVersion = lambda: driver  # type: ignore[attr-defined]
+    asked = fields(module, 0, by_field=answers)
+    assert backend(monkeypatch, module).gpu_recovery_action(0) == action
+    assert asked == [RESET_REQUIRED, DRAIN_AND_RESET]  # never 230 on these branches
+
+
+def test_reset_status_that_cannot_be_read_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = fake_nvml()  # driver 550.54.15
+    fields(module, 0, by_field={RESET_REQUIRED: (NOT_SUPPORTED, 0)})
+    with pytest.raises(Unavailable, match="GPU 0: field 226: NotSupported"):
+        backend(monkeypatch, module).gpu_recovery_action(0)
 
 
 @pytest.mark.parametrize(
@@ -246,6 +295,7 @@ def test_memory_health_check_names_the_pending_gpu(monkeypatch: pytest.MonkeyPat
 
 def test_xid_check_on_the_real_backend_judges_the_listener(monkeypatch: pytest.MonkeyPatch) -> None:
     module = fake_nvml(gpus=2)
+    fields(module, 0)
     events = with_events(module)
     hw = backend(monkeypatch, module)
     with hw.xid_listener() as log:
@@ -261,14 +311,13 @@ def test_xid_check_on_the_real_backend_judges_the_listener(monkeypatch: pytest.M
     assert result.status is CheckStatus.FAIL
     assert result.message.startswith("GPU 1: Xid 95 (uncontained ECC error")
     assert isinstance(result.observed, dict)
-    assert result.observed["notRead"] == {
-        "recoveryAction": "GPUs 0-1: driver 550.54.15: no recovery action field before R570"
-    }
+    assert "notRead" not in result.observed  # R550: the reset-status fields answered
 
 
 def test_a_listener_that_stops_early_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     module = fake_nvml(gpus=2)
     with_events(module)
+    fields(module, 0)
 
     def broken_wait(event_set: str, timeout_ms: int) -> Any:
         raise FakeNVMLError(999)  # NVML_ERROR_UNKNOWN

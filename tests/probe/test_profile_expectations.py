@@ -26,6 +26,8 @@ def test_profile_produces_its_expected_verdict(path: Path) -> None:
     policy = load_policy(DEFAULT_POLICY_FILE)
     verdict = evaluate(probe(path, policy), policy)
     assert verdict.accepted is expect.accepted, verdict.message
+    if expect.warnings is not None:
+        assert [w.check for w in verdict.warnings] == expect.warnings, verdict.message
     if not expect.accepted:
         assert (verdict.reasons[0].check, verdict.reasons[0].reason) == (
             expect.check,

@@ -72,6 +72,12 @@ class FabricPolicy(ContractModel):
         "a pair fails only when it moves nothing or breaks (the right figure depends on "
         "the cluster's NICs; docs/policy.md).",
     )
+    require_rdma: bool = Field(
+        default=True,
+        alias="requireRdma",
+        description="A pair NCCL ran over its socket transport (TCP: no /dev/infiniband in "
+        "the pod) fails. false: for fleets that run the fabric test over TCP on purpose.",
+    )
     deadline_seconds: int = Field(
         default=1800,
         ge=60,

@@ -28,7 +28,8 @@ observed::
 
 (``fp8Skipped``: why fp8 was not measured; ``failedGpus``: GPU → what happened;
 a failed GPU's figure is 0.) Condensed: per precision ``[lowest, median, GPU of
-the lowest, GPUs measured]`` (``bf16``, ``fp8``) and ``failed`` (GPU ranges);
+the lowest, GPUs measured, the faster half's median]`` (``bf16``, ``fp8``; earlier
+probes: the first four) and ``failed`` (GPU ranges);
 ``source`` is left out (the report says whether the hardware was simulated).
 """
 
@@ -130,7 +131,8 @@ class GpuComputeObserved(ObservedModel):
     sm_clock_mhz: list[int] | None = Field(default=None, alias="smClockMHz", max_length=64)
     fp8_skipped: str | None = Field(default=None, max_length=160)
     failed_gpus: dict[str, str] | None = None  # GPU -> what happened
-    # condensed: [lowest, median, GPU of the lowest, GPUs measured]; failed GPUs as ranges
+    # condensed: [lowest, median, GPU of the lowest, GPUs measured, the faster half's
+    # median]; failed GPUs as ranges
     bf16: Spread | None = None
     fp8: Spread | None = None
     failed: str | None = Field(default=None, max_length=200)

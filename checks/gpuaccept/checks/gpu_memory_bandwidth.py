@@ -21,7 +21,8 @@ observed::
      "gbps": [3012.4, 3008.9, ...]}
 
 (``failedGpus``: GPU → what happened; a failed GPU's figure is 0.) Condensed:
-``memory`` = ``[lowest, median, GPU of the lowest, GPUs measured]`` and
+``memory`` = ``[lowest, median, GPU of the lowest, GPUs measured, the faster
+half's median]`` (earlier probes: the first four) and
 ``failed`` (GPU ranges).
 """
 
@@ -92,7 +93,8 @@ class GpuMemoryBandwidthObserved(ObservedModel):
     iterations: int | None = Field(default=None, ge=0)
     gbps: list[GBps] | None = Field(default=None, max_length=64)
     failed_gpus: dict[str, str] | None = None  # GPU -> what happened
-    # condensed: [lowest, median, GPU of the lowest, GPUs measured]; failed GPUs as ranges
+    # condensed: [lowest, median, GPU of the lowest, GPUs measured, the faster half's
+    # median]; failed GPUs as ranges
     memory: Spread | None = None
     failed: str | None = Field(default=None, max_length=200)
 

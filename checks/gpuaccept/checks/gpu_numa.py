@@ -128,11 +128,25 @@ def _per_socket(observed: GpuNumaObserved) -> list[int]:
     return sorted([*counts.values(), *[0] * zeros], reverse=True)
 
 
+def one_node_over_sockets(observed: GpuNumaObserved) -> bool:
+    """One NUMA node spanning every socket, and every GPU on it: a BIOS that
+    interleaves memory over both sockets and says so (AMD EPYC NPS0: one NUMA node
+    per system), where each GPU's local CPUs are every CPU. No GPU can be placed on
+    a socket from sysfs, which is the platform's choice, not a fault."""
+    return (
+        observed.sockets > 1
+        and observed.numa_nodes == 1
+        and all(n >= 0 for n in observed.columns()[0])
+    )
+
+
 def _spread(observed: GpuNumaObserved, policy: GpuNumaPolicy) -> str | None:
     """What is wrong with the GPUs' spread over the sockets (None: nothing)."""
     if policy.gpus_per_socket is None and (policy.socket_spread == "any" or observed.sockets <= 1):
         return None
     unplaced = [i for i, s in enumerate(observed.columns()[1]) if s < 0]
+    if unplaced and one_node_over_sockets(observed):
+        return None  # AMD NPS0: the platform says no socket; not judged (the pass names it)
     if unplaced:
         return f"{gpu_list(unplaced)}: on no single socket, spread not known"
     counts = _per_socket(observed)
@@ -174,16 +188,26 @@ def judge(
     if failures:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
     nodes = sorted({n for n in numa_node if n >= 0})
-    spread = (
+    if one_node_over_sockets(observed) and any(s < 0 for s in observed.columns()[1]):
+        return CheckJudgement(
+            CheckStatus.PASS,
+            expected,
+            clip(
+                f"{len(numa_node)} GPUs on NUMA node {nodes[0]}, one node over "
+                f"{observed.sockets} sockets (memory interleaved, as AMD NPS0): "
+                "spread over the sockets not judged"
+            ),
+        )
+    per_socket = (
         f"{'+'.join(map(str, _per_socket(observed)))} over {observed.sockets} socket"
         f"{'s' if observed.sockets > 1 else ''}"
     )
     if not nodes and observed.sockets <= 1:  # numa_node -1 on one socket: nothing to place
-        message = f"{len(numa_node)} GPUs, {spread}; one NUMA node, so every GPU is local"
+        message = f"{len(numa_node)} GPUs, {per_socket}; one NUMA node, so every GPU is local"
     elif not nodes:
-        message = f"{len(numa_node)} GPUs, {spread}; no NUMA node given (not required)"
+        message = f"{len(numa_node)} GPUs, {per_socket}; no NUMA node given (not required)"
     else:
-        message = f"{len(numa_node)} GPUs on NUMA nodes {','.join(map(str, nodes))}; {spread}"
+        message = f"{len(numa_node)} GPUs on NUMA nodes {','.join(map(str, nodes))}; {per_socket}"
     return CheckJudgement(CheckStatus.PASS, expected, clip(message))
 
 

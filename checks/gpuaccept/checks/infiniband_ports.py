@@ -175,6 +175,9 @@ class InfinibandPortsObserved(ObservedModel):
     odd_firmware: dict[str, str] | None = None  # HCA -> version (not its board's usual)
     ports: list[IbPortObserved] | None = None  # detail
     named: IbNamedPorts | None = None  # condensed
+    # ports whose files could not be read (hca/port -> why, the first 4): the others
+    # are judged and the check warns naming them
+    not_read: dict[str, str] | None = None
 
 
 def _ports_of(observed: InfinibandPortsObserved, layers: set[str]) -> list[IbPortObserved]:
@@ -359,6 +362,10 @@ def judge(
     expected = _expected(policy)
     if failures:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
+    if observed.not_read:
+        warnings.append(
+            "not read: " + ", ".join(f"{port} ({why})" for port, why in observed.not_read.items())
+        )
     if warnings:
         return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warnings)))
     if observed.hcas == 0:

@@ -11,13 +11,24 @@ more than the fail threshold make a bad node either way: the rule then fails
 (warns) naming both, judging the lower against the higher. With one GPU there is
 nothing to compare.
 
+The median is blind to a large slow group: with 4 GPUs at 15 % below the other 4,
+the median sits between the groups and no GPU is far enough below it. The same
+reasoning as for two GPUs applies (GPUs of one model that far apart make a bad
+node either way), so with at least :data:`MIN_SIBLINGS` GPUs a GPU more than
+``fail_below_median_percent`` below the **faster half's median** (the median of
+the upper half of the figures, :func:`faster_half_median`) fails too. It only
+fails, never warns, so it adds no warning to a healthy node, and it does not
+apply where the sibling rule does not fail (fp8 by default).
+
 Every GPU of the node must be accounted for: the per-GPU list has one figure per
 GPU of the summary, and a GPU whose figure is 0 without being in ``failed`` fails
 as "no figure" (a probe that lost a figure must not pass it).
 
 Both forms of a check's observed value are judged here: the full per-GPU list,
 and the condensed :data:`Spread` (the lowest figure, the median, the GPU with the
-lowest figure, the GPUs measured). Any GPU fails or warns by a rule exactly when
+lowest figure, the GPUs measured, and the faster half's median; reports of
+earlier probes have the first four only and are judged without the faster-half
+rule). Any GPU fails or warns by a rule exactly when
 the lowest one does, so the condensed form gives the same verdict; its message
 names only that GPU. Condensing moves a "no figure" GPU into ``failed``, so the
 condensed form accounts for every GPU as the full one does.
@@ -29,8 +40,9 @@ from dataclasses import dataclass, field
 from gpuaccept.checks.spec import gpu_list
 
 MIN_SIBLINGS = 3
-# condensed: [lowest figure, median, GPU with the lowest figure, GPUs measured]
-Spread = tuple[float, float, int, int]
+# condensed: [lowest figure, median, GPU with the lowest figure, GPUs measured,
+# the faster half's median]; earlier probes' reports: the first four
+Spread = tuple[float, float, int, int] | tuple[float, float, int, int, float]
 
 
 @dataclass(frozen=True)
@@ -64,13 +76,21 @@ def without_figure(figures: list[float], failed: set[int]) -> list[int]:
     return [gpu for gpu, f in enumerate(figures) if gpu not in failed and f <= 0]
 
 
+def faster_half_median(values: list[float]) -> float:
+    """The median of the upper half of ``values`` (the middle one counted with
+    both halves when their number is odd): 4 fast and 4 slow GPUs give the fast
+    ones' figure, one fast outlier moves it by half a place only."""
+    ordered = sorted(values)
+    return round(statistics.median(ordered[len(ordered) // 2 :]), 1)
+
+
 def spread(figures: dict[int, float]) -> Spread | None:
     """The condensed form of ``figures`` (None: no GPU measured)."""
     if not figures:
         return None
     gpu = min(figures, key=lambda g: (figures[g], g))
     median = round(statistics.median(figures.values()), 1)
-    return (figures[gpu], median, gpu, len(figures))
+    return (figures[gpu], median, gpu, len(figures), faster_half_median(list(figures.values())))
 
 
 def _fmt(value: float) -> str:
@@ -114,7 +134,8 @@ def _judge_values(
     lowest), given the node's :data:`Spread` ``whole``; ``other``: with two measured
     GPUs, the one that is not the lowest (None: not known)."""
     verdict = FigureVerdict()
-    low, median, low_gpu, count = whole
+    low, median, low_gpu, count = whole[:4]
+    upper = whole[4] if len(whole) == 5 else None
     under_minimum = set()
     for gpu, value in sorted(values.items()):
         if rule.minimum is not None and value < rule.minimum:
@@ -125,7 +146,10 @@ def _judge_values(
         elif count >= MIN_SIBLINGS and median > 0:
             below = _percent_below(value, median)
             text = f"{_figure(gpu, value, rule, clocks)}, {below:.0f} % below the node median "
+            failing = len(verdict.failures)
             _sibling_rule(below, rule, text + _fmt(median), verdict)
+            if len(verdict.failures) == failing and upper is not None:
+                _faster_half_rule(_figure(gpu, value, rule, clocks), value, upper, rule, verdict)
     if count == 2 and low_gpu not in under_minimum:
         high = round(2 * median - low, 1)  # the median of two is their mean
         apart = _percent_below(low, high)
@@ -138,9 +162,27 @@ def _judge_values(
     return verdict
 
 
+def _faster_half_rule(
+    figure: str, value: float, upper: float, rule: FigureRule, verdict: FigureVerdict
+) -> None:
+    """Fails the GPU of ``figure`` (its "GPU n: …" text) when ``value`` is more than
+    the fail threshold below the faster half's median (a slow group the node median
+    hides); never warns."""
+    fail = rule.fail_below_median_percent
+    apart = _percent_below(value, upper)
+    if fail is None or upper <= 0 or apart <= fail:
+        return
+    if verdict.warnings and verdict.warnings[-1].startswith(figure):
+        verdict.warnings.pop()  # the failure says more than the median rule's warning
+    verdict.failures.append(
+        f"{figure}, {apart:.0f} % below the faster half's median "
+        f"{_fmt(upper)} (a slow group the node median hides)"
+    )
+
+
 def summary(figures: Spread, rule: FigureRule) -> str:
     """The pass message part of one figure."""
-    low, median, _gpu, count = figures
+    low, median, _gpu, count = figures[:4]
     gpus = f"{count} GPU{'s' if count != 1 else ''}"
     minimum = f"min {_fmt(rule.minimum)}" if rule.minimum is not None else "no model minimum"
     if count >= MIN_SIBLINGS:

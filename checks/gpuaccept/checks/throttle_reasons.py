@@ -7,8 +7,9 @@ The probe keeps every GPU busy (a bf16 matmul loop) and samples each GPU's
 ``throttleReasons.sampleSeconds``. A reason counts on a GPU when it is active
 in more than ``maxActiveFraction`` of that GPU's judged samples: a sustained
 condition, not one sample. HW slowdown, HW thermal slowdown and HW power brake
-fail by default; SW power cap and SW thermal slowdown warn (``failOn`` and
-``warnOn`` decide). GPU idle, application clocks and display clock settings are
+fail by default; SW thermal slowdown warns, SW power cap (a GPU at its power
+limit, as a healthy one under a dense matmul is) is recorded, not judged
+(``failOn`` and ``warnOn`` decide). GPU idle, application clocks and display clock settings are
 never recorded. The SM clock reached under load is recorded per GPU against
 its maximum (not judged). A GPU that NVML lost while sampling
 (``GPU_IS_LOST``) fails the check by name; the others are still sampled.
@@ -71,8 +72,9 @@ class ThrottleReasonsPolicy(CheckSwitch):
         description="Clock event reasons that fail the node when sustained on any GPU under load.",
     )
     warn_on: list[ThrottleReason] = Field(
-        default_factory=lambda: [ThrottleReason.SW_POWER_CAP, ThrottleReason.SW_THERMAL_SLOWDOWN],
-        description="Reasons that only warn; a reason in both lists fails.",
+        default_factory=lambda: [ThrottleReason.SW_THERMAL_SLOWDOWN],
+        description="Reasons that only warn; a reason in both lists fails. SW power cap is "
+        "not in it: a healthy GPU under a dense matmul runs at its power limit.",
     )
     warmup_seconds: float = Field(
         default=3.0,
@@ -223,7 +225,7 @@ SPEC = CheckSpec(
     name="throttle_reasons",
     title="Clock throttle reasons",
     summary="no sustained HW slowdown, thermal or power-brake clock event reason under load "
-    "(SW power cap and SW thermal warn)",
+    "(SW thermal warns; SW power cap, a GPU at its power limit, is not judged)",
     reason=REASON,
     policy_model=ThrottleReasonsPolicy,
     observed_model=ThrottleReasonsObserved,

@@ -61,6 +61,7 @@ FLAG_NODE_RANK: Final = "--node-rank"
 FLAG_LOCAL_RANKS: Final = "--local-ranks"  # one per GPU of this node
 FLAG_BIND_ADDRESS: Final = "--bind-address"
 FLAG_MIN_BUSBW: Final = "--min-busbw-gbps"
+FLAG_ALLOW_SOCKET_TRANSPORT: Final = "--allow-socket-transport"  # fabric.requireRdma: false
 FLAG_MAX_MESSAGE_BYTES: Final = "--max-message-bytes"
 FLAG_RENDEZVOUS_TIMEOUT: Final = "--rendezvous-timeout-s"
 FLAG_DEADLINE: Final = "--deadline-s"

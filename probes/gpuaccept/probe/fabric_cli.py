@@ -44,6 +44,7 @@ from gpuaccept.contracts.probe_invocation import (
     ENV_EXPECTED_GPUS,
     ENV_POD_IP,
     ENV_PROFILE,
+    FLAG_ALLOW_SOCKET_TRANSPORT,
     FLAG_BIND_ADDRESS,
     FLAG_DEADLINE,
     FLAG_LOCAL_RANKS,
@@ -129,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(FLAG_PROFILE, type=Path, help=f"a simulated node (env {ENV_PROFILE})")
     parser.add_argument(FLAG_MIN_BUSBW, type=float, help="lowest passing busbw, GB/s")
     parser.add_argument(
+        FLAG_ALLOW_SOCKET_TRANSPORT,
+        action="store_true",
+        help="a pair over NCCL's socket transport (TCP) may pass (policy fabric.requireRdma: "
+        "false)",
+    )
+    parser.add_argument(
         FLAG_MAX_MESSAGE_BYTES,
         type=int,
         default=DEFAULT_MAX_MESSAGE_BYTES,
@@ -150,6 +157,7 @@ class FabricRun:
     deadline_s: float
     min_busbw_gbps: float | None
     mode: HardwareMode
+    require_rdma: bool = True
     scale: float = 1.0
 
 
@@ -232,6 +240,7 @@ def plan_run(args: argparse.Namespace) -> FabricRun:
         job=FabricJob(rendezvous, backend, sizes, timing, hold_gbps=hold),
         deadline_s=args.deadline_s,
         min_busbw_gbps=args.min_busbw_gbps,
+        require_rdma=not args.allow_socket_transport,
         mode=HardwareMode.REAL if profile_path is None else HardwareMode.SIMULATED,
         scale=scale,
     )
@@ -292,7 +301,7 @@ def measure_fabric(run: FabricRun, node_name: str) -> ProbeReport:
     except FabricError as exc:
         phase, error = exc.phase, str(exc)
     observed = observe(run, measured, phase)
-    judged = judge_fabric(observed, run.min_busbw_gbps)
+    judged = judge_fabric(observed, run.min_busbw_gbps, require_rdma=run.require_rdma)
     result = CheckResult(
         check=CHECK,
         status=CheckStatus.ERROR if error else judged.status,

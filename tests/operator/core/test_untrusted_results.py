@@ -45,9 +45,9 @@ def _first_gpus(check: str, observed: dict[str, Any], n: int) -> dict[str, Any]:
             out[key] = out[key][:n]
     for key in PER_GPU_SPREADS.get(check, ()):
         spread = out.get(key)
-        if isinstance(spread, list) and len(spread) == 4:  # the healthy node's GPUs are alike
-            low, median, gpu, _count = spread
-            out[key] = [low, median, gpu if gpu < n else 0, n]
+        if isinstance(spread, list) and len(spread) in (4, 5):  # the node's GPUs are alike
+            low, median, gpu, _count = spread[:4]
+            out[key] = [low, median, gpu if gpu < n else 0, n, *spread[4:]]
     if check == "peer_bandwidth":
         out["gpus"] = n
         for key in ("gbps", "bidirGBps"):

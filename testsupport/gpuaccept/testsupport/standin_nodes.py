@@ -37,20 +37,25 @@ class GpuCounts:
     capacity: int
     allocatable: int
     labelled: int | None
+    # GPU feature discovery's nvidia.com/gpu.replicas under time-slicing or MPS sharing,
+    # where the device plugin advertises each GPU this many times (None: not shared)
+    replicas: int | None = None
 
 
 @functools.cache
-def profile_gpu_counts(profile: str) -> tuple[int | None, int | None, int | None]:
-    """(capacity, allocatable, label) a hardware profile states for its node; nothing
-    for a file that is not a hardware profile (some tests give a placeholder)."""
+def profile_gpu_counts(
+    profile: str,
+) -> tuple[int | None, int | None, int | None, int | None]:
+    """(capacity, allocatable, label, replicas) a hardware profile states for its node;
+    nothing for a file that is not a hardware profile (some tests give a placeholder)."""
     from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
     from gpuaccept.probe.inputs import InputError  # noqa: PLC0415
 
     try:
         node = load_profile(Path(profile)).node
     except InputError:
-        return None, None, None
-    return node.gpu_capacity, node.gpu_allocatable, node.gfd_gpu_count
+        return None, None, None, None
+    return node.gpu_capacity, node.gpu_allocatable, node.gfd_gpu_count, node.gfd_gpu_replicas
 
 
 @dataclass
@@ -85,12 +90,13 @@ class SimNode:
         else 8 for all three."""
         if self.gpu_count is not None:
             return GpuCounts(self.gpu_count, self.gpu_count, self.gpu_count)
-        capacity = allocatable = labelled = None
+        capacity = allocatable = labelled = replicas = None
         if self.profile:
-            capacity, allocatable, labelled = profile_gpu_counts(self.profile)
+            capacity, allocatable, labelled, replicas = profile_gpu_counts(self.profile)
         if capacity is None:
             return GpuCounts(DEFAULT_GPUS, DEFAULT_GPUS, DEFAULT_GPUS)
-        return GpuCounts(capacity, capacity if allocatable is None else allocatable, labelled)
+        allocatable = capacity if allocatable is None else allocatable
+        return GpuCounts(capacity, allocatable, labelled, replicas)
 
     def node_labels(self) -> dict[str, str]:
         labels = {
@@ -100,9 +106,13 @@ class SimNode:
             "nvidia.com/gpu.present": "true",
             "nvidia.com/gpu.product": self.gpu_product,
         }
-        labelled = self.gpu_counts().labelled
-        if labelled is not None:
-            labels["nvidia.com/gpu.count"] = str(labelled)
+        counts = self.gpu_counts()
+        if counts.labelled is not None:
+            labels["nvidia.com/gpu.count"] = str(counts.labelled)
+        if counts.replicas is not None:
+            # what GFD labels a shared node with (k8s-device-plugin README, "Shared
+            # Access to GPUs"): the replicas per GPU
+            labels["nvidia.com/gpu.replicas"] = str(counts.replicas)
         labels.update(self.labels)
         return labels
 

@@ -25,6 +25,7 @@ from gpuaccept.contracts.probe_invocation import (
     ENV_POD_IP,
     ENV_POLICY,
     FABRIC_SUBCOMMAND,
+    FLAG_ALLOW_SOCKET_TRANSPORT,
     FLAG_DEADLINE,
     FLAG_MAX_MESSAGE_BYTES,
     FLAG_MIN_BUSBW,
@@ -264,6 +265,8 @@ def _fabric_args(request: FabricPodRequest, config: OperatorConfig) -> list[str]
     ]
     if section.min_busbw_gbps is not None:
         args += [FLAG_MIN_BUSBW, f"{section.min_busbw_gbps:g}"]
+    if not section.require_rdma:
+        args.append(FLAG_ALLOW_SOCKET_TRANSPORT)
     return args
 
 

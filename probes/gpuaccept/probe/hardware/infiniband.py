@@ -76,6 +76,8 @@ class InfinibandView:
 
     hcas: tuple[IbHca, ...]
     netns_mode: NetnsMode
+    # ports whose files could not be read: (hca/port, why); the others are judged
+    not_read: tuple[tuple[str, str], ...] = ()
 
 
 def parse_port_state(text: str) -> str:
@@ -155,18 +157,27 @@ def read_infiniband(sysfs_root: Path) -> InfinibandView:
     """Every HCA under ``<sysfs>/class/infiniband`` with its ports (empty when none)."""
     class_dir = sysfs_root / "class" / "infiniband"
     hcas: list[IbHca] = []
+    not_read: list[tuple[str, str]] = []
     entries = sorted(class_dir.iterdir(), key=_natural) if class_dir.is_dir() else []
     for entry in entries:
         ports_dir = entry / "ports"
         listed = ports_dir.iterdir() if ports_dir.is_dir() else iter(())
         port_dirs = sorted((p for p in listed if p.name.isdigit()), key=lambda p: int(p.name))
         board_id = _optional(entry / "board_id")
+        ports: list[IbPort] = []
+        for port_dir in port_dirs[:_PORT_MAX]:
+            try:
+                ports.append(_read_port(entry.name, port_dir, board_id))
+            except SysfsError as exc:  # this port's, not the check's
+                not_read.append((f"{entry.name}/{port_dir.name}", str(exc)))
         hcas.append(
             IbHca(
                 name=entry.name,
                 fw_ver=_optional(entry / "fw_ver"),
                 board_id=board_id,
-                ports=tuple(_read_port(entry.name, p, board_id) for p in port_dirs[:_PORT_MAX]),
+                ports=tuple(ports),
             )
         )
-    return InfinibandView(hcas=tuple(hcas), netns_mode=read_netns_mode(sysfs_root))
+    return InfinibandView(
+        hcas=tuple(hcas), netns_mode=read_netns_mode(sysfs_root), not_read=tuple(not_read)
+    )

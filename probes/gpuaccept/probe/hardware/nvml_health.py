@@ -30,6 +30,17 @@ NVML_VALUE_TYPE_UNSIGNED_INT = 1
 # R570, R580 and the installed binding (13.615) all give 230.
 RECOVERY_ACTION_FIELD_IDS: tuple[tuple[int, int | None, int], ...] = ((570, None, 230),)
 RECOVERY_ACTION_MAX = 7  # NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT
+# Before the recovery action field, NVML answered the same question with two flags:
+# NVML_FI_DEV_RESET_STATUS 226 ("reset required") and NVML_FI_DEV_DRAIN_AND_RESET_STATUS
+# 227 ("drain and reset recommended"), nvidia-smi -q's "GPU Reset Status" section. The
+# installed binding numbers them 226/227 and marks them "Deprecated use
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION instead"; NVML's change log deprecates them where
+# it adds NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET. Read on R535 up to the last branch
+# before the recovery action field; a driver that lacks them answers the field with an
+# error, recorded as not read. (first branch, last branch, reset field, drain field)
+RESET_STATUS_FIELD_IDS: tuple[tuple[int, int, int, int], ...] = ((535, 569, 226, 227),)
+RECOVERY_ACTION_GPU_RESET = 1  # NVML_GPU_RECOVERY_ACTION_GPU_RESET
+RECOVERY_ACTION_DRAIN_AND_RESET = 4  # NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET
 
 
 def driver_branch(version: str | None) -> int | None:
@@ -46,6 +57,55 @@ def recovery_action_field_id(driver_version: str | None) -> int | None:
         if branch >= first and (last is None or branch <= last):
             return field_id
     return None
+
+
+def reset_status_field_ids(driver_version: str | None) -> tuple[int, int] | None:
+    """(reset required, drain and reset recommended) field IDs of the driver present;
+    None where the driver has the recovery action field instead, or is unknown."""
+    branch = driver_branch(driver_version)
+    if branch is None:
+        return None
+    for first, last, reset_field, drain_field in RESET_STATUS_FIELD_IDS:
+        if first <= branch <= last:
+            return reset_field, drain_field
+    return None
+
+
+def _field_uint(value: Any, gpu: int, field_id: int) -> int:
+    """One field value's unsigned int; raises ValueError with why it is not one,
+    GpuFailedError when NVML lost the GPU."""
+    returned = int(value.nvmlReturn)
+    if returned == NVML_ERROR_GPU_IS_LOST:
+        raise GpuFailedError(gpu, "recovery action", "NVML: GPU is lost")
+    if returned != 0:
+        name = "NotSupported" if returned == NVML_ERROR_NOT_SUPPORTED else f"NVML error {returned}"
+        raise ValueError(f"field {field_id}: {name}")
+    if int(value.valueType) != NVML_VALUE_TYPE_UNSIGNED_INT:
+        raise ValueError(f"field {field_id} has value type {int(value.valueType)}, not uint")
+    return int(value.value.uiVal)
+
+
+def read_reset_status(nvml: ModuleType, handle: Any, gpu: int, fields: tuple[int, int]) -> int:
+    """The recovery action the older reset-status flags stand for: drain and reset
+    when that flag is set, a GPU reset when "reset required" is, else none. The
+    drain flag alone may be NotSupported (nvidia-smi prints N/A for it on some
+    GPUs): "reset required" then decides. Raises ValueError with why it cannot be
+    read, GpuFailedError when NVML lost the GPU."""
+    reset_field, drain_field = fields
+    try:
+        reset_value, drain_value = nvml.nvmlDeviceGetFieldValues(handle, [reset_field, drain_field])
+    except nvml.NVMLError as exc:
+        if nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST:
+            raise GpuFailedError(gpu, "recovery action", f"NVML: {exc}") from exc
+        raise ValueError(f"NVML: {exc}") from exc
+    reset = _field_uint(reset_value, gpu, reset_field)
+    try:
+        drain = _field_uint(drain_value, gpu, drain_field)
+    except ValueError:
+        drain = 0
+    if drain:
+        return RECOVERY_ACTION_DRAIN_AND_RESET
+    return RECOVERY_ACTION_GPU_RESET if reset else 0
 
 
 def read_recovery_action(nvml: ModuleType, handle: Any, gpu: int, field_id: int) -> int:

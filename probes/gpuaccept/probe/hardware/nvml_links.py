@@ -80,9 +80,13 @@ def nvlink_count(nvml: ModuleType, handle: Any, gpu: int) -> int:
     code = int(getattr(value, "nvmlReturn", NVML_SUCCESS))
     if code == NVML_ERROR_GPU_IS_LOST:
         raise GpuFailedError(gpu, "the NVLink count", "NVML: GPU is lost (GPU_IS_LOST)")
+    if code == NVML_ERROR_NOT_SUPPORTED:
+        # NVML's answer for "the device does not support this feature": a GPU without
+        # NVLink (a PCIe card without a bridge). It has no links, which the judge
+        # compares with what its model should have; it is not an unread count.
+        return 0
     if code != NVML_SUCCESS:
-        what = "NotSupported" if code == NVML_ERROR_NOT_SUPPORTED else f"NVML error {code}"
-        raise Unavailable(f"GPU {gpu}: NVML gives no NVLink count ({what})")
+        raise Unavailable(f"GPU {gpu}: NVML gives no NVLink count (NVML error {code})")
     count = _field_int(value)
     if not 0 <= count <= NVML_NVLINK_MAX_LINKS:
         raise Unavailable(f"GPU {gpu}: NVLink count {count} is not a link count")

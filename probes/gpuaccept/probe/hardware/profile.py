@@ -309,8 +309,9 @@ class Gpu(ProfileModel):
     )
     recovery_action: RecoveryActionName = Field(
         default="none",
-        description="What NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers. Read only on R570+ "
-        "drivers: older ones have no such field.",
+        description="What NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers on R570+ drivers; "
+        "on R535-R565 the older reset-status fields answer none, gpu_reset or "
+        "drain_and_reset (another action is not read there); before R535: not read.",
     )
     memory: GpuMemory = Field(default_factory=GpuMemory)
     bf16_tflops: float | None = Field(
@@ -553,11 +554,21 @@ class ExpectedVerdict(ProfileModel):
     accepted: bool
     check: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]{1,31}$")
     reason: str | None = Field(default=None, pattern=r"^[A-Z][A-Za-z0-9]*$")
+    warnings: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{1,31}$")]] | None = (
+        Field(
+            default=None,
+            max_length=32,
+            description="An accepted profile's checks that warn, in registry order ([]: "
+            "none; a trap against warning noise). Unset: not asserted.",
+        )
+    )
 
     @model_validator(mode="after")
     def _fault_names_its_reason(self) -> "ExpectedVerdict":
         if self.accepted and (self.check or self.reason):
             raise ValueError("an accepted profile names no failing check or reason")
+        if not self.accepted and self.warnings is not None:
+            raise ValueError("only an accepted profile states its warnings")
         if not self.accepted and not (self.check and self.reason):
             raise ValueError("a fault profile names the check that fails and its reason")
         return self
@@ -579,6 +590,13 @@ class IbPortSpec(ProfileModel):
     link_layer: Literal["InfiniBand", "Ethernet"] = "InfiniBand"
     link_downed: int = Field(default=0, ge=0, le=255)
     symbol_error: int = Field(default=0, ge=0, le=65535)
+    unreadable: list[Literal["state", "phys_state", "rate", "link_layer"]] = Field(
+        default_factory=list,
+        max_length=4,
+        description="Port files whose read fails (sysfs.c's show functions return "
+        "ib_query_port's error, e.g. EIO when the HCA's firmware command times out); "
+        "the simulator leaves them out.",
+    )
 
 
 class IbHcaGroup(ProfileModel):

@@ -77,7 +77,9 @@ from gpuaccept.probe.hardware.nvml_errors import (
 from gpuaccept.probe.hardware.nvml_health import (
     read_memory_health,
     read_recovery_action,
+    read_reset_status,
     recovery_action_field_id,
+    reset_status_field_ids,
 )
 from gpuaccept.probe.hardware.nvml_links import read_fabric, read_nvlink, read_settings
 from gpuaccept.probe.hardware.peer_copies import (
@@ -382,7 +384,7 @@ class RealBackend:
             numa = read_pci_numa(self._sysfs_root, bus)
         except SysfsError:
             return None, frozenset()
-        return numa.node, copy_cpus(numa.local_cpus, frozenset(os.sched_getaffinity(0)))
+        return numa.node, copy_cpus(numa, frozenset(os.sched_getaffinity(0)))
 
     def copy_bandwidth(self, gpu: int, nbytes: int) -> CopyMeasurement:
         """Pinned copies from a thread pinned to the GPU's NUMA node (its buffer is
@@ -636,12 +638,17 @@ class RealBackend:
         with contextlib.suppress(nvml.NVMLError):
             driver = _text(nvml.nvmlSystemGetDriverVersion())
         field_id = recovery_action_field_id(driver)
-        if field_id is None:
-            raise Unavailable(f"driver {driver or 'unknown'}: no recovery action field before R570")
+        reset_fields = reset_status_field_ids(driver)
         try:
-            return read_recovery_action(nvml, handle, gpu, field_id)
+            if field_id is not None:
+                return read_recovery_action(nvml, handle, gpu, field_id)
+            if reset_fields is not None:
+                return read_reset_status(nvml, handle, gpu, reset_fields)
         except ValueError as exc:
             raise Unavailable(f"GPU {gpu}: {exc}") from exc
+        raise Unavailable(
+            f"driver {driver or 'unknown'}: no recovery action or reset status field before R535"
+        )
 
     def memory_health(self, gpu: int) -> GpuMemoryHealth:
         return read_memory_health(self._require_nvml(), self._handle(gpu, "memory health"), gpu)

@@ -48,7 +48,10 @@ from gpuaccept.probe.hardware.base import (
     VersionInfo,
 )
 from gpuaccept.probe.hardware.infiniband import InfinibandView
-from gpuaccept.probe.hardware.nvml_health import recovery_action_field_id
+from gpuaccept.probe.hardware.nvml_health import (
+    recovery_action_field_id,
+    reset_status_field_ids,
+)
 from gpuaccept.probe.hardware.profile import (
     GpuOverride,
     HardwareProfile,
@@ -80,6 +83,10 @@ from gpuaccept.probe.hardware.xid_events import XidLog
 
 # nvmlDeviceGpuRecoveryAction_t values 0-7, in order
 RECOVERY_ACTIONS: tuple[RecoveryActionName, ...] = get_args(RecoveryActionName)
+# what NVML_FI_DEV_RESET_STATUS / _DRAIN_AND_RESET_STATUS can say (nvml_health.py)
+RESET_STATUS_ACTIONS: frozenset[RecoveryActionName] = frozenset(
+    {"none", "gpu_reset", "drain_and_reset"}
+)
 LOST = "NVML: GPU is lost (NVML_ERROR_GPU_IS_LOST)"
 # NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors): Xid 79 "GPU has fallen off
 # the bus"; from then on NVML answers GPU_IS_LOST for it and CUDA cannot use it.
@@ -246,7 +253,7 @@ class SimulatedBackend:
         if spec.lost is not None:  # a copy loads the GPU
             raise GpuFailedError(gpu, "copy", LOST)
         numa = read_pci_numa(self.sysfs_root(), bus_id(gpu))
-        pinned = bool(copy_cpus(numa.local_cpus, self.affinity()))
+        pinned = bool(copy_cpus(numa, self.affinity()))
         # Unpinned, the scheduler may run the copy on any allowed CPU: model the far socket.
         remote = not pinned and numa.node is not None
         h2d = spec.h2d_remote_gbps if remote and spec.h2d_remote_gbps is not None else spec.h2d_gbps
@@ -522,8 +529,18 @@ class SimulatedBackend:
         self._check_lost(gpu, "recovery action")
         spec = self.profile.gpus.gpu(gpu)
         driver = self.profile.driver.version  # one driver for every GPU
-        if recovery_action_field_id(driver) is None:  # as NVML: no field before R570
-            raise Unavailable(f"driver {driver}: no recovery action field before R570")
+        if recovery_action_field_id(driver) is not None:
+            return RECOVERY_ACTIONS.index(spec.recovery_action)
+        if reset_status_field_ids(driver) is None:  # as NVML: neither field before R535
+            raise Unavailable(
+                f"driver {driver}: no recovery action or reset status field before R535"
+            )
+        # R535-R565: the two reset-status flags say none, a GPU reset or drain and reset
+        if spec.recovery_action not in RESET_STATUS_ACTIONS:
+            raise Unavailable(
+                f"GPU {gpu}: the reset-status fields of driver {driver} cannot say "
+                f"{spec.recovery_action}"
+            )
         return RECOVERY_ACTIONS.index(spec.recovery_action)
 
     def memory_health(self, gpu: int) -> GpuMemoryHealth:

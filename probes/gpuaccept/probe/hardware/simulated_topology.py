@@ -68,5 +68,7 @@ def materialize_infiniband(spec: Infiniband, sys_root: Path) -> None:
                 (port_dir / "phys_state").write_text(f"{phys}: {port.phys_state}\n")
                 (port_dir / "rate").write_text(port.rate + "\n")
                 (port_dir / "link_layer").write_text(port.link_layer + "\n")
+                for unreadable in port.unreadable:
+                    (port_dir / unreadable).unlink()
                 (port_dir / "counters" / "link_downed").write_text(f"{port.link_downed}\n")
                 (port_dir / "counters" / "symbol_error").write_text(f"{port.symbol_error}\n")

@@ -234,8 +234,12 @@ def read_pci_numa(sysfs_root: Path, bus_id: str) -> PciNuma:
     return PciNuma(node=node if node >= 0 else None, local_cpus=cpus)
 
 
-def copy_cpus(local_cpus: frozenset[int], allowed: frozenset[int]) -> frozenset[int]:
+def copy_cpus(numa: PciNuma, allowed: frozenset[int]) -> frozenset[int]:
     """The CPUs to pin a GPU's copy thread to: its local CPUs that the process may
     use (``sched_setaffinity`` outside the cpuset fails with EINVAL); empty when the
-    two do not meet (the copy then runs unpinned, and the report says so)."""
-    return local_cpus & allowed
+    two do not meet, or when the device has no NUMA node (``numa_node`` -1: its
+    ``local_cpulist`` is then every CPU, so "pinned" to it says nothing). The copy
+    then runs unpinned, and the report says so."""
+    if numa.node is None:
+        return frozenset()
+    return numa.local_cpus & allowed

@@ -13,11 +13,13 @@ from gpuaccept.checks.infiniband_ports import (
     ports_behind_their_board,
     ports_down_on_a_live_board,
 )
-from gpuaccept.probe.hardware.base import HardwareBackend
+from gpuaccept.probe.hardware.base import HardwareBackend, Unavailable
 from gpuaccept.probe.hardware.infiniband import IbHca, IbPort
 from gpuaccept.probe.measure.context import ProbeContext
 
 PORTS_MAX = 64
+NOT_READ_MAX = 4  # ports named as not read (the count is in the message)
+NOT_READ_TEXT = 80
 
 
 def _port(port: IbPort) -> IbPortObserved:
@@ -74,6 +76,9 @@ def measure(
 ) -> InfinibandPortsObserved:
     view = hardware.infiniband()
     ports = [p for hca in view.hcas for p in hca.ports][:PORTS_MAX]
+    if view.not_read and not ports:  # nothing could be read: no verdict on the ports
+        name, why = view.not_read[0]
+        raise Unavailable(f"no port could be read ({len(view.not_read)}; {name}: {why})")
     firmware, odd = _firmware(view.hcas)
     return InfinibandPortsObserved(
         netns_mode=view.netns_mode,
@@ -82,4 +87,6 @@ def measure(
         firmware=firmware or None,
         odd_firmware=dict(list(odd.items())[:4]) or None,
         ports=[_port(p) for p in ports],
+        not_read={name[:64]: why[:NOT_READ_TEXT] for name, why in view.not_read[:NOT_READ_MAX]}
+        or None,
     )

@@ -58,7 +58,9 @@ class PairOutcome(StrEnum):
     """No measurement: a pod never started or never met its partner, or a node went away."""
 
 
-def pod_outcome(result: CheckResult | None, minimum_busbw_gbps: float | None) -> PairOutcome:
+def pod_outcome(
+    result: CheckResult | None, minimum_busbw_gbps: float | None, *, require_rdma: bool = True
+) -> PairOutcome:
     """What one pod's ``fabric_allreduce`` result says about its pair, judged
     against the current minimum. No result (the pod or its node went away), an
     observation that does not parse, or an error before both nodes met is no
@@ -71,7 +73,9 @@ def pod_outcome(result: CheckResult | None, minimum_busbw_gbps: float | None) ->
         return PairOutcome.INCOMPLETE
     if result.status is CheckStatus.ERROR or observed.phase is not None:
         return PairOutcome.FAILED if observed.phase == "allreduce" else PairOutcome.INCOMPLETE
-    judged = fabric_allreduce.judge_fabric(observed, minimum_busbw_gbps).status
+    judged = fabric_allreduce.judge_fabric(
+        observed, minimum_busbw_gbps, require_rdma=require_rdma
+    ).status
     if judged is CheckStatus.PASS:
         return PairOutcome.PASSED
     return PairOutcome.FAILED if judged is CheckStatus.FAIL else PairOutcome.INCOMPLETE

@@ -156,7 +156,8 @@ def _pod_result(pod: PodView, member: FabricMember | None, obs: FabricSnapshot) 
     if not isinstance(report, ProbeReport):
         return PodResult(PairOutcome.INCOMPLETE, None, f"pod {pod.name}: {report.message}")
     result = next((r for r in report.results if r.check == CHECK), None)
-    outcome = pod_outcome(result, obs.spec.fabric.min_busbw_gbps)
+    fabric = obs.spec.fabric
+    outcome = pod_outcome(result, fabric.min_busbw_gbps, require_rdma=fabric.require_rdma)
     busbw = None
     if result is not None:
         try:
