@@ -15,7 +15,7 @@ from gpuaccept.checks.remeasure import probed_sections, remeasure_reason
 from gpuaccept.contracts.report import ProbeReport
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
-from world import make_report  # noqa: E402
+from world import make_report
 
 
 def policy(**sections: Any) -> ProbePolicy:
@@ -78,7 +78,8 @@ def test_remeasure_or_judge_again(row: Row) -> None:
     if row.remeasure is None:
         assert reason is None
     else:
-        assert reason is not None and row.remeasure in reason, reason
+        assert reason is not None
+        assert row.remeasure in reason, reason
 
 
 def test_a_disabled_check_is_not_stored_as_measured() -> None:

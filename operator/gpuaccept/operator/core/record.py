@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, assert_never
 
+from gpuaccept.checks.remeasure import probed_sections
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import (
@@ -32,6 +33,7 @@ from gpuaccept.contracts.nodeacceptance import (
     Reason,
 )
 from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.operator.core.acceptance_gate import fabric_still_to_pass
 from gpuaccept.operator.core.fleet import quarantine_allowed
 from gpuaccept.operator.core.model import Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
@@ -140,7 +142,15 @@ def judged(
 ) -> VerdictOutcome:
     """The outcome of ``verdict``: the fabric test next, or the verdict under dryRun
     and the quarantine limit."""
-    if ctx.spec.fabric.enabled and verdict.accepted and evidence.new_probe:
+    if (
+        verdict.accepted
+        and evidence.fabric is None
+        and fabric_still_to_pass(
+            fabric_enabled=ctx.spec.fabric.enabled,
+            new_probe=evidence.new_probe,
+            fabric=ctx.status.fabric,
+        )
+    ):
         return EnterFabric(verdict, evidence)
     summary = reasons_message(list(verdict.reasons)[:MAX_REASONS])
     if ctx.spec.dry_run:
@@ -242,6 +252,8 @@ def _evidence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any
         # The report this verdict came from; an error verdict has none. Keeping
         # an older one would let a later re-judge accept on stale evidence.
         update["report"] = report
+        # The policy sections it was measured under, for a later re-judge.
+        update["probed_sections"] = probed_sections(ctx.spec.probe) if report is not None else None
         # The kubelet's view of the probe's run (None for a pod that never ran).
         update["probe_pod_seconds"] = pod.run_seconds if pod is not None else None
     if verdict.checks or report is not None:
