@@ -333,7 +333,9 @@ TRANSITIONS = {
         taints=[PENDING_KEY], status={"held_action": "Quarantine"}, also=_limit_event,
     ),
     "raising the limit lets a held quarantine through": Transition(
-        held_by_limit, policies(policy(2, maxQuarantined=6)), Phase.QUARANTINED,
+        # 20 matched nodes: the operator's default ceiling (50 %) is above 6
+        held_by_limit, both(policies(policy(2, maxQuarantined=6)), limit(5, 20)),
+        Phase.QUARANTINED,
         "CpuGovernorFailed", taints=[QUARANTINE_KEY],
     ),
     "room under the limit lets a held quarantine through": Transition(
@@ -630,10 +632,11 @@ def test_a_node_that_leaves_accepted_is_no_longer_labelled_accepted() -> None:
     assert w.node.labels["gpuaccept.io/acceptance"] == "accepted"
     assert w.node.condition is not None
     assert w.node.condition.status == "True"
-    w.limit_counts = QuarantineLimitCounts(quarantined=5, matched=10)
     w.node = dataclasses.replace(w.node, boot_id="boot-2")
     w.settle()
     assert "gpuaccept.io/acceptance" not in w.node.labels  # re-probing: not accepted
+    # meanwhile other nodes fill the limit: its quarantine is held back
+    w.limit_counts = QuarantineLimitCounts(quarantined=5, matched=10)
     assert w.node.condition is not None
     assert w.node.condition.status == "Unknown"
     w.finish_with_report(make_report(boot_id="boot-2", failing=["cpu_governor"]))

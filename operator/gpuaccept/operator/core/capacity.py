@@ -1,0 +1,98 @@
+"""The quarantine limit counts capacity, not labels (pure).
+
+In the style of cluster-api's ``isAllowedRemediation``, :func:`take_out_allowed`
+is the one place deciding whether gpuaccept may take one more node of a policy
+out of service: a quarantine, a new round of an in-service node (a re-probe by
+annotation, bootID, policy change), the fabric test of an accepted node. Three
+bounds, the tightest wins:
+
+* the standing limit, ``maxQuarantined``: every matched node out of service
+  because of gpuaccept (:func:`out_of_service`), this one included after the
+  action;
+* the rate, ``quarantineRate``: nodes newly taken out within its sliding window;
+* the operator's ceiling (``--max-unavailable-ceiling``), which no policy exceeds.
+
+A brand-new node that registered under the pending taint is not in service: its
+probe takes nothing out, so nothing here holds it back; its quarantine is a new
+one (it counts against the rate, and once quarantined against the standing limit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.contracts.policy import limit_count
+from gpuaccept.operator.core.model import QuarantineLimitCounts
+
+# The NodeAcceptance reason of a verdict or a new round the limit holds back.
+REASON_QUARANTINE_LIMIT = "BreakerOpen"
+REASON_DRY_RUN = "DryRun"
+# Out of service while undecided when gpuaccept took it out of service (or it was
+# out of service because of gpuaccept already, e.g. a quarantined node re-probed).
+WAITING = frozenset({Phase.PENDING, Phase.PROBING, Phase.FABRIC, Phase.STALLED})
+
+
+@dataclass(frozen=True)
+class TakeOutDecision:
+    allowed: bool
+    why: str = ""  # what held it back (empty when allowed)
+
+
+def out_of_service(st: NodeAcceptanceStatus) -> bool:
+    """Whether the node is out of service because of gpuaccept (it counts against
+    ``maxQuarantined``)."""
+    if st.phase == Phase.QUARANTINED:
+        return True
+    if st.phase == Phase.HELD:  # a dry run changes no taint; the limit holds it pending
+        return st.reason != REASON_DRY_RUN
+    return st.phase in WAITING and st.was_in_service
+
+
+def in_service(st: NodeAcceptanceStatus) -> bool:
+    """A decided node that takes workloads: accepted, or held by a dry run (untouched)."""
+    return st.phase == Phase.ACCEPTED or (st.phase == Phase.HELD and st.reason == REASON_DRY_RUN)
+
+
+def standing_limit(spec: NodeAcceptancePolicySpec, matched: int, ceiling: int | str) -> int:
+    return min(spec.max_quarantined_count(matched), limit_count(ceiling, matched))
+
+
+def rate_limit(spec: NodeAcceptancePolicySpec, matched: int, ceiling: int | str) -> int:
+    return min(spec.rate_count(matched), limit_count(ceiling, matched))
+
+
+def take_out_allowed(
+    spec: NodeAcceptancePolicySpec,
+    counts: QuarantineLimitCounts,
+    *,
+    ceiling: int | str = "100%",
+    already_out: bool = False,
+    new_take_out: bool = True,
+) -> TakeOutDecision:
+    """May gpuaccept take one more node out of service under ``spec``? ``counts``
+    exclude that node. ``already_out``: it is quarantined under this policy already
+    (no new slot). ``new_take_out``: the action takes it out now (it is in service,
+    or new), so it counts against the rate; a node already out (re-probed after a
+    quarantine, or taken out for this round) does not count again."""
+    if already_out:
+        return TakeOutDecision(True)
+    matched = counts.matched
+    standing = standing_limit(spec, matched, ceiling)
+    if counts.unavailable + 1 > standing:
+        return TakeOutDecision(
+            False,
+            f"maxQuarantined={spec.max_quarantined}: {counts.unavailable} of limit {standing} "
+            "out of service",
+        )
+    if new_take_out:
+        rate = rate_limit(spec, matched, ceiling)
+        if counts.taken_out_recently + 1 > rate:
+            window = spec.quarantine_rate.window_seconds
+            return TakeOutDecision(
+                False,
+                f"quarantineRate={spec.quarantine_rate.max_per_window}/{window}s: "
+                f"{counts.taken_out_recently} of limit {rate} taken out in the last {window}s",
+            )
+    return TakeOutDecision(True)
