@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.operator.core.capacity import out_of_service
+from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, out_of_service
 from gpuaccept.operator.core.fleet import (
-    REASON_QUARANTINE_LIMIT,
     PolicyTally,
     matching_policies,
     phase_counts,
