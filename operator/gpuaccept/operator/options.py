@@ -269,10 +269,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-unavailable-ceiling",
         type=max_unavailable_ceiling,
-        default=max_unavailable_ceiling(env("GPUACCEPT_MAX_UNAVAILABLE_CEILING", "50%")),
+        default=max_unavailable_ceiling(env("GPUACCEPT_MAX_UNAVAILABLE_CEILING", "100%")),
         help="the most nodes of any one policy gpuaccept may hold out of service at once, "
         "a count or a percentage of its matched nodes (no policy's maxQuarantined or "
-        "quarantineRate goes above it; default 50%%)",
+        "quarantineRate goes above it; default 100%%: none; the chart sets 50%%)",
     )
     ha = p.add_argument_group("high availability")
     ha.add_argument(

@@ -234,3 +234,59 @@ def test_a_reprobed_node_counts_against_the_limit_until_decided() -> None:
     world.settle()
     assert world.status.phase == Phase.ACCEPTED
     assert not world.status.was_in_service
+
+
+def found_in_service(**world_kwargs: Any) -> World:
+    """A node already running workloads (no pending taint) that a new or widened
+    policy takes on."""
+    world = World(**world_kwargs)
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, taints=())
+    return world
+
+
+def test_adopting_a_running_fleet_is_rate_limited() -> None:
+    world = found_in_service(
+        limit_counts=QuarantineLimitCounts(quarantined=0, matched=10, taken_out_recently=1)
+    )
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.PENDING, "BreakerOpen", "Adopt")
+    assert world.taint_keys() == []  # still in service
+    assert world.pods == {}
+    assert st.policy == "default"  # counted under its policy
+    world.limit_counts = QuarantineLimitCounts(quarantined=0, matched=10, taken_out_recently=0)
+    world.advance(30)
+    world.settle()
+    st = world.status
+    assert st.phase == Phase.PROBING
+    assert world.taint_keys() == ["gpuaccept.io/pending"]
+    assert st.was_in_service
+    assert st.taken_out_time == world.now
+
+
+def test_adopting_counts_against_the_standing_limit_too() -> None:
+    world = found_in_service(limit_counts=QuarantineLimitCounts(quarantined=3, out_of_service=2))
+    world.limit_counts = QuarantineLimitCounts(quarantined=3, matched=10, out_of_service=2)
+    world.settle()
+    assert (world.status.reason, world.status.held_action) == ("BreakerOpen", "Adopt")
+    assert world.taint_keys() == []
+
+
+def test_a_paused_policy_leaves_a_node_found_in_service_in_service() -> None:
+    world = found_in_service(policies=[PolicyView("default", 1, spec(paused=True))])
+    world.settle()
+    assert world.na is not None
+    assert world.taint_keys() == []
+
+
+def test_a_dry_run_over_a_node_found_in_service_is_not_held_back() -> None:
+    """Nothing is taken out of service under dryRun, so the limit does not hold it."""
+    world = found_in_service(
+        policies=[PolicyView("default", 1, spec(dryRun=True))],
+        limit_counts=QuarantineLimitCounts(quarantined=5, matched=10, taken_out_recently=9),
+    )
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+    assert world.taint_keys() == []
+    assert world.status.taken_out_time is None

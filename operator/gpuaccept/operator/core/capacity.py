@@ -9,12 +9,13 @@ bounds, the tightest wins:
 * the standing limit, ``maxQuarantined``: every matched node out of service
   because of gpuaccept (:func:`out_of_service`), this one included after the
   action;
-* the rate, ``quarantineRate``: nodes newly taken out within its sliding window;
+* the rate, ``quarantineRate``: in-service nodes taken out within its sliding window
+  (a new node's quarantine costs no capacity: it never was in service);
 * the operator's ceiling (``--max-unavailable-ceiling``), which no policy exceeds.
 
 A brand-new node that registered under the pending taint is not in service: its
-probe takes nothing out, so nothing here holds it back; its quarantine is a new
-one (it counts against the rate, and once quarantined against the standing limit).
+probe takes nothing out, so nothing here holds it back; once quarantined or held
+it counts against the standing limit.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import limit_count
-from gpuaccept.operator.core.model import QuarantineLimitCounts
+from gpuaccept.operator.core.model import NodeView, QuarantineLimitCounts
 
 # The NodeAcceptance reason of a verdict or a new round the limit holds back.
 REASON_QUARANTINE_LIMIT = "BreakerOpen"
@@ -55,6 +56,20 @@ def in_service(st: NodeAcceptanceStatus) -> bool:
     return st.phase == Phase.ACCEPTED or (st.phase == Phase.HELD and st.reason == REASON_DRY_RUN)
 
 
+def adopting(st: NodeAcceptanceStatus, node: NodeView, pending_taint_key: str) -> bool:
+    """A node the policy has just taken on that is in service (it did not register
+    under the pending taint: an already running fleet, a policy created or widened
+    over it) and that gpuaccept has not taken out yet: its pending taint waits for
+    the limit."""
+    return (
+        st.phase == Phase.PENDING
+        and st.attempts == 0
+        and st.probed_boot_id is None
+        and not st.was_in_service
+        and all(t.key != pending_taint_key for t in node.taints)
+    )
+
+
 def standing_limit(spec: NodeAcceptancePolicySpec, matched: int, ceiling: int | str) -> int:
     return min(spec.max_quarantined_count(matched), limit_count(ceiling, matched))
 
@@ -73,9 +88,9 @@ def take_out_allowed(
 ) -> TakeOutDecision:
     """May gpuaccept take one more node out of service under ``spec``? ``counts``
     exclude that node. ``already_out``: it is quarantined under this policy already
-    (no new slot). ``new_take_out``: the action takes it out now (it is in service,
-    or new), so it counts against the rate; a node already out (re-probed after a
-    quarantine, or taken out for this round) does not count again."""
+    (no new slot). ``new_take_out``: the action takes an in-service node out, so it
+    counts against the rate; a new node, or one already out (re-probed after a
+    quarantine, taken out for this round), costs no capacity now."""
     if already_out:
         return TakeOutDecision(True)
     matched = counts.matched

@@ -21,7 +21,6 @@ from gpuaccept.operator.core.acceptance_gate import acceptance_problem
 from gpuaccept.operator.core.capacity import (
     TakeOutDecision,
     in_service,
-    out_of_service,
     take_out_allowed,
 )
 from gpuaccept.operator.core.fabric.membership import is_member
@@ -102,7 +101,7 @@ def take_out_now(ctx: NodeContext) -> TakeOutDecision:
         ctx.obs.limit_counts,
         ceiling=ctx.obs.config.max_unavailable_ceiling,
         already_out=st.phase == Phase.QUARANTINED and st.policy == ctx.policy.name,
-        new_take_out=not out_of_service(st),
+        new_take_out=in_service(st),
     )
 
 

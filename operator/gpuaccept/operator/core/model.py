@@ -195,9 +195,9 @@ class OperatorConfig:
     image_pull_secrets: tuple[str, ...] = ()
     fabric: FabricPodConfig = FabricPodConfig()
     # The most nodes of one policy gpuaccept may hold out of service at once, a count or
-    # a percentage of its matched nodes (--max-unavailable-ceiling): no policy's
-    # maxQuarantined or quarantineRate goes above it.
-    max_unavailable_ceiling: int | str = "50%"
+    # a percentage of its matched nodes (--max-unavailable-ceiling; the chart sets 50%):
+    # no policy's maxQuarantined or quarantineRate goes above it.
+    max_unavailable_ceiling: int | str = "100%"
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run

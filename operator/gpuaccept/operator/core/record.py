@@ -37,7 +37,6 @@ from gpuaccept.operator.core.acceptance_gate import fabric_still_to_pass
 from gpuaccept.operator.core.capacity import (
     TakeOutDecision,
     in_service,
-    out_of_service,
     take_out_allowed,
 )
 from gpuaccept.operator.core.model import Plan, PodView
@@ -189,7 +188,7 @@ def _take_out(ctx: NodeContext, *, already_out: bool = False) -> TakeOutDecision
         ctx.obs.limit_counts,
         ceiling=ctx.obs.config.max_unavailable_ceiling,
         already_out=already_out,
-        new_take_out=not out_of_service(st),
+        new_take_out=in_service(st),
     )
 
 
@@ -305,9 +304,7 @@ def _service_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]
     st = ctx.status
     if isinstance(outcome, Accept):
         return {"was_in_service": False}
-    taken_out = (isinstance(outcome, Quarantine) and not out_of_service(st)) or (
-        isinstance(outcome, EnterFabric) and in_service(st)
-    )
+    taken_out = isinstance(outcome, Quarantine | EnterFabric) and in_service(st)
     if not taken_out:
         return {}
     return {"taken_out_time": ctx.obs.now, "was_in_service": in_service(st)}
