@@ -255,3 +255,15 @@ class NodeAcceptancePolicyStatus(ContractModel):
     breaker_open: bool = False
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = Field(default=None, ge=0)
+    out_of_service: int = Field(
+        default=0,
+        ge=0,
+        description="Matched nodes out of service because of gpuaccept (what maxQuarantined "
+        "counts): quarantined, held by the limit, and nodes taken out for a new round.",
+    )
+    held_back: int = Field(
+        default=0,
+        ge=0,
+        description="Nodes whose verdict, new round, fabric test or adoption the limit holds "
+        "back (reason BreakerOpen), those kept in service included.",
+    )

@@ -250,8 +250,10 @@ def _limit_reached_condition(share: PolicyTally) -> tuple[bool, str, str]:
         return (
             True,
             "QuarantineLimitReached",
-            f"{len(held)} node(s) held: quarantining them would exceed maxQuarantined "
-            f"(limit {share.limit}); raise spec.maxQuarantined to let them through",
+            f"{len(held)} node(s) held back: taking them out of service would exceed "
+            f"maxQuarantined (limit {share.limit}, "
+            f"{len(share.quarantined) + len(share.out_of_service)} out of service) or "
+            "quarantineRate; raise them (or wait out the window) to let them through",
         )
     return False, "BelowLimit", f"quarantine limit {share.limit}"
 
@@ -284,6 +286,8 @@ def policy_status(
         breaker_open=bool(share.held_by_limit),
         conditions=conditions,
         observed_generation=policy.generation,
+        out_of_service=len(share.quarantined) + len(share.out_of_service),
+        held_back=len(share.held_by_limit),
     )
 
 
