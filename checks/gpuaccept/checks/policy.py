@@ -136,7 +136,7 @@ class NodeAcceptancePolicySpec(ContractModel):
     max_quarantined: NonNegativeCount | Percentage = Field(
         default="10%",
         description="Circuit breaker: how many matched nodes may be out of service because "
-        "of gpuaccept at once (Quarantined, Held by the limit, and nodes taken out of "
+        "of gpuaccept at once (Quarantined, and nodes taken out of "
         "service for a new probe), an absolute count or a percentage of matched nodes.",
     )
     quarantine_rate: QuarantineRate = Field(

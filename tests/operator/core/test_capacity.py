@@ -83,7 +83,8 @@ def test_take_out_allowed(row: Row) -> None:
 
 OUT = {
     (Phase.QUARANTINED, None, False): (True, False),
-    (Phase.HELD, "BreakerOpen", False): (True, False),
+    (Phase.HELD, "BreakerOpen", False): (False, False),  # a new node, never in service
+    (Phase.HELD, "BreakerOpen", True): (True, False),
     (Phase.HELD, "DryRun", False): (False, True),
     (Phase.ACCEPTED, None, False): (False, True),
     (Phase.ACCEPTED, "BreakerOpen", False): (False, True),  # held in service
@@ -290,3 +291,18 @@ def test_a_dry_run_over_a_node_found_in_service_is_not_held_back() -> None:
     assert world.status.phase == Phase.PROBING
     assert world.taint_keys() == []
     assert world.status.taken_out_time is None
+
+
+def test_two_held_new_nodes_do_not_block_each_other() -> None:
+    """Held new nodes were never in service: neither counts against the other, so
+    raising the limit by one lets one of them through."""
+    world = World(limit_counts=QuarantineLimitCounts(quarantined=1, matched=10))
+    world.policies = [PolicyView("default", 1, spec(maxQuarantined=1))]
+    world.settle()
+    world.finish_with_report(make_report(failing=["pcie_link"]))
+    world.settle()
+    assert (world.status.phase, world.status.reason) == (Phase.HELD, "BreakerOpen")
+    assert not out_of_service(world.status)
+    world.policies = [PolicyView("default", 2, spec(maxQuarantined=2))]
+    world.settle()
+    assert world.status.phase == Phase.QUARANTINED

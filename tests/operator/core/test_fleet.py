@@ -127,7 +127,7 @@ def test_tally_counts_conflicts_limit_and_held() -> None:
     assert a.counts == PhaseCounts(quarantined=1, held=1)
     assert a.quarantined == {"n1"}
     assert a.held_by_limit == ("n2",)
-    assert a.limit_counts("n1") == QuarantineLimitCounts(quarantined=0, matched=3, out_of_service=1)
+    assert a.limit_counts("n1") == QuarantineLimitCounts(quarantined=0, matched=3)
     assert a.limit_counts("n2") == QuarantineLimitCounts(quarantined=1, matched=3)
     assert (shares["b"].matched, shares["b"].conflicts) == (2, ("n3",))
     assert shares["bad"] == PolicyTally()

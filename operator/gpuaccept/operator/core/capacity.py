@@ -8,7 +8,8 @@ bounds, the tightest wins:
 
 * the standing limit, ``maxQuarantined``: every matched node out of service
   because of gpuaccept (:func:`out_of_service`), this one included after the
-  action;
+  action. An action on a node already counted (quarantining a node re-probed out of
+  service) changes no capacity and is not held back: its taking out was checked;
 * the rate, ``quarantineRate``: in-service nodes taken out within its sliding window
   (a new node's quarantine costs no capacity: it never was in service);
 * the operator's ceiling (``--max-unavailable-ceiling``), which no policy exceeds.
@@ -47,7 +48,7 @@ def out_of_service(st: NodeAcceptanceStatus) -> bool:
     if st.phase == Phase.QUARANTINED:
         return True
     if st.phase == Phase.HELD:  # a dry run changes no taint; the limit holds it pending
-        return st.reason != REASON_DRY_RUN
+        return st.reason != REASON_DRY_RUN and st.was_in_service
     return st.phase in WAITING and st.was_in_service
 
 

@@ -21,6 +21,7 @@ from gpuaccept.operator.core.acceptance_gate import acceptance_problem
 from gpuaccept.operator.core.capacity import (
     TakeOutDecision,
     in_service,
+    out_of_service,
     take_out_allowed,
 )
 from gpuaccept.operator.core.fabric.membership import is_member
@@ -100,7 +101,7 @@ def take_out_now(ctx: NodeContext) -> TakeOutDecision:
         ctx.spec,
         ctx.obs.limit_counts,
         ceiling=ctx.obs.config.max_unavailable_ceiling,
-        already_out=st.phase == Phase.QUARANTINED and st.policy == ctx.policy.name,
+        already_out=out_of_service(st) and st.policy == ctx.policy.name,
         new_take_out=in_service(st),
     )
 

@@ -135,8 +135,8 @@ class QuarantineLimitCounts:
 
     quarantined: int = 0
     matched: int = 0
-    # Other nodes out of service because of gpuaccept: Held by the limit, and
-    # Pending/Probing/Fabric/Stalled nodes that were in service (or decided) before.
+    # Other nodes out of service because of gpuaccept but not quarantined: nodes taken
+    # out for a new round (Pending/Probing/Fabric/Stalled/Held, ``wasInService``).
     out_of_service: int = 0
     # Nodes gpuaccept newly took out of service within the policy's quarantineRate window.
     taken_out_recently: int = 0

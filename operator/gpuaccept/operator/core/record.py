@@ -37,6 +37,7 @@ from gpuaccept.operator.core.acceptance_gate import fabric_still_to_pass
 from gpuaccept.operator.core.capacity import (
     TakeOutDecision,
     in_service,
+    out_of_service,
     take_out_allowed,
 )
 from gpuaccept.operator.core.model import Plan, PodView
@@ -170,8 +171,7 @@ def judged(
     main = verdict.reasons[0].reason if verdict.reasons else REASON_PROBE_ERROR
     # Already quarantined under this policy: no new slot is taken. Under
     # another policy (the node was relabelled), it takes one here.
-    already = st.phase == Phase.QUARANTINED and st.policy == ctx.policy.name
-    decision = _take_out(ctx, already_out=already)
+    decision = _take_out(ctx)
     if decision.allowed:
         return Quarantine(verdict, evidence, main, summary)
     message = f"quarantine limit: {decision.why}; would quarantine: {summary}"
@@ -180,14 +180,16 @@ def judged(
     )
 
 
-def _take_out(ctx: NodeContext, *, already_out: bool = False) -> TakeOutDecision:
-    """The limit's answer for taking this node out of service now."""
+def _take_out(ctx: NodeContext) -> TakeOutDecision:
+    """The limit's answer for taking this node out of service now. A node already
+    counted out of service under this policy takes no new slot (quarantined, or
+    taken out for this round); under another policy (relabelled) it takes one here."""
     st = ctx.status
     return take_out_allowed(
         ctx.spec,
         ctx.obs.limit_counts,
         ceiling=ctx.obs.config.max_unavailable_ceiling,
-        already_out=already_out,
+        already_out=out_of_service(st) and st.policy == ctx.policy.name,
         new_take_out=in_service(st),
     )
 
