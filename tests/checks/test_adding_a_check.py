@@ -117,6 +117,8 @@ FAN_SPEED = CheckSpec(
     judge=judge_fan_speed,
     runbook=RunbookEntry(meaning="a fan turns too slowly", fix="replace the fan"),
     budget=fixed_phase("fan tachometers", 0.1, "one NVML query per GPU"),
+    measuring=frozenset(),
+    judging=frozenset({"min_rpm"}),
 )
 
 

@@ -7,6 +7,7 @@ check that does not fail there.)"""
 
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,33 @@ def test_every_registered_check_has_a_fault_profile() -> None:
     }
     missing = [c.name for c in CHECKS if c.name not in expected]
     assert not missing, f"add a fault profile to profiles/faults/ that fails: {missing}"
+
+
+SWITCH_FIELDS = {"enabled", "required"}
+
+
+@pytest.mark.parametrize("check", [c.name for c in CHECKS])
+def test_every_section_field_is_declared_measuring_or_judging_once(check: str) -> None:
+    """A field neither measuring nor judging could let a re-judge convict on a result
+    measured under other settings; one in both is a contradiction."""
+    spec = next(c for c in CHECKS if c.name == check)
+    fields = set(spec.policy_model.model_fields) - SWITCH_FIELDS
+    both = spec.measuring & spec.judging
+    assert not both, f"{check}: declared both measuring and judging: {sorted(both)}"
+    undeclared = fields - spec.measuring - spec.judging
+    assert not undeclared, f"{check}: declare in its SPEC (measuring or judging): {undeclared}"
+    unknown = (spec.measuring | spec.judging) - fields
+    assert not unknown, f"{check}: SPEC names fields its section lacks: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("check", [c.name for c in CHECKS])
+def test_every_field_the_measuring_function_reads_is_declared_measuring(check: str) -> None:
+    """What ``probe/measure/<check>.py`` reads of its section changes what it measures."""
+    spec = next(c for c in CHECKS if c.name == check)
+    source = (REPO / "probes" / "gpuaccept" / "probe" / "measure" / f"{check}.py").read_text(
+        encoding="utf-8"
+    )
+    fields = set(spec.policy_model.model_fields) - SWITCH_FIELDS
+    read = {f for f in fields if re.search(rf"\bpolicy\.{f}\b", source)}
+    unread = read - spec.measuring
+    assert not unread, f"{check}: read by its measuring function, so measuring: {unread}"

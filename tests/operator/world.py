@@ -118,6 +118,9 @@ class World:
             boot_id=BOOT,
             gpus=8,
             gpu_capacity=8,
+            # registered under the pending taint, as docs/operator.md says to: a new
+            # node, not in service (a node without it is one found in service)
+            taints=(Taint("gpuaccept.io/pending", "NoSchedule"),),
         )
     )
     na: NAView | None = None

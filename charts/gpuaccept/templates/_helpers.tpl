@@ -117,6 +117,7 @@ and is put before the repository otherwise. */}}
 - --probe-resources={{ toJson .Values.probe.resources }}
 - --probe-tolerations={{ toJson .Values.probe.tolerations }}
 - --fabric-pods={{ toJson .Values.fabric }}
+- --max-unavailable-ceiling={{ .Values.operator.maxUnavailableCeiling }}
 {{- with .Values.operator.watchNodeSelector }}
 - --node-selector={{ . }}
 {{- end }}

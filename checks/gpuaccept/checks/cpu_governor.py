@@ -95,6 +95,8 @@ def condense(observed: CpuGovernorObserved) -> CpuGovernorObserved:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset(),
+    judging=frozenset({"required_governor", "without_cpufreq"}),
     name="cpu_governor",
     title="CPU governor",
     summary="every online CPU runs the required cpufreq governor (`performance`)",

@@ -199,6 +199,8 @@ def condense(observed: DriverLibrariesObserved) -> DriverLibrariesObserved:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset(),
+    judging=frozenset({"driver_versions", "min_cuda_driver_version", "required_cuda_majors"}),
     name="driver_libraries",
     title="Driver and libraries",
     summary="NVML works (no driver/library mismatch), the driver's version and the CUDA it "

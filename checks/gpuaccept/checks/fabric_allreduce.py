@@ -96,6 +96,14 @@ class FabricPolicy(ContractModel):
         description="Accepted nodes that never passed a pair may be partners while idle "
         "(no pod requests their GPUs). Nodes that passed a pair are partners either way.",
     )
+    witness_window_seconds: int = Field(
+        default=86400,
+        ge=60,
+        le=90 * 86400,
+        description="How long a partner's passing pair counts as evidence that it is good "
+        "(a witness in a conviction, a cleared reference); older, or from before the "
+        "partner's last reboot, it is tested again.",
+    )
     max_message_bytes: int = Field(
         default=DEFAULT_MAX_MESSAGE_BYTES,
         ge=1 << 20,

@@ -228,6 +228,18 @@ def budget(section: GpuComputePolicy, _gpus: int) -> PhaseEstimate:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset({"fp8", "fp8_seconds", "own_load_seconds"}),
+    judging=frozenset(
+        {
+            "min_bf16_tflops",
+            "min_bf16_tflops_by_model",
+            "min_fp8_tflops",
+            "min_fp8_tflops_by_model",
+            "warn_below_median_percent",
+            "max_below_median_percent",
+            "fp8_siblings_fail",
+        }
+    ),
     name="gpu_compute",
     title="GPU compute throughput",
     summary="every GPU's dense bf16 (and fp8) matmul TFLOPS at or above the model minimum "

@@ -322,6 +322,17 @@ def condense(observed: GpuConfigObserved) -> GpuConfigObserved:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset(),
+    judging=frozenset(
+        {
+            "power_limit_tolerance",
+            "require_persistence",
+            "mig_mode",
+            "compute_mode",
+            "max_app_clocks_fraction",
+            "min_sm_clock_fraction",
+        }
+    ),
     name="gpu_config",
     title="GPU configuration",
     summary="enforced power limit not below the default (5 % tolerance), persistence on, MIG "

@@ -143,6 +143,8 @@ def judge(
 
 
 SPEC = CheckSpec(
+    measuring=frozenset(),
+    judging=frozenset({"expected"}),
     name="gpu_count",
     title="GPU count",
     summary="allocatable = capacity, and the GPUs visible equal the policy's count, else the "

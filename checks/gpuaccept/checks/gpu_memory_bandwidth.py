@@ -165,6 +165,8 @@ def budget(section: GpuMemoryBandwidthPolicy, _gpus: int) -> PhaseEstimate:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset({"buffer_bytes", "iterations", "warmup_iterations"}),
+    judging=frozenset({"min_gbps", "min_gbps_by_model", "max_below_median_percent"}),
     name="gpu_memory_bandwidth",
     title="GPU memory bandwidth",
     summary="every GPU's memory bandwidth (STREAM triad) at or above the model minimum and "

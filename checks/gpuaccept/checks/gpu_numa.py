@@ -221,6 +221,8 @@ def condense(observed: GpuNumaObserved) -> GpuNumaObserved:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset(),
+    judging=frozenset({"require_numa_node", "socket_spread", "gpus_per_socket"}),
     name="gpu_numa",
     title="GPU NUMA placement",
     summary="every GPU has a NUMA node on a multi-socket host; GPUs spread over the sockets "

@@ -386,6 +386,20 @@ def condense(observed: InfinibandPortsObserved) -> InfinibandPortsObserved:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset(),
+    judging=frozenset(
+        {
+            "expected_up_ports",
+            "link_layer",
+            "min_rate_gbps",
+            "require_same_firmware",
+            "link_downed_warn",
+            "link_downed_fail",
+            "symbol_error_warn",
+            "symbol_error_fail",
+            "netns_mode",
+        }
+    ),
     name="infiniband_ports",
     title="InfiniBand / RoCE ports",
     summary="enough HCA ports ACTIVE and LinkUp, none LinkUp but not ACTIVE, rate at or "

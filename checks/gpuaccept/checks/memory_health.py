@@ -180,6 +180,15 @@ def condense(observed: MemoryHealthObserved) -> MemoryHealthObserved:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset(),
+    judging=frozenset(
+        {
+            "require_ecc",
+            "max_volatile_uncorrected",
+            "warn_aggregate_uncorrected",
+            "max_retired_pages",
+        }
+    ),
     name="memory_health",
     title="Memory health",
     summary="ECC on (current and pending), no uncorrected ECC errors since the driver loaded, "

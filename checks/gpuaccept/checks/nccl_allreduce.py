@@ -179,6 +179,8 @@ def budget(section: NcclAllreducePolicy, gpus: int) -> PhaseEstimate:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset({"max_message_bytes", "iterations", "warmup_iterations"}),
+    judging=frozenset({"min_busbw_gbps", "min_busbw_gbps_by_model"}),
     name="nccl_allreduce",
     title="NCCL all-reduce",
     summary="all-reduce bus bandwidth across every local GPU at or above the policy minimum",

@@ -236,6 +236,8 @@ def condense(observed: NvlinkObserved) -> NvlinkObserved:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset(),
+    judging=frozenset({"active_links_by_model", "warn_above", "fail_above"}),
     name="nvlink",
     title="NVLink",
     summary="every GPU has the active NVLinks its model should (H100/H200 SXM: 18); link "

@@ -232,6 +232,8 @@ def condense(observed: NvswitchFabricObserved) -> NvswitchFabricObserved:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset({"in_progress_wait_seconds"}),
+    judging=frozenset({"expected_by_model", "fail_on", "warn_on"}),
     name="nvswitch_fabric",
     title="NVSwitch fabric",
     summary="on NVSwitch systems every GPU's fabric registration completed with success, no "

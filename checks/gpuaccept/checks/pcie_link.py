@@ -305,6 +305,10 @@ def budget(_section: PcieLinkPolicy, gpus: int) -> PhaseEstimate:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset(),
+    judging=frozenset(
+        {"require_max", "min_generation", "min_width", "min_h2d_gbps", "min_d2h_gbps"}
+    ),
     name="pcie_link",
     title="PCIe link",
     summary="every GPU's link at its max generation and width under load; H2D/D2H "

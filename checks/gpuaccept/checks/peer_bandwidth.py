@@ -529,6 +529,17 @@ def budget(section: PeerBandwidthPolicy, gpus: int) -> PhaseEstimate:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset(
+        {"buffer_bytes", "staged_buffer_bytes", "iterations", "warmup_iterations", "bidirectional"}
+    ),
+    judging=frozenset(
+        {
+            "min_gbps_by_model",
+            "max_below_median_percent",
+            "peer_access_required",
+            "all_pairs_models",
+        }
+    ),
     name="peer_bandwidth",
     title="GPU-to-GPU bandwidth",
     summary="every ordered GPU pair's peer copy bandwidth at or above the per-model minimum "

@@ -33,9 +33,11 @@ from gpuaccept.contracts.policy import (
     ProbeRun,
     QualifiedName,
     QuarantineAction,
+    QuarantineRate,
     ReprobeTriggers,
     default_node_selector,
     key_owned,
+    limit_count,
 )
 
 SectionT = TypeVar("SectionT", bound=CheckSwitch)
@@ -133,7 +135,14 @@ class NodeAcceptancePolicySpec(ContractModel):
     )
     max_quarantined: NonNegativeCount | Percentage = Field(
         default="10%",
-        description="Circuit breaker: an absolute count or a percentage of matched nodes.",
+        description="Circuit breaker: how many matched nodes may be out of service because "
+        "of gpuaccept at once (Quarantined, and nodes taken out of "
+        "service for a new probe), an absolute count or a percentage of matched nodes.",
+    )
+    quarantine_rate: QuarantineRate = Field(
+        default=QuarantineRate(),
+        description="Beside maxQuarantined: how many nodes may newly be taken out of "
+        "service per sliding window.",
     )
     dry_run: bool = Field(
         default=False,
@@ -189,9 +198,8 @@ class NodeAcceptancePolicySpec(ContractModel):
         node, and a limit of 0 on a small fleet would turn its first bad node
         into a held verdict and a critical alert. An absolute count is as given.
         """
-        if isinstance(self.max_quarantined, int):
-            return max(self.max_quarantined, 0)
-        percent = int(self.max_quarantined.rstrip("%"))
-        if percent == 0:
-            return 0
-        return max((matched_nodes * percent) // 100, 1)
+        return limit_count(self.max_quarantined, matched_nodes)
+
+    def rate_count(self, matched_nodes: int) -> int:
+        """``quarantineRate.maxPerWindow`` for a fleet of ``matched_nodes`` nodes."""
+        return limit_count(self.quarantine_rate.max_per_window, matched_nodes)

@@ -110,6 +110,13 @@ class CheckSpec(Generic[PolicyT, ObservedT]):
     runbook: RunbookEntry
     # The seconds its phase of a probe run takes, from its section and the GPU count.
     budget: Callable[[PolicyT, int], PhaseEstimate]
+    # Its section's fields (Python names) but ``enabled`` and ``required``, each in
+    # one of two sets. ``measuring``: they change what the probe measures (sizes,
+    # durations, what it runs), so a stored result measured under other values is
+    # measured again, never judged. ``judging``: thresholds only, re-judged in place.
+    # tests/checks/test_registry_coverage.py holds every field to exactly one set.
+    measuring: frozenset[str]
+    judging: frozenset[str]
     condense: Callable[[ObservedT], ObservedT] = _unchanged
     # This check's key figures (None: the check has none), from its observed value.
     figures_model: type[FiguresModel] | None = None

@@ -222,6 +222,8 @@ def budget(section: ThrottleReasonsPolicy, gpus: int) -> PhaseEstimate:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset({"warmup_seconds", "sample_seconds", "max_active_fraction"}),
+    judging=frozenset({"fail_on", "warn_on"}),
     name="throttle_reasons",
     title="Clock throttle reasons",
     summary="no sustained HW slowdown, thermal or power-brake clock event reason under load "

@@ -265,6 +265,8 @@ def xid_sets(events: list[tuple[int, int]]) -> dict[str, list[int]]:
 
 
 SPEC = CheckSpec(
+    measuring=frozenset(),
+    judging=frozenset({"fail_on", "warn_on", "recovery_action_fail_on", "recovery_action_warn_on"}),
     name="xid_errors",
     title="Xid errors",
     summary="no critical Xid (NVML events) while the probe loads the GPUs, and no GPU "

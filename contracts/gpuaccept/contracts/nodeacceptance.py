@@ -146,6 +146,15 @@ class FabricStatus(ContractModel):
     message: str | None = Field(default=None, max_length=1024)
 
 
+class ProbedSection(ContractModel):
+    """Digests of one check's policy section as the stored report was measured under it."""
+
+    measured: str = Field(
+        max_length=32, description="Digest of the fields that change what the probe measures."
+    )
+    section: str = Field(max_length=32, description="Digest of the whole section.")
+
+
 class NodeAcceptanceStatus(ContractModel):
     phase: Phase = Phase.PENDING
     reason: str | None = Field(default=None, max_length=64, description="Main reason, one word.")
@@ -210,6 +219,24 @@ class NodeAcceptanceStatus(ContractModel):
     )
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = Field(default=None, ge=0)
+    probed_sections: dict[str, ProbedSection] | None = Field(
+        default=None,
+        max_length=64,
+        description="Per check enabled when the stored report was measured: digests of its "
+        "policy section then. A re-judge measures again, rather than judges, a check whose "
+        "measuring fields changed, that was off then, or whose result was compacted under a "
+        "section that changed since. Absent on reports recorded before this field.",
+    )
+    was_in_service: bool = Field(
+        default=False,
+        description="The node was in service (schedulable, no gpuaccept taint) when "
+        "gpuaccept took it out for this round: it counts against maxQuarantined until decided.",
+    )
+    taken_out_time: datetime | None = Field(
+        default=None,
+        description="When gpuaccept last took this node out of service (a quarantine, or a "
+        "new round of an in-service node): the quarantine rate's window counts these.",
+    )
 
 
 class PhaseCounts(ContractModel):
@@ -228,3 +255,15 @@ class NodeAcceptancePolicyStatus(ContractModel):
     breaker_open: bool = False
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = Field(default=None, ge=0)
+    out_of_service: int = Field(
+        default=0,
+        ge=0,
+        description="Matched nodes out of service because of gpuaccept (what maxQuarantined "
+        "counts): quarantined, held by the limit, and nodes taken out for a new round.",
+    )
+    held_back: int = Field(
+        default=0,
+        ge=0,
+        description="Nodes whose verdict, new round, fabric test or adoption the limit holds "
+        "back (reason BreakerOpen), those kept in service included.",
+    )

@@ -242,6 +242,31 @@ class PolicyChangeAction(StrEnum):
     IGNORE = "Ignore"
 
 
+class QuarantineRate(ContractModel):
+    """How many nodes gpuaccept may newly take out of service per sliding window."""
+
+    max_per_window: NonNegativeCount | Percentage = Field(
+        default="10%",
+        description="Nodes newly taken out of service (quarantined, or an in-service node "
+        "re-probed) within the window: a count, or a percentage of the matched nodes "
+        "(rounded down, at least 1 unless 0).",
+    )
+    window_seconds: int = Field(
+        default=300, ge=1, le=86400, description="The sliding window, in seconds."
+    )
+
+
+def limit_count(limit: int | str, matched_nodes: int) -> int:
+    """A count, or a percentage of ``matched_nodes`` rounded down but at least 1
+    unless it is "0%"."""
+    if isinstance(limit, int):
+        return max(limit, 0)
+    percent = int(limit.rstrip("%"))
+    if percent == 0:
+        return 0
+    return max((matched_nodes * percent) // 100, 1)
+
+
 class ReprobeTriggers(ContractModel):
     """When a decided node is probed (or judged) again."""
 

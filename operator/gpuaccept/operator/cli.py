@@ -142,6 +142,7 @@ def main(argv: Sequence[str]) -> int:
         default_timeout_seconds=args.probe_timeout,
         owned_key_prefixes=owned_key_prefixes(args.owned_key_prefixes),
         accept_simulated_reports=args.accept_simulated_reports,
+        max_unavailable_ceiling=args.max_unavailable_ceiling,
         image_pull_secrets=tuple(dict.fromkeys(args.probe_image_pull_secrets)),
         fabric=fabric,
     )

@@ -243,7 +243,7 @@ class Controller:
         policies = matching_policies(self.cache_policies(), node.labels) if node else ()
         limit_counts = QuarantineLimitCounts()
         if len(policies) == 1:
-            limit_counts = self.quarantine_limit.counts(policies[0].name, name)
+            limit_counts = self.quarantine_limit.counts(policies[0].name, name, now)
         na = self.cache.na_with_evidence(name)
         fabric = na.status.fabric if na is not None else None
         return NodeSnapshot(

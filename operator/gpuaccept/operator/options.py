@@ -222,6 +222,19 @@ def fabric_pods(text: str) -> FabricPodConfig:
     )
 
 
+_CEILING = re.compile(r"^(100|[1-9]?[0-9])%$|^[0-9]{1,6}$")
+
+
+def max_unavailable_ceiling(text: str) -> int | str:
+    """``--max-unavailable-ceiling``: a count (``5``) or a percentage (``"50%"``)."""
+    value = text.strip()
+    if not _CEILING.match(value):
+        raise UsageError(
+            f"--max-unavailable-ceiling: {text!r} is neither a count nor a percentage (0-100%)"
+        )
+    return value if value.endswith("%") else int(value)
+
+
 def parser() -> argparse.ArgumentParser:
     env = os.environ.get
     p = _Parser(
@@ -264,6 +277,14 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="judge probe reports from simulated hardware (the demo and the tests only); "
         "by default such a report is an attempt error and never accepts a node",
+    )
+    p.add_argument(
+        "--max-unavailable-ceiling",
+        type=max_unavailable_ceiling,
+        default=max_unavailable_ceiling(env("GPUACCEPT_MAX_UNAVAILABLE_CEILING", "100%")),
+        help="the most nodes of any one policy gpuaccept may hold out of service at once, "
+        "a count or a percentage of its matched nodes (no policy's maxQuarantined or "
+        "quarantineRate goes above it; default 100%%: none; the chart sets 50%%)",
     )
     ha = p.add_argument_group("high availability")
     ha.add_argument(

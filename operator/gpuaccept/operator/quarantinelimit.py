@@ -1,4 +1,5 @@
-"""The quarantine limit's bookkeeping (runtime): the per-policy locks and counts.
+"""The quarantine limit's bookkeeping (runtime): the per-policy locks and counts
+(capacity: every node out of service because of gpuaccept, and the rate's window).
 
 The rule itself is pure (:func:`gpuaccept.operator.core.fleet.quarantine_allowed`);
 this gives it the counts, from the cache's incremental fleet count
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from datetime import datetime
 
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.model import QuarantineLimitCounts
@@ -27,10 +29,12 @@ class QuarantineLimit:
     def lock(self, policy: str) -> asyncio.Lock:
         return self._locks[policy]
 
-    def counts(self, policy: str, node: str) -> QuarantineLimitCounts:
-        """Quarantined nodes of ``policy`` but ``node``, and the nodes it matches: O(1)."""
+    def counts(self, policy: str, node: str, now: datetime | None = None) -> QuarantineLimitCounts:
+        """The nodes of ``policy`` but ``node`` out of service because of gpuaccept, those
+        taken out within its rate's window at ``now``, and the nodes it matches:
+        O(log n)."""
         self.cache.settle()
-        return self.cache.count.limit_counts(policy, node)
+        return self.cache.count.limit_counts(policy, node, now)
 
     def forget(self, policy: str) -> None:
         lock = self._locks.get(policy)

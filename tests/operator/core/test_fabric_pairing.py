@@ -378,3 +378,91 @@ def test_a_result_from_after_a_node_began_waiting_still_decides() -> None:
         now=T0 + timedelta(minutes=REPAIRED_AT + 6),
     )
     assert kinds(plan_fabric(situation, PARAMS)) == {"n": "FabricPassed"}
+
+
+# ---------------------------------------------------------------- witness evidence expires
+
+DAY = timedelta(days=1)
+
+
+def _stale_case(
+    *, r1_at: timedelta, r2_at: timedelta, rebooted: frozenset[str] = frozenset()
+) -> FabricPlan:
+    """A new node ``n`` fails with the idle references r1 and r2, which passed with
+    w1 and w2 ``r1_at``/``r2_at`` before now."""
+    now = T0 + timedelta(minutes=30)
+    results = (
+        PairResult(NodePair("r1", "w1"), P, GOOD_BUSBW, now - r1_at),
+        PairResult(NodePair("r2", "w2"), P, GOOD_BUSBW, now - r2_at),
+        result("n", "r1", F, 5),
+        result("n", "r2", F, 10),
+    )
+    situation = FabricSituation(
+        waiting=(WaitingNode("n", T0),),
+        idle_accepted=frozenset({"r1", "r2", "w1", "w2"}),
+        results=results,
+        running=(),
+        now=now,
+        rebooted=rebooted,
+    )
+    return plan_fabric(situation, FabricPairingParams(deadline=HOUR, witness_window=DAY))
+
+
+@pytest.mark.parametrize(
+    ("r1_age", "r2_age", "rebooted", "convicted"),
+    [
+        (HOUR, HOUR, frozenset(), True),  # fresh witnesses convict, as before
+        (60 * DAY, 60 * DAY, frozenset(), False),  # both passed 60 days ago
+        (HOUR, 60 * DAY, frozenset(), False),  # one stale witness is one too few
+        (DAY - timedelta(minutes=1), HOUR, frozenset(), True),  # just within the window
+        (HOUR, HOUR, frozenset({"r1"}), False),  # r1 rebooted since its pass
+        (HOUR, HOUR, frozenset({"w2"}), False),  # a pass with a rebooted node
+    ],
+)
+def test_a_witness_pass_counts_only_within_its_window_and_boot(
+    r1_age: timedelta, r2_age: timedelta, rebooted: frozenset[str], convicted: bool
+) -> None:
+    verdict = _stale_case(r1_at=r1_age, r2_at=r2_age, rebooted=rebooted).verdicts.get("n")
+    assert isinstance(verdict, FabricQuarantined) == convicted, verdict
+
+
+def test_stale_references_are_tested_again_not_trusted() -> None:
+    """Idle partners whose passes expired are untested partners again (paired, but a
+    failure with them convicts nobody), even without idleAcceptedPartners."""
+    plan = _stale_case(r1_at=60 * DAY, r2_at=60 * DAY)
+    assert "n" not in plan.verdicts
+    assert plan.next_pairs  # n meets a partner not tried yet, or the references retest
+
+
+def test_a_reference_that_failed_with_two_cleared_nodes_is_a_suspect() -> None:
+    """r1 failed with c1 and c2, each of which passed with another node: r1 is in
+    doubt, so n's failure with r1 does not count toward n's conviction."""
+    results = (
+        result("r1", "w1", P, 1),
+        result("r2", "w2", P, 2),
+        result("c1", "d1", P, 3),
+        result("c2", "d2", P, 4),
+        result("c1", "r1", F, 5),
+        result("c2", "r1", F, 6),
+        result("n", "r1", F, 7),
+        result("n", "r2", F, 8),
+    )
+    case = Case("n", results, idle="r1 r2 w1 w2 c1 c2 d1 d2")
+    assert "n" not in case.plan().verdicts
+    # the same without r1's two failures: n is convicted
+    trusted = Case("n", results[:4] + results[6:], idle="r1 r2 w1 w2 c1 c2 d1 d2")
+    assert isinstance(trusted.plan().verdicts.get("n"), FabricQuarantined)
+
+
+def test_a_suspect_reference_is_not_a_cleared_partner() -> None:
+    results = (
+        result("r1", "w1", P, 1),
+        result("c1", "d1", P, 3),
+        result("c2", "d2", P, 4),
+        result("c1", "r1", F, 5),
+        result("c2", "r1", F, 6),
+        result("s", "x", F, 7),  # a suspect waiting for a cleared partner
+    )
+    plan = Case("s", results, idle="r1 w1 c1 c2 d1 d2").plan()
+    (first,) = [p for p in plan.next_pairs if "s" in p.members]
+    assert first.partner_of("s") != "r1"

@@ -5,7 +5,7 @@ exactly when both nodes are good."""
 from __future__ import annotations
 
 import itertools
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from fabric_fleet import Fleet, FleetRun, run_fleet
 from hypothesis import given, settings
@@ -15,7 +15,12 @@ from gpuaccept.operator.core.fabric.pairing import (
     FabricPairingParams,
     FabricPassed,
     FabricQuarantined,
+    FabricSituation,
     NodePair,
+    PairOutcome,
+    PairResult,
+    WaitingNode,
+    plan_fabric,
 )
 
 BOUNDED_ROUNDS = 3
@@ -132,3 +137,75 @@ def test_every_placement_of_bad_nodes_in_small_batches() -> None:
                 assert_pairs_are_honest(run)
                 if has_enough_good_nodes(n, k):
                     assert_within_the_bound(run, n, k)
+
+
+# ---------------------------------------------------------------- expired evidence
+
+WINDOW = timedelta(days=1)
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+NAMES = ("n", "a", "b", "c", "d", "e")
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[tuple[PairResult, ...], frozenset[str]]:
+    """Any pair results among six nodes, every pass either older than the window or
+    with a node rebooted since (so no pass vouches for anyone)."""
+    rebooted = frozenset(draw(st.sets(st.sampled_from(NAMES[1:]))))
+    results = []
+    for a, b in draw(st.lists(st.sampled_from(list(itertools.combinations(NAMES, 2))))):
+        passed = draw(st.booleans())
+        if passed and not ({a, b} & rebooted):
+            age = WINDOW + timedelta(minutes=draw(st.integers(1, 60 * 24 * 90)))
+        else:
+            age = timedelta(minutes=draw(st.integers(1, 60 * 24 * 90)))
+        outcome = PairOutcome.PASSED if passed else PairOutcome.FAILED
+        results.append(PairResult(NodePair(a, b), outcome, None, NOW - age))
+    return tuple(results), rebooted
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories())
+def test_expired_or_pre_reboot_passes_never_convict(
+    case: tuple[tuple[PairResult, ...], frozenset[str]],
+) -> None:
+    results, rebooted = case
+    situation = FabricSituation(
+        waiting=tuple(WaitingNode(n, NOW - 1000 * WINDOW) for n in ("n", "a")),
+        idle_accepted=frozenset(NAMES[2:]),
+        results=results,
+        running=(),
+        now=NOW,
+        rebooted=rebooted,
+    )
+    plan = plan_fabric(situation, FabricPairingParams(witness_window=WINDOW))
+    convicted = {n for n, v in plan.verdicts.items() if isinstance(v, FabricQuarantined)}
+    assert not convicted, plan.verdicts
+
+
+def test_every_staleness_of_the_four_witness_passes() -> None:
+    """The five-node conviction (n failed with p1, p2; each passed with w1, w2) over
+    every choice of stale, pre-reboot or fresh for each of the two passes: n is
+    convicted exactly when both still vouch."""
+    kinds = ("fresh", "stale", "rebooted")
+    for k1, k2 in itertools.product(kinds, repeat=2):
+        ages = {"fresh": timedelta(hours=1), "stale": 2 * WINDOW, "rebooted": timedelta(hours=1)}
+        rebooted = frozenset(
+            {name for name, kind in (("p1", k1), ("p2", k2)) if kind == "rebooted"}
+        )
+        results = (
+            PairResult(NodePair("p1", "w1"), PairOutcome.PASSED, None, NOW - ages[k1]),
+            PairResult(NodePair("p2", "w2"), PairOutcome.PASSED, None, NOW - ages[k2]),
+            PairResult(NodePair("n", "p1"), PairOutcome.FAILED, None, NOW - timedelta(minutes=9)),
+            PairResult(NodePair("n", "p2"), PairOutcome.FAILED, None, NOW - timedelta(minutes=8)),
+        )
+        situation = FabricSituation(
+            waiting=(WaitingNode("n", NOW - timedelta(minutes=10)),),
+            idle_accepted=frozenset({"p1", "p2", "w1", "w2"}),
+            results=results,
+            running=(),
+            now=NOW,
+            rebooted=rebooted,
+        )
+        plan = plan_fabric(situation, FabricPairingParams(witness_window=WINDOW))
+        convicted = isinstance(plan.verdicts.get("n"), FabricQuarantined)
+        assert convicted == (k1 == k2 == "fresh"), (k1, k2, plan.verdicts)

@@ -17,7 +17,12 @@ from gpuaccept.contracts.nodeacceptance import (
     NodeAcceptanceStatus,
     Phase,
 )
-from gpuaccept.operator.core.fabric.pairing import FabricNoPartner, FabricPassed, NodePair
+from gpuaccept.operator.core.fabric.pairing import (
+    FabricNoPartner,
+    FabricPassed,
+    FabricQuarantined,
+    NodePair,
+)
 from gpuaccept.operator.core.fabric.policypass import (
     PARTNER_START_GRACE_SECONDS,
     FabricMember,
@@ -270,3 +275,40 @@ def test_a_waiting_node_without_gpus_is_never_paired_but_gets_its_deadline_verdi
     assert ("a" in step.verdicts) is deadline_passed
     if deadline_passed:
         assert isinstance(step.verdicts["a"], FabricNoPartner)
+
+
+def _record(pair: str, partner: str, outcome: str, minute: int) -> FabricPairRecord:
+    return FabricPairRecord(
+        pair=pair, partner=partner, node_rank=0, outcome=outcome,  # type: ignore[arg-type]
+        busbw_gbps=390.0 if outcome == "passed" else 100.0,
+        finished_at=T0 + timedelta(minutes=minute),
+    )  # fmt: skip
+
+
+def _accepted_partner(
+    name: str, pairs: tuple[FabricPairRecord, ...], *, rebooted: bool
+) -> FabricMember:
+    member = waiting(name, pairs=pairs)
+    status = member.na.status.model_copy(
+        update={
+            "phase": Phase.ACCEPTED,
+            "probed_boot_id": "boot-before" if rebooted else member.node.boot_id,
+        }
+    )
+    return FabricMember(member.node, NAView(name, status))
+
+
+@pytest.mark.parametrize("rebooted", [False, True])
+def test_a_partner_rebooted_since_its_probe_witnesses_nothing(rebooted: bool) -> None:
+    """n failed with p1 and p2, which passed with w1 and w2: a conviction, unless p1
+    rebooted since it was probed (its pass is from an older boot)."""
+    p1 = _accepted_partner(
+        "p1", (_record("q1", "w1", "passed", 1), _record("f1", "n", "failed", 3)),
+        rebooted=rebooted,
+    )  # fmt: skip
+    p2 = _accepted_partner(
+        "p2", (_record("q2", "w2", "passed", 2), _record("f2", "n", "failed", 4)), rebooted=False
+    )
+    n = waiting("n", pairs=(_record("f1", "p1", "failed", 3), _record("f2", "p2", "failed", 4)))
+    step = plan_fabric_pass(observed(p1, p2, n, now=T0 + timedelta(minutes=10)))
+    assert isinstance(step.verdicts.get("n"), FabricQuarantined) is not rebooted, step.verdicts

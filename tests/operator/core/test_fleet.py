@@ -192,13 +192,20 @@ def _conditions(status: object) -> dict[str, tuple[str, str, str]]:
         ),
         (
             A,
-            PolicyTally(matched=3, held_by_limit=("n2",), limit=1),
+            PolicyTally(
+                matched=3,
+                held_by_limit=("n2",),
+                limit=1,
+                quarantined=frozenset({"n1"}),
+                out_of_service=frozenset({"n2"}),
+            ),
             ("True", "Reconciling", "3 node(s) matched"),
             (
                 "True",
                 "QuarantineLimitReached",
-                "1 node(s) held: quarantining them would exceed maxQuarantined (limit 1);"
-                " raise spec.maxQuarantined to let them through",
+                "1 node(s) held back: taking them out of service would exceed maxQuarantined"
+                " (limit 1, 2 out of service) or quarantineRate; raise them (or wait out the"
+                " window) to let them through",
             ),
         ),
     ],
@@ -213,6 +220,8 @@ def test_policy_status_conditions(
     assert _conditions(status) == {"Ready": ready, "BreakerOpen": breaker}
     assert status.breaker_open is bool(share.held_by_limit)
     assert status.matched_nodes == share.matched
+    assert status.out_of_service == len(share.quarantined) + len(share.out_of_service)
+    assert status.held_back == len(share.held_by_limit)
     assert status.observed_generation == policy.generation
     assert all(c.last_transition_time == NOW for c in status.conditions)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from world import spec
@@ -47,8 +48,25 @@ class Acceptance:
 Step = Policies | Node | Acceptance
 
 
-def _status(policy: str, phase: Phase, reason: str | None = None) -> NodeAcceptanceStatus:
-    return NodeAcceptanceStatus(phase=phase, policy=policy, reason=reason)
+def _status(
+    policy: str,
+    phase: Phase,
+    reason: str | None = None,
+    *,
+    was_in_service: bool = False,
+    taken_out: int | None = None,  # seconds after T0
+) -> NodeAcceptanceStatus:
+    return NodeAcceptanceStatus(
+        phase=phase,
+        policy=policy,
+        reason=reason,
+        was_in_service=was_in_service,
+        taken_out_time=None if taken_out is None else T0 + timedelta(seconds=taken_out),
+    )
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+NOW = T0 + timedelta(seconds=400)  # the window (300 s) holds what was taken out after 100 s
 
 
 def _normalised(shares: Mapping[str, PolicyTally]) -> dict[str, PolicyTally]:
@@ -61,6 +79,9 @@ def _normalised(shares: Mapping[str, PolicyTally]) -> dict[str, PolicyTally]:
             quarantined=share.quarantined,
             held_by_limit=tuple(sorted(share.held_by_limit)),
             limit=share.limit,
+            out_of_service=share.out_of_service,
+            taken_out=tuple(sorted(share.taken_out)),
+            window_seconds=share.window_seconds,
         )
         for name, share in shares.items()
     }
@@ -112,10 +133,27 @@ SEQUENCES: list[Sequence[Step]] = [
         Policies((BAD, B)),
         Policies((A, B)),
     ],
+    # capacity: in-service nodes taken out for a new round, within the window or not
+    [
+        Policies((A, B)),
+        Node("n1", GPU),
+        Node("n2", GPU),
+        Node("n3", GPU),
+        Acceptance("n1", _status("a", Phase.ACCEPTED)),
+        Acceptance("n1", _status("a", Phase.PROBING, was_in_service=True, taken_out=50)),
+        Acceptance("n2", _status("a", Phase.PENDING, was_in_service=True, taken_out=150)),
+        Acceptance("n3", _status("a", Phase.PROBING)),  # a new node: in no count
+        Acceptance("n3", _status("a", Phase.QUARANTINED, taken_out=200)),
+        Acceptance("n2", _status("a", Phase.ACCEPTED, "BreakerOpen", taken_out=150)),
+        Acceptance("n1", _status("a", Phase.HELD, "DryRun", taken_out=50)),
+        Acceptance("n3", None),
+    ],
 ]
 
 
-@pytest.mark.parametrize("steps", SEQUENCES, ids=["lifecycle", "relabel-delete", "policy-change"])
+@pytest.mark.parametrize(
+    "steps", SEQUENCES, ids=["lifecycle", "relabel-delete", "policy-change", "capacity"]
+)
 def test_fleet_count_answers_what_the_snapshot_tally_answers(steps: Sequence[Step]) -> None:
     count = FleetCount()
     policies: tuple[PolicyView, ...] = ()
@@ -144,6 +182,7 @@ def test_fleet_count_answers_what_the_snapshot_tally_answers(steps: Sequence[Ste
         assert count.tally() == expected, step
         for policy, share in expected.items():
             for node in {*nodes, *acceptances, "absent"}:
+                assert count.limit_counts(policy, node, NOW) == share.limit_counts(node, NOW)
                 assert count.limit_counts(policy, node) == share.limit_counts(node), (
                     step,
                     policy,

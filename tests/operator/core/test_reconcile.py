@@ -91,6 +91,11 @@ def policy(generation: int = 1, *, uid: str = "", **fields: Any) -> list[PolicyV
     return [PolicyView("default", generation, spec(**fields), uid=uid)]
 
 
+def _settled(world: World) -> World:
+    world.settle()
+    return world
+
+
 def stalled() -> World:
     world = world_with(gpus=0, policies=policy(waitForGPUs={"timeoutSeconds": 60}))
     world.settle()
@@ -255,9 +260,10 @@ NEW_LABELS = {"quarantine": {"labels": {"gpuaccept.io/new": "yes"}}}
 
 TRANSITIONS = {
     # ---- a node joins
-    "a new node gets its NodeAcceptance and the pending taint, then a probe": Transition(
-        World, nothing, Phase.PROBING, None,
-        first=(CreateNodeAcceptance, PatchNodeTaintsLabels), taints=[PENDING_KEY],
+    "a node found in service gets its NodeAcceptance, the pending taint as the limit "
+    "allows, then a probe": Transition(
+        lambda: world_with(taints=()), nothing, Phase.PROBING, None,
+        first=(CreateNodeAcceptance,), taints=[PENDING_KEY],
     ),
     "a node registered under the pending taint is not patched": Transition(
         lambda: world_with(taints=(PENDING,)), nothing, Phase.PROBING,
@@ -355,8 +361,8 @@ TRANSITIONS = {
         status={"policy": "b"},
     ),
     "dryRun holds the verdict and changes no taint or label": Transition(
-        lambda: probing_world(policies=policy(dryRun=True)), report(failing=["pcie_link"]),
-        Phase.HELD, "DryRun", also=_dry_run_side,
+        lambda: _settled(world_with(taints=(), policies=policy(dryRun=True))),
+        report(failing=["pcie_link"]), Phase.HELD, "DryRun", also=_dry_run_side,
     ),
     "dryRun off applies the stored verdict without a new probe": Transition(
         lambda: decided(make_report(failing=["pcie_link"]), policies=policy(dryRun=True)),
@@ -624,24 +630,25 @@ def test_policy_change_never_rejudges_an_older_rounds_report() -> None:
 
 
 def test_a_node_that_leaves_accepted_is_no_longer_labelled_accepted() -> None:
-    # accepted, rebooted, the new probe fails and the quarantine limit is reached: Held
+    # accepted, rebooted (out of service from then on), the new probe fails
     w = accepted_world()
     assert w.node is not None
     assert w.node.labels["gpuaccept.io/acceptance"] == "accepted"
     assert w.node.condition is not None
     assert w.node.condition.status == "True"
-    w.limit_counts = QuarantineLimitCounts(quarantined=5, matched=10)
     w.node = dataclasses.replace(w.node, boot_id="boot-2")
     w.settle()
     assert "gpuaccept.io/acceptance" not in w.node.labels  # re-probing: not accepted
     assert w.node.condition is not None
     assert w.node.condition.status == "Unknown"
+    # meanwhile other nodes fill the limit: this node was counted out of service when
+    # its round began, so its quarantine changes no capacity and goes through
+    w.limit_counts = QuarantineLimitCounts(quarantined=5, matched=10)
     w.finish_with_report(make_report(boot_id="boot-2", failing=["cpu_governor"]))
     w.settle()
-    assert (w.status.phase, w.status.reason) == (Phase.HELD, "BreakerOpen")
-    assert "gpuaccept.io/acceptance" not in w.node.labels
-    assert w.node.condition.status == "Unknown"
-    assert w.taint_keys() == ["gpuaccept.io/pending"]
+    assert (w.status.phase, w.status.reason) == (Phase.QUARANTINED, "CpuGovernorFailed")
+    assert w.node.labels.get("gpuaccept.io/acceptance") == "quarantined"
+    assert w.node.condition.status == "False"
 
 
 def test_quarantine_labels_are_recorded_and_only_those_are_removed() -> None:

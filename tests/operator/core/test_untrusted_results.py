@@ -233,7 +233,12 @@ def test_a_stored_simulated_report_is_not_rejudged_to_accept_once_the_flag_is_of
     world.config = OperatorConfig()  # restarted without --accept-simulated-reports
     world.policies = [PolicyView("default", 2, spec())]  # a policy edit: re-judge
     world.settle()
-    assert (world.status.phase, world.status.reason) == (Phase.QUARANTINED, "ProbeError")
+    # Not judged: a new round measures again, and its simulated report is refused.
+    assert world.status.phase == Phase.PROBING
+    assert world.status.report is None
+    world.finish_with_report()
+    world.settle()
+    assert (world.status.phase, world.status.reason) == (Phase.PENDING, "SimulatedReport")
 
 
 # ---------------------------------------------------------------- refused status writes

@@ -159,6 +159,10 @@ def test_bad_json_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         (["--log-format", "xml"], "argument --log-format: invalid choice: 'xml'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["--node-selector", "=x"], "--node-selector: empty key in '=x'"),
+        (
+            ["--max-unavailable-ceiling", "101%"],
+            "--max-unavailable-ceiling: '101%' is neither a count nor a percentage",
+        ),
     ],
 )
 def test_bad_configuration_is_one_line_and_exit_2(
@@ -242,6 +246,12 @@ def test_chart_arguments_parse() -> None:
     assert args.probe_timeout == 900
     assert args.workers >= 1
     assert args.probe_image_pull_secrets == []
+
+
+def test_max_unavailable_ceiling_is_a_count_or_a_percentage() -> None:
+    assert parser().parse_args([]).max_unavailable_ceiling == "100%"  # none by default
+    assert parser().parse_args(["--max-unavailable-ceiling=50%"]).max_unavailable_ceiling == "50%"
+    assert parser().parse_args(["--max-unavailable-ceiling", "7"]).max_unavailable_ceiling == 7
 
 
 def test_probe_image_pull_secrets_repeat() -> None:

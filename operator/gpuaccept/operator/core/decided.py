@@ -8,14 +8,23 @@ there is room. Otherwise the node is kept as decided.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpuaccept.checks.fabric_allreduce import CHECK as FABRIC_CHECK
+from gpuaccept.checks.remeasure import remeasure_reason
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import Phase, Reason
 from gpuaccept.contracts.policy import PolicyChangeAction
 from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.operator.core.acceptance_gate import acceptance_problem
+from gpuaccept.operator.core.capacity import (
+    TakeOutDecision,
+    in_service,
+    out_of_service,
+    take_out_allowed,
+)
 from gpuaccept.operator.core.fabric.membership import is_member
-from gpuaccept.operator.core.fleet import quarantine_allowed
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import (
     REASON_PROBE_ERROR,
@@ -24,9 +33,18 @@ from gpuaccept.operator.core.nodecontext import (
     PlanBuilder,
     cut,
 )
-from gpuaccept.operator.core.record import Evidence, failing_verdict, record_verdict
+from gpuaccept.operator.core.record import (
+    HELD_FABRIC,
+    HELD_QUARANTINE,
+    Evidence,
+    failing_verdict,
+    record_verdict,
+)
 from gpuaccept.operator.core.report_trust import trusted_report
 
+REASON_REMEASURE = "PolicyNotMeasured"
+HELD_REPROBE = "Reprobe"  # a new round of an in-service node, deferred by the limit
+DEFERRED_RETRY_SECONDS = 30
 DECIDED = frozenset({Phase.ACCEPTED, Phase.QUARANTINED, Phase.HELD})
 
 
@@ -60,16 +78,53 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
             message = f"policy {policy.name} changed (generation {policy.generation})"
             return new_round(ctx, out, reason="PolicyChanged", message=message)
         if action == PolicyChangeAction.REJUDGE:
-            return record_verdict(
-                ctx, out, rejudged_verdict(ctx), Evidence(st.report, rejudged=True)
-            )
-    held_by_limit = (
-        st.phase == Phase.HELD and st.reason == REASON_QUARANTINE_LIMIT and not spec.dry_run
-    )
-    if held_by_limit and quarantine_allowed(spec, ctx.obs.limit_counts):
+            rejudged = rejudged_verdict(ctx)
+            if isinstance(rejudged, Remeasure):
+                return new_round(ctx, out, reason=rejudged.reason, message=rejudged.message)
+            return record_verdict(ctx, out, rejudged, Evidence(st.report, rejudged=True))
+    held_by_limit = st.reason == REASON_QUARANTINE_LIMIT and not spec.dry_run
+    if held_by_limit and st.held_action == HELD_FABRIC:  # a fabric test the limit deferred
+        rejudged = rejudged_verdict(ctx)
+        if isinstance(rejudged, Remeasure):
+            return new_round(ctx, out, reason=rejudged.reason, message=rejudged.message)
+        return record_verdict(ctx, out, rejudged, Evidence(st.report, rejudged=True))
+    if held_by_limit and st.held_action == HELD_QUARANTINE and take_out_now(ctx).allowed:
         held = failing_verdict(tuple(st.reasons), checks=tuple(st.checks), figures=st.figures)
         return record_verdict(ctx, out, held, Evidence(st.report, rejudged=st.rejudged))
     return _keep(ctx, out)
+
+
+def take_out_now(ctx: NodeContext) -> TakeOutDecision:
+    """The limit's answer for taking this node out of service (or quarantining it) now."""
+    st = ctx.status
+    return take_out_allowed(
+        ctx.spec,
+        ctx.obs.limit_counts,
+        ceiling=ctx.obs.config.max_unavailable_ceiling,
+        already_out=out_of_service(st) and st.policy == ctx.policy.name,
+        new_take_out=in_service(st),
+    )
+
+
+def _deferred_round(ctx: NodeContext, out: PlanBuilder, message: str, why: str) -> Plan:
+    """A new round of a node in service that the limit holds back: the node stays
+    as it is (in service, untouched), its trigger kept (the annotation stays, the
+    policy is not stamped), and it tries again later."""
+    st = ctx.status
+    out.remove_annotation = False
+    deferred = st.model_copy(
+        update={
+            "reason": REASON_QUARANTINE_LIMIT,
+            "held_action": HELD_REPROBE,
+            "message": cut(f"quarantine limit: {why}; the new round waits ({message})", 1000),
+        }
+    )
+    if deferred != st:
+        out.write_status(st, deferred)
+        out.event(ACCEPTANCE_KIND, "Warning", REASON_QUARANTINE_LIMIT, deferred.message or "")
+    out.ensure_node(ctx, st)
+    out.wake_in(DEFERRED_RETRY_SECONDS)
+    return out.build("new round deferred by the limit")
 
 
 def policy_changed(ctx: NodeContext) -> bool:
@@ -82,24 +137,39 @@ def policy_changed(ctx: NodeContext) -> bool:
     )
 
 
-def rejudged_verdict(ctx: NodeContext) -> Verdict:
-    """The stored report judged under the current policy."""
+@dataclass(frozen=True)
+class Remeasure:
+    """The stored report cannot be judged for the node now: a new round decides."""
+
+    reason: str  # the new round's reason word
+    message: str
+
+
+def rejudged_verdict(ctx: NodeContext) -> Verdict | Remeasure:
+    """The stored report judged under the current policy, or why it must be measured
+    again: what the policy now asks for was not measured (a check turned on, a
+    measuring setting, a compacted result under a changed section), or the report no
+    longer passes the acceptance gate for the node as it is (counts, trust). Neither
+    ever convicts the node."""
     st = ctx.status
     if st.report is None:  # an error verdict has no results to re-judge: it stands
         return failing_verdict(
             tuple(st.reasons)
             or (Reason(check="probe", reason=REASON_PROBE_ERROR, message=st.message or ""),),
         )
-    report = trusted_report(
-        st.report, ctx.node, accept_simulated=ctx.obs.config.accept_simulated_reports
-    )
-    if not isinstance(report, ProbeReport):  # e.g. simulated, and no longer judged here
-        error = Reason(check="probe", reason=REASON_PROBE_ERROR, message=report.message)
-        return failing_verdict((error,), figures=st.figures)
+    remeasure = remeasure_reason(st.report, st.probed_sections, ctx.spec.probe)
+    if remeasure is not None:
+        return Remeasure(REASON_REMEASURE, f"the stored report cannot be judged: {remeasure}")
+    accept_simulated = ctx.obs.config.accept_simulated_reports
+    report = trusted_report(st.report, ctx.node, accept_simulated=accept_simulated)
+    if not isinstance(report, ProbeReport):  # e.g. the node's GPU count changed since
+        return Remeasure(report.reason, f"the stored report is not trusted now: {report.message}")
     stored = ctx.judge_report(report)
     if isinstance(stored, str):  # the stored report cannot be judged
-        error = Reason(check="probe", reason=REASON_PROBE_ERROR, message=stored)
-        return failing_verdict((error,), figures=st.figures)
+        return Remeasure(REASON_REMEASURE, f"the stored report cannot be judged: {stored}")
+    problem = acceptance_problem(stored, report, ctx.node, accept_simulated=accept_simulated)
+    if problem is not None:  # e.g. 7 of 8 GPUs, with gpuCount off
+        return Remeasure(problem.reason, f"the stored report cannot accept: {problem.message}")
     # A fabric conviction rests on pair results, not on this report: re-judging the
     # report does not lift it while the policy still runs the fabric test.
     convicted = tuple(r for r in st.reasons if r.check == FABRIC_CHECK)
@@ -123,8 +193,14 @@ def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
 
 
 def new_round(ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str) -> Plan:
-    """Start over: Pending, attempts reset, the old round's evidence dropped."""
+    """Start over: Pending, attempts reset, the old round's evidence dropped. A node
+    in service goes out of service for it only as the limit allows."""
     st = ctx.status
+    taking_out = in_service(st)
+    if taking_out:
+        decision = take_out_now(ctx)
+        if not decision.allowed:
+            return _deferred_round(ctx, out, message, decision.why)
     new = ctx.stamped(
         st,
         phase=Phase.PENDING,
@@ -137,7 +213,12 @@ def new_round(ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str) 
         probe_pod=None,
         probe_started_time=None,
         report=None,  # the old round's evidence is not this round's
+        probed_sections=None,
         fabric=None,  # nor its fabric pairs and verdict
+        # Out of service because of gpuaccept from now until decided, unless it was
+        # a new node that never was in service.
+        was_in_service=st.was_in_service or st.phase in DECIDED,
+        taken_out_time=ctx.obs.now if taking_out else st.taken_out_time,
     )
     new = ctx.with_applied_keys(new)
     out.write_status(st, new)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
@@ -25,10 +25,12 @@ from gpuaccept.contracts.nodeacceptance import (
     Phase,
     PhaseCounts,
 )
+from gpuaccept.operator.core.capacity import (
+    REASON_QUARANTINE_LIMIT,
+    out_of_service,
+    take_out_allowed,
+)
 from gpuaccept.operator.core.model import NAView, NodeView, PolicyView, QuarantineLimitCounts
-
-# The NodeAcceptance reason of a verdict the quarantine limit holds back.
-REASON_QUARANTINE_LIMIT = "BreakerOpen"
 
 
 def phase_counts(counts: Mapping[Phase, int]) -> PhaseCounts:
@@ -70,14 +72,18 @@ def quarantine_allowed(
     counts: QuarantineLimitCounts,
     *,
     already_quarantined: bool = False,
+    ceiling: int | str = "100%",
+    new_take_out: bool = True,
 ) -> bool:
     """May one more node be quarantined under ``spec``? ``counts`` exclude that node.
 
-    A node already quarantined under this policy takes no new slot.
+    A node already quarantined under this policy takes no new slot. The rule is
+    :func:`~gpuaccept.operator.core.capacity.take_out_allowed`'s.
     """
-    if already_quarantined:
-        return True
-    return counts.quarantined + 1 <= spec.max_quarantined_count(counts.matched)
+    decision = take_out_allowed(
+        spec, counts, ceiling=ceiling, already_out=already_quarantined, new_take_out=new_take_out
+    )
+    return decision.allowed
 
 
 @dataclass(frozen=True)
@@ -95,13 +101,26 @@ class PolicyTally:
     conflicts: tuple[str, ...] = ()  # matched nodes that another policy matches too
     counts: PhaseCounts = field(default_factory=PhaseCounts)
     quarantined: frozenset[str] = frozenset()
-    held_by_limit: tuple[str, ...] = ()  # Held by the quarantine limit
+    held_by_limit: tuple[str, ...] = ()  # verdicts and new rounds the limit holds back
     limit: int = 0  # maxQuarantined as a node count; 0 for an invalid spec
+    # Out of service because of gpuaccept, but not quarantined (capacity.out_of_service).
+    out_of_service: frozenset[str] = frozenset()
+    # When gpuaccept last took each node out of service, oldest first.
+    taken_out: tuple[tuple[datetime, str], ...] = ()
+    window_seconds: int = 300  # quarantineRate.windowSeconds
 
-    def limit_counts(self, node: str) -> QuarantineLimitCounts:
-        """The limit's counts as seen by ``node`` (itself excluded)."""
+    def limit_counts(self, node: str, now: datetime | None = None) -> QuarantineLimitCounts:
+        """The limit's counts as seen by ``node`` (itself excluded) at ``now`` (None:
+        the rate's window is not counted)."""
+        recent = 0
+        if now is not None:
+            since = now - timedelta(seconds=self.window_seconds)
+            recent = sum(1 for t, name in self.taken_out if t >= since and name != node)
         return QuarantineLimitCounts(
-            quarantined=len(self.quarantined - {node}), matched=self.matched
+            quarantined=len(self.quarantined - {node}),
+            matched=self.matched,
+            out_of_service=len(self.out_of_service - {node}),
+            taken_out_recently=recent,
         )
 
 
@@ -121,42 +140,57 @@ def _matched(
     return matched, conflicts
 
 
-def _decided(
-    snapshot: FleetSnapshot, policies: list[PolicyView]
-) -> tuple[dict[str, Counter[Phase]], dict[str, set[str]], dict[str, list[str]]]:
-    """Per policy: its NodeAcceptances by phase, the quarantined ones, and those
-    held by the quarantine limit."""
-    phases: dict[str, Counter[Phase]] = {p.name: Counter() for p in policies}
-    quarantined: dict[str, set[str]] = {p.name: set() for p in policies}
-    held: dict[str, list[str]] = {p.name: [] for p in policies}
+@dataclass
+class _Decided:
+    """Per policy: its NodeAcceptances by phase and their part in the limit."""
+
+    phases: Counter[Phase] = field(default_factory=Counter)
+    quarantined: set[str] = field(default_factory=set)
+    held: list[str] = field(default_factory=list)
+    out: set[str] = field(default_factory=set)
+    taken_out: list[tuple[datetime, str]] = field(default_factory=list)
+
+
+def _decided(snapshot: FleetSnapshot, policies: list[PolicyView]) -> dict[str, _Decided]:
+    """Per policy: its NodeAcceptances by phase, the quarantined ones, those held back
+    by the limit, the others out of service, and when each was taken out."""
+    out = {p.name: _Decided() for p in policies}
     for na in snapshot.acceptances:
         st = na.status
-        if st.policy not in phases:
+        share = out.get(st.policy or "")
+        if share is None:
             continue
-        phases[st.policy][st.phase] += 1
+        share.phases[st.phase] += 1
         if st.phase == Phase.QUARANTINED:
-            quarantined[st.policy].add(na.name)
-        if st.phase == Phase.HELD and st.reason == REASON_QUARANTINE_LIMIT:
-            held[st.policy].append(na.name)
-    return phases, quarantined, held
+            share.quarantined.add(na.name)
+        elif out_of_service(st):
+            share.out.add(na.name)
+        if st.reason == REASON_QUARANTINE_LIMIT:
+            share.held.append(na.name)
+        if st.taken_out_time is not None:
+            share.taken_out.append((st.taken_out_time, na.name))
+    return out
 
 
 def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyTally]:
     """Every policy's (or just ``only``'s) tally, keyed by policy name."""
     policies = [p for p in snapshot.policies if only is None or p.name == only]
     matched, conflicts = _matched(snapshot, policies)
-    phases, quarantined, held = _decided(snapshot, policies)
+    decided = _decided(snapshot, policies)
     out: dict[str, PolicyTally] = {}
     for policy in policies:
-        name, counts = policy.name, phases[policy.name]
+        name, share = policy.name, decided[policy.name]
         spec = policy.spec
         out[name] = PolicyTally(
             matched=matched[name],
             conflicts=tuple(conflicts[name]),
-            counts=phase_counts(counts),
-            quarantined=frozenset(quarantined[name]),
-            held_by_limit=tuple(held[name]),
+            counts=phase_counts(share.phases),
+            quarantined=frozenset(share.quarantined),
+            held_by_limit=tuple(share.held),
             limit=spec.max_quarantined_count(matched[name]) if spec is not None else 0,
+            out_of_service=frozenset(share.out),
+            taken_out=tuple(sorted(share.taken_out)),
+            window_seconds=spec.quarantine_rate.window_seconds if spec is not None else 300,
         )
     return out
 
@@ -165,7 +199,8 @@ def held_to_release(policy: PolicyView, share: PolicyTally) -> tuple[str, ...]:
     """Nodes held by the limit that may now go through (each re-plans under the lock)."""
     if policy.spec is None or not share.held_by_limit:
         return ()
-    room = QuarantineLimitCounts(quarantined=len(share.quarantined), matched=share.matched)
+    # As one of them sees it (itself excluded); each re-plans with its exact counts.
+    room = share.limit_counts(share.held_by_limit[0])
     return share.held_by_limit if quarantine_allowed(policy.spec, room) else ()
 
 
@@ -215,8 +250,10 @@ def _limit_reached_condition(share: PolicyTally) -> tuple[bool, str, str]:
         return (
             True,
             "QuarantineLimitReached",
-            f"{len(held)} node(s) held: quarantining them would exceed maxQuarantined "
-            f"(limit {share.limit}); raise spec.maxQuarantined to let them through",
+            f"{len(held)} node(s) held back: taking them out of service would exceed "
+            f"maxQuarantined (limit {share.limit}, "
+            f"{len(share.quarantined) + len(share.out_of_service)} out of service) or "
+            "quarantineRate; raise them (or wait out the window) to let them through",
         )
     return False, "BelowLimit", f"quarantine limit {share.limit}"
 
@@ -249,6 +286,8 @@ def policy_status(
         breaker_open=bool(share.held_by_limit),
         conditions=conditions,
         observed_generation=policy.generation,
+        out_of_service=len(share.quarantined) + len(share.out_of_service),
+        held_back=len(share.held_by_limit),
     )
 
 

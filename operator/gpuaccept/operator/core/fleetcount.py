@@ -11,13 +11,15 @@ with no copy of the quarantined set. Only a change of the policy list
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, out_of_service
 from gpuaccept.operator.core.fleet import (
-    REASON_QUARANTINE_LIMIT,
     PolicyTally,
     matching_policies,
     phase_counts,
@@ -32,13 +34,16 @@ class _Counted:
     policy: str
     phase: Phase
     held_by_limit: bool
+    out: bool  # out of service because of gpuaccept, not quarantined
+    taken_out: datetime | None
 
 
 def _counted(status: NodeAcceptanceStatus) -> _Counted | None:
     if not status.policy:
         return None
-    held = status.phase == Phase.HELD and status.reason == REASON_QUARANTINE_LIMIT
-    return _Counted(status.policy, status.phase, held)
+    held = status.reason == REASON_QUARANTINE_LIMIT
+    out = status.phase != Phase.QUARANTINED and out_of_service(status)
+    return _Counted(status.policy, status.phase, held, out, status.taken_out_time)
 
 
 class FleetCount:
@@ -54,6 +59,9 @@ class FleetCount:
         self._phases: defaultdict[str, Counter[Phase]] = defaultdict(Counter)
         self._quarantined: defaultdict[str, set[str]] = defaultdict(set)
         self._held: defaultdict[str, set[str]] = defaultdict(set)
+        self._out: defaultdict[str, set[str]] = defaultdict(set)
+        # Per policy, (when taken out of service, name), sorted: the rate's window.
+        self._taken_out: defaultdict[str, list[tuple[datetime, str]]] = defaultdict(list)
 
     # ------------------------------------------------------------------ changes
     def set_policies(self, policies: Iterable[PolicyView]) -> None:
@@ -114,6 +122,7 @@ class FleetCount:
         for members, member in (
             (self._quarantined[policy], counted.phase == Phase.QUARANTINED),
             (self._held[policy], counted.held_by_limit),
+            (self._out[policy], counted.out),
         ):
             if not member:
                 continue
@@ -121,15 +130,41 @@ class FleetCount:
                 members.add(name)
             else:
                 members.discard(name)
+        if counted.taken_out is not None:
+            times, entry = self._taken_out[policy], (counted.taken_out, name)
+            if step > 0:
+                insort(times, entry)
+            else:
+                at = bisect_left(times, entry)
+                if at < len(times) and times[at] == entry:
+                    del times[at]
 
     # ------------------------------------------------------------------ answers
-    def limit_counts(self, policy: str, node: str) -> QuarantineLimitCounts:
-        """The quarantine limit's counts for ``node`` under ``policy`` (itself excluded)."""
+    def limit_counts(
+        self, policy: str, node: str, now: datetime | None = None
+    ) -> QuarantineLimitCounts:
+        """The quarantine limit's counts for ``node`` under ``policy`` (itself excluded)
+        at ``now`` (None: the rate's window is not counted); O(log n)."""
         quarantined = self._quarantined.get(policy, set())
+        out = self._out.get(policy, set())
+        recent = 0
+        times = self._taken_out.get(policy)
+        if now is not None and times:
+            since = now - timedelta(seconds=self._window(policy))
+            recent = len(times) - bisect_left(times, (since, ""))
+            mine = self._counted.get(node)
+            if mine is not None and mine.policy == policy and mine.taken_out is not None:
+                recent -= mine.taken_out >= since
         return QuarantineLimitCounts(
             quarantined=len(quarantined) - (node in quarantined),
             matched=self._matched.get(policy, 0),
+            out_of_service=len(out) - (node in out),
+            taken_out_recently=recent,
         )
+
+    def _window(self, policy: str) -> int:
+        spec = next((p.spec for p in self._policies if p.name == policy), None)
+        return spec.quarantine_rate.window_seconds if spec is not None else 300
 
     def tally(self) -> dict[str, PolicyTally]:
         """What :func:`~.fleet.tally` gives for a snapshot of the objects told so far
@@ -146,5 +181,8 @@ class FleetCount:
                 quarantined=frozenset(self._quarantined.get(name, ())),
                 held_by_limit=tuple(sorted(self._held.get(name, ()))),
                 limit=spec.max_quarantined_count(matched) if spec is not None else 0,
+                out_of_service=frozenset(self._out.get(name, ())),
+                taken_out=tuple(self._taken_out.get(name, ())),
+                window_seconds=self._window(name),
             )
         return out

@@ -131,10 +131,20 @@ class PolicyView:
 
 @dataclass(frozen=True)
 class QuarantineLimitCounts:
-    """Per policy, from the operator's index; ``quarantined`` excludes this node."""
+    """Per policy, from the operator's index; every count excludes this node."""
 
     quarantined: int = 0
     matched: int = 0
+    # Other nodes out of service because of gpuaccept but not quarantined: nodes taken
+    # out for a new round (Pending/Probing/Fabric/Stalled/Held, ``wasInService``).
+    out_of_service: int = 0
+    # Nodes gpuaccept newly took out of service within the policy's quarantineRate window.
+    taken_out_recently: int = 0
+
+    @property
+    def unavailable(self) -> int:
+        """Every other node out of service because of gpuaccept."""
+        return self.quarantined + self.out_of_service
 
 
 @dataclass(frozen=True)
@@ -184,6 +194,10 @@ class OperatorConfig:
     # (--probe-image-pull-secret): a private registry.
     image_pull_secrets: tuple[str, ...] = ()
     fabric: FabricPodConfig = FabricPodConfig()
+    # The most nodes of one policy gpuaccept may hold out of service at once, a count or
+    # a percentage of its matched nodes (--max-unavailable-ceiling; the chart sets 50%):
+    # no policy's maxQuarantined or quarantineRate goes above it.
+    max_unavailable_ceiling: int | str = "100%"
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run

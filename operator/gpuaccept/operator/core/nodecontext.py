@@ -16,7 +16,7 @@ from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core import nodestate
-from gpuaccept.operator.core.fleet import REASON_QUARANTINE_LIMIT
+from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,

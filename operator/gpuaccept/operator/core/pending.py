@@ -9,6 +9,7 @@ from typing import Any
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, GPU_RESOURCE
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import GPUWaitExpiry
+from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, adopting, take_out_allowed
 from gpuaccept.operator.core.model import CreateProbePod, Plan
 from gpuaccept.operator.core.nodecontext import (
     REASON_PROBE_ERROR,
@@ -38,8 +39,45 @@ def probe_manifest(ctx: NodeContext, st: NodeAcceptanceStatus) -> dict[str, Any]
     return probe_pod_manifest(attempt, ctx.obs.config)
 
 
+ADOPTION_RETRY_SECONDS = 30
+HELD_ADOPT = "Adopt"  # an in-service node's pending taint, deferred by the limit
+
+
+def _adopt(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    """A node found in service: taken out of service (the pending taint) as the
+    limit allows, counted from now; otherwise left in service, retried later."""
+    st, obs = ctx.status, ctx.obs
+    if ctx.spec.dry_run:  # nothing is taken out: the probe runs beside the workloads
+        started = ctx.stamped(st, was_in_service=True)
+        out.write_status(st, started)
+        out.wake_in(1)
+        return out.build("adopted under dryRun: left in service")
+    decision = take_out_allowed(
+        ctx.spec, obs.limit_counts, ceiling=obs.config.max_unavailable_ceiling
+    )
+    if not decision.allowed:
+        message = cut(f"quarantine limit: {decision.why}; the node stays in service for now", 1000)
+        waiting = ctx.stamped(
+            st, reason=REASON_QUARANTINE_LIMIT, held_action=HELD_ADOPT, message=message
+        )
+        if waiting != st:
+            out.write_status(st, waiting)
+        out.wake_in(ADOPTION_RETRY_SECONDS)
+        return out.build("adoption deferred by the limit")
+    adopted = ctx.stamped(
+        st, was_in_service=True, taken_out_time=obs.now, reason=None, held_action=None
+    )
+    adopted = adopted.model_copy(update={"message": None})
+    out.write_status(st, adopted)
+    out.ensure_node(ctx, adopted)
+    out.wake_in(1)
+    return out.build("adopted: taken out of service for its probe")
+
+
 def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
     st, spec, obs, node = ctx.status, ctx.spec, ctx.obs, ctx.node
+    if adopting(st, node, spec.pending_taint_key):
+        return _adopt(ctx, out)
     out.ensure_node(ctx, st)
     # One pod at a time: clear out any earlier pod first.
     for pod in obs.pods:

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from gpuaccept.contracts.nodeacceptance import Reason
 from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.operator.core.acceptance_gate import acceptance_problem
 from gpuaccept.operator.core.model import CreateProbePod, Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
     WAIT_FOR_DELETION_SECONDS,
@@ -143,7 +144,11 @@ def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
         verdict = ctx.judge_report(result)
         if isinstance(verdict, str):  # valid JSON the judge cannot use
             return attempt_failed(ctx, out, reason="InvalidReport", message=verdict, pod=pod)
-        problem = outcome_problem(verdict, result, pod, node_gpus=max(node.gpus, node.gpu_capacity))
+        problem = outcome_problem(
+            verdict, result, pod, node_gpus=max(node.gpus, node.gpu_capacity)
+        ) or acceptance_problem(
+            verdict, result, node, accept_simulated=ctx.obs.config.accept_simulated_reports
+        )
         if problem is not None:
             return attempt_failed(ctx, out, reason=problem.reason, message=problem.message, pod=pod)
         return record_verdict(ctx, out, verdict, Evidence(report=result, pod=pod))

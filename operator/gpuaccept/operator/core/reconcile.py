@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from gpuaccept.contracts.api import REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.operator.core.capacity import adopting
 from gpuaccept.operator.core.decided import DECIDED, plan_decided
 from gpuaccept.operator.core.fabric.phase import plan_fabric_phase
 from gpuaccept.operator.core.model import (
@@ -54,15 +55,13 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     ctx = NodeContext(observed, judge, node, policy, spec, status)
     if na is None:
         out.actions.append(CreateNodeAcceptance(node.name, policy.name))
-        out.ensure_node(ctx, status)
+        # A node found in service is taken out (the pending taint) only as the
+        # limit allows: its phase Pending decides (core/pending.py).
+        if not adopting(status, node, spec.pending_taint_key):
+            out.ensure_node(ctx, status)
         return out.build("new node")
     if spec.paused:
-        # No new probes, nothing decided changes; undecided nodes stay out.
-        if status.phase in (Phase.PENDING, Phase.PROBING, Phase.STALLED, Phase.FABRIC):
-            out.ensure_node(ctx, status)
-        if status.policy is None:  # a new node: counted under its policy at once
-            out.write_status(status, ctx.stamped(status))
-        return out.build("paused")
+        return _paused(ctx, out)
     if status.phase == Phase.FABRIC:
         return plan_fabric_phase(ctx, out)
     if status.phase in DECIDED:
@@ -73,6 +72,18 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     if status.phase == Phase.PROBING:
         return plan_probing(ctx, out)
     return plan_pending(ctx, out)
+
+
+def _paused(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    """No new probes, nothing decided changes; undecided nodes stay out of service
+    (a node found in service is left in it)."""
+    status, spec = ctx.status, ctx.spec
+    undecided = (Phase.PENDING, Phase.PROBING, Phase.STALLED, Phase.FABRIC)
+    if status.phase in undecided and not adopting(status, ctx.node, spec.pending_taint_key):
+        out.ensure_node(ctx, status)
+    if status.policy is None:  # a new node: counted under its policy at once
+        out.write_status(status, ctx.stamped(status))
+    return out.build("paused")
 
 
 def _node_deleted(observed: NodeSnapshot, out: PlanBuilder) -> Plan:

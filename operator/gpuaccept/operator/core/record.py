@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, assert_never
 
+from gpuaccept.checks.remeasure import probed_sections
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import (
@@ -32,7 +33,13 @@ from gpuaccept.contracts.nodeacceptance import (
     Reason,
 )
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.fleet import quarantine_allowed
+from gpuaccept.operator.core.acceptance_gate import fabric_still_to_pass
+from gpuaccept.operator.core.capacity import (
+    TakeOutDecision,
+    in_service,
+    out_of_service,
+    take_out_allowed,
+)
 from gpuaccept.operator.core.model import Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
     REASON_DRY_RUN,
@@ -46,6 +53,7 @@ from gpuaccept.operator.core.nodecontext import (
 
 HELD_QUARANTINE = "Quarantine"
 HELD_ACCEPT = "Accept"
+HELD_FABRIC = "Fabric"  # an accepted node's fabric test, deferred by the limit
 REASON_FABRIC_WAITING = "FabricPending"
 ACCEPTED_MESSAGE = "all required checks passed"
 MAX_REASONS = 32
@@ -91,6 +99,9 @@ class Hold:
     reason: str
     message: str
     action: str
+    # Held in service: an accepted node the limit keeps as it is (phase Accepted, no
+    # taint), its would-be action recorded; otherwise phase Held.
+    in_service: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,9 +150,16 @@ def judged(
     accept_message: str = ACCEPTED_MESSAGE,
 ) -> VerdictOutcome:
     """The outcome of ``verdict``: the fabric test next, or the verdict under dryRun
-    and the quarantine limit."""
-    if ctx.spec.fabric.enabled and verdict.accepted and evidence.new_probe:
-        return EnterFabric(verdict, evidence)
+    and the limit (:func:`~gpuaccept.operator.core.capacity.take_out_allowed`)."""
+    st = ctx.status
+    if (
+        verdict.accepted
+        and evidence.fabric is None
+        and fabric_still_to_pass(
+            fabric_enabled=ctx.spec.fabric.enabled, new_probe=evidence.new_probe, fabric=st.fabric
+        )
+    ):
+        return _enter_fabric(ctx, verdict, evidence)
     summary = reasons_message(list(verdict.reasons)[:MAX_REASONS])
     if ctx.spec.dry_run:
         if verdict.accepted:
@@ -150,19 +168,42 @@ def judged(
         return Hold(verdict, evidence, REASON_DRY_RUN, message, HELD_QUARANTINE)
     if verdict.accepted:
         return Accept(verdict, evidence, accept_message)
-    st, counts, spec = ctx.status, ctx.obs.limit_counts, ctx.spec
     main = verdict.reasons[0].reason if verdict.reasons else REASON_PROBE_ERROR
     # Already quarantined under this policy: no new slot is taken. Under
     # another policy (the node was relabelled), it takes one here.
-    already = st.phase == Phase.QUARANTINED and st.policy == ctx.policy.name
-    if quarantine_allowed(spec, counts, already_quarantined=already):
+    decision = _take_out(ctx)
+    if decision.allowed:
         return Quarantine(verdict, evidence, main, summary)
-    limit = spec.max_quarantined_count(counts.matched)
-    message = (
-        f"quarantine limit: quarantining would exceed maxQuarantined={spec.max_quarantined}"
-        f" ({counts.quarantined} of limit {limit} in use); would quarantine: {summary}"
+    message = f"quarantine limit: {decision.why}; would quarantine: {summary}"
+    return Hold(
+        verdict, evidence, REASON_QUARANTINE_LIMIT, message, HELD_QUARANTINE, in_service(st)
     )
-    return Hold(verdict, evidence, REASON_QUARANTINE_LIMIT, message, HELD_QUARANTINE)
+
+
+def _take_out(ctx: NodeContext) -> TakeOutDecision:
+    """The limit's answer for taking this node out of service now. A node already
+    counted out of service under this policy takes no new slot (quarantined, or
+    taken out for this round); under another policy (relabelled) it takes one here."""
+    st = ctx.status
+    return take_out_allowed(
+        ctx.spec,
+        ctx.obs.limit_counts,
+        ceiling=ctx.obs.config.max_unavailable_ceiling,
+        already_out=out_of_service(st) and st.policy == ctx.policy.name,
+        new_take_out=in_service(st),
+    )
+
+
+def _enter_fabric(ctx: NodeContext, verdict: Verdict, evidence: Evidence) -> VerdictOutcome:
+    """The fabric test next; for a node in service (a re-judge), only if the limit
+    lets it go out of service for it, else it stays in service, the test deferred."""
+    if not in_service(ctx.status) or ctx.spec.dry_run:
+        return EnterFabric(verdict, evidence)
+    decision = _take_out(ctx)
+    if decision.allowed:
+        return EnterFabric(verdict, evidence)
+    message = f"quarantine limit: {decision.why}; the fabric test waits"
+    return Hold(verdict, evidence, REASON_QUARANTINE_LIMIT, message, HELD_FABRIC, True)
 
 
 def record_verdict(
@@ -178,8 +219,10 @@ def record(ctx: NodeContext, out: PlanBuilder, outcome: Outcome) -> Plan:
         return _record_wait(ctx, out, outcome)
     st, evidence = ctx.status, outcome.evidence
     phase, reason, message, held_action = _phase_of(outcome)
-    if isinstance(outcome, Quarantine) or (
-        isinstance(outcome, Hold) and outcome.reason == REASON_QUARANTINE_LIMIT
+    if (
+        isinstance(outcome, Quarantine)
+        or (isinstance(outcome, Hold) and outcome.reason == REASON_QUARANTINE_LIMIT)
+        or (isinstance(outcome, EnterFabric) and in_service(st))
     ):
         out.needs_limit_lock = True  # takes (or is refused) a slot under the limit
     update = {
@@ -189,6 +232,7 @@ def record(ctx: NodeContext, out: PlanBuilder, outcome: Outcome) -> Plan:
         "reasons": _reasons(outcome.verdict),
         "held_action": held_action,
         **_evidence_fields(ctx, outcome),
+        **_service_fields(ctx, outcome),
     }
     new = ctx.with_applied_keys(ctx.stamped(st, **update))
     out.write_status(st, new)
@@ -210,7 +254,8 @@ def _phase_of(outcome: VerdictOutcome) -> tuple[Phase, str | None, str, str | No
     if isinstance(outcome, Quarantine):
         return Phase.QUARANTINED, outcome.reason, outcome.summary, None
     if isinstance(outcome, Hold):
-        return Phase.HELD, outcome.reason, outcome.message, outcome.action
+        phase = Phase.ACCEPTED if outcome.in_service else Phase.HELD
+        return phase, outcome.reason, outcome.message, outcome.action
     if isinstance(outcome, EnterFabric):  # passed the single-node checks
         message = "passed the single-node checks; waiting for a fabric pair"
         return Phase.FABRIC, REASON_FABRIC_WAITING, message, None
@@ -242,6 +287,8 @@ def _evidence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any
         # The report this verdict came from; an error verdict has none. Keeping
         # an older one would let a later re-judge accept on stale evidence.
         update["report"] = report
+        # The policy sections it was measured under, for a later re-judge.
+        update["probed_sections"] = probed_sections(ctx.spec.probe) if report is not None else None
         # The kubelet's view of the probe's run (None for a pod that never ran).
         update["probe_pod_seconds"] = pod.run_seconds if pod is not None else None
     if verdict.checks or report is not None:
@@ -251,6 +298,18 @@ def _evidence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any
     if isinstance(outcome, EnterFabric):
         update["fabric"] = FabricStatus(waiting_since=ctx.obs.now, summary="waiting")
     return update
+
+
+def _service_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]:
+    """Whether the node counts as out of service after ``outcome``, and when
+    gpuaccept last took it out (the rate's window)."""
+    st = ctx.status
+    if isinstance(outcome, Accept):
+        return {"was_in_service": False}
+    taken_out = isinstance(outcome, Quarantine | EnterFabric) and in_service(st)
+    if not taken_out:
+        return {}
+    return {"taken_out_time": ctx.obs.now, "was_in_service": in_service(st)}
 
 
 def _events(out: PlanBuilder, new: NodeAcceptanceStatus, outcome: VerdictOutcome) -> None:

@@ -103,6 +103,9 @@ class FabricPairingParams:
     idle_accepted_partners: bool = False
     """Whether accepted idle nodes that have not passed a pair in the results may be
     partners. Nodes that passed a pair are partners while idle either way."""
+    witness_window: timedelta = timedelta(hours=24)
+    """How long a pass counts as evidence that a partner is good (a witness, a cleared
+    reference); an older one makes the partner untested again."""
 
     def __post_init__(self) -> None:
         if self.deadline <= timedelta(0):
@@ -114,6 +117,7 @@ class FabricPairingParams:
             deadline=timedelta(seconds=section.deadline_seconds),
             no_partner=section.on_no_partner,
             idle_accepted_partners=section.idle_accepted_partners,
+            witness_window=timedelta(seconds=section.witness_window_seconds),
         )
 
 
@@ -165,6 +169,9 @@ class FabricSituation:
     unavailable: frozenset[str] = frozenset()
     """Waiting nodes that cannot take a fabric pod now (no GPUs advertised, another
     probe pod): judged and given their deadline verdict, never paired."""
+    rebooted: frozenset[str] = frozenset()
+    """Nodes whose bootID changed since their last probe: their passes on record are
+    from an older boot and vouch for nothing now."""
 
 
 @dataclass(frozen=True)
@@ -257,6 +264,40 @@ def _histories(results: Iterable[PairResult], since: Mapping[str, datetime]) -> 
     return histories
 
 
+def _fresh_passes(
+    histories: Mapping[str, _History], since: datetime, rebooted: frozenset[str]
+) -> dict[str, _History]:
+    """The histories with only the passes that still count as evidence about a
+    partner: finished within the witness window (at or after ``since``) and not
+    before a node's reboot (``rebooted``: nodes whose bootID changed since their
+    last probe, so every pass they have on record is from an older boot)."""
+    out: dict[str, _History] = {}
+    for node, history in histories.items():
+        kept = [
+            r
+            for r in history.pairs
+            if r.outcome is not PairOutcome.PASSED
+            or (r.finished_at >= since and not r.pair.members & rebooted)
+        ]
+        out[node] = _History(kept)
+    return out
+
+
+def _suspect(reference: str, node: str, fresh: Mapping[str, _History]) -> bool:
+    """``reference`` failed with two different cleared nodes (each with a fresh pass
+    with a node other than it), ``node`` aside: the reference itself is in doubt, so
+    its failures are no evidence against anyone until it is tested again."""
+    history = fresh.get(reference)
+    if history is None:
+        return False
+    cleared = set()
+    for failure in history.outcomes(reference, PairOutcome.FAILED):
+        partner = failure.pair.partner_of(reference)
+        if partner != node and _witnesses(partner, reference, fresh):
+            cleared.add(partner)
+    return len(cleared) >= 2
+
+
 WITNESSES_KEPT = 4
 """Earliest passes kept per partner: a conviction excludes at most three nodes as
 a partner's witness (the node, the other partner, the other witness)."""
@@ -275,16 +316,21 @@ def _witnesses(partner: str, node: str, histories: Mapping[str, _History]) -> li
     return list(found.values())
 
 
-def _conviction(node: str, histories: Mapping[str, _History]) -> FabricQuarantined | None:
+def _conviction(
+    node: str, histories: Mapping[str, _History], fresh: Mapping[str, _History] | None = None
+) -> FabricQuarantined | None:
     """The earliest proof that ``node`` is bad: it failed with two partners, and each
     partner passed with a witness, the five nodes all different. Then one flapping
     bad node, whose pairs sometimes pass, cannot get a good node quarantined: a good
     node fails only with bad partners, a bad node passes only in a pair with the
     flapping one, and the flapping node can stand in only one of the four places."""
+    evidence = histories if fresh is None else fresh  # the passes that still count
     first_failure: dict[str, PairResult] = {}
     for failure in histories[node].outcomes(node, PairOutcome.FAILED):
-        first_failure.setdefault(failure.pair.partner_of(node), failure)
-    witnesses = {p: _witnesses(p, node, histories) for p in first_failure}
+        partner = failure.pair.partner_of(node)
+        if not _suspect(partner, node, evidence):
+            first_failure.setdefault(partner, failure)
+    witnesses = {p: _witnesses(p, node, evidence) for p in first_failure}
     best: tuple[datetime, str, str, PairResult, PairResult] | None = None
     for p1, p2 in itertools.combinations(sorted(first_failure), 2):
         for w1 in witnesses[p1]:
@@ -317,7 +363,9 @@ def _conviction(node: str, histories: Mapping[str, _History]) -> FabricQuarantin
     )
 
 
-def _judge(node: str, histories: Mapping[str, _History]) -> FabricPassed | FabricQuarantined | None:
+def _judge(
+    node: str, histories: Mapping[str, _History], fresh: Mapping[str, _History] | None = None
+) -> FabricPassed | FabricQuarantined | None:
     history = histories.get(node)
     if history is None:
         return None
@@ -327,7 +375,7 @@ def _judge(node: str, histories: Mapping[str, _History]) -> FabricPassed | Fabri
         if passes
         else None
     )
-    quarantined = _conviction(node, histories)
+    quarantined = _conviction(node, histories, fresh)
     if passed is not None and (quarantined is None or passed.at <= quarantined.at):
         return passed
     return quarantined
@@ -352,13 +400,17 @@ class _Planner:
     pairs: list[NodePair] = field(default_factory=list)
     planned_ref: dict[str, str] = field(default_factory=dict)
     """Suspect -> the partner planned for it now."""
+    fresh: dict[str, _History] = field(default_factory=dict)
+    """The histories with only the passes that still vouch for a partner."""
 
     @classmethod
     def for_situation(cls, situation: FabricSituation, params: FabricPairingParams) -> _Planner:
         waiting = {w.name: w for w in situation.waiting}
         since = {name: w.waiting_since for name, w in waiting.items()}
         used = {node for pair in situation.running for node in pair.members}
-        return cls(situation, params, waiting, _histories(situation.results, since), used=used)
+        histories = _histories(situation.results, since)
+        fresh = _fresh_passes(histories, situation.now - params.witness_window, situation.rebooted)
+        return cls(situation, params, waiting, histories, used=used, fresh=fresh)
 
     def plan(self) -> FabricPlan:
         self.judge_waiting()
@@ -387,6 +439,15 @@ class _Planner:
     def has_passed(self, node: str) -> bool:
         return bool(self.history(node).outcomes(node, PairOutcome.PASSED))
 
+    def vouched_for(self, node: str) -> bool:
+        """A reference to trust: a pass that still counts, and not itself in doubt."""
+        fresh = self.fresh.get(node)
+        return (
+            fresh is not None
+            and bool(fresh.outcomes(node, PairOutcome.PASSED))
+            and not _suspect(node, "", self.fresh)
+        )
+
     def entangled(self, node: str) -> set[str]:
         """Nodes a new partner of ``node`` should neither be nor have passed with, so
         that a failure with it can join a conviction: ``node``'s failed partners,
@@ -402,7 +463,7 @@ class _Planner:
     # ------------------------------------------------------------------ the steps
     def judge_waiting(self) -> None:
         for name in sorted(self.waiting):
-            judged = _judge(name, self.histories)
+            judged = _judge(name, self.histories, self.fresh)
             if judged is not None:
                 self.verdicts[name] = judged
 
@@ -423,11 +484,13 @@ class _Planner:
         passed = {n for n in self.waiting if isinstance(self.verdicts.get(n), FabricPassed)}
         available = passed | (self.situation.idle_accepted - set(self.waiting))
         by_reliability = sorted(available - self.used, key=lambda n: (self.failures(n), n))
-        cleared = [n for n in by_reliability if self.has_passed(n)]
+        cleared = [n for n in by_reliability if self.vouched_for(n)]
+        # A partner whose passes went stale (or a suspect reference) is tested again.
         untested = [
             n
             for n in by_reliability
-            if not self.has_passed(n) and self.params.idle_accepted_partners
+            if not self.vouched_for(n)
+            and (self.params.idle_accepted_partners or self.has_passed(n))
         ]
         return cleared, untested
 

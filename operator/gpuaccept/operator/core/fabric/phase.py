@@ -16,6 +16,7 @@ from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import FabricStatus, KeyFigures, Reason
 from gpuaccept.contracts.policy import PolicyChangeAction
 from gpuaccept.operator.core.decided import (
+    Remeasure,
     new_round,
     policy_changed,
     rejudged_verdict,
@@ -130,6 +131,8 @@ def _policy_changed(ctx: NodeContext, out: PlanBuilder, fabric: FabricStatus) ->
     # Not decided yet, so never left judged under an old policy (Ignore included):
     # the single-node report is judged again under the new one.
     rejudged = rejudged_verdict(ctx)
+    if isinstance(rejudged, Remeasure):
+        return new_round(ctx, out, reason=rejudged.reason, message=rejudged.message)
     if not rejudged.accepted:
         return record_verdict(ctx, out, rejudged, Evidence(st.report, rejudged=True))
     if not spec.fabric.enabled:

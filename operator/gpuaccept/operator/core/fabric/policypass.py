@@ -374,8 +374,11 @@ def _situation(obs: FabricSnapshot, b: _PassBuilder) -> FabricSituation:
     waiting: list[WaitingNode] = []
     unavailable: set[str] = set()
     idle: set[str] = set()
+    rebooted: set[str] = set()
     for name, m in b.members.items():
         st = m.na.status
+        if st.probed_boot_id and st.probed_boot_id != m.node.boot_id:
+            rebooted.add(name)
         if st.phase == Phase.FABRIC and st.fabric is not None:
             waiting.append(WaitingNode(name, st.fabric.waiting_since or obs.now))
             # A waiting node that cannot take a pod now (e.g. its GPU count dropped to
@@ -391,6 +394,7 @@ def _situation(obs: FabricSnapshot, b: _PassBuilder) -> FabricSituation:
         running=tuple(b.running),
         now=obs.now,
         unavailable=frozenset(unavailable),
+        rebooted=frozenset(rebooted),
     )
 
 

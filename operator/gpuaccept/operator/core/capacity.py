@@ -1,0 +1,114 @@
+"""The quarantine limit counts capacity, not labels (pure).
+
+In the style of cluster-api's ``isAllowedRemediation``, :func:`take_out_allowed`
+is the one place deciding whether gpuaccept may take one more node of a policy
+out of service: a quarantine, a new round of an in-service node (a re-probe by
+annotation, bootID, policy change), the fabric test of an accepted node. Three
+bounds, the tightest wins:
+
+* the standing limit, ``maxQuarantined``: every matched node out of service
+  because of gpuaccept (:func:`out_of_service`), this one included after the
+  action. An action on a node already counted (quarantining a node re-probed out of
+  service) changes no capacity and is not held back: its taking out was checked;
+* the rate, ``quarantineRate``: in-service nodes taken out within its sliding window
+  (a new node's quarantine costs no capacity: it never was in service);
+* the operator's ceiling (``--max-unavailable-ceiling``), which no policy exceeds.
+
+A brand-new node that registered under the pending taint is not in service: its
+probe takes nothing out, so nothing here holds it back; once quarantined or held
+it counts against the standing limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.contracts.policy import limit_count
+from gpuaccept.operator.core.model import NodeView, QuarantineLimitCounts
+
+# The NodeAcceptance reason of a verdict or a new round the limit holds back.
+REASON_QUARANTINE_LIMIT = "BreakerOpen"
+REASON_DRY_RUN = "DryRun"
+# Out of service while undecided when gpuaccept took it out of service (or it was
+# out of service because of gpuaccept already, e.g. a quarantined node re-probed).
+WAITING = frozenset({Phase.PENDING, Phase.PROBING, Phase.FABRIC, Phase.STALLED})
+
+
+@dataclass(frozen=True)
+class TakeOutDecision:
+    allowed: bool
+    why: str = ""  # what held it back (empty when allowed)
+
+
+def out_of_service(st: NodeAcceptanceStatus) -> bool:
+    """Whether the node is out of service because of gpuaccept (it counts against
+    ``maxQuarantined``)."""
+    if st.phase == Phase.QUARANTINED:
+        return True
+    if st.phase == Phase.HELD:  # a dry run changes no taint; the limit holds it pending
+        return st.reason != REASON_DRY_RUN and st.was_in_service
+    return st.phase in WAITING and st.was_in_service
+
+
+def in_service(st: NodeAcceptanceStatus) -> bool:
+    """A decided node that takes workloads: accepted, or held by a dry run (untouched)."""
+    return st.phase == Phase.ACCEPTED or (st.phase == Phase.HELD and st.reason == REASON_DRY_RUN)
+
+
+def adopting(st: NodeAcceptanceStatus, node: NodeView, pending_taint_key: str) -> bool:
+    """A node the policy has just taken on that is in service (it did not register
+    under the pending taint: an already running fleet, a policy created or widened
+    over it) and that gpuaccept has not taken out yet: its pending taint waits for
+    the limit."""
+    return (
+        st.phase == Phase.PENDING
+        and st.attempts == 0
+        and st.probed_boot_id is None
+        and not st.was_in_service
+        and all(t.key != pending_taint_key for t in node.taints)
+    )
+
+
+def standing_limit(spec: NodeAcceptancePolicySpec, matched: int, ceiling: int | str) -> int:
+    return min(spec.max_quarantined_count(matched), limit_count(ceiling, matched))
+
+
+def rate_limit(spec: NodeAcceptancePolicySpec, matched: int, ceiling: int | str) -> int:
+    return min(spec.rate_count(matched), limit_count(ceiling, matched))
+
+
+def take_out_allowed(
+    spec: NodeAcceptancePolicySpec,
+    counts: QuarantineLimitCounts,
+    *,
+    ceiling: int | str = "100%",
+    already_out: bool = False,
+    new_take_out: bool = True,
+) -> TakeOutDecision:
+    """May gpuaccept take one more node out of service under ``spec``? ``counts``
+    exclude that node. ``already_out``: it is quarantined under this policy already
+    (no new slot). ``new_take_out``: the action takes an in-service node out, so it
+    counts against the rate; a new node, or one already out (re-probed after a
+    quarantine, taken out for this round), costs no capacity now."""
+    if already_out:
+        return TakeOutDecision(True)
+    matched = counts.matched
+    standing = standing_limit(spec, matched, ceiling)
+    if counts.unavailable + 1 > standing:
+        return TakeOutDecision(
+            False,
+            f"maxQuarantined={spec.max_quarantined}: {counts.unavailable} of limit {standing} "
+            "out of service",
+        )
+    if new_take_out:
+        rate = rate_limit(spec, matched, ceiling)
+        if counts.taken_out_recently + 1 > rate:
+            window = spec.quarantine_rate.window_seconds
+            return TakeOutDecision(
+                False,
+                f"quarantineRate={spec.quarantine_rate.max_per_window}/{window}s: "
+                f"{counts.taken_out_recently} of limit {rate} taken out in the last {window}s",
+            )
+    return TakeOutDecision(True)

@@ -1,0 +1,308 @@
+"""The limit counts capacity: one pure rule (``take_out_allowed``, table-tested here
+in the style of cluster-api's ``isAllowedRemediation``) for every action that takes
+a node out of service, and what the phases do with its answer."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from world import T0, World, make_report, spec
+
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.operator.core import PolicyView, QuarantineLimitCounts
+from gpuaccept.operator.core.capacity import in_service, out_of_service, take_out_allowed
+from gpuaccept.operator.core.fleet import FleetSnapshot, tally
+from gpuaccept.operator.core.model import NodeView, OperatorConfig
+
+
+@dataclass(frozen=True)
+class Row:
+    spec: dict[str, Any]
+    counts: QuarantineLimitCounts
+    allowed: bool
+    why: str = ""  # a fragment of the refusal
+    ceiling: int | str = "100%"
+    already_out: bool = False
+    new_take_out: bool = True
+
+
+def counts(quarantined: int = 0, matched: int = 10, out: int = 0, recent: int = 0) -> Any:
+    return QuarantineLimitCounts(quarantined, matched, out, recent)
+
+
+ROWS = {
+    "room under the standing limit": Row({"maxQuarantined": 2}, counts(1), True),
+    "the standing limit counts quarantined nodes": Row(
+        {"maxQuarantined": 2}, counts(2), False, "2 of limit 2"
+    ),
+    "held and re-probed nodes count as quarantined ones do": Row(
+        {"maxQuarantined": 2}, counts(0, out=2), False, "maxQuarantined=2"
+    ),
+    "a node already quarantined here takes no new slot": Row(
+        {"maxQuarantined": 0}, counts(5), True, already_out=True
+    ),
+    "the rate: one more within the window is too many": Row(
+        {"maxQuarantined": 10, "quarantineRate": {"maxPerWindow": 2}}, counts(recent=2), False,
+        "quarantineRate=2/300s",
+    ),
+    "the rate counts only a new take-out": Row(
+        {"maxQuarantined": 10, "quarantineRate": {"maxPerWindow": 2}}, counts(recent=2), True,
+        new_take_out=False,
+    ),
+    "a percentage rate of 10 nodes": Row(
+        {"maxQuarantined": 10, "quarantineRate": {"maxPerWindow": "20%"}}, counts(recent=1), True
+    ),
+    "the operator's ceiling caps a policy's limit": Row(
+        {"maxQuarantined": "100%"}, counts(5), False, "of limit 5", ceiling="50%"
+    ),
+    "the operator's ceiling caps a policy's rate": Row(
+        {"maxQuarantined": "100%", "quarantineRate": {"maxPerWindow": "100%"}}, counts(recent=3),
+        False, "of limit 3", ceiling=3,
+    ),
+    "0 quarantines nothing": Row({"maxQuarantined": 0}, counts(), False),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
+def test_take_out_allowed(row: Row) -> None:
+    decision = take_out_allowed(
+        spec(**row.spec),
+        row.counts,
+        ceiling=row.ceiling,
+        already_out=row.already_out,
+        new_take_out=row.new_take_out,
+    )
+    assert decision.allowed == row.allowed, decision.why
+    assert row.why in decision.why
+    assert (decision.why == "") == row.allowed
+
+
+OUT = {
+    (Phase.QUARANTINED, None, False): (True, False),
+    (Phase.HELD, "BreakerOpen", False): (False, False),  # a new node, never in service
+    (Phase.HELD, "BreakerOpen", True): (True, False),
+    (Phase.HELD, "DryRun", False): (False, True),
+    (Phase.ACCEPTED, None, False): (False, True),
+    (Phase.ACCEPTED, "BreakerOpen", False): (False, True),  # held in service
+    (Phase.PROBING, None, False): (False, False),  # a new node: never in service
+    (Phase.PROBING, None, True): (True, False),
+    (Phase.PENDING, None, True): (True, False),
+    (Phase.FABRIC, None, True): (True, False),
+    (Phase.STALLED, None, True): (True, False),
+}
+
+
+@pytest.mark.parametrize(("state", "expected"), OUT.items(), ids=[str(k) for k in OUT])
+def test_out_of_service_and_in_service(state: tuple[Any, Any, bool], expected: Any) -> None:
+    phase, reason, was = state
+    st = NodeAcceptanceStatus(phase=phase, reason=reason, was_in_service=was)
+    assert (out_of_service(st), in_service(st)) == expected
+
+
+# ---------------------------------------------------------------- the phases
+
+
+def accepted(**fields: Any) -> World:
+    world = World(policies=[PolicyView("default", 1, spec(**fields))])
+    world.settle()
+    world.finish_with_report()
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    return world
+
+
+FULL = QuarantineLimitCounts(quarantined=5, matched=10)  # maxQuarantined 5 reached
+
+
+def test_at_the_limit_an_accepted_node_stays_in_service_with_its_would_be_verdict() -> None:
+    world = accepted()
+    world.limit_counts = FULL
+    world.policies = [PolicyView("default", 2, spec(probe={"pcieLink": {"minWidth": 32}}))]
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.ACCEPTED, "BreakerOpen", "Quarantine")
+    assert "would quarantine" in (st.message or "")
+    assert st.reasons
+    assert st.reasons[0].reason == "PcieLinkFailed"
+    assert world.taint_keys() == []  # untouched: no pending taint, no quarantine taint
+    assert world.node is not None
+    assert world.node.labels.get("gpuaccept.io/acceptance") == "accepted"
+    # counted in the policy's status
+    assert world.na is not None
+    share = tally(FleetSnapshot((world.policies[0],), (world.node,), (world.na,)))["default"]
+    assert share.held_by_limit == ("gpu-1",)
+    assert share.out_of_service == frozenset()
+    # room again: the verdict goes through
+    world.limit_counts = QuarantineLimitCounts(quarantined=4, matched=10)
+    world.settle()
+    assert (world.status.phase, world.status.reason) == (Phase.QUARANTINED, "PcieLinkFailed")
+    assert world.status.taken_out_time == world.now
+
+
+def test_at_the_limit_a_reprobe_request_waits_and_the_node_stays_in_service() -> None:
+    world = accepted()
+    world.limit_counts = FULL
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, annotations={"gpuaccept.io/reprobe": "1"})
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.ACCEPTED, "BreakerOpen", "Reprobe")
+    assert "gpuaccept.io/reprobe" in world.node.annotations  # the request is kept
+    assert world.taint_keys() == []
+    world.limit_counts = QuarantineLimitCounts(quarantined=4, matched=10)
+    world.settle()
+    st = world.status
+    assert st.phase == Phase.PROBING
+    assert st.was_in_service
+    assert st.taken_out_time == world.now
+    assert "gpuaccept.io/reprobe" not in world.node.annotations
+
+
+def test_a_reboot_wave_is_rate_limited() -> None:
+    world = accepted(quarantineRate={"maxPerWindow": 2, "windowSeconds": 300})
+    world.limit_counts = QuarantineLimitCounts(quarantined=0, matched=10, taken_out_recently=2)
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, boot_id="boot-2")
+    world.settle()
+    assert (world.status.phase, world.status.held_action) == (Phase.ACCEPTED, "Reprobe")
+    assert "quarantineRate=2/300s" in (world.status.message or "")
+    world.limit_counts = QuarantineLimitCounts(quarantined=0, matched=10, taken_out_recently=1)
+    world.advance(30)
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+
+
+def test_a_policy_change_reprobe_of_the_whole_fleet_is_rate_limited() -> None:
+    world = accepted()
+    world.limit_counts = QuarantineLimitCounts(quarantined=0, matched=10, taken_out_recently=1)
+    world.policies = [PolicyView("default", 2, spec(reprobe={"onPolicyChange": "Reprobe"}))]
+    world.settle()
+    assert (world.status.phase, world.status.held_action) == (Phase.ACCEPTED, "Reprobe")
+    assert world.status.policy_generation == 1  # not stamped: the change is still to apply
+
+
+def test_the_operator_ceiling_holds_a_policy_that_allows_everything() -> None:
+    world = World(
+        policies=[PolicyView("default", 1, spec(maxQuarantined="100%"))],
+        config=OperatorConfig(accept_simulated_reports=True, max_unavailable_ceiling=2),
+        limit_counts=QuarantineLimitCounts(quarantined=2, matched=10),
+    )
+    world.settle()
+    world.finish_with_report(make_report(failing=["pcie_link"]))
+    world.settle()
+    assert (world.status.phase, world.status.reason) == (Phase.HELD, "BreakerOpen")
+
+
+def test_a_new_node_under_the_pending_taint_is_probed_whatever_the_limit() -> None:
+    world = World(limit_counts=QuarantineLimitCounts(quarantined=5, matched=10, out_of_service=5))
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+    assert not world.status.was_in_service
+
+
+def test_at_the_limit_a_passing_rejudge_under_a_fabric_policy_waits_in_service() -> None:
+    world = accepted()
+    world.limit_counts = FULL
+    fabric = {"enabled": True, "minBusbwGBps": 300}
+    world.policies = [PolicyView("default", 2, spec(fabric=fabric))]
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.ACCEPTED, "BreakerOpen", "Fabric")
+    assert world.taint_keys() == []
+    world.limit_counts = QuarantineLimitCounts(quarantined=4, matched=10)
+    world.settle()
+    assert world.status.phase == Phase.FABRIC
+    assert world.status.was_in_service
+
+
+def test_a_reprobed_node_counts_against_the_limit_until_decided() -> None:
+    world = accepted()
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, boot_id="boot-2")
+    world.settle()
+    assert world.na is not None
+    node = NodeView(name="gpu-1", labels=dict(world.node.labels))
+    share = tally(FleetSnapshot((world.policies[0],), (node,), (world.na,)))["default"]
+    assert share.out_of_service == {"gpu-1"}
+    assert share.limit_counts("other", T0 + timedelta(seconds=1)).out_of_service == 1
+    assert share.limit_counts("other", T0 + timedelta(seconds=1)).taken_out_recently == 1
+    assert share.limit_counts("other", T0 + timedelta(seconds=400)).taken_out_recently == 0
+    world.finish_with_report(make_report(boot_id="boot-2"))
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    assert not world.status.was_in_service
+
+
+def found_in_service(**world_kwargs: Any) -> World:
+    """A node already running workloads (no pending taint) that a new or widened
+    policy takes on."""
+    world = World(**world_kwargs)
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, taints=())
+    return world
+
+
+def test_adopting_a_running_fleet_is_rate_limited() -> None:
+    world = found_in_service(
+        limit_counts=QuarantineLimitCounts(quarantined=0, matched=10, taken_out_recently=1)
+    )
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.PENDING, "BreakerOpen", "Adopt")
+    assert world.taint_keys() == []  # still in service
+    assert world.pods == {}
+    assert st.policy == "default"  # counted under its policy
+    world.limit_counts = QuarantineLimitCounts(quarantined=0, matched=10, taken_out_recently=0)
+    world.advance(30)
+    world.settle()
+    st = world.status
+    assert st.phase == Phase.PROBING
+    assert world.taint_keys() == ["gpuaccept.io/pending"]
+    assert st.was_in_service
+    assert st.taken_out_time == world.now
+
+
+def test_adopting_counts_against_the_standing_limit_too() -> None:
+    world = found_in_service(limit_counts=QuarantineLimitCounts(quarantined=3, out_of_service=2))
+    world.limit_counts = QuarantineLimitCounts(quarantined=3, matched=10, out_of_service=2)
+    world.settle()
+    assert (world.status.reason, world.status.held_action) == ("BreakerOpen", "Adopt")
+    assert world.taint_keys() == []
+
+
+def test_a_paused_policy_leaves_a_node_found_in_service_in_service() -> None:
+    world = found_in_service(policies=[PolicyView("default", 1, spec(paused=True))])
+    world.settle()
+    assert world.na is not None
+    assert world.taint_keys() == []
+
+
+def test_a_dry_run_over_a_node_found_in_service_is_not_held_back() -> None:
+    """Nothing is taken out of service under dryRun, so the limit does not hold it."""
+    world = found_in_service(
+        policies=[PolicyView("default", 1, spec(dryRun=True))],
+        limit_counts=QuarantineLimitCounts(quarantined=5, matched=10, taken_out_recently=9),
+    )
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+    assert world.taint_keys() == []
+    assert world.status.taken_out_time is None
+
+
+def test_two_held_new_nodes_do_not_block_each_other() -> None:
+    """Held new nodes were never in service: neither counts against the other, so
+    raising the limit by one lets one of them through."""
+    world = World(limit_counts=QuarantineLimitCounts(quarantined=1, matched=10))
+    world.policies = [PolicyView("default", 1, spec(maxQuarantined=1))]
+    world.settle()
+    world.finish_with_report(make_report(failing=["pcie_link"]))
+    world.settle()
+    assert (world.status.phase, world.status.reason) == (Phase.HELD, "BreakerOpen")
+    assert not out_of_service(world.status)
+    world.policies = [PolicyView("default", 2, spec(maxQuarantined=2))]
+    world.settle()
+    assert world.status.phase == Phase.QUARANTINED
