@@ -21,6 +21,10 @@ class Phase(StrEnum):
     STALLED = "Stalled"
     # Passed the single-node checks; waits for its two-node fabric test (docs/fabric.md).
     FABRIC = "Fabric"
+    # The probe could not run for a reason that is not the node's (an image that
+    # cannot be pulled, a refused pod, GPU pods still on the node, an eviction):
+    # retried with backoff for as long as it lasts, never an attempt, never a verdict.
+    WAITING = "Waiting"
 
 
 class ConditionStatus(StrEnum):
@@ -210,6 +214,18 @@ class NodeAcceptanceStatus(ContractModel):
     )
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = Field(default=None, ge=0)
+    blocked_since: datetime | None = Field(
+        default=None,
+        description="When the probe first could not run for a reason that is not the "
+        "node's (phase Waiting); the retry backoff grows with the time since.",
+    )
+    node_uid: str | None = Field(
+        default=None,
+        alias="nodeUID",
+        max_length=64,
+        description="UID of the Node this status is about: a node deleted and created "
+        "again under the same name is a new node and starts a new round.",
+    )
 
 
 class PhaseCounts(ContractModel):
@@ -220,6 +236,7 @@ class PhaseCounts(ContractModel):
     held: int = 0
     stalled: int = 0
     fabric: int = 0
+    waiting: int = 0
 
 
 class NodeAcceptancePolicyStatus(ContractModel):

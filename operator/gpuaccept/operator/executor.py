@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpuaccept.contracts.api import API_VERSION, REPROBE_ANNOTATION
+from gpuaccept.contracts.api import API_VERSION, GPU_RESOURCE, REPROBE_ANNOTATION
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.interpret import interpret
 from gpuaccept.operator.core.model import (
@@ -30,6 +32,9 @@ from gpuaccept.operator.core.model import (
     PatchNodeTaintsLabels,
     RemoveReprobeAnnotation,
 )
+from gpuaccept.operator.core.podspec import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from gpuaccept.operator.core.reconcile import STATUS_REFUSED_RETRY_SECONDS
+from gpuaccept.operator.core.startfailure import NODE_BUSY_PREFIX
 from gpuaccept.operator.kube import ConflictError, EventRecord, Kube
 from gpuaccept.operator.views import cached_acceptance, node_view, pod_view, resource_version
 
@@ -52,6 +57,16 @@ class StatusRefusedError(Exception):
     """
 
 
+def _requests_gpus(pod: dict[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        resources = container.get("resources") or {}
+        for part in ("requests", "limits"):
+            if str((resources.get(part) or {}).get(GPU_RESOURCE, "0")) not in ("0", ""):
+                return True
+    return False
+
+
 def api_message(error: ApiException) -> str:
     try:
         return str(json.loads(error.body or "{}").get("message") or error.reason)
@@ -69,6 +84,16 @@ class KubeExecutor:
         self.identity = identity
         self.create_errors: dict[str, str] = {}  # node -> why its probe pod was refused
         self.status_errors: dict[str, str] = {}  # node -> why its last status write was refused
+        self.status_refused_at: dict[str, float] = {}  # node -> when (monotonic)
+
+    def status_error(self, node: str) -> str | None:
+        """Why ``node``'s last status write was refused, for as long as the core holds
+        off repeating it (then it is tried again once)."""
+        at = self.status_refused_at.get(node)
+        if at is not None and time.monotonic() - at >= STATUS_REFUSED_RETRY_SECONDS:
+            self.status_errors.pop(node, None)
+            self.status_refused_at.pop(node, None)
+        return self.status_errors.get(node)
 
     def execute(self, observed: NodeSnapshot, action: Action) -> None:  # runs in a thread
         interpret(_NodeWrites(self, observed), action)
@@ -115,10 +140,12 @@ class _NodeWrites:
         except ApiException as error:
             if error.status in (400, 422):  # invalid, not a hiccup: never the same write again
                 errors[node] = f"{error.status} {api_message(error)}"[:500]
+                self.executor.status_refused_at[node] = time.monotonic()
                 raise StatusRefusedError(errors[node]) from error
             raise
         except ValueError as error:  # not even serialisable (e.g. NaN): refused before sending
             errors[node] = f"status cannot be sent: {error}"[:500]
+            self.executor.status_refused_at[node] = time.monotonic()
             raise StatusRefusedError(errors[node]) from error
         errors.pop(node, None)
         self.cache.write("na", action.name, resource_version(body), cached_acceptance(body))
@@ -144,6 +171,10 @@ class _NodeWrites:
         # Only this attempt's refusal counts: an older one must not turn a later
         # transient failure (a 5xx, a timeout) into a ProbePodError.
         errors.pop(node, None)
+        busy = self._gpu_pods_on_node(node)
+        if busy:
+            errors[node] = (NODE_BUSY_PREFIX + ", ".join(busy[:5]))[:500]
+            return  # the next pass sees the refusal: the node waits (NodeBusy)
         try:
             pod = self.kube.create_pod(self.executor.namespace, action.manifest)
         except ApiException as error:
@@ -152,6 +183,25 @@ class _NodeWrites:
             raise
         if pod is not None:
             self.cache.write_pod(node, action.name, resource_version(pod), pod_view(pod))
+
+    def _gpu_pods_on_node(self, node: str) -> list[str]:
+        """Other pods on ``node`` that hold GPUs (``namespace/name``): the kubelet
+        would refuse the probe pod (``OutOfnvidia.com/gpu``) or the probe would share
+        the GPUs. Unknown (no permission, an API error): none, the kubelet decides."""
+        try:
+            pods = self.kube.list_running_pods_on_node(node)
+        except ApiException as error:
+            log.warning(
+                "node=%s cannot list its pods (%s): not checked for GPU pods", node, error.status
+            )
+            return []
+        return [
+            f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            for pod in pods
+            if (meta := pod.get("metadata") or {})
+            and (meta.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE
+            and _requests_gpus(pod)
+        ]
 
     def delete_probe_pod(self, action: DeleteProbePod) -> None:
         node = self.observed.node_name

@@ -315,16 +315,17 @@ TRANSITIONS = {
         probing_world, both(pod(deleting=True), later(10_000)), Phase.PENDING, "ProbeTimeout",
         also=_stuck_terminating,
     ),
-    "an image that cannot be pulled is an attempt error": Transition(
-        probing_world, pod(waiting_reason="ImagePullBackOff"), Phase.PENDING,
-        "ProbeImagePullFailed",
+    "an image that cannot be pulled waits, no attempt spent": Transition(
+        probing_world, pod(waiting_reason="ImagePullBackOff"), Phase.WAITING,
+        "ImageUnavailable", taints=[PENDING_KEY], status={"attempts": 0},
     ),
     "a pod lost in a restart is created again under the same name": Transition(
         probing_world, pod_lost, Phase.PROBING, None, first=(CreateProbePod,),
         also=_same_pod,
     ),
-    "a pod lost past the grace period is a failed attempt": Transition(
-        probing_world, both(pod_lost, later(61)), Phase.PENDING, "ProbePodLost",
+    "a pod lost past the grace period waits, no attempt spent": Transition(
+        probing_world, both(pod_lost, later(61)), Phase.WAITING, "ProbePodLost",
+        status={"attempts": 0},
     ),
     # ---- the quarantine limit, dryRun, paused
     "a quarantine over the limit is held under the pending taint": Transition(
@@ -499,6 +500,10 @@ def test_another_owners_noexecute_taint_is_rewritten_as_it_was() -> None:
     assert world.node is not None
     wire = {"key": "example.com/drain", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}
     other = Taint.from_wire(wire)
+    # the probe pod tolerates it (else the node waits, UntoleratedTaint)
+    world.config = dataclasses.replace(
+        world.config, extra_tolerations=({"key": "example.com/drain", "operator": "Exists"},)
+    )
     world.node = dataclasses.replace(world.node, taints=(other, PENDING))
     world.settle()
     world.finish_with_report()
@@ -587,7 +592,7 @@ def test_stale_pods_deleted_before_a_new_attempt() -> None:
     assert len(world.pods) == 1
 
 
-def test_refused_pod_creation_is_an_attempt_error_with_the_api_message() -> None:
+def test_refused_pod_creation_waits_with_the_api_message() -> None:
     world = probing_world()
     world.pods.clear()  # the API server refused the pod
     plan = reconcile(
@@ -595,8 +600,9 @@ def test_refused_pod_creation_is_an_attempt_error_with_the_api_message() -> None
         world.judge,
     )
     world.apply(plan)
-    assert world.status.phase == Phase.PENDING
-    assert world.status.reason == "ProbePodError"
+    assert world.status.phase == Phase.WAITING
+    assert world.status.reason == "PodRefused"
+    assert world.status.attempts == 0
     assert world.status.message is not None
     assert 'serviceaccount "x" not found' in world.status.message
 
@@ -691,7 +697,7 @@ def test_a_node_that_never_advertises_gpus_stalls_at_the_deadline(
     policy = spec(waitForGPUs={"timeoutSeconds": 600, "onTimeout": on_timeout})
     w = World(policies=[PolicyView("default", 1, policy)])
     assert w.node is not None
-    w.node = dataclasses.replace(w.node, gpus=0)
+    w.node = dataclasses.replace(w.node, gpus=0, gpu_capacity=0)
     w.settle()
     assert w.log[-1].requeue_after == 600  # woken at the deadline
     w.advance(599)
@@ -709,7 +715,7 @@ def test_a_node_that_never_advertises_gpus_stalls_at_the_deadline(
     w.advance(3600)
     assert w.plan().actions == ()  # stays Stalled, one Event
     # The device plugin is fixed: the node is probed, under the pending taint.
-    w.node = dataclasses.replace(w.node, gpus=8)
+    w.node = dataclasses.replace(w.node, gpus=8, gpu_capacity=8)
     w.plan()
     w.settle()
     assert (w.status.phase, w.status.reason, w.status.waiting_since) == (

@@ -23,6 +23,11 @@ ACCEPTED = "accepted"
 QUARANTINED = "quarantined"
 
 
+# Phase Stalled for a node whose GPUs are all unhealthy: nvidia.com/gpu in its
+# capacity, none allocatable. It keeps the pending taint whatever waitForGPUs says.
+REASON_GPUS_UNHEALTHY = "GPUsUnhealthy"
+
+
 def owned_keys(spec: NodeAcceptancePolicySpec, status: NodeAcceptanceStatus) -> set[str]:
     return {spec.pending_taint_key, spec.quarantine.taint_key, *status.applied_taints}
 
@@ -42,10 +47,13 @@ def desired_taints(
     if phase == Phase.QUARANTINED:
         kept = [t for t in node.taints if t.key not in owned or t == quarantine]
         return _unique([*kept, quarantine])
-    if phase == Phase.STALLED and (
-        spec.wait_for_gpus.on_timeout == GPUWaitExpiry.REMOVE_PENDING_TAINT
+    if (
+        phase == Phase.STALLED
+        and spec.wait_for_gpus.on_timeout == GPUWaitExpiry.REMOVE_PENDING_TAINT
+        and status.reason != REASON_GPUS_UNHEALTHY
     ):
-        # The policy lets a node that never advertised GPUs take pods, unprobed.
+        # The policy lets a node that never advertised GPUs take pods, unprobed; never
+        # one that has GPUs, all of them unhealthy (capacity, no allocatable).
         return tuple(t for t in node.taints if t.key != pending.key)
     # Pending, Probing, Held, Stalled: out of service under the pending taint; a
     # quarantine taint from an earlier verdict stays until the new verdict.

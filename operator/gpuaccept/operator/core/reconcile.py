@@ -56,9 +56,17 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
         out.actions.append(CreateNodeAcceptance(node.name, policy.name))
         out.ensure_node(ctx, status)
         return out.build("new node")
+    if observed.status_write_error and status.phase != Phase.PROBING:
+        return _status_refused(ctx, out, observed.status_write_error)
     if spec.paused:
         # No new probes, nothing decided changes; undecided nodes stay out.
-        if status.phase in (Phase.PENDING, Phase.PROBING, Phase.STALLED, Phase.FABRIC):
+        if status.phase in (
+            Phase.PENDING,
+            Phase.PROBING,
+            Phase.STALLED,
+            Phase.FABRIC,
+            Phase.WAITING,
+        ):
             out.ensure_node(ctx, status)
         if status.policy is None:  # a new node: counted under its policy at once
             out.write_status(status, ctx.stamped(status))
@@ -73,6 +81,22 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     if status.phase == Phase.PROBING:
         return plan_probing(ctx, out)
     return plan_pending(ctx, out)
+
+
+# How long a refused status write (400/422) is not tried again outside Probing.
+STATUS_REFUSED_RETRY_SECONDS = 300.0
+
+
+def _status_refused(ctx: NodeContext, out: PlanBuilder, error: str) -> Plan:
+    """The API server refused the status this node's last plan wrote (outside
+    Probing: a re-judge, a new round, a wait). Writing it again would be refused
+    the same way, so nothing is written: the node stays as its stored status says
+    (the executor logs the refusal), and the write is tried again later (the
+    executor forgets the refusal after :data:`STATUS_REFUSED_RETRY_SECONDS`). In
+    Probing the attempt ends instead (:mod:`.probing`)."""
+    out.ensure_node(ctx, ctx.status)
+    out.wake_in(STATUS_REFUSED_RETRY_SECONDS)
+    return out.build(f"status write refused, kept as it was: {error}")
 
 
 def _node_deleted(observed: NodeSnapshot, out: PlanBuilder) -> Plan:
