@@ -59,18 +59,7 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     if observed.status_write_error and status.phase != Phase.PROBING:
         return _status_refused(ctx, out, observed.status_write_error)
     if spec.paused:
-        # No new probes, nothing decided changes; undecided nodes stay out.
-        if status.phase in (
-            Phase.PENDING,
-            Phase.PROBING,
-            Phase.STALLED,
-            Phase.FABRIC,
-            Phase.WAITING,
-        ):
-            out.ensure_node(ctx, status)
-        if status.policy is None:  # a new node: counted under its policy at once
-            out.write_status(status, ctx.stamped(status))
-        return out.build("paused")
+        return _paused(ctx, out)
     if status.phase == Phase.FABRIC:
         return plan_fabric_phase(ctx, out)
     if status.phase in DECIDED:
@@ -81,6 +70,19 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     if status.phase == Phase.PROBING:
         return plan_probing(ctx, out)
     return plan_pending(ctx, out)
+
+
+UNDECIDED = frozenset({Phase.PENDING, Phase.PROBING, Phase.STALLED, Phase.FABRIC, Phase.WAITING})
+
+
+def _paused(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    """No new probes, nothing decided changes; undecided nodes stay out."""
+    status = ctx.status
+    if status.phase in UNDECIDED:
+        out.ensure_node(ctx, status)
+    if status.policy is None:  # a new node: counted under its policy at once
+        out.write_status(status, ctx.stamped(status))
+    return out.build("paused")
 
 
 # How long a refused status write (400/422) is not tried again outside Probing.
