@@ -32,7 +32,11 @@ from gpuaccept.operator.core.model import (
     PatchNodeTaintsLabels,
     RemoveReprobeAnnotation,
 )
-from gpuaccept.operator.core.podspec import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from gpuaccept.operator.core.podspec import (
+    FABRIC_PAIR_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+)
 from gpuaccept.operator.core.reconcile import STATUS_REFUSED_RETRY_SECONDS
 from gpuaccept.operator.core.startfailure import NODE_BUSY_PREFIX
 from gpuaccept.operator.kube import ConflictError, EventRecord, Kube
@@ -171,7 +175,9 @@ class _NodeWrites:
         # Only this attempt's refusal counts: an older one must not turn a later
         # transient failure (a 5xx, a timeout) into a ProbePodError.
         errors.pop(node, None)
-        busy = self._gpu_pods_on_node(node)
+        labels = (action.manifest.get("metadata") or {}).get("labels") or {}
+        # A fabric pod's partner may be in service: the pair pass handles a refusal.
+        busy = [] if FABRIC_PAIR_LABEL in labels else self._gpu_pods_on_node(node)
         if busy:
             errors[node] = (NODE_BUSY_PREFIX + ", ".join(busy[:5]))[:500]
             return  # the next pass sees the refusal: the node waits (NodeBusy)
