@@ -19,7 +19,7 @@ PENDING_KEY = "gpuaccept.io/pending"
 
 
 def probing(**world_kwargs: object) -> World:
-    world = World(**world_kwargs)  # type: ignore[arg-type]
+    world = World(**world_kwargs)
     world.settle()
     assert world.status.phase == Phase.PROBING
     return world
@@ -28,7 +28,7 @@ def probing(**world_kwargs: object) -> World:
 def pod_status(**changes: object) -> Callable[[World], None]:
     def change(world: World) -> None:
         pod = world.current_pod()
-        world.pods[pod.name] = dataclasses.replace(pod, **changes)  # type: ignore[arg-type]
+        world.pods[pod.name] = dataclasses.replace(pod, **changes)
 
     return change
 

@@ -6,6 +6,7 @@ off for a while, then tried again."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -13,9 +14,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.operator import executor as executor_module
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core import CreateProbePod, NodeSnapshot, PatchNAStatus
+from gpuaccept.operator.core.reconcile import STATUS_REFUSED_RETRY_SECONDS
 from gpuaccept.operator.core.startfailure import NODE_BUSY_PREFIX, create_refused
 from gpuaccept.operator.executor import KubeExecutor, StatusRefusedError
 from gpuaccept.operator.kube import Kube
@@ -105,7 +106,7 @@ def test_a_refused_status_write_is_held_off_then_tried_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = [1000.0]
-    monkeypatch.setattr(executor_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     kube = NodeKube([])
     error = ApiException(status=422, reason="Invalid")
     error.body = json.dumps({"message": "status.message: Too long"})
@@ -117,7 +118,7 @@ def test_a_refused_status_write_is_held_off_then_tried_again(
             PatchNAStatus("gpu-1", "7", NodeAcceptanceStatus(phase=Phase.ACCEPTED)),
         )
     assert executor.status_error("gpu-1") == "422 status.message: Too long"
-    clock[0] += executor_module.STATUS_REFUSED_RETRY_SECONDS - 1
+    clock[0] += STATUS_REFUSED_RETRY_SECONDS - 1
     assert executor.status_error("gpu-1") is not None
     clock[0] += 1
     assert executor.status_error("gpu-1") is None  # forgotten: the write is tried again

@@ -43,7 +43,7 @@ def _stored(phase: Phase, failing: tuple[str, ...] = ()) -> dict[str, Any]:
 def _as_a_newer_release_writes(wire: dict[str, Any]) -> dict[str, Any]:
     """New fields at every level: the status, a reason, a check summary, the report
     envelope and one of its results."""
-    newer = json.loads(json.dumps(wire))
+    newer: dict[str, Any] = json.loads(json.dumps(wire))
     newer["capacityBudget"] = {"window": "1h", "used": 3}
     newer["installationID"] = "c0ffee"
     for reason in newer.get("reasons", []):
