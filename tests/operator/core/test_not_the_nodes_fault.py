@@ -200,3 +200,25 @@ def test_a_status_refusal_outside_probing_is_not_repeated_in_a_loop() -> None:
     assert plan.requeue_after is not None
     assert plan.requeue_after >= 60
     assert world.taint_keys() == []
+
+
+# ---------------------------------------------------------------- identity
+
+
+def test_a_node_recreated_under_its_name_does_not_inherit_accepted() -> None:
+    world = World()
+    world.settle()
+    world.finish_with_report()
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    assert world.status.node_uid == "uid-node"
+    assert world.node is not None
+    # deleted and registered again, before the operator saw the deletion
+    world.node = dataclasses.replace(world.node, uid="uid-node-2", taints=(), labels={})
+    world.settle()
+    st = world.status
+    assert st.phase == Phase.PROBING  # a new round: probed again
+    assert st.node_uid == "uid-node-2"
+    assert st.report is None
+    assert world.taint_keys() == [PENDING_KEY]
+    assert world.node.labels.get("gpuaccept.io/acceptance") != "accepted"

@@ -36,6 +36,7 @@ def _stored(phase: Phase, failing: tuple[str, ...] = ()) -> dict[str, Any]:
         probed_boot_id=BOOT,
         report=report,
         applied_taints=["gpuaccept.io/quarantined"] if failing else [],
+        node_uid="uid-node",
     )
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 

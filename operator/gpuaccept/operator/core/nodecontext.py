@@ -105,6 +105,7 @@ class NodeContext:
             update={
                 "applied_taints": self.applied_taints(st),
                 "applied_labels": self.applied_labels(st),
+                "node_uid": self.node.uid or st.node_uid,
             }
         )
 
@@ -117,6 +118,7 @@ class NodeContext:
                 "policy": policy.name,
                 "policy_generation": policy.generation,
                 "policy_uid": policy.uid or None,
+                "node_uid": self.node.uid or st.node_uid,
             }
         )
 

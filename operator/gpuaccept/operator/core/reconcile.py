@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from gpuaccept.contracts.api import REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.operator.core.decided import DECIDED, plan_decided
+from gpuaccept.operator.core.decided import DECIDED, new_round, plan_decided
 from gpuaccept.operator.core.fabric.phase import plan_fabric_phase
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
@@ -56,8 +56,9 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
         out.actions.append(CreateNodeAcceptance(node.name, policy.name))
         out.ensure_node(ctx, status)
         return out.build("new node")
-    if observed.status_write_error and status.phase != Phase.PROBING:
-        return _status_refused(ctx, out, observed.status_write_error)
+    first = _before_any_phase(ctx, out)
+    if first is not None:
+        return first
     if spec.paused:
         return _paused(ctx, out)
     if status.phase == Phase.FABRIC:
@@ -70,6 +71,18 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     if status.phase == Phase.PROBING:
         return plan_probing(ctx, out)
     return plan_pending(ctx, out)
+
+
+def _before_any_phase(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """A new node under an old name, or a status the API server refused; else None."""
+    status, node, error = ctx.status, ctx.node, ctx.obs.status_write_error
+    if status.node_uid and node.uid and status.node_uid != node.uid:
+        # Deleted and created again under its name: a new node, nothing inherited.
+        message = f"node {node.name} was re-created (UID {status.node_uid} -> {node.uid})"
+        return new_round(ctx, out, reason="NodeRecreated", message=message)
+    if error and status.phase != Phase.PROBING:
+        return _status_refused(ctx, out, error)
+    return None
 
 
 UNDECIDED = frozenset({Phase.PENDING, Phase.PROBING, Phase.STALLED, Phase.FABRIC, Phase.WAITING})
