@@ -61,6 +61,12 @@ class StatusRefusedError(Exception):
     """
 
 
+def _known_rv(rv: str) -> int:
+    """The resourceVersion a 404 showed gone, as the overlay's deletion mark: it hides
+    that version and older ones (an entry a relist left behind), not a newer object."""
+    return int(rv) if rv.isdigit() else DELETED_RV
+
+
 def _requests_gpus(pod: dict[str, Any]) -> bool:
     spec = pod.get("spec") or {}
     for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
@@ -142,6 +148,9 @@ class _NodeWrites:
         except ConflictError:
             raise
         except ApiException as error:
+            if error.status == 404:  # deleted meanwhile: the cache forgets it, the plan is re-made
+                self.cache.write("na", action.name, _known_rv(action.resource_version), None)
+                raise StaleCacheError(action.name) from error
             if error.status in (400, 422):  # invalid, not a hiccup: never the same write again
                 errors[node] = f"{error.status} {api_message(error)}"[:500]
                 self.executor.status_refused_at[node] = time.monotonic()
@@ -154,16 +163,32 @@ class _NodeWrites:
         errors.pop(node, None)
         self.cache.write("na", action.name, resource_version(body), cached_acceptance(body))
 
+    def _node_gone(self, node: str, error: ApiException) -> None:
+        """A 404 on a Node write: it was deleted; the cache forgets the version it knew
+        (one re-created under the name is newer and shows), the plan is re-made."""
+        if error.status == 404:
+            known = self.observed.node.resource_version if self.observed.node else ""
+            self.cache.write("node", node, _known_rv(known), None)
+            raise StaleCacheError(node) from error
+
     def patch_node_taints_labels(self, action: PatchNodeTaintsLabels) -> None:
-        body = self.kube.patch_node(
-            action.node, action.resource_version, action.taints, action.labels
-        )
+        try:
+            body = self.kube.patch_node(
+                action.node, action.resource_version, action.taints, action.labels
+            )
+        except ApiException as error:
+            self._node_gone(action.node, error)
+            raise
         self.cache.write("node", action.node, resource_version(body), node_view(body))
 
     def patch_node_condition(self, action: PatchNodeCondition) -> None:
-        body = self.kube.patch_node_condition(
-            action.node, action.status, action.reason, action.message, action.now
-        )
+        try:
+            body = self.kube.patch_node_condition(
+                action.node, action.status, action.reason, action.message, action.now
+            )
+        except ApiException as error:
+            self._node_gone(action.node, error)
+            raise
         self.cache.write("node", action.node, resource_version(body), node_view(body))
 
     def remove_reprobe_annotation(self, action: RemoveReprobeAnnotation) -> None:

@@ -14,12 +14,13 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.operator.cache import Cache
+from gpuaccept.operator.cache import NAS_INDEX, Cache
 from gpuaccept.operator.core import CreateProbePod, NodeSnapshot, PatchNAStatus
 from gpuaccept.operator.core.reconcile import STATUS_REFUSED_RETRY_SECONDS
 from gpuaccept.operator.core.startfailure import NODE_BUSY_PREFIX, create_refused
-from gpuaccept.operator.executor import KubeExecutor, StatusRefusedError
+from gpuaccept.operator.executor import KubeExecutor, StaleCacheError, StatusRefusedError
 from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.views import cached_acceptance
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -122,3 +123,32 @@ def test_a_refused_status_write_is_held_off_then_tried_again(
     assert executor.status_error("gpu-1") is not None
     clock[0] += 1
     assert executor.status_error("gpu-1") is None  # forgotten: the write is tried again
+
+
+# ---------------------------------------------------------------- a 404 on a write
+
+
+class GoneKube(NodeKube):
+    def patch_na_status(self, name: str, rv: str, status: Any) -> dict[str, Any]:
+        error = ApiException(status=404, reason="Not Found")
+        error.body = json.dumps({"message": f'nodeacceptances "{name}" not found'})
+        raise error
+
+
+def test_a_404_on_a_status_write_means_deleted_and_a_newer_object_shows() -> None:
+    cache = Cache()
+    stale = cached_acceptance({"metadata": {"name": "gpu-1", "resourceVersion": "5"}})
+    # an entry a relist after a 410 left behind: the object is gone on the server
+    cache.indexes[NAS_INDEX] = {"gpu-1": [(5, stale)]}
+    executor = KubeExecutor(cast(Kube, GoneKube([])), cache, namespace="ns", identity="test")
+    with pytest.raises(StaleCacheError):
+        executor.execute(
+            NodeSnapshot(node_name="gpu-1", now=NOW, node=None),
+            PatchNAStatus("gpu-1", "5", NodeAcceptanceStatus(phase=Phase.ACCEPTED)),
+        )
+    assert cache.na("gpu-1") is None  # no longer patched forever
+    fresh = cached_acceptance({"metadata": {"name": "gpu-1", "resourceVersion": "9"}})
+    cache.indexes[NAS_INDEX] = {"gpu-1": [(5, stale), (9, fresh)]}
+    view = cache.na("gpu-1")
+    assert view is not None
+    assert view.resource_version == "9"
