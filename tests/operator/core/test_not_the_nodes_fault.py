@@ -222,3 +222,25 @@ def test_a_node_recreated_under_its_name_does_not_inherit_accepted() -> None:
     assert st.report is None
     assert world.taint_keys() == [PENDING_KEY]
     assert world.node.labels.get("gpuaccept.io/acceptance") != "accepted"
+
+
+# ---------------------------------------------------------------- what drain and the autoscaler read
+
+
+def test_a_probe_pod_is_controlled_by_its_nodeacceptance_and_safe_to_evict() -> None:
+    world = World()
+    world.settle()
+    (create,) = [a for plan in world.log for a in plan.actions if isinstance(a, CreateProbePod)]
+    meta = create.manifest["metadata"]
+    # kubectl drain's unreplicated-pod filter: a controller ownerReference, no --force
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "gpuaccept.io/v1alpha1",
+            "kind": "NodeAcceptance",
+            "name": "gpu-1",
+            "uid": "uid-na",
+            "controller": True,
+        }
+    ]
+    # the cluster autoscaler: a bare pod with an emptyDir would block scale-down
+    assert meta["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"

@@ -39,6 +39,7 @@ def probe_manifest(ctx: NodeContext, st: NodeAcceptanceStatus) -> dict[str, Any]
         policy_name=ctx.policy.name,
         spec=ctx.spec,
         applied_taints=st.applied_taints,
+        owner_uid=ctx.obs.na.uid if ctx.obs.na is not None else "",
     )
     return probe_pod_manifest(attempt, ctx.obs.config)
 
