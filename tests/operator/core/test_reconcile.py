@@ -389,9 +389,12 @@ TRANSITIONS = {
         "ReprobeRequested",
         also=_annotation_gone,
     ),
-    "the re-probe annotation while probing is just removed": Transition(
-        probing_world, node(annotations={ANNOTATION: ""}), Phase.PROBING,
-        first=(RemoveReprobeAnnotation,),
+    "the re-probe annotation while probing is kept for after it": Transition(
+        probing_world, node(annotations={ANNOTATION: ""}), Phase.PROBING, first=(),
+    ),
+    "the re-probe annotation set while probing starts a round after the verdict": Transition(
+        probing_world, both(node(annotations={ANNOTATION: ""}), report()), Phase.PROBING,
+        "ReprobeRequested", also=_annotation_gone,
     ),
     "a policy change re-judges the stored report": Transition(
         accepted_world, policies(policy(2, probe={"ncclAllreduce": {"minBusbwGBps": 500}})),

@@ -66,8 +66,10 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     if status.phase in DECIDED:
         return plan_decided(ctx, out)
     if REPROBE_ANNOTATION in node.annotations and spec.reprobe.on_annotation:
-        # A probe is already underway; the request is satisfied by it.
-        out.remove_annotation = True
+        # Not probed yet in this round: the coming probe satisfies the request. Set
+        # while a probe runs, it is kept: it may have been asked for after whatever
+        # that probe measures (a repair), so it starts a round once this one is decided.
+        out.remove_annotation = status.phase != Phase.PROBING
     if status.phase == Phase.PROBING:
         return plan_probing(ctx, out)
     return plan_pending(ctx, out)
