@@ -224,7 +224,7 @@ def test_a_node_recreated_under_its_name_does_not_inherit_accepted() -> None:
     assert world.node.labels.get("gpuaccept.io/acceptance") != "accepted"
 
 
-# ---------------------------------------------------------------- what drain and the autoscaler read
+# ------------------------------------------------------ what drain and the autoscaler read
 
 
 def test_a_probe_pod_is_controlled_by_its_nodeacceptance_and_safe_to_evict() -> None:

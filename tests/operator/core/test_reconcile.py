@@ -24,7 +24,6 @@ from gpuaccept.operator.core import (
     PodView,
     PolicyView,
     QuarantineLimitCounts,
-    RemoveReprobeAnnotation,
     Taint,
     reconcile,
 )
