@@ -244,3 +244,35 @@ def test_a_probe_pod_is_controlled_by_its_nodeacceptance_and_safe_to_evict() -> 
     ]
     # the cluster autoscaler: a bare pod with an emptyDir would block scale-down
     assert meta["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"
+
+
+# ---------------------------------------------------------------- human intent
+
+
+def test_a_quarantine_key_taint_the_operator_did_not_apply_survives_acceptance() -> None:
+    world = World()
+    assert world.node is not None
+    manual = Taint("gpuaccept.io/quarantined", "NoSchedule", "held-by-ops")
+    world.node = dataclasses.replace(world.node, taints=(manual,))
+    world.settle()
+    world.finish_with_report()
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    assert world.node.taints == (manual,)  # a person's: never removed
+    assert "gpuaccept.io/quarantined" not in world.status.applied_taints
+
+
+def test_the_quarantine_taint_the_operator_applied_goes_on_acceptance() -> None:
+    world = World()
+    world.settle()
+    world.finish_with_report(make_report(failing=["pcie_link"]))
+    world.settle()
+    assert world.taint_keys() == ["gpuaccept.io/quarantined"]
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, annotations={"gpuaccept.io/reprobe": ""})
+    world.settle()
+    world.finish_with_report()
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    assert world.taint_keys() == []
+    assert world.status.applied_taints == []
