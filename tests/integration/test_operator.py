@@ -428,7 +428,11 @@ def test_manual_taint_and_cordon_survive_acceptance(env: Env) -> None:
     env.policy(suite)
     manual = {"key": "example.com/maintenance", "value": "yes", "effect": "NoSchedule"}
     (name,) = env.nodes(suite, {"n": HEALTHY}, taints=[PENDING_TAINT, manual])
-    env.core.patch_node(name, {"spec": {"unschedulable": True}})
+    # cordoned, and a probe asked for (a cordoned node is not probed unless asked)
+    env.core.patch_node(
+        name,
+        {"spec": {"unschedulable": True}, "metadata": {"annotations": {REPROBE_ANNOTATION: "1"}}},
+    )
     env.wait_phase([name], "Accepted")
     node = wait_node_side(env, name, "Accepted")
     keys = env.taint_keys(name)

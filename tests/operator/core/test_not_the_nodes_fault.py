@@ -276,3 +276,31 @@ def test_the_quarantine_taint_the_operator_applied_goes_on_acceptance() -> None:
     assert world.status.phase == Phase.ACCEPTED
     assert world.taint_keys() == []
     assert world.status.applied_taints == []
+
+
+def test_a_cordoned_node_is_not_probed_unless_asked() -> None:
+    world = World()
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, unschedulable=True)
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.WAITING, "Cordoned")
+    assert world.pods == {}
+    assert world.taint_keys() == [PENDING_KEY]
+    # asked for: probed though cordoned, the request taken off
+    world.node = dataclasses.replace(world.node, annotations={"gpuaccept.io/reprobe": ""})
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+    assert world.node.annotations == {}
+    assert world.node.unschedulable  # the cordon is the person's: kept
+
+
+def test_an_uncordoned_node_is_probed() -> None:
+    world = World()
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, unschedulable=True)
+    world.settle()
+    world.node = dataclasses.replace(world.node, unschedulable=False)
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+    assert world.status.attempts == 1

@@ -485,7 +485,11 @@ def test_manual_taint_and_cordon_survive_acceptance() -> None:
     world = World()
     assert world.node is not None
     manual = Taint("example.com/maintenance", "NoSchedule", "x")
-    world.node = dataclasses.replace(world.node, taints=(manual, PENDING), unschedulable=True)
+    # cordoned, and a probe asked for (else it waits, Cordoned)
+    asked = {"gpuaccept.io/reprobe": ""}
+    world.node = dataclasses.replace(
+        world.node, taints=(manual, PENDING), unschedulable=True, annotations=asked
+    )
     world.settle()
     world.finish_with_report()
     world.settle()

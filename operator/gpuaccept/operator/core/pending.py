@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from gpuaccept.contracts.api import ACCEPTANCE_KIND, GPU_RESOURCE
+from gpuaccept.contracts.api import ACCEPTANCE_KIND, GPU_RESOURCE, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import GPUWaitExpiry
 from gpuaccept.operator.core.model import CreateProbePod, Plan
@@ -20,6 +20,7 @@ from gpuaccept.operator.core.nodecontext import (
 from gpuaccept.operator.core.nodestate import REASON_GPUS_UNHEALTHY
 from gpuaccept.operator.core.podspec import ProbeAttempt, probe_pod_manifest, probe_pod_name
 from gpuaccept.operator.core.waiting import (
+    REASON_CORDONED,
     REASON_UNTOLERATED_TAINT,
     WAIT_REASONS,
     blocked,
@@ -101,7 +102,11 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
 
 def _waits_before_probing(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     """A reason not to start the probe pod now that is not the node's fault: a
-    NoExecute taint the pod would not tolerate (the kubelet refuses it, or evicts it)."""
+    cordoned node (not probed unless asked), a NoExecute taint the pod would not
+    tolerate (the kubelet refuses it, or evicts it)."""
+    node = ctx.node
+    if node.unschedulable and REPROBE_ANNOTATION not in node.annotations:
+        return _cordoned(ctx, out)
     tolerations = probe_manifest(ctx, ctx.status)["spec"].get("tolerations", [])
     taint = untolerated_taint(ctx.node.taints, tolerations)
     if taint is not None:
@@ -111,6 +116,25 @@ def _waits_before_probing(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
         )
         return blocked(ctx, out, reason=REASON_UNTOLERATED_TAINT, message=message, pod=None)
     return None
+
+
+def _cordoned(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    """A person cordoned the node (maintenance, a drain): no probe pod lands on it
+    until it is uncordoned (the Node update wakes it) or a probe is asked for with
+    the re-probe annotation. No attempt, no backoff."""
+    st = ctx.status
+    message = (
+        "the node is cordoned (spec.unschedulable): not probed until it is uncordoned, "
+        f"or asked for with the annotation {REPROBE_ANNOTATION}"
+    )
+    new = ctx.with_applied_keys(
+        ctx.stamped(st, phase=Phase.WAITING, reason=REASON_CORDONED, message=message)
+    )
+    out.write_status(st, new)
+    if (st.phase, st.reason) != (new.phase, new.reason):
+        out.event(ACCEPTANCE_KIND, "Normal", REASON_CORDONED, message)
+    out.ensure_node(ctx, new)
+    return out.build("waiting: cordoned")
 
 
 def _wait_for_gpus(ctx: NodeContext, out: PlanBuilder) -> Plan:
