@@ -304,3 +304,43 @@ def test_an_uncordoned_node_is_probed() -> None:
     world.settle()
     assert world.status.phase == Phase.PROBING
     assert world.status.attempts == 1
+
+
+def test_an_opted_out_node_is_left_alone_and_says_so() -> None:
+    world = World()
+    assert world.node is not None
+    world.node = dataclasses.replace(
+        world.node, annotations={"gpuaccept.io/opt-out": "maintenance"}
+    )
+    world.settle()
+    st = world.status
+    assert [c.type for c in st.conditions] == ["OptedOut"]
+    assert st.phase == Phase.PENDING
+    assert world.pods == {}
+    assert world.taint_keys() == []  # not even the pending taint
+    # opted out mid-probe: the pod goes, the attempt is given back, the node untouched
+    world.node = dataclasses.replace(world.node, annotations={})
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+    assert world.status.conditions == []
+    taints = world.taint_keys()
+    world.node = dataclasses.replace(world.node, annotations={"gpuaccept.io/opt-out": ""})
+    world.settle()
+    assert (world.status.phase, world.status.attempts) == (Phase.PENDING, 0)
+    assert world.pods == {}
+    assert world.taint_keys() == taints
+
+
+def test_an_opted_out_accepted_node_keeps_its_verdict_untouched() -> None:
+    world = World()
+    world.settle()
+    world.finish_with_report()
+    world.settle()
+    assert world.node is not None
+    # opted out, then rebooted: no new round while opted out
+    world.node = dataclasses.replace(
+        world.node, annotations={"gpuaccept.io/opt-out": ""}, boot_id="other-boot"
+    )
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    assert world.pods == {}

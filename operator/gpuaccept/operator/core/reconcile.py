@@ -17,8 +17,13 @@ This module picks the phase; each phase is planned in its own module:
 
 from __future__ import annotations
 
-from gpuaccept.contracts.api import REPROBE_ANNOTATION
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.contracts.api import OPT_OUT_ANNOTATION, REPROBE_ANNOTATION
+from gpuaccept.contracts.nodeacceptance import (
+    Condition,
+    ConditionStatus,
+    NodeAcceptanceStatus,
+    Phase,
+)
 from gpuaccept.operator.core.decided import DECIDED, new_round, plan_decided
 from gpuaccept.operator.core.fabric.phase import plan_fabric_phase
 from gpuaccept.operator.core.model import (
@@ -54,7 +59,8 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     ctx = NodeContext(observed, judge, node, policy, spec, status)
     if na is None:
         out.actions.append(CreateNodeAcceptance(node.name, policy.name))
-        out.ensure_node(ctx, status)
+        if OPT_OUT_ANNOTATION not in node.annotations:
+            out.ensure_node(ctx, status)
         return out.build("new node")
     first = _before_any_phase(ctx, out)
     if first is not None:
@@ -78,6 +84,9 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
 def _before_any_phase(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     """A new node under an old name, or a status the API server refused; else None."""
     status, node, error = ctx.status, ctx.node, ctx.obs.status_write_error
+    opted_out = _opt_out(ctx, out)
+    if opted_out is not None:
+        return opted_out
     if status.node_uid and node.uid and status.node_uid != node.uid:
         # Deleted and created again under its name: a new node, nothing inherited.
         message = f"node {node.name} was re-created (UID {status.node_uid} -> {node.uid})"
@@ -85,6 +94,39 @@ def _before_any_phase(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     if error and status.phase != Phase.PROBING:
         return _status_refused(ctx, out, error)
     return None
+
+
+def _opt_out(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """The node's ``gpuaccept.io/opt-out`` annotation: left alone (no probe, no
+    taint, label or condition change; a running probe pod of its own goes, its
+    attempt given back), and the status says so in its condition ``OptedOut``.
+    None when the node is not opted out (the condition comes off first)."""
+    st, node, now = ctx.status, ctx.node, ctx.obs.now
+    others = [c for c in st.conditions if c.type != CONDITION_OPTED_OUT]
+    if OPT_OUT_ANNOTATION not in node.annotations:
+        if len(others) == len(st.conditions):
+            return None
+        out.write_status(st, st.model_copy(update={"conditions": others}))
+        return out.build("opt-out lifted")
+    condition = next((c for c in st.conditions if c.type == CONDITION_OPTED_OUT), None)
+    if condition is None:
+        condition = Condition(
+            type=CONDITION_OPTED_OUT,
+            status=ConditionStatus.TRUE,
+            reason="Annotation",
+            message=f"the node has the annotation {OPT_OUT_ANNOTATION}: the operator "
+            "leaves it alone (no probe, no taint, label or condition change)",
+            last_transition_time=now,
+        )
+    update: dict[str, object] = {"conditions": [*others, condition]}
+    if st.phase == Phase.PROBING:  # the attempt is abandoned, and given back
+        update.update(phase=Phase.PENDING, probe_pod=None, probe_started_time=None)
+        update["attempts"] = max(st.attempts - 1, 0)
+    out.write_status(st, st.model_copy(update=update))
+    for pod in ctx.obs.pods:
+        if not pod.deleting:
+            out.delete_pod(pod)
+    return out.build("opted out")
 
 
 UNDECIDED = frozenset({Phase.PENDING, Phase.PROBING, Phase.STALLED, Phase.FABRIC, Phase.WAITING})
@@ -99,6 +141,8 @@ def _paused(ctx: NodeContext, out: PlanBuilder) -> Plan:
         out.write_status(status, ctx.stamped(status))
     return out.build("paused")
 
+
+CONDITION_OPTED_OUT = "OptedOut"
 
 # How long a refused status write (400/422) is not tried again outside Probing.
 STATUS_REFUSED_RETRY_SECONDS = 300.0
