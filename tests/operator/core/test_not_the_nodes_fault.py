@@ -83,6 +83,10 @@ BLOCKED = {
         pod_status(phase="Failed", pod_reason="TaintToleration"),
         "UntoleratedTaint",
     ),
+    "a Secret or ConfigMap the pod names is missing": (
+        pod_status(waiting_reason="CreateContainerConfigError", waiting_message='secret "x"'),
+        "PodRefused",
+    ),
     "a ResourceQuota refuses the create": (
         create_refused('pods "p" is forbidden: exceeded quota: gpu-quota'),
         "PodRefused",

@@ -61,6 +61,7 @@ REASON_NEVER_STARTED = "ProbeContainerNeverStarted"
 REASON_RUNTIME_CLASS_MISSING = "RuntimeClassMissing"
 MESSAGE_MAX = 500
 EVICTED_REASONS = frozenset({"Evicted", "Preempting", "Terminated", "Shutdown"})
+CONFIG_ERROR = "CreateContainerConfigError"  # a missing Secret or ConfigMap the pod names
 TAINT_REJECTED_REASON = "TaintToleration"  # the kubelet's admission: an untolerated NoExecute
 # The executor's refusal of a create while GPU pods still run on the node (it lists
 # the node's pods by spec.nodeName just before the create).
@@ -120,6 +121,12 @@ def _rejected(pod: PodView) -> bool:
 def _not_the_nodes(pod: PodView) -> StartFailure | None:
     """A pod that did not run for a reason that is not evidence about the node."""
     reason = pod.pod_reason or ""
+    if pod.waiting_reason == CONFIG_ERROR:  # the pod's own config (a Secret, a ConfigMap)
+        return StartFailure(
+            REASON_POD_REFUSED,
+            _tail(f"{CONFIG_ERROR}: {pod.waiting_message or 'the container cannot be created'}"),
+            blocked=True,
+        )
     detail = f"({reason}): {pod.pod_message or ''}"
     if pod.phase == "Failed" and reason in EVICTED_REASONS:
         return StartFailure(
