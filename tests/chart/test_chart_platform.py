@@ -372,7 +372,7 @@ def test_alerts_can_be_disabled_one_by_one_and_labelled(tmp_path: Path) -> None:
     (group,) = one(render(values, tmp_path), "PrometheusRule")["spec"]["groups"]
     names = [r["alert"] for r in group["rules"]]
     assert "GPUAcceptNodeStuck" not in names
-    assert len(names) == 5
+    assert len(names) == 6
     for rule in group["rules"]:
         assert rule["labels"]["team"] == "gpu-platform"
         assert rule["labels"]["severity"] in {"warning", "critical"}

@@ -73,6 +73,7 @@ CLUSTER_ALLOW: dict[Grant, str] = {
     ("gpuaccept.io", "nodeacceptances", "create", ""): "Kube.create_na",
     ("gpuaccept.io", "nodeacceptances", "delete", ""): "Kube.delete_na",
     ("gpuaccept.io", "nodeacceptances/status", "patch", ""): "Kube.patch_na_status",
+    ("", "pods", "list", ""): "Kube.list_running_pods_on_node",
 }
 
 NAMESPACE_ALLOW: dict[Grant, str] = {
@@ -157,7 +158,7 @@ def test_allow_list_names_real_calls() -> None:
 
 
 @pytest.mark.parametrize("values", [None, HA_VALUES], ids=["defaults", "ha-values"])
-def test_no_wildcards_no_secrets_no_cluster_wide_pods(values: Any) -> None:
+def test_no_wildcards_no_secrets_cluster_wide_pods_only_listed(values: Any) -> None:
     rendered = render_chart(namespace=NAMESPACE, values_files=[values] if values else [])
     for role in by_kind(rendered, "ClusterRole") + by_kind(rendered, "Role"):
         for group, resource, verb, _ in grants(role):
@@ -169,7 +170,10 @@ def test_no_wildcards_no_secrets_no_cluster_wide_pods(values: Any) -> None:
             if verb in {"update", "deletecollection"}:
                 assert (group, resource) == ("coordination.k8s.io", "leases"), f"{verb} {resource}"
     cluster = grants(operator_cluster_role(rendered))
-    assert not {g for g in cluster if g[1].startswith("pods")}, "pods only in the release Role"
+    # Cluster-wide, pods may only be listed (one list by spec.nodeName before a probe
+    # pod is created, to wait for the node's GPU pods): no watch, get or write.
+    pods = {g for g in cluster if g[1].startswith("pods")}
+    assert pods == {("", "pods", "list", "")}, "cluster-wide pods: list only"
 
 
 def test_bindings_point_at_the_operator_only(docs: list[Manifest]) -> None:
@@ -234,7 +238,7 @@ ADMIN_MODULES = {
     "gpuaccept.operator.plugin.cli": "kubectl gpuaccept (the user's own kubeconfig)",
 }
 # Discovery documents: readable by every authenticated user (system:discovery).
-_DISCOVERY = re.compile(r"^/(api|apis)(/[^/]+){0,2}$")
+_DISCOVERY = re.compile(r"^/api(/[^/]+)?$|^/apis(/[^/]+){0,2}$")
 
 
 def code_grants() -> dict[str, set[Grant]]:

@@ -18,6 +18,8 @@ PENDING_TAINT_KEY: Final = f"{GROUP}/pending"
 QUARANTINE_TAINT_KEY: Final = f"{GROUP}/quarantined"
 ACCEPTANCE_LABEL: Final = f"{GROUP}/acceptance"
 REPROBE_ANNOTATION: Final = f"{GROUP}/reprobe"
+# On a Node (any value): the operator leaves the node alone and says so in its status.
+OPT_OUT_ANNOTATION: Final = f"{GROUP}/opt-out"
 NODE_CONDITION_TYPE: Final = "GPUAcceptance"
 
 # A Kubernetes termination message is capped at 4096 bytes by the kubelet.

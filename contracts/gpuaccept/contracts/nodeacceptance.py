@@ -21,6 +21,10 @@ class Phase(StrEnum):
     STALLED = "Stalled"
     # Passed the single-node checks; waits for its two-node fabric test (docs/fabric.md).
     FABRIC = "Fabric"
+    # The probe could not run for a reason that is not the node's (an image that
+    # cannot be pulled, a refused pod, GPU pods still on the node, an eviction):
+    # retried with backoff for as long as it lasts, never an attempt, never a verdict.
+    WAITING = "Waiting"
 
 
 class ConditionStatus(StrEnum):
@@ -237,6 +241,18 @@ class NodeAcceptanceStatus(ContractModel):
         description="When gpuaccept last took this node out of service (a quarantine, or a "
         "new round of an in-service node): the quarantine rate's window counts these.",
     )
+    blocked_since: datetime | None = Field(
+        default=None,
+        description="When the probe first could not run for a reason that is not the "
+        "node's (phase Waiting); the retry backoff grows with the time since.",
+    )
+    node_uid: str | None = Field(
+        default=None,
+        alias="nodeUID",
+        max_length=64,
+        description="UID of the Node this status is about: a node deleted and created "
+        "again under the same name is a new node and starts a new round.",
+    )
 
 
 class PhaseCounts(ContractModel):
@@ -247,6 +263,7 @@ class PhaseCounts(ContractModel):
     held: int = 0
     stalled: int = 0
     fabric: int = 0
+    waiting: int = 0
 
 
 class NodeAcceptancePolicyStatus(ContractModel):

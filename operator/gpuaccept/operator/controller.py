@@ -256,7 +256,7 @@ class Controller:
             limit_counts=limit_counts,
             config=self.config,
             pod_create_error=self.actions.create_errors.get(name),
-            status_write_error=self.actions.status_errors.get(name),
+            status_write_error=self.actions.status_error(name),
             fabric_verdict=self.fabric.verdict(name, fabric.waiting_since) if fabric else None,
         )
 

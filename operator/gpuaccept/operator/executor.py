@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpuaccept.contracts.api import API_VERSION, REPROBE_ANNOTATION
+from gpuaccept.contracts.api import API_VERSION, GPU_RESOURCE, REPROBE_ANNOTATION
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.interpret import interpret
 from gpuaccept.operator.core.model import (
@@ -30,6 +32,13 @@ from gpuaccept.operator.core.model import (
     PatchNodeTaintsLabels,
     RemoveReprobeAnnotation,
 )
+from gpuaccept.operator.core.podspec import (
+    FABRIC_PAIR_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+)
+from gpuaccept.operator.core.reconcile import STATUS_REFUSED_RETRY_SECONDS
+from gpuaccept.operator.core.startfailure import NODE_BUSY_PREFIX
 from gpuaccept.operator.kube import ConflictError, EventRecord, Kube
 from gpuaccept.operator.views import cached_acceptance, node_view, pod_view, resource_version
 
@@ -52,6 +61,22 @@ class StatusRefusedError(Exception):
     """
 
 
+def _known_rv(rv: str) -> int:
+    """The resourceVersion a 404 showed gone, as the overlay's deletion mark: it hides
+    that version and older ones (an entry a relist left behind), not a newer object."""
+    return int(rv) if rv.isdigit() else DELETED_RV
+
+
+def _requests_gpus(pod: dict[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        resources = container.get("resources") or {}
+        for part in ("requests", "limits"):
+            if str((resources.get(part) or {}).get(GPU_RESOURCE, "0")) not in ("0", ""):
+                return True
+    return False
+
+
 def api_message(error: ApiException) -> str:
     try:
         return str(json.loads(error.body or "{}").get("message") or error.reason)
@@ -69,6 +94,16 @@ class KubeExecutor:
         self.identity = identity
         self.create_errors: dict[str, str] = {}  # node -> why its probe pod was refused
         self.status_errors: dict[str, str] = {}  # node -> why its last status write was refused
+        self.status_refused_at: dict[str, float] = {}  # node -> when (monotonic)
+
+    def status_error(self, node: str) -> str | None:
+        """Why ``node``'s last status write was refused, for as long as the core holds
+        off repeating it (then it is tried again once)."""
+        at = self.status_refused_at.get(node)
+        if at is not None and time.monotonic() - at >= STATUS_REFUSED_RETRY_SECONDS:
+            self.status_errors.pop(node, None)
+            self.status_refused_at.pop(node, None)
+        return self.status_errors.get(node)
 
     def execute(self, observed: NodeSnapshot, action: Action) -> None:  # runs in a thread
         interpret(_NodeWrites(self, observed), action)
@@ -113,26 +148,47 @@ class _NodeWrites:
         except ConflictError:
             raise
         except ApiException as error:
+            if error.status == 404:  # deleted meanwhile: the cache forgets it, the plan is re-made
+                self.cache.write("na", action.name, _known_rv(action.resource_version), None)
+                raise StaleCacheError(action.name) from error
             if error.status in (400, 422):  # invalid, not a hiccup: never the same write again
                 errors[node] = f"{error.status} {api_message(error)}"[:500]
+                self.executor.status_refused_at[node] = time.monotonic()
                 raise StatusRefusedError(errors[node]) from error
             raise
         except ValueError as error:  # not even serialisable (e.g. NaN): refused before sending
             errors[node] = f"status cannot be sent: {error}"[:500]
+            self.executor.status_refused_at[node] = time.monotonic()
             raise StatusRefusedError(errors[node]) from error
         errors.pop(node, None)
         self.cache.write("na", action.name, resource_version(body), cached_acceptance(body))
 
+    def _node_gone(self, node: str, error: ApiException) -> None:
+        """A 404 on a Node write: it was deleted; the cache forgets the version it knew
+        (one re-created under the name is newer and shows), the plan is re-made."""
+        if error.status == 404:
+            known = self.observed.node.resource_version if self.observed.node else ""
+            self.cache.write("node", node, _known_rv(known), None)
+            raise StaleCacheError(node) from error
+
     def patch_node_taints_labels(self, action: PatchNodeTaintsLabels) -> None:
-        body = self.kube.patch_node(
-            action.node, action.resource_version, action.taints, action.labels
-        )
+        try:
+            body = self.kube.patch_node(
+                action.node, action.resource_version, action.taints, action.labels
+            )
+        except ApiException as error:
+            self._node_gone(action.node, error)
+            raise
         self.cache.write("node", action.node, resource_version(body), node_view(body))
 
     def patch_node_condition(self, action: PatchNodeCondition) -> None:
-        body = self.kube.patch_node_condition(
-            action.node, action.status, action.reason, action.message, action.now
-        )
+        try:
+            body = self.kube.patch_node_condition(
+                action.node, action.status, action.reason, action.message, action.now
+            )
+        except ApiException as error:
+            self._node_gone(action.node, error)
+            raise
         self.cache.write("node", action.node, resource_version(body), node_view(body))
 
     def remove_reprobe_annotation(self, action: RemoveReprobeAnnotation) -> None:
@@ -144,6 +200,12 @@ class _NodeWrites:
         # Only this attempt's refusal counts: an older one must not turn a later
         # transient failure (a 5xx, a timeout) into a ProbePodError.
         errors.pop(node, None)
+        labels = (action.manifest.get("metadata") or {}).get("labels") or {}
+        # A fabric pod's partner may be in service: the pair pass handles a refusal.
+        busy = [] if FABRIC_PAIR_LABEL in labels else self._gpu_pods_on_node(node)
+        if busy:
+            errors[node] = (NODE_BUSY_PREFIX + ", ".join(busy[:5]))[:500]
+            return  # the next pass sees the refusal: the node waits (NodeBusy)
         try:
             pod = self.kube.create_pod(self.executor.namespace, action.manifest)
         except ApiException as error:
@@ -152,6 +214,25 @@ class _NodeWrites:
             raise
         if pod is not None:
             self.cache.write_pod(node, action.name, resource_version(pod), pod_view(pod))
+
+    def _gpu_pods_on_node(self, node: str) -> list[str]:
+        """Other pods on ``node`` that hold GPUs (``namespace/name``): the kubelet
+        would refuse the probe pod (``OutOfnvidia.com/gpu``) or the probe would share
+        the GPUs. Unknown (no permission, an API error): none, the kubelet decides."""
+        try:
+            pods = self.kube.list_running_pods_on_node(node)
+        except ApiException as error:
+            log.warning(
+                "node=%s cannot list its pods (%s): not checked for GPU pods", node, error.status
+            )
+            return []
+        return [
+            f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            for pod in pods
+            if (meta := pod.get("metadata") or {})
+            and (meta.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE
+            and _requests_gpus(pod)
+        ]
 
     def delete_probe_pod(self, action: DeleteProbePod) -> None:
         node = self.observed.node_name

@@ -247,6 +247,16 @@ class Kube:
         except ConflictError:
             return None
 
+    def list_running_pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        """Every pod bound to ``node`` that has not ended, in every namespace: one
+        list with a field selector on ``spec.nodeName`` (an index the API server
+        keeps), made once per probe attempt, never a watch on the cluster's pods."""
+        self._count("pod.list_node")
+        selector = f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
+        body = self.request("GET", "/api/v1/pods", query=[("fieldSelector", selector)])
+        items = body.get("items") or []
+        return [item for item in items if isinstance(item, dict)]
+
     def delete_pod(self, namespace: str, name: str, *, force: bool) -> dict[str, Any] | None:
         """The pod as it is after the request (terminating), or None once it is gone."""
         self._count("pod.delete")

@@ -113,6 +113,7 @@ def record_policy(policy: str, share: PolicyTally) -> None:
         Phase.HELD: counts.held,
         Phase.STALLED: counts.stalled,
         Phase.FABRIC: counts.fabric,
+        Phase.WAITING: counts.waiting,
     }
     for phase in Phase:
         NODES_BY_PHASE.labels(policy, phase.value).set(by_phase.get(phase, 0))

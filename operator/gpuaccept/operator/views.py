@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import GPU_RESOURCE, NODE_CONDITION_TYPE
+from gpuaccept.contracts.forward import read_forward
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.model import (
@@ -125,10 +126,11 @@ class CachedAcceptance:
         if self.evidence_json is None:
             return self.view
         try:
-            evidence = NodeAcceptanceStatus.model_validate_json(zlib.decompress(self.evidence_json))
-        except (ValidationError, zlib.error) as error:
+            raw = json.loads(zlib.decompress(self.evidence_json))
+            evidence = read_forward(NodeAcceptanceStatus, raw)
+        except (ValidationError, zlib.error, ValueError) as error:
             _unreadable(self.view.name, error)
-            return replace(self.view, status=NodeAcceptanceStatus())
+            return replace(self.view, status=_salvaged(self.view.status.to_wire()))
         update = {name: getattr(evidence, name) for name in EVIDENCE_FIELDS}
         return replace(self.view, status=self.view.status.model_copy(update=update))
 
@@ -137,6 +139,22 @@ def _unreadable(name: object, error: Exception) -> None:
     # Fail safe: an unreadable status starts over (the node goes back under
     # the pending taint and is probed again); never an acceptance.
     log.error("NodeAcceptance %s: unreadable status, starting over: %s", name, error)
+
+
+def _salvaged(raw: object) -> NodeAcceptanceStatus:
+    """A status that cannot be read starts over, but keeps what it must never lose:
+    the taint and label keys the operator applied (read raw; else an owned
+    quarantine taint would be orphaned) and the pod serial (pod names stay unique)."""
+    raw = raw if isinstance(raw, Mapping) else {}
+    keep: dict[str, Any] = {}
+    for wire, name in (("appliedTaints", "applied_taints"), ("appliedLabels", "applied_labels")):
+        value = raw.get(wire)
+        if isinstance(value, list):
+            keep[name] = [str(key) for key in value if isinstance(key, str)]
+    serial = raw.get("podSerial")
+    if isinstance(serial, int) and not isinstance(serial, bool) and serial >= 0:
+        keep["pod_serial"] = serial
+    return NodeAcceptanceStatus(**keep)
 
 
 def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
@@ -156,10 +174,10 @@ def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
         else:
             evidence_json = zlib.compress(text.encode(), 1)
     try:
-        status = NodeAcceptanceStatus.model_validate(raw)
+        status = read_forward(NodeAcceptanceStatus, raw)
     except ValidationError as error:
         _unreadable(meta.get("name"), error)
-        status, evidence_json = NodeAcceptanceStatus(), None
+        status, evidence_json = _salvaged(raw), None
     view = NAView(
         name=str(meta.get("name", "")),
         status=status,

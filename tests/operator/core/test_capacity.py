@@ -93,6 +93,8 @@ OUT = {
     (Phase.PENDING, None, True): (True, False),
     (Phase.FABRIC, None, True): (True, False),
     (Phase.STALLED, None, True): (True, False),
+    (Phase.WAITING, "ImageUnavailable", True): (True, False),  # a re-probe that cannot start
+    (Phase.WAITING, "ImageUnavailable", False): (False, False),  # a new node
 }
 
 

@@ -43,12 +43,14 @@ def test_every_action_kind_has_an_interpreter_method() -> None:
     assert order_rank(DeleteProbePod("q")) == 0
 
 
-def test_a_reprobe_request_while_probing_removes_the_annotation_last() -> None:
+def test_a_reprobe_request_while_backing_off_removes_the_annotation_last() -> None:
     world = World()
     world.settle()
+    world.finish_pod(None, exit_code=2, phase="Failed")
+    world.settle()  # a failed attempt: backing off
     assert world.node is not None
     world.node = dataclasses.replace(world.node, annotations={"gpuaccept.io/reprobe": ""})
-    world.advance(10_000)  # the attempt times out in the same pass
+    world.advance(10_000)  # the next attempt starts in the same pass
     plan = world.plan()
     assert isinstance(plan.actions[-1], RemoveReprobeAnnotation)
     assert len(plan.actions) > 1

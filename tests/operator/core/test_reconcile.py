@@ -24,7 +24,6 @@ from gpuaccept.operator.core import (
     PodView,
     PolicyView,
     QuarantineLimitCounts,
-    RemoveReprobeAnnotation,
     Taint,
     reconcile,
 )
@@ -321,16 +320,17 @@ TRANSITIONS = {
         probing_world, both(pod(deleting=True), later(10_000)), Phase.PENDING, "ProbeTimeout",
         also=_stuck_terminating,
     ),
-    "an image that cannot be pulled is an attempt error": Transition(
-        probing_world, pod(waiting_reason="ImagePullBackOff"), Phase.PENDING,
-        "ProbeImagePullFailed",
+    "an image that cannot be pulled waits, no attempt spent": Transition(
+        probing_world, pod(waiting_reason="ImagePullBackOff"), Phase.WAITING,
+        "ImageUnavailable", taints=[PENDING_KEY], status={"attempts": 0},
     ),
     "a pod lost in a restart is created again under the same name": Transition(
         probing_world, pod_lost, Phase.PROBING, None, first=(CreateProbePod,),
         also=_same_pod,
     ),
-    "a pod lost past the grace period is a failed attempt": Transition(
-        probing_world, both(pod_lost, later(61)), Phase.PENDING, "ProbePodLost",
+    "a pod lost past the grace period waits, no attempt spent": Transition(
+        probing_world, both(pod_lost, later(61)), Phase.WAITING, "ProbePodLost",
+        status={"attempts": 0},
     ),
     # ---- the quarantine limit, dryRun, paused
     "a quarantine over the limit is held under the pending taint": Transition(
@@ -394,9 +394,12 @@ TRANSITIONS = {
         "ReprobeRequested",
         also=_annotation_gone,
     ),
-    "the re-probe annotation while probing is just removed": Transition(
-        probing_world, node(annotations={ANNOTATION: ""}), Phase.PROBING,
-        first=(RemoveReprobeAnnotation,),
+    "the re-probe annotation while probing is kept for after it": Transition(
+        probing_world, node(annotations={ANNOTATION: ""}), Phase.PROBING, first=(),
+    ),
+    "the re-probe annotation set while probing starts a round after the verdict": Transition(
+        probing_world, both(node(annotations={ANNOTATION: ""}), report()), Phase.PROBING,
+        "ReprobeRequested", also=_annotation_gone,
     ),
     "a policy change re-judges the stored report": Transition(
         accepted_world, policies(policy(2, probe={"ncclAllreduce": {"minBusbwGBps": 500}})),
@@ -488,7 +491,11 @@ def test_manual_taint_and_cordon_survive_acceptance() -> None:
     world = World()
     assert world.node is not None
     manual = Taint("example.com/maintenance", "NoSchedule", "x")
-    world.node = dataclasses.replace(world.node, taints=(manual, PENDING), unschedulable=True)
+    # cordoned, and a probe asked for (else it waits, Cordoned)
+    asked = {"gpuaccept.io/reprobe": ""}
+    world.node = dataclasses.replace(
+        world.node, taints=(manual, PENDING), unschedulable=True, annotations=asked
+    )
     world.settle()
     world.finish_with_report()
     world.settle()
@@ -505,6 +512,10 @@ def test_another_owners_noexecute_taint_is_rewritten_as_it_was() -> None:
     assert world.node is not None
     wire = {"key": "example.com/drain", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}
     other = Taint.from_wire(wire)
+    # the probe pod tolerates it (else the node waits, UntoleratedTaint)
+    world.config = dataclasses.replace(
+        world.config, extra_tolerations=({"key": "example.com/drain", "operator": "Exists"},)
+    )
     world.node = dataclasses.replace(world.node, taints=(other, PENDING))
     world.settle()
     world.finish_with_report()
@@ -593,7 +604,7 @@ def test_stale_pods_deleted_before_a_new_attempt() -> None:
     assert len(world.pods) == 1
 
 
-def test_refused_pod_creation_is_an_attempt_error_with_the_api_message() -> None:
+def test_refused_pod_creation_waits_with_the_api_message() -> None:
     world = probing_world()
     world.pods.clear()  # the API server refused the pod
     plan = reconcile(
@@ -601,8 +612,9 @@ def test_refused_pod_creation_is_an_attempt_error_with_the_api_message() -> None
         world.judge,
     )
     world.apply(plan)
-    assert world.status.phase == Phase.PENDING
-    assert world.status.reason == "ProbePodError"
+    assert world.status.phase == Phase.WAITING
+    assert world.status.reason == "PodRefused"
+    assert world.status.attempts == 0
     assert world.status.message is not None
     assert 'serviceaccount "x" not found' in world.status.message
 
@@ -698,7 +710,7 @@ def test_a_node_that_never_advertises_gpus_stalls_at_the_deadline(
     policy = spec(waitForGPUs={"timeoutSeconds": 600, "onTimeout": on_timeout})
     w = World(policies=[PolicyView("default", 1, policy)])
     assert w.node is not None
-    w.node = dataclasses.replace(w.node, gpus=0)
+    w.node = dataclasses.replace(w.node, gpus=0, gpu_capacity=0)
     w.settle()
     assert w.log[-1].requeue_after == 600  # woken at the deadline
     w.advance(599)
@@ -716,7 +728,7 @@ def test_a_node_that_never_advertises_gpus_stalls_at_the_deadline(
     w.advance(3600)
     assert w.plan().actions == ()  # stays Stalled, one Event
     # The device plugin is fixed: the node is probed, under the pending taint.
-    w.node = dataclasses.replace(w.node, gpus=8)
+    w.node = dataclasses.replace(w.node, gpus=8, gpu_capacity=8)
     w.plan()
     w.settle()
     assert (w.status.phase, w.status.reason, w.status.waiting_since) == (

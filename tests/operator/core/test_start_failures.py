@@ -103,7 +103,7 @@ def test_toolkit_driver_mismatch_quarantines_as_driver_libraries() -> None:
                     }
                 ],
             },
-            "ProbeImagePullFailed",
+            "ImageUnavailable",
             "failed to pull and unpack image",
         ),
         (
@@ -114,7 +114,7 @@ def test_toolkit_driver_mismatch_quarantines_as_driver_libraries() -> None:
                 "message": "Pod was rejected: Node didn't have enough resource: "
                 "nvidia.com/gpu, requested: 8, used: 0, capacity: 7",
             },
-            "ProbePodRejected",
+            "NodeBusy",
             "OutOfnvidia.com/gpu",
         ),
     ],
@@ -127,7 +127,12 @@ def test_other_start_failures_have_their_own_reasons(
     set_status(world, status)
     world.settle()
     st = world.status
-    assert (st.phase, st.reason) == (Phase.PENDING, reason), st.message
+    # an image that cannot be pulled and a kubelet refusing for resources other pods
+    # hold are not the node's doing: phase Waiting, the attempt given back
+    not_the_nodes = reason in ("ImageUnavailable", "NodeBusy")
+    phase = Phase.WAITING if not_the_nodes else Phase.PENDING
+    assert (st.phase, st.reason) == (phase, reason), st.message
+    assert st.attempts == (0 if not_the_nodes else 1)
     assert needle in (st.message or "")
 
 
@@ -181,10 +186,11 @@ def test_a_missing_runtime_class_is_named() -> None:
     assert 'RuntimeClass "nvidia" not found' in (world.status.message or "")
 
 
-def test_any_other_create_refusal_stays_a_pod_error() -> None:
+def test_any_other_create_refusal_is_a_refused_pod_never_the_nodes() -> None:
     failure = create_refused('serviceaccount "gpuaccept-probe" not found')
-    assert failure.reason == "ProbePodError"
+    assert failure.reason == "PodRefused"
     assert failure.check is None
+    assert failure.blocked
 
 
 def test_node_view_reads_capacity_and_allocatable_apart() -> None:

@@ -33,7 +33,9 @@ REASON_QUARANTINE_LIMIT = "BreakerOpen"
 REASON_DRY_RUN = "DryRun"
 # Out of service while undecided when gpuaccept took it out of service (or it was
 # out of service because of gpuaccept already, e.g. a quarantined node re-probed).
-WAITING = frozenset({Phase.PENDING, Phase.PROBING, Phase.FABRIC, Phase.STALLED})
+UNDECIDED_OUT = frozenset(
+    {Phase.PENDING, Phase.PROBING, Phase.FABRIC, Phase.STALLED, Phase.WAITING}
+)
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ def out_of_service(st: NodeAcceptanceStatus) -> bool:
         return True
     if st.phase == Phase.HELD:  # a dry run changes no taint; the limit holds it pending
         return st.reason != REASON_DRY_RUN and st.was_in_service
-    return st.phase in WAITING and st.was_in_service
+    return st.phase in UNDECIDED_OUT and st.was_in_service
 
 
 def in_service(st: NodeAcceptanceStatus) -> bool:

@@ -43,6 +43,7 @@ def phase_counts(counts: Mapping[Phase, int]) -> PhaseCounts:
         held=counts.get(Phase.HELD, 0),
         stalled=counts.get(Phase.STALLED, 0),
         fabric=counts.get(Phase.FABRIC, 0),
+        waiting=counts.get(Phase.WAITING, 0),
     )
 
 

@@ -80,10 +80,21 @@ class NodeContext:
         spec, node = self.spec, self.node
         if spec.dry_run:
             return list(st.applied_taints)
-        current = {spec.pending_taint_key, spec.quarantine.taint_key}
-        desired = {t.key for t in nodestate.desired_taints(node, spec, st)} & current
+        # what this status makes the operator put on the node: the pending key, and
+        # the quarantine key only when it quarantines (a foreign taint kept under
+        # that key is not the operator's)
+        quarantine = nodestate.quarantine_taint(spec)
+        desired = {
+            t.key
+            for t in nodestate.desired_taints(node, spec, st)
+            if t.key == spec.pending_taint_key
+            or (st.phase == Phase.QUARANTINED and t == quarantine)
+        }
         on_node = {t.key for t in node.taints}
-        stale = {k for k in st.applied_taints if k not in current and k in on_node}
+        # recorded and still on the node: kept on record until the node patch that
+        # this status leads to has removed it (a current key too: the quarantine
+        # taint of an accepted node), so only keys it applied are ever removed
+        stale = {k for k in st.applied_taints if k in on_node}
         return sorted(desired | stale)
 
     def applied_labels(self, st: NodeAcceptanceStatus) -> list[str]:
@@ -105,6 +116,7 @@ class NodeContext:
             update={
                 "applied_taints": self.applied_taints(st),
                 "applied_labels": self.applied_labels(st),
+                "node_uid": self.node.uid or st.node_uid,
             }
         )
 
@@ -117,6 +129,7 @@ class NodeContext:
                 "policy": policy.name,
                 "policy_generation": policy.generation,
                 "policy_uid": policy.uid or None,
+                "node_uid": self.node.uid or st.node_uid,
             }
         )
 

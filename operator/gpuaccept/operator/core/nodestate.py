@@ -23,8 +23,21 @@ ACCEPTED = "accepted"
 QUARANTINED = "quarantined"
 
 
+# Phase Stalled for a node whose GPUs are all unhealthy: nvidia.com/gpu in its
+# capacity, none allocatable. It keeps the pending taint whatever waitForGPUs says.
+REASON_GPUS_UNHEALTHY = "GPUsUnhealthy"
+
+
+def quarantine_taint(spec: NodeAcceptancePolicySpec) -> Taint:
+    q = spec.quarantine
+    return Taint(q.taint_key, q.taint_effect.value, q.taint_value)
+
+
 def owned_keys(spec: NodeAcceptancePolicySpec, status: NodeAcceptanceStatus) -> set[str]:
-    return {spec.pending_taint_key, spec.quarantine.taint_key, *status.applied_taints}
+    """Taint keys the operator may remove: the pending key (a node registers with it)
+    and the keys it recorded applying. A quarantine-key taint it did not apply (a
+    person's) is never removed."""
+    return {spec.pending_taint_key, *status.applied_taints}
 
 
 def desired_taints(
@@ -33,25 +46,34 @@ def desired_taints(
     """The node's taint list for ``status.phase``; foreign taints kept in order."""
     owned = owned_keys(spec, status)
     pending = Taint(spec.pending_taint_key, PENDING_EFFECT)
-    quarantine = Taint(
-        spec.quarantine.taint_key, spec.quarantine.taint_effect.value, spec.quarantine.taint_value
-    )
+    quarantine = quarantine_taint(spec)
     phase = status.phase
     if phase == Phase.ACCEPTED:
         return tuple(t for t in node.taints if t.key not in owned)
     if phase == Phase.QUARANTINED:
-        kept = [t for t in node.taints if t.key not in owned or t == quarantine]
-        return _unique([*kept, quarantine])
-    if phase == Phase.STALLED and (
-        spec.wait_for_gpus.on_timeout == GPUWaitExpiry.REMOVE_PENDING_TAINT
+        return _quarantined(node, owned, quarantine)
+    if (
+        phase == Phase.STALLED
+        and spec.wait_for_gpus.on_timeout == GPUWaitExpiry.REMOVE_PENDING_TAINT
+        and status.reason != REASON_GPUS_UNHEALTHY
     ):
-        # The policy lets a node that never advertised GPUs take pods, unprobed.
+        # The policy lets a node that never advertised GPUs take pods, unprobed; never
+        # one that has GPUs, all of them unhealthy (capacity, no allocatable).
         return tuple(t for t in node.taints if t.key != pending.key)
     # Pending, Probing, Held, Stalled: out of service under the pending taint; a
     # quarantine taint from an earlier verdict stays until the new verdict.
     if any(t.key == pending.key for t in node.taints):
         return node.taints
     return (*node.taints, pending)
+
+
+def _quarantined(node: NodeView, owned: set[str], quarantine: Taint) -> tuple[Taint, ...]:
+    kept = [t for t in node.taints if t.key not in owned or t == quarantine]
+    # a person's taint under the same key and effect already keeps pods off (and a
+    # second one would be refused): it stays, and the operator's is not added
+    if any((t.key, t.effect) == (quarantine.key, quarantine.effect) for t in kept):
+        return _unique(kept)
+    return _unique([*kept, quarantine])
 
 
 def _unique(taints: list[Taint]) -> tuple[Taint, ...]:

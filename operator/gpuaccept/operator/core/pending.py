@@ -6,21 +6,27 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from gpuaccept.contracts.api import ACCEPTANCE_KIND, GPU_RESOURCE
+from gpuaccept.contracts.api import ACCEPTANCE_KIND, GPU_RESOURCE, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import GPUWaitExpiry
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, adopting, take_out_allowed
 from gpuaccept.operator.core.model import CreateProbePod, Plan
 from gpuaccept.operator.core.nodecontext import (
-    REASON_PROBE_ERROR,
     REASON_WAITING_FOR_GPUS,
     WAIT_FOR_DELETION_SECONDS,
     NodeContext,
     PlanBuilder,
     cut,
 )
+from gpuaccept.operator.core.nodestate import REASON_GPUS_UNHEALTHY
 from gpuaccept.operator.core.podspec import ProbeAttempt, probe_pod_manifest, probe_pod_name
-from gpuaccept.operator.core.record import attempt_failed
+from gpuaccept.operator.core.waiting import (
+    REASON_CORDONED,
+    REASON_UNTOLERATED_TAINT,
+    WAIT_REASONS,
+    blocked,
+    untolerated_taint,
+)
 
 # Phase Stalled: the node advertised no GPUs within the policy's waitForGPUs deadline.
 REASON_NO_GPUS = "NoGPUsAdvertised"
@@ -35,6 +41,7 @@ def probe_manifest(ctx: NodeContext, st: NodeAcceptanceStatus) -> dict[str, Any]
         policy_name=ctx.policy.name,
         spec=ctx.spec,
         applied_taints=st.applied_taints,
+        owner_uid=ctx.obs.na.uid if ctx.obs.na is not None else "",
     )
     return probe_pod_manifest(attempt, ctx.obs.config)
 
@@ -86,20 +93,26 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
     if obs.pods:
         out.wake_in(WAIT_FOR_DELETION_SECONDS)
         return out.build("waiting for an earlier probe pod to go")
-    if st.attempts >= spec.probe_run.retries + 1:  # inconsistent; fail safe
-        return attempt_failed(
-            ctx, out, reason=REASON_PROBE_ERROR, message="attempts exhausted", pod=None
-        )
+    # More attempts on record than probeRun.retries now allows (it was lowered while
+    # the node backed off): the next attempt is its last, never a verdict without one.
     now = obs.now
     if st.next_attempt_time is not None and now < st.next_attempt_time:
         out.wake_in((st.next_attempt_time - now).total_seconds())
         return out.build("backing off")
     if node.gpus <= 0:
         return _wait_for_gpus(ctx, out)
+    waiting = _waits_before_probing(ctx, out)
+    if waiting is not None:
+        return waiting
     serial = st.pod_serial + 1
     name = probe_pod_name(obs.config.pod_prefix, node.name, serial)
     # The wait is over now: not this attempt's reason.
-    waited = st.reason in (REASON_WAITING_FOR_GPUS, REASON_NO_GPUS)
+    waited = st.reason in (
+        REASON_WAITING_FOR_GPUS,
+        REASON_NO_GPUS,
+        REASON_GPUS_UNHEALTHY,
+        *WAIT_REASONS,
+    )
     new = ctx.stamped(
         st,
         reason=None if waited else st.reason,
@@ -112,6 +125,9 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
         next_attempt_time=None,
         held_action=None,
         waiting_since=None,
+        # kept across the tries of one wait (its backoff grows with it), else cleared
+        blocked_since=st.blocked_since if st.phase == Phase.WAITING else None,
+        node_uid=node.uid or st.node_uid,
     )
     new = ctx.with_applied_keys(new)
     # Status first: the attempt is on record before its pod exists, so a
@@ -120,6 +136,43 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
     out.actions.append(CreateProbePod(name, probe_manifest(ctx, new)))
     out.wake_in(obs.config.timeout_for(spec) + obs.config.deadline_grace_seconds)
     return out.build(f"probe attempt {new.attempts}")
+
+
+def _waits_before_probing(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """A reason not to start the probe pod now that is not the node's fault: a
+    cordoned node (not probed unless asked), a NoExecute taint the pod would not
+    tolerate (the kubelet refuses it, or evicts it)."""
+    node = ctx.node
+    if node.unschedulable and REPROBE_ANNOTATION not in node.annotations:
+        return _cordoned(ctx, out)
+    tolerations = probe_manifest(ctx, ctx.status)["spec"].get("tolerations", [])
+    taint = untolerated_taint(ctx.node.taints, tolerations)
+    if taint is not None:
+        message = (
+            f"the node has the NoExecute taint {taint.key}={taint.value or ''}:NoExecute that "
+            "the probe pod does not tolerate (operator flag --probe-tolerations)"
+        )
+        return blocked(ctx, out, reason=REASON_UNTOLERATED_TAINT, message=message, pod=None)
+    return None
+
+
+def _cordoned(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    """A person cordoned the node (maintenance, a drain): no probe pod lands on it
+    until it is uncordoned (the Node update wakes it) or a probe is asked for with
+    the re-probe annotation. No attempt, no backoff."""
+    st = ctx.status
+    message = (
+        "the node is cordoned (spec.unschedulable): not probed until it is uncordoned, "
+        f"or asked for with the annotation {REPROBE_ANNOTATION}"
+    )
+    new = ctx.with_applied_keys(
+        ctx.stamped(st, phase=Phase.WAITING, reason=REASON_CORDONED, message=message)
+    )
+    out.write_status(st, new)
+    if (st.phase, st.reason) != (new.phase, new.reason):
+        out.event(ACCEPTANCE_KIND, "Normal", REASON_CORDONED, message)
+    out.ensure_node(ctx, new)
+    return out.build("waiting: cordoned")
 
 
 def _wait_for_gpus(ctx: NodeContext, out: PlanBuilder) -> Plan:
@@ -143,20 +196,32 @@ def _wait_for_gpus(ctx: NodeContext, out: PlanBuilder) -> Plan:
         out.write_status(st, waiting)
         out.wake_in((deadline - now).total_seconds())
         return out.build("waiting for allocatable GPUs")
+    unhealthy = ctx.node.gpu_capacity > 0
     stalled = ctx.with_applied_keys(
         ctx.stamped(
             st,
             phase=Phase.STALLED,
-            reason=REASON_NO_GPUS,
-            message=cut(stalled_message(ctx), 1000),
+            reason=REASON_GPUS_UNHEALTHY if unhealthy else REASON_NO_GPUS,
+            message=cut(unhealthy_message(ctx) if unhealthy else stalled_message(ctx), 1000),
             waiting_since=since,
         )
     )
     if st.phase != Phase.STALLED:
         out.write_status(st, stalled)
-        out.event(ACCEPTANCE_KIND, "Warning", REASON_NO_GPUS, stalled.message or "")
+        out.event(ACCEPTANCE_KIND, "Warning", stalled.reason or "", stalled.message or "")
         out.wake_in(1)  # the next pass brings the node in line with Stalled
     return out.build("stalled: no GPUs advertised")
+
+
+def unhealthy_message(ctx: NodeContext) -> str:
+    node = ctx.node
+    return (
+        f"the node has {node.gpu_capacity} {GPU_RESOURCE} in its capacity and none "
+        f"allocatable within waitForGPUs.timeoutSeconds ({ctx.spec.wait_for_gpus.timeout_seconds}"
+        " s): the device plugin marks every GPU unhealthy (its logs and the node's Xid "
+        "events say why). The pending taint stays whatever waitForGPUs.onTimeout says: the "
+        "node never takes pods unprobed. It is probed once it advertises GPUs."
+    )
 
 
 def stalled_message(ctx: NodeContext) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
-from gpuaccept.contracts.api import GPU_RESOURCE, GROUP
+from gpuaccept.contracts.api import ACCEPTANCE_KIND, API_VERSION, GPU_RESOURCE, GROUP
 from gpuaccept.contracts.probe_invocation import (
     ENV_EXPECTED_GPUS,
     ENV_GFD_GPU_COUNT,
@@ -39,6 +39,9 @@ from gpuaccept.contracts.probe_invocation import (
 from gpuaccept.operator.core.model import FabricPodLabels, NodeView, OperatorConfig
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+# The cluster autoscaler removes a node with this pod on it (else a bare pod with an
+# emptyDir blocks its scale-down); a probe is simply tried again elsewhere in time.
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 MANAGED_BY_VALUE = "gpuaccept"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPONENT_VALUE = "probe"
@@ -106,6 +109,7 @@ class ProbeAttempt:
     policy_name: str
     spec: NodeAcceptancePolicySpec
     applied_taints: Sequence[str] = ()
+    owner_uid: str = ""  # the node's NodeAcceptance: the pod's controller (drain, GC)
 
 
 def _tolerations(attempt: ProbeAttempt, config: OperatorConfig) -> list[dict[str, Any]]:
@@ -195,6 +199,23 @@ def _pod_spec(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
     return pod_spec
 
 
+def _owned_by(attempt: ProbeAttempt) -> dict[str, Any]:
+    """The NodeAcceptance as the pod's controller: ``kubectl drain`` evicts a pod
+    with a controller ownerReference without ``--force`` (its unreplicated-pod
+    filter looks for one), and the garbage collector deletes the pod with it.
+    No ``blockOwnerDeletion`` (it would need update on nodeacceptances/finalizers)."""
+    if not attempt.owner_uid:
+        return {}
+    owner = {
+        "apiVersion": API_VERSION,
+        "kind": ACCEPTANCE_KIND,
+        "name": attempt.node.name,
+        "uid": attempt.owner_uid,
+        "controller": True,
+    }
+    return {"ownerReferences": [owner]}
+
+
 def probe_pod_manifest(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
     """The probe pod of ``attempt``, built from the operator's own ``config``."""
     return {
@@ -212,7 +233,9 @@ def probe_pod_manifest(attempt: ProbeAttempt, config: OperatorConfig) -> dict[st
             "annotations": {
                 NODE_NAME_ANNOTATION: attempt.node.name,
                 POLICY_ANNOTATION: attempt.policy_name,
+                SAFE_TO_EVICT_ANNOTATION: "true",
             },
+            **_owned_by(attempt),
         },
         "spec": _pod_spec(attempt, config),
     }
@@ -318,6 +341,7 @@ def fabric_pod_manifest(request: FabricPodRequest, config: OperatorConfig) -> di
                 POLICY_ANNOTATION: request.policy_name,
                 FABRIC_FIRST_ANNOTATION: labels.first,
                 FABRIC_SECOND_ANNOTATION: labels.second,
+                SAFE_TO_EVICT_ANNOTATION: "true",
             },
         },
         "spec": pod_spec,

@@ -33,6 +33,7 @@ from gpuaccept.operator.core.startfailure import (
     never_started,
     start_failure,
 )
+from gpuaccept.operator.core.waiting import REASON_EVICTED, REASON_POD_LOST, blocked
 
 STATUS_WRITE_REFUSED = "StatusWriteRefused"
 
@@ -62,20 +63,20 @@ def _pod_missing(ctx: NodeContext, out: PlanBuilder, remaining: float) -> Plan:
     st, obs = ctx.status, ctx.obs
     if obs.pod_create_error:
         refused = create_refused(obs.pod_create_error)
-        return attempt_failed(ctx, out, reason=refused.reason, message=refused.message, pod=None)
+        return blocked(ctx, out, reason=refused.reason, message=refused.message, pod=None)
     started = st.probe_started_time or obs.now
     if obs.now - started < timedelta(seconds=obs.config.pod_missing_grace_seconds) and st.probe_pod:
         # Status was written, the pod not (yet): create it; AlreadyExists is fine.
         out.actions.append(CreateProbePod(st.probe_pod, probe_manifest(ctx, st)))
         out.wake_in(remaining)
         return out.build("probe pod (re)created")
-    return attempt_failed(
-        ctx,
-        out,
-        reason="ProbePodLost",
-        message="the probe pod disappeared before it reported",
-        pod=None,
+    # Never created (the API server refused or dropped the create for longer than
+    # the grace), or deleted or evicted by someone else: nothing about the node.
+    message = (
+        "the probe pod was not created, or disappeared before it reported (an API server "
+        "that did not take the create, an eviction, a deletion)"
     )
+    return blocked(ctx, out, reason=REASON_POD_LOST, message=message, pod=None)
 
 
 def plan_probing(ctx: NodeContext, out: PlanBuilder) -> Plan:
@@ -126,6 +127,8 @@ def _past_deadline(ctx: NodeContext, out: PlanBuilder, pod: PodView, timeout: in
 def _did_not_start(ctx: NodeContext, out: PlanBuilder, pod: PodView, failure: StartFailure) -> Plan:
     """The probe never ran: the node's fault is judged on its check (a driver/library
     mismatch quarantines with DriverLibrariesFailed); anything else is a failed attempt."""
+    if failure.blocked:
+        return blocked(ctx, out, reason=failure.reason, message=failure.message, pod=pod)
     if failure.check is None:
         return attempt_failed(ctx, out, reason=failure.reason, message=failure.message, pod=pod)
     reason = Reason(check=failure.check, reason=failure.reason, message=cut(failure.message, 500))
@@ -152,6 +155,9 @@ def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
         if problem is not None:
             return attempt_failed(ctx, out, reason=problem.reason, message=problem.message, pod=pod)
         return record_verdict(ctx, out, verdict, Evidence(report=result, pod=pod))
+    if pod.deleting:  # ended without a report while someone else deleted it (an eviction)
+        message = f"the probe pod was deleted or evicted before it reported ({pod.phase})"
+        return blocked(ctx, out, reason=REASON_EVICTED, message=message, pod=pod)
     why = pod.reason or pod.phase
     detail = pod.pod_message or ""
     if pod.exit_code is not None:

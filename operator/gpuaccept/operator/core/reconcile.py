@@ -17,10 +17,15 @@ This module picks the phase; each phase is planned in its own module:
 
 from __future__ import annotations
 
-from gpuaccept.contracts.api import REPROBE_ANNOTATION
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.contracts.api import OPT_OUT_ANNOTATION, REPROBE_ANNOTATION
+from gpuaccept.contracts.nodeacceptance import (
+    Condition,
+    ConditionStatus,
+    NodeAcceptanceStatus,
+    Phase,
+)
 from gpuaccept.operator.core.capacity import adopting
-from gpuaccept.operator.core.decided import DECIDED, plan_decided
+from gpuaccept.operator.core.decided import DECIDED, new_round, plan_decided
 from gpuaccept.operator.core.fabric.phase import plan_fabric_phase
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
@@ -54,12 +59,10 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     status = na.status if na is not None else NodeAcceptanceStatus()
     ctx = NodeContext(observed, judge, node, policy, spec, status)
     if na is None:
-        out.actions.append(CreateNodeAcceptance(node.name, policy.name))
-        # A node found in service is taken out (the pending taint) only as the
-        # limit allows: its phase Pending decides (core/pending.py).
-        if not adopting(status, node, spec.pending_taint_key):
-            out.ensure_node(ctx, status)
-        return out.build("new node")
+        return _new_node(ctx, out)
+    first = _before_any_phase(ctx, out)
+    if first is not None:
+        return first
     if spec.paused:
         return _paused(ctx, out)
     if status.phase == Phase.FABRIC:
@@ -67,23 +70,105 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     if status.phase in DECIDED:
         return plan_decided(ctx, out)
     if REPROBE_ANNOTATION in node.annotations and spec.reprobe.on_annotation:
-        # A probe is already underway; the request is satisfied by it.
-        out.remove_annotation = True
+        # Not probed yet in this round: the coming probe satisfies the request. Set
+        # while a probe runs, it is kept: it may have been asked for after whatever
+        # that probe measures (a repair), so it starts a round once this one is decided.
+        out.remove_annotation = status.phase != Phase.PROBING
     if status.phase == Phase.PROBING:
         return plan_probing(ctx, out)
     return plan_pending(ctx, out)
+
+
+def _new_node(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    """Its NodeAcceptance is created. A node found in service is taken out (the
+    pending taint) only as the limit allows: its phase Pending decides
+    (core/pending.py). An opted-out node is left alone."""
+    node, status = ctx.node, ctx.status
+    out.actions.append(CreateNodeAcceptance(node.name, ctx.policy.name))
+    in_service = adopting(status, node, ctx.spec.pending_taint_key)
+    if OPT_OUT_ANNOTATION not in node.annotations and not in_service:
+        out.ensure_node(ctx, status)
+    return out.build("new node")
+
+
+def _before_any_phase(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """A new node under an old name, or a status the API server refused; else None."""
+    status, node, error = ctx.status, ctx.node, ctx.obs.status_write_error
+    opted_out = _opt_out(ctx, out)
+    if opted_out is not None:
+        return opted_out
+    if status.node_uid and node.uid and status.node_uid != node.uid:
+        # Deleted and created again under its name: a new node, nothing inherited.
+        message = f"node {node.name} was re-created (UID {status.node_uid} -> {node.uid})"
+        return new_round(ctx, out, reason="NodeRecreated", message=message)
+    if error and status.phase != Phase.PROBING:
+        return _status_refused(ctx, out, error)
+    return None
+
+
+def _opt_out(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """The node's ``gpuaccept.io/opt-out`` annotation: left alone (no probe, no
+    taint, label or condition change; a running probe pod of its own goes, its
+    attempt given back), and the status says so in its condition ``OptedOut``.
+    None when the node is not opted out (the condition comes off first)."""
+    st, node, now = ctx.status, ctx.node, ctx.obs.now
+    others = [c for c in st.conditions if c.type != CONDITION_OPTED_OUT]
+    if OPT_OUT_ANNOTATION not in node.annotations:
+        if len(others) == len(st.conditions):
+            return None
+        out.write_status(st, st.model_copy(update={"conditions": others}))
+        return out.build("opt-out lifted")
+    condition = next((c for c in st.conditions if c.type == CONDITION_OPTED_OUT), None)
+    if condition is None:
+        condition = Condition(
+            type=CONDITION_OPTED_OUT,
+            status=ConditionStatus.TRUE,
+            reason="Annotation",
+            message=f"the node has the annotation {OPT_OUT_ANNOTATION}: the operator "
+            "leaves it alone (no probe, no taint, label or condition change)",
+            last_transition_time=now,
+        )
+    update: dict[str, object] = {"conditions": [*others, condition]}
+    if st.phase == Phase.PROBING:  # the attempt is abandoned, and given back
+        update.update(phase=Phase.PENDING, probe_pod=None, probe_started_time=None)
+        update["attempts"] = max(st.attempts - 1, 0)
+    out.write_status(st, st.model_copy(update=update))
+    for pod in ctx.obs.pods:
+        if not pod.deleting:
+            out.delete_pod(pod)
+    return out.build("opted out")
+
+
+UNDECIDED = frozenset({Phase.PENDING, Phase.PROBING, Phase.STALLED, Phase.FABRIC, Phase.WAITING})
 
 
 def _paused(ctx: NodeContext, out: PlanBuilder) -> Plan:
     """No new probes, nothing decided changes; undecided nodes stay out of service
     (a node found in service is left in it)."""
     status, spec = ctx.status, ctx.spec
-    undecided = (Phase.PENDING, Phase.PROBING, Phase.STALLED, Phase.FABRIC)
-    if status.phase in undecided and not adopting(status, ctx.node, spec.pending_taint_key):
+    if status.phase in UNDECIDED and not adopting(status, ctx.node, spec.pending_taint_key):
         out.ensure_node(ctx, status)
     if status.policy is None:  # a new node: counted under its policy at once
         out.write_status(status, ctx.stamped(status))
     return out.build("paused")
+
+
+CONDITION_OPTED_OUT = "OptedOut"
+
+# How long a refused status write (400/422) is not tried again outside Probing.
+STATUS_REFUSED_RETRY_SECONDS = 300.0
+
+
+def _status_refused(ctx: NodeContext, out: PlanBuilder, error: str) -> Plan:
+    """The API server refused the status this node's last plan wrote (outside
+    Probing: a re-judge, a new round, a wait). Writing it again would be refused
+    the same way, so nothing is written: the node stays as its stored status says
+    (the executor logs the refusal), and the write is tried again later (the
+    executor forgets the refusal after :data:`STATUS_REFUSED_RETRY_SECONDS`). In
+    Probing the attempt ends instead (:mod:`.probing`)."""
+    out.ensure_node(ctx, ctx.status)
+    out.wake_in(STATUS_REFUSED_RETRY_SECONDS)
+    return out.build(f"status write refused, kept as it was: {error}")
 
 
 def _node_deleted(observed: NodeSnapshot, out: PlanBuilder) -> Plan:

@@ -20,8 +20,12 @@ that differ by failure:
   ``ContainerCreating`` until the deadline.
 
 A driver/library mismatch is the node's fault and is judged as the
-``driver_libraries`` check would (``DriverLibrariesFailed``); every other start
-failure is a failed attempt with its own reason.
+``driver_libraries`` check would (``DriverLibrariesFailed``). What is not the
+node's doing (an image that cannot be pulled, the kubelet refusing the pod for
+GPUs other pods hold, an eviction, an untolerated NoExecute taint, a pod the
+API server refuses) is ``blocked``: the node waits in phase ``Waiting``
+(:mod:`.waiting`), no attempt spent. Every other start failure is a failed
+attempt with its own reason.
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ from dataclasses import dataclass
 
 from gpuaccept.checks import driver_libraries
 from gpuaccept.operator.core.model import PodView
+from gpuaccept.operator.core.waiting import (
+    REASON_EVICTED,
+    REASON_IMAGE_UNAVAILABLE,
+    REASON_NODE_BUSY,
+    REASON_POD_REFUSED,
+    REASON_UNTOLERATED_TAINT,
+)
 
 START_ERROR = "StartError"  # the container's terminated reason when the runtime could not start it
 DRIVER_MISMATCH_TEXT = "driver/library version mismatch"
@@ -45,11 +56,16 @@ RUNTIME_CLASS_NOT_FOUND = re.compile(r'RuntimeClass "[^"]*" not found')
 
 REASON_CUDA_REQUIREMENT = "CudaRequirementRefused"
 REASON_START_ERROR = "ProbeStartError"
-REASON_IMAGE_PULL = "ProbeImagePullFailed"
 REASON_REJECTED = "ProbePodRejected"
 REASON_NEVER_STARTED = "ProbeContainerNeverStarted"
 REASON_RUNTIME_CLASS_MISSING = "RuntimeClassMissing"
 MESSAGE_MAX = 500
+EVICTED_REASONS = frozenset({"Evicted", "Preempting", "Terminated", "Shutdown"})
+CONFIG_ERROR = "CreateContainerConfigError"  # a missing Secret or ConfigMap the pod names
+TAINT_REJECTED_REASON = "TaintToleration"  # the kubelet's admission: an untolerated NoExecute
+# The executor's refusal of a create while GPU pods still run on the node (it lists
+# the node's pods by spec.nodeName just before the create).
+NODE_BUSY_PREFIX = "node busy: "
 
 
 @dataclass(frozen=True)
@@ -60,6 +76,7 @@ class StartFailure:
     reason: str
     message: str
     check: str | None = None
+    blocked: bool = False  # not the node's doing: the node waits, the attempt given back
 
 
 def _tail(text: str, limit: int = MESSAGE_MAX) -> str:
@@ -101,15 +118,52 @@ def _rejected(pod: PodView) -> bool:
     return reason.startswith(ADMISSION_REJECTED_PREFIX) or reason in ADMISSION_REJECTED_REASONS
 
 
+def _not_the_nodes(pod: PodView) -> StartFailure | None:
+    """A pod that did not run for a reason that is not evidence about the node."""
+    reason = pod.pod_reason or ""
+    if pod.waiting_reason == CONFIG_ERROR:  # the pod's own config (a Secret, a ConfigMap)
+        return StartFailure(
+            REASON_POD_REFUSED,
+            _tail(f"{CONFIG_ERROR}: {pod.waiting_message or 'the container cannot be created'}"),
+            blocked=True,
+        )
+    detail = f"({reason}): {pod.pod_message or ''}"
+    if pod.phase == "Failed" and reason in EVICTED_REASONS:
+        return StartFailure(
+            REASON_EVICTED, _tail(f"the probe pod was evicted {detail}"), blocked=True
+        )
+    if pod.waiting_reason in IMAGE_PULL_REASONS:
+        return StartFailure(
+            REASON_IMAGE_UNAVAILABLE,
+            _tail(f"{pod.waiting_reason}: {pod.waiting_message or 'cannot pull the probe image'}"),
+            blocked=True,
+        )
+    if (
+        pod.phase == "Failed"
+        and not pod.terminated
+        and reason.startswith(ADMISSION_REJECTED_PREFIX)
+    ):
+        return StartFailure(
+            REASON_NODE_BUSY,
+            _tail(f"the kubelet refused the probe pod, other pods hold the resource {detail}"),
+            blocked=True,
+        )
+    if pod.phase == "Failed" and not pod.terminated and reason == TAINT_REJECTED_REASON:
+        return StartFailure(
+            REASON_UNTOLERATED_TAINT,
+            _tail(f"the kubelet refused the probe pod {detail}"),
+            blocked=True,
+        )
+    return None
+
+
 def start_failure(pod: PodView) -> StartFailure | None:
     """Why ``pod`` could not run the probe, or None (it ran, or may still)."""
     if pod.container_reason == START_ERROR:
         return _start_error(pod)
-    if pod.waiting_reason in IMAGE_PULL_REASONS:
-        return StartFailure(
-            REASON_IMAGE_PULL,
-            _tail(f"{pod.waiting_reason}: {pod.waiting_message or 'cannot pull the probe image'}"),
-        )
+    elsewhere = _not_the_nodes(pod)
+    if elsewhere is not None:
+        return elsewhere
     if pod.phase == "Failed" and not pod.terminated and _rejected(pod):
         return StartFailure(
             REASON_REJECTED,
@@ -137,7 +191,15 @@ def never_started(pod: PodView, timeout: int | None) -> StartFailure | None:
 
 
 def create_refused(message: str) -> StartFailure:
-    """Why the API server refused to create the probe pod."""
+    """Why the probe pod was not created: the API server refused it (admission, a
+    quota, a LimitRange, a missing RuntimeClass or ServiceAccount), or the
+    executor found GPU pods on the node. Neither is the node's fault."""
+    if message.startswith(NODE_BUSY_PREFIX):
+        return StartFailure(
+            REASON_NODE_BUSY,
+            _tail(f"GPU pods still run on the node: {message[len(NODE_BUSY_PREFIX) :]}"),
+            blocked=True,
+        )
     if RUNTIME_CLASS_NOT_FOUND.search(message):
         return StartFailure(
             REASON_RUNTIME_CLASS_MISSING,
@@ -145,5 +207,8 @@ def create_refused(message: str) -> StartFailure:
                 "the probe pod's RuntimeClass does not exist (operator flag --probe-runtime-class; "
                 f"the GPU operator creates 'nvidia'): {message}"
             ),
+            blocked=True,
         )
-    return StartFailure("ProbePodError", _tail(f"the probe pod could not be created: {message}"))
+    return StartFailure(
+        REASON_POD_REFUSED, _tail(f"the probe pod could not be created: {message}"), blocked=True
+    )

@@ -1,0 +1,111 @@
+"""Phase ``Waiting``: the probe could not run, and not because of the node (pure).
+
+An image that cannot be pulled, a pod the API server refuses (admission, a
+quota, a LimitRange, a missing RuntimeClass), a pod that was never created or
+vanished (an API server refusing for long, an eviction, a deletion), GPU pods
+still on the node (the kubelet's ``OutOfnvidia.com/gpu``), a NoExecute taint
+the probe does not tolerate: none of these is evidence about the node. The node
+waits in phase ``Waiting`` under its reason, still under the pending taint,
+and tries again with a backoff that grows with how long it has waited (from
+``probeRun.backoffSeconds`` up to the operator's cap), for as long as it
+lasts. The attempt is given back: a wait never counts against
+``probeRun.retries`` and never ends in a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from gpuaccept.contracts.api import ACCEPTANCE_KIND
+from gpuaccept.contracts.nodeacceptance import Phase
+from gpuaccept.operator.core.model import Plan, PodView, Taint
+from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
+
+REASON_IMAGE_UNAVAILABLE = "ImageUnavailable"
+REASON_POD_REFUSED = "PodRefused"
+REASON_NODE_BUSY = "NodeBusy"
+REASON_EVICTED = "Evicted"
+REASON_POD_LOST = "ProbePodLost"
+REASON_UNTOLERATED_TAINT = "UntoleratedTaint"
+REASON_CORDONED = "Cordoned"
+WAIT_REASONS = frozenset(
+    {
+        REASON_IMAGE_UNAVAILABLE,
+        REASON_POD_REFUSED,
+        REASON_NODE_BUSY,
+        REASON_EVICTED,
+        REASON_POD_LOST,
+        REASON_UNTOLERATED_TAINT,
+        REASON_CORDONED,
+        "RuntimeClassMissing",
+    }
+)
+
+
+def wait_backoff(ctx: NodeContext) -> float:
+    """Seconds to the next try: the time waited so far, at least
+    ``probeRun.backoffSeconds`` and at most the operator's cap (so it about
+    doubles with every try)."""
+    st, now = ctx.status, ctx.obs.now
+    since = st.blocked_since or now
+    waited = (now - since).total_seconds()
+    low = float(ctx.spec.probe_run.backoff_seconds)
+    return min(max(waited, low), float(ctx.obs.config.max_backoff_seconds))
+
+
+def blocked(
+    ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str, pod: PodView | None
+) -> Plan:
+    """This attempt could not run for ``reason`` (not the node's): wait and retry,
+    the attempt given back."""
+    st, now = ctx.status, ctx.obs.now
+    backoff = wait_backoff(ctx)
+    in_probe = st.phase == Phase.PROBING
+    new = ctx.stamped(
+        st,
+        phase=Phase.WAITING,
+        reason=reason,
+        message=cut(f"{message} (not the node's fault; retrying in {backoff:.0f}s)", 1000),
+        attempts=max(st.attempts - 1, 0) if in_probe else st.attempts,
+        next_attempt_time=now + timedelta(seconds=backoff),
+        probe_pod=None,
+        probe_started_time=None,
+        blocked_since=st.blocked_since or now,
+    )
+    new = ctx.with_applied_keys(new)
+    out.write_status(st, new)
+    if (st.phase, st.reason) != (new.phase, new.reason):
+        out.event(ACCEPTANCE_KIND, "Warning", reason, cut(message, 1000))
+    out.ensure_node(ctx, new)
+    if pod is not None and not pod.deleting:
+        out.delete_pod(pod)
+    out.wake_in(backoff)
+    return out.build(f"waiting: {reason}")
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
+    """Kubernetes' ``Toleration.ToleratesTaint``."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.effect:
+        return False
+    key = toleration.get("key") or ""
+    if key and key != taint.key:
+        return False
+    if (toleration.get("operator") or "Equal") == "Exists":
+        return True
+    return bool(key) and (toleration.get("value") or "") == (taint.value or "")
+
+
+def untolerated_taint(
+    node_taints: Iterable[Taint], tolerations: Iterable[Mapping[str, Any]]
+) -> Taint | None:
+    """A NoExecute taint on the node that the probe pod does not tolerate: the
+    kubelet would refuse the pod or evict it mid-probe (it is pinned by
+    ``nodeName``, so a NoSchedule taint does not matter)."""
+    tolerations = list(tolerations)
+    for taint in node_taints:
+        if taint.effect == "NoExecute" and not any(_tolerates(t, taint) for t in tolerations):
+            return taint
+    return None

@@ -1,0 +1,118 @@
+"""A rollback leaves every node where it was: a NodeAcceptance status and a stored
+report written by a newer release (fields this one does not know) are read, not
+reset; a status that cannot be read at all keeps its applied taints and labels."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+from world import BOOT, T0, World, make_report
+
+from gpuaccept.contracts.nodeacceptance import (
+    CheckSummary,
+    NodeAcceptanceStatus,
+    Phase,
+    Reason,
+)
+from gpuaccept.operator.core import PatchNAStatus, PatchNodeTaintsLabels, Taint
+from gpuaccept.operator.views import cached_acceptance
+
+QUARANTINE = Taint("gpuaccept.io/quarantined", "NoSchedule", "true")
+
+
+def _stored(phase: Phase, failing: tuple[str, ...] = ()) -> dict[str, Any]:
+    report = make_report("gpu-1", BOOT, failing)
+    status = NodeAcceptanceStatus(
+        phase=phase,
+        reason="PcieLinkFailed" if failing else None,
+        reasons=[Reason(check=failing[0], reason="PcieLinkFailed")] if failing else [],
+        checks=[CheckSummary(check=r.check, status=r.status) for r in report.results],
+        policy="default",
+        policy_generation=1,
+        last_probe_time=T0,
+        probed_boot_id=BOOT,
+        report=report,
+        applied_taints=["gpuaccept.io/quarantined"] if failing else [],
+        node_uid="uid-node",
+    )
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _as_a_newer_release_writes(wire: dict[str, Any]) -> dict[str, Any]:
+    """New fields at every level: the status, a reason, a check summary, the report
+    envelope and one of its results."""
+    newer: dict[str, Any] = json.loads(json.dumps(wire))
+    newer["capacityBudget"] = {"window": "1h", "used": 3}
+    newer["installationID"] = "c0ffee"
+    for reason in newer.get("reasons", []):
+        reason["severity"] = "high"
+    newer["checks"][0]["durationS"] = 1.5
+    newer["report"]["attestation"] = {"kind": "tpm", "quote": "..."}
+    newer["report"]["results"][0]["sampledAt"] = "2027-01-01T00:00:00Z"
+    return newer
+
+
+def _body(status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "gpu-1", "resourceVersion": "5", "uid": "na-uid"},
+        "spec": {"nodeName": "gpu-1"},
+        "status": status,
+    }
+
+
+@pytest.mark.parametrize(
+    ("phase", "failing", "taints"),
+    [
+        (Phase.ACCEPTED, (), ()),
+        (Phase.QUARANTINED, ("pcie_link",), (QUARANTINE,)),
+    ],
+    ids=["accepted", "quarantined"],
+)
+def test_a_rollback_leaves_the_node_where_it_was(
+    phase: Phase, failing: tuple[str, ...], taints: tuple[Taint, ...]
+) -> None:
+    wire = _stored(phase, failing)
+    view = cached_acceptance(_body(_as_a_newer_release_writes(wire))).with_evidence()
+    # read as this release wrote it: nothing reset, the report kept
+    assert view.status == NodeAcceptanceStatus.model_validate(wire)
+    assert view.status.report is not None
+    world = World(na=view)
+    assert world.node is not None
+    labels = {**world.node.labels, "gpuaccept.io/acceptance": phase.value.lower()}
+    world.node = dataclasses.replace(world.node, taints=taints, labels=labels)
+    plan = world.plan()
+    # no new round, no status reset, no taint change
+    assert not [a for a in plan.actions if isinstance(a, (PatchNAStatus, PatchNodeTaintsLabels))]
+    assert world.status.phase == phase
+
+
+def test_an_unreadable_status_keeps_its_applied_taints_and_labels() -> None:
+    wire = _stored(Phase.QUARANTINED, ("pcie_link",))
+    wire["phase"] = "Draining"  # a phase a newer release added: cannot be read here
+    wire["appliedTaints"] = ["example.com/gpu-bad", "gpuaccept.io/quarantined"]
+    wire["appliedLabels"] = ["example.com/gpu-bad"]
+    wire["podSerial"] = 7
+    status = cached_acceptance(_body(wire)).with_evidence().status
+    assert status.phase == Phase.PENDING  # starts over, fail safe
+    assert status.applied_taints == ["example.com/gpu-bad", "gpuaccept.io/quarantined"]
+    assert status.applied_labels == ["example.com/gpu-bad"]
+    assert status.pod_serial == 7
+
+
+def test_unreadable_evidence_keeps_the_applied_taints() -> None:
+    wire = _stored(Phase.QUARANTINED, ("pcie_link",))
+    wire["report"]["results"][0]["status"] = "on-fire"  # a known field, a bad value
+    status = cached_acceptance(_body(wire)).with_evidence().status
+    assert status.phase == Phase.PENDING
+    assert status.applied_taints == ["gpuaccept.io/quarantined"]
+
+
+def test_a_known_field_with_a_bad_value_is_still_refused() -> None:
+    wire = _stored(Phase.ACCEPTED)
+    wire["attempts"] = -1
+    wire["newField"] = 1
+    status = cached_acceptance(_body(wire)).view.status
+    assert status == NodeAcceptanceStatus()
