@@ -21,6 +21,7 @@ from gpuaccept.contracts.api import GPU_RESOURCE, NODE_CONDITION_TYPE
 from gpuaccept.contracts.forward import read_forward
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
+from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
 from gpuaccept.operator.core.model import (
     FabricPodLabels,
     NAView,
@@ -91,6 +92,7 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
         boot_id=str((status.get("nodeInfo") or {}).get("bootID", "")),
         gpus=_quantity(allocatable.get(GPU_RESOURCE, 0)),
         gpu_capacity=_quantity(capacity.get(GPU_RESOURCE, 0)),
+        shared_gpus=_quantity(allocatable.get(SHARED_GPU_RESOURCE, 0)),
         unschedulable=bool(spec.get("unschedulable", False)),
         condition=condition,
     )

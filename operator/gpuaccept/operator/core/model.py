@@ -68,6 +68,7 @@ class NodeView:
     boot_id: str = ""
     gpus: int = 0  # status.allocatable nvidia.com/gpu: what the probe pod requests
     gpu_capacity: int = 0  # status.capacity nvidia.com/gpu: healthy and unhealthy devices
+    shared_gpus: int = 0  # status.allocatable nvidia.com/gpu.shared (sharing, renameByDefault)
     unschedulable: bool = False
     condition: NodeCondition | None = None
 

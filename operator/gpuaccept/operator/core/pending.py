@@ -10,6 +10,7 @@ from gpuaccept.contracts.api import ACCEPTANCE_KIND, GPU_RESOURCE, REPROBE_ANNOT
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import GPUWaitExpiry
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, adopting, take_out_allowed
+from gpuaccept.operator.core.gpusharing import REASON_GPU_SHARING, sharing_refusal
 from gpuaccept.operator.core.model import CreateProbePod, Plan
 from gpuaccept.operator.core.nodecontext import (
     REASON_WAITING_FOR_GPUS,
@@ -99,6 +100,9 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
     if st.next_attempt_time is not None and now < st.next_attempt_time:
         out.wake_in((st.next_attempt_time - now).total_seconds())
         return out.build("backing off")
+    refusal = sharing_refusal(node)
+    if refusal is not None:  # MPS or a renamed resource: the probe cannot be admitted
+        return blocked(ctx, out, reason=REASON_GPU_SHARING, message=refusal, pod=None)
     if node.gpus <= 0:
         return _wait_for_gpus(ctx, out)
     waiting = _waits_before_probing(ctx, out)

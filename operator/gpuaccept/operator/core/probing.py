@@ -7,6 +7,7 @@ from datetime import timedelta
 from gpuaccept.contracts.nodeacceptance import Reason
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.acceptance_gate import acceptance_problem
+from gpuaccept.operator.core.gpusharing import REASON_GPU_SHARING, admission_refused_by_sharing
 from gpuaccept.operator.core.model import CreateProbePod, Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
     WAIT_FOR_DELETION_SECONDS,
@@ -28,6 +29,7 @@ from gpuaccept.operator.core.report_trust import (
     trusted_report,
 )
 from gpuaccept.operator.core.startfailure import (
+    REASON_REJECTED,
     StartFailure,
     create_refused,
     never_started,
@@ -129,6 +131,9 @@ def _did_not_start(ctx: NodeContext, out: PlanBuilder, pod: PodView, failure: St
     mismatch quarantines with DriverLibrariesFailed); anything else is a failed attempt."""
     if failure.blocked:
         return blocked(ctx, out, reason=failure.reason, message=failure.message, pod=pod)
+    shared = admission_refused_by_sharing(ctx.node, pod.pod_message or "")
+    if failure.reason == REASON_REJECTED and shared is not None:
+        return blocked(ctx, out, reason=REASON_GPU_SHARING, message=shared, pod=pod)
     if failure.check is None:
         return attempt_failed(ctx, out, reason=failure.reason, message=failure.message, pod=pod)
     reason = Reason(check=failure.check, reason=failure.reason, message=cut(failure.message, 500))

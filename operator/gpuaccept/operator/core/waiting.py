@@ -40,6 +40,7 @@ WAIT_REASONS = frozenset(
         REASON_UNTOLERATED_TAINT,
         REASON_CORDONED,
         "RuntimeClassMissing",
+        "GPUSharing",  # core/gpusharing.py
     }
 )
 
