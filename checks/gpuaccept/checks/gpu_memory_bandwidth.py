@@ -29,6 +29,7 @@ from typing import Annotated
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import Claims, hbm_bound
 from gpuaccept.checks.gpu_models import per_model_value
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.per_gpu_figures import (
@@ -162,6 +163,20 @@ def budget(section: GpuMemoryBandwidthPolicy, _gpus: int) -> PhaseEstimate:
     )
 
 
+def claims(o: GpuMemoryBandwidthObserved, summary: HardwareSummary) -> Claims:
+    """One figure per GPU (or a spread over at most the report's GPUs), within the HBM's peak."""
+    out = Claims()
+    for name, figures, most in (("gbps", o.gbps, hbm_bound(summary)),):
+        out.per_gpu(name, figures).each(name, figures, most)
+    out.keys("failedGpus", o.failed_gpus).ranges("failed", o.failed)
+    for name, condensed, most in (("memory", o.memory, hbm_bound(summary)),):
+        if condensed is not None:
+            lowest, median, gpu, measured = condensed
+            out.figure(name, lowest, most).figure(name, median, most).gpu(name, gpu)
+            out.figure(f"{name} GPUs measured", measured, summary.gpu_count)
+    return out
+
+
 SPEC = CheckSpec(
     name="gpu_memory_bandwidth",
     title="GPU memory bandwidth",
@@ -172,6 +187,7 @@ SPEC = CheckSpec(
     observed_model=GpuMemoryBandwidthObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=budget,
     runbook=RunbookEntry(
         meaning="a GPU's memory bandwidth below the model minimum or well below its siblings",

@@ -27,6 +27,7 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value, without_nvswitch
 from gpuaccept.checks.gpu_ranges import group, parse_gpus, ungroup
 from gpuaccept.checks.phase_estimate import fixed_phase
@@ -231,6 +232,14 @@ def condense(observed: NvswitchFabricObserved) -> NvswitchFabricObserved:
     )
 
 
+def claims(o: NvswitchFabricObserved, _summary: HardwareSummary) -> Claims:
+    """The GPUs are the report's; no more registered than there are GPUs."""
+    out = Claims().count("gpus", o.gpus).figure("completed", o.completed, o.gpus)
+    out.keys("notCompleted", o.not_completed).keys("statusErrors", o.status_errors)
+    out.values("health", o.health).keys("failedGpus", o.failed_gpus)
+    return out.keys("conditions", o.conditions)
+
+
 SPEC = CheckSpec(
     name="nvswitch_fabric",
     title="NVSwitch fabric",
@@ -241,6 +250,7 @@ SPEC = CheckSpec(
     observed_model=NvswitchFabricObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=fixed_phase("fabric state per GPU", 0.1, "one NVML query per GPU"),
     runbook=RunbookEntry(
         meaning=(
