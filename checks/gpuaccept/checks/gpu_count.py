@@ -145,8 +145,11 @@ def judge(
 
 def claims(observed: GpuCountObserved, _summary: HardwareSummary) -> Claims:
     """The GPUs NVML saw are the report's (allocatable and capacity are held to the
-    node's own by the operator)."""
-    return Claims().count("visible", observed.visible)
+    node's own by the operator), and no more than the NVIDIA GPUs on the PCI bus."""
+    out = Claims().count("visible", observed.visible)
+    if observed.pci_devices:  # 0: the bus was not read
+        out.figure("visible", observed.visible, observed.pci_devices)
+    return out
 
 
 SPEC = CheckSpec(

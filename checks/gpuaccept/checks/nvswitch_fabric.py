@@ -235,6 +235,12 @@ def condense(observed: NvswitchFabricObserved) -> NvswitchFabricObserved:
 def claims(o: NvswitchFabricObserved, _summary: HardwareSummary) -> Claims:
     """The GPUs are the report's; no more registered than there are GPUs."""
     out = Claims().count("gpus", o.gpus).figure("completed", o.completed, o.gpus)
+    try:  # every GPU is registered, not registered or failed: none goes unaccounted
+        other = {g for key in [*(o.not_completed or {}), *(o.failed_gpus or {})]
+                 for g in parse_gpus(key)}  # fmt: skip
+        out.count("completed + notCompleted + failedGpus", o.completed + len(other))
+    except ValueError:
+        out.unreadable.append("notCompleted")
     out.keys("notCompleted", o.not_completed).keys("statusErrors", o.status_errors)
     out.values("health", o.health).keys("failedGpus", o.failed_gpus)
     return out.keys("conditions", o.conditions)
