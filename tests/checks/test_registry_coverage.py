@@ -7,6 +7,7 @@ check that does not fail there.)"""
 
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from judge_table import Case, assert_row
 
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
+from gpuaccept.checks.spec import AnyCheckSpec
 from gpuaccept.contracts.report import CheckStatus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,3 +67,18 @@ def test_every_registered_check_has_a_fault_profile() -> None:
     }
     missing = [c.name for c in CHECKS if c.name not in expected]
     assert not missing, f"add a fault profile to profiles/faults/ that fails: {missing}"
+
+
+GPU_FIELD = re.compile(r"^gpus?$|Gpus?$")  # gpus, failedGpus, minSmClockGpu, worstGpu
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.name)
+def test_every_registered_check_claims_the_gpu_fields_of_its_observed_model(
+    check: AnyCheckSpec,
+) -> None:
+    """``SPEC.claims`` (required by ``CheckSpec``) names every field of the ``Observed``
+    model that counts or names GPUs, so the operator holds it to the node."""
+    source = inspect.getsource(check.claims)
+    fields = [f.alias or name for name, f in check.observed_model.model_fields.items()]
+    unclaimed = [f for f in fields if GPU_FIELD.search(f) and f'"{f}"' not in source]
+    assert not unclaimed, f"{check.name}: claims() does not name {unclaimed}"

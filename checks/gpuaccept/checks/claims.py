@@ -48,11 +48,11 @@ HBM_PEAK_GBPS = {
     "b200": 8000.0,
 }
 # NVLink per GPU and direction, GB/s (NVIDIA datasheets: 900 GB/s total on H100/H200
-# SXM; 600 on the H100 NVL bridge, 900 on H200 NVL's; 1.8 TB/s on B200). A class without
-# NVLink moves peer data over PCIe: Gen5 x16's 63 GB/s.
+# SXM; 600 on the NVLink bridge of H100 PCIe and H100 NVL, 900 on H200 NVL's; 1.8 TB/s
+# on B200). Without a bridge an H100 PCIe moves peer data over PCIe, well below this.
 GPU_LINK_PEAK_GBPS = {
     "h100-sxm": 450.0,
-    "h100-pcie": 63.0,
+    "h100-pcie": 300.0,
     "h100-nvl": 300.0,
     "h200-sxm": 450.0,
     "h200-nvl": 450.0,
