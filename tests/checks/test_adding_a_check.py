@@ -6,6 +6,7 @@ A new hand-written list of checks fails here: generate it from the registry inst
 
 import re
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,21 @@ from pydantic import Field
 from pydantic.alias_generators import to_camel
 
 from gpuaccept.checks import budget
+from gpuaccept.checks.claims import Claims
+from gpuaccept.checks.consistency import report_inconsistency
 from gpuaccept.checks.gen import docs
 from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.policy import probe_policy_model
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry
 from gpuaccept.contracts.policy import CheckSwitch
-from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+from gpuaccept.contracts.report import (
+    CheckResult,
+    CheckStatus,
+    HardwareMode,
+    HardwareSummary,
+    ProbeReport,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATED_SECTION = re.compile(r"<!-- BEGIN GENERATED.*?<!-- END GENERATED[^>]*-->", re.S)
@@ -107,6 +116,10 @@ def judge_fan_speed(
     return CheckJudgement(status, {"minRpm": section.min_rpm}, f"slow fans: {slow}")
 
 
+def fan_speed_claims(observed: FanSpeedObserved, _summary: HardwareSummary) -> Claims:
+    return Claims().per_gpu("rpm", observed.rpm)
+
+
 FAN_SPEED = CheckSpec(
     name="fan_speed",
     title="Fan speed",
@@ -119,7 +132,25 @@ FAN_SPEED = CheckSpec(
     budget=fixed_phase("fan tachometers", 0.1, "one NVML query per GPU"),
     measuring=frozenset(),
     judging=frozenset({"min_rpm"}),
+    claims=fan_speed_claims,
 )
+
+
+def test_a_new_checks_claims_are_held_to_the_report_without_another_list() -> None:
+    """The claims are a required part of the spec; the report-trust rules run them."""
+    report = ProbeReport(
+        node_name="gpu-1", boot_id="boot-1", probe_version="1", hardware=HardwareMode.REAL,
+        started_at=datetime(2026, 1, 1, tzinfo=UTC), finished_at=datetime(2026, 1, 1, tzinfo=UTC),
+        summary=HardwareSummary(gpu_count=8),
+        results=[CheckResult(check="fan_speed", status=CheckStatus.PASS,
+                             observed={"rpm": [2000] * 4}, durationS=0.1)],
+    )  # fmt: skip
+    problem = report_inconsistency(report, (*CHECKS, FAN_SPEED))
+    assert problem == "fan_speed.rpm covers 4 GPUs; the report has 8"
+    whole = report.model_copy(
+        update={"results": [report.results[0].model_copy(update={"observed": {"rpm": [2000] * 8}})]}
+    )
+    assert report_inconsistency(whole, (*CHECKS, FAN_SPEED)) is None
 
 
 def test_a_new_checks_spec_is_all_its_section_budget_and_docs_tables_need(

@@ -68,7 +68,7 @@ def test_pcie_rules_without_require_max() -> None:
 def test_pcie_malformed_observed_raises() -> None:
     with pytest.raises(ValueError, match="equal length"):
         judge_json(PCIE_LINK, {**FULL_PCIE, "width": [16]}, ProbePolicy(), SUMMARY)
-    with pytest.raises(ValueError, match="valid dictionary"):
+    with pytest.raises(ValueError, match="should be an object"):
         judge_json(PCIE_LINK, [1, 2], ProbePolicy(), SUMMARY)
 
 

@@ -16,6 +16,7 @@ from judge_table import Case, assert_row
 
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
+from gpuaccept.checks.spec import AnyCheckSpec
 from gpuaccept.contracts.report import CheckStatus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,3 +97,18 @@ def test_every_field_the_measuring_function_reads_is_declared_measuring(check: s
     read = {f for f in fields if re.search(rf"\bpolicy\.{f}\b", source)}
     unread = read - spec.measuring
     assert not unread, f"{check}: read by its measuring function, so measuring: {unread}"
+
+
+GPU_FIELD = re.compile(r"^gpus?$|Gpus?$")  # gpus, failedGpus, minSmClockGpu, worstGpu
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.name)
+def test_every_registered_check_claims_the_gpu_fields_of_its_observed_model(
+    check: AnyCheckSpec,
+) -> None:
+    """``SPEC.claims`` (required by ``CheckSpec``) names every field of the ``Observed``
+    model that counts or names GPUs, so the operator holds it to the node."""
+    source = inspect.getsource(check.claims)
+    fields = [f.alias or name for name, f in check.observed_model.model_fields.items()]
+    unclaimed = [f for f in fields if GPU_FIELD.search(f) and f'"{f}"' not in source]
+    assert not unclaimed, f"{check.name}: claims() does not name {unclaimed}"

@@ -2,8 +2,8 @@
 
 from probe_scenarios import COLLAPSE_64, H200_16, HEALTHY, WORST_16, default_policy, probe
 
-from gpuaccept.checks.registry import CHECKS
-from gpuaccept.checks.verdict import evaluate
+from gpuaccept.checks.registry import BY_NAME, CHECKS
+from gpuaccept.checks.verdict import UNSHOWN_PASS, evaluate
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.report import (
     CheckResult,
@@ -80,7 +80,7 @@ def test_64_gpus_are_condensed_to_fit() -> None:
     assert compact.figures.pcie == full.figures.pcie == "Gen5x8"
 
 
-def test_last_resort_drops_observed_but_stays_valid_and_keeps_verdict() -> None:
+def test_last_resort_drops_observed_but_stays_valid_and_never_passes_on_the_probes_word() -> None:
     report = probe(HEALTHY)
     # pathological: every message at the contract's maximum and extra results up to 32
     padded = [r.model_copy(update={"message": "m" * 240}) for r in report.results]
@@ -94,7 +94,15 @@ def test_last_resort_drops_observed_but_stays_valid_and_keeps_verdict() -> None:
     assert len(message.encode()) <= TERMINATION_MESSAGE_MAX_BYTES
     decoded = decode_termination_message(message)
     assert len(decoded.results) == 32
-    assert evaluate(decoded, default_policy()).accepted
+    # the passes that lost their observed value are the probe's word alone: errors, so
+    # the verdict does not accept on them (docs/report-format.md, results without observed)
+    bare = {r.check for r in decoded.results if r.observed is None and r.check in BY_NAME}
+    assert bare
+    verdict = evaluate(decoded, default_policy())
+    assert not verdict.accepted
+    assert {(r.check, r.reason, r.message) for r in verdict.reasons} == {
+        (check, "ProbeError", UNSHOWN_PASS) for check in bare
+    }
 
 
 def test_fit_report_never_truncates_json() -> None:

@@ -11,7 +11,7 @@ from pydantic.alias_generators import to_camel
 
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
-from gpuaccept.checks.verdict import evaluate
+from gpuaccept.checks.verdict import UNSHOWN_PASS, evaluate
 from gpuaccept.contracts.nodeacceptance import KeyFigures
 from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareSummary, ProbeReport
 
@@ -188,10 +188,14 @@ def test_malformed_observed_is_probe_error() -> None:
         assert v.results[0].message.startswith("cannot judge observed value")
 
 
-def test_result_without_observed_keeps_its_status() -> None:
-    # what the compact report does as a last resort to fit 4096 bytes
+def test_result_without_observed_keeps_a_failure_but_not_a_pass() -> None:
+    # what the compact report does as a last resort to fit 4096 bytes: a failure stands
+    # (it only takes acceptance away), a pass is the probe's word alone and is an error
     v = evaluate(report(result("gpu_count", CheckStatus.PASS)), only("gpu_count"))
-    assert v.accepted
+    assert not v.accepted
+    assert [(r.reason, r.message) for r in v.reasons] == [("ProbeError", UNSHOWN_PASS)]
+    v = evaluate(report(result("gpu_count", CheckStatus.WARN)), only("gpu_count"))
+    assert not v.accepted
     v = evaluate(report(result("gpu_count", CheckStatus.FAIL, msg="7 of 8")), only("gpu_count"))
     assert [r.reason for r in v.reasons] == ["GpuCountFailed"]
 

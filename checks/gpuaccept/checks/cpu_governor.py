@@ -18,6 +18,7 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
@@ -94,6 +95,11 @@ def condense(observed: CpuGovernorObserved) -> CpuGovernorObserved:
     return observed.model_copy(update={"cpu_lists": None})
 
 
+def claims(_observed: CpuGovernorObserved, _summary: HardwareSummary) -> Claims:
+    """Governors are per CPU: nothing about the GPUs."""
+    return Claims()
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"required_governor", "without_cpufreq"}),
@@ -105,6 +111,7 @@ SPEC = CheckSpec(
     observed_model=CpuGovernorObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=fixed_phase("cpufreq governor of every CPU", 0.1, "one sysfs file per CPU (224)"),
     runbook=RunbookEntry(
         meaning="CPUs not on the required governor (e.g. `powersave`)",

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import (
@@ -198,6 +199,11 @@ def condense(observed: DriverLibrariesObserved) -> DriverLibrariesObserved:
     )
 
 
+def claims(_observed: DriverLibrariesObserved, _summary: HardwareSummary) -> Claims:
+    """Versions only: nothing about the GPUs or a figure."""
+    return Claims()
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"driver_versions", "min_cuda_driver_version", "required_cuda_majors"}),
@@ -210,6 +216,7 @@ SPEC = CheckSpec(
     observed_model=DriverLibrariesObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=fixed_phase(
         "versions: kernel module, NVML, cuDriverGetVersion",
         0.2,

@@ -25,15 +25,17 @@ pods never met: evidence against neither node) or ``allreduce`` (they met and
 the collective broke).
 """
 
+import json
 import re
 from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import Claims, busbw_bound
 from gpuaccept.checks.spec import CheckJudgement, ObservedModel, clip
 from gpuaccept.contracts.base import ContractModel
-from gpuaccept.contracts.report import CheckStatus
+from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 CHECK = "fabric_allreduce"
 REASON = "FabricAllreduceFailed"
@@ -138,6 +140,25 @@ _TRANSPORT_RES = (
     re.compile(r"NCCL INFO Using network (\S+)"),
     re.compile(r"NCCL INFO NET/(\S+?)\s*: Using"),
 )
+
+
+def parse(observed: JsonValue) -> FabricAllreduceObserved:
+    """A fabric result's ``observed``, strictly (as the single-node checks': a figure a
+    JSON number, a count a JSON integer); raises ValueError."""
+    return FabricAllreduceObserved.model_validate_json(json.dumps(observed), strict=True)
+
+
+def claims(o: FabricAllreduceObserved, summary: HardwareSummary) -> Claims:
+    """Its node's rank among the pair's nodes, its local ranks among all ranks (one per
+    GPU of the report when it names GPUs; a loopback pair names none) and busbw within
+    twice a GPU's link rate (no network beats the node's own NVLink)."""
+    most = busbw_bound(summary)
+    out = Claims().figure("nodeRank", o.node_rank, o.nodes - 1)
+    out.figure("localRanks", o.local_ranks, o.ranks)
+    if summary.gpu_count:
+        out.count("localRanks", o.local_ranks)
+    out.figure("busbwGBps", o.busbw_gbps, most).figure("algbwGBps", o.algbw_gbps, most)
+    return out.each("sweep", [busbw for _, busbw in o.sweep or []], most)
 
 
 def parse_nccl_transport(text: str) -> str | None:

@@ -37,6 +37,7 @@ from typing import Annotated
 
 from pydantic import Field, JsonValue, model_validator
 
+from gpuaccept.checks.claims import SM_CLOCK_MAX_MHZ, Claims, bf16_bound
 from gpuaccept.checks.gpu_models import per_model_value
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.per_gpu_figures import (
@@ -227,6 +228,29 @@ def budget(section: GpuComputePolicy, _gpus: int) -> PhaseEstimate:
     )
 
 
+def claims(o: GpuComputeObserved, summary: HardwareSummary) -> Claims:
+    """One figure per GPU (or a spread over the report's GPUs), within the peak TFLOPS."""
+    out = Claims()
+    for name, figures, most in (
+        ("bf16Tflops", o.bf16_tflops, bf16_bound(summary)),
+        ("fp8Tflops", o.fp8_tflops, 2 * bf16_bound(summary)),
+        ("smClockMHz", o.sm_clock_mhz, SM_CLOCK_MAX_MHZ),
+    ):
+        out.per_gpu(name, figures).each(name, figures, most)
+    out.keys("failedGpus", o.failed_gpus).ranges("failed", o.failed)
+    for name, condensed, most in (
+        ("bf16", o.bf16, bf16_bound(summary)),
+        ("fp8", o.fp8, 2 * bf16_bound(summary)),
+    ):
+        if condensed is not None:
+            lowest, median, gpu, measured = condensed[:4]
+            out.figure(name, lowest, most).figure(name, median, most).gpu(name, gpu)
+            out.figure(f"{name} GPUs measured", measured, summary.gpu_count)
+            for faster_half in condensed[4:]:  # the faster half's median (newer probes)
+                out.figure(name, faster_half, most)
+    return out
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"fp8", "fp8_seconds", "own_load_seconds"}),
     judging=frozenset(
@@ -249,6 +273,7 @@ SPEC = CheckSpec(
     observed_model=GpuComputeObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=budget,
     runbook=RunbookEntry(
         meaning="a GPU's matmul throughput below the model minimum or well below its siblings",

@@ -37,6 +37,7 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import MARGIN, POWER_LIMIT_MAX_W, Claims
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus, ungroup
 from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import (
@@ -321,6 +322,28 @@ def condense(observed: GpuConfigObserved) -> GpuConfigObserved:
     return observed.model_copy(update=update)
 
 
+def claims(o: GpuConfigObserved, _summary: HardwareSummary) -> Claims:
+    """The GPUs are the report's; power limits and clock fractions physical."""
+    out = Claims().count("gpus", o.gpus)
+    for name, by_gpus in (
+        ("powerLimitW", o.power_limit_w),
+        ("defaultPowerLimitW", o.default_power_limit_w),
+    ):
+        out.keys(name, by_gpus).each(name, (by_gpus or {}).values(), POWER_LIMIT_MAX_W)
+    out.ranges("persistenceOff", o.persistence_off).ranges("migEnabled", o.mig_enabled)
+    out.keys("migPending", o.mig_pending).keys("computeModes", o.compute_modes)
+    out.values("unsupported", o.unsupported).ranges("limited", o.limited)
+    out.keys("appClocksFraction", o.app_clocks_fraction)
+    out.each("appClocksFraction", (o.app_clocks_fraction or {}).values(), 1.0)
+    out.keys("smClockFraction", o.sm_clock_fraction)
+    out.each("smClockFraction", (o.sm_clock_fraction or {}).values(), MARGIN)
+    out.keys("failedGpus", o.failed_gpus).keys("belowDefault", o.below_default)
+    for watts in (o.below_default or {}).values():
+        out.each("belowDefault", watts, POWER_LIMIT_MAX_W)
+    out.figure("minSmClockFraction", o.min_sm_clock_fraction, MARGIN)
+    return out.gpu("minSmClockGpu", o.min_sm_clock_gpu)
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset(
@@ -342,6 +365,7 @@ SPEC = CheckSpec(
     observed_model=GpuConfigObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=fixed_phase("power, persistence, MIG, compute mode", 0.1, "NVML queries"),
     runbook=RunbookEntry(
         meaning=(

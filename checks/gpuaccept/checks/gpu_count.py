@@ -30,6 +30,7 @@ observed: ``{"visible": 7, "allocatable": 7, "capacity": 8, "labelled": 8,
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
@@ -142,6 +143,15 @@ def judge(
     )
 
 
+def claims(observed: GpuCountObserved, _summary: HardwareSummary) -> Claims:
+    """The GPUs NVML saw are the report's (allocatable and capacity are held to the
+    node's own by the operator), and no more than the NVIDIA GPUs on the PCI bus."""
+    out = Claims().count("visible", observed.visible)
+    if observed.pci_devices:  # 0: the bus was not read
+        out.figure("visible", observed.visible, observed.pci_devices)
+    return out
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"expected"}),
@@ -153,6 +163,7 @@ SPEC = CheckSpec(
     policy_model=GpuCountPolicy,
     observed_model=GpuCountObserved,
     judge=judge,
+    claims=claims,
     budget=fixed_phase("GPU counts: NVML, the PCI bus", 0.1, "sysfs scan"),
     runbook=RunbookEntry(
         meaning=(

@@ -30,6 +30,7 @@ from typing import Annotated
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import Claims, hbm_bound
 from gpuaccept.checks.gpu_models import per_model_value
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.per_gpu_figures import (
@@ -164,6 +165,22 @@ def budget(section: GpuMemoryBandwidthPolicy, _gpus: int) -> PhaseEstimate:
     )
 
 
+def claims(o: GpuMemoryBandwidthObserved, summary: HardwareSummary) -> Claims:
+    """One figure per GPU (or a spread over at most the report's GPUs), within the HBM's peak."""
+    out = Claims()
+    for name, figures, most in (("gbps", o.gbps, hbm_bound(summary)),):
+        out.per_gpu(name, figures).each(name, figures, most)
+    out.keys("failedGpus", o.failed_gpus).ranges("failed", o.failed)
+    for name, condensed, most in (("memory", o.memory, hbm_bound(summary)),):
+        if condensed is not None:
+            lowest, median, gpu, measured = condensed[:4]
+            out.figure(name, lowest, most).figure(name, median, most).gpu(name, gpu)
+            out.figure(f"{name} GPUs measured", measured, summary.gpu_count)
+            for faster_half in condensed[4:]:  # the faster half's median (newer probes)
+                out.figure(name, faster_half, most)
+    return out
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"buffer_bytes", "iterations", "warmup_iterations"}),
     judging=frozenset({"min_gbps", "min_gbps_by_model", "max_below_median_percent"}),
@@ -176,6 +193,7 @@ SPEC = CheckSpec(
     observed_model=GpuMemoryBandwidthObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=budget,
     runbook=RunbookEntry(
         meaning="a GPU's memory bandwidth below the model minimum or well below its siblings",

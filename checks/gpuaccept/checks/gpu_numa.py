@@ -31,6 +31,7 @@ from typing import Literal
 
 from pydantic import Field, JsonValue, model_validator
 
+from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.gpu_ranges import group, parse_gpus
 from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import (
@@ -220,6 +221,20 @@ def condense(observed: GpuNumaObserved) -> GpuNumaObserved:
     )
 
 
+def claims(o: GpuNumaObserved, _summary: HardwareSummary) -> Claims:
+    """One placement per GPU (either form); the GPUs named are the report's."""
+    out = Claims().per_gpu("numaNode", o.numa_node).per_gpu("socket", o.socket)
+    if o.numa_node is None and o.placement is not None:
+        out.values("placement", o.placement)
+        try:
+            out.per_gpu("placement", o.columns()[0])
+        except ValueError:
+            out.unreadable.append("placement")
+    for gpus in (o.local_cpulist or {}).values():
+        out.indices("localCpulist", gpus)
+    return out.keys("failedGpus", o.failed_gpus)
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"require_numa_node", "socket_spread", "gpus_per_socket"}),
@@ -232,6 +247,7 @@ SPEC = CheckSpec(
     observed_model=GpuNumaObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=fixed_phase("GPU NUMA placement", 0.1, "sysfs reads"),
     runbook=RunbookEntry(
         meaning=(

@@ -34,6 +34,7 @@ from typing import Literal
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import IB_RATE_MAX_GBITS, Claims
 from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
 from gpuaccept.contracts.policy import CheckSwitch
@@ -385,6 +386,16 @@ def condense(observed: InfinibandPortsObserved) -> InfinibandPortsObserved:
     return observed.model_copy(update={"ports": None, "named": kept, "odd_firmware": odd})
 
 
+def claims(observed: InfinibandPortsObserved, _summary: HardwareSummary) -> Claims:
+    """No GPU; the port rates are within what InfiniBand signals."""
+    out = Claims()
+    most = IB_RATE_MAX_GBITS
+    out.each("ports.rateGbps", [p.rate_gbps for p in observed.ports or ()], most)
+    for name, layer in (observed.layers or {}).items():
+        out.figure(f"layers.{name[:16]}.minRateGbps", layer.min_rate_gbps, most)
+    return out
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset(
@@ -410,6 +421,7 @@ SPEC = CheckSpec(
     observed_model=InfinibandPortsObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=fixed_phase("InfiniBand ports", 0.1, "sysfs reads"),
     runbook=RunbookEntry(
         meaning=(

@@ -40,6 +40,7 @@ only naming the GPUs.
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.gpu_sets import gpu_label, merged, notes_condensed
 from gpuaccept.checks.phase_estimate import fixed_phase
@@ -179,6 +180,27 @@ def condense(observed: MemoryHealthObserved) -> MemoryHealthObserved:
     return observed.model_copy(update=update)
 
 
+def claims(o: MemoryHealthObserved, _summary: HardwareSummary) -> Claims:
+    """The GPUs are the report's."""
+    out = Claims().count("gpus", o.gpus)
+    for name, text in (
+        ("eccOff", o.ecc_off),
+        ("eccPendingOff", o.ecc_pending_off),
+        ("remapPending", o.remap_pending),
+        ("remapFailed", o.remap_failed),
+        ("retirePending", o.retire_pending),
+    ):
+        out.ranges(name, text)
+    for name, by_gpus in (
+        ("volatileUncorrected", o.volatile_uncorrected),
+        ("aggregateUncorrected", o.aggregate_uncorrected),
+        ("remappedRows", o.remapped_rows),
+        ("retiredPages", o.retired_pages),
+    ):
+        out.keys(name, by_gpus)
+    return out
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset(
@@ -198,6 +220,7 @@ SPEC = CheckSpec(
     observed_model=MemoryHealthObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=fixed_phase("ECC, row remapping", 0.1, "NVML queries"),
     runbook=RunbookEntry(
         meaning=(

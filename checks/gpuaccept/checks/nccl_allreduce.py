@@ -24,6 +24,7 @@ whole GB/s but the curve stays, and ``backend``, ``algbwGBps``, ``timing`` and
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import Claims, busbw_bound
 from gpuaccept.checks.gpu_models import not_a_full_board, per_model_value
 from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import (
@@ -178,6 +179,15 @@ def budget(section: NcclAllreducePolicy, gpus: int) -> PhaseEstimate:
     )
 
 
+def claims(o: NcclAllreduceObserved, summary: HardwareSummary) -> Claims:
+    """One rank per GPU of the report; busbw within twice a GPU's link rate."""
+    most = busbw_bound(summary)
+    out = Claims().count("ranks", o.ranks)
+    out.figure("busbwGBps", o.busbw_gbps, most).figure("algbwGBps", o.algbw_gbps, most)
+    out.each("sweep", [busbw for _, busbw in o.sweep or []], most)
+    return out
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"max_message_bytes", "iterations", "warmup_iterations"}),
     judging=frozenset({"min_busbw_gbps", "min_busbw_gbps_by_model"}),
@@ -192,6 +202,7 @@ SPEC = CheckSpec(
     figures_model=NcclAllreduceFigures,
     key_figures=key_figures,
     columns=(FigureColumn("BusBW", BUSBW_FIGURE, "NCCL all-reduce GB/s.", position=1),),
+    claims=claims,
     budget=budget,
     runbook=RunbookEntry(
         meaning="all-reduce busbw below the policy minimum",

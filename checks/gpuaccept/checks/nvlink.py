@@ -27,6 +27,7 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import NVLINK_MAX_LINKS, Claims
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value
 from gpuaccept.checks.gpu_ranges import parse_gpus, ungroup
 from gpuaccept.checks.phase_estimate import fixed_phase
@@ -235,6 +236,25 @@ def condense(observed: NvlinkObserved) -> NvlinkObserved:
     )
 
 
+def claims(o: NvlinkObserved, _summary: HardwareSummary) -> Claims:
+    """Every GPU named is one of the report's; link counts within NVML's 36 links."""
+    out = Claims().keys("links", o.links).keys("active", o.active).keys("inactive", o.inactive)
+    out.each("links", (o.links or {}).values(), NVLINK_MAX_LINKS)
+    out.each("active", (o.active or {}).values(), NVLINK_MAX_LINKS)
+    for counters, name in ((o.errors, "errors"), (o.errors_before, "errorsBefore")):
+        for by_link in (counters or {}).values():
+            for key in by_link:
+                gpu, _, _link = key.partition(":")
+                out.ranges(name, gpu)
+    for worst, name in ((o.worst, "worst"), (o.worst_before, "worstBefore")):
+        for entry in (worst or {}).values():
+            out.gpu(name, entry[1] if len(entry) > 1 else None)
+    out.ranges("countersUnsupported", o.counters_unsupported)
+    out.ranges("sinceDriverLoad", o.since_driver_load)
+    out.values("countersNotSupported", o.counters_not_supported)
+    return out.keys("failedGpus", o.failed_gpus)
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"active_links_by_model", "warn_above", "fail_above"}),
@@ -247,6 +267,7 @@ SPEC = CheckSpec(
     observed_model=NvlinkObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=fixed_phase("NVLink state and counters", 0.5, "8 x 18 links x 4 NVML queries"),
     runbook=RunbookEntry(
         meaning=(

@@ -27,6 +27,7 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value, without_nvswitch
 from gpuaccept.checks.gpu_ranges import group, parse_gpus, ungroup
 from gpuaccept.checks.phase_estimate import fixed_phase
@@ -231,6 +232,20 @@ def condense(observed: NvswitchFabricObserved) -> NvswitchFabricObserved:
     )
 
 
+def claims(o: NvswitchFabricObserved, _summary: HardwareSummary) -> Claims:
+    """The GPUs are the report's; no more registered than there are GPUs."""
+    out = Claims().count("gpus", o.gpus).figure("completed", o.completed, o.gpus)
+    try:  # every GPU is registered, not registered or failed: none goes unaccounted
+        other = {g for key in [*(o.not_completed or {}), *(o.failed_gpus or {})]
+                 for g in parse_gpus(key)}  # fmt: skip
+        out.count("completed + notCompleted + failedGpus", o.completed + len(other))
+    except ValueError:
+        out.unreadable.append("notCompleted")
+    out.keys("notCompleted", o.not_completed).keys("statusErrors", o.status_errors)
+    out.values("health", o.health).keys("failedGpus", o.failed_gpus)
+    return out.keys("conditions", o.conditions)
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"in_progress_wait_seconds"}),
     judging=frozenset({"expected_by_model", "fail_on", "warn_on"}),
@@ -243,6 +258,7 @@ SPEC = CheckSpec(
     observed_model=NvswitchFabricObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=fixed_phase("fabric state per GPU", 0.1, "one NVML query per GPU"),
     runbook=RunbookEntry(
         meaning=(

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from pydantic import Field, JsonValue, model_validator
 
+from gpuaccept.checks.claims import PCIE_MAX_GEN, PCIE_MAX_WIDTH, Claims, host_copy_bound
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import (
@@ -304,6 +305,38 @@ def budget(_section: PcieLinkPolicy, gpus: int) -> PhaseEstimate:
     )
 
 
+def claims(o: PcieLinkObserved, summary: HardwareSummary) -> Claims:
+    """One column entry per GPU (or the condensed count); copies within the link's rate."""
+    out = Claims()
+    for name, column in (
+        ("gen", o.gen),
+        ("width", o.width),
+        ("maxGen", o.max_gen),
+        ("maxWidth", o.max_width),
+        ("idleGen", o.idle_gen),
+        ("h2dGBps", o.h2d_gbps),
+        ("d2hGBps", o.d2h_gbps),
+        ("numaNode", o.numa_node),
+    ):
+        out.per_gpu(name, column)
+    out.count("gpus", o.gpus)
+    out.indices("unpinned", o.unpinned).keys("failedGpus", o.failed_gpus)
+    out.ranges("belowMaxGen", o.below_max_gen).ranges("belowMaxWidth", o.below_max_width)
+    out.indices("slowH2D", o.slow_h2d).indices("slowD2H", o.slow_d2h)
+    for name, gens in (("gen", o.gen), ("maxGen", o.max_gen), ("idleGen", o.idle_gen)):
+        out.each(name, gens, PCIE_MAX_GEN)
+    out.each("width", o.width, PCIE_MAX_WIDTH).each("maxWidth", o.max_width, PCIE_MAX_WIDTH)
+    out.figure("minGen", o.min_gen, PCIE_MAX_GEN).figure("minWidth", o.min_width, PCIE_MAX_WIDTH)
+    widest = list(zip(o.max_gen or [], o.max_width or [], strict=False))
+    for name, rates in (("h2dGBps", o.h2d_gbps), ("d2hGBps", o.d2h_gbps)):
+        for i, rate in enumerate(rates or []):
+            gen, width = widest[i] if i < len(widest) else (0, 0)
+            out.figure(name, rate, host_copy_bound(summary, gen, width))
+    out.figure("minH2DGBps", o.min_h2d_gbps, host_copy_bound(summary))
+    out.figure("minD2HGBps", o.min_d2h_gbps, host_copy_bound(summary))
+    return out
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset(
@@ -321,6 +354,7 @@ SPEC = CheckSpec(
     figures_model=PcieLinkFigures,
     key_figures=key_figures,
     columns=(FigureColumn("PCIe", "pcie", "Weakest PCIe link under load.", position=2),),
+    claims=claims,
     budget=budget,
     runbook=RunbookEntry(
         meaning=(

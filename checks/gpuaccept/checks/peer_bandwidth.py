@@ -66,6 +66,7 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue, model_validator
 
+from gpuaccept.checks.claims import Claims, host_copy_bound, peer_bound
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value, without_nvswitch
 from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
@@ -528,6 +529,28 @@ def budget(section: PeerBandwidthPolicy, gpus: int) -> PhaseEstimate:
     )
 
 
+def claims(o: PeerBandwidthObserved, summary: HardwareSummary) -> Claims:
+    """The matrix is the report's GPUs (its shape is the model's own rule); each pair's
+    copy within its link's rate, both directions within twice it."""
+    one_way, both = peer_bound(summary), 2 * peer_bound(summary)
+    out = Claims().count("gpus", o.gpus).per_gpu("h2dGBps", o.h2d_gbps)
+    out.keys("failedGpus", o.failed_gpus)
+    for row in o.gbps or []:
+        out.each("gbps", row, one_way)
+    for row in o.bidir_gbps or []:
+        out.each("bidirGBps", row, both)
+    out.each("h2dGBps", o.h2d_gbps, host_copy_bound(summary))
+    for path, (median, src, dst, weakest) in (o.weakest or {}).items():
+        name = f"weakest.{path[:16]}"
+        out.gpu(name, src).gpu(name, dst).figure(name, median, one_way)
+        out.figure(name, weakest, one_way)
+    if o.pcie_floor is not None:
+        src, dst, rate, floor = o.pcie_floor
+        out.gpu("pcieFloor", src).gpu("pcieFloor", dst)
+        out.figure("pcieFloor", rate, one_way).figure("pcieFloor", floor, one_way)
+    return out
+
+
 SPEC = CheckSpec(
     measuring=frozenset(
         {"buffer_bytes", "staged_buffer_bytes", "iterations", "warmup_iterations", "bidirectional"}
@@ -550,6 +573,7 @@ SPEC = CheckSpec(
     observed_model=PeerBandwidthObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=budget,
     runbook=RunbookEntry(
         meaning=(

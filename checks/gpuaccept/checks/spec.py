@@ -17,17 +17,22 @@ or I/O). It defines
 * its reason code (``<CheckName>Failed``);
 * its time budget: ``budget(section, gpus) -> PhaseEstimate``, the seconds its
   phase of a probe run takes (:mod:`gpuaccept.checks.budget` adds them up);
+* its claims: ``claims(observed, summary) -> Claims``, every GPU count, GPU and
+  figure its result carries (:mod:`gpuaccept.checks.claims`), which the operator
+  holds to the node before it judges anything;
 
 and registers all of it as one ``SPEC`` in :mod:`gpuaccept.checks.registry`.
 The measuring half lives in the probe (``gpuaccept.probe.measure``).
 """
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from pydantic import JsonValue
 
+from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.phase_estimate import PhaseEstimate
 from gpuaccept.contracts.base import ContractModel
 from gpuaccept.contracts.policy import CheckSwitch
@@ -117,6 +122,11 @@ class CheckSpec(Generic[PolicyT, ObservedT]):
     # tests/checks/test_registry_coverage.py holds every field to exactly one set.
     measuring: frozenset[str]
     judging: frozenset[str]
+    # What its result claims about the node (GPU counts, the GPUs it names, per-GPU
+    # lists, figures with their physical limits), held to the report's GPU count before
+    # any judging (gpuaccept.checks.claims). Required: a check that names GPUs or
+    # figures and forgot them would let a report about other hardware be judged.
+    claims: Callable[[ObservedT, HardwareSummary], Claims]
     condense: Callable[[ObservedT], ObservedT] = _unchanged
     # This check's key figures (None: the check has none), from its observed value.
     figures_model: type[FiguresModel] | None = None
@@ -129,8 +139,12 @@ class CheckSpec(Generic[PolicyT, ObservedT]):
         return self.reason.removesuffix("Failed") + "Warning"
 
     def parse(self, observed: JsonValue) -> ObservedT:
-        """``observed`` from a report as this check's model (raises ValueError)."""
-        return self.observed_model.model_validate(observed)
+        """``observed`` from a report as this check's model (raises ValueError).
+
+        Strict, as the report itself: a figure must be a JSON number, a count a JSON
+        integer, a flag a JSON boolean (``"468"``, ``"1_000"`` or ``true`` for a number
+        are refused, not converted)."""
+        return self.observed_model.model_validate_json(json.dumps(observed), strict=True)
 
 
 AnyCheckSpec = CheckSpec[Any, Any]

@@ -35,6 +35,7 @@ from enum import StrEnum
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import SM_CLOCK_MAX_MHZ, Claims
 from gpuaccept.checks.phase_estimate import LOAD_RAMP_S, PhaseEstimate
 from gpuaccept.checks.spec import (
     CheckJudgement,
@@ -221,6 +222,28 @@ def budget(section: ThrottleReasonsPolicy, gpus: int) -> PhaseEstimate:
     )
 
 
+def claims(o: ThrottleReasonsObserved, _summary: HardwareSummary) -> Claims:
+    """One fraction and clock per GPU, fractions of samples in 0..1."""
+    out = Claims()
+    for reason, fractions in (o.active_fraction or {}).items():
+        out.per_gpu(f"activeFraction.{reason[:32]}", fractions)
+        out.each(f"activeFraction.{reason[:32]}", fractions, 1.0)
+    out.per_gpu("smClockMHz", o.sm_clock_mhz).per_gpu("smClockMaxMHz", o.sm_clock_max_mhz)
+    out.each("smClockMHz", o.sm_clock_mhz, SM_CLOCK_MAX_MHZ)
+    out.each("smClockMaxMHz", o.sm_clock_max_mhz, SM_CLOCK_MAX_MHZ)
+    out.keys("failedGpus", o.failed_gpus).keys("missedSamples", o.missed_samples)
+    out.indices("worstGpu", (o.worst_gpu or {}).values())
+    out.each("maxActiveFraction", (o.max_active_fraction or {}).values(), 1.0)
+    for reason, (fraction, gpu) in (o.worst or {}).items():
+        out.figure(f"worst.{reason[:32]}", fraction, 1.0).gpu(f"worst.{reason[:32]}", gpu)
+    out.gpu("minSmClockGpu", o.min_sm_clock_gpu)
+    out.figure("minSmClockMHz", o.min_sm_clock_mhz, SM_CLOCK_MAX_MHZ)
+    out.figure("smClockMaxMHzTop", o.sm_clock_max_mhz_top, SM_CLOCK_MAX_MHZ)
+    for reason, gpus in (o.reasons or {}).items():
+        out.indices(f"reasons.{reason[:32]}", gpus if isinstance(gpus, list) else [gpus])
+    return out
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"warmup_seconds", "sample_seconds", "max_active_fraction"}),
     judging=frozenset({"fail_on", "warn_on"}),
@@ -233,6 +256,7 @@ SPEC = CheckSpec(
     observed_model=ThrottleReasonsObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=budget,
     runbook=RunbookEntry(
         meaning="HW slowdown, thermal or power brake under load",

@@ -17,8 +17,13 @@ changes, without probing again. Then the results are folded:
   warned. Nothing passes by default.
 
 A result without ``observed`` (the probe dropped it to fit the termination
-message) keeps the status the probe gave it. A result whose ``observed``
-cannot be judged counts as an error.
+message) keeps the status the probe gave it when that status is ``fail``,
+``error`` or ``skip``: it can only take acceptance away. A ``pass`` or ``warn``
+without ``observed`` is the probe's word alone, which nothing can judge again:
+it counts as an error, so no report accepts a node on results it does not show.
+The one exception is a ``not applicable`` pass on a report of one GPU (no pair to
+copy between, no all-reduce: nothing to measure, so nothing to show). A result
+whose ``observed`` cannot be judged counts as an error.
 """
 
 from collections.abc import Sequence
@@ -58,11 +63,26 @@ class Verdict:
         return clip("; ".join(f"{r.check}: {r.message}" for r in items), 1024)
 
 
+NOT_APPLICABLE = "not applicable:"  # the probe's message when there was nothing to measure
+UNSHOWN_PASS = "passed by the probe's word alone: no observed value to judge again"
+
+
+def _unshown_pass(result: CheckResult, report: ProbeReport) -> CheckResult:
+    """A pass or warn without ``observed``: an error, unless there was nothing to show."""
+    if report.summary.gpu_count == 1 and result.message.startswith(NOT_APPLICABLE):
+        return result
+    return result.model_copy(update={"status": CheckStatus.ERROR, "message": UNSHOWN_PASS})
+
+
 def rejudge(
     check: AnyCheckSpec, result: CheckResult, report: ProbeReport, policy: ProbePolicy
 ) -> CheckResult:
     """``result`` judged again from its ``observed`` value against ``policy``."""
-    if result.status in (CheckStatus.ERROR, CheckStatus.SKIP) or result.observed is None:
+    if result.status in (CheckStatus.ERROR, CheckStatus.SKIP):
+        return result
+    if result.observed is None:
+        if result.status in (CheckStatus.PASS, CheckStatus.WARN):
+            return _unshown_pass(result, report)
         return result
     try:
         observed = check.parse(result.observed)

@@ -42,6 +42,7 @@ from typing import Annotated
 
 from pydantic import Field, JsonValue
 
+from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.gpu_sets import gpu_label, notes_condensed
 from gpuaccept.checks.phase_estimate import fixed_phase
@@ -264,6 +265,13 @@ def xid_sets(events: list[tuple[int, int]]) -> dict[str, list[int]]:
     return out
 
 
+def claims(o: XidErrorsObserved, _summary: HardwareSummary) -> Claims:
+    """Every GPU named is one of the report's (an event's GPU -1: NVML named none)."""
+    out = Claims().ranges("watched", o.watched).keys("xids", o.xids)
+    out.indices("events.gpu", [e.gpu for e in o.events or () if e.gpu != -1])
+    return out.values("recoveryAction", o.recovery_action)
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"fail_on", "warn_on", "recovery_action_fail_on", "recovery_action_warn_on"}),
@@ -276,6 +284,7 @@ SPEC = CheckSpec(
     observed_model=XidErrorsObserved,
     judge=judge,
     condense=condense,
+    claims=claims,
     budget=fixed_phase(
         "Xids seen, recovery actions",
         0.1,

@@ -4,12 +4,14 @@ The compact JSON form travels in the probe pod's termination message, so it
 must fit in :data:`~gpuaccept.contracts.api.TERMINATION_MESSAGE_MAX_BYTES`.
 """
 
+import json
 import math
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import (
+    ConfigDict,
     Field,
     JsonValue,
     SerializerFunctionWrapHandler,
@@ -35,8 +37,17 @@ class HardwareMode(StrEnum):
     SIMULATED = "simulated"
 
 
+# The report's envelope, read from a probe that may be one release newer: a field this
+# operator does not know is ignored (never judged), a known one must have its exact JSON
+# type (a number a number, a count an integer). Strictness applies where a report is read
+# from the wire (decode_termination_message); the probe builds its models in Python.
+REPORT_CONFIG = ConfigDict(extra="ignore")
+
+
 class HardwareSummary(ContractModel):
     """What the node is, as far as the probe could tell."""
+
+    model_config = REPORT_CONFIG
 
     gpu_model: str | None = Field(default=None, max_length=64)
     gpu_count: int = Field(ge=0, le=64)
@@ -96,6 +107,8 @@ class CheckResult(ContractModel):
     a threshold change does not need a new probe run.
     """
 
+    model_config = REPORT_CONFIG
+
     check: str = Field(pattern=r"^[a-z][a-z0-9_]{1,31}$")
     status: CheckStatus
     observed: JsonValue = None
@@ -123,6 +136,8 @@ class CheckResult(ContractModel):
 
 class ProbeReport(ContractModel):
     """One probe run on one node."""
+
+    model_config = REPORT_CONFIG
 
     api_version: Literal["gpuaccept.io/v1alpha1"] = Field(
         default="gpuaccept.io/v1alpha1", alias="apiVersion"
@@ -185,11 +200,39 @@ def encode_termination_message(report: ProbeReport) -> str:
     return text
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (which value counts would be the parser's whim)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(f"key {key[:40]!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def strict_json(text: str) -> JsonValue:
+    """``text`` as JSON, refusing a key twice in one object (raises ValueError). NaN
+    and Infinity are left to the models, which refuse them naming the field."""
+    try:
+        value: JsonValue = json.loads(text, object_pairs_hook=_unique_keys)
+    except RecursionError as error:  # pragma: no cover - nesting beyond the 4 KiB message
+        raise ValueError("JSON nested too deep") from error
+    return value
+
+
 def decode_termination_message(message: str) -> ProbeReport:
-    """Parse and validate a termination message (raises ValueError on bad input)."""
+    """Parse and validate a termination message (raises ValueError on bad input).
+
+    Strict: a number must be a JSON number (not ``"468"``, ``"1_000"`` or ``true``),
+    a count a JSON integer, a boolean ``true``/``false``; a key twice in one object, NaN
+    and Infinity are refused. A field this operator does not know is ignored."""
     if len(message.encode()) > TERMINATION_MESSAGE_MAX_BYTES:
         raise ReportTooLargeError(
             f"termination message is {len(message.encode())} bytes, over "
             f"{TERMINATION_MESSAGE_MAX_BYTES}"
         )
-    return ProbeReport.model_validate_json(message)
+    strict_json(message)
+    return ProbeReport.model_validate_json(message, strict=True)

@@ -248,6 +248,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         run_seconds=container_run_seconds(terminated),
         pod_ip=status.get("podIP") or None,
         created=_timestamp(meta.get("creationTimestamp")),
+        finished=_timestamp((terminated or {}).get("finishedAt")),
         fabric=_fabric_labels(meta),
     )
 

@@ -12,7 +12,8 @@ of at most 4096 bytes.
    operator re-judges those results, which writes their message and
    ``expected`` again, so nothing of the verdict is lost;
 5. ``observed`` dropped, result by result, largest first, each keeping its
-   80-character message (that verdict then keeps the status the probe gave);
+   80-character message (a failure then keeps the status the probe gave; a pass
+   without ``observed`` is judged an error, never a pass on the probe's word);
 6. every message dropped.
 
 Steps 1-4 apply to every result at once; steps 5 and 6 one result at a time, so

@@ -9,7 +9,7 @@ from typing import Any
 from world import World, make_report, spec
 
 from gpuaccept.contracts.nodeacceptance import Phase
-from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.contracts.report import CheckStatus, ProbeReport
 from gpuaccept.operator.core import PolicyView
 
 OFF = {"cpuGovernor": {"enabled": False}}
@@ -68,10 +68,17 @@ def test_a_changed_measuring_setting_measures_again() -> None:
     assert_new_round(world, "what the probe measures changed")
 
 
-def test_a_compacted_result_under_a_tightened_threshold_is_measured_again() -> None:
-    world = decided_under(compacted(make_report(), "nccl_allreduce"))
-    assert world.status.phase == Phase.ACCEPTED
-    change_policy(world, probe={"ncclAllreduce": {"minBusbwGBps": 100000}})
+def test_a_compacted_result_under_a_changed_threshold_is_measured_again() -> None:
+    """A compacted pass never accepts (the probe's word alone), so the case is a
+    compacted failure: under a loosened threshold it is measured again, not kept."""
+    report = compacted(make_report(), "nccl_allreduce")
+    results = [
+        r.model_copy(update={"status": CheckStatus.FAIL}) if r.check == "nccl_allreduce" else r
+        for r in report.results
+    ]
+    world = decided_under(report.model_copy(update={"results": results}))
+    assert (world.status.phase, world.status.reason) == (Phase.QUARANTINED, "NcclAllreduceFailed")
+    change_policy(world, probe={"ncclAllreduce": {"minBusbwGBps": 1}})
     assert_new_round(world, "compacted")
 
 

@@ -189,7 +189,8 @@ def test_an_accepting_verdict_must_cover_every_advertised_gpu() -> None:
     world.finish_with_report(with_gpus(make_report(), summary=4, visible=4, allocatable=8))
     world.settle()
     assert_out_and_retrying(world, "ReportMismatch")
-    assert "4 of the node's 8 GPUs" in (world.status.message or "")
+    # its results still describe 8 GPUs: the claims refuse it before any verdict
+    assert "the report has 4" in (world.status.message or "")
 
 
 def test_a_missing_gpu_is_still_the_checks_verdict() -> None:

@@ -114,6 +114,7 @@ class PodView:
     run_seconds: int | None = None
     pod_ip: str | None = None  # status.podIP
     created: datetime | None = None  # metadata.creationTimestamp
+    finished: datetime | None = None  # the terminated container's finishedAt
     fabric: FabricPodLabels | None = None  # a fabric pair's pod (docs/fabric.md)
 
     @property

@@ -145,7 +145,7 @@ def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
     node = ctx.node
     if pod.message:
         result = trusted_report(
-            pod.message, node, accept_simulated=ctx.obs.config.accept_simulated_reports
+            pod.message, node, accept_simulated=ctx.obs.config.accept_simulated_reports, pod=pod
         )
         if not isinstance(result, ProbeReport):
             return attempt_failed(ctx, out, reason=result.reason, message=result.message, pod=pod)

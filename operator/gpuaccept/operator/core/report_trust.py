@@ -6,7 +6,9 @@ Three steps, each of which can only ever take trust away:
    exactly this node and this boot;
 2. :func:`report_problem`: the report is what this operator may judge
    (``hardware: simulated`` only when told so) and agrees with itself and with
-   the node (GPU counts: allocatable and capacity as the operator passed them);
+   the node (GPU counts: allocatable and capacity as the operator passed them;
+   every result's GPU counts, GPUs and figures, :mod:`gpuaccept.checks.consistency`),
+   and :func:`freshness_problem`: its timestamps fall in its pod's lifetime;
 3. :func:`outcome_problem`: once judged, the verdict agrees with how the pod
    ended (exit code, phase, deadline) and covers every GPU the node advertises.
 
@@ -19,10 +21,12 @@ never an accepted node.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from pydantic import ValidationError
 
 from gpuaccept.checks import gpu_count, nccl_allreduce
+from gpuaccept.checks.consistency import report_inconsistency
 from gpuaccept.checks.spec import AnyCheckSpec
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
@@ -40,6 +44,10 @@ SIMULATED_REPORT = "SimulatedReport"
 PROBE_TIMEOUT = "ProbeTimeout"
 PROBE_FAILED = "ProbeFailed"
 DEADLINE_EXCEEDED = "DeadlineExceeded"  # the pod reason when activeDeadlineSeconds ran out
+# How far a report's timestamps (the node's clock) may lie outside its pod's lifetime:
+# creationTimestamp is the API server's clock, finishedAt the kubelet's (whole seconds).
+# docs/report-format.md ("Freshness").
+CLOCK_SKEW = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ def validate_report(message: str, *, node_name: str, boot_id: str) -> ProbeRepor
         return ReportProblem("ReportTooLargeError", str(error))
     except ValidationError as error:
         return ReportProblem("InvalidReport", f"report does not validate: {_first_error(error)}")
-    except ValueError as error:  # pragma: no cover - decode raises ValidationError
+    except ValueError as error:  # not JSON, a key twice, NaN or Infinity
         return ReportProblem("InvalidReport", str(error)[:200])
     if report.node_name != node_name:
         return ReportProblem(
@@ -87,11 +95,17 @@ def validate_report(message: str, *, node_name: str, boot_id: str) -> ProbeRepor
 
 
 def trusted_report(
-    source: str | ProbeReport, node: NodeView, *, accept_simulated: bool
+    source: str | ProbeReport,
+    node: NodeView,
+    *,
+    accept_simulated: bool,
+    pod: PodView | None = None,
 ) -> ProbeReport | ReportProblem:
     """The report, or why it cannot be judged for ``node``: ``source`` is a pod's
     termination message (validated for this node and boot first) or a report read
-    before (stored in status, validated then), checked against the node as it is."""
+    before (stored in status, validated then), checked against the node as it is:
+    its counts, every result's claims (:mod:`gpuaccept.checks.consistency`) and, with
+    the ``pod`` it came from, its timestamps against the pod's lifetime."""
     if isinstance(source, str):
         report = validate_report(source, node_name=node.name, boot_id=node.boot_id)
         if not isinstance(report, ProbeReport):
@@ -104,7 +118,35 @@ def trusted_report(
         node_capacity=node.gpu_capacity,
         accept_simulated=accept_simulated,
     )
+    if problem is None and pod is not None:
+        problem = freshness_problem(report, pod)
     return report if problem is None else problem
+
+
+def freshness_problem(report: ProbeReport, pod: PodView) -> ReportProblem | None:
+    """Why the report cannot come from ``pod``'s run, or None: it starts before it ends,
+    not before the pod was created, and ends by the time the container finished (each
+    within :data:`CLOCK_SKEW`; a time the pod does not give is not compared)."""
+    started, finished = report.started_at, report.finished_at
+    if started.tzinfo is None or finished.tzinfo is None:
+        return ReportProblem(REPORT_MISMATCH, "report timestamps carry no time zone")
+    if finished < started:
+        return ReportProblem(
+            REPORT_MISMATCH, f"report finished ({finished:%FT%TZ}) before it started"
+        )
+    if pod.created is not None and started < pod.created - CLOCK_SKEW:
+        return ReportProblem(
+            REPORT_MISMATCH,
+            f"report started at {started:%FT%TZ}, before its pod {pod.name} was created "
+            f"({pod.created:%FT%TZ})",
+        )
+    if pod.finished is not None and finished > pod.finished + CLOCK_SKEW:
+        return ReportProblem(
+            REPORT_MISMATCH,
+            f"report finished at {finished:%FT%TZ}, after its pod {pod.name} ended "
+            f"({pod.finished:%FT%TZ})",
+        )
+    return None
 
 
 def _observed(report: ProbeReport, check: AnyCheckSpec) -> object | None:
@@ -158,6 +200,9 @@ def report_problem(
             REPORT_MISMATCH,
             f"report summary has {seen} GPUs but the all-reduce ran on {allreduce.ranks} ranks",
         )
+    inconsistent = report_inconsistency(report)
+    if inconsistent is not None:
+        return ReportProblem(REPORT_MISMATCH, inconsistent)
     return None
 
 

@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from pydantic import ValidationError
-
 from gpuaccept.checks import fabric_allreduce
 from gpuaccept.checks.fabric_allreduce import FabricPolicy, NoPartnerAction
 from gpuaccept.contracts.report import CheckResult, CheckStatus
@@ -68,8 +66,8 @@ def pod_outcome(
     if result is None or result.check != fabric_allreduce.CHECK:
         return PairOutcome.INCOMPLETE
     try:
-        observed = fabric_allreduce.FabricAllreduceObserved.model_validate(result.observed)
-    except ValidationError:
+        observed = fabric_allreduce.parse(result.observed)
+    except ValueError:
         return PairOutcome.INCOMPLETE
     if result.status is CheckStatus.ERROR or observed.phase is not None:
         return PairOutcome.FAILED if observed.phase == "allreduce" else PairOutcome.INCOMPLETE

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from gpuaccept.checks.fabric_allreduce import CHECK, FabricAllreduceObserved
+from gpuaccept.checks import fabric_allreduce
+from gpuaccept.checks.fabric_allreduce import CHECK
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import (
     MAX_FABRIC_PAIRS,
@@ -151,7 +152,7 @@ def _pod_result(pod: PodView, member: FabricMember | None, obs: FabricSnapshot) 
     if member is None or not pod.message:
         return PodResult(PairOutcome.INCOMPLETE, None, f"pod {pod.name}: no report")
     report = trusted_report(
-        pod.message, member.node, accept_simulated=obs.config.accept_simulated_reports
+        pod.message, member.node, accept_simulated=obs.config.accept_simulated_reports, pod=pod
     )
     if not isinstance(report, ProbeReport):
         return PodResult(PairOutcome.INCOMPLETE, None, f"pod {pod.name}: {report.message}")
@@ -161,7 +162,7 @@ def _pod_result(pod: PodView, member: FabricMember | None, obs: FabricSnapshot) 
     busbw = None
     if result is not None:
         try:
-            busbw = FabricAllreduceObserved.model_validate(result.observed).busbw_gbps
+            busbw = fabric_allreduce.parse(result.observed).busbw_gbps
         except ValueError:
             busbw = None
     return PodResult(outcome, busbw, (result.message if result is not None else "")[:200])
