@@ -91,6 +91,18 @@ def _field(path: Path) -> str:
     return named[-1] if named else ""
 
 
+def _list_mutations(check: str, path: Path, value: list[Any], gpus: int) -> Iterator[Mutation]:
+    """A list of GPU indices gets a GPU beyond the count and a GPU named twice; a
+    per-GPU list one entry too few and one too many."""
+    if _field(path) in INDEX_LISTS:
+        yield Mutation(check, "index", path, [*value, gpus])
+        if value:
+            yield Mutation(check, "index", path, [*value, value[-1]])
+    elif len(value) == gpus and gpus > 1 and not _under(path, NOT_PER_GPU):
+        yield Mutation(check, "list", path, value[:-1])
+        yield Mutation(check, "list", path, [*value, value[-1]])
+
+
 def _for_leaf(check: str, path: Path, value: Any, gpus: int) -> Iterator[Mutation]:
     is_key = bool(path) and isinstance(path[-1], str) and path[-1].startswith("<key>")
     if isinstance(value, bool):
@@ -108,19 +120,8 @@ def _for_leaf(check: str, path: Path, value: Any, gpus: int) -> Iterator[Mutatio
             yield Mutation(check, "count", path, other)
     elif isinstance(value, int) and GPU_INDEX_FIELD.search(_field(path)) and 0 <= value < gpus:
         yield Mutation(check, "index", path, gpus + value)
-    if isinstance(value, list) and _field(path) in INDEX_LISTS:
-        yield Mutation(check, "index", path, [*value, gpus])
-        if value:
-            yield Mutation(check, "index", path, [*value, value[-1]])
-        return
-    if (
-        isinstance(value, list)
-        and len(value) == gpus
-        and gpus > 1
-        and not _under(path, NOT_PER_GPU)
-    ):
-        yield Mutation(check, "list", path, value[:-1])
-        yield Mutation(check, "list", path, [*value, value[-1]])
+    if isinstance(value, list):
+        yield from _list_mutations(check, path, value, gpus)
     if isinstance(value, float) and value > 0 and not DURATION.search(_field(path)):
         for factor in FIGURE_FACTORS:
             yield Mutation(check, "figure", path, min(value * factor, 1e308))
