@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaccept.operator.core.capacity import gated
 from gpuaccept.operator.core.fabric.membership import fabric_candidate_policy
 from gpuaccept.operator.core.fleetcount import FleetCount
 from gpuaccept.operator.core.model import NAView, NodeView, PodView
@@ -125,7 +126,8 @@ class Cache:
 
     def _count_node(self, name: str) -> None:
         view = self.node(name)
-        self.count.set_node(name, view.labels if view is not None else None)
+        labels = view.labels if view is not None else None
+        self.count.set_node(name, labels, node_gated=view is not None and gated(view))
 
     def _count_na(self, name: str) -> None:
         view = self.na(name)

@@ -17,7 +17,7 @@ import pytest
 from world import spec
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.operator.core import NAView, NodeView, PolicyView
+from gpuaccept.operator.core import NAView, NodeView, PolicyView, Taint
 from gpuaccept.operator.core.fleet import FleetSnapshot, PolicyTally, tally
 from gpuaccept.operator.core.fleetcount import FleetCount
 
@@ -196,3 +196,28 @@ def test_quarantine_limit_counts_of_an_unknown_policy_are_zero() -> None:
     assert count.limit_counts("a", "n2").quarantined == 1  # counted before the policy is known
     assert count.limit_counts("zzz", "n1").matched == 0
     assert count.tally() == {}
+
+
+def test_an_accepted_node_whose_taint_is_still_on_counts_as_out_of_service() -> None:
+    """The status is written before the Node is patched: until the taint is gone the
+    node is still out of service, in the incremental count and in the snapshot tally."""
+    pending = (Taint("gpuaccept.io/pending", "NoSchedule"),)
+    accepted = _status("a", Phase.ACCEPTED)
+    count = FleetCount()
+    count.set_policies([A])
+    for name in ("n1", "n2"):
+        count.set_node(name, GPU, node_gated=True)
+        count.set_acceptance(name, accepted)
+    assert count.limit_counts("a", "n2").out_of_service == 1  # n1's taint not yet off
+    snapshot = FleetSnapshot(
+        policies=(A,),
+        nodes=(NodeView("n1", labels=GPU, taints=pending), NodeView("n2", labels=GPU)),
+        acceptances=(NAView("n1", accepted), NAView("n2", accepted)),
+    )
+    assert tally(snapshot)["a"].limit_counts("n2").out_of_service == 1
+    count.set_node("n1", GPU, node_gated=False)  # the Node patch landed
+    assert count.limit_counts("a", "n2").out_of_service == 0
+    count.set_node("n1", GPU, node_gated=True)
+    count.set_acceptance("n1", _status("a", Phase.QUARANTINED))  # counted as quarantined
+    assert count.limit_counts("a", "n2").out_of_service == 0
+    assert count.limit_counts("a", "n2").quarantined == 1

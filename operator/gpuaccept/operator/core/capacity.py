@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.contracts.policy import limit_count
+from gpuaccept.contracts.policy import OWNED_KEY_PREFIX, limit_count
 from gpuaccept.operator.core.model import NodeView, QuarantineLimitCounts
 
 # The NodeAcceptance reason of a verdict or a new round the limit holds back.
@@ -52,6 +52,22 @@ def out_of_service(st: NodeAcceptanceStatus) -> bool:
     if st.phase == Phase.HELD:  # a dry run changes no taint; the limit holds it pending
         return st.reason != REASON_DRY_RUN and st.was_in_service
     return st.phase in UNDECIDED_OUT and st.was_in_service
+
+
+def gated(node: NodeView) -> bool:
+    """The Node carries a NoSchedule or NoExecute taint under gpuaccept's own prefix."""
+    return any(
+        t.key.startswith(OWNED_KEY_PREFIX) and t.effect in ("NoSchedule", "NoExecute")
+        for t in node.taints
+    )
+
+
+def lingering(st: NodeAcceptanceStatus, node_gated: bool) -> bool:
+    """Accepted in its status while its Node still carries gpuaccept's taint: the
+    status is written before the Node is patched, so until the patch lands the node
+    is still out of service, and counts as such (else the limit could let one more
+    out in that gap)."""
+    return node_gated and st.phase == Phase.ACCEPTED
 
 
 def in_service(st: NodeAcceptanceStatus) -> bool:

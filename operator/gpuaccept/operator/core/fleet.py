@@ -27,6 +27,8 @@ from gpuaccept.contracts.nodeacceptance import (
 )
 from gpuaccept.operator.core.capacity import (
     REASON_QUARANTINE_LIMIT,
+    gated,
+    lingering,
     out_of_service,
     take_out_allowed,
 )
@@ -156,6 +158,7 @@ def _decided(snapshot: FleetSnapshot, policies: list[PolicyView]) -> dict[str, _
     """Per policy: its NodeAcceptances by phase, the quarantined ones, those held back
     by the limit, the others out of service, and when each was taken out."""
     out = {p.name: _Decided() for p in policies}
+    gates = {node.name for node in snapshot.nodes if gated(node)}
     for na in snapshot.acceptances:
         st = na.status
         share = out.get(st.policy or "")
@@ -164,7 +167,7 @@ def _decided(snapshot: FleetSnapshot, policies: list[PolicyView]) -> dict[str, _
         share.phases[st.phase] += 1
         if st.phase == Phase.QUARANTINED:
             share.quarantined.add(na.name)
-        elif out_of_service(st):
+        elif out_of_service(st) or lingering(st, na.name in gates):
             share.out.add(na.name)
         if st.reason == REASON_QUARANTINE_LIMIT:
             share.held.append(na.name)

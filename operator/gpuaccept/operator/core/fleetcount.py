@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, out_of_service
+from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, lingering, out_of_service
 from gpuaccept.operator.core.fleet import (
     PolicyTally,
     matching_policies,
@@ -38,11 +38,13 @@ class _Counted:
     taken_out: datetime | None
 
 
-def _counted(status: NodeAcceptanceStatus) -> _Counted | None:
+def _counted(status: NodeAcceptanceStatus, node_gated: bool) -> _Counted | None:
     if not status.policy:
         return None
     held = status.reason == REASON_QUARANTINE_LIMIT
-    out = status.phase != Phase.QUARANTINED and out_of_service(status)
+    out = status.phase != Phase.QUARANTINED and (
+        out_of_service(status) or lingering(status, node_gated)
+    )
     return _Counted(status.policy, status.phase, held, out, status.taken_out_time)
 
 
@@ -56,6 +58,8 @@ class FleetCount:
         self._matched: Counter[str] = Counter()
         self._conflicts: defaultdict[str, set[str]] = defaultdict(set)
         self._counted: dict[str, _Counted] = {}  # NodeAcceptance name -> its contribution
+        self._statuses: dict[str, NodeAcceptanceStatus] = {}  # to count again on a taint
+        self._gated: set[str] = set()  # nodes with a gpuaccept NoSchedule/NoExecute taint
         self._phases: defaultdict[str, Counter[Phase]] = defaultdict(Counter)
         self._quarantined: defaultdict[str, set[str]] = defaultdict(set)
         self._held: defaultdict[str, set[str]] = defaultdict(set)
@@ -76,8 +80,18 @@ class FleetCount:
         for name, labels in self._labels.items():
             self._add_node(name, labels)
 
-    def set_node(self, name: str, labels: Mapping[str, str] | None) -> None:
-        """A node's labels now (None: the node is gone)."""
+    def set_node(
+        self, name: str, labels: Mapping[str, str] | None, *, node_gated: bool = False
+    ) -> None:
+        """A node's labels now (None: the node is gone), and whether it carries a
+        gpuaccept NoSchedule/NoExecute taint (capacity.gated)."""
+        was_gated = name in self._gated
+        if node_gated and labels is not None:
+            self._gated.add(name)
+        else:
+            self._gated.discard(name)
+        if was_gated != (name in self._gated) and name in self._statuses:
+            self.set_acceptance(name, self._statuses[name])
         old = self._labels.get(name)
         if old is not None and labels is not None and old == labels:
             self._labels[name] = labels  # the newest view's dict: the old one can go
@@ -91,7 +105,11 @@ class FleetCount:
 
     def set_acceptance(self, name: str, status: NodeAcceptanceStatus | None) -> None:
         """A NodeAcceptance's status now (None: it is gone)."""
-        new = _counted(status) if status is not None else None
+        if status is None:
+            self._statuses.pop(name, None)
+        else:
+            self._statuses[name] = status
+        new = _counted(status, name in self._gated) if status is not None else None
         old = self._counted.get(name)
         if old == new:
             return
