@@ -17,7 +17,7 @@ from pydantic import JsonValue
 
 from gpuaccept.checks.registry import BY_NAME
 from gpuaccept.checks.spec import AnyCheckSpec
-from gpuaccept.checks.verdict import Verdict
+from gpuaccept.checks.verdict import Verdict, check_figures
 from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareMode, ProbeReport
 
 TABLE_WIDTH = 100
@@ -44,23 +44,12 @@ def ellipsize(text: str, width: int) -> str:
     return flat[: max(width - 1, 0)] + "…"
 
 
-def _figures(check: AnyCheckSpec, observed: JsonValue) -> dict[str, JsonValue]:
-    try:
-        figures = check.key_figures(check.parse(observed))
-    except ValueError:  # a bad observed value is the check's to judge, not the figures'
-        return {}
-    if figures is None:
-        return {}
-    wire: dict[str, JsonValue] = figures.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return wire
-
-
 def key_figure(check: AnyCheckSpec | None, result: CheckResult) -> str:
     """The figure a person looks at first for this result: the check's printer
     column figures (``PCIe Gen5x16``, ``BusBW 465.3``) where it has them, else its
     message."""
     if check is not None and check.columns and result.observed is not None:
-        wire = _figures(check, result.observed)
+        wire = check_figures(check, result.observed)
         shown = ", ".join(f"{c.name} {wire[c.figure]}" for c in check.columns if c.figure in wire)
         if shown and result.status is CheckStatus.PASS:
             return shown

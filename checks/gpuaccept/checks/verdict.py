@@ -103,7 +103,7 @@ def rejudge(
     )
 
 
-def _check_figures(check: AnyCheckSpec, observed: JsonValue) -> dict[str, JsonValue]:
+def check_figures(check: AnyCheckSpec, observed: JsonValue) -> dict[str, JsonValue]:
     """The check's key figures by wire name (``busbwGBps``), unset ones left out."""
     if check.figures_model is None:  # most checks have none: no second parse
         return {}
@@ -129,7 +129,7 @@ def key_figures(report: ProbeReport, checks: Sequence[AnyCheckSpec] = CHECKS) ->
     for check in checks:
         result = report.result(check.name)
         if result is not None and result.observed is not None:
-            figures.update(_check_figures(check, result.observed))
+            figures.update(check_figures(check, result.observed))
     return KeyFigures.model_validate(figures)
 
 
