@@ -61,6 +61,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 FLEET = 50
 LIMIT = 5  # the first policy's maxQuarantined
 STRICT_LIMIT = 3  # the stricter policy's
+# The rate (new take-outs per window) is not what this trial holds to account, the
+# standing limit is: a short window lets the 50 re-probes through in minutes.
+RATE = {"maxPerWindow": 10, "windowSeconds": 10}
 FAULTY = str(ROOT / "profiles/faults/pcie-x8.yaml")
 GATED = (PENDING_TAINT_KEY, QUARANTINE_TAINT_KEY)
 NA_CRD = f"{ACCEPTANCE_PLURAL}.{GROUP}"
@@ -304,18 +307,22 @@ def test_routine_operations_never_take_more_than_the_limit_out_of_service(
     policy = env.policy(
         suite,
         maxQuarantined=LIMIT,
+        quarantineRate=RATE,
         probe={"cpuGovernor": {"enabled": False}},
         probeRun={"timeoutSeconds": 60, "retries": 2, "backoffSeconds": 1},
     )
     env.policy(
         strict,
         maxQuarantined=STRICT_LIMIT,
+        quarantineRate=RATE,
         probe={"ncclAllreduce": {"minBusbwGBpsByModel": {"h100-sxm": 400}, "iterations": 30}},
         probeRun={"timeoutSeconds": 60, "retries": 2, "backoffSeconds": 1},
     )
     try:
         names = env.nodes(suite, {f"n{i:02d}": HEALTHY for i in range(FLEET)})
         env.wait_phase(names, "Accepted", timeout=600)
+        for name in names:  # the status is written first, the Node patched after it
+            wait_node_side(env, name, "Accepted")
         seen.baseline = set(names)  # from here on, the 50 are in service
         seen.step = "accepted"
 

@@ -308,3 +308,20 @@ def test_two_held_new_nodes_do_not_block_each_other() -> None:
     world.policies = [PolicyView("default", 2, spec(maxQuarantined=2))]
     world.settle()
     assert world.status.phase == Phase.QUARANTINED
+
+
+def test_every_plan_that_takes_a_node_out_holds_the_policy_lock() -> None:
+    """Two workers must not both take the last slot: a new round of an in-service
+    node and an adoption are planned again under the policy's lock, as a quarantine is."""
+    world = accepted()
+    assert world.node is not None
+    world.node = dataclasses.replace(
+        world.node, annotations={**world.node.annotations, "gpuaccept.io/reprobe": "1"}
+    )
+    assert world.plan().needs_limit_lock  # the re-probe's new round
+    adopted = World(policies=[PolicyView("default", 1, spec())])
+    assert adopted.node is not None
+    adopted.node = dataclasses.replace(adopted.node, taints=())  # found in service
+    adopted.apply(adopted.plan())  # its NodeAcceptance is created
+    assert adopted.na is not None
+    assert adopted.plan().needs_limit_lock  # the adoption takes it out

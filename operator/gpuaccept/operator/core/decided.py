@@ -198,6 +198,7 @@ def new_round(ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str) 
     st = ctx.status
     taking_out = in_service(st)
     if taking_out:
+        out.needs_limit_lock = True  # takes (or is refused) a slot: one worker at a time
         decision = take_out_now(ctx)
         if not decision.allowed:
             return _deferred_round(ctx, out, message, decision.why)

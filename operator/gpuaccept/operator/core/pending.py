@@ -60,6 +60,7 @@ def _adopt(ctx: NodeContext, out: PlanBuilder) -> Plan:
         out.write_status(st, started)
         out.wake_in(1)
         return out.build("adopted under dryRun: left in service")
+    out.needs_limit_lock = True  # takes (or is refused) a slot: one worker at a time
     decision = take_out_allowed(
         ctx.spec, obs.limit_counts, ceiling=obs.config.max_unavailable_ceiling
     )
