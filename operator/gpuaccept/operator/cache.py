@@ -210,7 +210,10 @@ class Cache:
                 continue
             current = found.get(key)
             if current is None:
-                if written.value is not None:
+                # A pod we created that the watch has not shown yet is ours to see; one
+                # we were deleting that the watch no longer has is gone (its DELETED
+                # event can come before our write of the delete's answer lands here).
+                if written.value is not None and not written.value.deleting:
                     found[key] = (written.rv, written.value)
                 else:
                     self._forget_pod(key)

@@ -234,6 +234,35 @@ def test_cache_pods_and_tombstones() -> None:
     assert not cache._overlay
 
 
+def test_a_pod_deleted_before_our_write_of_the_delete_landed_is_gone() -> None:
+    """The delete's answer (the pod, terminating) is written to the overlay after the
+    watch may already have shown the DELETED event: it must not linger as a pod being
+    deleted forever (the node would wait for it to go, and never be probed again)."""
+    pod = {
+        "metadata": {"name": "p1", "resourceVersion": "3", "labels": {"gpuaccept.io/attempt": "1"}},
+        "spec": {"nodeName": "gpu-1"},
+        "status": {"phase": "Pending"},
+    }
+    cache = _cache(**{PODS_INDEX: {"gpu-1": []}})  # the watch saw it created and deleted
+    terminating = {
+        **pod,
+        "metadata": {
+            **pod["metadata"],
+            "resourceVersion": "5",
+            "deletionTimestamp": "2026-12-02T05:55:04Z",
+        },
+    }
+    ((rv, view),) = index_pod(terminating).values()
+    assert view.deleting
+    cache.write_pod("gpu-1", "p1", rv, view)  # the delete's answer, written late
+    assert cache.pods("gpu-1") == ()
+    assert not cache._overlay
+    created = index_pod(pod)  # a pod we created that the watch has not shown yet
+    ((rv, view),) = created.values()
+    cache.write_pod("gpu-1", "p1", rv, view)
+    assert [p.name for p in cache.pods("gpu-1")] == ["p1"]
+
+
 def test_workqueue_dedups_and_requeues_dirty_keys() -> None:
     async def scenario() -> list[str]:
         queue = WorkQueue()
