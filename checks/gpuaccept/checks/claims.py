@@ -152,12 +152,17 @@ class Claims:
         return self
 
     def indices(self, name: str, indices: Iterable[int] | None) -> "Claims":
+        for index in indices or ():
+            self.gpus.append((name, index))
+        return self
+
+    def gpu_set(self, name: str, indices: Iterable[int] | None) -> "Claims":
+        """A set of GPUs (each named once, e.g. the GPUs whose copies were unpinned);
+        unlike a list of events, which may name one GPU twice."""
         listed = list(indices or ())
         if len(set(listed)) != len(listed):
             self.repeated.append(name)
-        for index in listed:
-            self.gpus.append((name, index))
-        return self
+        return self.indices(name, listed)
 
     def ranges(self, name: str, text: str | list[int] | None) -> "Claims":
         """GPUs as range text (``"0-3,5"``, ``""`` none) or, in older reports, a list."""

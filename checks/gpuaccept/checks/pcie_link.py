@@ -320,9 +320,9 @@ def claims(o: PcieLinkObserved, summary: HardwareSummary) -> Claims:
     ):
         out.per_gpu(name, column)
     out.count("gpus", o.gpus)
-    out.indices("unpinned", o.unpinned).keys("failedGpus", o.failed_gpus)
+    out.gpu_set("unpinned", o.unpinned).keys("failedGpus", o.failed_gpus)
     out.ranges("belowMaxGen", o.below_max_gen).ranges("belowMaxWidth", o.below_max_width)
-    out.indices("slowH2D", o.slow_h2d).indices("slowD2H", o.slow_d2h)
+    out.gpu_set("slowH2D", o.slow_h2d).gpu_set("slowD2H", o.slow_d2h)
     for name, gens in (("gen", o.gen), ("maxGen", o.max_gen), ("idleGen", o.idle_gen)):
         out.each(name, gens, PCIE_MAX_GEN)
     out.each("width", o.width, PCIE_MAX_WIDTH).each("maxWidth", o.max_width, PCIE_MAX_WIDTH)
