@@ -75,7 +75,15 @@ def fleet(control_plane: ControlPlane) -> Iterator[tuple[str, str, str]]:
                 "apiVersion": f"{GROUP}/{VERSION}",
                 "kind": "NodeAcceptancePolicy",
                 "metadata": {"name": policy},
-                "spec": {"nodeSelector": label, "dryRun": False},
+                # Both nodes registered without the pending taint, so they are in
+                # service and adopted under the limit: room for both (the limit is
+                # not what this test is about; tests/operator/core/test_capacity.py).
+                "spec": {
+                    "nodeSelector": label,
+                    "dryRun": False,
+                    "maxQuarantined": 2,
+                    "quarantineRate": {"maxPerWindow": 2},
+                },
             },
             _node(cpu, label),
         ],
@@ -91,7 +99,7 @@ def _run_operator(
     cp: ControlPlane, tmp_path: Path, watch: str | None
 ) -> tuple[subprocess.Popen[bytes], Path, ChartRelease, object]:
     suffix = uuid.uuid4().hex[:6]
-    values = {"probe.runtimeClassName": ""}
+    values = {"probe.runtimeClassName": "", "operator.maxUnavailableCeiling": "100%"}
     if watch is not None:
         values["operator.watchNodeSelector"] = watch
     release = ChartRelease(f"reach-{suffix}", f"reach-{suffix}", set_values=values)
