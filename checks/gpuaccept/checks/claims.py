@@ -192,6 +192,21 @@ class Claims:
             self.figures.append(Figure(name, value, most))
         return self
 
+    def spread(
+        self, name: str, condensed: tuple[float, ...] | None, most: float, gpus: int
+    ) -> "Claims":
+        """A condensed per-GPU figure (per_gpu_figures.Spread): lowest, median, the
+        lowest GPU, how many GPUs were measured, and (newer probes) the faster half's
+        median."""
+        if condensed is None:
+            return self
+        lowest, median, gpu, measured = condensed[:4]
+        self.figure(name, lowest, most).figure(name, median, most).gpu(name, int(gpu))
+        self.figure(f"{name} GPUs measured", measured, gpus)
+        for faster_half in condensed[4:]:
+            self.figure(name, faster_half, most)
+        return self
+
     def each(self, name: str, values: Iterable[float] | None, most: float) -> "Claims":
         for value in values or ():
             self.figures.append(Figure(name, value, most))

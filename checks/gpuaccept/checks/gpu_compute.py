@@ -242,12 +242,7 @@ def claims(o: GpuComputeObserved, summary: HardwareSummary) -> Claims:
         ("bf16", o.bf16, bf16_bound(summary)),
         ("fp8", o.fp8, 2 * bf16_bound(summary)),
     ):
-        if condensed is not None:
-            lowest, median, gpu, measured = condensed[:4]
-            out.figure(name, lowest, most).figure(name, median, most).gpu(name, gpu)
-            out.figure(f"{name} GPUs measured", measured, summary.gpu_count)
-            for faster_half in condensed[4:]:  # the faster half's median (newer probes)
-                out.figure(name, faster_half, most)
+        out.spread(name, condensed, most, summary.gpu_count)
     return out
 
 

@@ -172,12 +172,7 @@ def claims(o: GpuMemoryBandwidthObserved, summary: HardwareSummary) -> Claims:
         out.per_gpu(name, figures).each(name, figures, most)
     out.keys("failedGpus", o.failed_gpus).ranges("failed", o.failed)
     for name, condensed, most in (("memory", o.memory, hbm_bound(summary)),):
-        if condensed is not None:
-            lowest, median, gpu, measured = condensed[:4]
-            out.figure(name, lowest, most).figure(name, median, most).gpu(name, gpu)
-            out.figure(f"{name} GPUs measured", measured, summary.gpu_count)
-            for faster_half in condensed[4:]:  # the faster half's median (newer probes)
-                out.figure(name, faster_half, most)
+        out.spread(name, condensed, most, summary.gpu_count)
     return out
 
 

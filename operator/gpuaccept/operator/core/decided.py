@@ -19,10 +19,7 @@ from gpuaccept.contracts.policy import PolicyChangeAction
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.acceptance_gate import acceptance_problem
 from gpuaccept.operator.core.capacity import (
-    TakeOutDecision,
     in_service,
-    out_of_service,
-    take_out_allowed,
 )
 from gpuaccept.operator.core.fabric.membership import is_member
 from gpuaccept.operator.core.model import Plan
@@ -39,6 +36,7 @@ from gpuaccept.operator.core.record import (
     Evidence,
     failing_verdict,
     record_verdict,
+    take_out_now,
 )
 from gpuaccept.operator.core.report_trust import trusted_report
 
@@ -92,18 +90,6 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
         held = failing_verdict(tuple(st.reasons), checks=tuple(st.checks), figures=st.figures)
         return record_verdict(ctx, out, held, Evidence(st.report, rejudged=st.rejudged))
     return _keep(ctx, out)
-
-
-def take_out_now(ctx: NodeContext) -> TakeOutDecision:
-    """The limit's answer for taking this node out of service (or quarantining it) now."""
-    st = ctx.status
-    return take_out_allowed(
-        ctx.spec,
-        ctx.obs.limit_counts,
-        ceiling=ctx.obs.config.max_unavailable_ceiling,
-        already_out=out_of_service(st) and st.policy == ctx.policy.name,
-        new_take_out=in_service(st),
-    )
 
 
 def _deferred_round(ctx: NodeContext, out: PlanBuilder, message: str, why: str) -> Plan:

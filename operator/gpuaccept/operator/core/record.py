@@ -171,7 +171,7 @@ def judged(
     main = verdict.reasons[0].reason if verdict.reasons else REASON_PROBE_ERROR
     # Already quarantined under this policy: no new slot is taken. Under
     # another policy (the node was relabelled), it takes one here.
-    decision = _take_out(ctx)
+    decision = take_out_now(ctx)
     if decision.allowed:
         return Quarantine(verdict, evidence, main, summary)
     message = f"quarantine limit: {decision.why}; would quarantine: {summary}"
@@ -180,7 +180,7 @@ def judged(
     )
 
 
-def _take_out(ctx: NodeContext) -> TakeOutDecision:
+def take_out_now(ctx: NodeContext) -> TakeOutDecision:
     """The limit's answer for taking this node out of service now. A node already
     counted out of service under this policy takes no new slot (quarantined, or
     taken out for this round); under another policy (relabelled) it takes one here."""
@@ -199,7 +199,7 @@ def _enter_fabric(ctx: NodeContext, verdict: Verdict, evidence: Evidence) -> Ver
     lets it go out of service for it, else it stays in service, the test deferred."""
     if not in_service(ctx.status) or ctx.spec.dry_run:
         return EnterFabric(verdict, evidence)
-    decision = _take_out(ctx)
+    decision = take_out_now(ctx)
     if decision.allowed:
         return EnterFabric(verdict, evidence)
     message = f"quarantine limit: {decision.why}; the fabric test waits"
