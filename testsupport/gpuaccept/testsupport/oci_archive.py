@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["ImageFile", "image_config", "write_files_image", "write_layout_image"]
+__all__ = [
+    "ImageFile",
+    "image_config",
+    "layout_digest",
+    "write_files_image",
+    "write_layout_image",
+]
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
@@ -144,8 +150,8 @@ def _blob_path(layout: Path, digest: str) -> Path:
     return layout / "blobs" / algorithm / hex_digest
 
 
-def write_layout_image(out: IO[bytes], layout: Path, tag: str, name: str) -> str:
-    """Write an archive of ``layout:tag`` named ``name`` (its blobs only); returns its digest."""
+def layout_digest(layout: Path, tag: str) -> str:
+    """The manifest digest of ``tag`` in an OCI layout."""
     index = json.loads((layout / "index.json").read_text())
     found = [
         d
@@ -154,7 +160,12 @@ def write_layout_image(out: IO[bytes], layout: Path, tag: str, name: str) -> str
     ]
     if len(found) != 1:
         raise LookupError(f"{layout}: {len(found)} manifests tagged {tag!r}, expected 1")
-    manifest_digest = str(found[0]["digest"])
+    return str(found[0]["digest"])
+
+
+def write_layout_image(out: IO[bytes], layout: Path, tag: str, name: str) -> str:
+    """Write an archive of ``layout:tag`` named ``name`` (its blobs only); returns its digest."""
+    manifest_digest = layout_digest(layout, tag)
     manifest_bytes = _blob_path(layout, manifest_digest).read_bytes()
     manifest = json.loads(manifest_bytes)
     digests = [manifest["config"]["digest"], *(entry["digest"] for entry in manifest["layers"])]

@@ -55,7 +55,12 @@ from gpuaccept.testsupport.controlplane import (
     repo_root,
     start,
 )
-from gpuaccept.testsupport.oci_archive import ImageFile, write_files_image, write_layout_image
+from gpuaccept.testsupport.oci_archive import (
+    ImageFile,
+    layout_digest,
+    write_files_image,
+    write_layout_image,
+)
 from gpuaccept.testsupport.realnode_config import (
     DEVICE_PLUGIN_DIR,
     SANDBOX_IMAGE,
@@ -74,6 +79,7 @@ __all__ = [
     "RealNode",
     "RealNodeError",
     "down",
+    "ensure_layout_image",
     "import_archive",
     "import_layout_image",
     "up",
@@ -113,6 +119,10 @@ class RealNode:
     def images(self) -> list[str]:
         return self.ctr("images", "ls", "-q").split()
 
+    def set_profile(self, profile: Path) -> None:
+        """The hardware profile the FAKE GPUs present to the next container that gets them."""
+        install_profile(self.layout, profile)
+
 
 # --- prerequisites and binaries ---------------------------------------------------
 
@@ -126,7 +136,13 @@ def missing_prerequisites() -> list[str]:
     missing = [] if os.geteuid() == 0 else ["root (mounts, cgroups, network)"]
     missing += [f"{tool} on PATH" for tool in HOST_TOOLS if shutil.which(tool) is None]
     missing += [f"/usr/lib/cni/{p}" for p in CNI_PLUGINS if not Path("/usr/lib/cni", p).exists()]
-    for name in ("kubelet", "kube-controller-manager", "kube-scheduler", "fakedeviceplugin"):
+    for name in (
+        "kubelet",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "fakedeviceplugin",
+        "coredns",
+    ):
         if not (bin_dir() / name).exists():
             missing.append(f".bin/{name} (make node-tools)")
     if not Path("/bin/busybox").exists():
@@ -197,6 +213,21 @@ def import_layout_image(node: RealNode, layout: Path, tag: str, name: str) -> No
     import_archive(node, lambda out: write_layout_image(out, layout, tag, name))
 
 
+def image_digest(node: RealNode, name: str) -> str | None:
+    """The manifest digest containerd has for ``name``, or None."""
+    for line in node.ctr("images", "ls").splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == name:
+            return fields[2]
+    return None
+
+
+def ensure_layout_image(node: RealNode, layout: Path, tag: str, name: str) -> None:
+    """Import ``layout:tag`` as ``name`` unless containerd has that very manifest."""
+    if image_digest(node, name) != layout_digest(layout, tag):
+        import_layout_image(node, layout, tag, name)
+
+
 def import_base_images(node: RealNode) -> None:
     have = set(node.images())
     if SANDBOX_IMAGE not in have:
@@ -254,6 +285,13 @@ def write_kubelet_credentials(settings: NodeSettings, cp: ControlPlane) -> None:
     )
 
 
+def install_profile(layout: NodeLayout, profile: Path) -> None:
+    """Copy ``profile`` to where the device plugin mounts it from (atomically)."""
+    staged = layout.fake_gpu_profile.with_suffix(".new")
+    shutil.copyfile(profile, staged)
+    staged.replace(layout.fake_gpu_profile)
+
+
 def resolv_conf(cluster_dns: str | None) -> str:
     if cluster_dns:
         return f"nameserver {cluster_dns}\n"
@@ -268,6 +306,7 @@ def kubelet_command(settings: NodeSettings, layout: NodeLayout) -> list[str]:
         f"--kubeconfig={layout.kubelet_kubeconfig}",
         f"--root-dir={layout.kubelet_root}",
         f"--hostname-override={settings.name}",
+        f"--node-ip={settings.gateway}",
         f"--cert-dir={layout.kubelet_root / 'pki'}",
         "--v=2",
     ]
@@ -296,7 +335,8 @@ def write_node_files(settings: NodeSettings, cp: ControlPlane, cluster_dns: str 
     plugin = [str(bin_dir() / "fakedeviceplugin"), f"--plugin-dir={DEVICE_PLUGIN_DIR}"]
     plugin += [f"--count={settings.gpu_count}"]
     if settings.profile is not None:
-        plugin.append(f"--profile={settings.profile.resolve()}")
+        install_profile(layout, settings.profile)
+        plugin.append(f"--profile={layout.fake_gpu_profile}")
     state = {
         "settings": settings_to_json(settings),
         "server": cp.server,
@@ -487,21 +527,69 @@ def wait_node_ready(node: RealNode, timeout_s: float) -> dict[str, Any]:
     )
 
 
-def up(
-    settings: NodeSettings, *, cluster_dns: str | None = None, timeout_s: float = 180.0
-) -> RealNode:
+def apiserver_args(settings: NodeSettings) -> list[str]:
+    """``kubectl logs``/``exec``: the apiserver dials the kubelet at the node's
+    InternalIP (the bridge's address; the kubelet refuses a loopback node IP) with
+    the admin client certificate (the kubelet's x509 authentication trusts the
+    cluster CA)."""
+    pki = settings.cluster_dir.resolve() / "pki"
+    return [
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-client-certificate={pki / 'admin.crt'}",
+        f"--kubelet-client-key={pki / 'admin.key'}",
+    ]
+
+
+def corefile(settings: NodeSettings, kubeconfig: Path) -> str:
+    """CoreDNS on the bridge's address: cluster.local from the API, the rest upstream."""
+    return "\n".join(
+        [
+            ".:53 {",
+            f"    bind {settings.gateway}",
+            "    errors",
+            "    kubernetes cluster.local in-addr.arpa ip6.arpa {",
+            f"        kubeconfig {kubeconfig}",
+            "        pods insecure",
+            "        fallthrough in-addr.arpa ip6.arpa",
+            "    }",
+            "    forward . /etc/resolv.conf",
+            "}",
+            "",
+        ]
+    )
+
+
+def start_dns(settings: NodeSettings, cp: ControlPlane) -> None:
+    """CoreDNS (hack/coredns) for the pods, attached to the control plane."""
+    if any(p.name == "coredns" and p.running() for p in attached.attached(cp.dir)):
+        return
+    layout = NodeLayout(settings.node_dir)
+    path = layout.root / "Corefile"
+    path.write_text(corefile(settings, cp.kubeconfig))
+    with (layout.logs_dir / "coredns.log").open("ab") as out:
+        process = subprocess.Popen(
+            [str(bin_dir() / "coredns"), "-conf", str(path)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    attached.register(cp.dir, "coredns", process.pid)
+
+
+def up(settings: NodeSettings, *, timeout_s: float = 180.0) -> RealNode:
     """Start (or reuse) the control plane, its controllers and the node; wait until Ready."""
     if missing := missing_prerequisites():
         raise RealNodeError("missing: " + "; ".join(missing) + " (see docs/realnode.md)")
-    cp = start(settings.cluster_dir, build=False)
+    cp = start(settings.cluster_dir, build=False, extra_apiserver_args=apiserver_args(settings))
     node = RealNode(settings, cp)
     start_controllers(cp, settings.node_dir / "logs")
+    # The bridge first: its address is the node's (the kubelet serves there).
+    setup_network(settings, int(cp.state["apiserverPort"]))
     if supervisor_pid(cp.dir) is None:
-        write_node_files(settings, cp, cluster_dns)
+        write_node_files(settings, cp, settings.gateway)
         start_supervisor(settings, cp)
     import_base_images(node)
-    port = int(cp.state["apiserverPort"])
-    setup_network(settings, port)
+    start_dns(settings, cp)
     wait_node_ready(node, timeout_s)
     return node
 

@@ -125,6 +125,10 @@ class NodeLayout:
         return self.root / "pki/kubelet-client.key"
 
     @property
+    def fake_gpu_profile(self) -> Path:
+        return self.root / "fake-gpu-profile.yaml"
+
+    @property
     def pod_logs(self) -> Path:
         return self.root / "pod-logs"
 
@@ -231,7 +235,7 @@ def kubelet_config(
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
         "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
-        "address": "127.0.0.1",
+        "address": settings.gateway,
         "port": settings.kubelet_port,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",

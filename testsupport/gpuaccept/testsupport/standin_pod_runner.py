@@ -50,6 +50,25 @@ DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 GPU_RESOURCE = "nvidia.com/gpu"
 START_ERROR_EXIT_CODE = 128  # what containerd reports for a container it could not start
+NEVER_STARTED = "1970-01-01T00:00:00Z"  # a StartError's startedAt, as the kubelet reports it
+
+
+def exec_error(command: str) -> str:
+    """runc's words for a command it cannot exec (runc 1.1, libcontainer/standard_init_linux.go)."""
+    if "/" in command:
+        return f'exec: "{command}": stat {command}: no such file or directory'
+    return f'exec: "{command}": executable file not found in $PATH'
+
+
+def runtime_start_error(cause: str) -> str:
+    """The container's terminated message when containerd 1.6 + runc cannot start it
+    (seen on the real node, tests/realnode/test_standin_vs_kubelet.py)."""
+    return (
+        "failed to create containerd task: failed to create shim task: OCI runtime create "
+        f"failed: runc create failed: unable to start container process: {cause}: unknown"
+    )
+
+
 DIRECT_BEHAVIOURS = (
     RunProcess,
     Hang,
@@ -182,7 +201,7 @@ class PodRunner:
                     "exitCode": START_ERROR_EXIT_CODE,
                     "reason": "StartError",
                     "message": behaviour.message,
-                    "startedAt": "1970-01-01T00:00:00Z",
+                    "startedAt": NEVER_STARTED,
                     "finishedAt": t,
                 }
             self._finish(progress, deadline_hit=False)
@@ -378,7 +397,7 @@ class PodRunner:
         ]
         exe = shutil.which(argv[0], path=self.s.search_path)
         if exe is None:
-            raise StartError(f'exec: "{argv[0]}": executable file not found in $PATH')
+            raise StartError(runtime_start_error(exec_error(argv[0])))
         argv[0] = exe
         workdir = c.get("workingDir")
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.dir)
@@ -412,13 +431,13 @@ class PodRunner:
                         start_new_session=True,
                     )
             except (StartError, OSError, ValueError) as e:
-                t = timestamp()
                 results[name] = {
-                    "exitCode": 128,
+                    "exitCode": START_ERROR_EXIT_CODE,
                     "reason": "StartError",
                     "message": str(e)[-4096:],
-                    "startedAt": t,
-                    "finishedAt": t,
+                    # The kubelet reports a container that never started from the epoch.
+                    "startedAt": NEVER_STARTED,
+                    "finishedAt": timestamp(),
                 }
                 continue
             log.debug(
