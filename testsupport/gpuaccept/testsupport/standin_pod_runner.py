@@ -693,6 +693,10 @@ class PodRunner:
         message = DEADLINE_MESSAGE if deadline_hit else None
         if self.kill_reason in ("shutdown",) or self.gone:
             return
+        if progress.running and self.kill_reason is None and not deadline_hit:
+            # As a kubelet does: the containers' end first, with the pod still Running;
+            # the terminal phase once the pod is torn down (kubelet 1.37, tests/realnode).
+            self._write_status(self._status("Running", progress))
         self._write_status(self._status(phase, progress, reason=reason, message=message))
         if self.finalize:
             self.s._delete_pod(self.namespace, self.name, self.uid)
