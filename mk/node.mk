@@ -5,7 +5,8 @@
 #
 #   make node-packages   the Debian packages it needs (apt-get; root)
 #   make node-tools      .bin/kubelet, .bin/kube-controller-manager, .bin/kube-scheduler,
-#                        .bin/fakedeviceplugin (hack/node, same k8s.io/kubernetes as the apiserver)
+#                        .bin/fakedeviceplugin (hack/node, same k8s.io/kubernetes as the apiserver),
+#                        .bin/coredns (hack/coredns: CoreDNS with the plugins the node needs)
 #   make node-up         start (or reuse) the control plane, its controllers and the node
 #   make node-down       stop the node (containers, mounts, cgroups, bridge, iptables) and its cluster
 #   make node-images     the operator and probe images (hack/images/build_image.py, as images-check)
@@ -20,9 +21,11 @@ NODE_DIR ?= .node
 NODE_CLUSTER_DIR ?= .cluster-node
 NODE_NAME ?= gpuaccept-node
 NODE_GPUS ?= 8
-NODE_PROFILE ?=
+NODE_PROFILE ?= profiles/h100-sxm-8gpu-healthy.yaml
 NODE_MOD := hack/node
-NODE_BINARIES := $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/fakedeviceplugin
+COREDNS_MOD := hack/coredns
+NODE_BINARIES := $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler \
+  $(BIN)/fakedeviceplugin $(BIN)/coredns
 # containerd 1.6 (Debian 12) speaks CRI v1, which kubelet 1.37 requires; it has no
 # RuntimeConfig RPC, so the kubelet takes cgroupDriver from its own config
 # (kubelet 1.38 will need containerd >= 2.0: docs/realnode.md).
@@ -48,6 +51,10 @@ $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler: $(NODE_MOD)
 $(BIN)/fakedeviceplugin: $(wildcard $(NODE_MOD)/fakedeviceplugin/*.go) $(NODE_MOD)/go.mod $(NODE_MOD)/go.sum
 	@mkdir -p $(BIN)
 	$(call cluster_gobuild,$(NODE_MOD)) -ldflags '-s -w' -o $(abspath $@) ./fakedeviceplugin
+
+$(BIN)/coredns: $(wildcard $(COREDNS_MOD)/*.go) $(COREDNS_MOD)/go.mod $(COREDNS_MOD)/go.sum
+	@mkdir -p $(BIN)
+	$(call cluster_gobuild,$(COREDNS_MOD)) -ldflags '-s -w' -o $(abspath $@) .
 
 node-up: node-packages node-tools $(BIN)/controlplane $(BIN)/kubectl
 	$(NODE_PYTHON) -m gpuaccept.testsupport.realnode up --node-dir $(NODE_DIR) \

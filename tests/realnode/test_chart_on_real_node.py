@@ -161,13 +161,29 @@ def _install(node: RealNode, release: str, namespace: str) -> None:
     )
 
 
+def _cleanup_command(node: RealNode, namespace: str, lease: str) -> list[str]:
+    kubeconfig = str(node.control_plane.kubeconfig)
+    command = [sys.executable, "-m", "gpuaccept.cli", "cleanup", "--kubeconfig", kubeconfig]
+    return [*command, "--namespace", namespace, "--lease-name", lease, "--yes"]
+
+
+def _plain_node(node: RealNode, namespace: str, lease: str) -> None:
+    """The node as it registered: no GPU label, no gpuaccept leftovers of a failed run."""
+    subprocess.run(_cleanup_command(node, namespace, lease), check=False, capture_output=True)
+    node.control_plane.kubectl(
+        "label", "node", node.settings.name, "nvidia.com/gpu.present-", check=False
+    )
+
+
 @pytest.fixture
 def release(real_node: RealNode, images: None) -> Iterator[tuple[str, str]]:
     suffix = uuid.uuid4().hex[:6]
     name, namespace = "gpuaccept", f"gpuaccept-e2e-{suffix}"
+    _plain_node(real_node, namespace, name)
     yield name, namespace
     kubeconfig = real_node.control_plane.kubeconfig
     helm("uninstall", name, "-n", namespace, "--wait", kubeconfig=kubeconfig, check=False)
+    _plain_node(real_node, namespace, name)
     real_node.control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
@@ -188,6 +204,7 @@ def _node_gpuaccept_keys(node: RealNode) -> dict[str, Any]:
     }
 
 
+@pytest.mark.timeout(1800)  # helm --wait, two probes of the 6.7 GB image, helm test
 def test_chart_operator_and_probe_on_a_real_node(
     real_node: RealNode, release: tuple[str, str]
 ) -> None:
@@ -214,7 +231,8 @@ def test_chart_operator_and_probe_on_a_real_node(
             "holderIdentity"
         ),
     )
-    assert lease == operator_pod["metadata"]["name"]
+    # The operator's identity: its pod name and a per-process suffix.
+    assert lease.startswith(operator_pod["metadata"]["name"] + "_"), lease
 
     # A new GPU node: pending taint and GPU label; probed on the healthy profile.
     probes = ProbePods(api, namespace)
@@ -254,8 +272,7 @@ def test_chart_operator_and_probe_on_a_real_node(
         120,
         lambda: not _json(real_node, "get", "pods", "-n", namespace)["items"],
     )
-    cleanup = [sys.executable, "-m", "gpuaccept.cli", "cleanup", "--kubeconfig", str(cp.kubeconfig)]
-    cleanup += ["--namespace", namespace, "--lease-name", name, "--yes"]
+    cleanup = _cleanup_command(real_node, namespace, name)
     done = _wait(
         "gpuaccept cleanup --yes",
         120,

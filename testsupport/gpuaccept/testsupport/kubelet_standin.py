@@ -25,9 +25,10 @@ plays one for any number of simulated GPU nodes:
 * writes pod status through ``pods/status`` as a kubelet does: phase
   Pending -> Running -> Succeeded/Failed, ``startTime``, ``containerStatuses``
   with running/terminated state, exit code, reason (``Completed``/``Error``)
-  and the termination message; containers that end on their own are reported
-  terminated while the pod is still Running, then the terminal phase (a
-  kubelet ends the phase only once the pod is torn down);
+  and the termination message; containers that end on their own (or fail to
+  start) are reported terminated while the pod is still Running (Pending), then
+  the terminal phase (a kubelet ends the phase only once the pod is torn down;
+  not in scale mode, whose pods end in one status write);
 * honours ``activeDeadlineSeconds`` (kill, phase Failed, reason
   ``DeadlineExceeded``), deletion (kill, then finalize with grace period 0),
   non-zero exits. A kill is what the runtime does to a container: SIGTERM to

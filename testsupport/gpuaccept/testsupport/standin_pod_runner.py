@@ -240,7 +240,7 @@ class PodRunner:
                 progress.results[c["name"]] = self._terminated(
                     behaviour.exit_code, behaviour.message.encode(), t, t
                 )
-            self._finish(progress, deadline_hit=False)
+            self._finish(progress, deadline_hit=False, single_write=True)
             return
 
         self._run_init_containers(behaviour, progress, deadline)
@@ -672,7 +672,9 @@ class PodRunner:
             status["initContainerStatuses"] = istatuses
         return status
 
-    def _finish(self, progress: PodProgress, *, deadline_hit: bool) -> None:
+    def _finish(
+        self, progress: PodProgress, *, deadline_hit: bool, single_write: bool = False
+    ) -> None:
         """The terminal status write (and the pod's deletion, if it was being deleted).
         Containers that never started (failed init, killed early) end as unknown or errors."""
         results, init_results = progress.results, progress.init_results
@@ -693,10 +695,11 @@ class PodRunner:
         message = DEADLINE_MESSAGE if deadline_hit else None
         if self.kill_reason in ("shutdown",) or self.gone:
             return
-        if progress.running and self.kill_reason is None and not deadline_hit:
-            # As a kubelet does: the containers' end first, with the pod still Running;
-            # the terminal phase once the pod is torn down (kubelet 1.37, tests/realnode).
-            self._write_status(self._status("Running", progress))
+        if not single_write and self.kill_reason is None and not deadline_hit:
+            # As a kubelet does: the containers' end first, the pod still Running (or
+            # Pending when none started: a StartError); the terminal phase once the pod
+            # is torn down (kubelet 1.37, tests/realnode). Scale mode: one write.
+            self._write_status(self._status("Running" if progress.running else "Pending", progress))
         self._write_status(self._status(phase, progress, reason=reason, message=message))
         if self.finalize:
             self.s._delete_pod(self.namespace, self.name, self.uid)
