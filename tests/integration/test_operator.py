@@ -1134,7 +1134,7 @@ def test_an_unpullable_image_and_a_kubelet_refusal_wait_never_convict(env: Env) 
         status = env.status(name)
         assert (status["phase"], status["reason"]) == ("Waiting", reason), env.describe([name])
         assert status.get("attempts", 0) == 0, env.describe([name])
-    assert "OutOfnvidia.com/gpu" in env.status(fewer.name)["message"]
+    assert "requested number of devices unavailable" in env.status(fewer.name)["message"]
 
 
 def test_a_missing_runtime_class_is_named(env: Env) -> None:

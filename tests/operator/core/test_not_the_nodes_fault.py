@@ -67,6 +67,15 @@ BLOCKED = {
         ),
         "NodeBusy",
     ),
+    "the kubelet's device manager: GPUs other pods hold (kubelet 1.37, the real node)": (
+        pod_status(
+            phase="Failed",
+            pod_reason="UnexpectedAdmissionError",
+            pod_message="Pod was rejected: Allocate failed due to requested number of devices "
+            "unavailable for nvidia.com/gpu. Requested: 8, Available: 0, which is unexpected",
+        ),
+        "NodeBusy",
+    ),
     "GPU pods listed on the node before the create": (
         create_refused(NODE_BUSY_PREFIX + "team/train-0"),
         "NodeBusy",

@@ -57,6 +57,21 @@ def test_the_healthy_report_is_accepted() -> None:
     assert finish(HEALTHY_MESSAGE) == Phase.ACCEPTED
 
 
+def test_a_report_before_the_pods_terminal_phase_waits_for_it() -> None:
+    """A kubelet reports the container's end while the pod is still Running and the
+    terminal phase only after the pod is torn down (kubelet 1.37, tests/realnode): the
+    report is judged once the phase agrees with it, not refused as a mismatch."""
+    world = probing()
+    attempt = (world.status.attempts, world.status.probe_pod)
+    world.finish_pod(HEALTHY_MESSAGE, exit_code=0, phase="Running")
+    world.settle()
+    assert world.status.phase == Phase.PROBING, world.status
+    assert (world.status.attempts, world.status.probe_pod) == attempt, world.status
+    world.finish_pod(HEALTHY_MESSAGE, exit_code=0, phase="Succeeded")
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+
+
 # ---------------------------------------------------------------- strict types
 
 

@@ -9,9 +9,13 @@ plays one for any number of simulated GPU nodes:
   ``SimNode.gpu_count`` is set, the usual GPU labels, Ready condition,
   ``status.nodeInfo.bootID``, optional taints at registration like
   ``kubelet --register-with-taints``), each tied to a hardware-profile file;
-* admits pods as the kubelet does for ``nvidia.com/gpu``: a pod that asks for
-  more than the node has (allocatable, or ``SimNode.healthy_gpus``) is rejected,
-  phase Failed, reason ``OutOfnvidia.com/gpu``;
+* admits pods as the kubelet's device manager does for ``nvidia.com/gpu``: a
+  pod that asks for more than are free (the node's allocatable, or
+  ``SimNode.healthy_gpus``, minus what its running pods hold) is rejected,
+  phase Failed, reason ``UnexpectedAdmissionError``, message ``Pod was
+  rejected: Allocate failed due to requested number of devices unavailable
+  for nvidia.com/gpu. Requested: N, Available: M, which is unexpected``
+  (kubelet 1.37, checked on the real node: tests/realnode);
 * watches Pods bound to its nodes (``spec.nodeName``; one list+watch for all
   its nodes) and runs each container's ``command`` + ``args`` as a local
   subprocess, with the node's profile path in ``GPUACCEPT_PROFILE``, its bootID
@@ -21,10 +25,15 @@ plays one for any number of simulated GPU nodes:
 * writes pod status through ``pods/status`` as a kubelet does: phase
   Pending -> Running -> Succeeded/Failed, ``startTime``, ``containerStatuses``
   with running/terminated state, exit code, reason (``Completed``/``Error``)
-  and the termination message;
+  and the termination message; containers that end on their own (or fail to
+  start) are reported terminated while the pod is still Running (Pending), then
+  the terminal phase (a kubelet ends the phase only once the pod is torn down;
+  not in scale mode, whose pods end in one status write);
 * honours ``activeDeadlineSeconds`` (kill, phase Failed, reason
   ``DeadlineExceeded``), deletion (kill, then finalize with grace period 0),
-  non-zero exits;
+  non-zero exits. A kill is what the runtime does to a container: SIGTERM to
+  its first process only if that process handles it (a container's PID 1
+  ignores the others), SIGKILL to all of it after the grace period;
 * simulates reboots (Ready False, new bootID, Ready True);
 * scale mode: a behaviour that completes pods with a prepared report without
   starting a process (:func:`prepared_reports`), and per-node behaviour
@@ -231,6 +240,7 @@ class KubeletStandIn:
         self._pending_nodes: list[SimNode] = list(nodes)
         self._runners: dict[str, PodRunner] = {}
         self._done: dict[str, PodRunner] = {}  # finished runners by uid (logs stay readable)
+        self._gpus_held: dict[str, dict[str, int]] = {}  # node -> pod uid -> nvidia.com/gpu
         self._stopping = threading.Event()
         self._watch_ready = threading.Event()
         self._watch_error: BaseException | None = None
@@ -447,6 +457,23 @@ class KubeletStandIn:
         """Has a pod of this name been bound to one of this stand-in's nodes?"""
         with self._lock:
             return (namespace, name) in self._pod_names
+
+    def take_gpus(self, node_name: str, uid: str, wanted: int, devices: int) -> int | None:
+        """The device manager's allocation: None when ``wanted`` of the node's healthy
+        ``devices`` were free (pod ``uid`` holds them now, until :meth:`release_gpus`);
+        else how many were free."""
+        with self._lock:
+            held = self._gpus_held.setdefault(node_name, {})
+            free = devices - sum(n for u, n in held.items() if u != uid)
+            if wanted > free:
+                return max(free, 0)
+            held[uid] = wanted
+            return None
+
+    def release_gpus(self, node_name: str, uid: str) -> None:
+        """A pod's containers ended: its GPUs are free again."""
+        with self._lock:
+            self._gpus_held.get(node_name, {}).pop(uid, None)
 
     def allocate_pod_ip(self) -> str:
         """Each pod's own loopback address, 127.0.0.2 to 127.0.255.254 in turn (Linux

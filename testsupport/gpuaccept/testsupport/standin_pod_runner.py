@@ -50,6 +50,26 @@ DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 GPU_RESOURCE = "nvidia.com/gpu"
 START_ERROR_EXIT_CODE = 128  # what containerd reports for a container it could not start
+NEVER_STARTED = "1970-01-01T00:00:00Z"  # a StartError's startedAt, as the kubelet reports it
+UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"  # pkg/kubelet/lifecycle/predicate.go
+
+
+def exec_error(command: str) -> str:
+    """runc's words for a command it cannot exec (runc 1.1, libcontainer/standard_init_linux.go)."""
+    if "/" in command:
+        return f'exec: "{command}": stat {command}: no such file or directory'
+    return f'exec: "{command}": executable file not found in $PATH'
+
+
+def runtime_start_error(cause: str) -> str:
+    """The container's terminated message when containerd 1.6 + runc cannot start it
+    (seen on the real node, tests/realnode/test_standin_vs_kubelet.py)."""
+    return (
+        "failed to create containerd task: failed to create shim task: OCI runtime create "
+        f"failed: runc create failed: unable to start container process: {cause}: unknown"
+    )
+
+
 DIRECT_BEHAVIOURS = (
     RunProcess,
     Hang,
@@ -61,6 +81,27 @@ DIRECT_BEHAVIOURS = (
 )
 PARTNER_POLL_S = 0.25
 NeverStarts = ImagePullFailure | SandboxFailure
+
+
+def handles_signal(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (``SigCgt`` in /proc/PID/status).
+    A container's PID 1 gets only the signals it handles from the runtime: the
+    kernel drops the others (pid_namespaces(7))."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL what is left of a container (its process group), as the kernel kills
+    every process of a PID namespace whose first process has exited."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def requested_gpus(pod: JSON) -> int:
@@ -146,6 +187,7 @@ class PodRunner:
             log.exception("pod %s/%s: stand-in error", self.namespace, self.name)
             self._kill_all(0.0)
         finally:
+            self.s.release_gpus(self.node.name, self.uid)
             self.s._runner_done(self)
 
     def _behaviour(self) -> Behaviour:
@@ -182,7 +224,7 @@ class PodRunner:
                     "exitCode": START_ERROR_EXIT_CODE,
                     "reason": "StartError",
                     "message": behaviour.message,
-                    "startedAt": "1970-01-01T00:00:00Z",
+                    "startedAt": NEVER_STARTED,
                     "finishedAt": t,
                 }
             self._finish(progress, deadline_hit=False)
@@ -198,7 +240,7 @@ class PodRunner:
                 progress.results[c["name"]] = self._terminated(
                     behaviour.exit_code, behaviour.message.encode(), t, t
                 )
-            self._finish(progress, deadline_hit=False)
+            self._finish(progress, deadline_hit=False, single_write=True)
             return
 
         self._run_init_containers(behaviour, progress, deadline)
@@ -221,20 +263,26 @@ class PodRunner:
         self._finish(progress, deadline_hit=self.kill_reason == "deadline")
 
     def _admission_rejected(self, progress: PodProgress) -> bool:
-        """The kubelet's admission (pkg/kubelet/lifecycle/predicate.go): a pod pinned by
-        nodeName that asks for more nvidia.com/gpu than the node has allocatable is
-        rejected (pkg/kubelet/kubelet.go rejectPod): phase Failed, no containers."""
-        allocatable = self.node.gpu_counts().allocatable
+        """The kubelet's admission of a pod pinned by nodeName: its device manager
+        allocates the pod's nvidia.com/gpu from the healthy devices that no running pod
+        holds, before the resource-fit predicate runs; too few free, and the pod is
+        rejected (pkg/kubelet/kubelet.go rejectPod): phase Failed, no containers, reason
+        UnexpectedAdmissionError (kubelet 1.37 on the real node, docs/controlplane.md)."""
+        devices = self.node.gpu_counts().allocatable
         if self.node.healthy_gpus is not None:
-            allocatable = min(allocatable, self.node.healthy_gpus)
+            devices = min(devices, self.node.healthy_gpus)
         wanted = requested_gpus(self.pod)
-        if wanted <= allocatable:
+        if wanted == 0:
+            return False
+        free = self.s.take_gpus(self.node.name, self.uid, wanted, devices)
+        if free is None:
             return False
         status = {
             "phase": "Failed",
-            "reason": f"OutOf{GPU_RESOURCE}",
-            "message": "Pod was rejected: Node didn't have enough resource: "
-            f"{GPU_RESOURCE}, requested: {wanted}, used: 0, capacity: {allocatable}",
+            "reason": UNEXPECTED_ADMISSION_ERROR,
+            "message": "Pod was rejected: Allocate failed due to requested number of devices "
+            f"unavailable for {GPU_RESOURCE}. Requested: {wanted}, Available: {free}, "
+            "which is unexpected",
             "startTime": progress.start_time,
         }
         self._write_status(status)
@@ -378,7 +426,7 @@ class PodRunner:
         ]
         exe = shutil.which(argv[0], path=self.s.search_path)
         if exe is None:
-            raise StartError(f'exec: "{argv[0]}": executable file not found in $PATH')
+            raise StartError(runtime_start_error(exec_error(argv[0])))
         argv[0] = exe
         workdir = c.get("workingDir")
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.dir)
@@ -412,13 +460,13 @@ class PodRunner:
                         start_new_session=True,
                     )
             except (StartError, OSError, ValueError) as e:
-                t = timestamp()
                 results[name] = {
-                    "exitCode": 128,
+                    "exitCode": START_ERROR_EXIT_CODE,
                     "reason": "StartError",
                     "message": str(e)[-4096:],
-                    "startedAt": t,
-                    "finishedAt": t,
+                    # The kubelet reports a container that never started from the epoch.
+                    "startedAt": NEVER_STARTED,
+                    "finishedAt": timestamp(),
                 }
                 continue
             log.debug(
@@ -442,6 +490,7 @@ class PodRunner:
                 break
         for name, p in running.items():
             rc = p.wait()
+            kill_group(p.pid)  # the container's other processes end with its first
             code = 128 - rc if rc < 0 else rc
             c = next(x for x in containers if x["name"] == name)
             data = msg_files[name].read_bytes()
@@ -469,14 +518,20 @@ class PodRunner:
         return max(0.0, min(g, self.s.kill_grace_cap_s))
 
     def _kill_all(self, grace_s: float) -> None:
+        """Stop the containers as the runtime does: SIGTERM to each container's first
+        process, which, being PID 1 of its namespace, ignores it unless it handles it;
+        SIGKILL to all of it after the grace period."""
         live = [p for p in self.procs.values() if p.poll() is None]
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            for p in live:
+        for p in live:
+            if handles_signal(p.pid, signal.SIGTERM):
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, sig)
+                    os.kill(p.pid, signal.SIGTERM)
+        for wait_s in (grace_s, 5.0):
             end = time.monotonic() + wait_s
             while time.monotonic() < end and any(p.poll() is None for p in live):
                 time.sleep(0.02)
+            for p in live:
+                kill_group(p.pid)
             live = [p for p in live if p.poll() is None]
             if not live:
                 break
@@ -617,7 +672,9 @@ class PodRunner:
             status["initContainerStatuses"] = istatuses
         return status
 
-    def _finish(self, progress: PodProgress, *, deadline_hit: bool) -> None:
+    def _finish(
+        self, progress: PodProgress, *, deadline_hit: bool, single_write: bool = False
+    ) -> None:
         """The terminal status write (and the pod's deletion, if it was being deleted).
         Containers that never started (failed init, killed early) end as unknown or errors."""
         results, init_results = progress.results, progress.init_results
@@ -638,6 +695,11 @@ class PodRunner:
         message = DEADLINE_MESSAGE if deadline_hit else None
         if self.kill_reason in ("shutdown",) or self.gone:
             return
+        if not single_write and self.kill_reason is None and not deadline_hit:
+            # As a kubelet does: the containers' end first, the pod still Running (or
+            # Pending when none started: a StartError); the terminal phase once the pod
+            # is torn down (kubelet 1.37, tests/realnode). Scale mode: one write.
+            self._write_status(self._status("Running" if progress.running else "Pending", progress))
         self._write_status(self._status(phase, progress, reason=reason, message=message))
         if self.finalize:
             self.s._delete_pod(self.namespace, self.name, self.uid)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from gpuaccept.contracts.nodeacceptance import Reason
 from gpuaccept.contracts.report import ProbeReport
@@ -48,6 +48,18 @@ STUCK_WAITING = frozenset(
         "RunContainerError",
     }
 )
+
+
+# A kubelet (1.37 on the real node, tests/realnode) reports the container's end
+# (terminated, exit code, the report) while the pod is still Running, and the
+# terminal phase only once it has torn the pod down: the phase the probe's exit
+# code must agree with comes a moment later (the pod's update wakes the node).
+WAIT_FOR_PHASE_SECONDS = 10.0
+
+
+def _ending(pod: PodView) -> bool:
+    """The probe container ended, the pod's phase is not terminal yet."""
+    return pod.terminated and pod.phase not in ("Succeeded", "Failed") and not pod.deleting
 
 
 def _this_attempts_pod(ctx: NodeContext, out: PlanBuilder) -> PodView | None:
@@ -101,6 +113,18 @@ def plan_probing(ctx: NodeContext, out: PlanBuilder) -> Plan:
     failure = None if pod.deleting else start_failure(pod)
     if failure is not None:
         return _did_not_start(ctx, out, pod, failure)
+    return _pod_progress(ctx, out, pod, deadline, timeout)
+
+
+def _pod_progress(
+    ctx: NodeContext, out: PlanBuilder, pod: PodView, deadline: datetime, timeout: int
+) -> Plan:
+    """The pod exists and did not fail to start: it ended, is ending, runs, is stuck or late."""
+    now = ctx.obs.now
+    remaining = (deadline - now).total_seconds()
+    if _ending(pod) and now < deadline:
+        out.wake_in(min(WAIT_FOR_PHASE_SECONDS, remaining))
+        return out.build("the probe container ended; waiting for the pod's phase")
     if pod.terminated or pod.phase in ("Succeeded", "Failed"):
         return _pod_finished(ctx, out, pod)
     if pod.deleting and now < deadline:

@@ -14,7 +14,13 @@ that differ by failure:
 * the kubelet's admission refuses the pod (it is pinned by ``nodeName``, so no
   scheduler checked it first): pod phase ``Failed``, pod ``status.reason``
   ``OutOf<resource>`` (``OutOfnvidia.com/gpu``) or ``UnexpectedAdmissionError``,
-  message ``Pod was rejected: ...``;
+  message ``Pod was rejected: ...``. When other pods hold the GPUs (or fewer are
+  healthy than the pod asks for), a kubelet with the device plugin registered
+  refuses in its device manager, before the resource-fit predicate:
+  ``UnexpectedAdmissionError``, ``Pod was rejected: Allocate failed due to
+  requested number of devices unavailable for nvidia.com/gpu. Requested: 8,
+  Available: 0, which is unexpected`` (kubelet 1.37 on the real node,
+  tests/realnode/test_standin_vs_kubelet.py; pkg/kubelet/cm/devicemanager);
 * the runtime has no handler for the RuntimeClass: the sandbox is never
   created (a ``FailedCreatePodSandBox`` event), the container waits in
   ``ContainerCreating`` until the deadline.
@@ -34,6 +40,7 @@ import re
 from dataclasses import dataclass
 
 from gpuaccept.checks import driver_libraries
+from gpuaccept.contracts.api import GPU_RESOURCE
 from gpuaccept.operator.core.model import PodView
 from gpuaccept.operator.core.waiting import (
     REASON_EVICTED,
@@ -51,6 +58,9 @@ IMAGE_PULL_REASONS = frozenset(
 )
 ADMISSION_REJECTED_PREFIX = "OutOf"  # kubelet lifecycle.InsufficientResourcePrefix
 ADMISSION_REJECTED_REASONS = frozenset({"UnexpectedAdmissionError"})
+# The device manager's refusal (pkg/kubelet/cm/devicemanager/manager.go devicesToAllocate):
+# fewer free devices than the pod asks for.
+DEVICES_UNAVAILABLE_TEXT = f"requested number of devices unavailable for {GPU_RESOURCE}."
 NEVER_STARTED_WAITING = "ContainerCreating"
 RUNTIME_CLASS_NOT_FOUND = re.compile(r'RuntimeClass "[^"]*" not found')
 
@@ -118,6 +128,17 @@ def _rejected(pod: PodView) -> bool:
     return reason.startswith(ADMISSION_REJECTED_PREFIX) or reason in ADMISSION_REJECTED_REASONS
 
 
+def _refused_for_gpus(pod: PodView) -> bool:
+    """The kubelet refused the pod for resources other pods hold: its resource-fit
+    predicate (``OutOf<resource>``) or its device manager (too few free GPUs)."""
+    reason = pod.pod_reason or ""
+    if reason.startswith(ADMISSION_REJECTED_PREFIX):
+        return True
+    return reason in ADMISSION_REJECTED_REASONS and DEVICES_UNAVAILABLE_TEXT in (
+        pod.pod_message or ""
+    )
+
+
 def _not_the_nodes(pod: PodView) -> StartFailure | None:
     """A pod that did not run for a reason that is not evidence about the node."""
     reason = pod.pod_reason or ""
@@ -138,11 +159,7 @@ def _not_the_nodes(pod: PodView) -> StartFailure | None:
             _tail(f"{pod.waiting_reason}: {pod.waiting_message or 'cannot pull the probe image'}"),
             blocked=True,
         )
-    if (
-        pod.phase == "Failed"
-        and not pod.terminated
-        and reason.startswith(ADMISSION_REJECTED_PREFIX)
-    ):
+    if pod.phase == "Failed" and not pod.terminated and _refused_for_gpus(pod):
         return StartFailure(
             REASON_NODE_BUSY,
             _tail(f"the kubelet refused the probe pod, other pods hold the resource {detail}"),
