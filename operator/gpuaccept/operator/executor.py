@@ -16,7 +16,12 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpuaccept.contracts.api import API_VERSION, GPU_RESOURCE, REPROBE_ANNOTATION
+from gpuaccept.contracts.api import (
+    API_VERSION,
+    GPU_RESOURCE,
+    REMEDY_CONDITION_TYPE,
+    REPROBE_ANNOTATION,
+)
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.interpret import interpret
 from gpuaccept.operator.core.model import (
@@ -183,9 +188,12 @@ class _NodeWrites:
 
     def patch_node_condition(self, action: PatchNodeCondition) -> None:
         try:
-            body = self.kube.patch_node_condition(
-                action.node, action.status, action.reason, action.message, action.now
+            patch = (
+                self.kube.patch_node_remedy
+                if action.condition_type == REMEDY_CONDITION_TYPE
+                else self.kube.patch_node_condition
             )
+            body = patch(action.node, action.status, action.reason, action.message, action.now)
         except ApiException as error:
             self._node_gone(action.node, error)
             raise
