@@ -73,14 +73,14 @@ class Reverification(ContractModel):
     )
     period_seconds: int = Field(
         default=7 * DAY,
-        ge=3600,
+        ge=60,
         le=90 * DAY,
         description="A node is re-verified at most once per period (from its last probe "
         "or re-verification); a suspect does not wait for it.",
     )
     sample_seconds: int = Field(
         default=600,
-        ge=10,
+        ge=1,
         le=DAY,
         description="How often a node due for re-verification has its pods listed (one "
         "list by spec.nodeName) while it waits for an idle window.",
@@ -107,7 +107,7 @@ class RepeatOffenders(ContractModel):
         default=3, ge=2, le=100, description="Quarantines within the window that make it so."
     )
     window_seconds: int = Field(
-        default=7 * DAY, ge=3600, le=90 * DAY, description="The sliding window, in seconds."
+        default=7 * DAY, ge=60, le=90 * DAY, description="The sliding window, in seconds."
     )
 
 

@@ -82,6 +82,18 @@ def _requests_gpus(pod: dict[str, Any]) -> bool:
     return False
 
 
+def gpu_pods(pods: list[dict[str, Any]]) -> list[str]:
+    """The pods (``namespace/name``) among ``pods`` that request GPUs, gpuaccept's own
+    left out."""
+    return [
+        f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        for pod in pods
+        if (meta := pod.get("metadata") or {})
+        and (meta.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE
+        and _requests_gpus(pod)
+    ]
+
+
 def api_message(error: ApiException) -> str:
     try:
         return str(json.loads(error.body or "{}").get("message") or error.reason)
@@ -234,13 +246,7 @@ class _NodeWrites:
                 "node=%s cannot list its pods (%s): not checked for GPU pods", node, error.status
             )
             return []
-        return [
-            f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-            for pod in pods
-            if (meta := pod.get("metadata") or {})
-            and (meta.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE
-            and _requests_gpus(pod)
-        ]
+        return gpu_pods(pods)
 
     def delete_probe_pod(self, action: DeleteProbePod) -> None:
         node = self.observed.node_name

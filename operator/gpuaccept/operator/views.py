@@ -99,7 +99,7 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
     )
 
 
-EVIDENCE_FIELDS = ("report", "checks")
+EVIDENCE_FIELDS = ("report", "checks", "baseline")
 """The status fields a NodeAcceptance's cache entry keeps as compressed JSON:
 the stored probe report and the per-check summaries, the evidence a decision
 re-reads (re-judging, releasing a held verdict) and writes back."""
