@@ -33,11 +33,16 @@ def reverify_spec(**fields: Any) -> Any:
     return spec(reverify=section, **fields)
 
 
-def accepted(**fields: Any) -> World:
+def probed_once(**fields: Any) -> World:
     world = World(policies=[PolicyView(name="default", generation=1, spec=reverify_spec(**fields))])
     world.settle()
     world.finish_with_report()
     world.settle()
+    return world
+
+
+def accepted(**fields: Any) -> World:
+    world = probed_once(**fields)
     assert world.status.phase == Phase.ACCEPTED
     assert PENDING not in (world.node.taints if world.node else ())
     return world
@@ -361,3 +366,35 @@ def test_a_reverification_is_counted_against_the_rate() -> None:
     assert st.was_in_service
     assert st.taken_out_time == world.now
     assert timedelta(0) <= world.now - T0
+
+
+def test_under_a_fabric_policy_a_reverified_node_is_paired_again() -> None:
+    """The round's passing probe goes to the fabric test (the existing pairing and
+    blame rules decide); its pair's busbw is compared with the baseline's, and only
+    warns (a pair's figure is also its partner's)."""
+    from gpuaccept.operator.core.fabric.pairing import FabricPassed  # noqa: PLC0415
+
+    world = probed_once(fabric={"enabled": True, "minBusbwGBps": 300})
+    assert world.status.phase == Phase.FABRIC
+    world.fabric_verdict = FabricPassed("gpu-2", 390.0, T0)
+    world.settle()
+    world.fabric_verdict = None
+    assert world.status.phase == Phase.ACCEPTED
+    baseline = world.status.baseline
+    assert baseline is not None
+    assert any(f.check == "fabric_allreduce" and f.value == 390.0 for f in baseline.figures)
+    idle_window(world)
+    assert world.status.phase == Phase.PROBING
+    world.finish_with_report()
+    world.settle()
+    assert world.status.phase == Phase.FABRIC  # paired again, under the pending taint
+    assert world.node is not None
+    assert PENDING in world.node.taints
+    world.fabric_verdict = FabricPassed("gpu-3", 300.0, world.now)  # passes, 23 % lower
+    world.settle()
+    st = world.status
+    assert st.phase == Phase.ACCEPTED
+    assert st.reverify is not None
+    assert [(f.check, f.level) for f in st.reverify.drift] == [("fabric_allreduce", "warn")]
+    assert st.reverify.last is not None
+    assert st.reverify.last.outcome == "Passed"
