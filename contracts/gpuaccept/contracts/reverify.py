@@ -73,7 +73,7 @@ class Reverification(ContractModel):
     )
     period_seconds: int = Field(
         default=7 * DAY,
-        ge=60,
+        ge=10,
         le=90 * DAY,
         description="A node is re-verified at most once per period (from its last probe "
         "or re-verification); a suspect does not wait for it.",
