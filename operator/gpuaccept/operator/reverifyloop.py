@@ -3,8 +3,8 @@ schedule picks, and hands each list to its node's reconcile.
 
 Every pass (every ``--status-interval`` seconds), per policy with ``reverify.enabled``:
 the room the limit and the rate leave (``reverify_schedule.room``, from the
-cache's fleet count), capped at :data:`MAX_LISTS_PER_PASS`; the policy's accepted
-nodes as candidates (the slim NodeAcceptance views the cache keeps: O(nodes of
+cache's fleet count), capped at :data:`LISTS_PER_SECOND` (:func:`lists_per_pass`);
+the policy's accepted nodes as candidates (the slim NodeAcceptance views the cache keeps: O(nodes of
 the policy) in memory, no request); :func:`select_for_sampling` picks at most that
 many; each picked node's running pods are listed once by ``spec.nodeName``
 (``Kube.list_running_pods_on_node``, the call the executor makes before every probe
@@ -42,9 +42,14 @@ from gpuaccept.operator.quarantinelimit import QuarantineLimit
 
 log = logging.getLogger("gpuaccept.operator")
 
-# At most this many lists per policy per pass (one request each): a policy whose
-# limit leaves room for 500 take-outs still costs at most 1 request/s here.
-MAX_LISTS_PER_PASS = 10
+# Lists per policy per second at most (one request each), whatever room the limit
+# leaves (a policy whose limit leaves room for 500 take-outs still costs at most
+# this): 10 a 30 s pass, 2 a pass at the default 5 s --status-interval, 1 at least.
+LISTS_PER_SECOND = 1 / 3
+
+
+def lists_per_pass(interval: float) -> int:
+    return max(1, round(interval * LISTS_PER_SECOND))
 
 
 class ReverifyLoop:
@@ -75,7 +80,7 @@ class ReverifyLoop:
         while True:
             try:
                 if self.leading():
-                    await self.run_once(datetime.now(UTC))
+                    await self.run_once(datetime.now(UTC), interval)
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # one line per kind, with backoff (faultlog)
@@ -84,7 +89,7 @@ class ReverifyLoop:
                 log_recovery(log, self.failures)
             await asyncio.sleep(interval)
 
-    def picked(self, now: datetime) -> list[str]:
+    def picked(self, now: datetime, interval: float) -> list[str]:
         """The nodes to list in this pass, over every re-verifying policy."""
         self.cache.settle()
         acceptances = self.cache.acceptances()
@@ -94,7 +99,8 @@ class ReverifyLoop:
             if spec is None or not spec.reverify.enabled:
                 continue
             counts = self.quarantine_limit.counts(view.name, "", now)
-            slots = min(room(spec, counts, self.config.max_unavailable_ceiling), MAX_LISTS_PER_PASS)
+            ceiling = self.config.max_unavailable_ceiling
+            slots = min(room(spec, counts, ceiling), lists_per_pass(interval))
             if slots <= 0:
                 continue
             candidates = [
@@ -107,9 +113,9 @@ class ReverifyLoop:
             out += select_for_sampling(candidates, spec.reverify, slots, now)
         return out
 
-    async def run_once(self, now: datetime) -> None:
+    async def run_once(self, now: datetime, interval: float) -> None:
         loop = asyncio.get_running_loop()
-        for node in self.picked(now):
+        for node in self.picked(now, interval):
             try:
                 pods = await loop.run_in_executor(
                     None,
