@@ -115,8 +115,8 @@ class RepeatOffenders(ContractModel):
 
 
 class Suspicion(ContractModel):
-    """Why a node is suspected while in service (issue 23's in-service rules write
-    these; a person or another tool may too): the checks that would confirm it, the
+    """Why a node is suspected while in service (the in-service rules write these;
+    a person or another tool may too): the checks that would confirm it, the
     GPUs concerned, the cause, and since when."""
 
     checks: list[CheckName] = Field(min_length=1, max_length=16)
@@ -126,8 +126,8 @@ class Suspicion(ContractModel):
 
 
 class Release(ContractModel):
-    """A person released the node from quarantine (issue 25's ``kubectl gpuaccept
-    release`` records who and when)."""
+    """A person released the node from quarantine: who and when (a release command
+    records them)."""
 
     by: str = Field(max_length=253)
     at: datetime
