@@ -71,7 +71,20 @@ FABRIC_BAD = {
     for fault, reason in FABRIC_FAULTS.items()
 }
 FABRIC_SECTION = {"enabled": True, "minBusbwGBps": 200, "deadlineSeconds": 600}
-ALL_NODES = (*GOOD, *BAD, *FABRIC_GOOD, *FABRIC_BAD)
+# Re-verification (docs/policy.md "reverify"): a node accepted healthy whose GPUs
+# are 15 % slower at its next probe (the stand-in's laterProfile), re-probed once it
+# has been idle, found by its own baseline. Seconds here; a week and an hour by default.
+REVERIFY_POLICY = "demo-reverify"
+REVERIFY_LABEL = "gpuaccept.io/demo-reverify"
+REVERIFY_SECTION = {"enabled": True, "idleSeconds": 2, "periodSeconds": 15, "sampleSeconds": 2}
+REVERIFY_BAD = {
+    "gpu-reverify-drifted": (
+        "profiles/h100-sxm-8gpu-healthy.yaml",
+        "profiles/reverify/h100-sxm-8gpu-drifted.yaml",
+        "BaselineDriftFailed",
+    )
+}
+ALL_NODES = (*GOOD, *BAD, *FABRIC_GOOD, *FABRIC_BAD, *REVERIFY_BAD)
 TIMEOUT_S = 300
 # In <cluster dir>/demo: the demo started the control plane, so demo-down stops it.
 STARTED_CLUSTER = "started-cluster"
@@ -124,7 +137,17 @@ def install(kube: Kube) -> None:
         # margin on both sides.
         "fabric": FABRIC_SECTION,
     }
-    for name, body in ((POLICY, spec), (FABRIC_POLICY, fabric_spec)):
+    reverify_spec = {
+        **spec,
+        "nodeSelector": {"nvidia.com/gpu.present": "true", REVERIFY_LABEL: "true"},
+        "maxQuarantined": 1,
+        "reverify": REVERIFY_SECTION,
+    }
+    for name, body in (
+        (POLICY, spec),
+        (FABRIC_POLICY, fabric_spec),
+        (REVERIFY_POLICY, reverify_spec),
+    ):
         apply_policy(kube, name, body)
 
 
@@ -166,6 +189,16 @@ def fleet_file(state: Path) -> Path:
         }
         for batch, label in batches
         for name, profile in batch.items()
+    ]
+    nodes += [
+        {
+            "name": name,
+            "profile": str(ROOT / profile),
+            "laterProfile": str(ROOT / later),
+            "labels": {REVERIFY_LABEL: "true"},
+            "taints": [{"key": PENDING_TAINT_KEY, "effect": "NoSchedule"}],
+        }
+        for name, (profile, later, _reason) in REVERIFY_BAD.items()
     ]
     path = state / "fleet.yaml"
     path.write_text(yaml.safe_dump({"nodes": nodes}, sort_keys=False))
@@ -308,6 +341,8 @@ def wait_for_verdicts(run: DemoRun) -> bool:
             say(f"nodes: {line}")
             last = line
         decided = {n for n, s in current.items() if s.get("phase") in ("Accepted", "Quarantined")}
+        # a re-verification node is decided once its re-verification found it
+        decided -= {n for n in REVERIFY_BAD if current.get(n, {}).get("phase") != "Quarantined"}
         if decided == set(ALL_NODES):
             return True
         time.sleep(1)
@@ -321,7 +356,8 @@ def unexpected(current: dict[str, dict[str, Any]]) -> list[str]:
     for name in (*GOOD, *FABRIC_GOOD):
         if current.get(name, {}).get("phase") != "Accepted":
             problems.append(f"{name}: expected Accepted, got {current.get(name)}")
-    for name, (_profile, reason) in {**BAD, **FABRIC_BAD}.items():
+    reverify = {name: (profile, reason) for name, (profile, _l, reason) in REVERIFY_BAD.items()}
+    for name, (_profile, reason) in {**BAD, **FABRIC_BAD, **reverify}.items():
         status = current.get(name, {})
         if status.get("phase") != "Quarantined" or status.get("reason") != reason:
             problems.append(
@@ -336,7 +372,13 @@ def show(cp: ControlPlane) -> None:
     time.sleep(3)  # let the policy status catch up (it is written every 2 s)
     out(kubectl(cp, "get", "nodeacceptancepolicy"))
     out(kubectl(cp, "get", "nodeacceptance"))
-    for label in ("gpuaccept.io/demo", FABRIC_LABEL):
+    columns = (
+        "custom-columns=NODE:.metadata.name,PHASE:.status.phase,REASON:.status.reason,"
+        "ROUND:.status.reverify.last.cause,DRIFT:.status.reverify.drift[0].message"
+    )
+    for name in REVERIFY_BAD:  # accepted healthy, then found by its re-verification
+        out(kubectl(cp, "get", "nodeacceptance", name, "-o", columns))
+    for label in ("gpuaccept.io/demo", FABRIC_LABEL, REVERIFY_LABEL):
         out(kubectl(cp, "get", "nodes", "-l", f"{label}=true", "-o",
                     "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept"
                     "\\.io/acceptance,TAINTS:.spec.taints[*].key"))  # fmt: skip
@@ -362,7 +404,7 @@ def tear_down(run: DemoRun) -> None:
     stop_child(run.operator)
     stop_child(run.standin)
     stop_attached(run.cp.dir)  # removes the registrations
-    for policy in (POLICY, FABRIC_POLICY):
+    for policy in (POLICY, FABRIC_POLICY, REVERIFY_POLICY):
         with contextlib.suppress(ApiException):
             run.kube.request("DELETE", f"{POLICY_PATH}/{policy}")
     for name in ALL_NODES:

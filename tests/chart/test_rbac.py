@@ -63,7 +63,7 @@ CLUSTER_ALLOW: dict[Grant, str] = {
     ("", "nodes", "watch", ""): "kopf index/event watch on nodes",
     ("", "nodes", "get", ""): "Kube.get_node",
     ("", "nodes", "patch", ""): "Kube.patch_node, Kube.remove_node_annotation",
-    ("", "nodes/status", "patch", ""): "Kube.patch_node_condition",
+    ("", "nodes/status", "patch", ""): "Kube.patch_node_condition, Kube.patch_node_remedy",
     ("gpuaccept.io", "nodeacceptancepolicies", "list", ""): "kopf index on policies",
     ("gpuaccept.io", "nodeacceptancepolicies", "watch", ""): "kopf index/event watch",
     ("gpuaccept.io", "nodeacceptancepolicies/status", "patch", ""): "Kube.patch_policy_status",

@@ -42,7 +42,7 @@ from gpuaccept.operator.core import (
 from gpuaccept.operator.core.fabric.pairing import FabricVerdict
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
-from gpuaccept.operator.core.model import Judge
+from gpuaccept.operator.core.model import GpuPodSample, Judge
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BOOT = "boot-1"
@@ -147,6 +147,10 @@ class World:
     status_write_error: str | None = None
     # Phase Fabric: the verdict the policy's pair planning gives this node.
     fabric_verdict: FabricVerdict | None = None
+    # The re-verification loop's latest list of the node's pods.
+    gpu_pod_sample: GpuPodSample | None = None
+    # The executor refused to create the probe pod (e.g. "node busy: ...").
+    pod_create_error: str | None = None
 
     def observe(self) -> NodeSnapshot:
         return NodeSnapshot(
@@ -160,6 +164,8 @@ class World:
             config=self.config,
             status_write_error=self.status_write_error,
             fabric_verdict=self.fabric_verdict,
+            gpu_pod_sample=self.gpu_pod_sample,
+            pod_create_error=self.pod_create_error,
         )
 
     def plan(self) -> Plan:
@@ -210,9 +216,9 @@ class World:
 
     def patch_node_condition(self, action: PatchNodeCondition) -> None:
         assert self.node is not None
-        self.node = dataclasses.replace(
-            self.node, condition=NodeCondition(action.status, action.reason, action.message)
-        )
+        seen = NodeCondition(action.status, action.reason, action.message)
+        field = "remedy" if action.condition_type == "GPUAcceptanceRemedy" else "condition"
+        self.node = dataclasses.replace(self.node, **{field: seen})
 
     def create_probe_pod(self, action: CreateProbePod) -> None:
         if action.name not in self.pods:

@@ -39,6 +39,7 @@ from gpuaccept.contracts.policy import (
     key_owned,
     limit_count,
 )
+from gpuaccept.contracts.reverify import RepeatOffenders, Reverification
 
 SectionT = TypeVar("SectionT", bound=CheckSwitch)
 
@@ -156,6 +157,16 @@ class NodeAcceptancePolicySpec(ContractModel):
     fabric: FabricPolicy = Field(
         default=FabricPolicy(),
         description="The two-node fabric test after the single-node checks (off by default).",
+    )
+    reverify: Reverification = Field(
+        default_factory=Reverification,
+        description="Re-probe accepted nodes when idle, suspects first, and compare each "
+        "figure with the node's baseline (off by default).",
+    )
+    repeat_offenders: RepeatOffenders = Field(
+        default_factory=RepeatOffenders,
+        description="A node quarantined count times within the window stays quarantined "
+        "until a person releases it.",
     )
 
     @model_validator(mode="after")

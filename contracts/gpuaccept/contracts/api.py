@@ -21,6 +21,10 @@ REPROBE_ANNOTATION: Final = f"{GROUP}/reprobe"
 # On a Node (any value): the operator leaves the node alone and says so in its status.
 OPT_OUT_ANNOTATION: Final = f"{GROUP}/opt-out"
 NODE_CONDITION_TYPE: Final = "GPUAcceptance"
+# What a quarantined node needs (its reason: None, ResetGPU, RebootNode, NeedsPerson),
+# and the same rung as a label for selectors (NodeHealthCheck): core/ladder.py.
+REMEDY_CONDITION_TYPE: Final = "GPUAcceptanceRemedy"
+REMEDY_LABEL: Final = f"{GROUP}/remedy"
 
 # A Kubernetes termination message is capped at 4096 bytes by the kubelet.
 TERMINATION_MESSAGE_MAX_BYTES: Final = 4096

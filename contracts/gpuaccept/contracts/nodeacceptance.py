@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field, StrictInt, model_validator
 
 from gpuaccept.contracts.base import ContractModel
 from gpuaccept.contracts.report import CheckStatus, ProbeReport
+from gpuaccept.contracts.reverify import Baseline, ReverifyStatus
 
 
 class Phase(StrEnum):
@@ -252,6 +253,17 @@ class NodeAcceptanceStatus(ContractModel):
         max_length=64,
         description="UID of the Node this status is about: a node deleted and created "
         "again under the same name is a new node and starts a new round.",
+    )
+    baseline: Baseline | None = Field(
+        default=None,
+        description="The node's figures at acceptance, which a later probe is compared "
+        "with (policy reverify.drift).",
+    )
+    reverify: ReverifyStatus | None = Field(
+        default=None,
+        description="Re-verification of the accepted node (policy reverify): idle "
+        "sampling, the round under way and the last, drift, suspicions, releases, and "
+        "its quarantines (repeatOffenders).",
     )
 
 

@@ -58,6 +58,7 @@ from gpuaccept.operator.kube import Kube
 from gpuaccept.operator.leader import LeaderElector, LeaseSettings
 from gpuaccept.operator.policystatus import PolicyStatusLoop, StatusWriter
 from gpuaccept.operator.quarantinelimit import QuarantineLimit
+from gpuaccept.operator.reverifyloop import ReverifyLoop
 from gpuaccept.operator.workqueue import WorkQueue
 
 __all__ = [
@@ -136,6 +137,13 @@ class Controller:
             config,
             wake=self.enqueue,
         )
+        self.reverify = ReverifyLoop(
+            kube,
+            self.quarantine_limit,
+            config,
+            wake=self.enqueue,
+            leading=lambda: self.leading,
+        )
         self._policy_generations: dict[str, int] = {}
         self._failures: Counter[str] = Counter()
         self.failures = FailureLog("reconcile")
@@ -187,6 +195,9 @@ class Controller:
         )
         self._tasks.append(
             asyncio.create_task(self.fabric.run(self.runtime.status_interval), name="fabric")
+        )
+        self._tasks.append(
+            asyncio.create_task(self.reverify.run(self.runtime.status_interval), name="reverify")
         )
         if self.leader is not None:
             self._tasks.append(asyncio.create_task(self.leader.run(), name="leader-election"))
@@ -258,6 +269,7 @@ class Controller:
             pod_create_error=self.actions.create_errors.get(name),
             status_write_error=self.actions.status_error(name),
             fabric_verdict=self.fabric.verdict(name, fabric.waiting_since) if fabric else None,
+            gpu_pod_sample=self.reverify.sample(name),
         )
 
     def cache_policies(self) -> list[PolicyView]:

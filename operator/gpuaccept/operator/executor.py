@@ -16,7 +16,12 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpuaccept.contracts.api import API_VERSION, GPU_RESOURCE, REPROBE_ANNOTATION
+from gpuaccept.contracts.api import (
+    API_VERSION,
+    GPU_RESOURCE,
+    REMEDY_CONDITION_TYPE,
+    REPROBE_ANNOTATION,
+)
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.interpret import interpret
 from gpuaccept.operator.core.model import (
@@ -75,6 +80,18 @@ def _requests_gpus(pod: dict[str, Any]) -> bool:
             if str((resources.get(part) or {}).get(GPU_RESOURCE, "0")) not in ("0", ""):
                 return True
     return False
+
+
+def gpu_pods(pods: list[dict[str, Any]]) -> list[str]:
+    """The pods (``namespace/name``) among ``pods`` that request GPUs, gpuaccept's own
+    left out."""
+    return [
+        f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        for pod in pods
+        if (meta := pod.get("metadata") or {})
+        and (meta.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE
+        and _requests_gpus(pod)
+    ]
 
 
 def api_message(error: ApiException) -> str:
@@ -183,9 +200,12 @@ class _NodeWrites:
 
     def patch_node_condition(self, action: PatchNodeCondition) -> None:
         try:
-            body = self.kube.patch_node_condition(
-                action.node, action.status, action.reason, action.message, action.now
+            patch = (
+                self.kube.patch_node_remedy
+                if action.condition_type == REMEDY_CONDITION_TYPE
+                else self.kube.patch_node_condition
             )
+            body = patch(action.node, action.status, action.reason, action.message, action.now)
         except ApiException as error:
             self._node_gone(action.node, error)
             raise
@@ -226,13 +246,7 @@ class _NodeWrites:
                 "node=%s cannot list its pods (%s): not checked for GPU pods", node, error.status
             )
             return []
-        return [
-            f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-            for pod in pods
-            if (meta := pod.get("metadata") or {})
-            and (meta.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE
-            and _requests_gpus(pod)
-        ]
+        return gpu_pods(pods)
 
     def delete_probe_pod(self, action: DeleteProbePod) -> None:
         node = self.observed.node_name

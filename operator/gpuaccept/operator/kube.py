@@ -24,6 +24,7 @@ from gpuaccept.contracts.api import (
     GROUP,
     NODE_CONDITION_TYPE,
     POLICY_PLURAL,
+    REMEDY_CONDITION_TYPE,
     VERSION,
 )
 from gpuaccept.operator.core.model import Taint
@@ -220,17 +221,23 @@ class Kube:
     def patch_node_condition(
         self, name: str, status: str, reason: str, message: str, now: datetime
     ) -> dict[str, Any]:
-        """Strategic merge on ``nodes/status``: conditions merge by ``type``."""
+        """The ``GPUAcceptance`` condition: strategic merge on ``nodes/status``
+        (conditions merge by ``type``)."""
+        return self._patch_condition(
+            name, _condition(NODE_CONDITION_TYPE, status, reason, message, now)
+        )
+
+    def patch_node_remedy(
+        self, name: str, status: str, reason: str, message: str, now: datetime
+    ) -> dict[str, Any]:
+        """The ``GPUAcceptanceRemedy`` condition (what a quarantined node needs), as
+        :meth:`patch_node_condition`."""
+        return self._patch_condition(
+            name, _condition(REMEDY_CONDITION_TYPE, status, reason, message, now)
+        )
+
+    def _patch_condition(self, name: str, condition: dict[str, str]) -> dict[str, Any]:
         self._count("node.status.patch")
-        stamp = _iso(now)
-        condition = {
-            "type": NODE_CONDITION_TYPE,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": stamp,
-            "lastHeartbeatTime": stamp,
-        }
         return self.request(
             "PATCH",
             f"/api/v1/nodes/{name}/status",
@@ -318,3 +325,15 @@ class Kube:
             self.request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
         except ApiException as error:  # an Event is best effort
             log.warning("event %s on %s/%s not recorded: %s", reason, kind, name, error.reason)
+
+
+def _condition(kind: str, status: str, reason: str, message: str, now: datetime) -> dict[str, str]:
+    stamp = _iso(now)
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": stamp,
+        "lastHeartbeatTime": stamp,
+    }

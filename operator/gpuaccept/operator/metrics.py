@@ -161,6 +161,8 @@ class NodeSamples:
     busbw_bytes_per_second: float | None = None
     pcie_generation: float | None = None
     pcie_width: float | None = None
+    # the node's drift below its baseline: (check, figure, GPU or "", percent), worst first
+    drift: tuple[tuple[str, str, str, float], ...] = ()
 
 
 def _number(value: object) -> float | None:
@@ -181,6 +183,10 @@ def node_samples(na: NAView) -> NodeSamples:
         busbw_bytes_per_second=None if busbw is None else busbw * BYTES_PER_GB,
         pcie_generation=_number(figure(PCIE_GENERATION_FIGURE)),
         pcie_width=_number(figure(PCIE_WIDTH_FIGURE)),
+        drift=tuple(
+            (f.check, f.figure, "" if f.gpu is None else str(f.gpu), f.percent)
+            for f in (status.reverify.drift if status.reverify else [])
+        ),
     )
 
 
@@ -211,8 +217,16 @@ class NodeSeries(Collector):
             "PCIe lane width of each node's weakest GPU link under load, last probe.",
             labels=["node"],
         )
+        drift = GaugeMetricFamily(
+            "gpuaccept_node_drift_percent",
+            "How far each figure of a node's last probe fell below its baseline (its "
+            "figures at acceptance), percent; only figures beyond reverify.drift.warnPercent.",
+            labels=["node", "check", "figure", "gpu"],
+        )
         for sample in self.samples:  # one read of an immutable tuple: no lock needed
             phase.add_metric([sample.node, sample.policy, sample.phase], 1.0)
+            for check, name, gpu, percent in sample.drift:
+                drift.add_metric([sample.node, check, name, gpu], percent)
             for family, value in (
                 (busbw, sample.busbw_bytes_per_second),
                 (generation, sample.pcie_generation),
@@ -220,7 +234,7 @@ class NodeSeries(Collector):
             ):
                 if value is not None:
                     family.add_metric([sample.node], value)
-        yield from (phase, busbw, generation, width)
+        yield from (phase, busbw, generation, width, drift)
 
 
 NODE_SERIES = NodeSeries()

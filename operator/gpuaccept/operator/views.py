@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
-from gpuaccept.contracts.api import GPU_RESOURCE, NODE_CONDITION_TYPE
+from gpuaccept.contracts.api import GPU_RESOURCE, NODE_CONDITION_TYPE, REMEDY_CONDITION_TYPE
 from gpuaccept.contracts.forward import read_forward
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
@@ -66,10 +66,10 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
     meta = _meta(body)
     spec = body.get("spec") or {}
     status = body.get("status") or {}
-    condition = None
+    conditions: dict[str, NodeCondition] = {}
     for cond in status.get("conditions") or ():
-        if cond.get("type") == NODE_CONDITION_TYPE:
-            condition = NodeCondition(
+        if cond.get("type") in (NODE_CONDITION_TYPE, REMEDY_CONDITION_TYPE):
+            conditions[str(cond.get("type"))] = NodeCondition(
                 str(cond.get("status", "")),
                 str(cond.get("reason", "")),
                 str(cond.get("message", "")),
@@ -94,11 +94,12 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
         gpu_capacity=_quantity(capacity.get(GPU_RESOURCE, 0)),
         shared_gpus=_quantity(allocatable.get(SHARED_GPU_RESOURCE, 0)),
         unschedulable=bool(spec.get("unschedulable", False)),
-        condition=condition,
+        condition=conditions.get(NODE_CONDITION_TYPE),
+        remedy=conditions.get(REMEDY_CONDITION_TYPE),
     )
 
 
-EVIDENCE_FIELDS = ("report", "checks")
+EVIDENCE_FIELDS = ("report", "checks", "baseline")
 """The status fields a NodeAcceptance's cache entry keeps as compressed JSON:
 the stored probe report and the per-check summaries, the evidence a decision
 re-reads (re-judging, releasing a held verdict) and writes back."""

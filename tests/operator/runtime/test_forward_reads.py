@@ -82,6 +82,8 @@ def test_a_rollback_leaves_the_node_where_it_was(
     world = World(na=view)
     assert world.node is not None
     labels = {**world.node.labels, "gpuaccept.io/acceptance": phase.value.lower()}
+    if failing:  # what this release writes on a quarantined node: the remedy rung too
+        labels["gpuaccept.io/remedy"] = "person"
     world.node = dataclasses.replace(world.node, taints=taints, labels=labels)
     plan = world.plan()
     # no new round, no status reset, no taint change

@@ -91,3 +91,29 @@ def test_quarantines_count_transitions_not_quarantined_nodes() -> None:
     _write(Phase.QUARANTINED, Phase.QUARANTINED)  # stays quarantined: not new
     _write(Phase.QUARANTINED, Phase.PENDING)
     assert counter._value.get() - start == 1
+
+
+def test_drift_is_a_series_per_figure_and_gpu() -> None:
+    from gpuaccept.contracts.reverify import DriftFinding, ReverifyStatus  # noqa: PLC0415
+
+    finding = DriftFinding(
+        check="gpu_compute",
+        figure="bf16Tflops.lowest",
+        gpu=3,
+        baseline=742.0,
+        value=630.7,
+        percent=15.0,
+        level="fail",
+    )
+    status = NodeAcceptanceStatus(
+        phase=Phase.QUARANTINED, policy="default", reverify=ReverifyStatus(drift=[finding])
+    )
+    metrics.publish_nodes([NAView(name="gpu-9", status=status)])
+    try:
+        line = (
+            'gpuaccept_node_drift_percent{check="gpu_compute",figure="bf16Tflops.lowest",'
+            'gpu="3",node="gpu-9"} 15.0'
+        )
+        assert line in _scrape()
+    finally:
+        metrics.publish_nodes(())

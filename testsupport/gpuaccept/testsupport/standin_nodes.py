@@ -83,6 +83,17 @@ class SimNode:
     # GPUs the device plugin has healthy now, when fewer than the Node status says
     # (a GPU failed after the status was posted): the kubelet admits pods against these.
     healthy_gpus: int | None = None
+    # The hardware after acceptance: the profile of every probe pod after the first
+    # (re-verification finds what changed; docs/profile-format.md).
+    later_profile: str | None = None
+    pods_run: int = 0
+
+    def probe_profile(self) -> str | None:
+        """The profile the next pod runs against (counts the pods run)."""
+        self.pods_run += 1
+        if self.later_profile is not None and self.pods_run > 1:
+            return self.later_profile
+        return self.profile
 
     def gpu_counts(self) -> GpuCounts:
         """``gpu_count`` when set; else the profile's node counts where it states them
@@ -228,6 +239,7 @@ def load_fleet(path: str | Path) -> list[SimNode]:
         gpuProduct: NVIDIA-H100-80GB-HBM3
         labels: {topology.kubernetes.io/zone: a}
         taints: [{key: gpuaccept.io/unverified, value: "true", effect: NoSchedule}]
+        laterProfile: ../profiles/reverify/h100-sxm-8gpu-drifted.yaml  # probes after the first
         behaviour: run                # run | hang | {complete: {exitCode, message, delaySeconds}}
                                       # | {startError: {message}} | {imagePull: {message}}
                                       # | {sandbox: {message}}
@@ -241,6 +253,8 @@ def load_fleet(path: str | Path) -> list[SimNode]:
     for item in doc.get("nodes", []):
         prof = item.get("profile")
         profile = str((p.parent / prof).resolve()) if prof else None
+        later = item.get("laterProfile")
+        later_profile = str((p.parent / later).resolve()) if later else None
         names: list[str]
         if "count" in item:
             prefix = item.get("namePrefix", "sim-gpu-")
@@ -261,6 +275,7 @@ def load_fleet(path: str | Path) -> list[SimNode]:
                         {str(k): str(v) for k, v in t.items()} for t in item.get("taints") or []
                     ],
                     behaviour=behaviour_from_spec(item.get("behaviour")),
+                    later_profile=later_profile,
                 )
             )
     return out

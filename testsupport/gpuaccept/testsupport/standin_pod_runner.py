@@ -400,8 +400,9 @@ class PodRunner:
         env["HOSTNAME"] = self.name
         pod_env = self.s._container_env(self.pod, c, self.node, self.pod_ip)
         env.update({k: v.replace(tpath, str(msg_file)) for k, v in pod_env.items()})
-        if self.node.profile is not None:
-            env[ENV_PROFILE] = self.node.profile
+        profile = self.node.probe_profile()
+        if profile is not None:
+            env[ENV_PROFILE] = profile
             if self.s.sim_time_scale is not None:
                 env.setdefault(ENV_SIM_TIME_SCALE, f"{self.s.sim_time_scale:g}")
         # The simulated node's boot ID, which the probe reports (gpuaccept probe

@@ -17,6 +17,7 @@ from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import Phase, Reason
 from gpuaccept.contracts.policy import PolicyChangeAction
 from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.contracts.reverify import ReverifyStatus
 from gpuaccept.operator.core.acceptance_gate import acceptance_problem
 from gpuaccept.operator.core.capacity import (
     in_service,
@@ -39,6 +40,7 @@ from gpuaccept.operator.core.record import (
     take_out_now,
 )
 from gpuaccept.operator.core.report_trust import trusted_report
+from gpuaccept.operator.core.reverify_round import plan_reverify
 
 REASON_REMEASURE = "PolicyNotMeasured"
 HELD_REPROBE = "Reprobe"  # a new round of an in-service node, deferred by the limit
@@ -89,6 +91,9 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
     if held_by_limit and st.held_action == HELD_QUARANTINE and take_out_now(ctx).allowed:
         held = failing_verdict(tuple(st.reasons), checks=tuple(st.checks), figures=st.figures)
         return record_verdict(ctx, out, held, Evidence(st.report, rejudged=st.rejudged))
+    reverify = plan_reverify(ctx, out)  # an idle window of an accepted node
+    if reverify is not None:
+        return reverify
     return _keep(ctx, out)
 
 
@@ -178,16 +183,33 @@ def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
     return out.build("decided")
 
 
-def new_round(ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str) -> Plan:
+def new_round(
+    ctx: NodeContext,
+    out: PlanBuilder,
+    *,
+    reason: str,
+    message: str,
+    reverify: ReverifyStatus | None = None,
+) -> Plan:
     """Start over: Pending, attempts reset, the old round's evidence dropped. A node
-    in service goes out of service for it only as the limit allows."""
+    in service goes out of service for it only as the limit allows. A re-verification
+    (``reverify``: its round) keeps the evidence it was accepted on until its own
+    verdict replaces it (it may give up and go back to service on it), and is never
+    deferred: the caller asked the limit already, under its lock."""
     st = ctx.status
     taking_out = in_service(st)
-    if taking_out:
+    if taking_out and reverify is None:
         out.needs_limit_lock = True  # takes (or is refused) a slot: one worker at a time
         decision = take_out_now(ctx)
         if not decision.allowed:
             return _deferred_round(ctx, out, message, decision.why)
+    evidence: dict[str, object] = {
+        "report": None,  # the old round's evidence is not this round's
+        "probed_sections": None,
+        "fabric": None,  # nor its fabric pairs and verdict
+        # a re-verification under way ends: this round is another's
+        "reverify": st.reverify.model_copy(update={"round": None}) if st.reverify else None,
+    }
     new = ctx.stamped(
         st,
         phase=Phase.PENDING,
@@ -199,9 +221,7 @@ def new_round(ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str) 
         next_attempt_time=None,
         probe_pod=None,
         probe_started_time=None,
-        report=None,  # the old round's evidence is not this round's
-        probed_sections=None,
-        fabric=None,  # nor its fabric pairs and verdict
+        **(evidence if reverify is None else {"reverify": reverify}),
         # Out of service because of gpuaccept from now until decided, unless it was
         # a new node that never was in service.
         was_in_service=st.was_in_service or st.phase in DECIDED,

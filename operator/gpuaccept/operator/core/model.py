@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.checks.verdict import Verdict
+from gpuaccept.contracts.api import NODE_CONDITION_TYPE
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
@@ -71,6 +72,7 @@ class NodeView:
     shared_gpus: int = 0  # status.allocatable nvidia.com/gpu.shared (sharing, renameByDefault)
     unschedulable: bool = False
     condition: NodeCondition | None = None
+    remedy: NodeCondition | None = None  # its GPUAcceptanceRemedy condition as last seen
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,19 @@ class OperatorConfig:
         return run.timeout_seconds
 
 
+@dataclass(frozen=True)
+class GpuPodSample:
+    """One list of a node's pods (by ``spec.nodeName``) for re-verification: when,
+    and the pods requesting GPUs it found (``namespace/name``, not gpuaccept's own)."""
+
+    at: datetime
+    gpu_pods: tuple[str, ...] = ()
+
+    @property
+    def idle(self) -> bool:
+        return not self.gpu_pods
+
+
 # How the core judges a report: :func:`gpuaccept.checks.verdict.evaluate`, or a
 # stand-in in tests. Its :class:`~gpuaccept.checks.verdict.Verdict` is the verdict
 # the core records; the core builds one itself only for an error verdict.
@@ -232,6 +247,8 @@ class NodeSnapshot:
     status_write_error: str | None = None
     # Phase Fabric: the verdict the fabric pairing gives this node now (None: none yet).
     fabric_verdict: FabricVerdict | None = None
+    # The latest list of the node's pods the re-verification loop made (None: none).
+    gpu_pod_sample: GpuPodSample | None = None
 
 
 # --------------------------------------------------------------------------- actions
@@ -260,6 +277,7 @@ class PatchNodeCondition:
     reason: str
     message: str
     now: datetime
+    condition_type: str = NODE_CONDITION_TYPE  # or REMEDY_CONDITION_TYPE (core/ladder.py)
 
 
 @dataclass(frozen=True)

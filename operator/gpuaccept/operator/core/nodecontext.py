@@ -13,9 +13,10 @@ from typing import Literal
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.checks.verdict import Verdict
+from gpuaccept.contracts.api import REMEDY_CONDITION_TYPE
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core import nodestate
+from gpuaccept.operator.core import ladder, nodestate
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT
 from gpuaccept.operator.core.model import (
     Action,
@@ -201,6 +202,32 @@ class PlanBuilder:
             self.actions.append(
                 PatchNodeCondition(node.name, want[0], want[1], cut(want[2], 1000), self.obs.now)
             )
+        remedy = _wanted_remedy(node, st)
+        if remedy is not None:
+            status, reason, message = remedy
+            self.actions.append(
+                PatchNodeCondition(
+                    node.name, status, reason, message, self.obs.now, REMEDY_CONDITION_TYPE
+                )
+            )
+
+
+def _wanted_remedy(
+    node: NodeView, st: NodeAcceptanceStatus
+) -> tuple[Literal["True", "False"], str, str] | None:
+    """The node's GPUAcceptanceRemedy condition for ``st`` when it must change (None:
+    in place). Written for a quarantined node, and set back to False once it is not;
+    a node never quarantined never gets one (no request)."""
+    rung = ladder.remedy(st)
+    seen = node.remedy
+    if rung == ladder.Rung.NONE:
+        if seen is None or seen.status != "True":
+            return None
+        return ("False", ladder.REMEDY_REASON[rung], "the node is not quarantined")
+    reason = ladder.REMEDY_REASON[rung]
+    if seen is not None and (seen.status, seen.reason) == ("True", reason):
+        return None
+    return ("True", reason, cut(f"{reason}: {st.reason or ''}: {st.message or ''}", 1000))
 
 
 def _wanted_condition(

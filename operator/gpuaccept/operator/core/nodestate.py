@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
-from gpuaccept.contracts.api import ACCEPTANCE_LABEL
+from gpuaccept.contracts.api import ACCEPTANCE_LABEL, REMEDY_LABEL
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import GPUWaitExpiry
+from gpuaccept.operator.core import ladder
 from gpuaccept.operator.core.model import NodeView, Taint
 
 PENDING_EFFECT = "NoSchedule"
@@ -107,6 +108,10 @@ def desired_labels(
         # failed one held by the quarantine limit), so no longer "accepted"; "quarantined"
         # and the quarantine labels stay, like its taint, until the new verdict.
         want[ACCEPTANCE_LABEL] = None
+    # what a quarantined node needs, for selectors (a NodeHealthCheck that reboots
+    # only reboot-node nodes); gone once it is not quarantined (a re-probe runs)
+    rung = ladder.remedy(status)
+    want[REMEDY_LABEL] = ladder.REMEDY_LABEL_VALUE.get(rung)
     return _changes(node.labels, want)
 
 

@@ -38,6 +38,7 @@ from gpuaccept.operator.core.model import (
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
 from gpuaccept.operator.core.pending import plan_pending
 from gpuaccept.operator.core.probing import plan_probing
+from gpuaccept.operator.core.reverify_round import targeted
 
 __all__ = ["reconcile"]
 
@@ -57,7 +58,8 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
         return out.build(f"policy {policy.name} invalid: {policy.error}")
     na = observed.na
     status = na.status if na is not None else NodeAcceptanceStatus()
-    ctx = NodeContext(observed, judge, node, policy, spec, status)
+    # during a suspect's re-verification, its policy with only the suspected checks
+    ctx = targeted(NodeContext(observed, judge, node, policy, spec, status))
     if na is None:
         return _new_node(ctx, out)
     first = _before_any_phase(ctx, out)

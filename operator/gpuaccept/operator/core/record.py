@@ -50,6 +50,13 @@ from gpuaccept.operator.core.nodecontext import (
     cut,
     reasons_message,
 )
+from gpuaccept.operator.core.reverify_round import (
+    Recorded,
+    against_history,
+    history_events,
+    history_fields,
+    keeps_evidence,
+)
 
 HELD_QUARANTINE = "Quarantine"
 HELD_ACCEPT = "Accept"
@@ -152,6 +159,7 @@ def judged(
     """The outcome of ``verdict``: the fabric test next, or the verdict under dryRun
     and the limit (:func:`~gpuaccept.operator.core.capacity.take_out_allowed`)."""
     st = ctx.status
+    verdict = against_history(ctx, verdict, evidence.report, new_evidence=not evidence.rejudged)
     if (
         verdict.accepted
         and evidence.fabric is None
@@ -233,11 +241,13 @@ def record(ctx: NodeContext, out: PlanBuilder, outcome: Outcome) -> Plan:
         "held_action": held_action,
         **_evidence_fields(ctx, outcome),
         **_service_fields(ctx, outcome),
+        **history_fields(ctx, _recorded(outcome, phase, reason)),
     }
     new = ctx.with_applied_keys(ctx.stamped(st, **update))
     out.write_status(st, new)
     if (new.phase, new.reason) != (st.phase, st.reason):
         _events(out, new, outcome)
+    history_events(out, st, new)
     out.ensure_node(ctx, new)
     pod = evidence.pod
     if pod is not None and not pod.deleting:
@@ -262,6 +272,19 @@ def _phase_of(outcome: VerdictOutcome) -> tuple[Phase, str | None, str, str | No
     assert_never(outcome)
 
 
+def _recorded(outcome: VerdictOutcome, phase: Phase, reason: str | None) -> Recorded:
+    evidence = outcome.evidence
+    fabric = evidence.fabric.busbw_gbps if evidence.fabric is not None else None
+    return Recorded(
+        phase=phase,
+        reason=reason,
+        accepted=isinstance(outcome, Accept),
+        report=evidence.report,
+        fabric_busbw=fabric if isinstance(outcome, Accept) else None,
+        compare=not evidence.rejudged,
+    )
+
+
 def _reasons(verdict: Verdict) -> list[Reason]:
     reasons = list(verdict.reasons)[:MAX_REASONS]
     if not reasons and not verdict.accepted:
@@ -281,6 +304,8 @@ def _evidence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any
         "probe_started_time": None,
         "next_attempt_time": None,
     }
+    if keeps_evidence(ctx.status, verdict.accepted):  # a targeted re-probe passed
+        return update
     if not evidence.rejudged:
         update["last_probe_time"] = ctx.obs.now
         update["probed_boot_id"] = report.boot_id if report is not None else ctx.node.boot_id

@@ -22,6 +22,7 @@ from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core.model import Plan, PodView, Taint
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
+from gpuaccept.operator.core.reverify_round import give_up, reverifying
 
 REASON_IMAGE_UNAVAILABLE = "ImageUnavailable"
 REASON_POD_REFUSED = "PodRefused"
@@ -60,8 +61,11 @@ def blocked(
     ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str, pod: PodView | None
 ) -> Plan:
     """This attempt could not run for ``reason`` (not the node's): wait and retry,
-    the attempt given back."""
+    the attempt given back. A re-verification gives up instead: the node goes back to
+    service as it was accepted (a GPU pod that came first wins)."""
     st, now = ctx.status, ctx.obs.now
+    if reverifying(st) is not None:
+        return give_up(ctx, out, reason=reason, message=message)
     backoff = wait_backoff(ctx)
     in_probe = st.phase == Phase.PROBING
     new = ctx.stamped(

@@ -1,0 +1,122 @@
+"""Repeat offenders and the remedy ladder: pure tables."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from world import T0
+
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
+from gpuaccept.contracts.reverify import Release, RepeatOffenders
+from gpuaccept.operator.core.ladder import Rung, reason_rung, remedy
+from gpuaccept.operator.core.offenders import repeat_offence, with_quarantine
+
+POLICY = RepeatOffenders()  # 3 within 7 days
+NOW = T0 + timedelta(days=30)
+
+
+def ago(days: float) -> datetime:
+    return NOW - timedelta(days=days)
+
+
+OFFENCES = {
+    "two in a week: not yet": ([ago(1), ago(2)], [], False),
+    "three in a week": ([ago(1), ago(2), ago(6)], [], True),
+    "three, one older than the window": ([ago(1), ago(2), ago(8)], [], False),
+    "three, released by a person after the second": (
+        [ago(1), ago(2), ago(3)],
+        [Release(by="alice", at=ago(1.5))],
+        False,
+    ),
+    "three, released before all of them": (
+        [ago(1), ago(2), ago(3)],
+        [Release(by="alice", at=ago(4))],
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize(("quarantines", "releases", "held"), OFFENCES.values(), ids=list(OFFENCES))
+def test_repeat_offence(quarantines: list[datetime], releases: list[Release], held: bool) -> None:
+    found = repeat_offence(quarantines, releases, POLICY, NOW)
+    assert (found is not None) is held
+    if held:
+        assert found
+        assert "a person" in found
+
+
+def test_off_never_holds() -> None:
+    off = POLICY.model_copy(update={"enabled": False})
+    assert repeat_offence([ago(1), ago(2), ago(3)], [], off, NOW) is None
+
+
+def test_the_history_keeps_the_latest() -> None:
+    history: list[datetime] = []
+    for n in range(20):
+        history = with_quarantine(history, ago(20 - n))
+    assert len(history) == 16
+    assert history[-1] == ago(1)
+
+
+def reason(check: str, word: str, message: str = "") -> Reason:
+    return Reason(check=check, reason=word, message=message)
+
+
+RUNGS = {
+    "a slow PCIe link: a person": (reason("pcie_link", "PcieLinkFailed"), Rung.NEEDS_PERSON),
+    "drift: a person": (reason("gpu_compute", "BaselineDriftFailed"), Rung.NEEDS_PERSON),
+    "a GPU missing: a reboot": (reason("gpu_count", "GpuCountFailed"), Rung.REBOOT_NODE),
+    "driver/library mismatch: a reboot": (
+        reason("driver_libraries", "DriverLibrariesFailed", "driver/library version mismatch"),
+        Rung.REBOOT_NODE,
+    ),
+    "CUDA too old: a person": (
+        reason("driver_libraries", "DriverLibrariesFailed", "supports CUDA 11.8"),
+        Rung.NEEDS_PERSON,
+    ),
+    "a repeat offender: a person": (
+        reason("repeat_offenders", "RepeatedQuarantine"),
+        Rung.NEEDS_PERSON,
+    ),
+    "xid without a report: a person": (reason("xid_errors", "XidErrorsFailed"), Rung.NEEDS_PERSON),
+}
+
+
+@pytest.mark.parametrize(("why", "rung"), RUNGS.values(), ids=list(RUNGS))
+def test_reason_rung(why: Reason, rung: Rung) -> None:
+    assert reason_rung(why, None) == rung
+
+
+def test_the_highest_rung_wins_and_only_quarantined_nodes_need_anything() -> None:
+    reasons = [reason("gpu_count", "GpuCountFailed"), reason("pcie_link", "PcieLinkFailed")]
+    st = NodeAcceptanceStatus(phase=Phase.QUARANTINED, reasons=reasons)
+    assert remedy(st) == Rung.NEEDS_PERSON
+    assert remedy(st.model_copy(update={"reasons": reasons[:1]})) == Rung.REBOOT_NODE
+    assert remedy(st.model_copy(update={"phase": Phase.ACCEPTED})) == Rung.NONE
+    assert remedy(st.model_copy(update={"phase": Phase.PENDING})) == Rung.NONE
+
+
+PROFILE_RUNGS = {
+    "recovery-action-reset": Rung.RESET_GPU,
+    "reset-required-r550": Rung.RESET_GPU,
+    "row-remap-pending": Rung.RESET_GPU,
+    "row-remap-failed": Rung.NEEDS_PERSON,
+    "ecc-disabled": Rung.NEEDS_PERSON,
+    "gpu-missing": Rung.REBOOT_NODE,
+    "pcie-x8": Rung.NEEDS_PERSON,
+}
+
+
+@pytest.mark.parametrize(("profile", "rung"), PROFILE_RUNGS.items(), ids=list(PROFILE_RUNGS))
+def test_the_rung_of_each_fault_profile(profile: str, rung: Rung) -> None:
+    """The real probe's report on a fault profile, judged under the default policy."""
+    from world import REPO, probed, spec  # noqa: PLC0415
+
+    from gpuaccept.operator.core.judge import judge  # noqa: PLC0415
+
+    report = probed(REPO / "profiles" / "faults" / f"{profile}.yaml")
+    verdict = judge(report, spec().probe)
+    assert not verdict.accepted
+    st = NodeAcceptanceStatus(phase=Phase.QUARANTINED, reasons=list(verdict.reasons), report=report)
+    assert remedy(st) == rung
