@@ -884,8 +884,8 @@ def test_metrics_and_health_endpoints(env: Env) -> None:
     assert 'gpuaccept_check_failures_total{check="pcie_link",reason="PcieLinkFailed"}' in text
     assert f'gpuaccept_node_busbw_bytes_per_second{{node="{names[0]}"}}' in text
     assert (
-        f'gpuaccept_node_phase{{node="{names[1]}",phase="Quarantined",policy="{policy}"}} 1.0'
-        in (text)
+        f'gpuaccept_node_phase{{node="{names[1]}",phase="Quarantined",policy="{policy}",'
+        'reason="PcieLinkFailed"} 1.0' in text
     )
     assert 'gpuaccept_build_info{version="' in text
     assert "_created" not in text

@@ -156,7 +156,10 @@ def main(argv: Sequence[str]) -> int:
             lease_duration=args.lease_duration,
         )
     runtime = RuntimeSettings(
-        workers=args.workers, status_interval=args.status_interval, identity=identity
+        workers=args.workers,
+        status_interval=args.status_interval,
+        identity=identity,
+        unmatched_grace_seconds=args.unmatched_grace,
     )
     controller = Controller(kube, config, judge, runtime=runtime, lease=lease)
     registry = build_registry(controller, node_selector)

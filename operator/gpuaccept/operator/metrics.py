@@ -90,6 +90,26 @@ RECONCILES = Counter("gpuaccept_reconciles_total", "Reconcile passes by outcome.
 API_CALLS = Counter("gpuaccept_api_writes_total", "Write actions executed, by kind.", ["action"])
 QUEUE_DEPTH = Gauge("gpuaccept_workqueue_depth", "Node keys waiting in the work queue.")
 LEADER = Gauge("gpuaccept_leader", "1 while this replica holds the leader Lease.")
+# One series per node under a pending taint that no policy matches, past the grace
+# (--unmatched-grace): normally none, so its cardinality is the problem's size.
+UNMATCHED_PENDING = Gauge(
+    "gpuaccept_node_unmatched_pending",
+    "1 for each node that carries a pending taint and that no policy matches, "
+    "after the grace from its registration.",
+    ["node"],
+)
+_UNMATCHED: set[str] = set()
+
+
+def publish_unmatched(nodes: Iterable[str]) -> None:
+    """The unmatched pending nodes from now on (a node no longer one loses its series)."""
+    now = set(nodes)
+    for gone in _UNMATCHED - now:
+        remove_series(UNMATCHED_PENDING, gone)
+    for node in now:
+        UNMATCHED_PENDING.labels(node).set(1)
+    _UNMATCHED.clear()
+    _UNMATCHED.update(now)
 
 
 def remove_series(metric: Any, *labels: str) -> None:
@@ -114,6 +134,7 @@ def record_policy(policy: str, share: PolicyTally) -> None:
         Phase.STALLED: counts.stalled,
         Phase.FABRIC: counts.fabric,
         Phase.WAITING: counts.waiting,
+        Phase.RELEASED: counts.released,
     }
     for phase in Phase:
         NODES_BY_PHASE.labels(policy, phase.value).set(by_phase.get(phase, 0))
@@ -161,6 +182,7 @@ class NodeSamples:
     busbw_bytes_per_second: float | None = None
     pcie_generation: float | None = None
     pcie_width: float | None = None
+    reason: str = ""  # the status's reason word (the REASON column); "" without one
 
 
 def _number(value: object) -> float | None:
@@ -178,6 +200,7 @@ def node_samples(na: NAView) -> NodeSamples:
         node=na.name,
         policy=status.policy or "",
         phase=status.phase.value,
+        reason=status.reason or "",
         busbw_bytes_per_second=None if busbw is None else busbw * BYTES_PER_GB,
         pcie_generation=_number(figure(PCIE_GENERATION_FIGURE)),
         pcie_width=_number(figure(PCIE_WIDTH_FIGURE)),
@@ -193,8 +216,8 @@ class NodeSeries(Collector):
     def collect(self) -> Iterator[Metric]:
         phase = GaugeMetricFamily(
             "gpuaccept_node_phase",
-            "1 for each node's current phase (its NodeAcceptance), by policy.",
-            labels=["node", "policy", "phase"],
+            "1 for each node's current phase and reason (its NodeAcceptance), by policy.",
+            labels=["node", "policy", "phase", "reason"],
         )
         busbw = GaugeMetricFamily(
             "gpuaccept_node_busbw_bytes_per_second",
@@ -212,7 +235,7 @@ class NodeSeries(Collector):
             labels=["node"],
         )
         for sample in self.samples:  # one read of an immutable tuple: no lock needed
-            phase.add_metric([sample.node, sample.policy, sample.phase], 1.0)
+            phase.add_metric([sample.node, sample.policy, sample.phase, sample.reason], 1.0)
             for family, value in (
                 (busbw, sample.busbw_bytes_per_second),
                 (generation, sample.pcie_generation),

@@ -267,6 +267,14 @@ def parser() -> argparse.ArgumentParser:
         "(default: all Nodes; policies select among them)",
     )
     p.add_argument(
+        "--unmatched-grace",
+        type=float,
+        default=float(env("GPUACCEPT_UNMATCHED_GRACE", "900")),
+        help="seconds after its registration before a node that carries a pending taint "
+        "and that no policy matches is reported (metric gpuaccept_node_unmatched_pending, "
+        "a log line): its labels may still be on their way before that",
+    )
+    p.add_argument(
         "--crd-wait",
         type=float,
         default=30.0,
@@ -382,19 +390,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def check_ranges(args: argparse.Namespace) -> None:
-    if args.workers < 1:
-        raise UsageError(f"--workers: must be at least 1 (got {args.workers})")
-    if args.status_interval <= 0:
-        raise UsageError(f"--status-interval: must be positive (got {args.status_interval})")
-    if args.crd_wait < 0:
-        raise UsageError(f"--crd-wait: must not be negative (got {args.crd_wait})")
-    if args.lease_duration < 1:
-        raise UsageError(f"--lease-duration: must be at least 1 (got {args.lease_duration})")
-    if args.probe_timeout is not None and args.probe_timeout < 1:
-        raise UsageError(f"--probe-timeout: must be at least 1 (got {args.probe_timeout})")
-    for flag, port in (("--metrics-port", args.metrics_port), ("--health-port", args.health_port)):
-        if not 0 <= port <= 65535:
-            raise UsageError(f"{flag}: must be a port, 0 to 65535 (got {port})")
+    _check_numbers(args)
     if args.probe_priority_class.startswith("system-"):
         raise UsageError(
             f"--probe-priority-class: {args.probe_priority_class} is a system class; the kubelet "
@@ -410,6 +406,26 @@ def check_ranges(args: argparse.Namespace) -> None:
         raise UsageError("--probe-command: must not be empty")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
         raise UsageError(f"--kubeconfig: {args.kubeconfig} does not exist")
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        raise UsageError(f"--workers: must be at least 1 (got {args.workers})")
+    if args.status_interval <= 0:
+        raise UsageError(f"--status-interval: must be positive (got {args.status_interval})")
+    for flag, seconds in (
+        ("--crd-wait", args.crd_wait),
+        ("--unmatched-grace", args.unmatched_grace),
+    ):
+        if seconds < 0:
+            raise UsageError(f"{flag}: must not be negative (got {seconds})")
+    if args.lease_duration < 1:
+        raise UsageError(f"--lease-duration: must be at least 1 (got {args.lease_duration})")
+    if args.probe_timeout is not None and args.probe_timeout < 1:
+        raise UsageError(f"--probe-timeout: must be at least 1 (got {args.probe_timeout})")
+    for flag, port in (("--metrics-port", args.metrics_port), ("--health-port", args.health_port)):
+        if not 0 <= port <= 65535:
+            raise UsageError(f"{flag}: must be a port, 0 to 65535 (got {port})")
 
 
 def owned_key_prefixes(extra: list[str]) -> tuple[str, ...]:

@@ -71,6 +71,7 @@ class NodeView:
     shared_gpus: int = 0  # status.allocatable nvidia.com/gpu.shared (sharing, renameByDefault)
     unschedulable: bool = False
     condition: NodeCondition | None = None
+    created: datetime | None = None  # metadata.creationTimestamp (when it registered)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class NAView:
     status: NodeAcceptanceStatus = field(default_factory=NodeAcceptanceStatus)
     resource_version: str = ""
     uid: str = ""
+    # Only gpuaccept's own (the release request of kubectl gpuaccept release).
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

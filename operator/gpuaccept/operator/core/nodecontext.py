@@ -17,6 +17,7 @@ from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reas
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core import nodestate
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT
+from gpuaccept.operator.core.conditions import with_accepted_condition
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,
@@ -171,7 +172,9 @@ class PlanBuilder:
             )
 
     def write_status(self, old: NodeAcceptanceStatus, new: NodeAcceptanceStatus) -> None:
+        """Write ``new`` (with its ``Accepted`` condition in line) when it differs."""
         na = self.obs.na
+        new = with_accepted_condition(new, self.obs.now)
         if new != old and na is not None:
             self.actions.append(PatchNAStatus(na.name, na.resource_version, new))
 
@@ -209,7 +212,7 @@ def _wanted_condition(
     """The node's GPUAcceptance condition for ``st``; None: leave it as it is."""
     if st.phase == Phase.ACCEPTED:
         return ("True", "Accepted", "all required GPU acceptance checks passed")
-    if st.phase == Phase.QUARANTINED:
+    if st.phase in (Phase.QUARANTINED, Phase.RELEASED):
         return ("False", st.reason or REASON_PROBE_ERROR, st.message or "")
     cond = node.condition
     if cond is not None and cond.status == "True":
