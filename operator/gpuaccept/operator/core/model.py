@@ -203,6 +203,13 @@ class OperatorConfig:
     # a percentage of its matched nodes (--max-unavailable-ceiling; the chart sets 50%):
     # no policy's maxQuarantined or quarantineRate goes above it.
     max_unavailable_ceiling: int | str = "100%"
+    # Added to every probe and fabric pod (--probe-pod-labels, --probe-pod-annotations,
+    # --probe-env; the chart's probe.podLabels, podAnnotations, env): a service mesh's
+    # injection opt-out, labels an admission policy requires, a proxy. Never the
+    # operator's own keys, never the probe's own variables (options.py refuses them).
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    probe_env: tuple[tuple[str, str], ...] = ()
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run
