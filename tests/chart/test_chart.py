@@ -368,6 +368,8 @@ def test_alerts_use_the_operators_metrics(ha_docs: list[Manifest]) -> None:
         "GPUAcceptOperatorDown",
         "GPUAcceptNoLeader",
         "GPUAcceptNodeStuck",
+        "GPUAcceptNodeUnmatched",
+        "GPUAcceptPendingNodeUnwatched",
         "GPUAcceptNodesWaiting",
         "GPUAcceptNodesQuarantined",
         "GPUAcceptBreakerTripped",

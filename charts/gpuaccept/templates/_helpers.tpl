@@ -121,6 +121,7 @@ and is put before the repository otherwise. */}}
 - --probe-env={{ toJson .Values.probe.env }}
 - --fabric-pods={{ toJson .Values.fabric }}
 - --max-unavailable-ceiling={{ .Values.operator.maxUnavailableCeiling }}
+- --unmatched-grace={{ .Values.operator.unmatchedGraceSeconds }}
 {{- with .Values.operator.watchNodeSelector }}
 - --node-selector={{ . }}
 {{- end }}
