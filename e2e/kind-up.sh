@@ -14,6 +14,14 @@ fi
 config="$(mktemp)"
 trap 'rm -f "${config}"' EXIT
 
+# WORKER_GPU_LABEL=0: the worker joins without nvidia.com/gpu.present, which the
+# NVIDIA GPU Operator then has to set (e2e/gpu-operator.sh).
+gpu_label='  labels:
+    nvidia.com/gpu.present: "true"'
+if [[ "${WORKER_GPU_LABEL:-1}" != "1" ]]; then
+  gpu_label=""
+fi
+
 gpu_mounts=""
 if [[ "${GPU}" == "1" ]]; then
   # With the NVIDIA container toolkit configured for volume-mount device
@@ -30,8 +38,7 @@ apiVersion: kind.x-k8s.io/v1alpha4
 nodes:
 - role: control-plane
 - role: worker
-  labels:
-    nvidia.com/gpu.present: "true"
+${gpu_label}
   kubeadmConfigPatches:
   - |
     kind: JoinConfiguration

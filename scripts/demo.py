@@ -381,19 +381,24 @@ def show(cp: ControlPlane) -> None:
     for label in ("gpuaccept.io/demo", FABRIC_LABEL, REVERIFY_LABEL):
         out(kubectl(cp, "get", "nodes", "-l", f"{label}=true", "-o",
                     "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept"
-                    "\\.io/acceptance,TAINTS:.spec.taints[*].key"))  # fmt: skip
+                    "\\.io/acceptance,REASON:.metadata.labels.gpuaccept\\.io/reason,"
+                    "TAINTS:.spec.taints[*].key"))  # fmt: skip
 
 
 def next_steps(cp: ControlPlane) -> None:
     out("Try next (with KEEP=1 make demo):")
     out(f"  export KUBECONFIG={cp.kubeconfig}")
-    out(f"  export PATH={ROOT / '.bin'}:$PATH   # the kubectl built for this control plane")
+    out(f"  export PATH={ROOT / '.bin'}:{ROOT / '.venv' / 'bin'}:$PATH"
+        "   # this control plane's kubectl, and the kubectl-gpuaccept plugin")  # fmt: skip
+    out("  kubectl gpuaccept explain gpu-pcie-x8            # why: every reason, the probe's table")
     out("  kubectl get nodeacceptance gpu-pcie-x8 -o yaml        # reasons, checks, report")
+    out("  kubectl wait --for=condition=Accepted na/gpu-healthy-1   # returns once accepted")
     for name in FABRIC_BAD:
         out(f"  kubectl get nodeacceptance {name} -o yaml   # the fabric pairs it failed")
     out("  kubectl annotate node gpu-healthy-1 gpuaccept.io/reprobe=now   # re-probe")
     out("  kubectl patch nodeacceptancepolicy demo --type merge -p "
         "'{\"spec\":{\"dryRun\":true}}'   # dry run")  # fmt: skip
+    out("  kubectl gpuaccept release gpu-pcie-x8 --reason 'why'   # in service, with who and when")
     out("  docs/runbook.md, 'Release a quarantined node': repair + re-probe, or no probe")
     out("  docs/runbook.md also: reset the breaker, dryRun, paused")
     out("  make demo-down                                          # stop it all")

@@ -22,6 +22,7 @@ POLICIES = (
     "probe-pod-shape",
     "node-writes",
     "operator-identity",
+    "release-requester",
 )
 
 

@@ -107,7 +107,7 @@ def test_default_render(default_docs: list[Manifest]) -> None:
             "Service",
             "Pod",
             # the admission rules (templates/admission.yaml, docs/security.md)
-            *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 5,
+            *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 6,
         ]
     )
     assert one(default_docs, "Deployment")["spec"]["replicas"] == 1
@@ -368,6 +368,8 @@ def test_alerts_use_the_operators_metrics(ha_docs: list[Manifest]) -> None:
         "GPUAcceptOperatorDown",
         "GPUAcceptNoLeader",
         "GPUAcceptNodeStuck",
+        "GPUAcceptNodeUnmatched",
+        "GPUAcceptPendingNodeUnwatched",
         "GPUAcceptNodesWaiting",
         "GPUAcceptNodesQuarantined",
         "GPUAcceptBreakerTripped",

@@ -364,7 +364,7 @@ def test_alerts_can_be_disabled_one_by_one_and_labelled(tmp_path: Path) -> None:
         "metrics": {
             "prometheusRule": {
                 "enabled": True,
-                "disabled": {"GPUAcceptNodeStuck": True},
+                "disabled": {"GPUAcceptNodeStuck": True, "GPUAcceptPendingNodeUnwatched": True},
                 "additionalRuleLabels": {"team": "gpu-platform"},
             }
         }
@@ -372,7 +372,8 @@ def test_alerts_can_be_disabled_one_by_one_and_labelled(tmp_path: Path) -> None:
     (group,) = one(render(values, tmp_path), "PrometheusRule")["spec"]["groups"]
     names = [r["alert"] for r in group["rules"]]
     assert "GPUAcceptNodeStuck" not in names
-    assert len(names) == 6
+    assert "GPUAcceptPendingNodeUnwatched" not in names
+    assert len(names) == 7
     for rule in group["rules"]:
         assert rule["labels"]["team"] == "gpu-platform"
         assert rule["labels"]["severity"] in {"warning", "critical"}

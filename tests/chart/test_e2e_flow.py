@@ -39,8 +39,16 @@ case "${tool}" in
   kubectl)
     if [[ "${args}" == *"{.spec.taints[*].key}"* ]]; then
       printf 'gpuaccept.io/pending'
+    elif [[ "${args}" == *"--field-selector spec.nodeName="* ]]; then
+      printf 'gpu-operator-node-feature-discovery-worker-x7k2=Running\n'
     elif [[ "${args}" == *"{.status.phase}"* ]]; then
       printf '%s' "${SHIM_PHASE:-Held}"
+    elif [[ "${args}" == *"gpu\.present"* ]]; then
+      printf 'true'
+    elif [[ "${args}" == *"allocatable"* ]]; then
+      printf '8'
+    elif [[ "${args}" == *" logs "* ]]; then
+      printf 'node gpuaccept-e2e-worker carries a pending taint and no policy matches it\n'
     fi
     ;;
 esac
@@ -144,3 +152,49 @@ def test_wait_fails_when_no_final_phase(shims: dict[str, str], tmp_path: Path) -
     assert proc.returncode != 0
     assert "was not decided" in proc.stderr
     assert "logs deployment/gpuaccept" in (tmp_path / "calls.log").read_text()
+
+
+def test_gpu_operator_scenario_flow(shims: dict[str, str], tmp_path: Path) -> None:
+    proc = _run("gpu-operator.sh", shims)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+
+    def index(prefix: str) -> int:
+        found = [i for i, call in enumerate(calls) if call.startswith(prefix)]
+        assert found, f"no call starting with {prefix!r} in:\n" + "\n".join(calls)
+        return found[0]
+
+    values = chart_dir() / "examples" / "gpu-operator-values.yaml"
+    order = [
+        index("kind create cluster --name gpuaccept-e2e"),
+        index("helm repo add nvidia https://helm.ngc.nvidia.com/nvidia"),
+        index("helm upgrade --install gpu-operator nvidia/gpu-operator"),
+        index("kubectl --context kind-gpuaccept-e2e -n gpu-operator get pods --field-selector"),
+        index("docker build -f probes/Dockerfile"),
+        index("helm upgrade --install gpuaccept"),
+        index("kubectl --context kind-gpuaccept-e2e -n gpuaccept-system logs deployment/gpuaccept"),
+        index("kind delete cluster --name gpuaccept-e2e"),
+    ]
+    assert order == sorted(order), "\n".join(calls)
+    operator = calls[index("helm upgrade --install gpu-operator")]
+    assert f"--values {values}" in operator  # the shipped values, as install.md says
+    # GPU=0: gpuaccept watches every node, and reports the unlabelled one soon
+    gpuaccept = calls[index("helm upgrade --install gpuaccept")]
+    assert "operator.watchNodeSelector=" in gpuaccept
+    assert "operator.unmatchedGraceSeconds=30" in gpuaccept
+    # the worker joins under the pending taint and WITHOUT the GPU label: the GPU
+    # Operator (from NFD's labels) must set it
+    config = (tmp_path / "kind-config.yaml").read_text()
+    assert "key: gpuaccept.io/pending" in config
+    assert "nvidia.com/gpu.present" not in config
+
+
+def test_gpu_operator_scenario_with_gpus_waits_for_the_verdict(
+    shims: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**shims, "GPU": "1", "SHIM_PHASE": "Held"}
+    proc = _run("gpu-operator.sh", env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = (tmp_path / "calls.log").read_text()
+    assert "get nodeacceptance gpuaccept-e2e-worker" in calls
+    assert "operator.watchNodeSelector=" not in calls

@@ -375,20 +375,41 @@ def test_printer_columns() -> None:
         cols = crd["spec"]["versions"][0]["additionalPrinterColumns"]
         return {c["name"].upper(): c["jsonPath"] for c in cols if not c.get("priority")}
 
-    assert list(columns(crdgen.policy_crd())) == [
+    policy = columns(crdgen.policy_crd())
+    assert list(policy) == [
+        "READY",
+        "MATCHED",
         "ACCEPTED",
         "QUARANTINED",
         "PENDING",
         "HELD",
+        "WOULD-ACCEPT",
+        "WOULD-QUARANTINE",
         "STALLED",
         "BREAKER",
         "DRYRUN",
         "PAUSED",
         "AGE",
     ]
+    # the dry run's answer at a glance (issue 25)
+    assert policy["READY"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert policy["WOULD-QUARANTINE"] == ".status.wouldQuarantine"
     na = columns(crdgen.acceptance_crd())
     # the key figures' columns come from the registry, in their declared order (README's)
-    assert list(na) == ["PHASE", "REASON", "BUSBW", "PCIE", "FABRIC", "DRIVER", "PROBED", "AGE"]
+    assert list(na) == [
+        "PHASE",
+        "REASON",
+        "HELD",
+        "FAILING",
+        "BUSBW",
+        "PCIE",
+        "FABRIC",
+        "DRIVER",
+        "PROBED",
+        "AGE",
+    ]
+    assert na["HELD"] == ".status.heldAction"
+    assert na["FAILING"] == ".status.reasons[0].reason"
     assert na["PROBED"] == ".status.lastProbeTime"
     assert na["FABRIC"] == ".status.fabric.summary"  # empty unless the policy enables fabric
     # Every printer column points at a field that exists in the schema.
@@ -396,10 +417,13 @@ def test_printer_columns() -> None:
         root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
         for col in crd["spec"]["versions"][0]["additionalPrinterColumns"]:
             node = root
-            for part in col["jsonPath"].lstrip(".").split("."):
+            # an index or a filter (reasons[0], conditions[?(@.type=="Ready")]) is one
+            # item of the array: its fields are the items' fields
+            path = re.sub(r"\[[^\]]*\]", ".[]", col["jsonPath"])
+            for part in path.lstrip(".").split("."):
                 if part in {"creationTimestamp"}:
                     break
-                node = node["properties"][part]
+                node = node["items"] if part == "[]" else node["properties"][part]
 
 
 def test_unsupported_schema_is_reported() -> None:

@@ -54,6 +54,10 @@ VALUES = {
     "fabric.capabilities": "{IPC_LOCK}",
     "probe.tolerations[0].key": "dedicated",
     "probe.tolerations[0].operator": "Exists",
+    # adapted to the cluster (issue 25): still admitted by the probe pod rules
+    "probe.podLabels.team": "ml-platform",
+    "probe.podAnnotations.example\\.com/owner": "gpu-team",
+    "probe.env.HTTPS_PROXY": "http://proxy.example.com:3128",
 }
 ADMISSION_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 DRY_RUN = "All"
@@ -140,7 +144,7 @@ class Admission:
     def __init__(self, cp: ControlPlane, rendered: list[dict[str, Any]]) -> None:
         self.cp = cp
         self.objects = [obj for obj in rendered if obj.get("kind") in ADMISSION_KINDS]
-        assert len(self.objects) == 10, [o["metadata"]["name"] for o in self.objects]
+        assert len(self.objects) == 12, [o["metadata"]["name"] for o in self.objects]
         self.applied = False
 
     def install(self) -> None:
@@ -327,6 +331,91 @@ def test_forged_acceptance_status_is_refused(
         custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, node)
 
 
+# --------------------------------------------------------------------------- release requests
+
+REQUESTER = "alice@example.com"
+
+
+@pytest.fixture
+def requester(control_plane: ControlPlane) -> Iterator[k8s.ApiClient]:
+    """A person who may annotate NodeAcceptances (as the aggregated edit role grants)."""
+    rbac = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": f"{RELEASE}-requester"},
+         "rules": [{"apiGroups": [GROUP], "resources": [ACCEPTANCE_PLURAL],
+                    "verbs": ["get", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"{RELEASE}-requester"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": f"{RELEASE}-requester"},
+         "subjects": [{"kind": "User", "name": REQUESTER}]},
+    ]  # fmt: skip
+    apply_manifests(control_plane, rbac)
+    with control_plane.api_client(impersonate_user=REQUESTER) as api:
+        yield api
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
+    control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
+
+
+def test_a_release_request_names_its_requester(
+    identity: OperatorIdentity,  # the chart's CRDs and RBAC applied
+    admin: k8s.ApiClient,
+    requester: k8s.ApiClient,
+    admission: Admission,
+    node: str,
+) -> None:
+    custom = k8s.CustomObjectsApi(admin)
+    custom.create_cluster_custom_object(
+        GROUP, VERSION, ACCEPTANCE_PLURAL,
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeAcceptance",
+         "metadata": {"name": node}, "spec": {"nodeName": node}},
+    )  # fmt: skip
+    as_requester = k8s.CustomObjectsApi(requester)
+
+    def ask(by: str, at: str = "2026-12-02T10:00:00Z") -> Callable[[], object]:
+        body = {
+            "metadata": {
+                "annotations": {"gpuaccept.io/release-by": by, "gpuaccept.io/release-at": at}
+            }
+        }
+        return lambda: as_requester.patch_cluster_custom_object(
+            GROUP, VERSION, ACCEPTANCE_PLURAL, node, body, dry_run=DRY_RUN
+        )
+
+    try:
+        # Without the rules anyone who may annotate it can name someone else.
+        eventually_admitted(ask("bob@example.com"))
+        admission.install()
+        error = eventually_refused(ask("bob@example.com"), "a release request names its requester")
+        assert error.status == 403
+        assert REQUESTER in str(error.body)
+        admitted(ask(REQUESTER))
+        # A request already there (someone else's) may stay while other fields change,
+        # and be removed; the admin is exempt.
+        custom.patch_cluster_custom_object(
+            GROUP, VERSION, ACCEPTANCE_PLURAL, node,
+            {"metadata": {"annotations": {"gpuaccept.io/release-by": "bob@example.com",
+                                          "gpuaccept.io/release-at": "2026-12-02T09:00:00Z"}}},
+        )  # fmt: skip
+        admitted(
+            lambda: as_requester.patch_cluster_custom_object(
+                GROUP, VERSION, ACCEPTANCE_PLURAL, node,
+                {"metadata": {"labels": {"team": "ml"}}}, dry_run=DRY_RUN,
+            )
+        )  # fmt: skip
+        admitted(
+            lambda: as_requester.patch_cluster_custom_object(
+                GROUP, VERSION, ACCEPTANCE_PLURAL, node,
+                {"metadata": {"annotations": {"gpuaccept.io/release-by": None,
+                                              "gpuaccept.io/release-at": None}}},
+                dry_run=DRY_RUN,
+            )
+        )  # fmt: skip
+        eventually_refused(ask("bob@example.com", "2026-12-02T11:00:00Z"), "names its requester")
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, node)
+
+
 # --------------------------------------------------------------------------- probe pods: who
 
 
@@ -502,9 +591,19 @@ def test_operator_token_creates_only_probe_shaped_pods(
     for bad, message in attacks:
         eventually_refused(_create(operator_api, bad), message)
     # The probe pod and the fabric pod the operator builds, with the chart's settings
-    # (IPC_LOCK added, a toleration of probe.tolerations), are admitted.
+    # (IPC_LOCK added, a toleration of probe.tolerations, the platform team's labels,
+    # annotations and env, the sidecar opt-outs), are admitted.
+    fabric = _fabric_pod(rendered, node)
+    for adapted in (pod, fabric):
+        meta = adapted["metadata"]
+        assert meta["labels"]["team"] == "ml-platform"
+        assert meta["labels"]["sidecar.istio.io/inject"] == "false"
+        assert meta["annotations"]["linkerd.io/inject"] == "disabled"
+        assert meta["annotations"]["example.com/owner"] == "gpu-team"
+        env = {e["name"] for e in adapted["spec"]["containers"][0]["env"]}
+        assert "HTTPS_PROXY" in env
     admitted(_create(operator_api, pod))
-    admitted(_create(operator_api, _fabric_pod(rendered, node)))
+    admitted(_create(operator_api, fabric))
     # Elsewhere than the release namespace: refused (RBAC refuses it first).
     assert (
         _refusal(

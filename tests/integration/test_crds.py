@@ -358,6 +358,8 @@ def test_acceptance_status_round_trips_and_columns_show(cp: ControlPlane, name: 
         "NAME",
         "PHASE",
         "REASON",
+        "HELD",  # the action held back (empty: none), then the verdict's first reason
+        "FAILING",
         "BUSBW",  # the key figures' columns, in their declared display order
         "PCIE",
         "FABRIC",
@@ -366,8 +368,9 @@ def test_acceptance_status_round_trips_and_columns_show(cp: ControlPlane, name: 
         "AGE",
     ]
     row = table[1].split()
-    assert row[:5] == [name, "Quarantined", "LowBusBandwidth", "80.5", "Gen5x16"]
-    assert row[5:9] == ["failed", "167.5", "GB/s", "550.54.15"]  # the FABRIC column, then DRIVER
+    # HELD is empty here, so FAILING's value follows REASON's
+    assert row[:6] == [name, "Quarantined", "LowBusBandwidth", "LowBusBandwidth", "80.5", "Gen5x16"]
+    assert row[6:10] == ["failed", "167.5", "GB/s", "550.54.15"]  # the FABRIC column, then DRIVER
     wide = cp.kubectl("get", "na", name, "-o", "wide").stdout.splitlines()
     assert wide[0].split()[-4:] == ["POLICY", "ATTEMPTS", "WALL", "AGE"]
     assert wide[1].split()[-4:-1] == ["default", "1", "53.1"]  # the probe's own wall time
@@ -376,24 +379,54 @@ def test_acceptance_status_round_trips_and_columns_show(cp: ControlPlane, name: 
 def test_policy_status_and_columns(cp: ControlPlane, name: str) -> None:
     assert _apply(cp, _policy(name, {"dryRun": True})).returncode == 0
     status = NodeAcceptancePolicyStatus(
-        counts=PhaseCounts(accepted=7, quarantined=2, pending=1), matched_nodes=10
+        counts=PhaseCounts(accepted=7, quarantined=2, pending=1, held=3),
+        matched_nodes=13,
+        would_accept=2,
+        would_quarantine=1,
+        conditions=[
+            Condition(
+                type="Ready",
+                status=ConditionStatus.TRUE,
+                reason="Reconciling",
+                last_transition_time=datetime.now(UTC),
+            )
+        ],
     )
     proc = _status_patch(cp, "nodeacceptancepolicy", name, status.to_wire())
     assert proc.returncode == 0, proc.stderr
     table = cp.kubectl("get", "nap", name).stdout.splitlines()
     assert table[0].split() == [
         "NAME",
+        "READY",
+        "MATCHED",
         "ACCEPTED",
         "QUARANTINED",
         "PENDING",
         "HELD",
+        "WOULD-ACCEPT",
+        "WOULD-QUARANTINE",
         "STALLED",
         "BREAKER",
         "DRYRUN",
         "PAUSED",
         "AGE",
     ]
-    assert table[1].split()[:8] == [name, "7", "2", "1", "0", "0", "false", "true"]
+    row = table[1].split()
+    assert row[:13] == [
+        name,
+        "True",
+        "13",
+        "7",
+        "2",
+        "1",
+        "3",
+        "2",
+        "1",
+        "0",
+        "false",
+        "true",
+        "false",
+    ]
     everything = cp.kubectl("get", "gpuaccept").stdout
     assert name in everything
 

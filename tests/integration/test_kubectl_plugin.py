@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,12 @@ import pytest
 import yaml
 
 from gpuaccept.checks.verdict import evaluate
-from gpuaccept.contracts.api import REPROBE_ANNOTATION
+from gpuaccept.contracts.api import (
+    RELEASE_AT_ANNOTATION,
+    RELEASE_BY_ANNOTATION,
+    RELEASE_REASON_ANNOTATION,
+    REPROBE_ANNOTATION,
+)
 from gpuaccept.operator.plugin.cli import main as plugin_main
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
@@ -22,7 +28,7 @@ from gpuaccept.probe.inputs import load_policy
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
 from gpuaccept.probe.runner import ProbeRun, run_probe
-from gpuaccept.testsupport.chart_rbac import apply_crds
+from gpuaccept.testsupport.chart_rbac import apply_crds, write_token_kubeconfig
 from gpuaccept.testsupport.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
@@ -139,6 +145,88 @@ def test_reprobe_sets_the_annotation(fleet: ControlPlane) -> None:
     assert value.isdigit()
     assert f"{REPROBE_ANNOTATION}={value}" in text
     assert _plugin(fleet, "reprobe", "plugin-no-such-node")[0] == 1
+
+
+REQUESTER_NS, REQUESTER = "default", "plugin-requester"
+
+
+@pytest.fixture
+def requester_kubeconfig(fleet: ControlPlane, tmp_path: Path) -> Iterator[Path]:
+    """A kubeconfig of a ServiceAccount that may annotate NodeAcceptances and nothing
+    more (the chart's aggregated edit role grants that), with a TokenRequest token."""
+    rbac = [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": REQUESTER, "namespace": REQUESTER_NS}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": REQUESTER},
+         "rules": [{"apiGroups": ["gpuaccept.io"], "resources": ["nodeacceptances"],
+                    "verbs": ["get", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": REQUESTER},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": REQUESTER},
+         "subjects": [{"kind": "ServiceAccount", "name": REQUESTER,
+                       "namespace": REQUESTER_NS}]},
+    ]  # fmt: skip
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
+    fleet.kubectl("apply", "-f", "-", input=body)
+    token = fleet.service_account_token(REQUESTER_NS, REQUESTER)
+    yield write_token_kubeconfig(
+        tmp_path / "requester.kubeconfig",
+        server=fleet.server,
+        ca_file=fleet.ca_file,
+        token=token,
+        user=REQUESTER,
+    )
+    fleet.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
+
+
+def test_release_records_who_asks_as_the_api_server_says(
+    fleet: ControlPlane, requester_kubeconfig: Path
+) -> None:
+    out = io.StringIO()
+    args = [
+        "--kubeconfig",
+        str(requester_kubeconfig),
+        "release",
+        BAD,
+        "--reason",
+        "riser",
+        "--wait",
+        "0",
+    ]
+    assert plugin_main(args, out=out) == 0
+    na = json.loads(fleet.kubectl("get", "nodeacceptance", BAD, "-o", "json").stdout)
+    annotations = na["metadata"]["annotations"]
+    who = f"system:serviceaccount:{REQUESTER_NS}:{REQUESTER}"
+    assert annotations[RELEASE_BY_ANNOTATION] == who  # the token's identity, not a name given
+    at = datetime.strptime(annotations[RELEASE_AT_ANNOTATION], "%Y-%m-%dT%H:%M:%SZ")
+    assert abs(at.replace(tzinfo=UTC) - datetime.now(UTC)) < timedelta(minutes=5)
+    assert annotations[RELEASE_REASON_ANNOTATION] == "riser"
+    assert f"release asked for by {who}" in out.getvalue()
+    assert na["status"]["phase"] == "Quarantined"  # the operator applies it (not running here)
+    # nothing to release on an accepted node; no NodeAcceptance, no release
+    assert _plugin(fleet, "release", GOOD, "--wait", "0")[0] == 1
+    assert _plugin(fleet, "release", "plugin-no-such-node", "--wait", "0")[0] == 1
+
+
+def test_explain_shows_the_release_record(fleet: ControlPlane) -> None:
+    record = {
+        "by": "alice@example.com", "requestedAt": "2026-12-02T10:00:00Z", "reason": "riser",
+        "releasedTime": "2026-12-02T10:00:01Z", "fromPhase": "Quarantined",
+        "fromReason": "PcieLinkFailed",
+    }  # fmt: skip
+    released = {"status": {"phase": "Released", "reason": "Released", "release": record}}
+    fleet.kubectl(
+        "patch", "nodeacceptance", BAD, "--subresource=status", "--type=merge",
+        "-p", json.dumps(released),
+    )  # fmt: skip
+    code, text = _plugin(fleet, "explain", BAD)
+    assert code == 0
+    assert (
+        "released by alice@example.com at 2026-12-02T10:00:01Z (asked at 2026-12-02T10:00:00Z), "
+        "was Quarantined (PcieLinkFailed): riser"
+    ) in " ".join(text.split())
 
 
 def test_what_if_reports_the_changes_and_writes_nothing(

@@ -13,6 +13,7 @@ default one) claims them. No timing assertions: generous waits, clear messages.
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import json
 import os
@@ -42,11 +43,13 @@ from gpuaccept.contracts.api import (
     PENDING_TAINT_KEY,
     POLICY_PLURAL,
     QUARANTINE_TAINT_KEY,
+    REASON_LABEL,
     REPROBE_ANNOTATION,
     VERSION,
 )
 from gpuaccept.contracts.report import ProbeReport, encode_termination_message
 from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.plugin.cli import main as plugin_main
 from gpuaccept.probe.hardware.profile import expected_fault_reasons
 from gpuaccept.testsupport.chart_rbac import operator_kubeconfig
 from gpuaccept.testsupport.controlplane import ControlPlane
@@ -149,6 +152,9 @@ class Operator:
             # shared control plane are none of this operator's business.
             "--node-selector",
             SUITE_LABEL,
+            # A node under the pending taint that no policy matches is reported soon.
+            "--unmatched-grace",
+            "2",
             *extra,
         ]
         log = self.log_path.open("ab")
@@ -642,6 +648,138 @@ def test_dry_run_changes_no_taint_or_label(env: Env) -> None:
                                          if e["reason"] == "DryRun"], 60)  # fmt: skip
 
 
+def test_a_dry_run_answers_in_columns_and_counts(env: Env) -> None:
+    suite = suite_id("dryanswer")
+    policy = env.policy(suite, dryRun=True)
+    names = env.nodes(
+        suite,
+        {"ok": HEALTHY, "bad": str(ROOT / "profiles/faults/pcie-x8.yaml")},
+        taints=[],
+    )
+    env.wait_phase(names, "Held")
+    wait_for(
+        "the policy's would-accept and would-quarantine counts",
+        lambda: (
+            (
+                (
+                    env.policy_status(policy).get("wouldAccept"),
+                    env.policy_status(policy).get("wouldQuarantine"),
+                )
+                == (1, 1)
+            )
+            or None
+        ),
+        60,
+    )
+    ok, bad = names
+    rows = {
+        line.split()[0]: line.split()
+        for line in env.cp.kubectl("get", "na", ok, bad).stdout.splitlines()
+    }
+    header = rows["NAME"]
+    held, failing = header.index("HELD"), header.index("FAILING")
+    assert rows[bad][held] == "Quarantine"
+    assert rows[bad][failing] == "PcieLinkFailed"
+    assert rows[ok][held] == "Accept"
+    nap = env.cp.kubectl("get", "nap", policy).stdout.splitlines()
+    values = dict(zip(nap[0].split(), nap[1].split(), strict=True))
+    assert (values["WOULD-ACCEPT"], values["WOULD-QUARANTINE"]) == ("1", "1")
+    assert (values["READY"], values["MATCHED"]) == ("True", "2")
+
+
+def test_kubectl_wait_for_condition_accepted_and_the_node_says_why(env: Env) -> None:
+    suite = suite_id("wait")
+    env.policy(suite)
+    ok, bad = env.nodes(suite, {"ok": HEALTHY, "bad": str(ROOT / "profiles/faults/pcie-x8.yaml")})
+    wait_for("both NodeAcceptances", lambda: env.na(ok) is not None and env.na(bad) is not None)
+    # the command the runbook gives, against the real API server (its short name too)
+    done = env.cp.kubectl("wait", "--for=condition=Accepted", f"na/{ok}", "--timeout=120s")
+    assert f"nodeacceptance.{GROUP}/{ok} condition met" in done.stdout
+    env.cp.kubectl("wait", "--for=condition=Accepted=false", f"na/{bad}", "--timeout=120s")
+    conditions = {c["type"]: c for c in env.status(bad)["conditions"]}
+    assert conditions["Accepted"]["reason"] == "PcieLinkFailed"
+    node = wait_node_side(env, bad, "Quarantined", reason="PcieLinkFailed")
+    assert node["metadata"]["labels"][REASON_LABEL] == "PcieLinkFailed"
+    found = env.cp.kubectl("get", "nodes", "-l", f"{REASON_LABEL}=PcieLinkFailed", "-o", "name")
+    assert f"node/{bad}" in found.stdout.split()
+    assert REASON_LABEL not in (env.node(ok)["metadata"].get("labels") or {})
+
+
+def test_release_records_who_and_when_and_a_reprobe_hands_the_node_back(env: Env) -> None:
+    suite = suite_id("release")
+    env.policy(suite)
+    (name,) = env.nodes(suite, {"bad": str(ROOT / "profiles/faults/pcie-x8.yaml")})
+    env.wait_phase([name], "Quarantined")
+    wait_node_side(env, name, "Quarantined")
+    review = env.kube.request(
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )
+    me = review["status"]["userInfo"]["username"]
+    out = io.StringIO()
+    code = plugin_main(
+        ["--kubeconfig", str(env.cp.kubeconfig), "release", name, "--reason", "riser replaced",
+         "--wait", "60"],
+        out=out,
+    )  # fmt: skip
+    assert code == 0, out.getvalue()
+    assert "released: released by" in out.getvalue()
+    status = env.status(name)
+    assert status["phase"] == "Released"
+    record = status["release"]
+    assert (record["by"], record["fromPhase"], record["fromReason"]) == (
+        me,
+        "Quarantined",
+        "PcieLinkFailed",
+    )
+    assert record["reason"] == "riser replaced"
+
+    def untainted() -> dict[str, Any] | None:
+        node = env.node(name)
+        return None if node["spec"].get("taints") else node
+
+    node = wait_for(f"{name}'s taints off", untainted, 30)
+    assert node["metadata"]["labels"][ACCEPTANCE_LABEL] == "released"
+    released = wait_for(
+        "a Released Event on the Node",
+        lambda: [e for e in env.events(name, "Node") if e["reason"] == "Released"],
+    )
+    assert me in released[0]["message"]
+    # a re-probe hands it back: probed again, and quarantined again on the same fault
+    env.core.patch_node(name, {"metadata": {"annotations": {REPROBE_ANNOTATION: "now"}}})
+    wait_for(
+        "a new round after the re-probe",
+        lambda: (
+            env.status(name).get("phase") == "Quarantined"
+            and env.status(name).get("podSerial") == 2
+        ),
+        120,
+    )
+    assert env.status(name)["release"]["by"] == me  # the record stays
+
+
+def test_a_pending_node_no_policy_matches_is_reported(env: Env) -> None:
+    suite = suite_id("unmatched")
+    env.policy(suite)
+    (name,) = env.nodes(f"{suite}-nopolicy", {"n": HEALTHY})  # its suite label: no policy
+    op = env.operator
+
+    def reported() -> str | None:
+        status, text = _http_get(op.metrics_port, "/metrics")
+        line = f'gpuaccept_node_unmatched_pending{{node="{name}"}} 1.0'
+        return text if status == 200 and line in text else None
+
+    wait_for("the unmatched node's series", reported, 60)
+    wait_for(
+        "the operator's log line",
+        lambda: f"node {name} carries a pending taint and no policy matches it" in op.log(),
+        30,
+    )
+    assert env.na(name) is None  # never governed, never touched
+    assert env.taint_keys(name) == [PENDING_TAINT_KEY]
+
+
 def test_boot_id_change_and_reprobe_annotation_trigger_a_new_probe(env: Env) -> None:
     suite = suite_id("reprobe")
     env.policy(suite)
@@ -884,8 +1022,8 @@ def test_metrics_and_health_endpoints(env: Env) -> None:
     assert 'gpuaccept_check_failures_total{check="pcie_link",reason="PcieLinkFailed"}' in text
     assert f'gpuaccept_node_busbw_bytes_per_second{{node="{names[0]}"}}' in text
     assert (
-        f'gpuaccept_node_phase{{node="{names[1]}",phase="Quarantined",policy="{policy}"}} 1.0'
-        in (text)
+        f'gpuaccept_node_phase{{node="{names[1]}",phase="Quarantined",policy="{policy}",'
+        'reason="PcieLinkFailed"} 1.0' in text
     )
     assert 'gpuaccept_build_info{version="' in text
     assert "_created" not in text

@@ -18,6 +18,7 @@ defaults are a week and an hour).
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,8 +39,10 @@ from gpuaccept.contracts.api import (
     GROUP,
     REMEDY_CONDITION_TYPE,
     REMEDY_LABEL,
+    REPROBE_ANNOTATION,
     VERSION,
 )
+from gpuaccept.operator.plugin.cli import main as plugin_main
 
 __all__ = ["env"]
 
@@ -51,8 +54,8 @@ REVERIFY = {"enabled": True, "idleSeconds": 2, "periodSeconds": 60, "sampleSecon
 
 
 def _patch_status(env: Env, name: str, reverify: dict[str, Any]) -> None:
-    """What issue 23's in-service rules (a suspicion) or issue 25's release command
-    write into the NodeAcceptance status: status.reverify's inputs."""
+    """What the in-service rules write into the NodeAcceptance status (a suspicion):
+    status.reverify's input."""
     current = env.status(name).get("reverify") or {}
     env.kube.request(
         "PATCH",
@@ -222,8 +225,23 @@ def test_a_repeat_offender_stays_quarantined_until_a_person_releases_it(env: Env
     )
     wait_node_side(env, name, "Quarantined", reason="RepeatedQuarantine")
     wait_for(f"{name}'s remedy rung", lambda: _remedy(env, name) == ("person", "NeedsPerson"), 30)
-    _patch_status(env, name, {"releases": [{"by": "alice@example.com", "at": _now()}]})
-    env.standin.reboot(name)
+    env.standin.reboot(name)  # a reboot alone does not bring it back
+    wait_for(
+        f"{name} probed again after the reboot",
+        lambda: (
+            (env.status(name).get("podSerial") or 0) >= 5
+            and env.status(name).get("reason") == "RepeatedQuarantine"
+        ),
+        120,
+    )
+    out = io.StringIO()
+    code = plugin_main(
+        ["--kubeconfig", str(env.cp.kubeconfig), "release", name, "--reason", "GPU replaced",
+         "--wait", "60"],
+        out=out,
+    )  # fmt: skip
+    assert code == 0, out.getvalue()
+    env.core.patch_node(name, {"metadata": {"annotations": {REPROBE_ANNOTATION: "now"}}})
     wait_for(f"{name} accepted after the release", env.phase_of([name], "Accepted"), 120)
     wait_node_side(env, name, "Accepted")
     assert _remedy(env, name)[0] is None

@@ -116,8 +116,12 @@ and is put before the repository otherwise. */}}
 - --probe-shm-size={{ .Values.probe.shmSize }}
 - --probe-resources={{ toJson .Values.probe.resources }}
 - --probe-tolerations={{ toJson .Values.probe.tolerations }}
+- --probe-pod-labels={{ toJson .Values.probe.podLabels }}
+- --probe-pod-annotations={{ toJson .Values.probe.podAnnotations }}
+- --probe-env={{ toJson .Values.probe.env }}
 - --fabric-pods={{ toJson .Values.fabric }}
 - --max-unavailable-ceiling={{ .Values.operator.maxUnavailableCeiling }}
+- --unmatched-grace={{ .Values.operator.unmatchedGraceSeconds }}
 {{- with .Values.operator.watchNodeSelector }}
 - --node-selector={{ . }}
 {{- end }}
@@ -154,4 +158,41 @@ matchExpressions:
 (IPC_LOCK for RDMA), which baseline refuses too. */}}
 {{- define "gpuaccept.podSecurityLevel" -}}
 {{- if .Values.fabric.capabilities }}privileged{{ else }}restricted{{ end }}
+{{- end }}
+
+{{/* Fail on probe-pod values that would break the probe's trust (the operator refuses
+them too, operator/gpuaccept/operator/options.py): the probe's own variables
+(contracts/gpuaccept/contracts/probe_invocation.py, RESERVED_ENV) in probe.env or
+fabric.env, the operator's own label and annotation keys, keys and label values the
+API server would refuse. */}}
+{{- define "gpuaccept.checkProbePodValues" -}}
+{{- $reservedEnv := list "NODE_NAME" "NVIDIA_VISIBLE_DEVICES" "NVIDIA_DRIVER_CAPABILITIES" "CUDA_VISIBLE_DEVICES" "CUDA_DEVICE_ORDER" "PATH" "PYTHONPATH" "PYTHONHOME" "LD_PRELOAD" "LD_LIBRARY_PATH" }}
+{{- $qualified := "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$" }}
+{{- $ownLabels := list "app.kubernetes.io/managed-by" "app.kubernetes.io/component" "app.kubernetes.io/name" "app.kubernetes.io/instance" }}
+{{- range $section, $env := dict "probe.env" .Values.probe.env "fabric.env" .Values.fabric.env }}
+{{- range $name, $_ := $env }}
+{{- if or (hasPrefix "GPUACCEPT_" $name) (has $name $reservedEnv) }}
+{{- fail (printf "%s.%s: the probe's own variable (GPUACCEPT_*, %s): a probe with it set would report on a run the operator did not ask for" $section $name (join ", " $reservedEnv)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $key, $value := .Values.probe.podLabels }}
+{{- if not (regexMatch $qualified $key) }}
+{{- fail (printf "probe.podLabels: %q is not a label key ([prefix/]name)" $key) }}
+{{- end }}
+{{- if or (hasPrefix "gpuaccept.io/" $key) (has $key $ownLabels) }}
+{{- fail (printf "probe.podLabels.%s: the operator's own label (%s, gpuaccept.io/*): its selectors find probe and operator pods by these" $key (join ", " $ownLabels)) }}
+{{- end }}
+{{- if not (regexMatch "^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$" (toString $value)) }}
+{{- fail (printf "probe.podLabels.%s: %q is not a label value" $key (toString $value)) }}
+{{- end }}
+{{- end }}
+{{- range $key, $_ := .Values.probe.podAnnotations }}
+{{- if not (regexMatch $qualified $key) }}
+{{- fail (printf "probe.podAnnotations: %q is not an annotation key ([prefix/]name)" $key) }}
+{{- end }}
+{{- if hasPrefix "gpuaccept.io/" $key }}
+{{- fail (printf "probe.podAnnotations.%s: the operator's own annotation (gpuaccept.io/*): it reads the fabric pair's nodes back from these" $key) }}
+{{- end }}
+{{- end }}
 {{- end }}

@@ -20,11 +20,23 @@ ACCEPTANCE_LABEL: Final = f"{GROUP}/acceptance"
 REPROBE_ANNOTATION: Final = f"{GROUP}/reprobe"
 # On a Node (any value): the operator leaves the node alone and says so in its status.
 OPT_OUT_ANNOTATION: Final = f"{GROUP}/opt-out"
+# On a Node: the main reason of its quarantine (a label value), set and removed with
+# the acceptance label, so that `kubectl get nodes -l gpuaccept.io/reason=...` finds them.
+REASON_LABEL: Final = f"{GROUP}/reason"
+# On a NodeAcceptance (`kubectl gpuaccept release NODE`): who asked for the release (the
+# requester's username, from a SelfSubjectReview), when (RFC 3339), and why (free text).
+# The operator records the request in status.release and leaves the node alone, released.
+RELEASE_BY_ANNOTATION: Final = f"{GROUP}/release-by"
+RELEASE_AT_ANNOTATION: Final = f"{GROUP}/release-at"
+RELEASE_REASON_ANNOTATION: Final = f"{GROUP}/release-reason"
 NODE_CONDITION_TYPE: Final = "GPUAcceptance"
 # What a quarantined node needs (its reason: None, ResetGPU, RebootNode, NeedsPerson),
 # and the same rung as a label for selectors (NodeHealthCheck): core/ladder.py.
 REMEDY_CONDITION_TYPE: Final = "GPUAcceptanceRemedy"
 REMEDY_LABEL: Final = f"{GROUP}/remedy"
+# The NodeAcceptance's own condition: True once the node is accepted (kubectl wait
+# --for=condition=Accepted), False when quarantined, held or released, Unknown until decided.
+ACCEPTED_CONDITION_TYPE: Final = "Accepted"
 
 # A Kubernetes termination message is capped at 4096 bytes by the kubelet.
 TERMINATION_MESSAGE_MAX_BYTES: Final = 4096

@@ -26,6 +26,9 @@ class Phase(StrEnum):
     # cannot be pulled, a refused pod, GPU pods still on the node, an eviction):
     # retried with backoff for as long as it lasts, never an attempt, never a verdict.
     WAITING = "Waiting"
+    # A person released the node (kubectl gpuaccept release): the operator took its own
+    # taints and labels off and leaves the node alone until a re-probe is asked for.
+    RELEASED = "Released"
 
 
 class ConditionStatus(StrEnum):
@@ -160,6 +163,20 @@ class ProbedSection(ContractModel):
     section: str = Field(max_length=32, description="Digest of the whole section.")
 
 
+class ReleaseRecord(ContractModel):
+    """A release a person asked for (``kubectl gpuaccept release``), as the operator
+    applied it: who and when (the request's annotations), and what it released."""
+
+    by: str = Field(max_length=253, description="The requester's username (SelfSubjectReview).")
+    requested_at: str = Field(
+        max_length=64, description="When it was asked for, as the request says (RFC 3339)."
+    )
+    reason: str = Field(default="", max_length=512, description="The requester's words.")
+    released_time: datetime = Field(description="When the operator applied it.")
+    from_phase: Phase = Field(description="The phase it released the node from.")
+    from_reason: str | None = Field(default=None, max_length=64)
+
+
 class NodeAcceptanceStatus(ContractModel):
     phase: Phase = Phase.PENDING
     reason: str | None = Field(default=None, max_length=64, description="Main reason, one word.")
@@ -262,8 +279,13 @@ class NodeAcceptanceStatus(ContractModel):
     reverify: ReverifyStatus | None = Field(
         default=None,
         description="Re-verification of the accepted node (policy reverify): idle "
-        "sampling, the round under way and the last, drift, suspicions, releases, and "
+        "sampling, the round under way and the last, drift, suspicions, and "
         "its quarantines (repeatOffenders).",
+    )
+    release: ReleaseRecord | None = Field(
+        default=None,
+        description="The last release a person asked for (kubectl gpuaccept release): kept "
+        "through later rounds as the record of who released the node and when.",
     )
 
 
@@ -276,6 +298,7 @@ class PhaseCounts(ContractModel):
     stalled: int = 0
     fabric: int = 0
     waiting: int = 0
+    released: int = 0
 
 
 class NodeAcceptancePolicyStatus(ContractModel):
@@ -295,4 +318,15 @@ class NodeAcceptancePolicyStatus(ContractModel):
         ge=0,
         description="Nodes whose verdict, new round, fabric test or adoption the limit holds "
         "back (reason BreakerOpen), those kept in service included.",
+    )
+    would_accept: int = Field(
+        default=0,
+        ge=0,
+        description="Nodes whose held action is Accept (dryRun): what the dry run would accept.",
+    )
+    would_quarantine: int = Field(
+        default=0,
+        ge=0,
+        description="Nodes whose held action is Quarantine (dryRun or the quarantine limit): "
+        "what would be quarantined were it not held back.",
     )

@@ -66,3 +66,32 @@ FLAG_MAX_MESSAGE_BYTES: Final = "--max-message-bytes"
 FLAG_RENDEZVOUS_TIMEOUT: Final = "--rendezvous-timeout-s"
 FLAG_DEADLINE: Final = "--deadline-s"
 DEFAULT_RENDEZVOUS_PORT: Final = 29500  # torch.distributed's customary MASTER_PORT
+
+
+# Environment a platform team may not set on probe and fabric pods (the chart's
+# probe.env and fabric.env, the operator's --probe-env and --fabric-pods): what the
+# probe reads about its node and its run (every GPUACCEPT_ name, NODE_NAME), which
+# GPUs it is given and sees (the report is held to the node's GPUs), and what code
+# runs. A pod with one of these set would report on a run the operator did not ask for.
+RESERVED_ENV_PREFIX: Final = "GPUACCEPT_"
+RESERVED_ENV: Final = frozenset(
+    {
+        ENV_NODE_NAME,
+        # the container toolkit's and CUDA's choice and order of devices
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        # the programs and libraries the probe is
+        "PATH",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+    }
+)
+
+
+def reserved_env(name: str) -> bool:
+    """Whether ``name`` is the probe's to set (see :data:`RESERVED_ENV`)."""
+    return name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX)

@@ -11,7 +11,8 @@ node quarantined, for a person, once it was quarantined ``count`` times within
 
 Status: ``status.baseline`` (the figures at acceptance; kept with the evidence),
 ``status.reverify`` (idle sampling, the round under way, the last outcome, the
-drift found, and two plain inputs: the suspicions and the releases by a person).
+drift found, and one plain input: the suspicions). A person's release is
+``status.release`` (``kubectl gpuaccept release``).
 """
 
 from datetime import datetime
@@ -125,14 +126,6 @@ class Suspicion(ContractModel):
     since: datetime
 
 
-class Release(ContractModel):
-    """A person released the node from quarantine: who and when (a release command
-    records them)."""
-
-    by: str = Field(max_length=253)
-    at: datetime
-
-
 class ReverifyRound(ContractModel):
     """The re-verification under way (or the last one, in ``last``)."""
 
@@ -186,9 +179,6 @@ class ReverifyStatus(ContractModel):
         default_factory=list,
         max_length=8,
         description="Input: the node is suspected (in-service rules, a person).",
-    )
-    releases: list[Release] = Field(
-        default_factory=list, max_length=8, description="Input: releases by a person."
     )
     quarantines: list[datetime] = Field(
         default_factory=list,

@@ -127,7 +127,13 @@ class Cache:
     def _count_node(self, name: str) -> None:
         view = self.node(name)
         labels = view.labels if view is not None else None
-        self.count.set_node(name, labels, node_gated=view is not None and gated(view))
+        self.count.set_node(
+            name,
+            labels,
+            node_gated=view is not None and gated(view),
+            taint_keys=frozenset(t.key for t in view.taints) if view is not None else frozenset(),
+            created=view.created if view is not None else None,
+        )
 
     def _count_na(self, name: str) -> None:
         view = self.na(name)

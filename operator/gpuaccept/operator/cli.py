@@ -34,6 +34,9 @@ from gpuaccept.operator.options import (
     fabric_pods,
     owned_key_prefixes,
     parser,
+    pod_annotations,
+    pod_labels,
+    probe_env,
     probe_resources,
     probe_tolerations,
 )
@@ -103,6 +106,11 @@ def main(argv: Sequence[str]) -> int:
             probe_tolerations(args.probe_tolerations),
             fabric_pods(args.fabric_pods),
         )
+        labels, annotations, extra_env = (
+            pod_labels(args.probe_pod_labels),
+            pod_annotations(args.probe_pod_annotations),
+            probe_env(args.probe_env),
+        )
         try:
             node_selector = parse_node_selector(args.node_selector)
         except ValueError as error:
@@ -145,6 +153,9 @@ def main(argv: Sequence[str]) -> int:
         max_unavailable_ceiling=args.max_unavailable_ceiling,
         image_pull_secrets=tuple(dict.fromkeys(args.probe_image_pull_secrets)),
         fabric=fabric,
+        pod_labels=labels,
+        pod_annotations=annotations,
+        probe_env=extra_env,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     lease = None
@@ -156,7 +167,10 @@ def main(argv: Sequence[str]) -> int:
             lease_duration=args.lease_duration,
         )
     runtime = RuntimeSettings(
-        workers=args.workers, status_interval=args.status_interval, identity=identity
+        workers=args.workers,
+        status_interval=args.status_interval,
+        identity=identity,
+        unmatched_grace_seconds=args.unmatched_grace,
     )
     controller = Controller(kube, config, judge, runtime=runtime, lease=lease)
     registry = build_registry(controller, node_selector)

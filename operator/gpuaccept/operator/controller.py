@@ -87,6 +87,9 @@ class RuntimeSettings:
     workers: int = 16
     status_interval: float = 5.0  # seconds between policy status passes
     identity: str = "gpuaccept"  # this replica, as Events and the Lease name it
+    # A node under a pending taint that no policy matches is reported after this long
+    # from its registration (--unmatched-grace).
+    unmatched_grace_seconds: float = 900.0
 
 
 class Controller:
@@ -121,6 +124,7 @@ class Controller:
             self.quarantine_limit,
             wake=self.enqueue,
             leading=lambda: self.leading,
+            unmatched_grace_seconds=runtime.unmatched_grace_seconds,
         )
         # The fabric loop's own executor on the same API client: the refusals it
         # remembers per node (create_errors, status_errors) are the probing phase's

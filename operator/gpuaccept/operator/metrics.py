@@ -90,6 +90,26 @@ RECONCILES = Counter("gpuaccept_reconciles_total", "Reconcile passes by outcome.
 API_CALLS = Counter("gpuaccept_api_writes_total", "Write actions executed, by kind.", ["action"])
 QUEUE_DEPTH = Gauge("gpuaccept_workqueue_depth", "Node keys waiting in the work queue.")
 LEADER = Gauge("gpuaccept_leader", "1 while this replica holds the leader Lease.")
+# One series per node under a pending taint that no policy matches, past the grace
+# (--unmatched-grace): normally none, so its cardinality is the problem's size.
+UNMATCHED_PENDING = Gauge(
+    "gpuaccept_node_unmatched_pending",
+    "1 for each node that carries a pending taint and that no policy matches, "
+    "after the grace from its registration.",
+    ["node"],
+)
+_UNMATCHED: set[str] = set()
+
+
+def publish_unmatched(nodes: Iterable[str]) -> None:
+    """The unmatched pending nodes from now on (a node no longer one loses its series)."""
+    now = set(nodes)
+    for gone in _UNMATCHED - now:
+        remove_series(UNMATCHED_PENDING, gone)
+    for node in now:
+        UNMATCHED_PENDING.labels(node).set(1)
+    _UNMATCHED.clear()
+    _UNMATCHED.update(now)
 
 
 def remove_series(metric: Any, *labels: str) -> None:
@@ -114,6 +134,7 @@ def record_policy(policy: str, share: PolicyTally) -> None:
         Phase.STALLED: counts.stalled,
         Phase.FABRIC: counts.fabric,
         Phase.WAITING: counts.waiting,
+        Phase.RELEASED: counts.released,
     }
     for phase in Phase:
         NODES_BY_PHASE.labels(policy, phase.value).set(by_phase.get(phase, 0))
@@ -163,6 +184,7 @@ class NodeSamples:
     pcie_width: float | None = None
     # the node's drift below its baseline: (check, figure, GPU or "", percent), worst first
     drift: tuple[tuple[str, str, str, float], ...] = ()
+    reason: str = ""  # the status's reason word (the REASON column); "" without one
 
 
 def _number(value: object) -> float | None:
@@ -180,6 +202,7 @@ def node_samples(na: NAView) -> NodeSamples:
         node=na.name,
         policy=status.policy or "",
         phase=status.phase.value,
+        reason=status.reason or "",
         busbw_bytes_per_second=None if busbw is None else busbw * BYTES_PER_GB,
         pcie_generation=_number(figure(PCIE_GENERATION_FIGURE)),
         pcie_width=_number(figure(PCIE_WIDTH_FIGURE)),
@@ -199,8 +222,8 @@ class NodeSeries(Collector):
     def collect(self) -> Iterator[Metric]:
         phase = GaugeMetricFamily(
             "gpuaccept_node_phase",
-            "1 for each node's current phase (its NodeAcceptance), by policy.",
-            labels=["node", "policy", "phase"],
+            "1 for each node's current phase and reason (its NodeAcceptance), by policy.",
+            labels=["node", "policy", "phase", "reason"],
         )
         busbw = GaugeMetricFamily(
             "gpuaccept_node_busbw_bytes_per_second",
@@ -224,7 +247,7 @@ class NodeSeries(Collector):
             labels=["node", "check", "figure", "gpu"],
         )
         for sample in self.samples:  # one read of an immutable tuple: no lock needed
-            phase.add_metric([sample.node, sample.policy, sample.phase], 1.0)
+            phase.add_metric([sample.node, sample.policy, sample.phase, sample.reason], 1.0)
             for check, name, gpu, percent in sample.drift:
                 drift.add_metric([sample.node, check, name, gpu], percent)
             for family, value in (

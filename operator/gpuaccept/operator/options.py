@@ -17,7 +17,12 @@ from gpuaccept.contracts.policy import (
     OWNED_PREFIX_PATTERN,
     RESERVED_KEY_PATTERN,
 )
-from gpuaccept.contracts.probe_invocation import DEFAULT_RENDEZVOUS_PORT
+from gpuaccept.contracts.probe_invocation import (
+    DEFAULT_RENDEZVOUS_PORT,
+    RESERVED_ENV,
+    RESERVED_ENV_PREFIX,
+    reserved_env,
+)
 from gpuaccept.operator.core.model import FabricPodConfig
 
 # The chart's defaults (charts/gpuaccept/values.yaml; the images' EXPOSE), so that
@@ -181,6 +186,100 @@ def _string_map(value: dict[str, Any], where: str) -> dict[str, str]:
     return dict(value)
 
 
+# The probe pods' labels and annotations the platform team adds (--probe-pod-labels,
+# --probe-pod-annotations; the chart's probe.podLabels and probe.podAnnotations). By
+# default the service-mesh sidecar injection opt-outs: a sidecar injected into a probe
+# pod keeps it Running after the probe ends, until ProbeTimeout (Istio reads the label
+# and, as older releases do, the annotation; Linkerd the annotation).
+DEFAULT_PROBE_POD_LABELS = {"sidecar.istio.io/inject": "false"}
+DEFAULT_PROBE_POD_ANNOTATIONS = {
+    "sidecar.istio.io/inject": "false",
+    "linkerd.io/inject": "disabled",
+}
+# Keys the operator's own selectors and records use: its probe-pod selector, the
+# chart's operator selector labels, and everything under gpuaccept.io/ (the node, the
+# attempt, the fabric pair and its nodes, read back from the pods).
+RESERVED_POD_LABELS = frozenset(
+    {
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/component",
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/instance",
+    }
+)
+_NAME_PART = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+_QUALIFIED_NAME = re.compile(
+    rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_NAME_PART}$"
+)
+_LABEL_VALUE = re.compile(rf"^({_NAME_PART})?$")
+
+
+def _pod_key(key: str, where: str, kind: str) -> None:
+    prefix = key.partition("/")[0] if "/" in key else ""
+    if not _QUALIFIED_NAME.match(key) or len(prefix) > _MAX_SUBDOMAIN:
+        raise UsageError(f"{where}: {key!r} is not a {kind} key ([prefix/]name)")
+    if key.startswith(OWNED_KEY_PREFIX) or (kind == "label" and key in RESERVED_POD_LABELS):
+        own = [*sorted(RESERVED_POD_LABELS), f"{OWNED_KEY_PREFIX}*"] if kind == "label" else []
+        own = own or [f"{OWNED_KEY_PREFIX}*"]
+        raise UsageError(
+            f"{where}: {key} is the operator's own (its selectors and records use {', '.join(own)})"
+        )
+
+
+def pod_labels(text: str) -> dict[str, str]:
+    """``--probe-pod-labels``: a JSON object of label key to value, none the operator's."""
+    flag = "--probe-pod-labels"
+    data = _json_flag(text, flag, dict(DEFAULT_PROBE_POD_LABELS))
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"{flag}: expected a JSON object of label to value, got {_json_type(data)}"
+        )
+    labels = _string_map(data, flag)
+    for key, value in labels.items():
+        _pod_key(key, flag, "label")
+        if not _LABEL_VALUE.match(value):
+            raise UsageError(f"{flag}: {key}: {value!r} is not a label value")
+    return labels
+
+
+def pod_annotations(text: str) -> dict[str, str]:
+    """``--probe-pod-annotations``: a JSON object of annotation key to value."""
+    flag = "--probe-pod-annotations"
+    data = _json_flag(text, flag, dict(DEFAULT_PROBE_POD_ANNOTATIONS))
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"{flag}: expected a JSON object of annotation to value, got {_json_type(data)}"
+        )
+    annotations = _string_map(data, flag)
+    for key in annotations:
+        _pod_key(key, flag, "annotation")
+    return annotations
+
+
+def _env(data: object, where: str) -> dict[str, str]:
+    """An env object (NAME: value), none of the probe's own (probe_invocation.RESERVED_ENV)."""
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"{where}: expected a JSON object of NAME to value, got {_json_type(data)}"
+        )
+    env = _string_map(data, where)
+    for name in env:
+        if not _ENV_NAME.match(name):
+            raise UsageError(f"{where}: {name!r} is not an environment variable name")
+        if reserved_env(name):
+            raise UsageError(
+                f"{where}: {name} is the probe's own (its node, its run, its GPUs, its "
+                f"programs: {RESERVED_ENV_PREFIX}* and {', '.join(sorted(RESERVED_ENV))})"
+            )
+    return env
+
+
+def probe_env(text: str) -> tuple[tuple[str, str], ...]:
+    """``--probe-env``: a JSON object of environment variable to value for probe and
+    fabric pods (e.g. a proxy, ``HF_HUB_OFFLINE``), none the probe's own."""
+    return tuple(sorted(_env(_json_flag(text, "--probe-env", {}), "--probe-env").items()))
+
+
 def fabric_pods(text: str) -> FabricPodConfig:
     """``--fabric-pods``: the fabric pods' RDMA settings, the chart's ``fabric`` values:
     ``{"resources": {name: quantity}, "annotations": {...}, "capabilities": [...],
@@ -203,10 +302,7 @@ def fabric_pods(text: str) -> FabricPodConfig:
         name: _quantity(q, f"{flag}: resources: {name}")
         for name, q in (data.get("resources") or {}).items()
     }
-    env = _string_map(data.get("env") or {}, f"{flag}: env")
-    for name in env:
-        if not _ENV_NAME.match(name):
-            raise UsageError(f"{flag}: env: {name!r} is not an environment variable name")
+    env = _env(data.get("env") or {}, f"{flag}: env")
     capabilities = data.get("capabilities") or []
     for capability in capabilities:
         if not isinstance(capability, str) or not _CAPABILITY.match(capability):
@@ -265,6 +361,14 @@ def parser() -> argparse.ArgumentParser:
         default=env("GPUACCEPT_NODE_SELECTOR", ""),
         help="only watch Nodes with these labels: key=value or key (present), comma-separated "
         "(default: all Nodes; policies select among them)",
+    )
+    p.add_argument(
+        "--unmatched-grace",
+        type=float,
+        default=float(env("GPUACCEPT_UNMATCHED_GRACE", "900")),
+        help="seconds after its registration before a node that carries a pending taint "
+        "and that no policy matches is reported (metric gpuaccept_node_unmatched_pending, "
+        "a log line): its labels may still be on their way before that",
     )
     p.add_argument(
         "--crd-wait",
@@ -360,6 +464,23 @@ def parser() -> argparse.ArgumentParser:
     )
     probe.add_argument("--probe-pod-prefix", default="gpuaccept-probe")
     probe.add_argument(
+        "--probe-pod-labels",
+        default=env("GPUACCEPT_PROBE_POD_LABELS", json.dumps(DEFAULT_PROBE_POD_LABELS)),
+        help="JSON object: labels added to probe and fabric pods (not the operator's own: "
+        "app.kubernetes.io/managed-by, component, name, instance, gpuaccept.io/*)",
+    )
+    probe.add_argument(
+        "--probe-pod-annotations",
+        default=env("GPUACCEPT_PROBE_POD_ANNOTATIONS", json.dumps(DEFAULT_PROBE_POD_ANNOTATIONS)),
+        help="JSON object: annotations added to probe and fabric pods (not gpuaccept.io/*)",
+    )
+    probe.add_argument(
+        "--probe-env",
+        default=env("GPUACCEPT_PROBE_ENV", "{}"),
+        help="JSON object: environment variables added to probe and fabric pods (not the "
+        f"probe's own: {RESERVED_ENV_PREFIX}*, NODE_NAME, the GPU selection, PATH, ...)",
+    )
+    probe.add_argument(
         "--fabric-pods",
         default=env("GPUACCEPT_FABRIC_PODS", "{}"),
         help="JSON: the fabric test pods' RDMA settings (resources, annotations, "
@@ -382,19 +503,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def check_ranges(args: argparse.Namespace) -> None:
-    if args.workers < 1:
-        raise UsageError(f"--workers: must be at least 1 (got {args.workers})")
-    if args.status_interval <= 0:
-        raise UsageError(f"--status-interval: must be positive (got {args.status_interval})")
-    if args.crd_wait < 0:
-        raise UsageError(f"--crd-wait: must not be negative (got {args.crd_wait})")
-    if args.lease_duration < 1:
-        raise UsageError(f"--lease-duration: must be at least 1 (got {args.lease_duration})")
-    if args.probe_timeout is not None and args.probe_timeout < 1:
-        raise UsageError(f"--probe-timeout: must be at least 1 (got {args.probe_timeout})")
-    for flag, port in (("--metrics-port", args.metrics_port), ("--health-port", args.health_port)):
-        if not 0 <= port <= 65535:
-            raise UsageError(f"{flag}: must be a port, 0 to 65535 (got {port})")
+    _check_numbers(args)
     if args.probe_priority_class.startswith("system-"):
         raise UsageError(
             f"--probe-priority-class: {args.probe_priority_class} is a system class; the kubelet "
@@ -410,6 +519,26 @@ def check_ranges(args: argparse.Namespace) -> None:
         raise UsageError("--probe-command: must not be empty")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
         raise UsageError(f"--kubeconfig: {args.kubeconfig} does not exist")
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        raise UsageError(f"--workers: must be at least 1 (got {args.workers})")
+    if args.status_interval <= 0:
+        raise UsageError(f"--status-interval: must be positive (got {args.status_interval})")
+    for flag, seconds in (
+        ("--crd-wait", args.crd_wait),
+        ("--unmatched-grace", args.unmatched_grace),
+    ):
+        if seconds < 0:
+            raise UsageError(f"{flag}: must not be negative (got {seconds})")
+    if args.lease_duration < 1:
+        raise UsageError(f"--lease-duration: must be at least 1 (got {args.lease_duration})")
+    if args.probe_timeout is not None and args.probe_timeout < 1:
+        raise UsageError(f"--probe-timeout: must be at least 1 (got {args.probe_timeout})")
+    for flag, port in (("--metrics-port", args.metrics_port), ("--health-port", args.health_port)):
+        if not 0 <= port <= 65535:
+            raise UsageError(f"{flag}: must be a port, 0 to 65535 (got {port})")
 
 
 def owned_key_prefixes(extra: list[str]) -> tuple[str, ...]:

@@ -46,6 +46,7 @@ class PolicyStatusLoop:
         *,
         wake: Callable[[str], None],
         leading: Callable[[], bool],
+        unmatched_grace_seconds: float = 900.0,
     ) -> None:
         self.kube = writer.kube
         self.executor = writer.executor
@@ -57,6 +58,8 @@ class PolicyStatusLoop:
         self._reported: set[str] = set()
         self._published = -1  # the cache's acceptances_changes last published
         self.failures = FailureLog("policy status update")
+        self.unmatched_grace_seconds = unmatched_grace_seconds
+        self._unmatched: tuple[str, ...] = ()  # reported in the log, by the leader
 
     async def run(self, interval: float) -> None:
         await self.cache.synced.wait()
@@ -84,6 +87,7 @@ class PolicyStatusLoop:
         if self.cache.acceptances_changes != self._published:
             self._published = self.cache.acceptances_changes
             metrics.publish_nodes(self.cache.acceptances())
+        self.report_unmatched(datetime.now(UTC))
         current = {entry.view.name for entry in entries}
         for gone in self._reported - current:  # a deleted policy: drop its series
             metrics.forget_policy(gone)
@@ -96,6 +100,28 @@ class PolicyStatusLoop:
                 self.wake(node)
             if self.leading():
                 await self._write(entry, share)
+
+    def report_unmatched(self, now: datetime) -> None:
+        """The nodes under a pending taint that no policy matches, past the grace:
+        their series, and one log line (on the leader) when a node starts or stops
+        being one. O(such nodes): the fleet count keeps them."""
+        stuck = fleet.unmatched_past_grace(
+            self.cache.count.unmatched_pending(), now, self.unmatched_grace_seconds
+        )
+        metrics.publish_unmatched(stuck)
+        if not self.leading() or stuck == self._unmatched:
+            return
+        for node in sorted(set(stuck) - set(self._unmatched)):
+            log.warning(
+                "node %s carries a pending taint and no policy matches it (registered over "
+                "%ds ago): it stays out of service and is never probed; label it for a "
+                "policy or take the taint off (docs/runbook.md, a node no policy matches)",
+                node,
+                self.unmatched_grace_seconds,
+            )
+        for node in sorted(set(self._unmatched) - set(stuck)):
+            log.info("node %s: no longer an unmatched node under a pending taint", node)
+        self._unmatched = stuck
 
     async def _write(self, entry: PolicyEntry, share: fleet.PolicyTally) -> None:
         view, old = entry.view, entry.status

@@ -62,6 +62,17 @@ def _quantity(value: object) -> int:
         return 0
 
 
+def _owned_annotations(meta: Mapping[str, Any]) -> dict[str, str]:
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        return {}
+    return {
+        str(key): str(value)
+        for key, value in annotations.items()
+        if str(key).startswith(OWNED_KEY_PREFIX)
+    }
+
+
 def node_view(body: Mapping[str, Any]) -> NodeView:
     meta = _meta(body)
     spec = body.get("spec") or {}
@@ -83,11 +94,7 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
         labels=dict(meta.get("labels") or {}),
         # Only our own: the core reads the reprobe annotation, and a real node
         # carries kilobytes of others' (kubeadm, CNI, CSI) that the cache would keep.
-        annotations={
-            key: str(value)
-            for key, value in (meta.get("annotations") or {}).items()
-            if str(key).startswith(OWNED_KEY_PREFIX)
-        },
+        annotations=_owned_annotations(meta),
         taints=tuple(Taint.from_wire(t) for t in spec.get("taints") or ()),
         boot_id=str((status.get("nodeInfo") or {}).get("bootID", "")),
         gpus=_quantity(allocatable.get(GPU_RESOURCE, 0)),
@@ -96,6 +103,7 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
         unschedulable=bool(spec.get("unschedulable", False)),
         condition=conditions.get(NODE_CONDITION_TYPE),
         remedy=conditions.get(REMEDY_CONDITION_TYPE),
+        created=_timestamp(meta.get("creationTimestamp")),
     )
 
 
@@ -186,6 +194,7 @@ def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
         status=status,
         resource_version=str(meta.get("resourceVersion", "")),
         uid=str(meta.get("uid", "")),
+        annotations=_owned_annotations(meta),
     )
     return CachedAcceptance(view, evidence_json)
 

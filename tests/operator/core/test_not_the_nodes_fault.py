@@ -328,7 +328,7 @@ def test_an_opted_out_node_is_left_alone_and_says_so() -> None:
     )
     world.settle()
     st = world.status
-    assert [c.type for c in st.conditions] == ["OptedOut"]
+    assert [c.type for c in st.conditions] == ["Accepted", "OptedOut"]
     assert st.phase == Phase.PENDING
     assert world.pods == {}
     assert world.taint_keys() == []  # not even the pending taint
@@ -336,7 +336,7 @@ def test_an_opted_out_node_is_left_alone_and_says_so() -> None:
     world.node = dataclasses.replace(world.node, annotations={})
     world.settle()
     assert world.status.phase == Phase.PROBING
-    assert world.status.conditions == []
+    assert [c.type for c in world.status.conditions] == ["Accepted"]
     taints = world.taint_keys()
     world.node = dataclasses.replace(world.node, annotations={"gpuaccept.io/opt-out": ""})
     world.settle()

@@ -8,7 +8,7 @@ import pytest
 from world import T0
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
-from gpuaccept.contracts.reverify import Release, RepeatOffenders
+from gpuaccept.contracts.reverify import RepeatOffenders
 from gpuaccept.operator.core.ladder import Rung, reason_rung, remedy
 from gpuaccept.operator.core.offenders import repeat_offence, with_quarantine
 
@@ -21,25 +21,25 @@ def ago(days: float) -> datetime:
 
 
 OFFENCES = {
-    "two in a week: not yet": ([ago(1), ago(2)], [], False),
-    "three in a week": ([ago(1), ago(2), ago(6)], [], True),
-    "three, one older than the window": ([ago(1), ago(2), ago(8)], [], False),
+    "two in a week: not yet": ([ago(1), ago(2)], None, False),
+    "three in a week": ([ago(1), ago(2), ago(6)], None, True),
+    "three, one older than the window": ([ago(1), ago(2), ago(8)], None, False),
     "three, released by a person after the second": (
         [ago(1), ago(2), ago(3)],
-        [Release(by="alice", at=ago(1.5))],
+        ago(1.5),
         False,
     ),
     "three, released before all of them": (
         [ago(1), ago(2), ago(3)],
-        [Release(by="alice", at=ago(4))],
+        ago(4),
         True,
     ),
 }
 
 
-@pytest.mark.parametrize(("quarantines", "releases", "held"), OFFENCES.values(), ids=list(OFFENCES))
-def test_repeat_offence(quarantines: list[datetime], releases: list[Release], held: bool) -> None:
-    found = repeat_offence(quarantines, releases, POLICY, NOW)
+@pytest.mark.parametrize(("quarantines", "released", "held"), OFFENCES.values(), ids=list(OFFENCES))
+def test_repeat_offence(quarantines: list[datetime], released: datetime | None, held: bool) -> None:
+    found = repeat_offence(quarantines, released, POLICY, NOW)
     assert (found is not None) is held
     if held:
         assert found
@@ -48,7 +48,7 @@ def test_repeat_offence(quarantines: list[datetime], releases: list[Release], he
 
 def test_off_never_holds() -> None:
     off = POLICY.model_copy(update={"enabled": False})
-    assert repeat_offence([ago(1), ago(2), ago(3)], [], off, NOW) is None
+    assert repeat_offence([ago(1), ago(2), ago(3)], None, off, NOW) is None
 
 
 def test_the_history_keeps_the_latest() -> None:

@@ -18,7 +18,7 @@ from world import PENDING, REPO, T0, World, make_report, probed, spec
 from gpuaccept.contracts.api import REMEDY_LABEL
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.contracts.reverify import Release, ReverifyStatus, Suspicion
+from gpuaccept.contracts.reverify import ReverifyStatus, Suspicion
 from gpuaccept.operator.core import PolicyView, QuarantineLimitCounts
 from gpuaccept.operator.core.model import CreateProbePod, GpuPodSample
 
@@ -323,14 +323,27 @@ def test_a_repeat_offender_stays_quarantined_until_a_person_releases_it() -> Non
     assert st.reason == "RepeatedQuarantine"
     assert world.node is not None
     assert world.node.labels.get(REMEDY_LABEL) == "person"
-    # a person looks, releases it (who and when), and asks for a probe
-    rv = st.reverify
-    assert rv is not None
-    released = rv.model_copy(update={"releases": [Release(by="alice", at=world.now)]})
-    assert world.na is not None
-    world.na = dataclasses.replace(world.na, status=st.model_copy(update={"reverify": released}))
-    world.advance(60)
+    # a repair by reboot alone does not bring it back
+    world.advance(HOUR)
     rebooted(world, "boot-ok3")
+    assert (world.status.phase, world.status.reason) == (Phase.QUARANTINED, "RepeatedQuarantine")
+    # a person looks and releases it (kubectl gpuaccept release: who and when) ...
+    assert world.na is not None
+    world.na = dataclasses.replace(
+        world.na,
+        annotations={
+            "gpuaccept.io/release-by": "alice@example.com",
+            "gpuaccept.io/release-at": world.now.isoformat(),
+        },
+    )
+    world.settle()
+    assert world.status.phase == Phase.RELEASED
+    # ... and hands it back with a re-probe: the passing probe accepts it now
+    world.advance(60)
+    world.node = dataclasses.replace(world.node, annotations={"gpuaccept.io/reprobe": "now"})
+    world.settle()
+    world.finish_with_report(make_report(boot_id=world.node.boot_id))
+    world.settle()
     assert world.status.phase == Phase.ACCEPTED
 
 

@@ -18,6 +18,7 @@ from gpuaccept.contracts.nodeacceptance import (
     Reason,
 )
 from gpuaccept.operator.core import PatchNAStatus, PatchNodeTaintsLabels, Taint
+from gpuaccept.operator.core.conditions import with_accepted_condition
 from gpuaccept.operator.views import cached_acceptance
 
 QUARANTINE = Taint("gpuaccept.io/quarantined", "NoSchedule", "true")
@@ -38,6 +39,7 @@ def _stored(phase: Phase, failing: tuple[str, ...] = ()) -> dict[str, Any]:
         applied_taints=["gpuaccept.io/quarantined"] if failing else [],
         node_uid="uid-node",
     )
+    status = with_accepted_condition(status, T0)  # as this release writes it
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
@@ -82,8 +84,9 @@ def test_a_rollback_leaves_the_node_where_it_was(
     world = World(na=view)
     assert world.node is not None
     labels = {**world.node.labels, "gpuaccept.io/acceptance": phase.value.lower()}
-    if failing:  # what this release writes on a quarantined node: the remedy rung too
+    if failing:  # what this release writes on a quarantined node: its reason and remedy rung
         labels["gpuaccept.io/remedy"] = "person"
+        labels["gpuaccept.io/reason"] = "PcieLinkFailed"
     world.node = dataclasses.replace(world.node, taints=taints, labels=labels)
     plan = world.plan()
     # no new round, no status reset, no taint change

@@ -40,6 +40,16 @@ def _na(name: str, phase: Phase, **figures: float | str) -> NAView:
             id="no-figures-yet",
         ),
         pytest.param(
+            NAView(
+                name="d",
+                status=NodeAcceptanceStatus(
+                    phase=Phase.QUARANTINED, reason="PcieLinkFailed", policy="default"
+                ),
+            ),
+            metrics.NodeSamples("d", "default", "Quarantined", reason="PcieLinkFailed"),
+            id="the-reason-is-a-label",
+        ),
+        pytest.param(
             _na("c", Phase.QUARANTINED, pcie="Gen4x8"),
             metrics.NodeSamples("c", "default", "Quarantined"),
             id="text-figure-is-no-sample",
@@ -59,7 +69,10 @@ def test_per_node_series_come_from_the_published_snapshot() -> None:
     metrics.publish_nodes(cache)
     try:
         text = _scrape()
-        assert 'gpuaccept_node_phase{node="gpu-1",phase="Accepted",policy="default"} 1.0' in text
+        assert (
+            'gpuaccept_node_phase{node="gpu-1",phase="Accepted",policy="default",reason=""} 1.0'
+            in text
+        )
         assert 'gpuaccept_node_busbw_bytes_per_second{node="gpu-1"} 4e+11' in text
         assert 'gpuaccept_node_pcie_link_generation{node="gpu-1"} 5.0' in text
         assert 'gpuaccept_node_pcie_link_width{node="gpu-1"} 16.0' in text

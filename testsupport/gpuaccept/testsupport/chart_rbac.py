@@ -379,6 +379,9 @@ def operator_config(manifests: Iterable[Manifest]) -> OperatorConfig:
         fabric_pods,
         owned_key_prefixes,
         parser,
+        pod_annotations,
+        pod_labels,
+        probe_env,
         probe_resources,
         probe_tolerations,
     )
@@ -400,6 +403,9 @@ def operator_config(manifests: Iterable[Manifest]) -> OperatorConfig:
         owned_key_prefixes=owned_key_prefixes(args.owned_key_prefixes),
         image_pull_secrets=tuple(dict.fromkeys(args.probe_image_pull_secrets)),
         fabric=fabric_pods(args.fabric_pods),
+        pod_labels=pod_labels(args.probe_pod_labels),
+        pod_annotations=pod_annotations(args.probe_pod_annotations),
+        probe_env=probe_env(args.probe_env),
     )
 
 

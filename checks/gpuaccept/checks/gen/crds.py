@@ -543,10 +543,30 @@ def policy_crd() -> Schema:
             spec_rules=[_taints_differ_rule(), *_owned_key_rules(), _control_plane_rule()],
         ),
         columns=[
+            _column(
+                "Ready",
+                '.status.conditions[?(@.type=="Ready")].status',
+                "string",
+                "False: the policy acts on nothing (an invalid spec, or nodes another policy "
+                "matches too: the condition's reason says which).",
+            ),
+            _column("Matched", ".status.matchedNodes", "integer", "Nodes its selector matches."),
             _column("Accepted", ".status.counts.accepted", "integer", "Nodes accepted."),
             _column("Quarantined", ".status.counts.quarantined", "integer", "Nodes quarantined."),
             _column("Pending", ".status.counts.pending", "integer", "Nodes waiting for a probe."),
             _column("Held", ".status.counts.held", "integer", "Nodes held (breaker or dryRun)."),
+            _column(
+                "Would-Accept",
+                ".status.wouldAccept",
+                "integer",
+                "Nodes whose held action is Accept: what the dry run would accept.",
+            ),
+            _column(
+                "Would-Quarantine",
+                ".status.wouldQuarantine",
+                "integer",
+                "Nodes whose held action is Quarantine (dryRun or the quarantine limit).",
+            ),
             _column(
                 "Stalled", ".status.counts.stalled", "integer", "Nodes that never advertised GPUs."
             ),
@@ -601,6 +621,20 @@ def acceptance_crd() -> Schema:
         columns=[
             _column("Phase", ".status.phase", "string", "Pending, Probing, Accepted, ..."),
             _column("Reason", ".status.reason", "string", "Main reason, one word."),
+            _column(
+                "Held",
+                ".status.heldAction",
+                "string",
+                "The action dryRun or the quarantine limit holds back: Accept, Quarantine, "
+                "Fabric, Reprobe, Adopt.",
+            ),
+            _column(
+                "Failing",
+                ".status.reasons[0].reason",
+                "string",
+                "The first reason of the verdict (of a held one too): what a held Quarantine "
+                "would quarantine for.",
+            ),
             *figure_columns(),
             _column(
                 "Fabric",

@@ -71,8 +71,11 @@ def lingering(st: NodeAcceptanceStatus, node_gated: bool) -> bool:
 
 
 def in_service(st: NodeAcceptanceStatus) -> bool:
-    """A decided node that takes workloads: accepted, or held by a dry run (untouched)."""
-    return st.phase == Phase.ACCEPTED or (st.phase == Phase.HELD and st.reason == REASON_DRY_RUN)
+    """A decided node that takes workloads: accepted, released by a person, or held by a
+    dry run (untouched)."""
+    return st.phase in (Phase.ACCEPTED, Phase.RELEASED) or (
+        st.phase == Phase.HELD and st.reason == REASON_DRY_RUN
+    )
 
 
 def adopting(st: NodeAcceptanceStatus, node: NodeView, pending_taint_key: str) -> bool:

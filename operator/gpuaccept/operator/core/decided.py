@@ -224,7 +224,7 @@ def new_round(
         **(evidence if reverify is None else {"reverify": reverify}),
         # Out of service because of gpuaccept from now until decided, unless it was
         # a new node that never was in service.
-        was_in_service=st.was_in_service or st.phase in DECIDED,
+        was_in_service=st.was_in_service or st.phase in DECIDED or taking_out,
         taken_out_time=ctx.obs.now if taking_out else st.taken_out_time,
     )
     new = ctx.with_applied_keys(new)

@@ -33,6 +33,7 @@ from gpuaccept.operator.core.capacity import (
     take_out_allowed,
 )
 from gpuaccept.operator.core.model import NAView, NodeView, PolicyView, QuarantineLimitCounts
+from gpuaccept.operator.core.record import HELD_ACCEPT, HELD_QUARANTINE
 
 
 def phase_counts(counts: Mapping[Phase, int]) -> PhaseCounts:
@@ -46,6 +47,7 @@ def phase_counts(counts: Mapping[Phase, int]) -> PhaseCounts:
         stalled=counts.get(Phase.STALLED, 0),
         fabric=counts.get(Phase.FABRIC, 0),
         waiting=counts.get(Phase.WAITING, 0),
+        released=counts.get(Phase.RELEASED, 0),
     )
 
 
@@ -111,6 +113,9 @@ class PolicyTally:
     # When gpuaccept last took each node out of service, oldest first.
     taken_out: tuple[tuple[datetime, str], ...] = ()
     window_seconds: int = 300  # quarantineRate.windowSeconds
+    # Nodes whose held action is Accept / Quarantine (a dry run's answer; the limit's).
+    would_accept: int = 0
+    would_quarantine: int = 0
 
     def limit_counts(self, node: str, now: datetime | None = None) -> QuarantineLimitCounts:
         """The limit's counts as seen by ``node`` (itself excluded) at ``now`` (None:
@@ -152,6 +157,7 @@ class _Decided:
     held: list[str] = field(default_factory=list)
     out: set[str] = field(default_factory=set)
     taken_out: list[tuple[datetime, str]] = field(default_factory=list)
+    held_actions: Counter[str] = field(default_factory=Counter)
 
 
 def _decided(snapshot: FleetSnapshot, policies: list[PolicyView]) -> dict[str, _Decided]:
@@ -173,6 +179,8 @@ def _decided(snapshot: FleetSnapshot, policies: list[PolicyView]) -> dict[str, _
             share.held.append(na.name)
         if st.taken_out_time is not None:
             share.taken_out.append((st.taken_out_time, na.name))
+        if st.held_action:
+            share.held_actions[st.held_action] += 1
     return out
 
 
@@ -195,8 +203,23 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
             out_of_service=frozenset(share.out),
             taken_out=tuple(sorted(share.taken_out)),
             window_seconds=spec.quarantine_rate.window_seconds if spec is not None else 300,
+            would_accept=share.held_actions[HELD_ACCEPT],
+            would_quarantine=share.held_actions[HELD_QUARANTINE],
         )
     return out
+
+
+def unmatched_past_grace(
+    candidates: Mapping[str, datetime | None], now: datetime, grace_seconds: float
+) -> tuple[str, ...]:
+    """The nodes under a pending taint that no policy matches (``candidates``: each
+    with when it registered) that registered at least ``grace_seconds`` ago: a new
+    node's labels (node-feature-discovery's, GPU feature discovery's) may still be
+    on their way before that. A node without a registration time counts at once."""
+    since = now - timedelta(seconds=grace_seconds)
+    return tuple(
+        sorted(name for name, created in candidates.items() if created is None or created <= since)
+    )
 
 
 def held_to_release(policy: PolicyView, share: PolicyTally) -> tuple[str, ...]:
@@ -292,6 +315,8 @@ def policy_status(
         observed_generation=policy.generation,
         out_of_service=len(share.quarantined) + len(share.out_of_service),
         held_back=len(share.held_by_limit),
+        would_accept=share.would_accept,
+        would_quarantine=share.would_quarantine,
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from gpuaccept.contracts.api import PENDING_TAINT_KEY
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, lingering, out_of_service
 from gpuaccept.operator.core.fleet import (
@@ -25,6 +26,7 @@ from gpuaccept.operator.core.fleet import (
     phase_counts,
 )
 from gpuaccept.operator.core.model import PolicyView, QuarantineLimitCounts
+from gpuaccept.operator.core.record import HELD_ACCEPT, HELD_QUARANTINE
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class _Counted:
     held_by_limit: bool
     out: bool  # out of service because of gpuaccept, not quarantined
     taken_out: datetime | None
+    held_action: str | None = None
 
 
 def _counted(status: NodeAcceptanceStatus, node_gated: bool) -> _Counted | None:
@@ -45,7 +48,9 @@ def _counted(status: NodeAcceptanceStatus, node_gated: bool) -> _Counted | None:
     out = status.phase != Phase.QUARANTINED and (
         out_of_service(status) or lingering(status, node_gated)
     )
-    return _Counted(status.policy, status.phase, held, out, status.taken_out_time)
+    return _Counted(
+        status.policy, status.phase, held, out, status.taken_out_time, status.held_action
+    )
 
 
 class FleetCount:
@@ -61,11 +66,17 @@ class FleetCount:
         self._statuses: dict[str, NodeAcceptanceStatus] = {}  # to count again on a taint
         self._gated: set[str] = set()  # nodes with a gpuaccept NoSchedule/NoExecute taint
         self._phases: defaultdict[str, Counter[Phase]] = defaultdict(Counter)
+        self._held_actions: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self._quarantined: defaultdict[str, set[str]] = defaultdict(set)
         self._held: defaultdict[str, set[str]] = defaultdict(set)
         self._out: defaultdict[str, set[str]] = defaultdict(set)
         # Per policy, (when taken out of service, name), sorted: the rate's window.
         self._taken_out: defaultdict[str, list[tuple[datetime, str]]] = defaultdict(list)
+        # Nodes that carry a taint (its keys) and when each registered; the pending keys
+        # of the policies; the nodes under a pending key that no policy matches.
+        self._taints: dict[str, tuple[frozenset[str], datetime | None]] = {}
+        self._pending_keys: frozenset[str] = frozenset({PENDING_TAINT_KEY})
+        self._unmatched: dict[str, datetime | None] = {}
 
     # ------------------------------------------------------------------ changes
     def set_policies(self, policies: Iterable[PolicyView]) -> None:
@@ -74,17 +85,29 @@ class FleetCount:
         if policies == self._policies:
             return
         self._policies = policies
+        self._pending_keys = frozenset(
+            {PENDING_TAINT_KEY, *(p.spec.pending_taint_key for p in policies if p.spec)}
+        )
         self._matching.clear()
         self._matched.clear()
         self._conflicts.clear()
+        self._unmatched.clear()
         for name, labels in self._labels.items():
             self._add_node(name, labels)
 
     def set_node(
-        self, name: str, labels: Mapping[str, str] | None, *, node_gated: bool = False
+        self,
+        name: str,
+        labels: Mapping[str, str] | None,
+        *,
+        node_gated: bool = False,
+        taint_keys: frozenset[str] = frozenset(),
+        created: datetime | None = None,
     ) -> None:
-        """A node's labels now (None: the node is gone), and whether it carries a
-        gpuaccept NoSchedule/NoExecute taint (capacity.gated)."""
+        """A node's labels now (None: the node is gone), whether it carries a
+        gpuaccept NoSchedule/NoExecute taint (capacity.gated), the keys of its taints
+        and when it registered (for :meth:`unmatched_pending`)."""
+        self._set_taints(name, taint_keys if labels is not None else frozenset(), created)
         was_gated = name in self._gated
         if node_gated and labels is not None:
             self._gated.add(name)
@@ -120,9 +143,25 @@ class FleetCount:
             self._counted[name] = new
             self._count(name, new, +1)
 
+    def _set_taints(self, name: str, keys: frozenset[str], created: datetime | None) -> None:
+        if keys:
+            self._taints[name] = (keys, created)
+        else:
+            self._taints.pop(name, None)
+        if name in self._matching:
+            self._note_unmatched(name)
+
+    def _note_unmatched(self, name: str) -> None:
+        keys, created = self._taints.get(name, (frozenset(), None))
+        if not self._matching.get(name) and keys & self._pending_keys:
+            self._unmatched[name] = created
+        else:
+            self._unmatched.pop(name, None)
+
     def _add_node(self, name: str, labels: Mapping[str, str]) -> None:
         matching = tuple(p.name for p in matching_policies(self._policies, labels))
         self._matching[name] = matching
+        self._note_unmatched(name)
         for policy in matching:
             self._matched[policy] += 1
             if len(matching) > 1:
@@ -130,6 +169,7 @@ class FleetCount:
 
     def _remove_node(self, name: str) -> None:
         del self._labels[name]
+        self._unmatched.pop(name, None)
         for policy in self._matching.pop(name, ()):
             self._matched[policy] -= 1
             self._conflicts[policy].discard(name)
@@ -137,6 +177,8 @@ class FleetCount:
     def _count(self, name: str, counted: _Counted, step: int) -> None:
         policy = counted.policy
         self._phases[policy][counted.phase] += step
+        if counted.held_action:
+            self._held_actions[policy][counted.held_action] += step
         for members, member in (
             (self._quarantined[policy], counted.phase == Phase.QUARANTINED),
             (self._held[policy], counted.held_by_limit),
@@ -158,6 +200,11 @@ class FleetCount:
                     del times[at]
 
     # ------------------------------------------------------------------ answers
+    def unmatched_pending(self) -> dict[str, datetime | None]:
+        """The nodes that carry a pending taint key (the default's or a policy's) and
+        that no policy matches, with when each registered; O(such nodes)."""
+        return dict(self._unmatched)
+
     def limit_counts(
         self, policy: str, node: str, now: datetime | None = None
     ) -> QuarantineLimitCounts:
@@ -202,5 +249,7 @@ class FleetCount:
                 out_of_service=frozenset(self._out.get(name, ())),
                 taken_out=tuple(self._taken_out.get(name, ())),
                 window_seconds=self._window(name),
+                would_accept=self._held_actions[name][HELD_ACCEPT],
+                would_quarantine=self._held_actions[name][HELD_QUARANTINE],
             )
         return out

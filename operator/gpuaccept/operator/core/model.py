@@ -73,6 +73,7 @@ class NodeView:
     unschedulable: bool = False
     condition: NodeCondition | None = None
     remedy: NodeCondition | None = None  # its GPUAcceptanceRemedy condition as last seen
+    created: datetime | None = None  # metadata.creationTimestamp (when it registered)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class NAView:
     status: NodeAcceptanceStatus = field(default_factory=NodeAcceptanceStatus)
     resource_version: str = ""
     uid: str = ""
+    # Only gpuaccept's own (the release request of kubectl gpuaccept release).
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,13 @@ class OperatorConfig:
     # a percentage of its matched nodes (--max-unavailable-ceiling; the chart sets 50%):
     # no policy's maxQuarantined or quarantineRate goes above it.
     max_unavailable_ceiling: int | str = "100%"
+    # Added to every probe and fabric pod (--probe-pod-labels, --probe-pod-annotations,
+    # --probe-env; the chart's probe.podLabels, podAnnotations, env): a service mesh's
+    # injection opt-out, labels an admission policy requires, a proxy. Never the
+    # operator's own keys, never the probe's own variables (options.py refuses them).
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    probe_env: tuple[tuple[str, str], ...] = ()
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run

@@ -18,6 +18,7 @@ from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reas
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core import ladder, nodestate
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT
+from gpuaccept.operator.core.conditions import with_accepted_condition
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,
@@ -172,7 +173,9 @@ class PlanBuilder:
             )
 
     def write_status(self, old: NodeAcceptanceStatus, new: NodeAcceptanceStatus) -> None:
+        """Write ``new`` (with its ``Accepted`` condition in line) when it differs."""
         na = self.obs.na
+        new = with_accepted_condition(new, self.obs.now)
         if new != old and na is not None:
             self.actions.append(PatchNAStatus(na.name, na.resource_version, new))
 
@@ -236,7 +239,7 @@ def _wanted_condition(
     """The node's GPUAcceptance condition for ``st``; None: leave it as it is."""
     if st.phase == Phase.ACCEPTED:
         return ("True", "Accepted", "all required GPU acceptance checks passed")
-    if st.phase == Phase.QUARANTINED:
+    if st.phase in (Phase.QUARANTINED, Phase.RELEASED):
         return ("False", st.reason or REASON_PROBE_ERROR, st.message or "")
     cond = node.condition
     if cond is not None and cond.status == "True":

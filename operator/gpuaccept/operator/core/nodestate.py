@@ -2,7 +2,8 @@
 
 Owned taints: the operator only ever removes taints whose key it owns (the
 policy's pending and quarantine keys, and keys it recorded in
-``status.appliedTaints``). Owned labels: besides its own acceptance label, it
+``status.appliedTaints``). Owned labels: besides its own acceptance and reason
+labels (``gpuaccept.io/reason``: why a quarantined node is quarantined), it
 removes only the quarantine label keys it recorded in ``status.appliedLabels``
 (those it set). A person's taint or label, or a cordon
 (``spec.unschedulable``), is never touched.
@@ -10,10 +11,11 @@ removes only the quarantine label keys it recorded in ``status.appliedLabels``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
-from gpuaccept.contracts.api import ACCEPTANCE_LABEL, REMEDY_LABEL
+from gpuaccept.contracts.api import ACCEPTANCE_LABEL, REASON_LABEL, REMEDY_LABEL
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import GPUWaitExpiry
 from gpuaccept.operator.core import ladder
@@ -22,6 +24,10 @@ from gpuaccept.operator.core.model import NodeView, Taint
 PENDING_EFFECT = "NoSchedule"
 ACCEPTED = "accepted"
 QUARANTINED = "quarantined"
+RELEASED = "released"
+UNKNOWN_REASON = "ProbeError"  # a quarantine recorded without a reason word
+MAX_LABEL_VALUE = 63
+_NOT_IN_LABEL_VALUE = re.compile(r"[^-A-Za-z0-9_.]+")
 
 
 # Phase Stalled for a node whose GPUs are all unhealthy: nvidia.com/gpu in its
@@ -49,7 +55,7 @@ def desired_taints(
     pending = Taint(spec.pending_taint_key, PENDING_EFFECT)
     quarantine = quarantine_taint(spec)
     phase = status.phase
-    if phase == Phase.ACCEPTED:
+    if phase in (Phase.ACCEPTED, Phase.RELEASED):
         return tuple(t for t in node.taints if t.key not in owned)
     if phase == Phase.QUARANTINED:
         return _quarantined(node, owned, quarantine)
@@ -93,17 +99,19 @@ def desired_labels(
     """
     want: dict[str, str | None] = {}
     phase = status.phase
-    if phase == Phase.ACCEPTED:
-        want[ACCEPTANCE_LABEL] = ACCEPTED
+    if phase in (Phase.ACCEPTED, Phase.RELEASED):
+        want[ACCEPTANCE_LABEL] = ACCEPTED if phase == Phase.ACCEPTED else RELEASED
+        want[REASON_LABEL] = None
         for key in status.applied_labels:
             want[key] = None
     elif phase == Phase.QUARANTINED:
         want[ACCEPTANCE_LABEL] = QUARANTINED
+        want[REASON_LABEL] = reason_label_value(status.reason)
         for key in status.applied_labels:
             if key not in spec.quarantine.labels:
                 want[key] = None
         want.update(spec.quarantine.labels)
-    elif node.labels.get(ACCEPTANCE_LABEL) == ACCEPTED:
+    elif node.labels.get(ACCEPTANCE_LABEL) in (ACCEPTED, RELEASED):
         # Pending, Probing, Held, Stalled: out of service again (a re-probe, a
         # failed one held by the quarantine limit), so no longer "accepted"; "quarantined"
         # and the quarantine labels stay, like its taint, until the new verdict.
@@ -113,6 +121,14 @@ def desired_labels(
     rung = ladder.remedy(status)
     want[REMEDY_LABEL] = ladder.REMEDY_LABEL_VALUE.get(rung)
     return _changes(node.labels, want)
+
+
+def reason_label_value(reason: str | None) -> str:
+    """``reason`` as a label value (at most 63 of ``[-A-Za-z0-9_.]``, alphanumeric at
+    both ends): a reason word passes unchanged."""
+    value = _NOT_IN_LABEL_VALUE.sub("-", reason or "")[:MAX_LABEL_VALUE]
+    value = value.strip("-_.")
+    return value or UNKNOWN_REASON
 
 
 def _changes(current: Mapping[str, str], want: Mapping[str, str | None]) -> dict[str, str | None]:

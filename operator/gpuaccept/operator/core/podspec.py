@@ -1,8 +1,10 @@
 """The probe pod: deterministic name per attempt, and its manifest.
 
-Image, command, runtime class, resources, tolerations and priority class come
-from :class:`OperatorConfig` (the operator's own flags), never from the policy:
-a policy author cannot run an arbitrary image on every GPU node.
+Image, command, runtime class, resources, tolerations, priority class and the
+platform team's labels, annotations and env come from :class:`OperatorConfig`
+(the operator's own flags), never from the policy: a policy author cannot run an
+arbitrary image on every GPU node. The operator's own labels, annotations and env
+are set after the platform team's, so they win (and the options refuse those keys).
 """
 
 from __future__ import annotations
@@ -134,6 +136,12 @@ def _node_gpu_env(node: NodeView) -> list[dict[str, Any]]:
     return env
 
 
+def _platform_env(config: OperatorConfig) -> list[dict[str, Any]]:
+    """The platform team's variables (``--probe-env``), first: the probe's own come
+    after them and would win (the operator refuses those names anyway)."""
+    return [{"name": name, "value": value} for name, value in config.probe_env]
+
+
 def _probe_container(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
     gpus = attempt.node.gpus
     limits: dict[str, str] = dict(config.resources.get("limits", {}))
@@ -142,6 +150,7 @@ def _probe_container(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str,
         limits[GPU_RESOURCE] = str(gpus)
         requests[GPU_RESOURCE] = str(gpus)
     env: list[dict[str, Any]] = [
+        *_platform_env(config),
         {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {
             "name": ENV_POLICY,
@@ -225,12 +234,14 @@ def probe_pod_manifest(attempt: ProbeAttempt, config: OperatorConfig) -> dict[st
             "name": attempt.name,
             "namespace": config.namespace,
             "labels": {
+                **config.pod_labels,
                 MANAGED_BY_LABEL: MANAGED_BY_VALUE,
                 COMPONENT_LABEL: COMPONENT_VALUE,
                 NODE_LABEL: node_label_value(attempt.node.name),
                 ATTEMPT_LABEL: str(attempt.serial),
             },
             "annotations": {
+                **config.pod_annotations,
                 NODE_NAME_ANNOTATION: attempt.node.name,
                 POLICY_ANNOTATION: attempt.policy_name,
                 SAFE_TO_EVICT_ANNOTATION: "true",
@@ -310,11 +321,13 @@ def fabric_pod_manifest(request: FabricPodRequest, config: OperatorConfig) -> di
     pod_spec["activeDeadlineSeconds"] = config.fabric.timeout_seconds
     container = pod_spec["containers"][0]
     container["command"] = [*config.probe_command, *_fabric_args(request, config)]
+    fabric_env = dict(config.fabric.env)  # the fabric's own win over --probe-env's
     container["env"] = [
+        *(e for e in _platform_env(config) if e["name"] not in fabric_env),
+        *({"name": name, "value": value} for name, value in config.fabric.env),
         {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": ENV_EXPECTED_GPUS, "value": str(node.gpus)},
-        *({"name": name, "value": value} for name, value in config.fabric.env),
     ]
     resources = container["resources"]
     for name, quantity in config.fabric.resources.items():
@@ -329,6 +342,7 @@ def fabric_pod_manifest(request: FabricPodRequest, config: OperatorConfig) -> di
             "name": attempt.name,
             "namespace": config.namespace,
             "labels": {
+                **config.pod_labels,
                 MANAGED_BY_LABEL: MANAGED_BY_VALUE,
                 COMPONENT_LABEL: COMPONENT_VALUE,
                 NODE_LABEL: node_label_value(node.name),
@@ -336,6 +350,7 @@ def fabric_pod_manifest(request: FabricPodRequest, config: OperatorConfig) -> di
                 FABRIC_RANK_LABEL: str(labels.rank),
             },
             "annotations": {
+                **config.pod_annotations,
                 **config.fabric.annotations,
                 NODE_NAME_ANNOTATION: node.name,
                 POLICY_ANNOTATION: request.policy_name,

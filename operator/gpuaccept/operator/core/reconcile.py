@@ -38,6 +38,7 @@ from gpuaccept.operator.core.model import (
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
 from gpuaccept.operator.core.pending import plan_pending
 from gpuaccept.operator.core.probing import plan_probing
+from gpuaccept.operator.core.release import plan_release, plan_released, unapplied_release
 from gpuaccept.operator.core.reverify_round import targeted
 
 __all__ = ["reconcile"]
@@ -67,6 +68,14 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
         return first
     if spec.paused:
         return _paused(ctx, out)
+    return _by_phase(ctx, out)
+
+
+def _by_phase(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    """The plan of the node's phase module."""
+    node, spec, status = ctx.node, ctx.spec, ctx.status
+    if status.phase == Phase.RELEASED:
+        return plan_released(ctx, out)
     if status.phase == Phase.FABRIC:
         return plan_fabric_phase(ctx, out)
     if status.phase in DECIDED:
@@ -94,7 +103,8 @@ def _new_node(ctx: NodeContext, out: PlanBuilder) -> Plan:
 
 
 def _before_any_phase(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
-    """A new node under an old name, or a status the API server refused; else None."""
+    """An opted-out node, a new node under an old name, a status the API server
+    refused, or a release to apply; else None."""
     status, node, error = ctx.status, ctx.node, ctx.obs.status_write_error
     opted_out = _opt_out(ctx, out)
     if opted_out is not None:
@@ -105,6 +115,9 @@ def _before_any_phase(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
         return new_round(ctx, out, reason="NodeRecreated", message=message)
     if error and status.phase != Phase.PROBING:
         return _status_refused(ctx, out, error)
+    request = unapplied_release(ctx)  # a person's word: applied even when paused
+    if request is not None:
+        return plan_release(ctx, out, request)
     return None
 
 

@@ -43,6 +43,7 @@ from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
 from gpuaccept.operator.core.offenders import (
     REASON_REPEATED_QUARANTINE,
     REPEAT_CHECK,
+    last_release,
     repeat_offence,
     with_quarantine,
 )
@@ -229,7 +230,9 @@ def against_history(
         if f.level == "fail"
     ]
     rv = ctx.status.reverify or ReverifyStatus()
-    offence = repeat_offence(rv.quarantines, rv.releases, ctx.spec.repeat_offenders, ctx.obs.now)
+    offence = repeat_offence(
+        rv.quarantines, last_release(ctx.status), ctx.spec.repeat_offenders, ctx.obs.now
+    )
     if offence is not None:
         reasons.append(
             Reason(check=REPEAT_CHECK, reason=REASON_REPEATED_QUARANTINE, message=offence[:512])
@@ -248,7 +251,7 @@ def _baseline(
     old = st.baseline
     if not ctx.spec.reverify.enabled or report is None:
         return old
-    released = max((r.at for r in (st.reverify.releases if st.reverify else [])), default=None)
+    released = last_release(st)
     if _comparable(old, report) and (released is None or old is None or released <= old.taken_time):
         return _with_fabric(old, fabric_busbw)
     if reverifying(st) is not None and reverifying(st).checks:  # type: ignore[union-attr]

@@ -1,6 +1,8 @@
-"""``kubectl gpuaccept``: explain a node's verdict, re-probe it, and show what a
-candidate policy would change, from the NodeAcceptances the operator keeps.
+"""``kubectl gpuaccept``: explain a node's verdict, re-probe it, release it with a
+record of who and when, and show what a candidate policy would change, from the
+NodeAcceptances the operator keeps.
 
-:mod:`.explain` and :mod:`.whatif` are pure (stored objects in, lines out);
-:mod:`.cli` reads the cluster and is the only part that writes (``reprobe``).
+:mod:`.explain`, :mod:`.whatif` and :mod:`.release` are pure (stored objects in,
+lines or annotations out); :mod:`.cli` reads the cluster and is the only part that
+writes (``reprobe``, ``release``).
 """

@@ -4,7 +4,12 @@ types about one node or a policy change.
 * ``explain NODE``: the verdict, every reason, and the stored report as the
   probe's table, judged under the node's policy (its thresholds shown);
 * ``reprobe NODE``: sets the re-probe annotation on the Node (the operator probes
-  it again, under a policy with ``reprobe.onAnnotation``);
+  it again, under a policy with ``reprobe.onAnnotation``; a released node is
+  handed back this way);
+* ``release NODE``: asks the operator to release the node (its taints and label
+  off, left alone until a re-probe), recording who asks (the API server's answer
+  to a SelfSubjectReview, never the kubeconfig's name) and when in the
+  NodeAcceptance; the operator records it in ``status.release`` and an Event;
 * ``what-if POLICY_FILE``: every stored report judged under a candidate policy;
   what would change and how many nodes would be quarantined against the limit.
   Reads only.
@@ -18,6 +23,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,10 +34,22 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
-from gpuaccept.contracts.api import POLICY_KIND, REPROBE_ANNOTATION
+from gpuaccept.contracts.api import (
+    POLICY_KIND,
+    RELEASE_AT_ANNOTATION,
+    RELEASE_BY_ANNOTATION,
+    REPROBE_ANNOTATION,
+)
 from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
 from gpuaccept.operator.kube import MERGE, NA_PATH, POLICY_PATH, Kube
 from gpuaccept.operator.plugin.explain import explain_lines
+from gpuaccept.operator.plugin.release import (
+    SELF_SUBJECT_REVIEW_PATHS,
+    applied,
+    request_annotations,
+    self_subject_review,
+    username_of,
+)
 from gpuaccept.operator.plugin.whatif import what_if, what_if_lines
 
 EXIT_OK = 0
@@ -62,6 +80,19 @@ def parser() -> argparse.ArgumentParser:
     explain.add_argument("node")
     reprobe = sub.add_parser("reprobe", help=f"set {REPROBE_ANNOTATION} on the Node")
     reprobe.add_argument("node")
+    release = sub.add_parser(
+        "release",
+        help="release the node: the operator takes its taints and label off and leaves it "
+        "alone until a re-probe; records who and when",
+    )
+    release.add_argument("node")
+    release.add_argument("--reason", default="", help="why (kept in the record)")
+    release.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the operator to apply it (0: do not wait)",
+    )
     whatif = sub.add_parser(
         "what-if", help="judge every stored report under a candidate policy (writes nothing)"
     )
@@ -102,6 +133,51 @@ def reprobe(kube: Kube, node: str, now: Callable[[], float] = time.time) -> list
     body = {"metadata": {"annotations": {REPROBE_ANNOTATION: value}}}
     kube.request("PATCH", f"/api/v1/nodes/{node}", body, content_type=MERGE)
     return [f"node/{node} annotated {REPROBE_ANNOTATION}={value}: the operator probes it again"]
+
+
+def whoami(kube: Kube) -> str:
+    """The caller's username, as the API server authenticated it (SelfSubjectReview)."""
+    for path in SELF_SUBJECT_REVIEW_PATHS:
+        version = path.split("/")[3]
+        try:
+            name = username_of(kube.request("POST", path, self_subject_review(version)))
+        except ApiException as error:
+            if error.status == 404:
+                continue  # an older API server: the next version
+            raise
+        if name:
+            return name
+    raise PluginError(
+        "cannot tell who you are: the API server answers no SelfSubjectReview "
+        "(authentication.k8s.io, Kubernetes 1.27+); a release is recorded only with its requester",
+        EXIT_NOT_FOUND,
+    )
+
+
+def release(kube: Kube, node: str, *, reason: str = "", wait: float = 30.0) -> list[str]:
+    """Ask for ``node``'s release, recording who (the API server's word) and when; wait
+    up to ``wait`` seconds for the operator to apply it."""
+    path = f"{NA_PATH}/{node}"
+    acceptance = _get(kube, path)
+    if acceptance is None:
+        raise PluginError(f"no NodeAcceptance {node}: no policy governs that node", EXIT_NOT_FOUND)
+    phase = (acceptance.get("status") or {}).get("phase") or "Pending"
+    if phase in ("Accepted", "Released"):
+        raise PluginError(f"{node} is {phase}: nothing to release", EXIT_NOT_FOUND)
+    annotations = request_annotations(whoami(kube), datetime.now(UTC), reason)
+    kube.request("PATCH", path, {"metadata": {"annotations": annotations}}, content_type=MERGE)
+    by, at = annotations[RELEASE_BY_ANNOTATION], annotations[RELEASE_AT_ANNOTATION]
+    lines = [f"nodeacceptance/{node}: release asked for by {by} at {at} (was {phase})"]
+    deadline = time.monotonic() + wait
+    while wait > 0:
+        current = _get(kube, path) or {}
+        if applied(current, annotations):
+            message = (current.get("status") or {}).get("message") or ""
+            return [*lines, f"released: {message}"]
+        if time.monotonic() >= deadline:
+            return [*lines, f"not applied within {wait:g}s: is the operator running?"]
+        time.sleep(1.0)
+    return [*lines, "the operator applies it and records it in status.release and an Event"]
 
 
 def load_candidate(path: Path) -> tuple[str | None, NodeAcceptancePolicySpec]:
@@ -150,6 +226,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             lines = explain(kube, args.node)
         elif args.command == "reprobe":
             lines = reprobe(kube, args.node)
+        elif args.command == "release":
+            lines = release(kube, args.node, reason=args.reason, wait=args.wait)
         else:
             lines = what_if_command(kube, args.policy_file, every=args.all)
     except PluginError as error:

@@ -55,7 +55,25 @@ def _summary(name: str, status: Mapping[str, Any], policy: Mapping[str, Any] | N
             out.append(f"policy {policy_name} not found: the stored results are shown as judged")
     if status.get("message") and not status.get("reasons"):  # the reasons say it in full
         out.append(f"message: {status['message']}")
+    out += _release(status)
     return out
+
+
+def _release(status: Mapping[str, Any]) -> list[str]:
+    """The last release a person asked for (``kubectl gpuaccept release``)."""
+    record = status.get("release")
+    if not isinstance(record, Mapping):
+        return []
+    was = record.get("fromPhase", "?") + (
+        f" ({record['fromReason']})" if record.get("fromReason") else ""
+    )
+    line = (
+        f"released by {record.get('by', '?')} at {record.get('releasedTime', '?')} "
+        f"(asked at {record.get('requestedAt', '?')}), was {was}"
+    )
+    if record.get("reason"):
+        line += f": {record['reason']}"
+    return [line]
 
 
 def _reasons(status: Mapping[str, Any]) -> list[str]:
