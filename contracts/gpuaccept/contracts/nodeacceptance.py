@@ -249,6 +249,11 @@ class NodeAcceptanceStatus(ContractModel):
         "measuring fields changed, that was off then, or whose result was compacted under a "
         "section that changed since. Absent on reports recorded before this field.",
     )
+    reprobe_requested: bool = Field(
+        default=False,
+        description="This round was asked for with the re-probe annotation (taken off the "
+        "Node when the round starts): a cordoned node is probed for it.",
+    )
     was_in_service: bool = Field(
         default=False,
         description="The node was in service (schedulable, no gpuaccept taint) when "

@@ -308,6 +308,32 @@ def test_a_cordoned_node_is_not_probed_unless_asked() -> None:
     assert world.node.unschedulable  # the cordon is the person's: kept
 
 
+def test_a_cordoned_accepted_node_asked_for_a_reprobe_is_probed() -> None:
+    """The request is taken off the Node when the new round starts; the round
+    remembers it was asked for, so the cordon does not strand it in Waiting."""
+    world = World()
+    world.settle()
+    world.finish_with_report(make_report())
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    assert world.node is not None
+    world.node = dataclasses.replace(
+        world.node, unschedulable=True, annotations={"gpuaccept.io/reprobe": ""}
+    )
+    world.settle()
+    assert world.node.annotations == {}
+    assert world.status.phase == Phase.PROBING
+    assert world.status.reprobe_requested
+    world.finish_with_report(make_report())
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    # a later round not asked for waits for the cordon to end, as before
+    world.node = dataclasses.replace(world.node, boot_id="boot-2")
+    world.settle()
+    assert (world.status.phase, world.status.reason) == (Phase.WAITING, "Cordoned")
+    assert not world.status.reprobe_requested
+
+
 def test_an_uncordoned_node_is_probed() -> None:
     world = World()
     assert world.node is not None

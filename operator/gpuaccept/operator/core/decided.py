@@ -221,6 +221,10 @@ def new_round(
         next_attempt_time=None,
         probe_pod=None,
         probe_started_time=None,
+        # asked for by a person: the annotation goes when this round starts, and a
+        # cordoned node is still probed for it (pending._waits_before_probing)
+        reprobe_requested=REPROBE_ANNOTATION in ctx.node.annotations
+        and ctx.spec.reprobe.on_annotation,
         **(evidence if reverify is None else {"reverify": reverify}),
         # Out of service because of gpuaccept from now until decided, unless it was
         # a new node that never was in service.

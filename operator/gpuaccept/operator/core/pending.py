@@ -148,7 +148,8 @@ def _waits_before_probing(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     cordoned node (not probed unless asked), a NoExecute taint the pod would not
     tolerate (the kubelet refuses it, or evicts it)."""
     node = ctx.node
-    if node.unschedulable and REPROBE_ANNOTATION not in node.annotations:
+    asked = REPROBE_ANNOTATION in node.annotations or ctx.status.reprobe_requested
+    if node.unschedulable and not asked:
         return _cordoned(ctx, out)
     tolerations = probe_manifest(ctx, ctx.status)["spec"].get("tolerations", [])
     taint = untolerated_taint(ctx.node.taints, tolerations)
