@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, OwnedPod
 from gpuaccept.contracts.probe_invocation import ProbeExit
 from gpuaccept.contracts.report import ProbeReport, encode_termination_message
 from gpuaccept.operator.core import (
@@ -42,7 +44,9 @@ from gpuaccept.operator.core import (
 from gpuaccept.operator.core.fabric.pairing import FabricVerdict
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
-from gpuaccept.operator.core.model import Judge
+from gpuaccept.operator.core.model import CreatedPod, Judge
+from gpuaccept.operator.core.podidentity import shape_digest
+from gpuaccept.operator.views import pod_view
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BOOT = "boot-1"
@@ -147,6 +151,16 @@ class World:
     status_write_error: str | None = None
     # Phase Fabric: the verdict the policy's pair planning gives this node.
     fabric_verdict: FabricVerdict | None = None
+    # The executor's memory of its pod creates (core/podidentity.py).
+    created: dict[str, CreatedPod] = field(default_factory=dict)
+    bodies: dict[str, dict[str, Any]] = field(default_factory=dict)  # pods as created
+    elsewhere: set[str] = field(default_factory=set)  # pod names taken on other nodes
+    pod_name_taken: str | None = None
+
+    def restart(self) -> None:
+        """A new operator process: what the executor remembered is gone."""
+        self.created.clear()
+        self.pod_name_taken = None
 
     def observe(self) -> NodeSnapshot:
         return NodeSnapshot(
@@ -160,6 +174,8 @@ class World:
             config=self.config,
             status_write_error=self.status_write_error,
             fabric_verdict=self.fabric_verdict,
+            created_pods=dict(self.created),
+            pod_name_taken=self.pod_name_taken,
         )
 
     def plan(self) -> Plan:
@@ -215,11 +231,15 @@ class World:
         )
 
     def create_probe_pod(self, action: CreateProbePod) -> None:
-        if action.name not in self.pods:
-            labels = action.manifest["metadata"]["labels"]
-            self.pods[action.name] = PodView(
-                name=action.name, serial=int(labels["gpuaccept.io/attempt"])
-            )
+        if action.name in self.pods or action.name in self.elsewhere:
+            self.pod_name_taken = action.name  # AlreadyExists, as the executor remembers it
+            return
+        self.pod_name_taken = None
+        self.bodies[action.name] = pod_body(action.manifest, uid=f"uid-{action.name}")
+        self.pods[action.name] = pod_view(self.bodies[action.name])
+        self.created[action.name] = CreatedPod(
+            uid=f"uid-{action.name}", shape=shape_digest(action.manifest)
+        )
 
     def delete_probe_pod(self, action: DeleteProbePod) -> None:
         self.pods.pop(action.name, None)
@@ -238,6 +258,25 @@ class World:
 
     def delete_node_acceptance(self, action: DeleteNodeAcceptance) -> None:
         self.na = None
+
+    def place_pods(self, *pods: PodView) -> None:
+        """Put ``pods`` on the node as pods the operator created: their identity as
+        the API server gives it, their UIDs on record in the status."""
+        assert self.na is not None
+        assert self.node is not None
+        owned = list(self.na.status.owned_pods)
+        for pod in pods:
+            placed = dataclasses.replace(
+                pod,
+                uid=f"uid-{pod.name}",
+                node_name=self.node.name,
+                owner_uid=self.na.uid,
+                shape="shape-" + hashlib.sha256(pod.name.encode()).hexdigest()[:8],
+            )
+            self.pods[pod.name] = placed
+            owned.append(OwnedPod(name=placed.name, uid=placed.uid, shape=placed.shape))
+        status = self.na.status.model_copy(update={"owned_pods": owned})
+        self.na = dataclasses.replace(self.na, status=status)
 
     def settle(self, rounds: int = 10) -> Plan:
         """Reconcile and apply until the plan has no writes; returns the last plan."""
@@ -292,6 +331,11 @@ class World:
 
 
 PENDING = Taint("gpuaccept.io/pending", "NoSchedule")
+
+
+def pod_body(manifest: Mapping[str, Any], *, uid: str) -> dict[str, Any]:
+    """The pod the API server makes of ``manifest``."""
+    return {**manifest, "metadata": {**manifest["metadata"], "uid": uid}}
 
 
 _: type[ActionInterpreter] = World  # the world is checked against the protocol

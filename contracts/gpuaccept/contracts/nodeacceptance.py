@@ -159,6 +159,23 @@ class ProbedSection(ContractModel):
     section: str = Field(max_length=32, description="Digest of the whole section.")
 
 
+MAX_OWNED_PODS = 16
+
+
+class OwnedPod(ContractModel):
+    """A probe or fabric pod the operator created on this node, as the API server's
+    answer to its create named it: only this pod's result is ever read as the node's
+    evidence (docs/security.md, "Pod identity")."""
+
+    name: str = Field(max_length=253)
+    uid: str = Field(max_length=64, description="metadata.uid from the create's answer.")
+    shape: str = Field(
+        max_length=32,
+        description="Digest of the pod's identity fields as created (node, images, "
+        "commands, service account and token, volume kinds, host namespaces, owner).",
+    )
+
+
 class NodeAcceptanceStatus(ContractModel):
     phase: Phase = Phase.PENDING
     reason: str | None = Field(default=None, max_length=64, description="Main reason, one word.")
@@ -252,6 +269,12 @@ class NodeAcceptanceStatus(ContractModel):
         max_length=64,
         description="UID of the Node this status is about: a node deleted and created "
         "again under the same name is a new node and starts a new round.",
+    )
+    owned_pods: list[OwnedPod] = Field(
+        default_factory=list,
+        max_length=MAX_OWNED_PODS,
+        description="The probe and fabric pods the operator created on this node and has "
+        "not seen gone: a pod is read or deleted only if its UID and shape are here.",
     )
 
 

@@ -256,6 +256,8 @@ class Controller:
             limit_counts=limit_counts,
             config=self.config,
             pod_create_error=self.actions.create_errors.get(name),
+            created_pods=self.actions.created_pods(name),
+            pod_name_taken=self.actions.name_taken.get(name),
             status_write_error=self.actions.status_error(name),
             fabric_verdict=self.fabric.verdict(name, fabric.waiting_since) if fabric else None,
         )

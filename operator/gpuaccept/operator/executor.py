@@ -21,6 +21,7 @@ from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.interpret import interpret
 from gpuaccept.operator.core.model import (
     Action,
+    CreatedPod,
     CreateNodeAcceptance,
     CreateProbePod,
     DeleteNodeAcceptance,
@@ -32,6 +33,7 @@ from gpuaccept.operator.core.model import (
     PatchNodeTaintsLabels,
     RemoveReprobeAnnotation,
 )
+from gpuaccept.operator.core.podidentity import shape_digest
 from gpuaccept.operator.core.podspec import (
     FABRIC_PAIR_LABEL,
     MANAGED_BY_LABEL,
@@ -43,6 +45,9 @@ from gpuaccept.operator.kube import ConflictError, EventRecord, Kube
 from gpuaccept.operator.views import cached_acceptance, node_view, pod_view, resource_version
 
 log = logging.getLogger("gpuaccept.operator")
+
+# How many of a node's creates are remembered until its status records them.
+CREATED_MEMORY = 4
 
 # The overlay's resourceVersion for an object this process deleted: newer than any.
 DELETED_RV = 1 << 62
@@ -93,6 +98,10 @@ class KubeExecutor:
         self.namespace = namespace
         self.identity = identity
         self.create_errors: dict[str, str] = {}  # node -> why its probe pod was refused
+        # node -> {pod name: the create's answer}: the pods this process created, until
+        # the status records them (core/podidentity.py); the newest few per node
+        self.created: dict[str, dict[str, CreatedPod]] = {}
+        self.name_taken: dict[str, str] = {}  # node -> a pod name its create found taken
         self.status_errors: dict[str, str] = {}  # node -> why its last status write was refused
         self.status_refused_at: dict[str, float] = {}  # node -> when (monotonic)
 
@@ -104,6 +113,22 @@ class KubeExecutor:
             self.status_errors.pop(node, None)
             self.status_refused_at.pop(node, None)
         return self.status_errors.get(node)
+
+    def created_pods(self, node: str) -> dict[str, CreatedPod]:
+        """The pods this process created on ``node`` (the create's answers)."""
+        return dict(self.created.get(node, {}))
+
+    def forget(self, node: str) -> None:
+        """Drop what is remembered about ``node`` (its NodeAcceptance is gone)."""
+        memories: tuple[dict[str, Any], ...] = (
+            self.create_errors,
+            self.status_errors,
+            self.status_refused_at,
+            self.created,
+            self.name_taken,
+        )
+        for memory in memories:
+            memory.pop(node, None)
 
     def execute(self, observed: NodeSnapshot, action: Action) -> None:  # runs in a thread
         interpret(_NodeWrites(self, observed), action)
@@ -212,8 +237,16 @@ class _NodeWrites:
             if error.status in (400, 403, 404, 422):  # refused, not a hiccup
                 errors[node] = api_message(error)[:500]
             raise
-        if pod is not None:
-            self.cache.write_pod(node, action.name, resource_version(pod), pod_view(pod))
+        if pod is None:  # AlreadyExists: a pod this process did not create holds the name
+            self.executor.name_taken[node] = action.name
+            return
+        self.executor.name_taken.pop(node, None)
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        created = self.executor.created.setdefault(node, {})
+        created[action.name] = CreatedPod(uid=uid, shape=shape_digest(action.manifest))
+        for old in list(created)[:-CREATED_MEMORY]:
+            del created[old]
+        self.cache.write_pod(node, action.name, resource_version(pod), pod_view(pod))
 
     def _gpu_pods_on_node(self, node: str) -> list[str]:
         """Other pods on ``node`` that hold GPUs (``namespace/name``): the kubelet
@@ -252,8 +285,7 @@ class _NodeWrites:
             raise StaleCacheError(action.name)
         self.kube.delete_na(action.name)
         self.cache.write("na", action.name, DELETED_RV, None)
-        self.executor.create_errors.pop(action.name, None)
-        self.executor.status_errors.pop(action.name, None)
+        self.executor.forget(action.name)
 
     def emit_event(self, action: EmitEvent) -> None:
         event = EventRecord(

@@ -135,7 +135,17 @@ class FabricLoop:
             # the few statuses it writes get theirs back in :meth:`with_evidence`.
             if node is not None and is_member(na.status, policy.name, spec, node.labels):
                 members.append(FabricMember(node, na, self.cache.pods(name)))
-        return FabricSnapshot(policy, spec, tuple(members), now, self.config)
+        actions = self.runner.actions
+        names = [m.node.name for m in members]
+        return FabricSnapshot(
+            policy,
+            spec,
+            tuple(members),
+            now,
+            self.config,
+            created_pods={n: actions.created_pods(n) for n in names if n in actions.created},
+            names_taken={n: actions.name_taken[n] for n in names if n in actions.name_taken},
+        )
 
     def with_evidence(self, writes: tuple[tuple[str, Action], ...]) -> list[tuple[str, Action]]:
         """The pass's writes, each status write carrying the node's stored evidence

@@ -31,6 +31,7 @@ from gpuaccept.operator.core.model import (
     PolicyView,
     Taint,
 )
+from gpuaccept.operator.core.podidentity import controller_uid, mounts_token, shape_digest
 from gpuaccept.operator.core.podspec import (
     ATTEMPT_LABEL,
     CONTAINER_NAME,
@@ -250,6 +251,11 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         created=_timestamp(meta.get("creationTimestamp")),
         finished=_timestamp((terminated or {}).get("finishedAt")),
         fabric=_fabric_labels(meta),
+        uid=str(meta.get("uid", "")),
+        node_name=str((body.get("spec") or {}).get("nodeName") or ""),
+        owner_uid=controller_uid(meta),
+        token=mounts_token(body.get("spec") or {}),
+        shape=shape_digest(body),
     )
 
 

@@ -595,8 +595,8 @@ def test_failed_pod_retries_with_backoff_then_probe_error() -> None:
 
 def test_stale_pods_deleted_before_a_new_attempt() -> None:
     world = World()
-    world.pods["gpuaccept-probe-gpu-1-7"] = PodView("gpuaccept-probe-gpu-1-7", phase="Running")
     world.apply(world.plan())  # NA + taint
+    world.place_pods(PodView("gpuaccept-probe-gpu-1-7", phase="Running"))  # an old one of ours
     plan = world.plan()
     assert [type(a) for a in plan.actions] == [DeleteProbePod]
     world.apply(plan)

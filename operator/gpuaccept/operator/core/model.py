@@ -116,10 +116,27 @@ class PodView:
     created: datetime | None = None  # metadata.creationTimestamp
     finished: datetime | None = None  # the terminated container's finishedAt
     fabric: FabricPodLabels | None = None  # a fabric pair's pod (docs/fabric.md)
+    # Its identity (core/podidentity.py): only a pod whose UID and shape the status
+    # records as the operator's own is read or deleted.
+    uid: str = ""  # metadata.uid
+    node_name: str = ""  # spec.nodeName
+    owner_uid: str = ""  # the controller ownerReference's UID
+    token: bool = False  # it gets API credentials (automount not false, a token volume)
+    shape: str = ""  # podidentity.shape_digest of the pod
 
     @property
     def ended(self) -> bool:
         return self.terminated or self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class CreatedPod:
+    """The API server's answer to one of the operator's pod creates, kept in memory
+    until the status records it (core/podidentity.py): the pod's UID, and the shape
+    digest of the manifest the operator sent."""
+
+    uid: str
+    shape: str
 
 
 @dataclass(frozen=True)
@@ -232,6 +249,11 @@ class NodeSnapshot:
     status_write_error: str | None = None
     # Phase Fabric: the verdict the fabric pairing gives this node now (None: none yet).
     fabric_verdict: FabricVerdict | None = None
+    # The probe pods this process created on the node whose UID the status may not
+    # record yet, by name (the create's answer; core/podidentity.py).
+    created_pods: Mapping[str, CreatedPod] = field(default_factory=dict)
+    # The last probe pod create for this node was answered AlreadyExists: that name.
+    pod_name_taken: str | None = None
 
 
 # --------------------------------------------------------------------------- actions

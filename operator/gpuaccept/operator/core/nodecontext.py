@@ -32,6 +32,7 @@ from gpuaccept.operator.core.model import (
     PolicyView,
     RemoveReprobeAnnotation,
 )
+from gpuaccept.operator.core.podidentity import ForeignPod
 
 __all__ = ["REASON_QUARANTINE_LIMIT", "NodeContext", "PlanBuilder", "cut", "reasons_message"]
 
@@ -60,6 +61,9 @@ class NodeContext:
     policy: PolicyView
     spec: NodeAcceptancePolicySpec
     status: NodeAcceptanceStatus  # as read; a phase writes a new one
+    # Probe-labelled pods on the node that are not the operator's own
+    # (core/podidentity.py): never read, never deleted; ``obs.pods`` holds the rest.
+    foreign_pods: tuple[ForeignPod, ...] = ()
 
     def judge_report(self, report: ProbeReport) -> Verdict | str:
         """The judge's verdict, or why it failed. A report can pass the contract and

@@ -22,6 +22,7 @@ from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core.model import Plan, PodView, Taint
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
+from gpuaccept.operator.core.podidentity import REASON_POD_ALTERED, REASON_POD_NAME_TAKEN
 
 REASON_IMAGE_UNAVAILABLE = "ImageUnavailable"
 REASON_POD_REFUSED = "PodRefused"
@@ -39,6 +40,8 @@ WAIT_REASONS = frozenset(
         REASON_POD_LOST,
         REASON_UNTOLERATED_TAINT,
         REASON_CORDONED,
+        REASON_POD_NAME_TAKEN,
+        REASON_POD_ALTERED,
         "RuntimeClassMissing",
         "GPUSharing",  # core/gpusharing.py
     }
