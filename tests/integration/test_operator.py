@@ -59,6 +59,7 @@ from gpuaccept.testsupport.kubelet_standin import (
     ImagePullFailure,
     KubeletStandIn,
     PodInfo,
+    RunProcess,
     SandboxFailure,
     SimNode,
     StartFailure,
@@ -731,6 +732,9 @@ def test_kill_mid_probe_and_restart_resumes_with_one_pod(env: Env) -> None:
     try:
         (name,) = env.nodes(suite, {"n": HEALTHY}, behaviour=slow_valid_report)
         wait_for("the first probe pod", lambda: env.pods(name), 90)
+        # its UID on record (the write right after the create; before it, a restart
+        # could not tell the pod from a squatter's: core/podidentity.py)
+        wait_for("the probe pod's UID on record", lambda: env.status(name).get("ownedPods"), 30)
         first.kill()  # crash mid-probe: the pod runs, its result not yet read
         max_pods = len(env.pods(name))
         wait_for(
@@ -1155,3 +1159,142 @@ def test_a_missing_runtime_class_is_named(env: Env) -> None:
     finally:
         op.stop()
         env.operator.start(**_operator_ports())
+
+
+def _squat(
+    env: Env, name: str, *, node: str, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """What anyone who may create pods in the release namespace can do (the chart's
+    admission rules are not installed in this module): the attempt's pod name, with
+    the probe's labels, pinned to ``node``."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {
+                "app.kubernetes.io/managed-by": "gpuaccept",
+                "app.kubernetes.io/component": "probe",
+                "gpuaccept.io/node": node,
+                "gpuaccept.io/attempt": "1",
+                **(labels or {}),
+            },
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "serviceAccountName": "gpuaccept-probe",
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": "local/gpuaccept-probe:test",
+                    "command": ["gpuaccept", "probe", "--termination-log", "/dev/termination-log"],
+                }
+            ],
+        },
+    }
+    return env.kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body)
+
+
+def test_a_squatted_probe_pod_never_speaks_for_the_node(env: Env) -> None:
+    """Issue 29, item 1, with no admission rule in the way. The attempt's pod name is
+    taken before the operator creates it: on the target node by a pod that "succeeds"
+    with a forged passing report (the node's real probe would fail: PCIe x8), and, for
+    a second node, by a pod bound elsewhere. Neither node is accepted or quarantined:
+    both wait (PodNameTaken), the squatters are left in place and named in Warning
+    Events, and no attempt is spent."""
+    suite = suite_id("squat")
+    # a long backoff: the retry under a new name does not come within the test
+    env.policy(suite, probeRun={"timeoutSeconds": 60, "retries": 0, "backoffSeconds": 600})
+    same, other = f"{suite}-same", f"{suite}-other"
+    squatted = {same: f"gpuaccept-probe-{same}-1", other: f"gpuaccept-probe-{other}-1"}
+
+    def forged(info: PodInfo) -> Behaviour:
+        if info.name == squatted[same]:  # built from what the Node object shows
+            return Complete(0, _report_for(info.node_name, info.boot_id))
+        return RunProcess()
+
+    env.operator.stop()  # the squats land first, as an attacker's would
+    try:
+        env.nodes(suite, {"same": str(ROOT / "profiles/faults/pcie-x8.yaml")}, behaviour=forged)
+        env.nodes(suite, {"other": HEALTHY})
+        pods = {
+            same: _squat(env, squatted[same], node=same),
+            other: _squat(env, squatted[other], node=f"{suite}-nowhere"),
+        }
+        wait_for(
+            "the squatter on the target node to succeed",
+            lambda: [p for p in env.pods(same) if p["status"].get("phase") == "Succeeded"],
+            60,
+        )
+    finally:
+        env.operator.start(**_operator_ports())
+    env.wait_phase([same, other], "Waiting", timeout=120)
+    for name in (same, other):
+        status = env.status(name)
+        assert status["reason"] == "PodNameTaken", env.describe([name])
+        assert status.get("attempts", 0) == 0, env.describe([name])
+        assert squatted[name] in status["message"]
+        assert "report" not in status, "the squatter's report was read"
+        node = wait_node_side(env, name, "Pending")  # not accepted, not quarantined
+        assert ACCEPTANCE_LABEL not in (node["metadata"].get("labels") or {})
+        warnings = [e for e in env.events(name, "Node") if e["reason"] == "PodNameTaken"]
+        assert warnings, f"no PodNameTaken Event on {name}"
+        assert squatted[name] in warnings[0]["message"]
+        left = env.core.read_namespaced_pod(squatted[name], NAMESPACE)  # left for a person
+        assert left.metadata.uid == pods[name]["metadata"]["uid"]
+        assert left.metadata.deletion_timestamp is None
+    time.sleep(3)  # a few more passes change nothing
+    assert env.status(same)["phase"] == "Waiting", env.describe([same])
+    assert env.status(other)["phase"] == "Waiting", env.describe([other])
+
+
+def test_a_probe_pod_replaced_under_its_name_is_never_read(env: Env) -> None:
+    """The operator's own probe pod is deleted and another created under its name,
+    which "succeeds" with a passing report built from what the Node object shows
+    (the node's real probe hangs). Before issue 29 the operator read it by its name and
+    accepted the node; now its UID is not the one on record: the node waits
+    (PodNameTaken), the replacement is left in place, and nothing is accepted."""
+    suite = suite_id("replaced")
+    env.policy(suite, probeRun={"timeoutSeconds": 300, "retries": 0, "backoffSeconds": 600})
+    name = f"{suite}-n"
+
+    def behaviour(info: PodInfo) -> Behaviour:
+        labels = info.pod["metadata"].get("labels") or {}
+        if labels.get("squatter") == "yes":
+            return Complete(0, _report_for(info.node_name, info.boot_id))
+        return Hang()  # the operator's own pod never reports
+
+    env.nodes(suite, {"n": HEALTHY}, behaviour=behaviour)
+    running = wait_for(
+        "the operator's probe pod to run",
+        lambda: [p for p in env.pods(name) if p["status"].get("phase") == "Running"],
+        90,
+    )
+    own = {"name": running[0]["metadata"]["name"], "uid": running[0]["metadata"]["uid"]}
+    env.operator.stop()  # the swap lands between two of the operator's passes
+    try:
+        env.core.delete_namespaced_pod(own["name"], NAMESPACE, grace_period_seconds=0)
+        wait_for("the operator's pod to be gone", lambda: not env.pods(name), 30)
+        body = _squat(env, own["name"], node=name, labels={"squatter": "yes"})
+        wait_for(
+            "the replacement to succeed",
+            lambda: [p for p in env.pods(name) if p["status"].get("phase") == "Succeeded"],
+            60,
+        )
+    finally:
+        env.operator.start(**_operator_ports())
+    status = wait_for(
+        "a decision on the replacement",
+        lambda: (st := env.status(name)).get("phase") in ("Waiting", "Accepted") and st,
+        120,
+    )
+    assert (status["phase"], status.get("reason")) == ("Waiting", "PodNameTaken"), status
+    assert f"UID {own['uid']} on record" in status["message"]
+    assert status["ownedPods"] == [{**own, "shape": status["ownedPods"][0]["shape"]}]
+    assert "report" not in status, "the replacement's report was read"
+    wait_node_side(env, name, "Pending")
+    left = env.core.read_namespaced_pod(own["name"], NAMESPACE)
+    assert left.metadata.uid == body["metadata"]["uid"]

@@ -41,10 +41,17 @@ from gpuaccept.operator.core import (
     Taint,
     reconcile,
 )
+from gpuaccept.operator.core.drain import evictable
 from gpuaccept.operator.core.fabric.pairing import FabricVerdict
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
-from gpuaccept.operator.core.model import CreatedPod, Judge
+from gpuaccept.operator.core.model import (
+    CreatedPod,
+    DrainNode,
+    DrainResult,
+    Judge,
+    NodePod,
+)
 from gpuaccept.operator.core.podidentity import shape_digest
 from gpuaccept.operator.views import pod_view
 
@@ -157,10 +164,16 @@ class World:
     elsewhere: set[str] = field(default_factory=set)  # pod names taken on other nodes
     pod_name_taken: str | None = None
 
+    # The node's other pods (a drain's), and those a PodDisruptionBudget protects now.
+    node_pods: list[NodePod] = field(default_factory=list)
+    protected: set[str] = field(default_factory=set)
+    drain: DrainResult | None = None
+
     def restart(self) -> None:
         """A new operator process: what the executor remembered is gone."""
         self.created.clear()
         self.pod_name_taken = None
+        self.drain = None
 
     def observe(self) -> NodeSnapshot:
         return NodeSnapshot(
@@ -176,6 +189,7 @@ class World:
             fabric_verdict=self.fabric_verdict,
             created_pods=dict(self.created),
             pod_name_taken=self.pod_name_taken,
+            drain=self.drain,
         )
 
     def plan(self) -> Plan:
@@ -254,6 +268,19 @@ class World:
         }
         self.node = dataclasses.replace(
             self.node, annotations=annotations, resource_version=self._rv()
+        )
+
+    def drain_node(self, action: DrainNode) -> None:
+        """The Eviction API: a pod whose budget allows no disruption stays (429)."""
+        targets = evictable(self.node_pods, action.taint, namespace=action.namespace)
+        evicted = [p for p in targets if p.name not in self.protected]
+        blocked = [f"{p.namespace}/{p.name}: 429" for p in targets if p.name in self.protected]
+        self.node_pods = [p for p in self.node_pods if p not in evicted]
+        self.drain = DrainResult(
+            action.started,
+            self.now,
+            tuple(f"{p.namespace}/{p.name}" for p in evicted),
+            tuple(blocked),
         )
 
     def delete_node_acceptance(self, action: DeleteNodeAcceptance) -> None:

@@ -176,6 +176,26 @@ class OwnedPod(ContractModel):
     )
 
 
+MAX_DRAIN_BLOCKED = 10
+
+
+class DrainStatus(ContractModel):
+    """The Eviction-API drain of a node quarantined under ``quarantine.taintEffect:
+    NoExecute`` (docs/operator.md, "Quarantine and drain"): every pod that does not
+    tolerate the quarantine taint is evicted as its PodDisruptionBudgets allow."""
+
+    started: datetime = Field(description="When the drain began (the quarantine).")
+    done: datetime | None = Field(
+        default=None, description="When no pod was left to evict; the drain is over."
+    )
+    blocked: list[Annotated[str, Field(max_length=300)]] = Field(
+        default_factory=list,
+        max_length=MAX_DRAIN_BLOCKED,
+        description="Pods the API server would not evict yet (namespace/name: why), e.g. "
+        "their PodDisruptionBudget allows no disruption now; tried again later.",
+    )
+
+
 class NodeAcceptanceStatus(ContractModel):
     phase: Phase = Phase.PENDING
     reason: str | None = Field(default=None, max_length=64, description="Main reason, one word.")
@@ -269,6 +289,11 @@ class NodeAcceptanceStatus(ContractModel):
         max_length=64,
         description="UID of the Node this status is about: a node deleted and created "
         "again under the same name is a new node and starts a new round.",
+    )
+    drain: DrainStatus | None = Field(
+        default=None,
+        description="The Eviction-API drain of a quarantined node (quarantine.taintEffect "
+        "NoExecute); absent otherwise.",
     )
     owned_pods: list[OwnedPod] = Field(
         default_factory=list,

@@ -258,6 +258,7 @@ class Controller:
             pod_create_error=self.actions.create_errors.get(name),
             created_pods=self.actions.created_pods(name),
             pod_name_taken=self.actions.name_taken.get(name),
+            drain=self.actions.drains.get(name),
             status_write_error=self.actions.status_error(name),
             fabric_verdict=self.fabric.verdict(name, fabric.waiting_since) if fabric else None,
         )

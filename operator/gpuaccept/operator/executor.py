@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.api import API_VERSION, GPU_RESOURCE, REPROBE_ANNOTATION
 from gpuaccept.operator.cache import Cache
+from gpuaccept.operator.core.drain import evictable
 from gpuaccept.operator.core.interpret import interpret
 from gpuaccept.operator.core.model import (
     Action,
@@ -26,6 +27,8 @@ from gpuaccept.operator.core.model import (
     CreateProbePod,
     DeleteNodeAcceptance,
     DeleteProbePod,
+    DrainNode,
+    DrainResult,
     EmitEvent,
     NodeSnapshot,
     PatchNAStatus,
@@ -42,7 +45,13 @@ from gpuaccept.operator.core.podspec import (
 from gpuaccept.operator.core.reconcile import STATUS_REFUSED_RETRY_SECONDS
 from gpuaccept.operator.core.startfailure import NODE_BUSY_PREFIX
 from gpuaccept.operator.kube import ConflictError, EventRecord, Kube
-from gpuaccept.operator.views import cached_acceptance, node_view, pod_view, resource_version
+from gpuaccept.operator.views import (
+    cached_acceptance,
+    node_pod,
+    node_view,
+    pod_view,
+    resource_version,
+)
 
 log = logging.getLogger("gpuaccept.operator")
 
@@ -102,6 +111,7 @@ class KubeExecutor:
         # the status records them (core/podidentity.py); the newest few per node
         self.created: dict[str, dict[str, CreatedPod]] = {}
         self.name_taken: dict[str, str] = {}  # node -> a pod name its create found taken
+        self.drains: dict[str, DrainResult] = {}  # node -> its last drain (core/drain.py)
         self.status_errors: dict[str, str] = {}  # node -> why its last status write was refused
         self.status_refused_at: dict[str, float] = {}  # node -> when (monotonic)
 
@@ -126,6 +136,7 @@ class KubeExecutor:
             self.status_refused_at,
             self.created,
             self.name_taken,
+            self.drains,
         )
         for memory in memories:
             memory.pop(node, None)
@@ -275,6 +286,29 @@ class _NodeWrites:
             self.cache.write_pod(node, action.name, resource_version(gone), pod_view(gone))
         elif known is not None:
             self.cache.write_pod(node, action.name, DELETED_RV, None)
+
+    def drain_node(self, action: DrainNode) -> None:
+        """Evict the node's pods (core/drain.py chooses them); what came of it is kept
+        for the core: evicted, or refused for now (429: a PodDisruptionBudget allows no
+        disruption; 403: not allowed). Other API errors are raised (retried)."""
+        pods = [node_pod(p) for p in self.kube.list_running_pods_on_node(action.node)]
+        evicted: list[str] = []
+        blocked: list[str] = []
+        for pod in evictable(pods, action.taint, namespace=action.namespace):
+            name = f"{pod.namespace}/{pod.name}"
+            try:
+                self.kube.evict_pod(pod.namespace, pod.name)
+            except ApiException as error:
+                if error.status not in (403, 429):
+                    raise
+                blocked.append(f"{name}: {api_message(error)}"[:300])
+            else:
+                evicted.append(name)
+        if evicted or blocked:
+            log.info("node=%s drain: evicted %s; not yet %s", action.node, evicted, blocked)
+        self.executor.drains[action.node] = DrainResult(
+            action.started, datetime.now(UTC), tuple(evicted), tuple(blocked)
+        )
 
     def delete_node_acceptance(self, action: DeleteNodeAcceptance) -> None:
         # The cache says the node is gone; make sure before deleting its record.

@@ -257,6 +257,21 @@ class Kube:
         items = body.get("items") or []
         return [item for item in items if isinstance(item, dict)]
 
+    def evict_pod(self, namespace: str, name: str) -> None:
+        """A ``policy/v1`` Eviction of the pod: the API server refuses it (429) while a
+        PodDisruptionBudget of the pod allows no disruption. A pod gone already: fine."""
+        self._count("pod.evict")
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        try:
+            self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
     def delete_pod(self, namespace: str, name: str, *, force: bool) -> dict[str, Any] | None:
         """The pod as it is after the request (terminating), or None once it is gone."""
         self._count("pod.delete")

@@ -26,6 +26,7 @@ from gpuaccept.operator.core.model import (
     FabricPodLabels,
     NAView,
     NodeCondition,
+    NodePod,
     NodeView,
     PodView,
     PolicyView,
@@ -39,6 +40,7 @@ from gpuaccept.operator.core.podspec import (
     FABRIC_PAIR_LABEL,
     FABRIC_RANK_LABEL,
     FABRIC_SECOND_ANNOTATION,
+    MANAGED_BY_LABEL,
 )
 
 log = logging.getLogger(__name__)
@@ -256,6 +258,25 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         owner_uid=controller_uid(meta),
         token=mounts_token(body.get("spec") or {}),
         shape=shape_digest(body),
+    )
+
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def node_pod(body: Mapping[str, Any]) -> NodePod:
+    """A pod bound to a node, as a drain reads it."""
+    meta, spec = _meta(body), body.get("spec") or {}
+    owners = meta.get("ownerReferences") or ()
+    return NodePod(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        phase=str((body.get("status") or {}).get("phase") or "Pending"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        owner_kinds=tuple(str(o.get("kind", "")) for o in owners if isinstance(o, Mapping)),
+        mirror=MIRROR_ANNOTATION in (meta.get("annotations") or {}),
+        managed_by=str((meta.get("labels") or {}).get(MANAGED_BY_LABEL, "")),
+        tolerations=tuple(t for t in spec.get("tolerations") or () if isinstance(t, Mapping)),
     )
 
 

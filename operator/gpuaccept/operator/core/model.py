@@ -140,6 +140,34 @@ class CreatedPod:
 
 
 @dataclass(frozen=True)
+class NodePod:
+    """A pod bound to the node, as a drain reads it (core/drain.py)."""
+
+    namespace: str
+    name: str
+    phase: str = "Running"
+    deleting: bool = False
+    owner_kinds: tuple[str, ...] = ()  # the kinds of its ownerReferences
+    mirror: bool = False  # a static pod's mirror (the kubelet's)
+    managed_by: str = ""  # app.kubernetes.io/managed-by
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """What one drain of the node did (the executor's memory, read by the next pass)."""
+
+    started: datetime  # the drain (DrainStatus.started) this try belongs to
+    at: datetime
+    evicted: tuple[str, ...] = ()  # namespace/name
+    blocked: tuple[str, ...] = ()  # "namespace/name: why": not evicted yet, tried again
+
+    @property
+    def done(self) -> bool:
+        return not self.blocked
+
+
+@dataclass(frozen=True)
 class PolicyView:
     name: str
     generation: int = 1
@@ -254,6 +282,8 @@ class NodeSnapshot:
     created_pods: Mapping[str, CreatedPod] = field(default_factory=dict)
     # The last probe pod create for this node was answered AlreadyExists: that name.
     pod_name_taken: str | None = None
+    # The last drain of the node through the Eviction API (core/drain.py).
+    drain: DrainResult | None = None
 
 
 # --------------------------------------------------------------------------- actions
@@ -323,6 +353,17 @@ class DeleteNodeAcceptance:
     name: str
 
 
+@dataclass(frozen=True)
+class DrainNode:
+    """Evict, through the Eviction API (which respects PodDisruptionBudgets), every pod
+    on ``node`` that :func:`~gpuaccept.operator.core.drain.evictable` names."""
+
+    node: str
+    taint: Taint  # the quarantine taint: a pod that tolerates it (NoExecute) stays
+    namespace: str  # gpuaccept's own pods there are not evicted
+    started: datetime  # the drain this try belongs to (DrainStatus.started)
+
+
 Action = (
     CreateNodeAcceptance
     | PatchNodeTaintsLabels
@@ -333,6 +374,7 @@ Action = (
     | EmitEvent
     | RemoveReprobeAnnotation
     | DeleteNodeAcceptance
+    | DrainNode
 )
 
 

@@ -176,6 +176,8 @@ class PlanBuilder:
 
     def write_status(self, old: NodeAcceptanceStatus, new: NodeAcceptanceStatus) -> None:
         na = self.obs.na
+        if new.drain is not None and new.phase != Phase.QUARANTINED:
+            new = new.model_copy(update={"drain": None})  # a drain is its quarantine's
         if new != old and na is not None:
             self.actions.append(PatchNAStatus(na.name, na.resource_version, new))
 

@@ -89,7 +89,7 @@ def blocked(
     return out.build(f"waiting: {reason}")
 
 
-def _tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
+def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
     """Kubernetes' ``Toleration.ToleratesTaint``."""
     effect = toleration.get("effect") or ""
     if effect and effect != taint.effect:
@@ -110,6 +110,6 @@ def untolerated_taint(
     ``nodeName``, so a NoSchedule taint does not matter)."""
     tolerations = list(tolerations)
     for taint in node_taints:
-        if taint.effect == "NoExecute" and not any(_tolerates(t, taint) for t in tolerations):
+        if taint.effect == "NoExecute" and not any(tolerates(t, taint) for t in tolerations):
             return taint
     return None
