@@ -39,6 +39,7 @@ from test_operator import (
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, VERSION
 from gpuaccept.operator.core.model import FabricPodLabels, NodeView, OperatorConfig
+from gpuaccept.operator.core.podidentity import shape_digest
 from gpuaccept.operator.core.podspec import FabricPodRequest, fabric_pod_manifest
 from gpuaccept.testsupport.kubelet_standin import (
     Behaviour,
@@ -172,7 +173,11 @@ def _na_in_fabric(env: Env, name: str, policy: str, waiting_since: datetime) -> 
 
 
 def _fabric_pod(env: Env, labels: FabricPodLabels, node: str, rendezvous: str | None) -> str:
+    """A fabric pod as the operator creates it, its UID on record in the node's status
+    as the operator writes it right after the create (core/podidentity.py)."""
     config = OperatorConfig(namespace=NAMESPACE, probe_command=("gpuaccept", "probe"))
+    na = env.na(node)
+    assert na is not None
     request = FabricPodRequest(
         labels=labels,
         node=NodeView(name=node, gpus=8, gpu_capacity=8),
@@ -180,9 +185,19 @@ def _fabric_pod(env: Env, labels: FabricPodLabels, node: str, rendezvous: str | 
         spec=env_spec(),
         rendezvous_address=rendezvous,
         applied_taints=[PENDING_TAINT["key"]],
+        owner_uid=na["metadata"]["uid"],
     )
     manifest = fabric_pod_manifest(request, config)
-    env.kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", manifest)
+    pod = env.kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", manifest)
+    record = {
+        "name": manifest["metadata"]["name"],
+        "uid": pod["metadata"]["uid"],
+        "shape": shape_digest(manifest),
+    }
+    na = env.na(node)
+    assert na is not None
+    status = {**na["status"], "ownedPods": [*na["status"].get("ownedPods", []), record]}
+    env.kube.patch_na_status(node, na["metadata"]["resourceVersion"], status)
     return str(manifest["metadata"]["name"])
 
 

@@ -118,6 +118,9 @@ and is put before the repository otherwise. */}}
 - --probe-tolerations={{ toJson .Values.probe.tolerations }}
 - --fabric-pods={{ toJson .Values.fabric }}
 - --max-unavailable-ceiling={{ .Values.operator.maxUnavailableCeiling }}
+{{- with .Values.operator.installationLock }}
+- --installation-lock={{ . }}
+{{- end }}
 {{- with .Values.operator.watchNodeSelector }}
 - --node-selector={{ . }}
 {{- end }}

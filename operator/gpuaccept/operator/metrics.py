@@ -90,6 +90,11 @@ RECONCILES = Counter("gpuaccept_reconciles_total", "Reconcile passes by outcome.
 API_CALLS = Counter("gpuaccept_api_writes_total", "Write actions executed, by kind.", ["action"])
 QUEUE_DEPTH = Gauge("gpuaccept_workqueue_depth", "Node keys waiting in the work queue.")
 LEADER = Gauge("gpuaccept_leader", "1 while this replica holds the leader Lease.")
+INSTALLATION_STANDBY = Gauge(
+    "gpuaccept_installation_standby",
+    "1 while another installation of gpuaccept holds the cluster's installation lock "
+    "and this one acts on nothing.",
+)
 
 
 def remove_series(metric: Any, *labels: str) -> None:
