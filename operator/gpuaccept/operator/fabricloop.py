@@ -34,6 +34,7 @@ from gpuaccept.operator.core.fabric.policypass import (
 )
 from gpuaccept.operator.core.model import (
     Action,
+    CreateProbePod,
     DeleteProbePod,
     NodeSnapshot,
     OperatorConfig,
@@ -71,6 +72,10 @@ class FabricLoop:
         self.leading = runner.leading
         self._verdicts: dict[str, _Given] = {}
         self._poked = asyncio.Event()
+        # A pass created pods: the next pass runs at once and records their UIDs, so
+        # a crash in between (which would leave pods it cannot tell from a squatter's)
+        # has the shortest window.
+        self._created = False
         self.failures = FailureLog("fabric pass")
         self._policy_failures: dict[str, FailureLog] = {}
 
@@ -106,6 +111,10 @@ class FabricLoop:
                     log_recovery(log, self.failures)
                     if wake is not None:
                         timeout = max(min(timeout, wake), MIN_GAP_SECONDS)
+            if self._created:  # record the new pods' UIDs at once (core/podidentity.py)
+                self._created = False
+                self._poked.set()
+                continue
             await asyncio.sleep(MIN_GAP_SECONDS)
 
     def _fabric_policies(self) -> list[PolicyView]:
@@ -227,6 +236,7 @@ class FabricLoop:
             kind = type(action).__name__
             if ran.result is RunResult.DONE:
                 log.info("fabric: node=%s %s", node, kind)
+                self._created = self._created or isinstance(action, CreateProbePod)
             elif ran.result is RunResult.STATUS_REFUSED:
                 refused = True
             elif ran.result in (RunResult.CONFLICT, RunResult.STALE_CACHE):
