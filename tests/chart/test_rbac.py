@@ -74,6 +74,7 @@ CLUSTER_ALLOW: dict[Grant, str] = {
     ("gpuaccept.io", "nodeacceptances", "delete", ""): "Kube.delete_na",
     ("gpuaccept.io", "nodeacceptances/status", "patch", ""): "Kube.patch_na_status",
     ("", "pods", "list", ""): "Kube.list_running_pods_on_node",
+    ("", "pods/eviction", "create", ""): "Kube.evict_pod (the drain of a quarantined node)",
 }
 
 NAMESPACE_ALLOW: dict[Grant, str] = {
@@ -88,6 +89,11 @@ NAMESPACE_ALLOW: dict[Grant, str] = {
 
 EVENTS_ALLOW: dict[Grant, str] = {
     ("", "events", "create", ""): "Kube.create_event (namespace default)",
+    ("coordination.k8s.io", "leases", "create", ""): "Kube.create_lock_lease",
+    ("coordination.k8s.io", "leases", "get", "gpuaccept-installation"): "Kube.get_lock_lease",
+    ("coordination.k8s.io", "leases", "update", "gpuaccept-installation"): (
+        "Kube.replace_lock_lease"
+    ),
 }
 
 SENSITIVE = {
@@ -171,9 +177,11 @@ def test_no_wildcards_no_secrets_cluster_wide_pods_only_listed(values: Any) -> N
                 assert (group, resource) == ("coordination.k8s.io", "leases"), f"{verb} {resource}"
     cluster = grants(operator_cluster_role(rendered))
     # Cluster-wide, pods may only be listed (one list by spec.nodeName before a probe
-    # pod is created, to wait for the node's GPU pods): no watch, get or write.
+    # pod is created, to wait for the node's GPU pods) and evicted through the Eviction
+    # API, which respects PodDisruptionBudgets (the drain of a quarantined node): no
+    # watch, get, delete or other write.
     pods = {g for g in cluster if g[1].startswith("pods")}
-    assert pods == {("", "pods", "list", "")}, "cluster-wide pods: list only"
+    assert pods == {("", "pods", "list", ""), ("", "pods/eviction", "create", "")}
 
 
 def test_bindings_point_at_the_operator_only(docs: list[Manifest]) -> None:
@@ -226,7 +234,9 @@ def _path_template(node: ast.AST, module: Any) -> str:
         and isinstance(node.func, ast.Attribute)
         and node.func.attr == "format"
     ):
-        return re.sub(r"\{\w+\}", "{x}", _path_template(node.func.value, module))
+        # {any_namespace}: a pod in any namespace (the drain's evictions): cluster-wide
+        template = _path_template(node.func.value, module).replace("{any_namespace}", "*")
+        return re.sub(r"\{\w+\}", "{x}", template)
     return "{x}"
 
 
@@ -279,7 +289,9 @@ def code_grants() -> dict[str, set[Grant]]:
             resource = parts["res"] + (f"/{parts['sub']}" if parts["sub"] else "")
             verb = _VERBS.get(method) or ("get" if parts["name"] else "list")
             ns = parts["ns"]
-            scope = "cluster" if ns is None else ("default" if ns == "default" else "release")
+            scope = (
+                "cluster" if ns in (None, "*") else ("default" if ns == "default" else "release")
+            )
             scopes[scope].add((parts.get("group") or "", resource, verb, ""))
     assert calls >= 10, "the operator's API calls changed shape: update this parser"
     registry = handlers.build_registry(MagicMock())

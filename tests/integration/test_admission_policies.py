@@ -707,9 +707,15 @@ def test_operator_writes_no_node_outside_its_watch_selector(
 
 
 def test_nobody_else_borrows_the_operator_identity(
-    intruder: k8s.ApiClient, identity: OperatorIdentity, admission: Admission
+    control_plane: ControlPlane,
+    intruder: k8s.ApiClient,
+    identity: OperatorIdentity,
+    admission: Admission,
 ) -> None:
-    """A pod run as the operator's ServiceAccount, or a token requested for it."""
+    """A pod run as the operator's ServiceAccount, or a token requested for it. The
+    ReplicaSet controller's identity is admitted; it is impersonated here (with its
+    bootstrap RBAC): no controller-manager runs on this control plane, so this shows
+    the rule admits that user name, not that a real controller-manager uses it."""
     as_intruder = k8s.CoreV1Api(intruder)
     borrower = {
         "apiVersion": "v1",
@@ -738,3 +744,10 @@ def test_nobody_else_borrows_the_operator_identity(
     admission.install()
     for attack, message in attacks:
         eventually_refused(attack, message)
+    replicaset = "system:serviceaccount:kube-system:replicaset-controller"
+    with control_plane.api_client(impersonate_user=replicaset) as controller:
+        admitted(
+            lambda: k8s.CoreV1Api(controller).create_namespaced_pod(
+                NAMESPACE, borrower, dry_run=DRY_RUN
+            )
+        )

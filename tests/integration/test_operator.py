@@ -63,6 +63,7 @@ from gpuaccept.testsupport.kubelet_standin import (
     ImagePullFailure,
     KubeletStandIn,
     PodInfo,
+    RunProcess,
     SandboxFailure,
     SimNode,
     StartFailure,
@@ -105,10 +106,13 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 120, every: f
 class Operator:
     """``gpuaccept operator`` as a subprocess, logging to a file."""
 
-    def __init__(self, cp: ControlPlane, log_dir: Path, *, lease: str, name: str) -> None:
+    def __init__(
+        self, cp: ControlPlane, log_dir: Path, *, lease: str, name: str, namespace: str = NAMESPACE
+    ) -> None:
         self.cp = cp
         self.lease = lease
         self.name = name
+        self.namespace = namespace
         self.log_path = log_dir / f"operator-{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = self.health_port = 0
@@ -117,7 +121,9 @@ class Operator:
     def kubeconfig(self) -> Path:
         """The chart's RBAC for this namespace and Lease (a missing verb fails the tests)."""
         workdir = self.log_path.parent
-        return operator_kubeconfig(self.cp, namespace=NAMESPACE, lease=self.lease, workdir=workdir)
+        return operator_kubeconfig(
+            self.cp, namespace=self.namespace, lease=self.lease, workdir=workdir
+        )
 
     def start(self, *extra: str, metrics_port: int = 0, health_port: int = 0) -> Operator:
         self.metrics_port, self.health_port = metrics_port, health_port
@@ -130,7 +136,7 @@ class Operator:
             # The chart's ServiceAccount (TokenRequest), not the admin: issue 5.
             str(self.kubeconfig()),
             "--namespace",
-            NAMESPACE,
+            self.namespace,
             "--lease-name",
             self.lease,
             "--identity",
@@ -870,6 +876,9 @@ def test_kill_mid_probe_and_restart_resumes_with_one_pod(env: Env) -> None:
     try:
         (name,) = env.nodes(suite, {"n": HEALTHY}, behaviour=slow_valid_report)
         wait_for("the first probe pod", lambda: env.pods(name), 90)
+        # its UID on record (the write right after the create; before it, a restart
+        # could not tell the pod from a squatter's: core/podidentity.py)
+        wait_for("the probe pod's UID on record", lambda: env.status(name).get("ownedPods"), 30)
         first.kill()  # crash mid-probe: the pod runs, its result not yet read
         max_pods = len(env.pods(name))
         wait_for(
@@ -1302,4 +1311,319 @@ def test_a_missing_runtime_class_is_named(env: Env) -> None:
         assert 'RuntimeClass "no-such-runtime-class" not found' in status["message"]
     finally:
         op.stop()
+        env.operator.start(**_operator_ports())
+
+
+def _squat(
+    env: Env, name: str, *, node: str, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """What anyone who may create pods in the release namespace can do (the chart's
+    admission rules are not installed in this module): the attempt's pod name, with
+    the probe's labels, pinned to ``node``."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {
+                "app.kubernetes.io/managed-by": "gpuaccept",
+                "app.kubernetes.io/component": "probe",
+                "gpuaccept.io/node": node,
+                "gpuaccept.io/attempt": "1",
+                **(labels or {}),
+            },
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "serviceAccountName": "gpuaccept-probe",
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": "local/gpuaccept-probe:test",
+                    "command": ["gpuaccept", "probe", "--termination-log", "/dev/termination-log"],
+                }
+            ],
+        },
+    }
+    return env.kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body)
+
+
+def test_a_squatted_probe_pod_never_speaks_for_the_node(env: Env) -> None:
+    """Issue 29, item 1, with no admission rule in the way. The attempt's pod name is
+    taken before the operator creates it: on the target node by a pod that "succeeds"
+    with a forged passing report (the node's real probe would fail: PCIe x8), and, for
+    a second node, by a pod bound elsewhere. Neither node is accepted or quarantined:
+    both wait (PodNameTaken), the squatters are left in place and named in Warning
+    Events, and no attempt is spent."""
+    suite = suite_id("squat")
+    # a long backoff: the retry under a new name does not come within the test
+    env.policy(suite, probeRun={"timeoutSeconds": 60, "retries": 0, "backoffSeconds": 600})
+    same, other = f"{suite}-same", f"{suite}-other"
+    squatted = {same: f"gpuaccept-probe-{same}-1", other: f"gpuaccept-probe-{other}-1"}
+
+    def forged(info: PodInfo) -> Behaviour:
+        if info.name == squatted[same]:  # built from what the Node object shows
+            return Complete(0, _report_for(info.node_name, info.boot_id))
+        return RunProcess()
+
+    env.operator.stop()  # the squats land first, as an attacker's would
+    try:
+        env.nodes(suite, {"same": str(ROOT / "profiles/faults/pcie-x8.yaml")}, behaviour=forged)
+        env.nodes(suite, {"other": HEALTHY})
+        pods = {
+            same: _squat(env, squatted[same], node=same),
+            other: _squat(env, squatted[other], node=f"{suite}-nowhere"),
+        }
+        wait_for(
+            "the squatter on the target node to succeed",
+            lambda: [p for p in env.pods(same) if p["status"].get("phase") == "Succeeded"],
+            60,
+        )
+    finally:
+        env.operator.start(**_operator_ports())
+    env.wait_phase([same, other], "Waiting", timeout=120)
+    for name in (same, other):
+        status = env.status(name)
+        assert status["reason"] == "PodNameTaken", env.describe([name])
+        assert status.get("attempts", 0) == 0, env.describe([name])
+        assert squatted[name] in status["message"]
+        assert "report" not in status, "the squatter's report was read"
+        node = wait_node_side(env, name, "Pending")  # not accepted, not quarantined
+        assert ACCEPTANCE_LABEL not in (node["metadata"].get("labels") or {})
+        warnings = [e for e in env.events(name, "Node") if e["reason"] == "PodNameTaken"]
+        assert warnings, f"no PodNameTaken Event on {name}"
+        assert squatted[name] in warnings[0]["message"]
+        left = env.core.read_namespaced_pod(squatted[name], NAMESPACE)  # left for a person
+        assert left.metadata.uid == pods[name]["metadata"]["uid"]
+        assert left.metadata.deletion_timestamp is None
+    time.sleep(3)  # a few more passes change nothing
+    assert env.status(same)["phase"] == "Waiting", env.describe([same])
+    assert env.status(other)["phase"] == "Waiting", env.describe([other])
+
+
+def test_a_probe_pod_replaced_under_its_name_is_never_read(env: Env) -> None:
+    """The operator's own probe pod is deleted and another created under its name,
+    which "succeeds" with a passing report built from what the Node object shows
+    (the node's real probe hangs). Before issue 29 the operator read it by its name and
+    accepted the node; now its UID is not the one on record: the node waits
+    (PodNameTaken), the replacement is left in place, and nothing is accepted."""
+    suite = suite_id("replaced")
+    env.policy(suite, probeRun={"timeoutSeconds": 300, "retries": 0, "backoffSeconds": 600})
+    name = f"{suite}-n"
+
+    def behaviour(info: PodInfo) -> Behaviour:
+        labels = info.pod["metadata"].get("labels") or {}
+        if labels.get("squatter") == "yes":
+            return Complete(0, _report_for(info.node_name, info.boot_id))
+        return Hang()  # the operator's own pod never reports
+
+    env.nodes(suite, {"n": HEALTHY}, behaviour=behaviour)
+    running = wait_for(
+        "the operator's probe pod to run",
+        lambda: [p for p in env.pods(name) if p["status"].get("phase") == "Running"],
+        90,
+    )
+    own = {"name": running[0]["metadata"]["name"], "uid": running[0]["metadata"]["uid"]}
+    env.operator.stop()  # the swap lands between two of the operator's passes
+    try:
+        env.core.delete_namespaced_pod(own["name"], NAMESPACE, grace_period_seconds=0)
+        wait_for("the operator's pod to be gone", lambda: not env.pods(name), 30)
+        body = _squat(env, own["name"], node=name, labels={"squatter": "yes"})
+        wait_for(
+            "the replacement to succeed",
+            lambda: [p for p in env.pods(name) if p["status"].get("phase") == "Succeeded"],
+            60,
+        )
+    finally:
+        env.operator.start(**_operator_ports())
+    status = wait_for(
+        "a decision on the replacement",
+        lambda: (st := env.status(name)).get("phase") in ("Waiting", "Accepted") and st,
+        120,
+    )
+    assert (status["phase"], status.get("reason")) == ("Waiting", "PodNameTaken"), status
+    assert f"UID {own['uid']} on record" in status["message"]
+    assert status["ownedPods"] == [{**own, "shape": status["ownedPods"][0]["shape"]}]
+    assert "report" not in status, "the replacement's report was read"
+    wait_node_side(env, name, "Pending")
+    left = env.core.read_namespaced_pod(own["name"], NAMESPACE)
+    assert left.metadata.uid == body["metadata"]["uid"]
+
+
+def _pdb_status(env: Env, namespace: str, name: str, allowed: int) -> None:
+    """Write the budget's status as the disruption controller would (no controller-manager
+    runs on this control plane): one healthy pod, ``allowed`` disruptions."""
+    path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{name}"
+    generation = env.kube.request("GET", path)["metadata"]["generation"]
+    status = {
+        "observedGeneration": generation,
+        "disruptionsAllowed": allowed,
+        "currentHealthy": 1,
+        "desiredHealthy": 1,
+        "expectedPods": 1,
+    }
+    env.kube.request(
+        "PATCH", f"{path}/status", {"status": status}, content_type="application/merge-patch+json"
+    )
+
+
+def test_a_noexecute_quarantine_drains_through_the_eviction_api_within_budgets(env: Env) -> None:
+    """Issue 29, item 4: ``taintEffect: NoExecute`` puts a NoSchedule taint on the node
+    and evicts its pods through the Eviction API, which the API server refuses while a
+    PodDisruptionBudget allows no disruption. What this proves and what not: the API
+    server's own budget check on the eviction subresource, against a budget status the
+    test writes as the disruption controller would; not the disruption controller
+    (no controller-manager runs here) nor the kubelet's graceful termination."""
+    suite = suite_id("drain")
+    workloads = f"{suite}-apps"
+    _create(env.kube, "/api/v1/namespaces", {"metadata": {"name": workloads}})
+    _create(
+        env.kube,
+        f"/api/v1/namespaces/{workloads}/serviceaccounts",
+        {"metadata": {"name": "default"}},
+    )
+    probe = yaml.safe_load(DEFAULT_POLICY.read_text())
+    env.policy(suite, probe=probe, quarantine={"taintEffect": "NoExecute"})
+    name = f"{suite}-n"
+
+    def behaviour(info: PodInfo) -> Behaviour:
+        return RunProcess() if info.namespace == NAMESPACE else Hang()  # workloads run on
+
+    env.operator.stop()  # the workloads run before the node is judged
+    try:
+        env.nodes(suite, {"n": str(ROOT / "profiles/faults/pcie-x8.yaml")}, behaviour=behaviour)
+        for app in ("free", "guarded"):
+            pod = {
+                "metadata": {"name": app, "labels": {"app": app}},
+                "spec": {
+                    "nodeName": name,
+                    "automountServiceAccountToken": False,
+                    "tolerations": [{"key": PENDING_TAINT_KEY, "operator": "Exists"}],
+                    "containers": [{"name": "app", "image": "example.com/app:1"}],
+                },
+            }
+            env.kube.request("POST", f"/api/v1/namespaces/{workloads}/pods", pod)
+        budget = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guarded"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        }
+        env.kube.request(
+            "POST", f"/apis/policy/v1/namespaces/{workloads}/poddisruptionbudgets", budget
+        )
+        _pdb_status(env, workloads, "guarded", allowed=0)
+        wait_for(
+            "the workloads to run",
+            lambda: all(
+                env.core.read_namespaced_pod(a, workloads).status.phase == "Running"
+                for a in ("free", "guarded")
+            ),
+            60,
+        )
+    finally:
+        env.operator.start(**_operator_ports())
+
+    def workload(app: str) -> k8s.V1Pod | None:
+        try:
+            pod = env.core.read_namespaced_pod(app, workloads)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return None if pod.metadata.deletion_timestamp else pod
+
+    try:
+        env.wait_phase([name], "Quarantined", timeout=120)
+        node = wait_node_side(env, name, "Quarantined", reason="PcieLinkFailed")
+        assert {t["key"]: t["effect"] for t in node["spec"]["taints"]} == {
+            QUARANTINE_TAINT_KEY: "NoSchedule"  # never NoExecute
+        }
+        blocked = wait_for(
+            "the drain to wait for the budget",
+            lambda: (env.status(name).get("drain") or {}).get("blocked"),
+            60,
+        )
+        assert blocked[0].startswith(f"{workloads}/guarded: "), blocked
+        wait_for("the free pod to be evicted", lambda: workload("free") is None, 60)
+        assert workload("guarded") is not None
+        assert [e for e in env.events(name, "NodeAcceptance") if e["reason"] == "DrainBlocked"]
+        _pdb_status(env, workloads, "guarded", allowed=1)  # one disruption allowed now
+        drain = wait_for(
+            "the drain to finish once the budget allows",
+            lambda: (d := env.status(name).get("drain") or {}).get("done") and d,
+            90,
+        )
+        assert not drain.get("blocked"), drain
+        assert workload("guarded") is None
+        path = f"/apis/policy/v1/namespaces/{workloads}/poddisruptionbudgets/guarded"
+        spent = env.kube.request("GET", path)["status"]
+        assert spent["disruptionsAllowed"] == 0  # the API server took the one allowed
+        assert "guarded" in spent.get("disruptedPods", {})
+    finally:
+        for app in ("free", "guarded"):
+            with contextlib.suppress(ApiException):
+                env.core.delete_namespaced_pod(app, workloads, grace_period_seconds=0)
+
+
+def test_a_second_installation_stands_by_and_says_why(env: Env) -> None:
+    """Issue 28, item 7: two releases of the chart on one cluster (each its own
+    namespace, ServiceAccount and Lease), both with the chart's installation lock. Only
+    the first acts; the second stands by, says why (its log, its metric) and takes
+    over once the first is gone."""
+    suite = suite_id("twoinst")
+    env.policy(suite)
+    second_ns = f"{NAMESPACE}-b"
+    _create(env.kube, "/api/v1/namespaces", {"metadata": {"name": second_ns}})
+    _create(
+        env.kube,
+        f"/api/v1/namespaces/{second_ns}/serviceaccounts",
+        {"metadata": {"name": "gpuaccept-probe"}},
+    )
+    lock = ("--installation-lock", "gpuaccept-installation")  # the chart's (its RBAC's)
+    env.operator.stop()
+    first = Operator(env.cp, env.log_dir, lease=f"optest-a-{uuid.uuid4().hex[:6]}", name="inst-a")
+    second = Operator(
+        env.cp,
+        env.log_dir,
+        lease=f"optest-b-{uuid.uuid4().hex[:6]}",
+        name="inst-b",
+        namespace=second_ns,
+    )
+    try:
+        first.start(*lock)
+        wait_for(
+            "the first installation to hold the lock", lambda: "acquired by" in first.log(), 60
+        )
+        ports = _operator_ports()
+        second.start(*lock, **ports)
+        wait_for("the second installation to stand by", lambda: "standing by" in second.log(), 60)
+        assert f"{NAMESPACE}/{first.lease}" in second.log()  # it names who holds the lock
+        wait_for(
+            "the standby metric",
+            lambda: (
+                "gpuaccept_installation_standby 1.0"
+                in _http_get(ports["metrics_port"], "/metrics")[1]
+            ),
+            30,
+        )
+        names = env.nodes(suite, {f"n{i}": HEALTHY for i in range(2)})
+        env.wait_phase(names, "Accepted", timeout=120)
+        assert "probe attempt" in first.log()
+        assert "probe attempt" not in second.log(), "the standing-by installation acted"
+        for name in names:
+            assert env.status(name)["podSerial"] == 1, env.describe([name])
+        first.stop()  # the first installation goes: the second takes over
+        wait_for(
+            "the second installation to take the lock", lambda: "acquired by" in second.log(), 60
+        )
+        (late,) = env.nodes(suite, {"late": HEALTHY})
+        env.wait_phase([late], "Accepted", timeout=120)
+        assert "probe attempt" in second.log()
+    finally:
+        first.stop()
+        second.stop()
         env.operator.start(**_operator_ports())

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from gpuaccept.checks.fabric_allreduce import CHECK
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.contracts.nodeacceptance import OwnedPod
 from gpuaccept.contracts.report import (
     CheckResult,
     CheckStatus,
@@ -45,8 +49,10 @@ def report(node: str, busbw: float | None, *, phase: str | None = None) -> str:
 def pod(rank: int, *, ip: str | None = None, message: str | None = None, created: datetime = T0,
         labels: FabricPodLabels = PAIR) -> PodView:  # fmt: skip
     done = message is not None
+    node = labels.first if rank == 0 else labels.second
+    name = f"gpuaccept-probe-fabric-{labels.pair}-{rank}"
     return PodView(
-        name=f"gpuaccept-probe-fabric-{labels.pair}-{rank}",
+        name=name,
         phase="Succeeded" if done else "Running",
         terminated=done,
         exit_code=0 if done else None,
@@ -54,4 +60,38 @@ def pod(rank: int, *, ip: str | None = None, message: str | None = None, created
         pod_ip=ip,
         created=created,
         fabric=FabricPodLabels(labels.pair, rank, labels.first, labels.second),
+        **identity(name, node),
     )
+
+
+def identity(name: str, node: str) -> dict[str, str]:
+    """The identity fields of the pod ``name`` the operator created on ``node``."""
+    return {
+        "uid": f"uid-{name}",
+        "node_name": node,
+        "owner_uid": na_uid(node),
+        "shape": shape_of(name),
+    }
+
+
+def shape_of(name: str) -> str:
+    """A made-up shape digest for the pod ``name`` (unique per name)."""
+    return "shape-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+
+
+def na_uid(node: str) -> str:
+    return f"uid-na-{node}"
+
+
+def owned(node: str, pods: Iterable[PodView]) -> list[OwnedPod]:
+    """The status records of ``pods`` on ``node``, as pods the operator created
+    (a pod gets the identity :func:`identity` gives it)."""
+    return [
+        OwnedPod(name=p.name, uid=identity(p.name, node)["uid"], shape=shape_of(p.name))
+        for p in pods
+    ]
+
+
+def ours(node: str, pods: Iterable[PodView]) -> tuple[PodView, ...]:
+    """``pods`` with the identity of pods the operator created on ``node``."""
+    return tuple(dataclasses.replace(p, **identity(p.name, node)) for p in pods)

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, OwnedPod
 from gpuaccept.contracts.probe_invocation import ProbeExit
 from gpuaccept.contracts.report import ProbeReport, encode_termination_message
 from gpuaccept.operator.core import (
@@ -39,10 +41,20 @@ from gpuaccept.operator.core import (
     Taint,
     reconcile,
 )
+from gpuaccept.operator.core.drain import evictable
 from gpuaccept.operator.core.fabric.pairing import FabricVerdict
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
-from gpuaccept.operator.core.model import GpuPodSample, Judge
+from gpuaccept.operator.core.model import (
+    CreatedPod,
+    DrainNode,
+    DrainResult,
+    GpuPodSample,
+    Judge,
+    NodePod,
+)
+from gpuaccept.operator.core.podidentity import shape_digest
+from gpuaccept.operator.views import pod_view
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BOOT = "boot-1"
@@ -151,6 +163,22 @@ class World:
     gpu_pod_sample: GpuPodSample | None = None
     # The executor refused to create the probe pod (e.g. "node busy: ...").
     pod_create_error: str | None = None
+    # The executor's memory of its pod creates (core/podidentity.py).
+    created: dict[str, CreatedPod] = field(default_factory=dict)
+    bodies: dict[str, dict[str, Any]] = field(default_factory=dict)  # pods as created
+    elsewhere: set[str] = field(default_factory=set)  # pod names taken on other nodes
+    pod_name_taken: str | None = None
+
+    # The node's other pods (a drain's), and those a PodDisruptionBudget protects now.
+    node_pods: list[NodePod] = field(default_factory=list)
+    protected: set[str] = field(default_factory=set)
+    drain: DrainResult | None = None
+
+    def restart(self) -> None:
+        """A new operator process: what the executor remembered is gone."""
+        self.created.clear()
+        self.pod_name_taken = None
+        self.drain = None
 
     def observe(self) -> NodeSnapshot:
         return NodeSnapshot(
@@ -166,6 +194,9 @@ class World:
             fabric_verdict=self.fabric_verdict,
             gpu_pod_sample=self.gpu_pod_sample,
             pod_create_error=self.pod_create_error,
+            created_pods=dict(self.created),
+            pod_name_taken=self.pod_name_taken,
+            drain=self.drain,
         )
 
     def plan(self) -> Plan:
@@ -221,11 +252,15 @@ class World:
         self.node = dataclasses.replace(self.node, **{field: seen})
 
     def create_probe_pod(self, action: CreateProbePod) -> None:
-        if action.name not in self.pods:
-            labels = action.manifest["metadata"]["labels"]
-            self.pods[action.name] = PodView(
-                name=action.name, serial=int(labels["gpuaccept.io/attempt"])
-            )
+        if action.name in self.pods or action.name in self.elsewhere:
+            self.pod_name_taken = action.name  # AlreadyExists, as the executor remembers it
+            return
+        self.pod_name_taken = None
+        self.bodies[action.name] = pod_body(action.manifest, uid=f"uid-{action.name}")
+        self.pods[action.name] = pod_view(self.bodies[action.name])
+        self.created[action.name] = CreatedPod(
+            uid=f"uid-{action.name}", shape=shape_digest(action.manifest)
+        )
 
     def delete_probe_pod(self, action: DeleteProbePod) -> None:
         self.pods.pop(action.name, None)
@@ -242,8 +277,40 @@ class World:
             self.node, annotations=annotations, resource_version=self._rv()
         )
 
+    def drain_node(self, action: DrainNode) -> None:
+        """The Eviction API: a pod whose budget allows no disruption stays (429)."""
+        targets = evictable(self.node_pods, action.taint, namespace=action.namespace)
+        evicted = [p for p in targets if p.name not in self.protected]
+        blocked = [f"{p.namespace}/{p.name}: 429" for p in targets if p.name in self.protected]
+        self.node_pods = [p for p in self.node_pods if p not in evicted]
+        self.drain = DrainResult(
+            action.started,
+            self.now,
+            tuple(f"{p.namespace}/{p.name}" for p in evicted),
+            tuple(blocked),
+        )
+
     def delete_node_acceptance(self, action: DeleteNodeAcceptance) -> None:
         self.na = None
+
+    def place_pods(self, *pods: PodView) -> None:
+        """Put ``pods`` on the node as pods the operator created: their identity as
+        the API server gives it, their UIDs on record in the status."""
+        assert self.na is not None
+        assert self.node is not None
+        owned = list(self.na.status.owned_pods)
+        for pod in pods:
+            placed = dataclasses.replace(
+                pod,
+                uid=f"uid-{pod.name}",
+                node_name=self.node.name,
+                owner_uid=self.na.uid,
+                shape="shape-" + hashlib.sha256(pod.name.encode()).hexdigest()[:8],
+            )
+            self.pods[pod.name] = placed
+            owned.append(OwnedPod(name=placed.name, uid=placed.uid, shape=placed.shape))
+        status = self.na.status.model_copy(update={"owned_pods": owned})
+        self.na = dataclasses.replace(self.na, status=status)
 
     def settle(self, rounds: int = 10) -> Plan:
         """Reconcile and apply until the plan has no writes; returns the last plan."""
@@ -298,6 +365,11 @@ class World:
 
 
 PENDING = Taint("gpuaccept.io/pending", "NoSchedule")
+
+
+def pod_body(manifest: Mapping[str, Any], *, uid: str) -> dict[str, Any]:
+    """The pod the API server makes of ``manifest``."""
+    return {**manifest, "metadata": {**manifest["metadata"], "uid": uid}}
 
 
 _: type[ActionInterpreter] = World  # the world is checked against the protocol

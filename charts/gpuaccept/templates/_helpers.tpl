@@ -122,6 +122,9 @@ and is put before the repository otherwise. */}}
 - --fabric-pods={{ toJson .Values.fabric }}
 - --max-unavailable-ceiling={{ .Values.operator.maxUnavailableCeiling }}
 - --unmatched-grace={{ .Values.operator.unmatchedGraceSeconds }}
+{{- with .Values.operator.installationLock }}
+- --installation-lock={{ . }}
+{{- end }}
 {{- with .Values.operator.watchNodeSelector }}
 - --node-selector={{ . }}
 {{- end }}

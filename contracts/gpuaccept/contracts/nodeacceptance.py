@@ -177,6 +177,43 @@ class ReleaseRecord(ContractModel):
     from_reason: str | None = Field(default=None, max_length=64)
 
 
+MAX_OWNED_PODS = 16
+
+
+class OwnedPod(ContractModel):
+    """A probe or fabric pod the operator created on this node, as the API server's
+    answer to its create named it: only this pod's result is ever read as the node's
+    evidence (docs/security.md, "Pod identity")."""
+
+    name: str = Field(max_length=253)
+    uid: str = Field(max_length=64, description="metadata.uid from the create's answer.")
+    shape: str = Field(
+        max_length=32,
+        description="Digest of the pod's identity fields as created (node, images, "
+        "commands, service account and token, volume kinds, host namespaces, owner).",
+    )
+
+
+MAX_DRAIN_BLOCKED = 10
+
+
+class DrainStatus(ContractModel):
+    """The Eviction-API drain of a node quarantined under ``quarantine.taintEffect:
+    NoExecute`` (docs/operator.md, "Quarantine and drain"): every pod that does not
+    tolerate the quarantine taint is evicted as its PodDisruptionBudgets allow."""
+
+    started: datetime = Field(description="When the drain began (the quarantine).")
+    done: datetime | None = Field(
+        default=None, description="When no pod was left to evict; the drain is over."
+    )
+    blocked: list[Annotated[str, Field(max_length=300)]] = Field(
+        default_factory=list,
+        max_length=MAX_DRAIN_BLOCKED,
+        description="Pods the API server would not evict yet (namespace/name: why), e.g. "
+        "their PodDisruptionBudget allows no disruption now; tried again later.",
+    )
+
+
 class NodeAcceptanceStatus(ContractModel):
     phase: Phase = Phase.PENDING
     reason: str | None = Field(default=None, max_length=64, description="Main reason, one word.")
@@ -291,6 +328,17 @@ class NodeAcceptanceStatus(ContractModel):
         default=None,
         description="The last release a person asked for (kubectl gpuaccept release): kept "
         "through later rounds as the record of who released the node and when.",
+    )
+    drain: DrainStatus | None = Field(
+        default=None,
+        description="The Eviction-API drain of a quarantined node (quarantine.taintEffect "
+        "NoExecute); absent otherwise.",
+    )
+    owned_pods: list[OwnedPod] = Field(
+        default_factory=list,
+        max_length=MAX_OWNED_PODS,
+        description="The probe and fabric pods the operator created on this node and has "
+        "not seen gone: a pod is read or deleted only if its UID and shape are here.",
     )
 
 

@@ -176,8 +176,9 @@ class QuarantineAction(ContractModel):
     taint_value: LabelValue = Field(default="true", description="Value of the quarantine taint.")
     taint_effect: TaintEffect = Field(
         default=TaintEffect.NO_SCHEDULE,
-        description="NoSchedule: running pods stay. NoExecute: pods that do not tolerate "
-        "the taint are evicted too.",
+        description="NoSchedule: running pods stay. NoExecute: the taint is still "
+        "NoSchedule, and the pods that do not tolerate it are evicted through the Eviction "
+        "API, as their PodDisruptionBudgets allow.",
     )
     labels: dict[OwnedKey, LabelValue] = Field(
         default_factory=dict,

@@ -25,7 +25,7 @@ import asyncio
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.operator.core.capacity import gated
@@ -41,6 +41,10 @@ from gpuaccept.operator.views import (
     policy_entry,
     resource_version,
 )
+
+RELIST_QUIET_SECONDS = 10.0
+"""How long after the last listing event of a relist its objects are taken as all
+listed (kopf does not tell its handlers when a listing ends)."""
 
 NODES_INDEX = "gpuaccept_nodes"
 NAS_INDEX = "gpuaccept_nodeacceptances"
@@ -61,6 +65,35 @@ def _index_values(index: Any, key: str) -> list[Any]:
 class _Written:
     rv: int
     value: Any  # a view, or None: deleted by us
+
+
+@dataclass
+class _Listing:
+    """One kind's listings as the event handlers saw them.
+
+    After a watch's 410 Gone, kopf lists the kind again and passes each listed object
+    to the handlers as an event of type None; an object deleted while the watch was
+    gone is simply not listed, and kopf's indexes, which drop an entry only on a
+    DELETED event, keep it. A listing event after streaming ones starts a new
+    ``epoch``; once it has been quiet for :data:`RELIST_QUIET_SECONDS`, the entries
+    not seen since the epoch began are the ones to verify (:meth:`Cache.unlisted`)."""
+
+    epoch: int = 0
+    streaming: bool = False
+    last_listed: float = 0.0  # monotonic
+    swept: int = 0  # the last epoch whose unlisted entries were handed out
+    seen: dict[str, int] = field(default_factory=dict)  # key -> epoch last seen
+
+
+@dataclass(frozen=True)
+class Unlisted:
+    """An entry of the cache that the last relist did not show: verified against the
+    API server, then dropped (:meth:`Cache.forget`) if it is gone."""
+
+    kind: str  # node | na | pod | policy
+    key: str  # the object's name
+    rv: int  # the resourceVersion the cache holds
+    node: str = ""  # a pod's node (its index key)
 
 
 class Cache:
@@ -89,6 +122,7 @@ class Cache:
         self._fabric_names: dict[str, set[str]] = defaultdict(set)
         self._fabric_policy: dict[str, str] = {}
         self.acceptances_changes = 0  # bumped on every change of ``acceptances()``
+        self._listings: dict[str, _Listing] = defaultdict(_Listing)
 
     def attach(self, kwargs: Mapping[str, Any]) -> None:
         """Take kopf's live index objects (they exist once the first handler runs)."""
@@ -104,6 +138,61 @@ class Cache:
         with self._lock:
             self._overlay[(kind, key)] = _Written(rv, value)
             self._unsettled.add((kind, key))
+
+    # ------------------------------------------------------------------ relists
+    def saw(self, kind: str, key: str, event_type: str | None, now: float) -> None:
+        """A watch event for ``key`` (type None: a listed object) reached a handler."""
+        listing = self._listings[kind]
+        if event_type == "DELETED":
+            listing.seen.pop(key, None)
+            return
+        if event_type is None:
+            if listing.streaming:  # a listing after streaming: kopf relisted the kind
+                listing.epoch += 1
+                listing.streaming = False
+            listing.last_listed = now
+        else:
+            listing.streaming = True
+        listing.seen[key] = listing.epoch
+
+    def unlisted(self, now: float) -> list[Unlisted]:
+        """The entries each quiet relist did not show (each relist's once)."""
+        out: list[Unlisted] = []
+        for kind, listing in self._listings.items():
+            if listing.epoch <= listing.swept or now - listing.last_listed < RELIST_QUIET_SECONDS:
+                continue
+            listing.swept = listing.epoch
+            out += [
+                entry
+                for entry in self._entries(kind)
+                if listing.seen.get(entry.key, -1) < listing.epoch
+            ]
+        return out
+
+    def _entries(self, kind: str) -> list[Unlisted]:
+        """Every entry of ``kind`` in kopf's indexes, at the newest resourceVersion."""
+        if kind == "pod":
+            index = self.indexes.get(PODS_INDEX)
+            return [
+                Unlisted("pod", view.name, rv, node)
+                for node in list(index or ())
+                for rv, view in _index_values(index, node)
+            ]
+        name = {"node": NODES_INDEX, "na": NAS_INDEX, "policy": POLICIES_INDEX}.get(kind)
+        index = self.indexes.get(name) if name else None
+        return [
+            Unlisted(kind, key, max(rv for rv, _ in values))
+            for key in list(index or ())
+            if (values := _index_values(index, key))
+        ]
+
+    def forget(self, entry: Unlisted) -> None:
+        """Drop an entry the API server no longer has (the overlay hides that version
+        and older ones; an object created again under its name is newer and shows)."""
+        if entry.kind == "pod":
+            self.write_pod(entry.node, entry.key, entry.rv, None)
+        else:
+            self.write(entry.kind, entry.key, entry.rv, None)
 
     # ------------------------------------------------------------------ counts
     def refresh(self, kind: str, key: str) -> None:
@@ -252,7 +341,10 @@ class Cache:
         for key in list(index):
             values = _index_values(index, key)
             if values:
-                out.append(max(values, key=lambda pair: pair[0])[1])
+                rv, entry = max(values, key=lambda pair: pair[0])
+                gone = self._overlay.get(("policy", key))  # a relist showed it gone
+                if gone is None or gone.value is not None or gone.rv < rv:
+                    out.append(entry)
         return out
 
     def node_names(self) -> list[str]:

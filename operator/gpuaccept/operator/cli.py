@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import json
@@ -27,7 +28,7 @@ from gpuaccept.operator.core.model import OperatorConfig
 from gpuaccept.operator.handlers import build_registry, configure, parse_node_selector
 from gpuaccept.operator.health import serve_health
 from gpuaccept.operator.kube import Kube
-from gpuaccept.operator.leader import LeaseSettings
+from gpuaccept.operator.leader import LOCK_NAMESPACE, LeaseSettings
 from gpuaccept.operator.options import (
     UsageError,
     check_ranges,
@@ -97,6 +98,31 @@ def _load_credentials(kubeconfig: str | None) -> kubernetes.client.Configuration
     return configuration
 
 
+def _elections(
+    args: argparse.Namespace, identity: str
+) -> tuple[LeaseSettings | None, LeaseSettings | None]:
+    """This replica's Lease in its installation (None: --standalone), and the
+    cluster-wide installation lock, held by the installation (None: none asked for)."""
+    lease = None
+    if not args.standalone:
+        lease = LeaseSettings(
+            namespace=args.namespace,
+            name=args.lease_name,
+            identity=identity,
+            lease_duration=args.lease_duration,
+        )
+    lock = None
+    if args.installation_lock:
+        installation = f"{args.namespace}/{'standalone' if args.standalone else args.lease_name}"
+        lock = LeaseSettings(
+            namespace=LOCK_NAMESPACE,
+            name=args.installation_lock,
+            identity=installation,
+            lease_duration=args.lease_duration,
+        )
+    return lease, lock
+
+
 def main(argv: Sequence[str]) -> int:
     try:
         args = parser().parse_args(list(argv))
@@ -158,19 +184,13 @@ def main(argv: Sequence[str]) -> int:
         probe_env=extra_env,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
-    lease = None
-    if not args.standalone:
-        lease = LeaseSettings(
-            namespace=args.namespace,
-            name=args.lease_name,
-            identity=identity,
-            lease_duration=args.lease_duration,
-        )
+    lease, lock = _elections(args, identity)
     runtime = RuntimeSettings(
         workers=args.workers,
         status_interval=args.status_interval,
         identity=identity,
         unmatched_grace_seconds=args.unmatched_grace,
+        installation_lock=lock,
     )
     controller = Controller(kube, config, judge, runtime=runtime, lease=lease)
     registry = build_registry(controller, node_selector)
@@ -203,11 +223,12 @@ def main(argv: Sequence[str]) -> int:
                 await health.cleanup()
 
     logging.getLogger("gpuaccept.operator").info(
-        "starting: identity=%s namespace=%s workers=%d leader-election=%s",
+        "starting: identity=%s namespace=%s workers=%d leader-election=%s installation-lock=%s",
         identity,
         args.namespace,
         args.workers,
         "off" if args.standalone else args.lease_name,
+        f"{LOCK_NAMESPACE}/{args.installation_lock}" if args.installation_lock else "off",
     )
     tune_gc()
     try:

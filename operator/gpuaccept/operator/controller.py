@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from gpuaccept.operator.cache import (
     PODS_INDEX,
     POLICIES_INDEX,
     Cache,
+    Unlisted,
     index_na,
     index_node,
     index_pod,
@@ -50,12 +52,13 @@ from gpuaccept.operator.core.model import (
     PolicyView,
     QuarantineLimitCounts,
 )
+from gpuaccept.operator.core.podspec import PROBE_SELECTOR
 from gpuaccept.operator.core.reconcile import reconcile
 from gpuaccept.operator.executor import KubeExecutor, api_message
 from gpuaccept.operator.fabricloop import FabricLoop
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
 from gpuaccept.operator.kube import Kube
-from gpuaccept.operator.leader import LeaderElector, LeaseSettings
+from gpuaccept.operator.leader import InstallationLock, LeaderElector, LeaseSettings
 from gpuaccept.operator.policystatus import PolicyStatusLoop, StatusWriter
 from gpuaccept.operator.quarantinelimit import QuarantineLimit
 from gpuaccept.operator.reverifyloop import ReverifyLoop
@@ -78,6 +81,7 @@ __all__ = [
 log = logging.getLogger("gpuaccept.operator")
 
 MAX_PASSES = 8
+RELIST_CHECK_SECONDS = 5.0  # how often a quiet relist's unlisted entries are looked for
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ class RuntimeSettings:
     # A node under a pending taint that no policy matches is reported after this long
     # from its registration (--unmatched-grace).
     unmatched_grace_seconds: float = 900.0
+    # The cluster-wide Lease only one installation may hold (leader.InstallationLock).
+    installation_lock: LeaseSettings | None = None
 
 
 class Controller:
@@ -110,6 +116,17 @@ class Controller:
         # None: standalone, always leading.
         self.leader = (
             LeaderElector(kube, lease, on_change=self.on_leadership) if lease is not None else None
+        )
+        # None: no lock (one installation assumed); else only while it holds it.
+        self.installation_lock = (
+            InstallationLock(
+                kube,
+                runtime.installation_lock,
+                leads_installation=lambda: self.leader is None or self.leader.leading,
+                on_change=self.on_installation_lock,
+            )
+            if runtime.installation_lock is not None
+            else None
         )
         self.cache = Cache()
         self.queue = WorkQueue()
@@ -157,7 +174,13 @@ class Controller:
     # ------------------------------------------------------------------ events
     @property
     def leading(self) -> bool:
-        return self.leader is None or self.leader.leading
+        """This replica leads its installation, and its installation holds the lock."""
+        lock = self.installation_lock
+        return (self.leader is None or self.leader.leading) and (lock is None or lock.held)
+
+    def on_installation_lock(self, held: bool) -> None:
+        if held:
+            self.enqueue_all()
 
     def on_leadership(self, leader: bool) -> None:
         metrics.LEADER.set(1 if leader else 0)
@@ -203,6 +226,10 @@ class Controller:
         self._tasks.append(
             asyncio.create_task(self.reverify.run(self.runtime.status_interval), name="reverify")
         )
+        self._tasks.append(asyncio.create_task(self._relists(), name="relists"))
+        if self.installation_lock is not None:
+            lock = self.installation_lock.run()
+            self._tasks.append(asyncio.create_task(lock, name="installation-lock"))
         if self.leader is not None:
             self._tasks.append(asyncio.create_task(self.leader.run(), name="leader-election"))
         else:
@@ -213,9 +240,11 @@ class Controller:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self.leader is not None:
+        for held in (self.installation_lock, self.leader):
+            if held is None:
+                continue
             try:
-                await asyncio.to_thread(self.leader.release)
+                await asyncio.to_thread(held.release)
             except Exception as error:
                 log.warning("lease release failed: %s", error)
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -250,6 +279,54 @@ class Controller:
         metrics.RECONCILES.labels("error").inc()
         self.queue.add_after(name, delay)
 
+    # ------------------------------------------------------------------ relists
+    async def _relists(self) -> None:
+        """After kopf relisted a kind (a watch's 410 Gone), the cache entries the listing
+        did not show are checked with the API server and dropped when gone: kopf's
+        indexes keep them (they drop an entry only on a DELETED event, cache.py)."""
+        await self.cache.synced.wait()
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(RELIST_CHECK_SECONDS)
+            unlisted = self.cache.unlisted(time.monotonic())
+            if not unlisted:
+                continue
+            try:
+                gone = await loop.run_in_executor(self.executor, self._gone, unlisted)
+            except ApiException as error:  # checked again after the next relist
+                log.warning("relist check failed: %s", api_message(error))
+                continue
+            self.forget(gone)
+
+    def forget(self, gone: list[Unlisted]) -> None:
+        """Drop entries the API server no longer has; their nodes are reconciled."""
+        for entry in gone:
+            log.info("%s %s is gone (not relisted, not in the API): dropped", entry.kind, entry.key)
+            self.cache.forget(entry)
+        self.cache.refresh_policies()
+        self.cache.settle()
+        for entry in gone:
+            self.enqueue(entry.node if entry.kind == "pod" else entry.key)
+        if any(entry.kind == "policy" for entry in gone):
+            self.enqueue_all()
+
+    def _gone(self, unlisted: list[Unlisted]) -> list[Unlisted]:
+        """Which of ``unlisted`` the API server no longer has (in the API threads)."""
+        kinds = {entry.kind for entry in unlisted}
+        pods = (
+            self.kube.list_probe_pod_names(self.config.namespace, PROBE_SELECTOR)
+            if "pod" in kinds
+            else set()
+        )
+        policies = self.kube.list_policy_names() if "policy" in kinds else set()
+        exists = {
+            "node": lambda name: self.kube.get_node(name) is not None,
+            "na": lambda name: self.kube.get_na(name) is not None,
+            "pod": lambda name: name in pods,
+            "policy": lambda name: name in policies,
+        }
+        return [entry for entry in unlisted if not exists[entry.kind](entry.key)]
+
     # ------------------------------------------------------------------ observe
     def observe(self, name: str, now: datetime) -> NodeSnapshot:
         """The node's snapshot for the core: its objects, its policies, the limit's counts."""
@@ -271,6 +348,9 @@ class Controller:
             limit_counts=limit_counts,
             config=self.config,
             pod_create_error=self.actions.create_errors.get(name),
+            created_pods=self.actions.created_pods(name),
+            pod_name_taken=self.actions.name_taken.get(name),
+            drain=self.actions.drains.get(name),
             status_write_error=self.actions.status_error(name),
             fabric_verdict=self.fabric.verdict(name, fabric.waiting_since) if fabric else None,
             gpu_pod_sample=self.reverify.sample(name),

@@ -23,13 +23,17 @@ from gpuaccept.contracts.api import (
     REPROBE_ANNOTATION,
 )
 from gpuaccept.operator.cache import Cache
+from gpuaccept.operator.core.drain import evictable
 from gpuaccept.operator.core.interpret import interpret
 from gpuaccept.operator.core.model import (
     Action,
+    CreatedPod,
     CreateNodeAcceptance,
     CreateProbePod,
     DeleteNodeAcceptance,
     DeleteProbePod,
+    DrainNode,
+    DrainResult,
     EmitEvent,
     NodeSnapshot,
     PatchNAStatus,
@@ -37,6 +41,7 @@ from gpuaccept.operator.core.model import (
     PatchNodeTaintsLabels,
     RemoveReprobeAnnotation,
 )
+from gpuaccept.operator.core.podidentity import shape_digest
 from gpuaccept.operator.core.podspec import (
     FABRIC_PAIR_LABEL,
     MANAGED_BY_LABEL,
@@ -45,9 +50,18 @@ from gpuaccept.operator.core.podspec import (
 from gpuaccept.operator.core.reconcile import STATUS_REFUSED_RETRY_SECONDS
 from gpuaccept.operator.core.startfailure import NODE_BUSY_PREFIX
 from gpuaccept.operator.kube import ConflictError, EventRecord, Kube
-from gpuaccept.operator.views import cached_acceptance, node_view, pod_view, resource_version
+from gpuaccept.operator.views import (
+    cached_acceptance,
+    node_pod,
+    node_view,
+    pod_view,
+    resource_version,
+)
 
 log = logging.getLogger("gpuaccept.operator")
+
+# How many of a node's creates are remembered until its status records them.
+CREATED_MEMORY = 4
 
 # The overlay's resourceVersion for an object this process deleted: newer than any.
 DELETED_RV = 1 << 62
@@ -110,6 +124,11 @@ class KubeExecutor:
         self.namespace = namespace
         self.identity = identity
         self.create_errors: dict[str, str] = {}  # node -> why its probe pod was refused
+        # node -> {pod name: the create's answer}: the pods this process created, until
+        # the status records them (core/podidentity.py); the newest few per node
+        self.created: dict[str, dict[str, CreatedPod]] = {}
+        self.name_taken: dict[str, str] = {}  # node -> a pod name its create found taken
+        self.drains: dict[str, DrainResult] = {}  # node -> its last drain (core/drain.py)
         self.status_errors: dict[str, str] = {}  # node -> why its last status write was refused
         self.status_refused_at: dict[str, float] = {}  # node -> when (monotonic)
 
@@ -121,6 +140,23 @@ class KubeExecutor:
             self.status_errors.pop(node, None)
             self.status_refused_at.pop(node, None)
         return self.status_errors.get(node)
+
+    def created_pods(self, node: str) -> dict[str, CreatedPod]:
+        """The pods this process created on ``node`` (the create's answers)."""
+        return dict(self.created.get(node, {}))
+
+    def forget(self, node: str) -> None:
+        """Drop what is remembered about ``node`` (its NodeAcceptance is gone)."""
+        memories: tuple[dict[str, Any], ...] = (
+            self.create_errors,
+            self.status_errors,
+            self.status_refused_at,
+            self.created,
+            self.name_taken,
+            self.drains,
+        )
+        for memory in memories:
+            memory.pop(node, None)
 
     def execute(self, observed: NodeSnapshot, action: Action) -> None:  # runs in a thread
         interpret(_NodeWrites(self, observed), action)
@@ -232,8 +268,16 @@ class _NodeWrites:
             if error.status in (400, 403, 404, 422):  # refused, not a hiccup
                 errors[node] = api_message(error)[:500]
             raise
-        if pod is not None:
-            self.cache.write_pod(node, action.name, resource_version(pod), pod_view(pod))
+        if pod is None:  # AlreadyExists: a pod this process did not create holds the name
+            self.executor.name_taken[node] = action.name
+            return
+        self.executor.name_taken.pop(node, None)
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        created = self.executor.created.setdefault(node, {})
+        created[action.name] = CreatedPod(uid=uid, shape=shape_digest(action.manifest))
+        for old in list(created)[:-CREATED_MEMORY]:
+            del created[old]
+        self.cache.write_pod(node, action.name, resource_version(pod), pod_view(pod))
 
     def _gpu_pods_on_node(self, node: str) -> list[str]:
         """Other pods on ``node`` that hold GPUs (``namespace/name``): the kubelet
@@ -257,6 +301,29 @@ class _NodeWrites:
         elif known is not None:
             self.cache.write_pod(node, action.name, DELETED_RV, None)
 
+    def drain_node(self, action: DrainNode) -> None:
+        """Evict the node's pods (core/drain.py chooses them); what came of it is kept
+        for the core: evicted, or refused for now (429: a PodDisruptionBudget allows no
+        disruption; 403: not allowed). Other API errors are raised (retried)."""
+        pods = [node_pod(p) for p in self.kube.list_running_pods_on_node(action.node)]
+        evicted: list[str] = []
+        blocked: list[str] = []
+        for pod in evictable(pods, action.taint, namespace=action.namespace):
+            name = f"{pod.namespace}/{pod.name}"
+            try:
+                self.kube.evict_pod(pod.namespace, pod.name)
+            except ApiException as error:
+                if error.status not in (403, 429):
+                    raise
+                blocked.append(f"{name}: {api_message(error)}"[:300])
+            else:
+                evicted.append(name)
+        if evicted or blocked:
+            log.info("node=%s drain: evicted %s; not yet %s", action.node, evicted, blocked)
+        self.executor.drains[action.node] = DrainResult(
+            action.started, datetime.now(UTC), tuple(evicted), tuple(blocked)
+        )
+
     def delete_node_acceptance(self, action: DeleteNodeAcceptance) -> None:
         # The cache says the node is gone; make sure before deleting its record.
         node = self.kube.get_node(action.name)
@@ -266,8 +333,7 @@ class _NodeWrites:
             raise StaleCacheError(action.name)
         self.kube.delete_na(action.name)
         self.cache.write("na", action.name, DELETED_RV, None)
-        self.executor.create_errors.pop(action.name, None)
-        self.executor.status_errors.pop(action.name, None)
+        self.executor.forget(action.name)
 
     def emit_event(self, action: EmitEvent) -> None:
         event = EventRecord(

@@ -34,6 +34,7 @@ from gpuaccept.operator.core.fabric.policypass import (
 )
 from gpuaccept.operator.core.model import (
     Action,
+    CreateProbePod,
     DeleteProbePod,
     NodeSnapshot,
     OperatorConfig,
@@ -71,6 +72,10 @@ class FabricLoop:
         self.leading = runner.leading
         self._verdicts: dict[str, _Given] = {}
         self._poked = asyncio.Event()
+        # A pass created pods: the next pass runs at once and records their UIDs, so
+        # a crash in between (which would leave pods it cannot tell from a squatter's)
+        # has the shortest window.
+        self._created = False
         self.failures = FailureLog("fabric pass")
         self._policy_failures: dict[str, FailureLog] = {}
 
@@ -106,6 +111,10 @@ class FabricLoop:
                     log_recovery(log, self.failures)
                     if wake is not None:
                         timeout = max(min(timeout, wake), MIN_GAP_SECONDS)
+            if self._created:  # record the new pods' UIDs at once (core/podidentity.py)
+                self._created = False
+                self._poked.set()
+                continue
             await asyncio.sleep(MIN_GAP_SECONDS)
 
     def _fabric_policies(self) -> list[PolicyView]:
@@ -135,7 +144,17 @@ class FabricLoop:
             # the few statuses it writes get theirs back in :meth:`with_evidence`.
             if node is not None and is_member(na.status, policy.name, spec, node.labels):
                 members.append(FabricMember(node, na, self.cache.pods(name)))
-        return FabricSnapshot(policy, spec, tuple(members), now, self.config)
+        actions = self.runner.actions
+        names = [m.node.name for m in members]
+        return FabricSnapshot(
+            policy,
+            spec,
+            tuple(members),
+            now,
+            self.config,
+            created_pods={n: actions.created_pods(n) for n in names if n in actions.created},
+            names_taken={n: actions.name_taken[n] for n in names if n in actions.name_taken},
+        )
 
     def with_evidence(self, writes: tuple[tuple[str, Action], ...]) -> list[tuple[str, Action]]:
         """The pass's writes, each status write carrying the node's stored evidence
@@ -217,6 +236,7 @@ class FabricLoop:
             kind = type(action).__name__
             if ran.result is RunResult.DONE:
                 log.info("fabric: node=%s %s", node, kind)
+                self._created = self._created or isinstance(action, CreateProbePod)
             elif ran.result is RunResult.STATUS_REFUSED:
                 refused = True
             elif ran.result in (RunResult.CONFLICT, RunResult.STALE_CACHE):

@@ -10,6 +10,7 @@ the operator's own state lives in NodeAcceptance status.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import kopf
@@ -96,8 +97,9 @@ def build_registry(
     # kopf has updated its indexes when these run: each refreshes the fleet's
     # counts for its object (O(1)), then enqueues.
     @kopf.on.event("", "v1", "nodes", labels=node_labels, registry=registry)
-    async def node_event(name: str, **kwargs: Any) -> None:
+    async def node_event(name: str, type: str | None, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
+        controller.cache.saw("node", name, type, time.monotonic())
         controller.cache.refresh("node", name)
         controller.enqueue(name)
 
@@ -105,13 +107,17 @@ def build_registry(
         # A node relabelled out of the selector leaves kopf's index without an
         # event for node_event: this one (no filter, no enqueue) uncounts it.
         @kopf.on.event("", "v1", "nodes", registry=registry)
-        async def node_count(name: str, **kwargs: Any) -> None:
+        async def node_count(name: str, type: str | None, **kwargs: Any) -> None:
             controller.cache.attach(kwargs)
+            controller.cache.saw("node", name, type, time.monotonic())
             controller.cache.refresh("node", name)
 
     @kopf.on.event(GROUP, VERSION, ACCEPTANCE_PLURAL, registry=registry)
-    async def na_event(name: str, spec: kopf.Spec, status: kopf.Status, **kwargs: Any) -> None:
+    async def na_event(
+        name: str, spec: kopf.Spec, status: kopf.Status, type: str | None, **kwargs: Any
+    ) -> None:
         controller.cache.attach(kwargs)
+        controller.cache.saw("na", name, type, time.monotonic())
         controller.cache.refresh("na", name)
         controller.enqueue(str(spec.get("nodeName") or name))
         if status.get("fabric"):  # a node in (or done with) a fabric test
@@ -120,12 +126,16 @@ def build_registry(
     @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, registry=registry)
     async def policy_event(name: str, meta: kopf.Meta, type: str | None, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
+        controller.cache.saw("policy", name, type, time.monotonic())
         controller.cache.refresh_policies()
         controller.policy_seen(name, meta.get("generation"), deleted=type == "DELETED")
 
     @kopf.on.event("", "v1", "pods", labels=probe_labels, registry=registry)
-    async def pod_event(spec: kopf.Spec, labels: kopf.Labels, **kwargs: Any) -> None:
+    async def pod_event(
+        name: str, spec: kopf.Spec, labels: kopf.Labels, type: str | None, **kwargs: Any
+    ) -> None:
         controller.cache.attach(kwargs)
+        controller.cache.saw("pod", name, type, time.monotonic())
         controller.enqueue(str(spec.get("nodeName") or ""))
         if FABRIC_PAIR_LABEL in labels:  # a fabric pair's pod: the pair pass reads it
             controller.fabric.poke()

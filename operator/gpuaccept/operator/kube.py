@@ -35,6 +35,10 @@ EVENT_NAMESPACE = "default"  # Events on cluster-scoped objects live here (as th
 NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
 POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+# The installation lock (leader.py): one Lease per cluster, in the namespace of the Events.
+LOCK_LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+# A pod in any namespace (the drain of a quarantined node): cluster-wide in the RBAC.
+EVICTION_PATH = "/api/v1/namespaces/{any_namespace}/pods/{name}/eviction"
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,12 @@ class Kube:
             if error.status != 404:
                 raise
 
+    def list_policy_names(self) -> set[str]:
+        """The names of the policies that exist (a relist's check, see cache.py)."""
+        self._count("policy.list")
+        body = self.request("GET", POLICY_PATH)
+        return {str((i.get("metadata") or {}).get("name")) for i in body.get("items") or ()}
+
     # ------------------------------------------------------------- nodes
     def get_node(self, name: str) -> dict[str, Any] | None:
         self._count("node.get")
@@ -254,6 +264,14 @@ class Kube:
         except ConflictError:
             return None
 
+    def list_probe_pod_names(self, namespace: str, selector: str) -> set[str]:
+        """The names of the probe pods in ``namespace`` (a relist's check, see cache.py)."""
+        self._count("pod.list")
+        body = self.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods", query=[("labelSelector", selector)]
+        )
+        return {str((i.get("metadata") or {}).get("name")) for i in body.get("items") or ()}
+
     def list_running_pods_on_node(self, node: str) -> list[dict[str, Any]]:
         """Every pod bound to ``node`` that has not ended, in every namespace: one
         list with a field selector on ``spec.nodeName`` (an index the API server
@@ -263,6 +281,21 @@ class Kube:
         body = self.request("GET", "/api/v1/pods", query=[("fieldSelector", selector)])
         items = body.get("items") or []
         return [item for item in items if isinstance(item, dict)]
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        """A ``policy/v1`` Eviction of the pod: the API server refuses it (429) while a
+        PodDisruptionBudget of the pod allows no disruption. A pod gone already: fine."""
+        self._count("pod.evict")
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        try:
+            self.request("POST", EVICTION_PATH.format(any_namespace=namespace, name=name), body)
+        except ApiException as error:
+            if error.status != 404:
+                raise
 
     def delete_pod(self, namespace: str, name: str, *, force: bool) -> dict[str, Any] | None:
         """The pod as it is after the request (terminating), or None once it is gone."""
@@ -295,6 +328,21 @@ class Kube:
 
     def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self.request("PUT", f"{LEASE_PATH.format(ns=namespace)}/{name}", dict(body))
+
+    # ------------------------------------------------------------- the installation lock
+    def get_lock_lease(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", f"{LOCK_LEASE_PATH}/{name}")
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def create_lock_lease(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("POST", LOCK_LEASE_PATH, dict(body))
+
+    def replace_lock_lease(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("PUT", f"{LOCK_LEASE_PATH}/{name}", dict(body))
 
     # ------------------------------------------------------------- events
     def create_event(self, event: EventRecord, *, now: datetime, reporting_instance: str) -> None:

@@ -13,22 +13,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
+from gpuaccept.operator import metrics
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
-from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.kube import EVENT_NAMESPACE, Kube
 
 log = logging.getLogger(__name__)
 
 
 def _now_micro() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseClient(Protocol):
+    """The three Lease calls an election makes (:class:`Kube`'s, or the lock's)."""
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+    def replace_lease(
+        self, namespace: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -45,7 +56,7 @@ class LeaseSettings:
 class LeaderElector:
     def __init__(
         self,
-        kube: Kube,
+        kube: LeaseClient,
         lease: LeaseSettings,
         *,
         on_change: Callable[[bool], None] | None = None,
@@ -60,6 +71,7 @@ class LeaderElector:
         self.is_leader = False
         self._renewed_at = 0.0  # monotonic time of our last successful renewal
         self._observed_record: tuple[str, str] | None = None
+        self.holder = ""  # who held the Lease at the last look
         self._observed_at = 0.0
         # Its own thread: renewals never queue behind the workers' API calls.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease")
@@ -108,6 +120,7 @@ class LeaderElector:
             return True
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
+        self.holder = holder
         record = (holder, str(spec.get("renewTime") or ""))
         if record != self._observed_record:
             self._observed_record = record
@@ -175,3 +188,99 @@ class LeaderElector:
                 if self.on_change is not None:
                     self.on_change(leader)
             await asyncio.sleep(self.renew_period)
+
+
+# --------------------------------------------------------------------------- one per cluster
+
+LOCK_NAMESPACE = EVENT_NAMESPACE  # where Events on cluster-scoped objects go already
+
+
+class _LockLeases:
+    """The installation lock's Lease calls: its Lease lives in :data:`LOCK_NAMESPACE`."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.kube.get_lock_lease(name)
+
+    def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.kube.create_lock_lease(body)
+
+    def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.kube.replace_lock_lease(name, body)
+
+
+class InstallationLock:
+    """Only one installation of gpuaccept acts on a cluster.
+
+    NodeAcceptances, policies and Nodes are cluster-scoped, so two installations
+    (a canary release, a leftover one) would both act on the same nodes. Each
+    installation elects its leader on its own Lease; its leader must also hold this
+    cluster-wide Lease (``default/<name>``), whose holder is the *installation*
+    (``<namespace>/<lease>``), not the replica: a failover inside an installation
+    renews it at once, and another installation waits until it is released or
+    expires. While another installation holds it, this one stands by: it keeps its
+    cache warm, writes nothing, logs why (once per holder) and exports
+    ``gpuaccept_installation_standby 1``.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        settings: LeaseSettings,
+        *,
+        leads_installation: Callable[[], bool],
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self.elector = LeaderElector(_LockLeases(kube), settings)
+        self.leads_installation = leads_installation
+        self.on_change = on_change
+        self.standing_by_for: str | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.elector.leading
+
+    def _step(self, held: bool) -> None:
+        elector = self.elector
+        if held != elector.is_leader:
+            elector.is_leader = held
+            if held:
+                log.info(
+                    "installation lock %s/%s acquired by installation %s",
+                    LOCK_NAMESPACE, elector.name, elector.identity,
+                )  # fmt: skip
+            if self.on_change is not None:
+                self.on_change(held)
+        holder = elector.holder if not held and self.leads_installation() else None
+        if holder and holder != self.standing_by_for:
+            log.warning(
+                "standing by: the installation lock %s/%s is held by the installation %s; "
+                "this installation (%s) acts on nothing while it does (one installation "
+                "per cluster: uninstall one, docs/operator.md)",
+                LOCK_NAMESPACE, elector.name, holder, elector.identity,
+            )  # fmt: skip
+        self.standing_by_for = holder or None
+        metrics.INSTALLATION_STANDBY.set(1 if self.standing_by_for else 0)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            held = False
+            if self.leads_installation():
+                try:
+                    held = await loop.run_in_executor(
+                        self.elector._executor, self.elector.try_acquire_or_renew
+                    )
+                except Exception as error:  # API trouble: we cannot prove we hold it
+                    log_failure(log, self.elector.failures, error, str(error))
+                    held = self.held
+                else:
+                    log_recovery(log, self.elector.failures)
+            self._step(held)
+            await asyncio.sleep(self.elector.renew_period)
+
+    def release(self) -> None:
+        """Given up on a clean shutdown, so another installation's wait ends at once."""
+        self.elector.release()

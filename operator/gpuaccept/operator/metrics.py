@@ -112,6 +112,13 @@ def publish_unmatched(nodes: Iterable[str]) -> None:
     _UNMATCHED.update(now)
 
 
+INSTALLATION_STANDBY = Gauge(
+    "gpuaccept_installation_standby",
+    "1 while another installation of gpuaccept holds the cluster's installation lock "
+    "and this one acts on nothing.",
+)
+
+
 def remove_series(metric: Any, *labels: str) -> None:
     """Drop one labelled series (a deleted node's or policy's), if it exists."""
     try:

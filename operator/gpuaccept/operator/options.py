@@ -410,6 +410,13 @@ def parser() -> argparse.ArgumentParser:
         help="this replica's identity in the Lease (default: $POD_NAME or hostname)",
     )
     ha.add_argument("--lease-duration", type=float, default=15.0)
+    ha.add_argument(
+        "--installation-lock",
+        default=env("GPUACCEPT_INSTALLATION_LOCK", ""),
+        help="name of the cluster-wide Lease (in namespace default) that only one "
+        "installation may hold; another one stands by while it is held (default: none; "
+        "the chart's: gpuaccept-installation)",
+    )
     ha.add_argument("--priority", type=int, default=0, help=argparse.SUPPRESS)  # kopf-compat
     p.add_argument(
         "--owned-key-prefix",

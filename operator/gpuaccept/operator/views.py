@@ -26,11 +26,13 @@ from gpuaccept.operator.core.model import (
     FabricPodLabels,
     NAView,
     NodeCondition,
+    NodePod,
     NodeView,
     PodView,
     PolicyView,
     Taint,
 )
+from gpuaccept.operator.core.podidentity import controller_uid, mounts_token, shape_digest
 from gpuaccept.operator.core.podspec import (
     ATTEMPT_LABEL,
     CONTAINER_NAME,
@@ -38,6 +40,7 @@ from gpuaccept.operator.core.podspec import (
     FABRIC_PAIR_LABEL,
     FABRIC_RANK_LABEL,
     FABRIC_SECOND_ANNOTATION,
+    MANAGED_BY_LABEL,
 )
 
 log = logging.getLogger(__name__)
@@ -260,6 +263,30 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         created=_timestamp(meta.get("creationTimestamp")),
         finished=_timestamp((terminated or {}).get("finishedAt")),
         fabric=_fabric_labels(meta),
+        uid=str(meta.get("uid", "")),
+        node_name=str((body.get("spec") or {}).get("nodeName") or ""),
+        owner_uid=controller_uid(meta),
+        token=mounts_token(body.get("spec") or {}),
+        shape=shape_digest(body),
+    )
+
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def node_pod(body: Mapping[str, Any]) -> NodePod:
+    """A pod bound to a node, as a drain reads it."""
+    meta, spec = _meta(body), body.get("spec") or {}
+    owners = meta.get("ownerReferences") or ()
+    return NodePod(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        phase=str((body.get("status") or {}).get("phase") or "Pending"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        owner_kinds=tuple(str(o.get("kind", "")) for o in owners if isinstance(o, Mapping)),
+        mirror=MIRROR_ANNOTATION in (meta.get("annotations") or {}),
+        managed_by=str((meta.get("labels") or {}).get(MANAGED_BY_LABEL, "")),
+        tolerations=tuple(t for t in spec.get("tolerations") or () if isinstance(t, Mapping)),
     )
 
 

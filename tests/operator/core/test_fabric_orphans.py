@@ -108,7 +108,7 @@ def test_a_fabric_pod_of_a_node_that_left_the_pass_is_deleted(
 ) -> None:
     world = make()
     labels = FabricPodLabels("p1", 1, "gpu-7", "gpu-1")
-    world.pods = {"fab": PodView(name="fab", phase=pod_phase, fabric=labels)}
+    world.place_pods(PodView(name="fab", phase=pod_phase, fabric=labels))
     world.settle()
     assert set(world.pods) == {"fab"}  # a member's pair pod is the pass's
     change(world)
@@ -132,7 +132,7 @@ MEMBERS: list[tuple[str, Callable[[], World]]] = [
 def test_a_legitimately_running_pair_pod_is_kept(make: Callable[[], World]) -> None:
     world = make()
     labels = FabricPodLabels("p1", 1, "gpu-7", "gpu-1")
-    world.pods = {"fab": PodView(name="fab", phase="Running", fabric=labels)}
+    world.place_pods(PodView(name="fab", phase="Running", fabric=labels))
     # a policy change that keeps the node in the pass changes nothing either
     policy = world.policies[0]
     world.policies = [PolicyView(policy.name, 2, policy.spec)]

@@ -8,7 +8,7 @@ import dataclasses
 from datetime import datetime, timedelta
 
 import pytest
-from fabric_pods import CONFIG, SPEC, T0, pod, report
+from fabric_pods import CONFIG, SPEC, T0, na_uid, ours, owned, pod, report
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import (
@@ -31,7 +31,10 @@ from gpuaccept.operator.core.fabric.policypass import (
     plan_fabric_pass,
 )
 from gpuaccept.operator.core.model import (
+    CreatedPod,
     CreateProbePod,
+    DeleteProbePod,
+    EmitEvent,
     FabricPodConfig,
     NAView,
     NodeView,
@@ -45,15 +48,17 @@ from gpuaccept.operator.core.model import (
 def waiting(
     name: str, pods: tuple[PodView, ...] = (), pairs: tuple[FabricPairRecord, ...] = ()
 ) -> FabricMember:
+    pods = ours(name, pods)  # pods the operator created, their UIDs on record
     status = NodeAcceptanceStatus(
         phase=Phase.FABRIC,
         policy="fab",
         fabric=FabricStatus(waiting_since=T0, pairs=list(pairs), summary="waiting"),
         applied_taints=["gpuaccept.io/pending"],
+        owned_pods=owned(name, pods),
     )
     return FabricMember(
         node=NodeView(name=name, boot_id=f"boot-{name}", gpus=8, gpu_capacity=8),
-        na=NAView(name=name, status=status, resource_version=f"rv-{name}"),
+        na=NAView(name=name, status=status, resource_version=f"rv-{name}", uid=na_uid(name)),
         pods=pods,
     )
 
@@ -312,3 +317,56 @@ def test_a_partner_rebooted_since_its_probe_witnesses_nothing(rebooted: bool) ->
     n = waiting("n", pairs=(_record("f1", "p1", "failed", 3), _record("f2", "p2", "failed", 4)))
     step = plan_fabric_pass(observed(p1, p2, n, now=T0 + timedelta(minutes=10)))
     assert isinstance(step.verdicts.get("n"), FabricQuarantined) is not rebooted, step.verdicts
+
+
+# --------------------------------------------------------------------------- pod identity
+
+
+def test_a_fabric_pod_the_operator_did_not_create_is_never_read() -> None:
+    """A squatter's rank-1 pod with the pair's labels, "passed" with a forged report:
+    not the pair's result. The operator's own rank-1 create finds the name taken, and
+    the pair is recorded incomplete (evidence against neither node); the pod is left."""
+    a = waiting("a", (pod(0, ip="10.0.0.7", message=report("a", 390.0)),))
+    forged = dataclasses.replace(pod(1, message=report("b", 390.0)), uid="u-squatter")
+    b = dataclasses.replace(waiting("b"), pods=(forged,))  # on b, no record of it
+    step = plan_fabric_pass(observed(a, b))
+    assert recorded(step, "a").outcome == "incomplete"
+    assert step.verdicts == {}
+    deleted = [a.name for _n, a in step.writes if isinstance(a, DeleteProbePod)]
+    assert forged.name not in deleted
+    warnings = [a for n, a in step.writes if isinstance(a, EmitEvent) and n == "b"]
+    assert [w.reason for w in warnings] == ["PodNameTaken"]
+    assert forged.name in warnings[0].message
+
+
+def test_the_partner_pods_create_answered_already_exists_ends_the_pair_incomplete() -> None:
+    a = waiting("a", (pod(0, ip="10.0.0.7"),))
+    taken = {"b": "gpuaccept-probe-fabric-p1-1"}  # bound elsewhere: not among b's pods
+    step = plan_fabric_pass(dataclasses.replace(observed(a, waiting("b")), names_taken=taken))
+    assert recorded(step, "a").outcome == "incomplete"
+    assert not created(step)
+
+
+def test_a_fabric_pod_just_created_is_recorded_then_read() -> None:
+    """The create's answer vouches for a pod until the node's status records it."""
+    mine = dataclasses.replace(pod(0), uid="u-new")
+    a = dataclasses.replace(waiting("a"), pods=(mine,))
+    answer = {"a": {mine.name: CreatedPod(uid="u-new", shape=mine.shape)}}
+    step = plan_fabric_pass(dataclasses.replace(observed(a, waiting("b")), created_pods=answer))
+    (status,) = [s.status for n, s in step.writes if isinstance(s, PatchNAStatus) and n == "a"]
+    assert [(o.name, o.uid) for o in status.owned_pods] == [(mine.name, "u-new")]
+    assert step.started == ()  # the pair is running: a's pod is the pass's own
+
+
+def test_fabric_pods_name_the_nodes_nodeacceptance_as_controller() -> None:
+    """``kubectl drain`` evicts a pod with a controller ownerReference without --force."""
+    (create,) = created(plan_fabric_pass(observed(waiting("a"), waiting("b"))))
+    (owner,) = create.manifest["metadata"]["ownerReferences"]
+    node = create.manifest["spec"]["nodeName"]
+    assert owner == {
+        "apiVersion": "gpuaccept.io/v1alpha1",
+        "kind": "NodeAcceptance",
+        "name": node,
+        "uid": na_uid(node),
+        "controller": True,
+    }

@@ -64,10 +64,10 @@ def test_without_fabric_enabled_the_node_is_accepted_as_before() -> None:
 def test_waiting_keeps_fabric_pods_and_deletes_any_other_probe_pod() -> None:
     world = fabric_world()
     labels = FabricPodLabels("p1", 0, "gpu-1", "gpu-2")
-    world.pods = {
-        "fab": PodView(name="fab", phase="Running", fabric=labels),
-        "stray": PodView(name="stray", phase="Running", serial=9),
-    }
+    world.place_pods(
+        PodView(name="fab", phase="Running", fabric=labels),
+        PodView(name="stray", phase="Running", serial=9),
+    )
     world.settle()
     assert set(world.pods) == {"fab"}
     assert world.status.phase == Phase.FABRIC
@@ -181,7 +181,7 @@ def test_an_accepted_partner_keeps_its_fabric_pod() -> None:
     world.settle()
     assert world.status.phase == Phase.ACCEPTED
     labels = FabricPodLabels("p2", 0, "gpu-1", "gpu-9")
-    world.pods = {"fab": PodView(name="fab", phase="Running", fabric=labels)}
+    world.place_pods(PodView(name="fab", phase="Running", fabric=labels))
     world.settle()
     assert set(world.pods) == {"fab"}
 

@@ -197,9 +197,14 @@ def _quarantined_side(w: World) -> None:
 
 
 def _noexecute_side(w: World) -> None:
+    """taintEffect NoExecute: a NoSchedule taint and a drain through the Eviction API
+    (core/drain.py), never a NoExecute taint, which evicts past PodDisruptionBudgets."""
     assert w.node is not None
-    assert w.node.taints == (Taint(QUARANTINE_KEY, "NoExecute", "true"),)
+    assert w.node.taints == (Taint(QUARANTINE_KEY, "NoSchedule", "true"),)
     assert w.node.labels["team/gpu-bad"] == "yes"
+    w.settle()
+    assert w.status.drain is not None
+    assert w.status.drain.done is not None
 
 
 def _dry_run_side(w: World) -> None:
@@ -295,7 +300,7 @@ TRANSITIONS = {
         probing_world, report(failing=["pcie_link"]), Phase.QUARANTINED, "PcieLinkFailed",
         lock=True, taints=[QUARANTINE_KEY], also=_quarantined_side,
     ),
-    "the quarantine's labels and NoExecute effect": Transition(
+    "the quarantine's labels, and a drain for the NoExecute effect": Transition(
         lambda: probing_world(policies=policy(**QUARANTINE_LABEL_POLICY)),
         report(failing=["gpu_count"]), Phase.QUARANTINED, also=_noexecute_side,
     ),
@@ -595,8 +600,8 @@ def test_failed_pod_retries_with_backoff_then_probe_error() -> None:
 
 def test_stale_pods_deleted_before_a_new_attempt() -> None:
     world = World()
-    world.pods["gpuaccept-probe-gpu-1-7"] = PodView("gpuaccept-probe-gpu-1-7", phase="Running")
     world.apply(world.plan())  # NA + taint
+    world.place_pods(PodView("gpuaccept-probe-gpu-1-7", phase="Running"))  # an old one of ours
     plan = world.plan()
     assert [type(a) for a in plan.actions] == [DeleteProbePod]
     world.apply(plan)

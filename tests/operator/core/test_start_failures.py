@@ -42,10 +42,7 @@ def probing() -> World:
 
 def raw_pod(world: World, status: dict[str, Any]) -> dict[str, Any]:
     pod = world.current_pod()
-    return {
-        "metadata": {"name": pod.name, "labels": {"gpuaccept.io/attempt": str(pod.serial)}},
-        "status": status,
-    }
+    return {**world.bodies[pod.name], "status": status}  # the pod as created, this status
 
 
 def set_status(world: World, status: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import pytest
-from fabric_pods import CONFIG, SPEC, T0, pod, report
+from fabric_pods import CONFIG, SPEC, T0, na_uid, owned, pod, report
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from world import make_report
@@ -80,7 +80,7 @@ class FabricKube:
 GPU_NODE = {GPU_PRESENT_LABEL: "true"}  # what the default node selector matches
 
 
-def _na_body(name: str, policy: str) -> dict[str, Any]:
+def _na_body(name: str, policy: str, pods: tuple[PodView, ...] = ()) -> dict[str, Any]:
     evidence = make_report(name, f"boot-{name}")
     status = NodeAcceptanceStatus(
         phase=Phase.FABRIC,
@@ -90,9 +90,11 @@ def _na_body(name: str, policy: str) -> dict[str, Any]:
         report=evidence,
         fabric=FabricStatus(waiting_since=T0, summary="waiting"),
         applied_taints=["gpuaccept.io/pending"],
+        owned_pods=owned(name, pods),  # the pods on the node are the operator's own
     )
     wire = status.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return {"metadata": {"name": name, "resourceVersion": "5"}, "status": wire}
+    meta = {"name": name, "resourceVersion": "5", "uid": na_uid(name)}
+    return {"metadata": meta, "status": wire}
 
 
 def _cache(
@@ -106,7 +108,7 @@ def _cache(
         n: [(1, NodeView(name=n, boot_id=f"boot-{n}", gpus=8, gpu_capacity=8, labels=labels))]
         for n in policies
     }
-    nas = {n: list(index_na(_na_body(n, p)).values()) for n, p in policies.items()}
+    nas = {n: list(index_na(_na_body(n, p, pods.get(n, ()))).values()) for n, p in policies.items()}
     entries = {p: [(1, PolicyEntry(PolicyView(name=p, spec=SPEC)))] for p in set(policies.values())}
     pod_index = {n: [(1, v) for v in views] for n, views in pods.items()}
     cache.attach(

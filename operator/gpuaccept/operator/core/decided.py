@@ -22,6 +22,7 @@ from gpuaccept.operator.core.acceptance_gate import acceptance_problem
 from gpuaccept.operator.core.capacity import (
     in_service,
 )
+from gpuaccept.operator.core.drain import drain_status
 from gpuaccept.operator.core.fabric.membership import is_member
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import (
@@ -178,8 +179,13 @@ def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
     for pod in ctx.obs.pods:
         if not pod.deleting and (pod.fabric is None or not member):
             out.delete_pod(pod)
-    out.write_status(st, ctx.with_applied_keys(st))
+    # Under taintEffect NoExecute: the drain through the Eviction API (core/drain.py),
+    # once the node carries the quarantine taint (status, node patch, then the drain).
+    new, drain = drain_status(ctx, out, ctx.with_applied_keys(st))
+    out.write_status(st, new)
     out.ensure_node(ctx, st)
+    if drain is not None:
+        out.actions.append(drain)
     return out.build("decided")
 
 

@@ -16,6 +16,7 @@ from gpuaccept.operator.core.model import (
     CreateProbePod,
     DeleteNodeAcceptance,
     DeleteProbePod,
+    DrainNode,
     EmitEvent,
     PatchNAStatus,
     PatchNodeCondition,
@@ -36,6 +37,7 @@ class ActionInterpreter(Protocol):
     def delete_probe_pod(self, action: DeleteProbePod) -> None: ...
     def delete_node_acceptance(self, action: DeleteNodeAcceptance) -> None: ...
     def emit_event(self, action: EmitEvent) -> None: ...
+    def drain_node(self, action: DrainNode) -> None: ...
 
 
 def interpret(interpreter: ActionInterpreter, action: Action) -> None:
@@ -59,5 +61,7 @@ def interpret(interpreter: ActionInterpreter, action: Action) -> None:
             interpreter.delete_node_acceptance(action)
         case EmitEvent():
             interpreter.emit_event(action)
+        case DrainNode():
+            interpreter.drain_node(action)
         case _:
             assert_never(action)

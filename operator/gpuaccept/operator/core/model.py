@@ -121,10 +121,55 @@ class PodView:
     created: datetime | None = None  # metadata.creationTimestamp
     finished: datetime | None = None  # the terminated container's finishedAt
     fabric: FabricPodLabels | None = None  # a fabric pair's pod (docs/fabric.md)
+    # Its identity (core/podidentity.py): only a pod whose UID and shape the status
+    # records as the operator's own is read or deleted.
+    uid: str = ""  # metadata.uid
+    node_name: str = ""  # spec.nodeName
+    owner_uid: str = ""  # the controller ownerReference's UID
+    token: bool = False  # it gets API credentials (automount not false, a token volume)
+    shape: str = ""  # podidentity.shape_digest of the pod
 
     @property
     def ended(self) -> bool:
         return self.terminated or self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class CreatedPod:
+    """The API server's answer to one of the operator's pod creates, kept in memory
+    until the status records it (core/podidentity.py): the pod's UID, and the shape
+    digest of the manifest the operator sent."""
+
+    uid: str
+    shape: str
+
+
+@dataclass(frozen=True)
+class NodePod:
+    """A pod bound to the node, as a drain reads it (core/drain.py)."""
+
+    namespace: str
+    name: str
+    phase: str = "Running"
+    deleting: bool = False
+    owner_kinds: tuple[str, ...] = ()  # the kinds of its ownerReferences
+    mirror: bool = False  # a static pod's mirror (the kubelet's)
+    managed_by: str = ""  # app.kubernetes.io/managed-by
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """What one drain of the node did (the executor's memory, read by the next pass)."""
+
+    started: datetime  # the drain (DrainStatus.started) this try belongs to
+    at: datetime
+    evicted: tuple[str, ...] = ()  # namespace/name
+    blocked: tuple[str, ...] = ()  # "namespace/name: why": not evicted yet, tried again
+
+    @property
+    def done(self) -> bool:
+        return not self.blocked
 
 
 @dataclass(frozen=True)
@@ -259,6 +304,13 @@ class NodeSnapshot:
     fabric_verdict: FabricVerdict | None = None
     # The latest list of the node's pods the re-verification loop made (None: none).
     gpu_pod_sample: GpuPodSample | None = None
+    # The probe pods this process created on the node whose UID the status may not
+    # record yet, by name (the create's answer; core/podidentity.py).
+    created_pods: Mapping[str, CreatedPod] = field(default_factory=dict)
+    # The last probe pod create for this node was answered AlreadyExists: that name.
+    pod_name_taken: str | None = None
+    # The last drain of the node through the Eviction API (core/drain.py).
+    drain: DrainResult | None = None
 
 
 # --------------------------------------------------------------------------- actions
@@ -329,6 +381,17 @@ class DeleteNodeAcceptance:
     name: str
 
 
+@dataclass(frozen=True)
+class DrainNode:
+    """Evict, through the Eviction API (which respects PodDisruptionBudgets), every pod
+    on ``node`` that :func:`~gpuaccept.operator.core.drain.evictable` names."""
+
+    node: str
+    taint: Taint  # the quarantine taint: a pod that tolerates it (NoExecute) stays
+    namespace: str  # gpuaccept's own pods there are not evicted
+    started: datetime  # the drain this try belongs to (DrainStatus.started)
+
+
 Action = (
     CreateNodeAcceptance
     | PatchNodeTaintsLabels
@@ -339,6 +402,7 @@ Action = (
     | EmitEvent
     | RemoveReprobeAnnotation
     | DeleteNodeAcceptance
+    | DrainNode
 )
 
 

@@ -34,6 +34,7 @@ from gpuaccept.operator.core.model import (
     PolicyView,
     RemoveReprobeAnnotation,
 )
+from gpuaccept.operator.core.podidentity import ForeignPod
 
 __all__ = ["REASON_QUARANTINE_LIMIT", "NodeContext", "PlanBuilder", "cut", "reasons_message"]
 
@@ -62,6 +63,9 @@ class NodeContext:
     policy: PolicyView
     spec: NodeAcceptancePolicySpec
     status: NodeAcceptanceStatus  # as read; a phase writes a new one
+    # Probe-labelled pods on the node that are not the operator's own
+    # (core/podidentity.py): never read, never deleted; ``obs.pods`` holds the rest.
+    foreign_pods: tuple[ForeignPod, ...] = ()
 
     def judge_report(self, report: ProbeReport) -> Verdict | str:
         """The judge's verdict, or why it failed. A report can pass the contract and
@@ -176,6 +180,8 @@ class PlanBuilder:
         """Write ``new`` (with its ``Accepted`` condition in line) when it differs."""
         na = self.obs.na
         new = with_accepted_condition(new, self.obs.now)
+        if new.drain is not None and new.phase != Phase.QUARANTINED:
+            new = new.model_copy(update={"drain": None})  # a drain is its quarantine's
         if new != old and na is not None:
             self.actions.append(PatchNAStatus(na.name, na.resource_version, new))
 

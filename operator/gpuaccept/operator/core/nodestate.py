@@ -36,8 +36,11 @@ REASON_GPUS_UNHEALTHY = "GPUsUnhealthy"
 
 
 def quarantine_taint(spec: NodeAcceptancePolicySpec) -> Taint:
+    """Always ``NoSchedule``: gpuaccept never applies a ``NoExecute`` taint (it evicts
+    past PodDisruptionBudgets); ``taintEffect: NoExecute`` drains the node through the
+    Eviction API instead (core/drain.py)."""
     q = spec.quarantine
-    return Taint(q.taint_key, q.taint_effect.value, q.taint_value)
+    return Taint(q.taint_key, "NoSchedule", q.taint_value)
 
 
 def owned_keys(spec: NodeAcceptancePolicySpec, status: NodeAcceptanceStatus) -> set[str]:

@@ -275,6 +275,7 @@ class FabricPodRequest:
     spec: NodeAcceptancePolicySpec
     rendezvous_address: str | None  # rank 1: rank 0's pod IP; rank 0: None (its own)
     applied_taints: Sequence[str] = ()
+    owner_uid: str = ""  # the node's NodeAcceptance: the pod's controller (drain, GC)
 
 
 def _fabric_args(request: FabricPodRequest, config: OperatorConfig) -> list[str]:
@@ -316,6 +317,7 @@ def fabric_pod_manifest(request: FabricPodRequest, config: OperatorConfig) -> di
         policy_name=request.policy_name,
         spec=request.spec,
         applied_taints=request.applied_taints,
+        owner_uid=request.owner_uid,
     )
     pod_spec = _pod_spec(attempt, config)
     pod_spec["activeDeadlineSeconds"] = config.fabric.timeout_seconds
@@ -358,6 +360,7 @@ def fabric_pod_manifest(request: FabricPodRequest, config: OperatorConfig) -> di
                 FABRIC_SECOND_ANNOTATION: labels.second,
                 SAFE_TO_EVICT_ANNOTATION: "true",
             },
+            **_owned_by(attempt),
         },
         "spec": pod_spec,
     }

@@ -16,6 +16,10 @@ from gpuaccept.operator.core.nodecontext import (
     cut,
 )
 from gpuaccept.operator.core.pending import probe_manifest
+from gpuaccept.operator.core.podidentity import (
+    REASON_POD_NAME_TAKEN,
+    foreign_pod_message,
+)
 from gpuaccept.operator.core.record import (
     Evidence,
     attempt_failed,
@@ -73,6 +77,26 @@ def _this_attempts_pod(ctx: NodeContext, out: PlanBuilder) -> PodView | None:
     return pod
 
 
+def _attempt_pod_not_ours(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """The attempt's name is held by a pod the operator did not create (its create
+    was answered AlreadyExists, or the pod under that name is not the one on record),
+    or its own pod was altered: never read as the node's evidence, never a verdict.
+    The node waits, the pod is left for a person (a Warning Event names it), and the
+    next attempt takes a new name."""
+    name, obs = ctx.status.probe_pod, ctx.obs
+    foreign = next((f for f in ctx.foreign_pods if f.pod.name == name), None)
+    if foreign is not None:
+        reason, why = foreign.reason, f"{foreign.why} (UID {foreign.pod.uid})"
+    elif name and obs.pod_name_taken == name:
+        reason = REASON_POD_NAME_TAKEN
+        why = "the operator's create was answered AlreadyExists"
+    else:
+        return None
+    message = foreign_pod_message(obs.config.namespace, name or "", reason, why)
+    out.event("Node", "Warning", reason, message)
+    return blocked(ctx, out, reason=reason, message=message, pod=None)
+
+
 def _pod_missing(ctx: NodeContext, out: PlanBuilder, remaining: float) -> Plan:
     st, obs = ctx.status, ctx.obs
     if obs.pod_create_error:
@@ -80,7 +104,8 @@ def _pod_missing(ctx: NodeContext, out: PlanBuilder, remaining: float) -> Plan:
         return blocked(ctx, out, reason=refused.reason, message=refused.message, pod=None)
     started = st.probe_started_time or obs.now
     if obs.now - started < timedelta(seconds=obs.config.pod_missing_grace_seconds) and st.probe_pod:
-        # Status was written, the pod not (yet): create it; AlreadyExists is fine.
+        # Status was written, the pod not (yet): create it. An AlreadyExists answer
+        # means another pod holds the name (_attempt_pod_not_ours, next pass).
         out.actions.append(CreateProbePod(st.probe_pod, probe_manifest(ctx, st)))
         out.wake_in(remaining)
         return out.build("probe pod (re)created")
@@ -109,7 +134,7 @@ def plan_probing(ctx: NodeContext, out: PlanBuilder) -> Plan:
         message = f"the API server refused the status update: {obs.status_write_error}"
         return attempt_failed(ctx, out, reason=STATUS_WRITE_REFUSED, message=message, pod=pod)
     if pod is None:
-        return _pod_missing(ctx, out, remaining)
+        return _attempt_pod_not_ours(ctx, out) or _pod_missing(ctx, out, remaining)
     failure = None if pod.deleting else start_failure(pod)
     if failure is not None:
         return _did_not_start(ctx, out, pod, failure)

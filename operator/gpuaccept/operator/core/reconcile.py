@@ -17,6 +17,8 @@ This module picks the phase; each phase is planned in its own module:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuaccept.contracts.api import OPT_OUT_ANNOTATION, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import (
     Condition,
@@ -37,6 +39,7 @@ from gpuaccept.operator.core.model import (
 )
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
 from gpuaccept.operator.core.pending import plan_pending
+from gpuaccept.operator.core.podidentity import PodSplit, recorded, split_pods
 from gpuaccept.operator.core.probing import plan_probing
 from gpuaccept.operator.core.release import plan_release, plan_released, unapplied_release
 from gpuaccept.operator.core.reverify_round import targeted
@@ -46,6 +49,8 @@ __all__ = ["reconcile"]
 
 def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     """Plan the writes that bring the cluster in line for one node."""
+    split = _own_pods(observed)
+    observed = replace(observed, pods=split.ours)
     out = PlanBuilder(observed)
     node = observed.node
     if node is None:
@@ -60,10 +65,9 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     na = observed.na
     status = na.status if na is not None else NodeAcceptanceStatus()
     # during a suspect's re-verification, its policy with only the suspected checks
-    ctx = targeted(NodeContext(observed, judge, node, policy, spec, status))
-    if na is None:
-        return _new_node(ctx, out)
-    first = _before_any_phase(ctx, out)
+    ctx = targeted(NodeContext(observed, judge, node, policy, spec, status, split.foreign))
+    first = _new_node(ctx, out) if na is None else _record_pods(ctx, out, split)
+    first = first or _before_any_phase(ctx, out)
     if first is not None:
         return first
     if spec.paused:
@@ -88,6 +92,30 @@ def _by_phase(ctx: NodeContext, out: PlanBuilder) -> Plan:
     if status.phase == Phase.PROBING:
         return plan_probing(ctx, out)
     return plan_pending(ctx, out)
+
+
+def _own_pods(observed: NodeSnapshot) -> PodSplit:
+    """Only the operator's own pods (their UIDs on record, or just created) are the
+    phases' to read and delete; the others are left alone (core/podidentity.py)."""
+    na = observed.na
+    return split_pods(
+        observed.pods,
+        na.status.owned_pods if na is not None else (),
+        observed.created_pods,
+        node=observed.node_name,
+        owner=na.uid if na is not None else "",
+    )
+
+
+def _record_pods(ctx: NodeContext, out: PlanBuilder, split: PodSplit) -> Plan | None:
+    """Pods just created: their UIDs on record before anything else is planned."""
+    if not split.to_record:
+        return None
+    status = ctx.status
+    present = [*(p.name for p in split.ours), *(f.pod.name for f in split.foreign)]
+    owned = recorded(status.owned_pods, split.to_record, present)
+    out.write_status(status, status.model_copy(update={"owned_pods": owned}))
+    return out.build("probe pod recorded: " + ", ".join(p.name for p in split.to_record))
 
 
 def _new_node(ctx: NodeContext, out: PlanBuilder) -> Plan:

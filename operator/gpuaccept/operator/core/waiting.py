@@ -22,6 +22,7 @@ from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core.model import Plan, PodView, Taint
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
+from gpuaccept.operator.core.podidentity import REASON_POD_ALTERED, REASON_POD_NAME_TAKEN
 from gpuaccept.operator.core.reverify_round import give_up, reverifying
 
 REASON_IMAGE_UNAVAILABLE = "ImageUnavailable"
@@ -40,6 +41,8 @@ WAIT_REASONS = frozenset(
         REASON_POD_LOST,
         REASON_UNTOLERATED_TAINT,
         REASON_CORDONED,
+        REASON_POD_NAME_TAKEN,
+        REASON_POD_ALTERED,
         "RuntimeClassMissing",
         "GPUSharing",  # core/gpusharing.py
     }
@@ -90,7 +93,7 @@ def blocked(
     return out.build(f"waiting: {reason}")
 
 
-def _tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
+def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
     """Kubernetes' ``Toleration.ToleratesTaint``."""
     effect = toleration.get("effect") or ""
     if effect and effect != taint.effect:
@@ -111,6 +114,6 @@ def untolerated_taint(
     ``nodeName``, so a NoSchedule taint does not matter)."""
     tolerations = list(tolerations)
     for taint in node_taints:
-        if taint.effect == "NoExecute" and not any(_tolerates(t, taint) for t in tolerations):
+        if taint.effect == "NoExecute" and not any(tolerates(t, taint) for t in tolerations):
             return taint
     return None

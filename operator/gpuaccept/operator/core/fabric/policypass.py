@@ -14,12 +14,13 @@ the pair recorded ``incomplete``, so no pod is left behind and no result lost.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from gpuaccept.checks import fabric_allreduce
 from gpuaccept.checks.fabric_allreduce import CHECK
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
+from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import (
     MAX_FABRIC_PAIRS,
     FabricPairRecord,
@@ -46,8 +47,10 @@ from gpuaccept.operator.core.fabric.pairing import (
 )
 from gpuaccept.operator.core.model import (
     Action,
+    CreatedPod,
     CreateProbePod,
     DeleteProbePod,
+    EmitEvent,
     FabricPodLabels,
     NAView,
     NodeView,
@@ -55,6 +58,11 @@ from gpuaccept.operator.core.model import (
     PatchNAStatus,
     PodView,
     PolicyView,
+)
+from gpuaccept.operator.core.podidentity import (
+    REASON_POD_NAME_TAKEN,
+    recorded,
+    split_pods,
 )
 from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
@@ -88,6 +96,11 @@ class FabricSnapshot:
     members: tuple[FabricMember, ...]  # those for which membership.is_member holds
     now: datetime
     config: OperatorConfig = field(default_factory=OperatorConfig)
+    # The fabric pods this process created, by node and name, until the statuses
+    # record them; and, by node, a pod name whose create was answered AlreadyExists
+    # (core/podidentity.py).
+    created_pods: Mapping[str, Mapping[str, CreatedPod]] = field(default_factory=dict)
+    names_taken: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -189,6 +202,12 @@ class _PassBuilder:
     new_results: list[PairResult] = field(default_factory=list)
     running: list[NodePair] = field(default_factory=list)
     deletes: list[tuple[str, PodView]] = field(default_factory=list)
+    foreign: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> pod names
+
+    def name_taken(self, node: str, name: str) -> bool:
+        """A pod the operator did not create holds ``name`` on ``node``, or the create
+        of ``name`` was answered AlreadyExists."""
+        return name in self.foreign.get(node, ()) or self.obs.names_taken.get(node) == name
 
     def status(self, node: str) -> NodeAcceptanceStatus | None:
         member = self.members.get(node)
@@ -274,8 +293,12 @@ def _second_pod_due(
     b: _PassBuilder, pods: _PairPods, rank0: PodView, second: FabricMember | None
 ) -> None:
     """Only the rank-0 pod exists: start the partner's pod once it has an IP, or give
-    the pair up (the pod ended, the partner cannot take a pod, it waited too long)."""
+    the pair up (the pod ended, the partner cannot take a pod, it waited too long, a
+    pod the operator did not create holds the partner pod's name)."""
     obs, labels = b.obs, pods.labels
+    name = fabric_pod_name(obs.config.pod_prefix, labels.pair, 1)
+    if _partner_name_taken(b, pods, name, second):
+        return
     waited = obs.now - (rank0.created or obs.now) >= timedelta(seconds=PARTNER_START_GRACE_SECONDS)
     if rank0.ended or rank0.deleting or not _can_take_pod(second) or waited:
         b.finish(pods, _incomplete("the partner pod was never created"))
@@ -288,11 +311,36 @@ def _second_pod_due(
             spec=obs.spec,
             rendezvous_address=rank0.pod_ip,
             applied_taints=second.na.status.applied_taints,
+            owner_uid=second.na.uid,
         )
         manifest = fabric_pod_manifest(request, obs.config)
-        name = fabric_pod_name(obs.config.pod_prefix, labels.pair, 1)
         b.writes.append((labels.second, CreateProbePod(name, manifest)))
     b.running.append(pods.pair)
+
+
+def _partner_name_taken(
+    b: _PassBuilder, pods: _PairPods, name: str, second: FabricMember | None
+) -> bool:
+    """A pod the operator did not create holds the name of the pair's second pod: it
+    is never read; the pair ends incomplete (evidence against neither node), and a
+    Warning Event on the partner's NodeAcceptance names the pod, left for a person."""
+    if second is None or not b.name_taken(second.node.name, name):
+        return False
+    message = (
+        f"a pod {b.obs.config.namespace}/{name} that gpuaccept did not create holds the name "
+        f"of the second pod of the fabric pair {pods.labels.pair}: it is not read, and is "
+        "left in place for a person to inspect and delete; the pair is recorded incomplete "
+        "(evidence against neither node)"
+    )
+    b.writes.append((second.node.name, _warning(second.na, message)))
+    b.finish(pods, _incomplete(f"the partner pod's name {name} is taken"))
+    return True
+
+
+def _warning(na: NAView, message: str) -> EmitEvent:
+    return EmitEvent(
+        ACCEPTANCE_KIND, na.name, na.uid, "Warning", REASON_POD_NAME_TAKEN, message[:1000]
+    )
 
 
 def _rank0_gone(
@@ -350,10 +398,32 @@ def _results(members: Iterable[FabricMember], extra: Iterable[PairResult]) -> li
     return list(found.values())
 
 
+def _own_pods(obs: FabricSnapshot) -> tuple[dict[str, FabricMember], _PassBuilder]:
+    """Each member with only the operator's own pods (core/podidentity.py), and a pass
+    builder that records the UIDs of pods only the create's answer vouches for yet."""
+    members: dict[str, FabricMember] = {}
+    records: dict[str, NodeAcceptanceStatus] = {}
+    foreign: dict[str, tuple[str, ...]] = {}
+    for member in obs.members:
+        name, st = member.node.name, member.na.status
+        split = split_pods(
+            member.pods,
+            st.owned_pods,
+            obs.created_pods.get(name, {}),
+            node=name,
+            owner=member.na.uid,
+        )
+        members[name] = replace(member, pods=split.ours)
+        foreign[name] = tuple(f.pod.name for f in split.foreign)
+        if split.to_record:
+            owned = recorded(st.owned_pods, split.to_record, [p.name for p in member.pods])
+            records[name] = st.model_copy(update={"owned_pods": owned})
+    return members, _PassBuilder(obs, members, statuses=records, foreign=foreign)
+
+
 def plan_fabric_pass(obs: FabricSnapshot) -> FabricStep:
     """Read the finished pairs, carry on the started ones, plan verdicts and new pairs."""
-    members = {m.node.name: m for m in obs.members}
-    b = _PassBuilder(obs, members)
+    members, b = _own_pods(obs)
     for pods in sorted(_pairs(members.values()).values(), key=lambda p: p.labels.pair):
         _step_pair(b, pods)
     situation = _situation(obs, b)
@@ -423,6 +493,7 @@ def _first_pod(obs: FabricSnapshot, first: FabricMember, pair: NodePair) -> tupl
         spec=obs.spec,
         rendezvous_address=None,
         applied_taints=first.na.status.applied_taints,
+        owner_uid=first.na.uid,
     )
     name = fabric_pod_name(obs.config.pod_prefix, labels.pair, 0)
     return pair.first, CreateProbePod(name, fabric_pod_manifest(request, obs.config))

@@ -1,0 +1,142 @@
+"""The cache drops what a relist no longer shows (issue 28, item 7).
+
+After a watch's 410 Gone, kopf lists the kind again and hands each listed object to
+the event handlers as an event of type None; an object deleted while the watch was
+gone is simply not listed, and kopf's indexes drop an entry only on a DELETED event
+(kopf/_core/engines/indexing.py ``index_resource``). Here the cache is fed as kopf
+feeds it: its indexes (kept as kopf keeps them, the stale entry included) and the
+handlers' ``saw`` calls, and the controller checks the unlisted entries against a
+stand-in API server before it drops them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client as k8s
+
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.operator.cache import (
+    NAS_INDEX,
+    NODES_INDEX,
+    PODS_INDEX,
+    POLICIES_INDEX,
+    RELIST_QUIET_SECONDS,
+    Cache,
+)
+from gpuaccept.operator.controller import Controller
+from gpuaccept.operator.core import OperatorConfig
+from gpuaccept.operator.core.judge import judge
+from gpuaccept.operator.core.model import NAView, NodeView, PodView, PolicyView
+from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.views import CachedAcceptance, PolicyEntry
+
+LABELS = {"nvidia.com/gpu.present": "true"}
+
+
+class ApiServer(Kube):
+    """What exists now: the objects deleted while the watch was gone are not here."""
+
+    def __init__(self, nodes: set[str], pods: set[str], policies: set[str]) -> None:
+        super().__init__(k8s.ApiClient())
+        self.nodes, self.pods, self.policies = nodes, pods, policies
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        return {"metadata": {"name": name}} if name in self.nodes else None
+
+    def get_na(self, name: str) -> dict[str, Any] | None:
+        return {"metadata": {"name": name}} if name in self.nodes else None
+
+    def list_probe_pod_names(self, namespace: str, selector: str) -> set[str]:
+        return set(self.pods)
+
+    def list_policy_names(self) -> set[str]:
+        return set(self.policies)
+
+
+def _indexes(nodes: list[str]) -> dict[str, Any]:
+    """kopf's indexes as they stand after the watch's gap: every object once listed."""
+    status = NodeAcceptanceStatus(phase=Phase.ACCEPTED, policy="p")
+    return {
+        NODES_INDEX: {n: [(5, NodeView(name=n, labels=LABELS))] for n in nodes},
+        NAS_INDEX: {n: [(6, CachedAcceptance(NAView(name=n, status=status)))] for n in nodes},
+        PODS_INDEX: {n: [(7, PodView(name=f"probe-{n}"))] for n in nodes},
+        POLICIES_INDEX: {
+            p: [(8, PolicyEntry(PolicyView(name=p, spec=None, error="x")))] for p in ("p", "q")
+        },
+    }
+
+
+def _listed(cache: Cache, names: list[str], policies: list[str], now: float) -> None:
+    """One listing of every kind, as kopf hands it to the handlers (type None)."""
+    for name in names:
+        cache.saw("node", name, None, now)
+        cache.saw("na", name, None, now)
+        cache.saw("pod", f"probe-{name}", None, now)
+    for policy in policies:
+        cache.saw("policy", policy, None, now)
+
+
+def _controller(api: ApiServer, nodes: list[str]) -> Controller:
+    controller = Controller(api, OperatorConfig(), judge)
+    controller.cache.attach(_indexes(nodes))
+    return controller
+
+
+def _relisted(api: ApiServer) -> Controller:
+    """Listed at start, then streaming, then b and policy q deleted in a watch gap
+    and the kinds listed again without them."""
+    controller = _controller(api, ["a", "b"])
+    cache = controller.cache
+    _listed(cache, ["a", "b"], ["p", "q"], now=0.0)
+    for kind, key in (("node", "a"), ("na", "a"), ("pod", "probe-a"), ("policy", "p")):
+        cache.saw(kind, key, "MODIFIED", 1.0)  # streaming
+    _listed(cache, ["a"], ["p"], now=100.0)  # the relist after a 410 Gone
+    return controller
+
+
+def test_an_object_deleted_during_a_watch_gap_leaves_the_cache() -> None:
+    api = ApiServer(nodes={"a"}, pods={"probe-a"}, policies={"p"})
+    controller = _relisted(api)
+    cache = controller.cache
+    assert cache.node("b") is not None  # kopf's index still has it
+    assert cache.unlisted(100.0 + RELIST_QUIET_SECONDS / 2) == []  # the listing may go on
+    unlisted = cache.unlisted(100.0 + RELIST_QUIET_SECONDS)
+    assert sorted((u.kind, u.key) for u in unlisted) == [
+        ("na", "b"), ("node", "b"), ("pod", "probe-b"), ("policy", "q")
+    ]  # fmt: skip
+    controller.forget(controller._gone(unlisted))
+    assert cache.node("b") is None
+    assert cache.na("b") is None
+    assert cache.pods("b") == ()
+    assert [e.view.name for e in cache.policies()] == ["p"]
+    assert cache.node("a") is not None
+    assert [p.name for p in cache.pods("a")] == ["probe-a"]
+    assert "b" in controller.queue._queued  # its reconcile deletes its NodeAcceptance
+    assert cache.unlisted(1000.0) == []  # each relist is checked once
+
+
+def test_an_unlisted_object_the_api_server_still_has_stays() -> None:
+    """A listing event still queued in kopf when the check runs: the API decides."""
+    api = ApiServer(nodes={"a", "b"}, pods={"probe-a", "probe-b"}, policies={"p", "q"})
+    controller = _relisted(api)
+    unlisted = controller.cache.unlisted(200.0)
+    assert controller._gone(unlisted) == []
+    assert controller.cache.node("b") is not None
+
+
+def test_an_object_created_again_under_its_name_shows() -> None:
+    api = ApiServer(nodes={"a"}, pods={"probe-a"}, policies={"p"})
+    controller = _relisted(api)
+    controller.forget(controller._gone(controller.cache.unlisted(200.0)))
+    index = controller.cache.indexes[NODES_INDEX]
+    index["b"] = [(50, NodeView(name="b", labels=LABELS))]  # a newer object named b
+    assert controller.cache.node("b") is not None
+
+
+def test_no_relist_no_check() -> None:
+    controller = _controller(ApiServer(set(), set(), set()), ["a", "b"])
+    _listed(controller.cache, ["a", "b"], ["p", "q"], now=0.0)
+    controller.cache.saw("node", "a", "MODIFIED", 1.0)
+    controller.cache.saw("node", "b", "DELETED", 2.0)
+    assert controller.cache.unlisted(1000.0) == []
