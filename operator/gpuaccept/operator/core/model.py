@@ -257,6 +257,16 @@ class OperatorConfig:
     pod_labels: Mapping[str, str] = field(default_factory=dict)
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
     probe_env: tuple[tuple[str, str], ...] = ()
+    # The operator's base selector (--node-selector; the chart's
+    # operator.watchNodeSelector), as (key, value) pairs, value None for "the label is
+    # present": every pod the operator creates requires it as its node affinity
+    # (core/podspec.py node_affinity), which the node's kubelet checks at admission.
+    base_node_selector: tuple[tuple[str, str | None], ...] = ()
+    # Control-plane nodes are outside the operator's reach unless this is on
+    # (--allow-control-plane-nodes; chart operator.allowControlPlaneNodes): only then
+    # does a policy's includeControlPlane reach them (their pods drop the
+    # control-plane DoesNotExist requirements).
+    allow_control_plane: bool = False
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run
