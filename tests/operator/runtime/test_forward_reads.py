@@ -1,6 +1,7 @@
 """A rollback leaves every node where it was: a NodeAcceptance status and a stored
 report written by a newer release (fields this one does not know) are read, not
-reset; a status that cannot be read at all keeps its applied taints and labels."""
+reset; a status that cannot be read at all keeps its applied taints and labels, the
+pods it owns and its release record."""
 
 from __future__ import annotations
 
@@ -120,4 +121,60 @@ def test_a_known_field_with_a_bad_value_is_still_refused() -> None:
     wire["attempts"] = -1
     wire["newField"] = 1
     status = cached_acceptance(_body(wire)).view.status
-    assert status == NodeAcceptanceStatus()
+    assert status == NodeAcceptanceStatus(node_uid="uid-node")  # started over, UID kept
+
+
+def _unreadable(wire: dict[str, Any]) -> dict[str, Any]:
+    """``wire`` as a newer release that changed a known field's type writes it: this
+    release cannot read the status at all."""
+    return {**wire, "attempts": "two"}
+
+
+def test_an_unreadable_status_keeps_its_probe_pod_the_operators_own() -> None:
+    """A rollback with a probe pod running: the pod's UID stays on record, so the
+    operator clears it out before its new attempt instead of leaving it stranded
+    (unverified, never deleted, holding the node's GPUs)."""
+    world = World()
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+    running = world.current_pod()
+    owned = world.status.owned_pods
+    assert [p.uid for p in owned] == [running.uid]
+    assert world.na is not None
+    body = {**_body(_unreadable(world.status.to_wire())), "metadata": {
+        "name": "gpu-1", "resourceVersion": world.na.resource_version, "uid": world.na.uid}}  # fmt: skip
+    world.na = cached_acceptance(body).with_evidence()
+    world.restart()  # the rolled-back operator: a new process
+    assert world.status.phase == Phase.PENDING  # starts over, fail safe
+    assert world.status.owned_pods == owned
+    world.settle()
+    assert running.name not in world.pods  # deleted as the operator's own
+    assert world.status.phase == Phase.PROBING
+    assert world.current_pod().name != running.name
+
+
+def test_an_unreadable_status_keeps_its_release_record() -> None:
+    """A node a person released, probed since: its release request (the annotation
+    stays on the NodeAcceptance) was applied once and is not applied again."""
+    world = World()
+    world.settle()
+    world.finish_with_report()
+    world.settle()
+    assert world.na is not None
+    annotations = {"gpuaccept.io/release-by": "alice", "gpuaccept.io/release-at": "2026-01-01"}
+    world.na = dataclasses.replace(world.na, annotations=annotations)
+    world.settle()
+    assert world.status.phase == Phase.RELEASED
+    record = world.status.release
+    assert record is not None
+    body = {**_body(_unreadable(world.status.to_wire())), "metadata": {
+        "name": "gpu-1", "resourceVersion": world.na.resource_version, "uid": world.na.uid,
+        "annotations": annotations}}  # fmt: skip
+    salvaged = cached_acceptance(body).with_evidence()
+    assert salvaged.status.release == record
+    assert salvaged.status.node_uid == "uid-node"
+    world.na = salvaged
+    world.restart()
+    world.settle()
+    assert world.status.phase != Phase.RELEASED  # probed again, the old request not re-applied
+    assert world.status.release == record
