@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import GPU_RESOURCE, NODE_CONDITION_TYPE, REMEDY_CONDITION_TYPE
 from gpuaccept.contracts.forward import read_forward
-from gpuaccept.contracts.nodeacceptance import MAX_OWNED_PODS, NodeAcceptanceStatus
+from gpuaccept.contracts.nodeacceptance import MAX_OWNED_PODS, NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
 from gpuaccept.operator.core.model import (
@@ -214,6 +214,9 @@ def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
             raw = {}
         else:
             evidence_json = zlib.compress(text.encode(), 1)
+    unknown = _unknown_phase(meta.get("name"), raw)
+    if unknown is not None and isinstance(raw, Mapping):
+        raw = {**raw, "phase": Phase.PENDING.value}  # the rest read as it is
     try:
         status = read_forward(NodeAcceptanceStatus, raw)
     except ValidationError as error:
@@ -225,8 +228,23 @@ def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
         resource_version=str(meta.get("resourceVersion", "")),
         uid=str(meta.get("uid", "")),
         annotations=_owned_annotations(meta),
+        unknown_phase=unknown,
     )
     return CachedAcceptance(view, evidence_json)
+
+
+def _unknown_phase(name: object, raw: object) -> str | None:
+    """The stored phase when this release does not know it (core/unknownphase.py)."""
+    phase = raw.get("phase") if isinstance(raw, Mapping) else None
+    if not isinstance(phase, str) or phase in {p.value for p in Phase}:
+        return None
+    log.warning(
+        "NodeAcceptance %s: phase %r is unknown to this release (a newer release wrote it?): "
+        "a node in service is left as it is, one out of service starts a new round",
+        name,
+        phase,
+    )
+    return phase
 
 
 def _fabric_labels(meta: Mapping[str, Any]) -> FabricPodLabels | None:

@@ -86,6 +86,10 @@ class NAView:
     uid: str = ""
     # Only gpuaccept's own (the release request of kubectl gpuaccept release).
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # The stored phase when this release does not know it (a newer release wrote it,
+    # before a rollback): ``status`` is the rest, read with phase Pending in its place
+    # (core/unknownphase.py decides what happens to the node).
+    unknown_phase: str | None = None
 
 
 @dataclass(frozen=True)
