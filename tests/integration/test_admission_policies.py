@@ -23,7 +23,13 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
-from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, REPROBE_ANNOTATION, VERSION
+from gpuaccept.contracts.api import (
+    ACCEPTANCE_PLURAL,
+    GROUP,
+    REMEDY_CONDITION_TYPE,
+    REPROBE_ANNOTATION,
+    VERSION,
+)
 from gpuaccept.operator.core import NodeView, OperatorConfig
 from gpuaccept.operator.core.model import FabricPodLabels, Taint
 from gpuaccept.operator.core.podspec import (
@@ -736,9 +742,9 @@ def test_operator_node_writes_are_limited_to_its_own_keys(
         ("node", {"spec": {"unschedulable": True}}, "does not change a Node's spec"),
         ("node", {"metadata": {"annotations": {"example.com/owner": "me"}}},
          "only removes the gpuaccept.io/reprobe"),
-        ("status", {"status": {"conditions": [ready]}}, "writes only its own node condition"),
+        ("status", {"status": {"conditions": [ready]}}, "writes only its own node conditions"),
         ("status", {"status": {"allocatable": {"nvidia.com/gpu": "4"}}},
-         "writes only its own node condition"),
+         "writes only its own node conditions"),
     ]  # fmt: skip
 
     def write(kind: str, body: dict[str, Any]) -> Callable[[], object]:
@@ -767,6 +773,8 @@ def test_operator_node_writes_are_limited_to_its_own_keys(
         {"gpuaccept.io/acceptance": "quarantined"},
     )
     kube.patch_node_condition(node, "False", "PcieLinkFailed", "Gen5x8", datetime.now(UTC))
+    # and what a quarantined node needs (the remedy ladder, core/offenders.py)
+    kube.patch_node_remedy(node, "True", "Reboot", "reboot it", datetime.now(UTC))
     kube.remove_node_annotation(node, REPROBE_ANNOTATION)
     after = k8s.CoreV1Api(admin).read_node(node)
     assert {(t.key, t.effect) for t in after.spec.taints} == {
@@ -777,7 +785,7 @@ def test_operator_node_writes_are_limited_to_its_own_keys(
     assert after.metadata.labels["team"] == "ml"
     assert REPROBE_ANNOTATION not in (after.metadata.annotations or {})
     conditions = {c.type: c.status for c in after.status.conditions}
-    assert conditions == {"Ready": "True", "GPUAcceptance": "False"}
+    assert conditions == {"Ready": "True", "GPUAcceptance": "False", REMEDY_CONDITION_TYPE: "True"}
 
 
 def test_operator_writes_no_node_outside_its_watch_selector(
