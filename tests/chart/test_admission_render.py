@@ -104,9 +104,17 @@ def test_lint_and_render_with_admission_on_and_off(enabled: str) -> None:
     ]
 
 
+NO_CONTROL_PLANE = (
+    "!('node-role.kubernetes.io/control-plane' in oldObject.metadata.?labels.orValue({})) && "
+    "!('node-role.kubernetes.io/master' in oldObject.metadata.?labels.orValue({}))"
+)
+
+
 def test_node_writes_are_scoped_by_the_watch_selector() -> None:
-    def scope(selector: str | None) -> str:
+    def scope(selector: str | None, *, control_plane: bool = False) -> str:
         values = {} if selector is None else {"operator.watchNodeSelector": selector}
+        if control_plane:
+            values["operator.allowControlPlaneNodes"] = "true"
         docs = render_chart(namespace=NAMESPACE, set_values=values)
         (policy,) = [
             d
@@ -116,15 +124,16 @@ def test_node_writes_are_scoped_by_the_watch_selector() -> None:
         ]
         return str(policy["spec"]["validations"][0]["expression"])
 
-    assert (
-        scope(None)
-        == "oldObject.metadata.?labels[?'nvidia.com/gpu.present'] == optional.of('true')"
-    )
+    gpu = "oldObject.metadata.?labels[?'nvidia.com/gpu.present'] == optional.of('true')"
+    assert scope(None) == f"{gpu} && {NO_CONTROL_PLANE}"
     assert scope("pool=a\\,gpu") == (
         "oldObject.metadata.?labels[?'pool'] == optional.of('a') && "
-        "'gpu' in oldObject.metadata.?labels.orValue({})"
+        f"'gpu' in oldObject.metadata.?labels.orValue({{}}) && {NO_CONTROL_PLANE}"
     )
-    assert scope("") == "true"
+    assert scope("") == NO_CONTROL_PLANE
+    # Control-plane nodes allowed: the watch selector alone.
+    assert scope(None, control_plane=True) == gpu
+    assert scope("", control_plane=True) == "true"
 
 
 def test_schema_refuses_a_bad_prefix() -> None:

@@ -85,16 +85,16 @@ def test_fixed_ids_can_be_dropped_for_openshift() -> None:
 
 def test_watch_node_selector_reaches_the_operator() -> None:
     cli = importlib.import_module("gpuaccept.operator.cli")
-    handlers = importlib.import_module("gpuaccept.operator.handlers")
+    options = importlib.import_module("gpuaccept.operator.options")
     docs = render_chart(
         namespace=NAMESPACE,
         set_values={"operator.watchNodeSelector": "nvidia.com/gpu.present=true\\,pool"},
     )
     args = _operator_pod(docs)["containers"][0]["args"]
     parsed = cli.parser().parse_args(args[1:])
-    selector = handlers.parse_node_selector(parsed.node_selector)
-    assert selector["nvidia.com/gpu.present"] == "true"
-    assert "pool" in selector
+    selector = dict(options.base_node_selector(parsed.node_selector))
+    assert selector == {"nvidia.com/gpu.present": "true", "pool": None}
+    assert parsed.allow_control_plane_nodes is False
     # By default the nodes labelled as GPU nodes only (docs/security.md, "Bounded reach");
     # "" watches every node.
     default_args = _operator_pod(render_chart(namespace=NAMESPACE))["containers"][0]["args"]
@@ -112,6 +112,40 @@ def test_a_malformed_watch_node_selector_is_refused() -> None:
     )  # fmt: skip
     assert proc.returncode != 0
     assert "operator.watchNodeSelector" in proc.stderr.replace("/", "."), proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("selector", "why"),
+    [
+        ("pool=a\\,pool", "pool is named twice"),
+        ("node-role.kubernetes.io/master", "outside the operator's reach without "
+         "operator.allowControlPlaneNodes"),
+    ],
+)  # fmt: skip
+def test_a_watch_node_selector_the_operator_refuses_fails_the_chart(
+    selector: str, why: str
+) -> None:
+    proc = helm(
+        "template", "x", str(CHART), "--set-string", f"operator.watchNodeSelector={selector}",
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert why in proc.stderr, proc.stderr
+
+
+def test_control_plane_nodes_are_allowed_only_by_the_value() -> None:
+    cli = importlib.import_module("gpuaccept.operator.cli")
+    allowed = render_chart(
+        namespace=NAMESPACE,
+        set_values={
+            "operator.allowControlPlaneNodes": "true",
+            "operator.watchNodeSelector": "node-role.kubernetes.io/control-plane",
+        },
+    )
+    args = _operator_pod(allowed)["containers"][0]["args"]
+    assert cli.parser().parse_args(args[1:]).allow_control_plane_nodes is True
+    default_args = _operator_pod(render_chart(namespace=NAMESPACE))["containers"][0]["args"]
+    assert "--allow-control-plane-nodes" not in default_args
 
 
 # --- helm test ------------------------------------------------------------------------------

@@ -23,7 +23,13 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
-from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, REPROBE_ANNOTATION, VERSION
+from gpuaccept.contracts.api import (
+    ACCEPTANCE_PLURAL,
+    GROUP,
+    REMEDY_CONDITION_TYPE,
+    REPROBE_ANNOTATION,
+    VERSION,
+)
 from gpuaccept.operator.core import NodeView, OperatorConfig
 from gpuaccept.operator.core.model import FabricPodLabels, Taint
 from gpuaccept.operator.core.podspec import (
@@ -43,6 +49,9 @@ from gpuaccept.testsupport.chart_rbac import (
     remove_chart_rbac,
 )
 from gpuaccept.testsupport.controlplane import ControlPlane
+from gpuaccept.testsupport.kubelet_standin import KubeletStandIn
+from gpuaccept.testsupport.standin_behaviours import Hang
+from gpuaccept.testsupport.standin_nodes import SimNode
 
 pytestmark = pytest.mark.integration
 
@@ -561,6 +570,26 @@ def _not_a_probe(pod: dict[str, Any]) -> None:
     pod["metadata"]["name"] = "gpuaccept-operator-helper"
 
 
+def _no_node_affinity(pod: dict[str, Any]) -> None:
+    del pod["spec"]["affinity"]
+
+
+def _control_plane_allowed(pod: dict[str, Any]) -> None:
+    """The base selector kept, the control-plane DoesNotExist requirements dropped."""
+    (term,) = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+    term["matchExpressions"] = [
+        e for e in term["matchExpressions"] if e["operator"] != "DoesNotExist"
+    ]
+
+
+def _any_gpu_node_or_else(pod: dict[str, Any]) -> None:
+    """A second term, ORed with the first: any node at all that has a hostname."""
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+    terms.append({"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]})
+
+
 SHAPE_ATTACKS: list[tuple[Callable[[dict[str, Any]], None], str]] = [
     (_privileged, "a probe pod's container is unprivileged"),
     (_host_path, "emptyDir volumes only"),
@@ -572,6 +601,9 @@ SHAPE_ATTACKS: list[tuple[Callable[[dict[str, Any]], None], str]] = [
     (_unpinned, "pinned to its node"),
     (_tolerate_everything, "tolerates gpuaccept's own taint keys"),
     (_not_a_probe, "is a probe pod"),
+    (_no_node_affinity, "requires exactly the operator's reach as its node affinity"),
+    (_control_plane_allowed, "requires exactly the operator's reach as its node affinity"),
+    (_any_gpu_node_or_else, "requires exactly the operator's reach as its node affinity"),
 ]
 
 
@@ -615,6 +647,79 @@ def test_operator_token_creates_only_probe_shaped_pods(
     )
 
 
+CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
+
+
+def test_operator_token_cannot_run_a_pod_on_a_control_plane_node(
+    control_plane: ControlPlane,
+    admin: k8s.ApiClient,
+    operator_api: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+) -> None:
+    """A ValidatingAdmissionPolicy cannot read the Node a pod names, so the rules
+    require the node affinity that keeps the pod off control-plane (and non-GPU)
+    nodes, and the node's kubelet enforces it at admission even for a pod pinned by
+    nodeName (the kubelet stand-in, as kubelet 1.37: reason NodeAffinity). Without
+    the rules the operator's token runs a probe-shaped pod there."""
+    name = f"adm-cp-{uuid.uuid4().hex[:6]}"
+    # A control-plane node that also has GPUs: the base selector alone would not keep
+    # the pod off it.
+    standin = KubeletStandIn(
+        control_plane.configuration(),
+        nodes=[SimNode(name, gpu_count=8, labels={CONTROL_PLANE_ROLE: ""}, behaviour=Hang())],
+    )
+    standin.start()
+    core = k8s.CoreV1Api(admin)
+    bare = _variant(_probe_pod(rendered, name, serial=1), _no_node_affinity)
+    bare["spec"]["activeDeadlineSeconds"] = 600
+    pinned = _probe_pod(rendered, name, serial=2)  # the operator's own pod, on that node
+    try:
+        # Without the rules: the pod without the affinity is admitted and runs there.
+        eventually_admitted(_create(operator_api, bare, dry_run=False))
+        running = _wait_phase(core, bare["metadata"]["name"], ("Running",))
+        assert running.status.reason is None
+        _delete_pod(admin, bare["metadata"]["name"])  # its GPUs back for the next
+        _wait_until(lambda: (NAMESPACE, bare["metadata"]["name"]) not in standin.running_pods())
+        admission.install()
+        eventually_refused(
+            _create(operator_api, bare),
+            "requires exactly the operator's reach as its node affinity",
+        )
+        # With the affinity the API server admits it (it cannot see the node's labels);
+        # the node's kubelet refuses it: no container ever starts.
+        admitted(_create(operator_api, pinned, dry_run=False))
+        refused = _wait_phase(core, pinned["metadata"]["name"], ("Failed",))
+        assert (refused.status.reason, refused.status.message) == (
+            "NodeAffinity",
+            "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node "
+            "affinity/selector",
+        )
+        assert not refused.status.container_statuses
+    finally:
+        standin.stop(delete_nodes=True)
+        for pod in (bare, pinned):
+            _delete_pod(admin, pod["metadata"]["name"])
+
+
+def _wait_until(done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + SETTLE_S
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def _wait_phase(core: k8s.CoreV1Api, name: str, phases: tuple[str, ...]) -> k8s.V1Pod:
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        pod = core.read_namespaced_pod(name, NAMESPACE)
+        if pod.status.phase in phases:
+            return pod
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name}: {pod.status.phase} {pod.status.reason}")
+        time.sleep(0.2)
+
+
 # --------------------------------------------------------------------------- nodes
 
 
@@ -637,9 +742,9 @@ def test_operator_node_writes_are_limited_to_its_own_keys(
         ("node", {"spec": {"unschedulable": True}}, "does not change a Node's spec"),
         ("node", {"metadata": {"annotations": {"example.com/owner": "me"}}},
          "only removes the gpuaccept.io/reprobe"),
-        ("status", {"status": {"conditions": [ready]}}, "writes only its own node condition"),
+        ("status", {"status": {"conditions": [ready]}}, "writes only its own node conditions"),
         ("status", {"status": {"allocatable": {"nvidia.com/gpu": "4"}}},
-         "writes only its own node condition"),
+         "writes only its own node conditions"),
     ]  # fmt: skip
 
     def write(kind: str, body: dict[str, Any]) -> Callable[[], object]:
@@ -668,6 +773,8 @@ def test_operator_node_writes_are_limited_to_its_own_keys(
         {"gpuaccept.io/acceptance": "quarantined"},
     )
     kube.patch_node_condition(node, "False", "PcieLinkFailed", "Gen5x8", datetime.now(UTC))
+    # and what a quarantined node needs (the remedy ladder, core/offenders.py)
+    kube.patch_node_remedy(node, "True", "Reboot", "reboot it", datetime.now(UTC))
     kube.remove_node_annotation(node, REPROBE_ANNOTATION)
     after = k8s.CoreV1Api(admin).read_node(node)
     assert {(t.key, t.effect) for t in after.spec.taints} == {
@@ -678,23 +785,39 @@ def test_operator_node_writes_are_limited_to_its_own_keys(
     assert after.metadata.labels["team"] == "ml"
     assert REPROBE_ANNOTATION not in (after.metadata.annotations or {})
     conditions = {c.type: c.status for c in after.status.conditions}
-    assert conditions == {"Ready": "True", "GPUAcceptance": "False"}
+    assert conditions == {"Ready": "True", "GPUAcceptance": "False", REMEDY_CONDITION_TYPE: "True"}
 
 
 def test_operator_writes_no_node_outside_its_watch_selector(
     admin: k8s.ApiClient, operator_api: k8s.ApiClient, admission: Admission
 ) -> None:
-    """A CPU node (no nvidia.com/gpu.present=true): not even an owned label or taint."""
-    name = f"adm-cpu-{uuid.uuid4().hex[:6]}"
+    """A CPU node (no nvidia.com/gpu.present=true), and a control-plane node with GPUs
+    (operator.allowControlPlaneNodes is off): not even an owned label or taint."""
+    suffix = uuid.uuid4().hex[:6]
+    names = [f"adm-cpu-{suffix}", f"adm-cp-gpu-{suffix}"]
     core = k8s.CoreV1Api(admin)
-    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=name)))
+    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=names[0])))
+    core.create_node(
+        k8s.V1Node(
+            metadata=k8s.V1ObjectMeta(
+                name=names[1],
+                labels={"nvidia.com/gpu.present": "true", CONTROL_PLANE_ROLE: ""},
+            )
+        )
+    )
     as_operator = k8s.CoreV1Api(operator_api)
     taint = {"key": "gpuaccept.io/pending", "value": "true", "effect": "NoSchedule"}
     writes = [
-        lambda: as_operator.patch_node(name, {"spec": {"taints": [taint]}}, dry_run=DRY_RUN),
-        lambda: as_operator.patch_node(
-            name, {"metadata": {"labels": {"gpuaccept.io/acceptance": "x"}}}, dry_run=DRY_RUN
-        ),
+        write
+        for name in names
+        for write in (
+            lambda name=name: as_operator.patch_node(
+                name, {"spec": {"taints": [taint]}}, dry_run=DRY_RUN
+            ),
+            lambda name=name: as_operator.patch_node(
+                name, {"metadata": {"labels": {"gpuaccept.io/acceptance": "x"}}}, dry_run=DRY_RUN
+            ),
+        )
     ]
     try:
         for write in writes:
@@ -703,7 +826,8 @@ def test_operator_writes_no_node_outside_its_watch_selector(
         for write in writes:
             eventually_refused(write, "writes only the Nodes its watch selector matches")
     finally:
-        core.delete_node(name)
+        for name in names:
+            core.delete_node(name)
 
 
 def test_nobody_else_borrows_the_operator_identity(

@@ -574,6 +574,51 @@ def test_too_few_gpus_for_a_pinned_pod_is_rejected_by_the_kubelet(
     assert not pod.status.container_statuses
 
 
+CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
+
+
+def _requiring(pod: dict[str, Any], *requirements: dict[str, Any]) -> dict[str, Any]:
+    term = {"matchExpressions": list(requirements)}
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [term]}}
+    }  # fmt: skip
+    return pod
+
+
+def test_a_pinned_pod_whose_node_affinity_the_node_does_not_match_is_rejected(
+    standin: KubeletStandIn, core: k8s.CoreV1Api, namespace: str, suffix: str
+) -> None:
+    """As the kubelet's predicate admission does (pkg/kubelet/lifecycle/predicate.go):
+    nodeName bypasses the scheduler, not the node-affinity filter. The Node's labels
+    are read when the pod is admitted: a label added through the API counts."""
+    name = f"gpu-{suffix}-cp"
+    standin.add_node(SimNode(name, gpu_count=8, labels={CONTROL_PLANE_ROLE: ""}))
+    not_control_plane = {"key": CONTROL_PLANE_ROLE, "operator": "DoesNotExist"}
+    gpu_node = {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
+    args = ["x", "/dev/termination-log", "0"]
+    core.create_namespaced_pod(
+        namespace, _requiring(_pod("cp-refused", name, args), gpu_node, not_control_plane)
+    )
+    pod = _wait_pod(core, namespace, "cp-refused", _terminal)
+    assert (pod.status.phase, pod.status.reason) == ("Failed", "NodeAffinity")
+    assert pod.status.message == (
+        "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node "
+        "affinity/selector"
+    )
+    assert not pod.status.container_statuses
+    # The same node without the role label (taken off through the API): admitted.
+    core.patch_node(name, {"metadata": {"labels": {CONTROL_PLANE_ROLE: None}}})
+    core.create_namespaced_pod(
+        namespace, _requiring(_pod("cp-gone", name, args), gpu_node, not_control_plane)
+    )
+    assert _wait_pod(core, namespace, "cp-gone", _terminal).status.phase == "Succeeded"
+    # A nodeSelector is checked the same way.
+    selected = _pod("selector", name, args, nodeSelector={"pool": "a"})
+    core.create_namespaced_pod(namespace, selected)
+    assert _wait_pod(core, namespace, "selector", _terminal).status.reason == "NodeAffinity"
+
+
 def test_a_toolkit_start_error(
     standin: KubeletStandIn, core: k8s.CoreV1Api, namespace: str, suffix: str
 ) -> None:

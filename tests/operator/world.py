@@ -229,7 +229,10 @@ class World:
         self.status_write_error = None
         wire = action.status.to_wire()
         status = NodeAcceptanceStatus.model_validate(wire)  # valid on the wire
-        self.na = dataclasses.replace(self.na, status=status, resource_version=self._rv())
+        # the API server's answer, read again: whatever phase it had, it has ours now
+        self.na = dataclasses.replace(
+            self.na, status=status, resource_version=self._rv(), unknown_phase=None
+        )
 
     def patch_node_taints_labels(self, action: PatchNodeTaintsLabels) -> None:
         assert self.node is not None

@@ -67,6 +67,9 @@ class PodSpec:
     deadline_s: int | None = None
     grace_s: int = 30
     message_policy: str = "File"
+    # Labels the pod's node must not have: a required node affinity of DoesNotExist
+    # requirements, which the node's kubelet checks at admission.
+    absent_labels: tuple[str, ...] = ()
 
     def manifest(self, name: str, node: str, default_image: str) -> dict[str, Any]:
         container: dict[str, Any] = {
@@ -89,6 +92,12 @@ class PodSpec:
         }
         if self.deadline_s is not None:
             spec["activeDeadlineSeconds"] = self.deadline_s
+        if self.absent_labels:
+            absent = [{"key": key, "operator": "DoesNotExist"} for key in self.absent_labels]
+            required = {"nodeSelectorTerms": [{"matchExpressions": absent}]}
+            spec["affinity"] = {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+            }
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 

@@ -213,6 +213,19 @@ def test_admission_refused_when_gpus_taken(standin: Cluster, kubelet: Cluster) -
     assert_same(*observations)
 
 
+# --- admission: node affinity -------------------------------------------------------------
+
+
+def test_node_affinity_refused_alike(standin: Cluster, kubelet: Cluster) -> None:
+    """A pod pinned by nodeName whose required node affinity its node does not match
+    (a node without kubernetes.io/hostname, which every kubelet sets): the kubelet's
+    predicate admission rejects it before any container starts, reason NodeAffinity
+    (pkg/kubelet/lifecycle/predicate.go). Every pod the operator creates requires its
+    reach this way (core/podspec.py node_affinity, docs/security.md)."""
+    spec = PodSpec(("true",), absent_labels=("kubernetes.io/hostname",))
+    assert_same(standin.run(spec, ended), kubelet.run(spec, ended))
+
+
 # --- deletion and grace ---------------------------------------------------------------------
 
 DELETION_CASES = {

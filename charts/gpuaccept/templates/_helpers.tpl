@@ -128,6 +128,9 @@ and is put before the repository otherwise. */}}
 {{- with .Values.operator.watchNodeSelector }}
 - --node-selector={{ . }}
 {{- end }}
+{{- if .Values.operator.allowControlPlaneNodes }}
+- --allow-control-plane-nodes
+{{- end }}
 {{- range .Values.operator.ownedKeyPrefixes }}
 - --owned-key-prefix={{ . }}
 {{- end }}
@@ -196,6 +199,25 @@ API server would refuse. */}}
 {{- end }}
 {{- if hasPrefix "gpuaccept.io/" $key }}
 {{- fail (printf "probe.podAnnotations.%s: the operator's own annotation (gpuaccept.io/*): it reads the fabric pair's nodes back from these" $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Fail on an operator reach the operator would refuse (operator/gpuaccept/operator/options.py,
+base_node_selector): a key named twice in operator.watchNodeSelector, or a control-plane
+role label there without operator.allowControlPlaneNodes. */}}
+{{- define "gpuaccept.checkReach" -}}
+{{- $keys := list }}
+{{- range splitList "," .Values.operator.watchNodeSelector }}
+{{- $key := trim (first (splitList "=" (trim .))) }}
+{{- if $key }}
+{{- if has $key $keys }}
+{{- fail (printf "operator.watchNodeSelector: %s is named twice" $key) }}
+{{- end }}
+{{- if and (has $key (list "node-role.kubernetes.io/control-plane" "node-role.kubernetes.io/master")) (not $.Values.operator.allowControlPlaneNodes) }}
+{{- fail (printf "operator.watchNodeSelector: %s is a control-plane role label; control-plane nodes are outside the operator's reach without operator.allowControlPlaneNodes" $key) }}
+{{- end }}
+{{- $keys = append $keys $key }}
 {{- end }}
 {{- end }}
 {{- end }}

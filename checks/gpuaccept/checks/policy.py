@@ -115,8 +115,9 @@ class NodeAcceptancePolicySpec(ContractModel):
     include_control_plane: bool = Field(
         default=False,
         description="Govern control-plane nodes (node-role.kubernetes.io/control-plane or "
-        "master) too. Off: they are never selected, and a nodeSelector naming those "
-        "labels is refused.",
+        "master) too; only under an operator that allows them (--allow-control-plane-nodes, "
+        "chart operator.allowControlPlaneNodes), else they stay outside its reach. Off: "
+        "they are never selected, and a nodeSelector naming those labels is refused.",
     )
     pending_taint_key: OwnedKey = Field(
         default=PENDING_TAINT_KEY,

@@ -25,12 +25,13 @@ from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VER
 from gpuaccept.operator.controller import Controller, RuntimeSettings
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import OperatorConfig
-from gpuaccept.operator.handlers import build_registry, configure, parse_node_selector
+from gpuaccept.operator.handlers import build_registry, configure, node_watch_filters
 from gpuaccept.operator.health import serve_health
 from gpuaccept.operator.kube import Kube
 from gpuaccept.operator.leader import LOCK_NAMESPACE, LeaseSettings
 from gpuaccept.operator.options import (
     UsageError,
+    base_node_selector,
     check_ranges,
     fabric_pods,
     owned_key_prefixes,
@@ -137,10 +138,9 @@ def main(argv: Sequence[str]) -> int:
             pod_annotations(args.probe_pod_annotations),
             probe_env(args.probe_env),
         )
-        try:
-            node_selector = parse_node_selector(args.node_selector)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
+        base_selector = base_node_selector(
+            args.node_selector, allow_control_plane=args.allow_control_plane_nodes
+        )
     except UsageError as error:
         sys.stderr.write(f"gpuaccept operator: {' '.join(str(error).split())}\n")
         return EXIT_USAGE
@@ -182,6 +182,8 @@ def main(argv: Sequence[str]) -> int:
         pod_labels=labels,
         pod_annotations=annotations,
         probe_env=extra_env,
+        base_node_selector=base_selector,
+        allow_control_plane=args.allow_control_plane_nodes,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     lease, lock = _elections(args, identity)
@@ -193,7 +195,10 @@ def main(argv: Sequence[str]) -> int:
         installation_lock=lock,
     )
     controller = Controller(kube, config, judge, runtime=runtime, lease=lease)
-    registry = build_registry(controller, node_selector)
+    node_filters = node_watch_filters(
+        base_selector, allow_control_plane=args.allow_control_plane_nodes
+    )
+    registry = build_registry(controller, node_filters)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import kopf
 
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
+from gpuaccept.contracts.policy import CONTROL_PLANE_ROLE_LABELS
 from gpuaccept.operator.cache import (
     NAS_INDEX,
     NODES_INDEX,
@@ -38,14 +40,17 @@ from gpuaccept.operator.core.podspec import (
 log = logging.getLogger(__name__)
 
 
-def parse_node_selector(text: str) -> dict[str, Any]:
-    """``key=value,key2`` → kopf label filters (a bare key: the label is present)."""
-    filters: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        if not key.strip():
-            raise ValueError(f"--node-selector: empty key in {part!r}")
-        filters[key.strip()] = value.strip() if sep else kopf.PRESENT
+def node_watch_filters(
+    selector: Iterable[tuple[str, str | None]], *, allow_control_plane: bool
+) -> dict[str, Any]:
+    """kopf label filters of the Nodes the operator watches: its base selector (value
+    None: the label is present) and, unless control-plane nodes are allowed, neither
+    control-plane role label. A node outside them is invisible to every policy."""
+    filters: dict[str, Any] = {
+        key: kopf.PRESENT if value is None else value for key, value in selector
+    }
+    if not allow_control_plane:
+        filters.update(dict.fromkeys(CONTROL_PLANE_ROLE_LABELS, kopf.ABSENT))
     return filters
 
 

@@ -32,6 +32,7 @@ from gpuaccept.operator.core.model import (
     NodeSnapshot,
     PatchNAStatus,
 )
+from gpuaccept.operator.core.unknownphase import REASON_UNKNOWN_PHASE
 
 # Counters and histograms without a `_created` series (a timestamp sample per
 # series that doubles the series count and that no rule here uses).
@@ -208,8 +209,8 @@ def node_samples(na: NAView) -> NodeSamples:
     return NodeSamples(
         node=na.name,
         policy=status.policy or "",
-        phase=status.phase.value,
-        reason=status.reason or "",
+        phase=na.unknown_phase or status.phase.value,
+        reason=REASON_UNKNOWN_PHASE if na.unknown_phase else status.reason or "",
         busbw_bytes_per_second=None if busbw is None else busbw * BYTES_PER_GB,
         pcie_generation=_number(figure(PCIE_GENERATION_FIGURE)),
         pcie_width=_number(figure(PCIE_WIDTH_FIGURE)),

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
 from gpuaccept.contracts.policy import (
+    CONTROL_PLANE_ROLE_LABELS,
     OWNED_KEY_PREFIX,
     OWNED_PREFIX_PATTERN,
     RESERVED_KEY_PATTERN,
@@ -360,7 +361,16 @@ def parser() -> argparse.ArgumentParser:
         "--node-selector",
         default=env("GPUACCEPT_NODE_SELECTOR", ""),
         help="only watch Nodes with these labels: key=value or key (present), comma-separated "
-        "(default: all Nodes; policies select among them)",
+        "(default: all Nodes; policies select among them); every pod the operator creates "
+        "requires them (its node affinity)",
+    )
+    p.add_argument(
+        "--allow-control-plane-nodes",
+        action="store_true",
+        default=env("GPUACCEPT_ALLOW_CONTROL_PLANE_NODES", "") == "true",
+        help="let policies with includeControlPlane govern control-plane nodes "
+        "(node-role.kubernetes.io/control-plane or master); off: they are not watched, "
+        "and every pod the operator creates requires a node without those labels",
     )
     p.add_argument(
         "--unmatched-grace",
@@ -561,3 +571,27 @@ def owned_key_prefixes(extra: list[str]) -> tuple[str, ...]:
                 f"--owned-key-prefix: {prefix} belongs to Kubernetes or the NVIDIA device plugin"
             )
     return tuple(dict.fromkeys([OWNED_KEY_PREFIX, *extra]))
+
+
+def base_node_selector(
+    text: str, *, allow_control_plane: bool = False
+) -> tuple[tuple[str, str | None], ...]:
+    """``--node-selector``: ``key=value`` or ``key`` (the label is present),
+    comma-separated, as (key, value) pairs (value None: present)."""
+    selector: dict[str, str | None] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not key:
+            raise UsageError(f"--node-selector: empty key in {part!r}")
+        if key in selector:
+            raise UsageError(f"--node-selector: {key} is named twice")
+        selector[key] = value.strip() if sep else None
+    named = sorted(set(selector) & set(CONTROL_PLANE_ROLE_LABELS))
+    if named and not allow_control_plane:
+        raise UsageError(
+            f"--node-selector: {', '.join(named)} is a control-plane role label; "
+            "control-plane nodes are outside the operator's reach without "
+            "--allow-control-plane-nodes"
+        )
+    return tuple(selector.items())

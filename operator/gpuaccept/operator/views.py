@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import GPU_RESOURCE, NODE_CONDITION_TYPE, REMEDY_CONDITION_TYPE
 from gpuaccept.contracts.forward import read_forward
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
+from gpuaccept.contracts.nodeacceptance import MAX_OWNED_PODS, NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
 from gpuaccept.operator.core.model import (
@@ -155,10 +155,30 @@ def _unreadable(name: object, error: Exception) -> None:
     log.error("NodeAcceptance %s: unreadable status, starting over: %s", name, error)
 
 
+SALVAGED_FIELDS = ("nodeUID", "release")
+"""Fields an unreadable status keeps when each reads on its own (besides the applied
+keys, the pod serial and the owned pods, read item by item): the Node's UID (a node
+re-created under its name is still found out), and the record of the last release a
+person asked for (without it, the release request still annotated on the
+NodeAcceptance would be applied again: the node taken out of quarantine once more)."""
+
+
+def _readable(wire: str, value: object) -> dict[str, Any]:
+    """``{name: value}`` of the one status field ``wire``, if it reads on its own."""
+    try:
+        alone = read_forward(NodeAcceptanceStatus, {wire: value})
+    except ValidationError:
+        return {}
+    return {name: getattr(alone, name) for name in alone.model_fields_set}
+
+
 def _salvaged(raw: object) -> NodeAcceptanceStatus:
     """A status that cannot be read starts over, but keeps what it must never lose:
     the taint and label keys the operator applied (read raw; else an owned
-    quarantine taint would be orphaned) and the pod serial (pod names stay unique)."""
+    quarantine taint would be orphaned), the pod serial (pod names stay unique), the
+    pods it owns (each one that reads: else its running probe pod would be stranded,
+    never read, never deleted) and :data:`SALVAGED_FIELDS`. Not the drain: the node
+    starts over under the pending taint, which its own pods tolerate."""
     raw = raw if isinstance(raw, Mapping) else {}
     keep: dict[str, Any] = {}
     for wire, name in (("appliedTaints", "applied_taints"), ("appliedLabels", "applied_labels")):
@@ -168,6 +188,13 @@ def _salvaged(raw: object) -> NodeAcceptanceStatus:
     serial = raw.get("podSerial")
     if isinstance(serial, int) and not isinstance(serial, bool) and serial >= 0:
         keep["pod_serial"] = serial
+    pods = raw.get("ownedPods")
+    if isinstance(pods, list):
+        owned = [_readable("ownedPods", [pod]).get("owned_pods", []) for pod in pods]
+        keep["owned_pods"] = [pod for one in owned for pod in one][:MAX_OWNED_PODS]
+    for wire in SALVAGED_FIELDS:
+        if wire in raw:
+            keep.update(_readable(wire, raw[wire]))
     return NodeAcceptanceStatus(**keep)
 
 
@@ -187,6 +214,9 @@ def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
             raw = {}
         else:
             evidence_json = zlib.compress(text.encode(), 1)
+    unknown = _unknown_phase(meta.get("name"), raw)
+    if unknown is not None and isinstance(raw, Mapping):
+        raw = {**raw, "phase": Phase.PENDING.value}  # the rest read as it is
     try:
         status = read_forward(NodeAcceptanceStatus, raw)
     except ValidationError as error:
@@ -198,8 +228,23 @@ def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
         resource_version=str(meta.get("resourceVersion", "")),
         uid=str(meta.get("uid", "")),
         annotations=_owned_annotations(meta),
+        unknown_phase=unknown,
     )
     return CachedAcceptance(view, evidence_json)
+
+
+def _unknown_phase(name: object, raw: object) -> str | None:
+    """The stored phase when this release does not know it (core/unknownphase.py)."""
+    phase = raw.get("phase") if isinstance(raw, Mapping) else None
+    if not isinstance(phase, str) or phase in {p.value for p in Phase}:
+        return None
+    log.warning(
+        "NodeAcceptance %s: phase %r is unknown to this release (a newer release wrote it?): "
+        "a node in service is left as it is, one out of service starts a new round",
+        name,
+        phase,
+    )
+    return phase
 
 
 def _fabric_labels(meta: Mapping[str, Any]) -> FabricPodLabels | None:

@@ -92,6 +92,15 @@ BLOCKED = {
         pod_status(phase="Failed", pod_reason="TaintToleration"),
         "UntoleratedTaint",
     ),
+    "the kubelet refuses a node its required node affinity does not match (kubelet 1.37)": (
+        pod_status(
+            phase="Failed",
+            pod_reason="NodeAffinity",
+            pod_message="Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match "
+            "Pod's node affinity/selector",
+        ),
+        "NodeAffinityRefused",
+    ),
     "a Secret or ConfigMap the pod names is missing": (
         pod_status(waiting_reason="CreateContainerConfigError", waiting_message='secret "x"'),
         "PodRefused",

@@ -9,8 +9,12 @@ import pytest
 from world import spec
 
 from gpuaccept.operator.core import NodeView, OperatorConfig
+from gpuaccept.operator.core.model import FabricPodLabels
 from gpuaccept.operator.core.podspec import (
+    FabricPodRequest,
     ProbeAttempt,
+    fabric_pod_manifest,
+    node_affinity,
     node_label_value,
     probe_pod_manifest,
     probe_pod_name,
@@ -120,3 +124,71 @@ def test_image_pull_secrets_reach_the_probe_pod() -> None:
     pod = probe_pod_manifest(attempt, config)["spec"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
     assert "imagePullSecrets" not in probe_pod_manifest(attempt, OperatorConfig())["spec"]
+
+
+# --------------------------------------------------------------------------- node affinity
+
+GPU_PRESENT = {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
+POOL = {"key": "pool", "operator": "Exists"}
+NO_CONTROL_PLANE = [
+    {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"},
+    {"key": "node-role.kubernetes.io/master", "operator": "DoesNotExist"},
+]
+GPU_BASE = (("nvidia.com/gpu.present", "true"), ("pool", None))
+
+# Each row: the operator's base selector, whether it allows control-plane nodes,
+# whether the policy includes them, and the one nodeSelectorTerm every pod requires
+# (None: no affinity at all).
+AFFINITY = {
+    "the chart's default: GPU nodes, never a control-plane node": (
+        (("nvidia.com/gpu.present", "true"),), False, False, [GPU_PRESENT, *NO_CONTROL_PLANE]),
+    "a bare key is Exists": (GPU_BASE, False, False, [GPU_PRESENT, POOL, *NO_CONTROL_PLANE]),
+    "every node watched: still never a control-plane node": ((), False, False, NO_CONTROL_PLANE),
+    "a policy's includeControlPlane alone reaches no control-plane node": (
+        GPU_BASE, False, True, [GPU_PRESENT, POOL, *NO_CONTROL_PLANE]),
+    "the operator allows them, the policy does not include them": (
+        GPU_BASE, True, False, [GPU_PRESENT, POOL, *NO_CONTROL_PLANE]),
+    "allowed and included: the base selector only": (GPU_BASE, True, True, [GPU_PRESENT, POOL]),
+    "allowed and included, every node watched: no affinity": ((), True, True, None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("base", "allowed", "included", "term"), AFFINITY.values(), ids=AFFINITY.keys()
+)
+def test_every_pod_requires_the_operators_reach_as_its_node_affinity(
+    base: tuple[tuple[str, str | None], ...],
+    allowed: bool,
+    included: bool,
+    term: list[dict[str, object]] | None,
+) -> None:
+    """Probe and fabric pods alike: the node's kubelet refuses them on any other node
+    (reason NodeAffinity), and the chart's admission rule 3 requires exactly this."""
+    config = OperatorConfig(base_node_selector=base, allow_control_plane=allowed)
+    policy = spec(includeControlPlane=included, fabric={"enabled": True})
+    node = NodeView(name="gpu-1", gpus=8, boot_id="b")
+    probe = probe_pod_manifest(
+        ProbeAttempt(name="p", serial=1, node=node, policy_name="default", spec=policy), config
+    )
+    fabric = fabric_pod_manifest(
+        FabricPodRequest(
+            labels=FabricPodLabels(pair="abc", rank=0, first="gpu-1", second="gpu-2"),
+            node=node, policy_name="default", spec=policy, rendezvous_address=None,
+        ),
+        config,
+    )  # fmt: skip
+    expected = (
+        None
+        if term is None
+        else {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": term}]
+                }
+            }
+        }
+    )
+    for pod in (probe, fabric):
+        assert pod["spec"].get("affinity") == expected
+        assert pod["spec"]["nodeName"] == "gpu-1"
+    assert node_affinity(config, include_control_plane=included) == expected

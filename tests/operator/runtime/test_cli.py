@@ -19,7 +19,8 @@ from gpuaccept.operator.cli import (
     probe_tolerations,
     tune_gc,
 )
-from gpuaccept.operator.handlers import parse_node_selector
+from gpuaccept.operator.handlers import node_watch_filters
+from gpuaccept.operator.options import UsageError, base_node_selector
 
 
 def _usage_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
@@ -269,11 +270,43 @@ def test_bad_probe_image_pull_secret_is_one_line(capsys: pytest.CaptureFixture[s
     )
 
 
+CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
+MASTER = "node-role.kubernetes.io/master"
+
+
 def test_node_selector_parsing() -> None:
-    assert parse_node_selector("") == {}
-    assert parse_node_selector("a=b, c") == {"a": "b", "c": kopf.PRESENT}
-    with pytest.raises(ValueError, match="empty key"):
-        parse_node_selector("=x")
+    assert base_node_selector("") == ()
+    assert base_node_selector("a=b, c") == (("a", "b"), ("c", None))
+    with pytest.raises(UsageError, match="empty key"):
+        base_node_selector("=x")
+    with pytest.raises(UsageError, match="a is named twice"):
+        base_node_selector("a=b,a")
+
+
+def test_control_plane_nodes_are_outside_the_watch_unless_allowed() -> None:
+    """The watch's label filters: the base selector, and neither control-plane role
+    label unless --allow-control-plane-nodes."""
+    selector = base_node_selector("a=b, c")
+    assert node_watch_filters(selector, allow_control_plane=False) == {
+        "a": "b",
+        "c": kopf.PRESENT,
+        CONTROL_PLANE: kopf.ABSENT,
+        MASTER: kopf.ABSENT,
+    }
+    assert node_watch_filters(selector, allow_control_plane=True) == {"a": "b", "c": kopf.PRESENT}
+    assert node_watch_filters((), allow_control_plane=True) == {}
+
+
+def test_a_control_plane_selector_needs_the_control_plane_allowed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    line = _usage_error(capsys, "--node-selector", CONTROL_PLANE)
+    assert line == (
+        f"gpuaccept operator: --node-selector: {CONTROL_PLANE} is a control-plane role "
+        "label; control-plane nodes are outside the operator's reach without "
+        "--allow-control-plane-nodes"
+    )
+    assert base_node_selector(CONTROL_PLANE, allow_control_plane=True) == ((CONTROL_PLANE, None),)
 
 
 def test_tune_gc_freezes_what_exists_and_collects_the_young_generation_less_often() -> None:

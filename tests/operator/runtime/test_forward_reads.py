@@ -1,6 +1,7 @@
 """A rollback leaves every node where it was: a NodeAcceptance status and a stored
 report written by a newer release (fields this one does not know) are read, not
-reset; a status that cannot be read at all keeps its applied taints and labels."""
+reset; a status that cannot be read at all keeps its applied taints and labels, the
+pods it owns and its release record."""
 
 from __future__ import annotations
 
@@ -17,8 +18,15 @@ from gpuaccept.contracts.nodeacceptance import (
     Phase,
     Reason,
 )
-from gpuaccept.operator.core import PatchNAStatus, PatchNodeTaintsLabels, Taint
+from gpuaccept.operator.core import (
+    NAView,
+    PatchNAStatus,
+    PatchNodeTaintsLabels,
+    QuarantineLimitCounts,
+    Taint,
+)
 from gpuaccept.operator.core.conditions import with_accepted_condition
+from gpuaccept.operator.metrics import node_samples
 from gpuaccept.operator.views import cached_acceptance
 
 QUARANTINE = Taint("gpuaccept.io/quarantined", "NoSchedule", "true")
@@ -95,8 +103,7 @@ def test_a_rollback_leaves_the_node_where_it_was(
 
 
 def test_an_unreadable_status_keeps_its_applied_taints_and_labels() -> None:
-    wire = _stored(Phase.QUARANTINED, ("pcie_link",))
-    wire["phase"] = "Draining"  # a phase a newer release added: cannot be read here
+    wire = _unreadable(_stored(Phase.QUARANTINED, ("pcie_link",)))
     wire["appliedTaints"] = ["example.com/gpu-bad", "gpuaccept.io/quarantined"]
     wire["appliedLabels"] = ["example.com/gpu-bad"]
     wire["podSerial"] = 7
@@ -120,4 +127,123 @@ def test_a_known_field_with_a_bad_value_is_still_refused() -> None:
     wire["attempts"] = -1
     wire["newField"] = 1
     status = cached_acceptance(_body(wire)).view.status
-    assert status == NodeAcceptanceStatus()
+    assert status == NodeAcceptanceStatus(node_uid="uid-node")  # started over, UID kept
+
+
+def _unreadable(wire: dict[str, Any]) -> dict[str, Any]:
+    """``wire`` as a newer release that changed a known field's type writes it: this
+    release cannot read the status at all."""
+    return {**wire, "attempts": "two"}
+
+
+def _stored_for(
+    world: World, status: dict[str, Any], annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The world's NodeAcceptance object with ``status`` stored in it."""
+    assert world.na is not None
+    meta = {"name": "gpu-1", "resourceVersion": world.na.resource_version, "uid": world.na.uid}
+    return {**_body(status), "metadata": {**meta, "annotations": annotations or {}}}
+
+
+def test_an_unreadable_status_keeps_its_probe_pod_the_operators_own() -> None:
+    """A rollback with a probe pod running: the pod's UID stays on record, so the
+    operator clears it out before its new attempt instead of leaving it stranded
+    (unverified, never deleted, holding the node's GPUs)."""
+    world = World()
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+    running = world.current_pod()
+    owned = world.status.owned_pods
+    assert [p.uid for p in owned] == [running.uid]
+    assert world.na is not None
+    world.na = cached_acceptance(_stored_for(world, _unreadable(world.status.to_wire())))
+    world.na = world.na.with_evidence()
+    world.restart()  # the rolled-back operator: a new process
+    assert world.status.phase == Phase.PENDING  # starts over, fail safe
+    assert world.status.owned_pods == owned
+    world.settle()
+    assert running.name not in world.pods  # deleted as the operator's own
+    assert world.status.phase == Phase.PROBING
+    assert world.current_pod().name != running.name
+
+
+def test_an_unreadable_status_keeps_its_release_record() -> None:
+    """A node a person released, probed since: its release request (the annotation
+    stays on the NodeAcceptance) was applied once and is not applied again."""
+    world = World()
+    world.settle()
+    world.finish_with_report()
+    world.settle()
+    assert world.na is not None
+    annotations = {"gpuaccept.io/release-by": "alice", "gpuaccept.io/release-at": "2026-01-01"}
+    world.na = dataclasses.replace(world.na, annotations=annotations)
+    world.settle()
+    assert world.status.phase == Phase.RELEASED
+    record = world.status.release
+    assert record is not None
+    body = _stored_for(world, _unreadable(world.status.to_wire()), annotations)
+    salvaged = cached_acceptance(body).with_evidence()
+    assert salvaged.status.release == record
+    assert salvaged.status.node_uid == "uid-node"
+    world.na = salvaged
+    world.restart()
+    world.settle()
+    assert world.status.phase != Phase.RELEASED  # probed again, the old request not re-applied
+    assert world.status.release == record
+
+
+# --------------------------------------------------------------------------- unknown phases
+
+
+def _newer_phase(world: World, wire: dict[str, Any], phase: str) -> None:
+    """The node's NodeAcceptance as a newer release left it: a phase this one lacks."""
+    assert world.na is not None
+    world.na = cached_acceptance(_stored_for(world, {**wire, "phase": phase})).with_evidence()
+    world.restart()
+
+
+def test_an_in_service_node_in_a_phase_this_release_lacks_is_left_as_it_is() -> None:
+    """A rollback takes no capacity out: the newer release had the node in service,
+    and this one neither starts it over (the pending taint, however the limit allows)
+    nor writes anything; it says so in the node's phase series."""
+    world = World()
+    world.settle()
+    world.finish_with_report()
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    assert world.node is not None
+    node_before = world.node
+    _newer_phase(world, world.status.to_wire(), "Reverifying")
+    assert world.na is not None
+    assert world.na.unknown_phase == "Reverifying"
+    assert world.status.report is not None  # the rest read as it was
+    for _ in range(3):
+        plan = world.plan()
+        assert plan.actions == (), plan
+        world.advance(3600)
+    assert world.node == node_before
+    samples = node_samples(world.na)
+    assert (samples.phase, samples.reason) == ("Reverifying", "UnknownPhase")
+
+
+def test_a_node_out_of_service_in_a_phase_this_release_lacks_starts_a_new_round() -> None:
+    """Never left undecided out of service: a new round at once, the limit not asked
+    (nothing in service is taken out), what the status keeps across rounds kept; the
+    node ends where its evidence says."""
+    wire = _stored(Phase.QUARANTINED, ("pcie_link",))
+    wire["podSerial"] = 4
+    world = World(limit_counts=QuarantineLimitCounts(quarantined=5, matched=10))  # limit reached
+    world.na = NAView(name="gpu-1", resource_version="3", uid="uid-na")
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, taints=(QUARANTINE,))
+    _newer_phase(world, wire, "Draining")
+    world.settle()
+    st = world.status
+    assert st.phase == Phase.PROBING
+    assert st.pod_serial == 5
+    assert "gpuaccept.io/pending" in world.taint_keys()  # still out of service
+    assert "Draining" in next(e.message for e in world.events if e.reason == "Reprobe")
+    world.finish_with_report()
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    assert world.taint_keys() == []

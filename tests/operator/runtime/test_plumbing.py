@@ -120,9 +120,19 @@ def test_policy_entry_with_an_empty_version_range_is_invalid() -> None:
 
 
 def test_unreadable_na_status_starts_over() -> None:
-    ((_, cached),) = index_na({"metadata": {"name": "n"}, "status": {"phase": "Bogus"}}).values()
+    ((_, cached),) = index_na({"metadata": {"name": "n"}, "status": {"attempts": -1}}).values()
     assert cached.view.status.phase == Phase.PENDING
     assert cached.with_evidence().status.phase == Phase.PENDING
+    assert cached.view.unknown_phase is None
+
+
+def test_an_unknown_na_phase_is_kept_beside_the_rest_of_the_status() -> None:
+    """core/unknownphase.py decides; the rest of the status is read as it is."""
+    status = {"phase": "Bogus", "podSerial": 3}
+    ((_, cached),) = index_na({"metadata": {"name": "n"}, "status": status}).values()
+    assert cached.view.unknown_phase == "Bogus"
+    assert cached.with_evidence().unknown_phase == "Bogus"
+    assert (cached.view.status.phase, cached.view.status.pod_serial) == (Phase.PENDING, 3)
 
 
 def _cache(**indexes: dict[str, list[Any]]) -> Cache:

@@ -376,6 +376,7 @@ def operator_config(manifests: Iterable[Manifest]) -> OperatorConfig:
     ``gpuaccept operator`` builds it (its probe and fabric pod settings)."""
     from gpuaccept.operator.core.model import OperatorConfig  # noqa: PLC0415
     from gpuaccept.operator.options import (  # noqa: PLC0415
+        base_node_selector,
         fabric_pods,
         owned_key_prefixes,
         parser,
@@ -406,6 +407,10 @@ def operator_config(manifests: Iterable[Manifest]) -> OperatorConfig:
         pod_labels=pod_labels(args.probe_pod_labels),
         pod_annotations=pod_annotations(args.probe_pod_annotations),
         probe_env=probe_env(args.probe_env),
+        base_node_selector=base_node_selector(
+            args.node_selector, allow_control_plane=args.allow_control_plane_nodes
+        ),
+        allow_control_plane=args.allow_control_plane_nodes,
     )
 
 

@@ -15,7 +15,12 @@ plays one for any number of simulated GPU nodes:
   phase Failed, reason ``UnexpectedAdmissionError``, message ``Pod was
   rejected: Allocate failed due to requested number of devices unavailable
   for nvidia.com/gpu. Requested: N, Available: M, which is unexpected``
-  (kubelet 1.37, checked on the real node: tests/realnode);
+  (kubelet 1.37, checked on the real node: tests/realnode); then as its
+  predicates do for node affinity: a pod whose ``nodeSelector`` or required
+  node affinity the Node (read from the API server) does not match is
+  rejected, reason ``NodeAffinity``, message ``Pod was rejected: Predicate
+  NodeAffinity failed: node(s) didn't match Pod's node affinity/selector``
+  (:mod:`.standin_affinity`);
 * watches Pods bound to its nodes (``spec.nodeName``; one list+watch for all
   its nodes) and runs each container's ``command`` + ``args`` as a local
   subprocess, with the node's profile path in ``GPUACCEPT_PROFILE``, its bootID
@@ -359,6 +364,11 @@ class KubeletStandIn:
                 _content_type=STRATEGIC_MERGE,
             )
         self._patch_node_status(n.name, node_status(n))
+
+    def read_node(self, name: str) -> JSON:
+        """The Node object as the API server has it now (admission reads its labels)."""
+        with self._api_sem:
+            return _call(self.core.read_node, name)
 
     def _patch_node_status(self, name: str, status: JSON) -> None:
         with self._api_sem:

@@ -21,6 +21,12 @@ from typing import TYPE_CHECKING
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.probe_invocation import ENV_BOOT_ID, ENV_PROFILE, ENV_SIM_TIME_SCALE
+from gpuaccept.testsupport.standin_affinity import (
+    AFFINITY_MESSAGE,
+    AFFINITY_REASON,
+    matches_required_affinity,
+    requires_node_labels,
+)
 from gpuaccept.testsupport.standin_behaviours import (
     Behaviour,
     Complete,
@@ -263,30 +269,50 @@ class PodRunner:
         self._finish(progress, deadline_hit=self.kill_reason == "deadline")
 
     def _admission_rejected(self, progress: PodProgress) -> bool:
-        """The kubelet's admission of a pod pinned by nodeName: its device manager
-        allocates the pod's nvidia.com/gpu from the healthy devices that no running pod
-        holds, before the resource-fit predicate runs; too few free, and the pod is
-        rejected (pkg/kubelet/kubelet.go rejectPod): phase Failed, no containers, reason
+        """The kubelet's admission of a pod pinned by nodeName, in its order: the device
+        manager, then the predicates (node affinity). Rejected (pkg/kubelet/kubelet.go
+        rejectPod): phase Failed, no containers, the admission's reason and message."""
+        rejection = self._devices_unavailable() or self._affinity_mismatch()
+        if rejection is None:
+            return False
+        reason, message = rejection
+        status = {
+            "phase": "Failed",
+            "reason": reason,
+            "message": message,
+            "startTime": progress.start_time,
+        }
+        self._write_status(status)
+        return True
+
+    def _devices_unavailable(self) -> tuple[str, str] | None:
+        """The device manager allocates the pod's nvidia.com/gpu from the healthy devices
+        that no running pod holds, before the resource-fit predicate runs; too few free:
         UnexpectedAdmissionError (kubelet 1.37 on the real node, docs/controlplane.md)."""
         devices = self.node.gpu_counts().allocatable
         if self.node.healthy_gpus is not None:
             devices = min(devices, self.node.healthy_gpus)
         wanted = requested_gpus(self.pod)
         if wanted == 0:
-            return False
+            return None
         free = self.s.take_gpus(self.node.name, self.uid, wanted, devices)
         if free is None:
-            return False
-        status = {
-            "phase": "Failed",
-            "reason": UNEXPECTED_ADMISSION_ERROR,
-            "message": "Pod was rejected: Allocate failed due to requested number of devices "
+            return None
+        return UNEXPECTED_ADMISSION_ERROR, (
+            "Pod was rejected: Allocate failed due to requested number of devices "
             f"unavailable for {GPU_RESOURCE}. Requested: {wanted}, Available: {free}, "
-            "which is unexpected",
-            "startTime": progress.start_time,
-        }
-        self._write_status(status)
-        return True
+            "which is unexpected"
+        )
+
+    def _affinity_mismatch(self) -> tuple[str, str] | None:
+        """The predicates: a nodeSelector or required node affinity that the Node (read
+        now, as the kubelet re-reads it before rejecting on affinity) does not match
+        (:mod:`.standin_affinity`)."""
+        if not requires_node_labels(self.pod):
+            return None
+        if matches_required_affinity(self.pod, self.s.read_node(self.node.name)):
+            return None
+        return AFFINITY_REASON, AFFINITY_MESSAGE
 
     def _never_start(
         self, behaviour: NeverStarts, progress: PodProgress, deadline: float | None

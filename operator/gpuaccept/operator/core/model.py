@@ -86,6 +86,10 @@ class NAView:
     uid: str = ""
     # Only gpuaccept's own (the release request of kubectl gpuaccept release).
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # The stored phase when this release does not know it (a newer release wrote it,
+    # before a rollback): ``status`` is the rest, read with phase Pending in its place
+    # (core/unknownphase.py decides what happens to the node).
+    unknown_phase: str | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,16 @@ class OperatorConfig:
     pod_labels: Mapping[str, str] = field(default_factory=dict)
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
     probe_env: tuple[tuple[str, str], ...] = ()
+    # The operator's base selector (--node-selector; the chart's
+    # operator.watchNodeSelector), as (key, value) pairs, value None for "the label is
+    # present": every pod the operator creates requires it as its node affinity
+    # (core/podspec.py node_affinity), which the node's kubelet checks at admission.
+    base_node_selector: tuple[tuple[str, str | None], ...] = ()
+    # Control-plane nodes are outside the operator's reach unless this is on
+    # (--allow-control-plane-nodes; chart operator.allowControlPlaneNodes): only then
+    # does a policy's includeControlPlane reach them (their pods drop the
+    # control-plane DoesNotExist requirements).
+    allow_control_plane: bool = False
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run

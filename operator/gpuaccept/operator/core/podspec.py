@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, API_VERSION, GPU_RESOURCE, GROUP
+from gpuaccept.contracts.policy import CONTROL_PLANE_ROLE_LABELS
 from gpuaccept.contracts.probe_invocation import (
     ENV_EXPECTED_GPUS,
     ENV_GFD_GPU_COUNT,
@@ -182,6 +183,39 @@ def _probe_container(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str,
     }
 
 
+def node_affinity(
+    config: OperatorConfig, *, include_control_plane: bool = False
+) -> dict[str, Any] | None:
+    """The required node affinity of every pod the operator creates (probe, fabric, any
+    other kind): the operator's base selector (``--node-selector``: ``key=value`` as
+    ``In``, ``key`` as ``Exists``), and no control-plane role label (``DoesNotExist``)
+    unless the policy includes control-plane nodes *and* the operator allows it
+    (``--allow-control-plane-nodes``). None when it requires nothing.
+
+    The pods are pinned by ``spec.nodeName``, so no scheduler checks them; the node's
+    kubelet does: its admission runs the scheduler's node-affinity filter on every
+    pod (pkg/kubelet/lifecycle/predicate.go ``generalFilter`` ->
+    pkg/scheduler ``AdmissionCheck``) and fails a pod that does not match with phase
+    Failed, reason ``NodeAffinity``. The chart's admission rule requires exactly this
+    affinity of the operator's pods (charts/gpuaccept/templates/admission.yaml, rule
+    3), so a pod that the operator's token pins to a node outside its reach (a
+    control-plane node, a CPU node) is refused by that node's kubelet."""
+    expressions: list[dict[str, Any]] = [
+        {"key": key, "operator": "Exists"}
+        if value is None
+        else {"key": key, "operator": "In", "values": [value]}
+        for key, value in config.base_node_selector
+    ]
+    if not (include_control_plane and config.allow_control_plane):
+        expressions += [
+            {"key": label, "operator": "DoesNotExist"} for label in CONTROL_PLANE_ROLE_LABELS
+        ]
+    if not expressions:
+        return None
+    required = {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+
+
 def _pod_spec(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
     shm: dict[str, Any] = {"medium": "Memory"}
     if config.shm_size:
@@ -199,6 +233,9 @@ def _pod_spec(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
         "containers": [_probe_container(attempt, config)],
         "volumes": [{"name": "dshm", "emptyDir": shm}],
     }
+    affinity = node_affinity(config, include_control_plane=attempt.spec.include_control_plane)
+    if affinity is not None:
+        pod_spec["affinity"] = affinity
     if config.runtime_class:
         pod_spec["runtimeClassName"] = config.runtime_class
     if config.priority_class:

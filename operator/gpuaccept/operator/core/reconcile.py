@@ -43,6 +43,7 @@ from gpuaccept.operator.core.podidentity import PodSplit, recorded, split_pods
 from gpuaccept.operator.core.probing import plan_probing
 from gpuaccept.operator.core.release import plan_release, plan_released, unapplied_release
 from gpuaccept.operator.core.reverify_round import targeted
+from gpuaccept.operator.core.unknownphase import plan_unknown_phase
 
 __all__ = ["reconcile"]
 
@@ -66,6 +67,8 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     status = na.status if na is not None else NodeAcceptanceStatus()
     # during a suspect's re-verification, its policy with only the suspected checks
     ctx = targeted(NodeContext(observed, judge, node, policy, spec, status, split.foreign))
+    if na is not None and na.unknown_phase is not None:  # a newer release's (a rollback)
+        return plan_unknown_phase(ctx, out, na.unknown_phase)
     first = _new_node(ctx, out) if na is None else _record_pods(ctx, out, split)
     first = first or _before_any_phase(ctx, out)
     if first is not None:

@@ -21,6 +21,13 @@ that differ by failure:
   requested number of devices unavailable for nvidia.com/gpu. Requested: 8,
   Available: 0, which is unexpected`` (kubelet 1.37 on the real node,
   tests/realnode/test_standin_vs_kubelet.py; pkg/kubelet/cm/devicemanager);
+* the node no longer matches the pod's required node affinity (core/podspec.py
+  ``node_affinity``: the operator's base selector, no control-plane role label;
+  its labels changed after the pod was created): the kubelet's predicate admission
+  refuses it, phase ``Failed``, reason ``NodeAffinity``, message ``Pod was
+  rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node
+  affinity/selector`` (pkg/kubelet/lifecycle/predicate.go; the scheduler plugin's
+  ``ErrReasonPod``);
 * the runtime has no handler for the RuntimeClass: the sandbox is never
   created (a ``FailedCreatePodSandBox`` event), the container waits in
   ``ContainerCreating`` until the deadline.
@@ -28,10 +35,10 @@ that differ by failure:
 A driver/library mismatch is the node's fault and is judged as the
 ``driver_libraries`` check would (``DriverLibrariesFailed``). What is not the
 node's doing (an image that cannot be pulled, the kubelet refusing the pod for
-GPUs other pods hold, an eviction, an untolerated NoExecute taint, a pod the
-API server refuses) is ``blocked``: the node waits in phase ``Waiting``
-(:mod:`.waiting`), no attempt spent. Every other start failure is a failed
-attempt with its own reason.
+GPUs other pods hold, an eviction, an untolerated NoExecute taint, a node that
+no longer matches the pod's node affinity, a pod the API server refuses) is
+``blocked``: the node waits in phase ``Waiting`` (:mod:`.waiting`), no attempt
+spent. Every other start failure is a failed attempt with its own reason.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from gpuaccept.operator.core.model import PodView
 from gpuaccept.operator.core.waiting import (
     REASON_EVICTED,
     REASON_IMAGE_UNAVAILABLE,
+    REASON_NODE_AFFINITY,
     REASON_NODE_BUSY,
     REASON_POD_REFUSED,
     REASON_UNTOLERATED_TAINT,
@@ -73,6 +81,9 @@ MESSAGE_MAX = 500
 EVICTED_REASONS = frozenset({"Evicted", "Preempting", "Terminated", "Shutdown"})
 CONFIG_ERROR = "CreateContainerConfigError"  # a missing Secret or ConfigMap the pod names
 TAINT_REJECTED_REASON = "TaintToleration"  # the kubelet's admission: an untolerated NoExecute
+# The kubelet's admission: the node does not match the pod's required node affinity
+# (the predicate's name, pkg/scheduler/framework/plugins/nodeaffinity Name).
+AFFINITY_REJECTED_REASON = "NodeAffinity"
 # The executor's refusal of a create while GPU pods still run on the node (it lists
 # the node's pods by spec.nodeName just before the create).
 NODE_BUSY_PREFIX = "node busy: "
@@ -159,18 +170,29 @@ def _not_the_nodes(pod: PodView) -> StartFailure | None:
             _tail(f"{pod.waiting_reason}: {pod.waiting_message or 'cannot pull the probe image'}"),
             blocked=True,
         )
-    if pod.phase == "Failed" and not pod.terminated and _refused_for_gpus(pod):
-        return StartFailure(
-            REASON_NODE_BUSY,
-            _tail(f"the kubelet refused the probe pod, other pods hold the resource {detail}"),
-            blocked=True,
+    if pod.phase == "Failed" and not pod.terminated:
+        return _kubelet_refusal(pod, detail)
+    return None
+
+
+def _kubelet_refusal(pod: PodView, detail: str) -> StartFailure | None:
+    """The kubelet's admission refused the pod for what is not evidence about the node:
+    GPUs other pods hold, an untolerated NoExecute taint, a node that does not match
+    the pod's required node affinity (its labels changed since the pod was created)."""
+    reason = pod.pod_reason or ""
+    if _refused_for_gpus(pod):
+        why = f"the kubelet refused the probe pod, other pods hold the resource {detail}"
+        return StartFailure(REASON_NODE_BUSY, _tail(why), blocked=True)
+    if reason == TAINT_REJECTED_REASON:
+        why = f"the kubelet refused the probe pod {detail}"
+        return StartFailure(REASON_UNTOLERATED_TAINT, _tail(why), blocked=True)
+    if reason == AFFINITY_REJECTED_REASON:
+        why = (
+            "the kubelet refused the probe pod: the node does not match its required node "
+            "affinity (the operator's --node-selector, no control-plane role label; the "
+            f"node's labels changed?) {detail}"
         )
-    if pod.phase == "Failed" and not pod.terminated and reason == TAINT_REJECTED_REASON:
-        return StartFailure(
-            REASON_UNTOLERATED_TAINT,
-            _tail(f"the kubelet refused the probe pod {detail}"),
-            blocked=True,
-        )
+        return StartFailure(REASON_NODE_AFFINITY, _tail(why), blocked=True)
     return None
 
 

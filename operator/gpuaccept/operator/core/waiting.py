@@ -4,7 +4,9 @@ An image that cannot be pulled, a pod the API server refuses (admission, a
 quota, a LimitRange, a missing RuntimeClass), a pod that was never created or
 vanished (an API server refusing for long, an eviction, a deletion), GPU pods
 still on the node (the kubelet's ``OutOfnvidia.com/gpu``), a NoExecute taint
-the probe does not tolerate: none of these is evidence about the node. The node
+the probe does not tolerate, a kubelet refusing the pod because the node no
+longer matches the pod's required node affinity (the operator's base selector,
+no control-plane role): none of these is evidence about the node. The node
 waits in phase ``Waiting`` under its reason, still under the pending taint,
 and tries again with a backoff that grows with how long it has waited (from
 ``probeRun.backoffSeconds`` up to the operator's cap), for as long as it
@@ -32,6 +34,7 @@ REASON_EVICTED = "Evicted"
 REASON_POD_LOST = "ProbePodLost"
 REASON_UNTOLERATED_TAINT = "UntoleratedTaint"
 REASON_CORDONED = "Cordoned"
+REASON_NODE_AFFINITY = "NodeAffinityRefused"
 WAIT_REASONS = frozenset(
     {
         REASON_IMAGE_UNAVAILABLE,
@@ -41,6 +44,7 @@ WAIT_REASONS = frozenset(
         REASON_POD_LOST,
         REASON_UNTOLERATED_TAINT,
         REASON_CORDONED,
+        REASON_NODE_AFFINITY,
         REASON_POD_NAME_TAKEN,
         REASON_POD_ALTERED,
         "RuntimeClassMissing",
