@@ -305,6 +305,15 @@ def _all_recorded(env: Env, names: list[str], rank: str | None = None) -> bool:
     )
 
 
+def _unrecorded(env: Env, names: list[str]) -> set[str]:
+    """UIDs of the fabric pods no node's status records: with the operator dead,
+    what it created in the window between a create and its record (one pass). The
+    kills below wait for a moment when every pod is on record, but the operator
+    runs on between that read and the kill and may create one more."""
+    uids = {o["uid"] for n in names for o in env.status(n).get("ownedPods", [])}
+    return {p["metadata"]["uid"] for p in fabric_pods(env, names)} - uids
+
+
 def test_killing_the_operator_while_pairs_run_still_decides_every_node(env: Env) -> None:
     suite = suite_id("fablive")
     env.policy(suite, fabric=FABRIC)
@@ -316,6 +325,7 @@ def test_killing_the_operator_while_pairs_run_still_decides_every_node(env: Env)
         names = fabric_nodes(env, suite, profiles)
         wait_for("fabric pods, all on record", lambda: _all_recorded(env, names), 180, 0.1)
         first.kill()  # mid-pair
+        crash_window = _unrecorded(env, names)
         second = Operator(env.cp, env.log_dir, lease=lease, name="fablive-2").start()
         try:
             wait_for(
@@ -330,12 +340,20 @@ def test_killing_the_operator_while_pairs_run_still_decides_every_node(env: Env)
             second.kill()  # between two pods of a pair, or as they run
         finally:
             second.kill()
+        crash_window |= _unrecorded(env, names)
         third = Operator(env.cp, env.log_dir, lease=lease, name="fablive-3").start()
         try:
             slow = f"{suite}-slow"
             env.wait_phase([slow], "Quarantined", timeout=240)
             env.wait_phase([n for n in names if n != slow], "Accepted", timeout=120)
-            wait_for("no fabric pod left", lambda: not fabric_pods(env, names), 60)
+            # Every pod on record is cleared out. One created in a kill's crash window
+            # is not on record: neither read nor deleted, left for a person
+            # (docs/fabric.md, "Kill safety"); nothing else may be left.
+            wait_for(
+                "no fabric pod left but those created in a crash window",
+                lambda: {p["metadata"]["uid"] for p in fabric_pods(env, names)} <= crash_window,
+                60,
+            )
             assert_results_consistent(env, names)
         finally:
             third.stop()
@@ -350,7 +368,9 @@ def test_taints_stay_while_a_node_waits_for_its_pair(env: Env) -> None:
     suite = suite_id("fablone")
     env.policy(suite, fabric=FABRIC)
     (name,) = fabric_nodes(env, suite, {"lone": HEALTHY})
-    env.wait_phase([name], "Fabric", timeout=120)
+    # Generous: when this test follows one that restarts the session's operator,
+    # the operator re-reads every node the session made before it reaches this one.
+    env.wait_phase([name], "Fabric", timeout=300)
     wait_node_side(env, name, "Pending")
     assert env.status(name)["fabric"]["summary"] == "waiting"
     assert SUITE_LABEL in env.node(name)["metadata"]["labels"]
