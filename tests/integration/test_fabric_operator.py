@@ -45,6 +45,7 @@ from gpuaccept.testsupport.kubelet_standin import (
     Behaviour,
     Complete,
     PodInfo,
+    RunProcess,
     fabric_pairs_from_profiles,
 )
 
@@ -374,3 +375,49 @@ def test_taints_stay_while_a_node_waits_for_its_pair(env: Env) -> None:
     wait_node_side(env, name, "Pending")
     assert env.status(name)["fabric"]["summary"] == "waiting"
     assert SUITE_LABEL in env.node(name)["metadata"]["labels"]
+
+
+def test_reverification_pairs_nodes_again_and_blames_only_the_degraded_link(env: Env) -> None:
+    """Issue 24 item 4: under a fabric policy with re-verification on, an idle accepted
+    node is paired again when it is re-verified. A node whose inter-node link degrades
+    after acceptance is quarantined by its pairs (FabricAllreduceFailed); its good
+    partners, re-verified beside it, stay Accepted."""
+    suite = suite_id("fabrev")
+    reverify = {"enabled": True, "idleSeconds": 2, "periodSeconds": 60, "sampleSeconds": 2}
+    # room to re-verify every node within the test (the default rate, 10 % of five
+    # nodes per 300 s, takes one out per five minutes)
+    rate = {"maxPerWindow": 5, "windowSeconds": 60}
+    env.policy(suite, fabric=FABRIC, reverify=reverify, quarantineRate=rate)
+    profiles = {f"ok{i}": HEALTHY for i in range(4)} | {"later": HEALTHY}
+    # the real probe for single-node pods: a re-verification's report must be fresh
+    # (report_trust's freshness rule), which the prepared template is not
+    behaviour = fabric_pairs_from_profiles(env.standin.inter_node_busbw, RunProcess())
+    names = env.nodes(suite, profiles, behaviour=behaviour)
+    env.wait_phase(names, "Accepted", timeout=240)
+    first_pairs = {n: {r["pair"] for r in pair_records(env, n)} for n in names}
+    later = f"{suite}-later"
+    env.standin.node(later).profile = DAMAGED  # weeks later: its cable degraded
+    wait_for(
+        f"{later} quarantined by a re-verification's pairs",
+        lambda: env.status(later).get("reason") == "FabricAllreduceFailed",
+        300,
+    )
+    wait_node_side(env, later, "Quarantined", reason="FabricAllreduceFailed")
+    status = env.status(later)
+    assert status["reverify"]["last"]["cause"] == "Idle"
+    new_pairs = [r for r in pair_records(env, later) if r["pair"] not in first_pairs[later]]
+    assert new_pairs
+    assert all(r["outcome"] == "failed" for r in new_pairs), new_pairs
+    good = [n for n in names if n != later]
+    # the good nodes were re-verified too (paired again), and none was blamed
+    wait_for(
+        "a good node re-verified through a new pair",
+        lambda: any({r["pair"] for r in pair_records(env, n)} - first_pairs[n] for n in good),
+        240,
+    )
+    for n in good:
+        st = env.status(n)
+        assert st.get("phase") in ("Accepted", "Fabric", "Pending", "Probing"), (n, st)
+        assert st.get("reason") != "FabricAllreduceFailed", (n, st)
+    # (each round keeps its own pairs: a partner's later round replaces its record of
+    # an earlier pair, so pair records are not compared across nodes here)
