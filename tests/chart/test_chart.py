@@ -368,6 +368,7 @@ def test_alerts_use_the_operators_metrics(ha_docs: list[Manifest]) -> None:
         "GPUAcceptOperatorDown",
         "GPUAcceptNoLeader",
         "GPUAcceptNodeStuck",
+        "GPUAcceptUnknownPhase",
         "GPUAcceptNodeUnmatched",
         "GPUAcceptPendingNodeUnwatched",
         "GPUAcceptNodesWaiting",
