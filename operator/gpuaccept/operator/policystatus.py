@@ -59,6 +59,8 @@ class PolicyStatusLoop:
         self._published = -1  # the cache's acceptances_changes last published
         self.failures = FailureLog("policy status update")
         self.unmatched_grace_seconds = unmatched_grace_seconds
+        # the operator's --allow-control-plane-nodes (set by the controller)
+        self.allow_control_plane = False
         self._unmatched: tuple[str, ...] = ()  # reported in the log, by the leader
 
     async def run(self, interval: float) -> None:
@@ -126,7 +128,9 @@ class PolicyStatusLoop:
     async def _write(self, entry: PolicyEntry, share: fleet.PolicyTally) -> None:
         view, old = entry.view, entry.status
         now = datetime.now(UTC)
-        status = fleet.policy_status(view, share, old, now)
+        status = fleet.policy_status(
+            view, share, old, now, allow_control_plane=self.allow_control_plane
+        )
         wire = status.model_dump(mode="json", by_alias=True, exclude_none=True)
         if fleet.same_status(old, wire):
             return

@@ -288,3 +288,25 @@ def test_tally_counts_waiting_and_stalled_nodes() -> None:
     )
     counts = tally(snapshot)["a"].counts
     assert (counts.pending, counts.stalled) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("include", "allow", "said"),
+    [
+        (False, False, False),
+        (False, True, False),
+        (True, True, False),
+        (True, False, True),  # the policy asks for what this operator never reaches
+    ],
+)
+def test_ready_says_when_include_control_plane_reaches_nothing(
+    include: bool, allow: bool, said: bool
+) -> None:
+    policy = PolicyView("cp", 1, spec(nodeSelector=GPU, includeControlPlane=include))
+    status = policy_status(
+        policy, PolicyTally(matched=2, limit=1), {}, NOW, allow_control_plane=allow
+    )
+    (ready,) = [c for c in status.conditions if c.type == "Ready"]
+    assert ready.status.value == "True"
+    assert ready.message.startswith("2 node(s) matched")
+    assert ("includeControlPlane has no effect" in ready.message) is said

@@ -258,7 +258,15 @@ def _condition(
     )
 
 
-def _ready(policy: PolicyView, share: PolicyTally) -> tuple[bool, str, str]:
+CONTROL_PLANE_NOT_ALLOWED = (
+    "; includeControlPlane has no effect: this operator leaves control-plane nodes "
+    "alone (--allow-control-plane-nodes, chart operator.allowControlPlaneNodes, is off)"
+)
+
+
+def _ready(
+    policy: PolicyView, share: PolicyTally, *, allow_control_plane: bool
+) -> tuple[bool, str, str]:
     if policy.spec is None:
         return False, "InvalidSpec", policy.error or "invalid spec"
     if share.conflicts:
@@ -268,7 +276,12 @@ def _ready(policy: PolicyView, share: PolicyTally) -> tuple[bool, str, str]:
             f"{len(share.conflicts)} node(s) match more than one policy and are left alone: "
             + ", ".join(sorted(share.conflicts)[:10]),
         )
-    return True, "Reconciling", f"{share.matched} node(s) matched"
+    note = (
+        CONTROL_PLANE_NOT_ALLOWED
+        if policy.spec.include_control_plane and not allow_control_plane
+        else ""
+    )
+    return True, "Reconciling", f"{share.matched} node(s) matched{note}"
 
 
 def _limit_reached_condition(share: PolicyTally) -> tuple[bool, str, str]:
@@ -286,16 +299,23 @@ def _limit_reached_condition(share: PolicyTally) -> tuple[bool, str, str]:
 
 
 def policy_status(
-    policy: PolicyView, share: PolicyTally, old: Mapping[str, Any], now: datetime
+    policy: PolicyView,
+    share: PolicyTally,
+    old: Mapping[str, Any],
+    now: datetime,
+    *,
+    allow_control_plane: bool = False,
 ) -> NodeAcceptancePolicyStatus:
     """The policy's status: counts, matched nodes, and its Ready and BreakerOpen conditions.
 
     ``old`` is the status as read (wire form), for the conditions' transition times.
+    ``allow_control_plane``: the operator's --allow-control-plane-nodes (without it a
+    policy's includeControlPlane reaches nothing, and Ready's message says so).
     """
     previous = {c.get("type"): c for c in old.get("conditions") or ()}
     conditions = []
     for ctype, state in (
-        ("Ready", _ready(policy, share)),
+        ("Ready", _ready(policy, share, allow_control_plane=allow_control_plane)),
         ("BreakerOpen", _limit_reached_condition(share)),
     ):
         conditions.append(
