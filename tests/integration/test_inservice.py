@@ -1,0 +1,178 @@
+"""Health in service end to end (issue 23): the real kube-apiserver, the kubelet
+stand-in running the real probe on simulated profiles, the operator as a
+subprocess under the chart's RBAC. An accepted node under a policy with
+``inService`` is judged from its own Node, as the device plugin and other tools
+write it (the test writes what they would):
+
+* a device plugin that restarts (allocatable 0 for ~2 s) under a short grace: the
+  node stays Accepted; one that lost a GPU for good: Quarantined, GPUsUnallocatable;
+* a node-problem-detector condition held past its duration: Quarantined,
+  UnhealthyCondition; one that flaps faster than its duration: stays Accepted;
+* dryRun: Held, the quarantine it would apply recorded, the Node untouched;
+* the quarantine limit: held in service (BreakerOpen), the Node untouched.
+
+Graces and durations are seconds here (the defaults are minutes).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from test_operator import HEALTHY, Env, env, suite_id, wait_for, wait_node_side
+
+__all__ = ["env"]
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+QUARANTINE_TAINT = "gpuaccept.io/quarantined"
+GRACE = 8
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _allocatable(env: Env, name: str, gpus: int) -> None:
+    """What the device plugin does: nvidia.com/gpu allocatable (capacity stays)."""
+    env.core.patch_node_status(name, {"status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}})
+
+
+def _condition(env: Env, name: str, status: str) -> None:
+    """What node-problem-detector does: its condition, with its last transition now."""
+    condition = {
+        "type": "KernelDeadlock",
+        "status": status,
+        "reason": "DockerHung" if status == "True" else "KernelHasNoDeadlock",
+        "message": "task docker blocked for more than 120 seconds" if status == "True" else "",
+        "lastHeartbeatTime": _now(),
+        "lastTransitionTime": _now(),
+    }
+    env.core.patch_node_status(name, {"status": {"conditions": [condition]}})
+
+
+def _gpus(env: Env, name: str) -> int:
+    return int(env.node(name)["status"]["capacity"]["nvidia.com/gpu"])
+
+
+def _taints(env: Env, name: str) -> list[str]:
+    return [t["key"] for t in env.node(name)["spec"].get("taints") or []]
+
+
+def _in_service(env: Env, name: str) -> dict[str, Any]:
+    return dict(env.status(name).get("inService") or {})
+
+
+def test_a_device_plugin_restart_stays_accepted_a_lost_gpu_is_quarantined(env: Env) -> None:
+    suite = suite_id("alloc")
+    env.policy(suite, inService={"enabled": True, "allocatableGraceSeconds": GRACE})
+    restart, lost = env.nodes(suite, {"restart": HEALTHY, "lost": HEALTHY})
+    env.wait_phase([restart, lost], "Accepted")
+    wait_for("the ledgers", lambda: _in_service(env, restart) and _in_service(env, lost), 30)
+    gpus = _gpus(env, restart)
+    _allocatable(env, restart, 0)  # the device plugin restarts: nothing allocatable
+    _allocatable(env, lost, gpus - 1)  # a GPU marked unhealthy, for good
+    wait_for(
+        f"{restart}'s drop recorded",
+        lambda: _in_service(env, restart).get("unallocatableSince"),
+        30,
+    )
+    time.sleep(2)
+    _allocatable(env, restart, gpus)  # registered again
+    wait_for(
+        f"{lost} quarantined in service",
+        lambda: env.status(lost).get("reason") == "GPUsUnallocatable",
+        60,
+    )
+    wait_node_side(env, lost, "Quarantined", reason="GPUsUnallocatable")
+    status = env.status(lost)
+    assert status["phase"] == "Quarantined"
+    assert status["reasons"][0]["check"] == "in_service"
+    assert f"{gpus - 1} of {gpus} GPUs allocatable" in status["message"]
+    verdict = status["inService"]["verdict"]
+    assert verdict["reason"] == "GPUsUnallocatable"
+    assert verdict["windowStart"] <= verdict["windowEnd"]
+    # the restart's drop began with the lost GPU's: its grace is over too, and it stayed
+    kept = env.status(restart)
+    assert kept["phase"] == "Accepted"
+    assert "reason" not in kept
+    assert "unallocatableSince" not in kept["inService"]
+    assert [e["what"] for e in kept["inService"]["events"]] == ["GPUsUnallocatable"]
+    wait_node_side(env, restart, "Accepted")
+    assert QUARANTINE_TAINT not in _taints(env, restart)
+
+
+def test_a_condition_held_is_quarantined_a_flapping_one_is_not(env: Env) -> None:
+    suite = suite_id("npd")
+    rule = {"type": "KernelDeadlock", "status": "True", "durationSeconds": 10}
+    env.policy(suite, inService={"enabled": True, "unhealthyConditions": [rule]})
+    held, flapping = env.nodes(suite, {"held": HEALTHY, "flap": HEALTHY})
+    env.wait_phase([held, flapping], "Accepted")
+    _condition(env, held, "True")
+    for _ in range(6):  # True for about 2 s, then False: never 10 s in a row
+        _condition(env, flapping, "True")
+        time.sleep(2)
+        _condition(env, flapping, "False")
+        time.sleep(1)
+    wait_for(
+        f"{held} quarantined in service",
+        lambda: env.status(held).get("reason") == "UnhealthyCondition",
+        60,
+    )
+    wait_node_side(env, held, "Quarantined", reason="UnhealthyCondition")
+    assert "KernelDeadlock=True" in env.status(held)["message"]
+    kept = env.status(flapping)
+    assert kept["phase"] == "Accepted"
+    assert "reason" not in kept
+    events = [e["what"] for e in kept["inService"]["events"]]
+    assert events.count("condition KernelDeadlock=True") >= 2
+    assert not kept["inService"].get("conditions")  # False now: no timer runs
+    assert QUARANTINE_TAINT not in _taints(env, flapping)
+
+
+def test_dry_run_holds_an_in_service_verdict(env: Env) -> None:
+    suite = suite_id("dry")
+    env.policy(suite, dryRun=True, inService={"enabled": True, "allocatableGraceSeconds": 2})
+    (name,) = env.nodes(suite, {"d": HEALTHY})
+    wait_for(
+        f"{name} held, would accept",
+        lambda: env.status(name).get("heldAction") == "Accept",
+        120,
+    )
+    _allocatable(env, name, _gpus(env, name) - 1)
+    wait_for(
+        f"{name} held, would quarantine",
+        lambda: env.status(name).get("heldAction") == "Quarantine",
+        60,
+    )
+    status = env.status(name)
+    assert (status["phase"], status["reason"]) == ("Held", "DryRun")
+    assert status["reasons"][0]["reason"] == "GPUsUnallocatable"
+    assert "would quarantine" in status["message"]
+    assert QUARANTINE_TAINT not in _taints(env, name)
+
+
+def test_the_quarantine_limit_holds_it_in_service(env: Env) -> None:
+    suite = suite_id("limit")
+    env.policy(
+        suite,
+        maxQuarantined=0,
+        inService={"enabled": True, "allocatableGraceSeconds": 2},
+    )
+    (name,) = env.nodes(suite, {"l": HEALTHY})
+    env.wait_phase([name], "Accepted")
+    _allocatable(env, name, _gpus(env, name) - 1)
+    wait_for(
+        f"{name} held by the limit",
+        lambda: env.status(name).get("reason") == "BreakerOpen",
+        60,
+    )
+    status = env.status(name)
+    assert (status["phase"], status["heldAction"]) == ("Accepted", "Quarantine")
+    assert status["reasons"][0]["reason"] == "GPUsUnallocatable"
+    assert "quarantine limit" in status["message"]
+    wait_node_side(env, name, "Accepted")
+    assert QUARANTINE_TAINT not in _taints(env, name)
+    assert any(e["reason"] == "BreakerOpen" for e in env.events(name, "Node"))
