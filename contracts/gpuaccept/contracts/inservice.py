@@ -142,11 +142,18 @@ class InService(ContractModel):
         default_factory=Correlation, description="Common causes across the policy's nodes."
     )
     xid: XidRules = Field(default_factory=XidRules, description="How Xid events are counted.")
+    watch_pods: bool = Field(
+        default=True,
+        description="Run a token-less watch pod (no GPU requested) on each accepted node, "
+        "one window after another, for Xid events and durable GPU state. Off: the Node's "
+        "own signals only.",
+    )
     window_seconds: int = Field(
         default=1800,
-        ge=60,
+        ge=10,
         le=DAY,
-        description="How long one watch pod watches its node before it reports.",
+        description="How long one watch pod watches its node before it reports; at most "
+        "one watch pod per node starts per window.",
     )
 
 
@@ -243,3 +250,12 @@ class InServiceStatus(ContractModel):
         "seen again is not counted twice.",
     )
     verdict: InServiceVerdict | None = Field(default=None, description="The last verdict.")
+    watch_serial: int = Field(
+        default=0, ge=0, description="The serial of the node's latest watch pod."
+    )
+    watch_pod: str | None = Field(
+        default=None, max_length=253, description="The watch pod of the window under way."
+    )
+    watch_started: datetime | None = Field(
+        default=None, description="When the latest watch pod was created."
+    )

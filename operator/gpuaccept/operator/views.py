@@ -43,6 +43,7 @@ from gpuaccept.operator.core.podspec import (
     FABRIC_RANK_LABEL,
     FABRIC_SECOND_ANNOTATION,
     MANAGED_BY_LABEL,
+    WATCH_LABEL,
 )
 
 log = logging.getLogger(__name__)
@@ -282,6 +283,12 @@ def _timestamp(text: object) -> datetime | None:
         return None
 
 
+def _watch_serial(meta: Mapping[str, Any]) -> int | None:
+    """A watch pod's serial (its gpuaccept.io/watch label), else None."""
+    value = str((meta.get("labels") or {}).get(WATCH_LABEL, ""))
+    return int(value) if value.isascii() and value.isdigit() else None
+
+
 def pod_view(body: Mapping[str, Any]) -> PodView:
     meta = _meta(body)
     status = body.get("status") or {}
@@ -321,6 +328,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         created=_timestamp(meta.get("creationTimestamp")),
         finished=_timestamp((terminated or {}).get("finishedAt")),
         fabric=_fabric_labels(meta),
+        watch=_watch_serial(meta),
         uid=str(meta.get("uid", "")),
         node_name=str((body.get("spec") or {}).get("nodeName") or ""),
         owner_uid=controller_uid(meta),

@@ -24,7 +24,7 @@ from gpuaccept.operator.core.capacity import (
 )
 from gpuaccept.operator.core.drain import drain_status
 from gpuaccept.operator.core.fabric.membership import is_member
-from gpuaccept.operator.core.inservice.phase import plan_in_service
+from gpuaccept.operator.core.inservice.phase import keeps_watch_pod, plan_in_service
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import (
     REASON_PROBE_ERROR,
@@ -189,6 +189,8 @@ def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
     # node is a member of its policy's pass; otherwise no pass sees it, and it goes.
     member = is_member(st, ctx.policy.name, ctx.spec, ctx.node.labels)
     for pod in ctx.obs.pods:
+        if keeps_watch_pod(ctx, pod):  # the window under way of a node watched in service
+            continue
         if not pod.deleting and (pod.fabric is None or not member):
             out.delete_pod(pod)
     # Under taintEffect NoExecute: the drain through the Eviction API (core/drain.py),

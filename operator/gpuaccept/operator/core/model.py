@@ -130,6 +130,7 @@ class PodView:
     created: datetime | None = None  # metadata.creationTimestamp
     finished: datetime | None = None  # the terminated container's finishedAt
     fabric: FabricPodLabels | None = None  # a fabric pair's pod (docs/fabric.md)
+    watch: int | None = None  # a watch pod's serial (policy inService), else None
     # Its identity (core/podidentity.py): only a pod whose UID and shape the status
     # records as the operator's own is read or deleted.
     uid: str = ""  # metadata.uid

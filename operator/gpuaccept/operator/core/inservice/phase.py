@@ -16,6 +16,7 @@ through a new acceptance probe (a new bootID, a re-probe), which starts a new le
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from gpuaccept.contracts.api import ACCEPTANCE_KIND
@@ -27,9 +28,11 @@ from gpuaccept.operator.core.inservice.evidence import (
     IN_SERVICE_CHECK,
     REASON_COMMON_CAUSE,
     NodeSignals,
+    WatchEvidence,
 )
 from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
-from gpuaccept.operator.core.model import PatchNAStatus, Plan
+from gpuaccept.operator.core.inservice.watchreport import watch_evidence
+from gpuaccept.operator.core.model import CreateProbePod, PatchNAStatus, Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
     REASON_DRY_RUN,
     REASON_QUARANTINE_LIMIT,
@@ -37,6 +40,7 @@ from gpuaccept.operator.core.nodecontext import (
     PlanBuilder,
     cut,
 )
+from gpuaccept.operator.core.podspec import WatchPodRequest, watch_pod_manifest, watch_pod_name
 from gpuaccept.operator.core.record import (
     ACCEPTED_MESSAGE,
     HELD_ACCEPT,
@@ -51,6 +55,7 @@ from gpuaccept.operator.core.record import (
 HOLD_RETRY_SECONDS = 30.0  # a held in-service verdict looks again (the limit, the fleet)
 EVENT_CLEARED = "InServiceCleared"
 EVENT_SUSPECT = "InServiceSuspect"
+EVENT_UNREADABLE = "WatchReportUnreadable"
 # The checks a suspect's targeted re-verification runs (reverify.suspects): the Xid
 # listener under load, and the load itself.
 SUSPECT_CHECKS = ("xid_errors", "gpu_compute")
@@ -86,12 +91,80 @@ def node_signals(ctx: NodeContext) -> NodeSignals:
     )
 
 
-def _evaluation(ctx: NodeContext) -> Evaluation:
+def _evaluation(ctx: NodeContext, reports: tuple[WatchEvidence, ...]) -> Evaluation:
     st, obs = ctx.status, ctx.obs
     fleet = Fleet(obs.in_service_fleet, obs.limit_counts.matched + 1)
-    observed = Observed(node_signals(ctx), obs.now, obs.watch_reports, ctx.node.name, fleet)
+    found = (*obs.watch_reports, *reports)
+    observed = Observed(node_signals(ctx), obs.now, found, ctx.node.name, fleet)
     ledger = ledger_for(st.in_service, ctx.node.boot_id, st.last_probe_time)
     return evaluate(ctx.spec.in_service, ledger, observed)
+
+
+def _ended_reports(ctx: NodeContext, out: PlanBuilder) -> tuple[WatchEvidence, ...]:
+    """The reports of the node's ended watch pods (each pod then deleted); an
+    unreadable one is no evidence, and a Warning Event says why."""
+    found: list[WatchEvidence] = []
+    accept_simulated = ctx.obs.config.accept_simulated_reports
+    for pod in ctx.obs.pods:
+        if pod.watch is None or not pod.ended:
+            continue
+        evidence = watch_evidence(pod, ctx.node, accept_simulated=accept_simulated)
+        if isinstance(evidence, WatchEvidence):
+            found.append(evidence)
+        elif not pod.deleting:
+            out.event(ACCEPTANCE_KIND, "Warning", EVENT_UNREADABLE, f"no evidence: {evidence}")
+        if not pod.deleting:
+            out.delete_pod(pod)
+    return tuple(found)
+
+
+def keeps_watch_pod(ctx: NodeContext, pod: PodView) -> bool:
+    """A live watch pod of a node still watched: not the decided phase's to delete."""
+    section = ctx.spec.in_service
+    return (
+        pod.watch is not None
+        and section.enabled
+        and section.watch_pods
+        and watched(ctx.status)
+        and not pod.ended
+    )
+
+
+def _stop_watching(ctx: NodeContext, out: PlanBuilder) -> None:
+    for pod in ctx.obs.pods:
+        if pod.watch is not None and not pod.deleting and not pod.ended:
+            out.delete_pod(pod)
+
+
+def _next_watch(
+    ctx: NodeContext, out: PlanBuilder, st: NodeAcceptanceStatus
+) -> NodeAcceptanceStatus:
+    """``st`` with the next watch pod created when none is live and its window is due
+    (at most one pod per window, whatever became of the last)."""
+    section, obs, ledger = ctx.spec.in_service, ctx.obs, st.in_service
+    if not section.watch_pods or ledger is None:
+        _stop_watching(ctx, out)
+        return st
+    if any(p.watch is not None and not p.ended and not p.deleting for p in obs.pods):
+        return st
+    if ledger.watch_started is not None:
+        due = ledger.watch_started + timedelta(seconds=section.window_seconds)
+        if obs.now < due:
+            out.wake_in((due - obs.now).total_seconds())
+            return st
+    serial = ledger.watch_serial + 1
+    name = watch_pod_name(obs.config.pod_prefix, ctx.node.name, serial)
+    request = WatchPodRequest(
+        name=name,
+        serial=serial,
+        node=ctx.node,
+        policy_name=ctx.policy.name,
+        spec=ctx.spec,
+        owner_uid=obs.na.uid if obs.na is not None else "",
+    )
+    out.actions.append(CreateProbePod(name, watch_pod_manifest(request, obs.config)))
+    update = {"watch_serial": serial, "watch_pod": name, "watch_started": obs.now}
+    return st.model_copy(update={"in_service": ledger.model_copy(update=update)})
 
 
 def _suspicion(suspect: InServiceSuspect) -> Suspicion:
@@ -124,26 +197,32 @@ def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     st = ctx.status
     if not ctx.spec.in_service.enabled or not watched(st):
         return None
-    result = _evaluation(ctx)
+    result = _evaluation(ctx, _ended_reports(ctx, out))
     if result.wake_in is not None:
         out.wake_in(result.wake_in)
     kept = st.model_copy(update={"in_service": result.ledger, **_suspicions(ctx, result.suspects)})
-    inner = replace(ctx, status=kept)
     if result.verdict is not None:
-        return _verdict(ctx, inner, out, result.verdict)
+        _stop_watching(ctx, out)
+        return _verdict(ctx, replace(ctx, status=kept), out, result.verdict)
     if ours(st) and st.reason in HELD_REASONS:
         return _cleared(ctx, out, kept)
-    if kept == st:
+    kept = _next_watch(ctx, out, kept)
+    if kept == st and not out.actions:
         return None
     out.write_status(st, kept)
-    new_suspects = {s.gpu + str(s.xid) for s in result.suspects} - {
-        s.gpu + str(s.xid) for s in (st.in_service.suspects if st.in_service else ())
-    }
-    if new_suspects:
-        names = ", ".join(f"Xid {s.xid} on GPU {s.gpu}" for s in result.suspects)
-        out.event(ACCEPTANCE_KIND, "Warning", EVENT_SUSPECT, f"suspected in service: {names}")
+    _suspect_event(out, st, result.suspects)
     out.ensure_node(ctx, st)
     return out.build("in service: ledger recorded")
+
+
+def _suspect_event(
+    out: PlanBuilder, st: NodeAcceptanceStatus, found: tuple[InServiceSuspect, ...]
+) -> None:
+    before = {(s.gpu, s.xid) for s in (st.in_service.suspects if st.in_service else ())}
+    new = [s for s in found if (s.gpu, s.xid) not in before]
+    if new:
+        names = ", ".join(f"Xid {s.xid} x{s.count} on GPU {s.gpu}" for s in new)
+        out.event(ACCEPTANCE_KIND, "Warning", EVENT_SUSPECT, f"suspected in service: {names}")
 
 
 def _verdict(

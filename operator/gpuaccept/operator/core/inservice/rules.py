@@ -71,7 +71,9 @@ def ledger_for(
     """``old`` if it is about this boot and this acceptance, else a new ledger."""
     if old is not None and old.boot_id == boot_id and old.accepted_time == accepted:
         return old
-    return InServiceStatus(boot_id=boot_id, accepted_time=accepted)
+    # the watch pods' serial goes on: a new pod never takes an old one's name
+    serial = old.watch_serial if old is not None else 0
+    return InServiceStatus(boot_id=boot_id, accepted_time=accepted, watch_serial=serial)
 
 
 def _signal_events(ledger: InServiceStatus) -> list[InServiceEvent]:
