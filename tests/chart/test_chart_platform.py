@@ -373,7 +373,7 @@ def test_alerts_can_be_disabled_one_by_one_and_labelled(tmp_path: Path) -> None:
     names = [r["alert"] for r in group["rules"]]
     assert "GPUAcceptNodeStuck" not in names
     assert "GPUAcceptPendingNodeUnwatched" not in names
-    assert len(names) == 7
+    assert len(names) == 16  # 9 + one per in-service reason (8) + CommonCause - the 2
     for rule in group["rules"]:
         assert rule["labels"]["team"] == "gpu-platform"
         assert rule["labels"]["severity"] in {"warning", "critical"}
