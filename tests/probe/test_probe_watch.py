@@ -247,3 +247,58 @@ def test_watch_leaves_the_acceptance_probe_alone() -> None:
     test_profile_expectations); the watch subcommand is routed, not the probe."""
     proc = run_cli("--profile", INSERVICE / "xid79-after-acceptance.yaml", "--output", "json")
     assert proc.returncode == 0, proc.stderr
+
+
+def _watch_timeline(timeline: dict[str, object], window_s: float = 60) -> WatchReport:
+    """One in-process window over the healthy profile with ``timeline`` (R570 driver,
+    so that the recovery action is read)."""
+    base = load_profile(HEALTHY).model_dump(by_alias=True, exclude_none=True)
+    base["driver"] = {**base["driver"], "version": "570.124.06"}
+    profile = load_profile(HEALTHY).model_validate({**base, "inService": timeline})
+    backend = SimulatedBackend(profile)
+    settings = WatchSettings(
+        node_name="gpu-7", boot_id=BOOT, window_s=window_s, fatal_xids=frozenset({79})
+    )
+    try:
+        return run_watch(backend, SimulatedWatch(backend, "gpu-7"), settings)
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize(
+    ("timeline", "gpu", "expected"),
+    [
+        ({"nvlinkDown": [{"gpu": 2, "link": 5, "atS": 10}]}, 2, {"nvlink_down": [5]}),
+        (
+            {"recoveryAction": [{"gpu": 4, "atS": 10, "action": "node_reboot"}]},
+            4,
+            {"recovery_action": "node_reboot"},
+        ),
+        ({"remapFailed": [{"gpu": 1, "atS": 59}]}, 1, {"remap_failed": True}),
+        ({"gpusLost": [{"gpu": 6, "atS": 30}]}, 6, {"lost": True}),
+        (
+            {"ramps": [{"gpu": 0, "counter": "eccUncorrected", "add": 2, "fromS": 20, "toS": 20}]},
+            0,
+            {"ecc_uncorrected": 2},
+        ),
+        (
+            {"ramps": [{"gpu": 3, "counter": "nvlinkCrc", "link": 1, "add": 40, "toS": 120}]},
+            3,
+            {"nvlink_errors": {"crc": 20}},  # half the ramp in a 60 s window
+        ),
+    ],
+)
+def test_each_timeline_change_reaches_its_gpu_alone(
+    timeline: dict[str, object], gpu: int, expected: dict[str, object]
+) -> None:
+    report = _watch_timeline(timeline)
+    lost = "gpusLost" in timeline  # NVML's event wait answers GPU_IS_LOST: the end
+    assert report.end_reason is (WatchEnd.GPU_LOST if lost else WatchEnd.WINDOW)
+    entry = report.gpus[gpu]
+    assert {k: getattr(entry, k) for k in expected} == expected
+    assert [g.index for g in report.gpus if g.faulty()] == [gpu]
+
+
+def test_a_change_after_the_window_is_not_seen() -> None:
+    report = _watch_timeline({"remapPending": [{"gpu": 1, "atS": 61}]})
+    assert not any(g.faulty() for g in report.gpus)

@@ -39,13 +39,18 @@ def simulated_uuid(node_name: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(SIM_UUID_NAMESPACE, f'{node_name}/{index}')}"
 
 
+LOST = 0  # in a timeline event: the GPU is lost (no Xid; NVML's wait answers GPU_IS_LOST)
+
+
 def timeline_events(timeline: InService) -> list[tuple[float, int, int]]:
-    """Every Xid of the timeline as (seconds, GPU, Xid), in time order."""
+    """Every Xid of the timeline as (seconds, GPU, Xid), and every GPU lost as
+    (seconds, GPU, :data:`LOST`), in time order."""
     out = [
         (round(e.at_s + i * e.every_s, 3), e.gpu, e.xid)
         for e in timeline.events
         for i in range(e.count)
     ]
+    out += [(t.at_s, t.gpu, LOST) for t in timeline.gpus_lost]
     return sorted(out)
 
 
@@ -178,6 +183,10 @@ class SimulatedWatch:
             self._move_to(max(at, self._now))
             if gpu in self._fallen:
                 continue  # a GPU off the bus raises no more events
+            if xid == LOST:  # as NVML's event wait answers on a real node
+                if self._log is not None and self._log.died is None:
+                    self._log.wait_failed(f"GPU {gpu}: NVML: GPU is lost", gpu_lost=True)
+                continue
             if self._log is not None:
                 self._log.record(gpu, xid)
             if xid in FELL_OFF_BUS_XIDS:
