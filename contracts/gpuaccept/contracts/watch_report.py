@@ -54,6 +54,7 @@ class WatchEnd(StrEnum):
     NO_DEVICE_ACCESS = "noDeviceAccess"  # no GPU visible: NVML absent or zero devices
     LISTENER_FAILED = "listenerFailed"  # the event wait failed: no evidence after it
     TERMINATED = "terminated"  # SIGTERM (the pod was deleted, the node drained)
+    FAILED = "failed"  # the watch could not run (bad input, a crash): no evidence at all
 
 
 class WatchXid(ContractModel):
@@ -240,8 +241,9 @@ class WatchReport(ContractModel):
 
     def gpus_lost(self) -> int | None:
         """GPUs expected and not seen, plus GPUs seen lost; None without evidence (no
-        device access: the runtime hid the GPUs, which says nothing about them)."""
-        if self.end_reason is WatchEnd.NO_DEVICE_ACCESS:
+        device access: the runtime hid the GPUs, which says nothing about them; or the
+        watch failed)."""
+        if self.end_reason in (WatchEnd.NO_DEVICE_ACCESS, WatchEnd.FAILED):
             return None
         lost = sum(1 for g in self.gpus if g.lost)
         missing = 0 if self.gpus_expected is None else max(0, self.gpus_expected - self.gpus_seen)
