@@ -9,7 +9,11 @@ write it (the test writes what they would):
 * a node-problem-detector condition held past its duration: Quarantined,
   UnhealthyCondition; one that flaps faster than its duration: stays Accepted;
 * dryRun: Held, the quarantine it would apply recorded, the Node untouched;
-* the quarantine limit: held in service (BreakerOpen), the Node untouched.
+* the quarantine limit: held in service (BreakerOpen), the Node untouched;
+* watch pods (``gpuaccept probe watch``, token-less, no GPU) on the in-service
+  profiles: Xid 79 after acceptance is quarantined (XidFatal); Xid 13 twice on one GPU
+  makes a suspect that stays Accepted; an Xid 45 burst on several nodes at once is a
+  common cause: suspects marked so, none quarantined.
 
 Graces and durations are seconds here (the defaults are minutes).
 """
@@ -21,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from test_operator import HEALTHY, Env, env, suite_id, wait_for, wait_node_side
+from test_operator import HEALTHY, ROOT, Env, env, suite_id, wait_for, wait_node_side
 
 __all__ = ["env"]
 
@@ -29,6 +33,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 QUARANTINE_TAINT = "gpuaccept.io/quarantined"
 GRACE = 8
+INSERVICE = ROOT / "profiles" / "inservice"
+XID79 = str(INSERVICE / "xid79-after-acceptance.yaml")
+XID13 = str(INSERVICE / "xid13-twice-one-gpu.yaml")
+XID45 = str(INSERVICE / "xid45-burst.yaml")
+# Watch windows of 60 s (the default is 30 minutes): the in-service profiles' events
+# fall within a window's first minute, and the stand-in's simulated watch reports the
+# window at once (the first pod starts at acceptance; the next one a window later).
+WATCH = {"enabled": True, "windowSeconds": 60}
 
 
 def _now() -> str:
@@ -65,9 +77,84 @@ def _in_service(env: Env, name: str) -> dict[str, Any]:
     return dict(env.status(name).get("inService") or {})
 
 
+def _watch_pods(env: Env, name: str) -> list[dict[str, Any]]:
+    return [
+        p for p in env.pods(name) if "gpuaccept.io/watch" in (p["metadata"].get("labels") or {})
+    ]
+
+
+def test_a_fatal_xid_after_acceptance_is_quarantined(env: Env) -> None:
+    suite = suite_id("xid79")
+    env.policy(suite, inService=WATCH)
+    (name,) = env.nodes(suite, {"x": XID79})
+    env.wait_phase([name], "Accepted")
+    wait_for(
+        f"{name} quarantined in service",
+        lambda: env.status(name).get("reason") == "XidFatal",
+        120,
+    )
+    wait_node_side(env, name, "Quarantined", reason="XidFatal")
+    status = env.status(name)
+    assert status["reasons"][0]["check"] == "in_service"
+    assert "Xid 79 (fatal)" in status["message"]
+    ledger = status["inService"]
+    assert ledger["verdict"]["reason"] == "XidFatal"
+    assert any(e.get("xid") == 79 for e in ledger["events"])
+    assert ledger["watchSerial"] >= 1
+    wait_for(f"{name}'s watch pods gone", lambda: not _watch_pods(env, name), 60)
+
+
+def test_an_application_xid_twice_makes_a_suspect_that_stays_accepted(env: Env) -> None:
+    suite = suite_id("xid13")
+    env.policy(suite, inService=WATCH, reverify={"enabled": True})
+    (name,) = env.nodes(suite, {"x": XID13})
+    env.wait_phase([name], "Accepted")
+    wait_for(
+        f"{name} a suspect",
+        lambda: (env.status(name).get("inService") or {}).get("suspects"),
+        120,
+    )
+    status = env.status(name)
+    assert status["phase"] == "Accepted"
+    assert "reason" not in status
+    (suspect,) = status["inService"]["suspects"]
+    assert suspect["xid"] == 13
+    assert suspect["count"] >= 2
+    assert not suspect.get("commonCause")
+    suspicions = status["reverify"]["suspicions"]
+    assert [s["checks"] for s in suspicions] == [["xid_errors", "gpu_compute"]]
+    assert "Xid 13" in suspicions[0]["cause"]
+    assert any(e["reason"] == "InServiceSuspect" for e in env.events(name, "NodeAcceptance"))
+    wait_node_side(env, name, "Accepted")
+
+
+def test_an_xid_45_burst_on_several_nodes_is_a_common_cause(env: Env) -> None:
+    suite = suite_id("xid45")
+    env.policy(suite, inService=WATCH)
+    names = env.nodes(suite, {"a": XID45, "b": XID45, "c": XID45})
+    env.wait_phase(names, "Accepted")
+
+    def common() -> bool:
+        for name in names:
+            suspects = (env.status(name).get("inService") or {}).get("suspects") or []
+            if not suspects or not all(s.get("commonCause") for s in suspects):
+                return False
+        return True
+
+    # each node is judged again at its next window: all of them see the others by then
+    wait_for("every node's suspects marked a common cause", common, 240)
+    for name in names:
+        status = env.status(name)
+        assert status["phase"] == "Accepted"
+        assert {s["xid"] for s in status["inService"]["suspects"]} == {45}
+        assert "verdict" not in status["inService"]
+        assert QUARANTINE_TAINT not in _taints(env, name)
+
+
 def test_a_device_plugin_restart_stays_accepted_a_lost_gpu_is_quarantined(env: Env) -> None:
     suite = suite_id("alloc")
-    env.policy(suite, inService={"enabled": True, "allocatableGraceSeconds": GRACE})
+    section = {"enabled": True, "allocatableGraceSeconds": GRACE, "watchPods": False}
+    env.policy(suite, inService=section)
     restart, lost = env.nodes(suite, {"restart": HEALTHY, "lost": HEALTHY})
     env.wait_phase([restart, lost], "Accepted")
     wait_for("the ledgers", lambda: _in_service(env, restart) and _in_service(env, lost), 30)
@@ -107,7 +194,9 @@ def test_a_device_plugin_restart_stays_accepted_a_lost_gpu_is_quarantined(env: E
 def test_a_condition_held_is_quarantined_a_flapping_one_is_not(env: Env) -> None:
     suite = suite_id("npd")
     rule = {"type": "KernelDeadlock", "status": "True", "durationSeconds": 10}
-    env.policy(suite, inService={"enabled": True, "unhealthyConditions": [rule]})
+    env.policy(
+        suite, inService={"enabled": True, "unhealthyConditions": [rule], "watchPods": False}
+    )
     held, flapping = env.nodes(suite, {"held": HEALTHY, "flap": HEALTHY})
     env.wait_phase([held, flapping], "Accepted")
     _condition(env, held, "True")
