@@ -149,6 +149,20 @@ CASES = [
         reason="RowRemapFailure",
     ),
     Case(
+        "remap pending in the report's state",
+        healthy(),
+        (report("a", (15, 63, "memory"), state=(GpuState(GPU, "RowRemapPending"),)),),
+        1800,
+        reason="RowRemapPending",
+    ),
+    Case(
+        "a recovery action other than none",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "RecoveryAction", "node_reboot"),)),),
+        1800,
+        reason="GPURecoveryAction",
+    ),
+    Case(
         "a GPU lost",
         healthy(),
         (report("a", state=(GpuState(GPU, "GPULost"),)),),

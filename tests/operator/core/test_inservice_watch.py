@@ -187,3 +187,25 @@ def test_leaving_service_deletes_the_watch_pod() -> None:
     world.node = dataclasses.replace(world.node, boot_id="boot-2")
     world.settle()
     assert not watch_pods(world)
+
+
+def test_a_watch_that_saw_no_gpu_is_no_evidence() -> None:
+    """A runtime that hides the GPUs from a pod without a GPU request: not a lost GPU."""
+    world = accepted()
+    world.advance(WINDOW)
+    hidden = report(world, end_reason="noDeviceAccess", ended_early=True, gpus_seen=0)
+    end_watch(world, hidden)
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    assert world.status.in_service is not None
+    assert world.status.in_service.reports == []
+    assert "WatchReportUnreadable" in [e.reason for e in world.events]
+
+
+def test_a_simulated_report_is_refused_where_the_operator_takes_none() -> None:
+    world = accepted()
+    world.config = dataclasses.replace(world.config, accept_simulated_reports=False)
+    world.advance(WINDOW)
+    end_watch(world, report(world, (79, 1.0)))
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
