@@ -236,7 +236,7 @@ def read_state(
         action = reads("recoveryAction", gpu, state, partial(hardware.gpu_recovery_action, gpu))
         if action is not None and 0 <= action < len(RECOVERY_ACTION_BY_VALUE):
             state.recovery_action = RECOVERY_ACTION_BY_VALUE[action].value
-        links = reads("nvlink", gpu, state, partial(hardware.nvlink, gpu))
+        links = reads("nvlinks", gpu, state, partial(hardware.nvlink, gpu))
         if links is not None:
             state.nvlink_active = frozenset(links.active)
             if links.errors is not None:
