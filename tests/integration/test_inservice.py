@@ -11,7 +11,8 @@ write it (the test writes what they would):
 * dryRun: Held, the quarantine it would apply recorded, the Node untouched;
 * the quarantine limit: held in service (BreakerOpen), the Node untouched;
 * watch pods (``gpuaccept probe watch``, token-less, no GPU) on the in-service
-  profiles: Xid 79 after acceptance is quarantined (XidFatal); Xid 13 twice on one GPU
+  profiles: Xid 79 after acceptance is quarantined (XidFatal); a row remap pending is
+  quarantined from the state, not from its Xid 63 (RowRemapPending); Xid 13 twice on one GPU
   makes a suspect that stays Accepted; an Xid 45 burst on several nodes at once is a
   common cause: suspects marked so, none quarantined.
 
@@ -37,6 +38,7 @@ INSERVICE = ROOT / "profiles" / "inservice"
 XID79 = str(INSERVICE / "xid79-after-acceptance.yaml")
 XID13 = str(INSERVICE / "xid13-twice-one-gpu.yaml")
 XID45 = str(INSERVICE / "xid45-burst.yaml")
+REMAP = str(INSERVICE / "remap-pending.yaml")
 # Watch windows of 60 s (the default is 30 minutes): the in-service profiles' events
 # fall within a window's first minute, and the stand-in's simulated watch reports the
 # window at once (the first pod starts at acceptance; the next one a window later).
@@ -102,6 +104,24 @@ def test_a_fatal_xid_after_acceptance_is_quarantined(env: Env) -> None:
     assert any(e.get("xid") == 79 for e in ledger["events"])
     assert ledger["watchSerial"] >= 1
     wait_for(f"{name}'s watch pods gone", lambda: not _watch_pods(env, name), 60)
+
+
+def test_remap_pending_in_service_is_quarantined_from_the_state(env: Env) -> None:
+    """Xid 63 (memory state) is never judged on the event; the pending flag at the
+    window's end is."""
+    suite = suite_id("remap")
+    env.policy(suite, inService=WATCH)
+    (name,) = env.nodes(suite, {"r": REMAP})
+    env.wait_phase([name], "Accepted")
+    wait_for(
+        f"{name} quarantined in service",
+        lambda: env.status(name).get("reason") == "RowRemapPending",
+        120,
+    )
+    wait_node_side(env, name, "Quarantined", reason="RowRemapPending")
+    events = env.status(name)["inService"]["events"]
+    assert any(e.get("xid") == 63 and e["kind"] == "memory" for e in events)
+    assert any(e["kind"] == "state" and e["what"].startswith("RowRemapPending") for e in events)
 
 
 def test_an_application_xid_twice_makes_a_suspect_that_stays_accepted(env: Env) -> None:
