@@ -209,3 +209,25 @@ def test_a_simulated_report_is_refused_where_the_operator_takes_none() -> None:
     end_watch(world, report(world, (79, 1.0)))
     world.settle()
     assert world.status.phase == Phase.ACCEPTED
+
+
+def test_the_report_is_counted_before_its_pod_goes_and_the_next_pod_is_named() -> None:
+    """A refused status write must not lose a report (its pod deleted first) nor
+    create a pod the status does not name."""
+    from gpuaccept.operator.core.model import (  # noqa: PLC0415
+        CreateProbePod,
+        DeleteProbePod,
+        PatchNAStatus,
+    )
+
+    world = accepted()
+    world.advance(WINDOW)
+    end_watch(world, report(world, (13, 5.0)))
+    kinds = [type(a) for a in world.plan().actions]
+    assert kinds.index(PatchNAStatus) < kinds.index(DeleteProbePod)
+    assert kinds.index(PatchNAStatus) < kinds.index(CreateProbePod)
+    world.settle()
+    world.advance(WINDOW)
+    end_watch(world, report(world, (79, 5.0)))
+    kinds = [type(a) for a in world.plan().actions]
+    assert kinds.index(PatchNAStatus) < kinds.index(DeleteProbePod)

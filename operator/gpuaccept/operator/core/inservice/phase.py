@@ -100,10 +100,14 @@ def _evaluation(ctx: NodeContext, reports: tuple[WatchEvidence, ...]) -> Evaluat
     return evaluate(ctx.spec.in_service, ledger, observed)
 
 
-def _ended_reports(ctx: NodeContext, out: PlanBuilder) -> tuple[WatchEvidence, ...]:
-    """The reports of the node's ended watch pods (each pod then deleted); an
-    unreadable one is no evidence, and a Warning Event says why."""
+def _ended_reports(
+    ctx: NodeContext, out: PlanBuilder
+) -> tuple[tuple[WatchEvidence, ...], tuple[PodView, ...]]:
+    """The reports of the node's ended watch pods, and those pods (deleted only after
+    the status that counts their reports); an unreadable one is no evidence, and a
+    Warning Event says why."""
     found: list[WatchEvidence] = []
+    ended: list[PodView] = []
     accept_simulated = ctx.obs.config.accept_simulated_reports
     for pod in ctx.obs.pods:
         if pod.watch is None or not pod.ended:
@@ -114,8 +118,18 @@ def _ended_reports(ctx: NodeContext, out: PlanBuilder) -> tuple[WatchEvidence, .
         elif not pod.deleting:
             out.event(ACCEPTANCE_KIND, "Warning", EVENT_UNREADABLE, f"no evidence: {evidence}")
         if not pod.deleting:
-            out.delete_pod(pod)
-    return tuple(found)
+            ended.append(pod)
+    return tuple(found), tuple(ended)
+
+
+def _then_delete(out: PlanBuilder, pods: tuple[PodView, ...], plan: Plan) -> Plan:
+    """``plan`` with the ended watch pods deleted after its status write: a pod goes
+    only once its report is counted (a refused write keeps it for the next pass)."""
+    if not pods:
+        return plan
+    for pod in pods:
+        out.delete_pod(pod)
+    return out.build(plan.note)
 
 
 def keeps_watch_pod(ctx: NodeContext, pod: PodView) -> bool:
@@ -138,20 +152,21 @@ def _stop_watching(ctx: NodeContext, out: PlanBuilder) -> None:
 
 def _next_watch(
     ctx: NodeContext, out: PlanBuilder, st: NodeAcceptanceStatus
-) -> NodeAcceptanceStatus:
-    """``st`` with the next watch pod created when none is live and its window is due
-    (at most one pod per window, whatever became of the last)."""
+) -> tuple[NodeAcceptanceStatus, CreateProbePod | None]:
+    """``st`` with the next watch pod, and its create, when none is live and its window
+    is due (at most one pod per window, whatever became of the last). The create goes
+    after the status that names the pod (its serial is never used twice)."""
     section, obs, ledger = ctx.spec.in_service, ctx.obs, st.in_service
     if not section.watch_pods or ledger is None:
         _stop_watching(ctx, out)
-        return st
+        return st, None
     if any(p.watch is not None and not p.ended and not p.deleting for p in obs.pods):
-        return st
+        return st, None
     if ledger.watch_started is not None:
         due = ledger.watch_started + timedelta(seconds=section.window_seconds)
         if obs.now < due:
             out.wake_in((due - obs.now).total_seconds())
-            return st
+            return st, None
     serial = ledger.watch_serial + 1
     name = watch_pod_name(obs.config.pod_prefix, ctx.node.name, serial)
     request = WatchPodRequest(
@@ -162,9 +177,9 @@ def _next_watch(
         spec=ctx.spec,
         owner_uid=obs.na.uid if obs.na is not None else "",
     )
-    out.actions.append(CreateProbePod(name, watch_pod_manifest(request, obs.config)))
+    create = CreateProbePod(name, watch_pod_manifest(request, obs.config))
     update = {"watch_serial": serial, "watch_pod": name, "watch_started": obs.now}
-    return st.model_copy(update={"in_service": ledger.model_copy(update=update)})
+    return st.model_copy(update={"in_service": ledger.model_copy(update=update)}), create
 
 
 def _suspicion(suspect: InServiceSuspect) -> Suspicion:
@@ -197,22 +212,26 @@ def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     st = ctx.status
     if not ctx.spec.in_service.enabled or not watched(st):
         return None
-    result = _evaluation(ctx, _ended_reports(ctx, out))
+    reports, ended = _ended_reports(ctx, out)
+    result = _evaluation(ctx, reports)
     if result.wake_in is not None:
         out.wake_in(result.wake_in)
     kept = st.model_copy(update={"in_service": result.ledger, **_suspicions(ctx, result.suspects)})
     if result.verdict is not None:
         _stop_watching(ctx, out)
-        return _verdict(ctx, replace(ctx, status=kept), out, result.verdict)
+        plan = _verdict(ctx, replace(ctx, status=kept), out, result.verdict)
+        return _then_delete(out, ended, plan)
     if ours(st) and st.reason in HELD_REASONS:
-        return _cleared(ctx, out, kept)
-    kept = _next_watch(ctx, out, kept)
-    if kept == st and not out.actions:
+        return _then_delete(out, ended, _cleared(ctx, out, kept))
+    kept, create = _next_watch(ctx, out, kept)
+    if kept == st and not out.actions and not ended:
         return None
     out.write_status(st, kept)
+    if create is not None:
+        out.actions.append(create)
     _suspect_event(out, st, result.suspects)
     out.ensure_node(ctx, st)
-    return out.build("in service: ledger recorded")
+    return _then_delete(out, ended, out.build("in service: ledger recorded"))
 
 
 def _suspect_event(
