@@ -355,8 +355,13 @@ def test_non_default_release_name_and_namespace() -> None:
 
 
 def test_alerts_use_the_operators_metrics(ha_docs: list[Manifest]) -> None:
-    """Every metric an alert queries is one the operator exports."""
+    """Every metric an alert queries is one the operator exports; one alert per
+    in-service reason."""
     import re  # noqa: PLC0415
+
+    from gpuaccept.operator.core.inservice.evidence import (  # noqa: PLC0415
+        REASONS as IN_SERVICE_REASONS,
+    )
 
     importlib.import_module("gpuaccept.operator.metrics")  # registers them
     from prometheus_client import REGISTRY  # noqa: PLC0415
@@ -375,6 +380,7 @@ def test_alerts_use_the_operators_metrics(ha_docs: list[Manifest]) -> None:
         "GPUAcceptNodesQuarantined",
         "GPUAcceptBreakerTripped",
         "GPUAcceptProbeErrors",
+        *(f"GPUAcceptInService{reason}" for reason in (*IN_SERVICE_REASONS, "CommonCause")),
     }
     for alert in alerts:
         used = set(re.findall(r"\b(gpuaccept_[a-z_]+)\b", alert["expr"]))

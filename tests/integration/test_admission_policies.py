@@ -35,9 +35,12 @@ from gpuaccept.operator.core.model import FabricPodLabels, Taint
 from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
     ProbeAttempt,
+    WatchPodRequest,
     fabric_pod_manifest,
     probe_pod_manifest,
     probe_pod_name,
+    watch_pod_manifest,
+    watch_pod_name,
 )
 from gpuaccept.operator.kube import Kube
 from gpuaccept.testsupport.chart_rbac import (
@@ -274,6 +277,18 @@ def _fabric_pod(rendered: list[dict[str, Any]], node: str) -> dict[str, Any]:
         rendezvous_address=None,
     )
     return fabric_pod_manifest(request, config)
+
+
+def _watch_pod(rendered: list[dict[str, Any]], node: str) -> dict[str, Any]:
+    config = _config(rendered)
+    request = WatchPodRequest(
+        name=watch_pod_name(config.pod_prefix, node, 1),
+        serial=1,
+        node=NodeView(name=node, gpus=8, gpu_capacity=8, boot_id="b"),
+        policy_name="default",
+        spec=NodeAcceptancePolicySpec.model_validate({"inService": {"enabled": True}}),
+    )
+    return watch_pod_manifest(request, config)
 
 
 def _create(
@@ -626,7 +641,8 @@ def test_operator_token_creates_only_probe_shaped_pods(
     # (IPC_LOCK added, a toleration of probe.tolerations, the platform team's labels,
     # annotations and env, the sidecar opt-outs), are admitted.
     fabric = _fabric_pod(rendered, node)
-    for adapted in (pod, fabric):
+    watch = _watch_pod(rendered, node)  # policy inService: no GPU, no volume, no toleration
+    for adapted in (pod, fabric, watch):
         meta = adapted["metadata"]
         assert meta["labels"]["team"] == "ml-platform"
         assert meta["labels"]["sidecar.istio.io/inject"] == "false"
@@ -636,6 +652,11 @@ def test_operator_token_creates_only_probe_shaped_pods(
         assert "HTTPS_PROXY" in env
     admitted(_create(operator_api, pod))
     admitted(_create(operator_api, fabric))
+    admitted(_create(operator_api, watch))
+    # a watch pod with a token, or running another command, is refused like a probe pod
+    for change, message in SHAPE_ATTACKS:
+        if change in (_privileged, _token, _other_command, _tolerate_everything):
+            eventually_refused(_create(operator_api, _variant(watch, change)), message)
     # Elsewhere than the release namespace: refused (RBAC refuses it first).
     assert (
         _refusal(

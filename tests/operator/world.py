@@ -43,6 +43,8 @@ from gpuaccept.operator.core import (
 )
 from gpuaccept.operator.core.drain import evictable
 from gpuaccept.operator.core.fabric.pairing import FabricVerdict
+from gpuaccept.operator.core.inservice.correlation import SignatureSeen
+from gpuaccept.operator.core.inservice.evidence import WatchEvidence
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import (
@@ -173,6 +175,9 @@ class World:
     node_pods: list[NodePod] = field(default_factory=list)
     protected: set[str] = field(default_factory=set)
     drain: DrainResult | None = None
+    # Policy inService: the node's new watch reports, and the fleet's signatures.
+    watch_reports: tuple[WatchEvidence, ...] = ()
+    in_service_fleet: tuple[SignatureSeen, ...] = ()
 
     def restart(self) -> None:
         """A new operator process: what the executor remembered is gone."""
@@ -197,6 +202,8 @@ class World:
             created_pods=dict(self.created),
             pod_name_taken=self.pod_name_taken,
             drain=self.drain,
+            watch_reports=self.watch_reports,
+            in_service_fleet=self.in_service_fleet,
         )
 
     def plan(self) -> Plan:

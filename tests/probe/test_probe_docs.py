@@ -53,3 +53,18 @@ def test_policy_doc_names_every_probe_field() -> None:
         missing |= {n for n in wire_names(section) if f"`{n}`" not in text}
     assert not missing
     assert "## Operator fields" in text
+
+
+def test_report_doc_names_every_watch_report_field() -> None:
+    from gpuaccept.contracts.watch_report import (  # noqa: PLC0415
+        WatchEnd,
+        WatchGpu,
+        WatchIbPort,
+        WatchReport,
+        WatchXid,
+    )
+
+    text = (DOCS / "report-format.md").read_text()
+    names = set().union(*(wire_names(m) for m in (WatchReport, WatchXid, WatchGpu, WatchIbPort)))
+    assert not {n for n in names if f"`{n}`" not in text}
+    assert not {e.value for e in WatchEnd if f"`{e.value}`" not in text}

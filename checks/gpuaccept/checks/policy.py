@@ -21,6 +21,7 @@ from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec, CheckSpec
 from gpuaccept.contracts.api import PENDING_TAINT_KEY
 from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.inservice import InService
 from gpuaccept.contracts.policy import (
     CONTROL_PLANE_ROLE_LABELS,
     MAX_MAP_KEYS,
@@ -168,6 +169,12 @@ class NodeAcceptancePolicySpec(ContractModel):
         default_factory=RepeatOffenders,
         description="A node quarantined count times within the window stays quarantined "
         "until a person releases it.",
+    )
+    in_service: InService = Field(
+        default_factory=InService,
+        description="Judge accepted nodes in service from their own evidence: GPUs the "
+        "device plugin stops advertising, other tools' node conditions, Xid events and "
+        "GPU state from a token-less watch pod (off by default).",
     )
 
     @model_validator(mode="after")

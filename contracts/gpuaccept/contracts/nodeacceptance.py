@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StrictInt, model_validator
 
 from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.inservice import InServiceStatus
 from gpuaccept.contracts.report import CheckStatus, ProbeReport
 from gpuaccept.contracts.reverify import Baseline, ReverifyStatus
 
@@ -323,6 +324,12 @@ class NodeAcceptanceStatus(ContractModel):
         description="Re-verification of the accepted node (policy reverify): idle "
         "sampling, the round under way and the last, drift, suspicions, and "
         "its quarantines (repeatOffenders).",
+    )
+    in_service: InServiceStatus | None = Field(
+        default=None,
+        description="Health in service (policy inService): the ledger of the accepted "
+        "node's events by bootID and GPU, its suspects, the signal timers, and the last "
+        "in-service verdict with its evidence window.",
     )
     release: ReleaseRecord | None = Field(
         default=None,

@@ -95,3 +95,23 @@ RESERVED_ENV: Final = frozenset(
 def reserved_env(name: str) -> bool:
     """Whether ``name`` is the probe's to set (see :data:`RESERVED_ENV`)."""
     return name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX)
+
+
+# ``gpuaccept probe watch``: one in-service watch window (docs/probe.md, "gpuaccept probe
+# watch"). It reads ENV_NODE_NAME, ENV_BOOT_ID, ENV_PROFILE, ENV_SIM_TIME_SCALE and
+# ENV_NODE_GPU_CAPACITY (the GPUs the node should have: the report's gpusExpected) like
+# the probe, writes a WatchReport (contracts/watch_report.py) to --termination-log, and
+# exits WatchExit. Its pod requests no GPU: the operator sets NVIDIA_VISIBLE_DEVICES=all.
+WATCH_SUBCOMMAND: Final = "watch"
+FLAG_WINDOW: Final = "--window-s"  # default contracts.watch_report.DEFAULT_WINDOW_S
+# Xids that end the window at once (comma-separated; default: the fatal-on-first class of
+# checks/xid_classes.py). The operator passes its policy's list.
+FLAG_FATAL_XIDS: Final = "--fatal-xids"
+
+
+class WatchExit(IntEnum):
+    """``gpuaccept probe watch``'s exit codes: the report says what was seen either way."""
+
+    QUIET = 0  # the window ran out, or the watch saw no GPU (the report says which)
+    EARLY = 1  # ended early on a fatal event, a lost GPU or a failed listener
+    USAGE = 2  # bad usage or a bad input file

@@ -31,6 +31,7 @@ from typing import Any
 from gpuaccept.operator.core.capacity import gated
 from gpuaccept.operator.core.fabric.membership import fabric_candidate_policy
 from gpuaccept.operator.core.fleetcount import FleetCount
+from gpuaccept.operator.core.inservice.correlation import SignatureSeen, signatures
 from gpuaccept.operator.core.model import NAView, NodeView, PodView
 from gpuaccept.operator.views import (
     CachedAcceptance,
@@ -121,6 +122,9 @@ class Cache:
         # what a fabric pass reads, kept like the counts (O(1) per change)
         self._fabric_names: dict[str, set[str]] = defaultdict(set)
         self._fabric_policy: dict[str, str] = {}
+        # In-service signatures (core/inservice/correlation.py) by NodeAcceptance, with
+        # their policy: only nodes with an in-service verdict or suspect have any
+        self._signatures: dict[str, tuple[str, tuple[SignatureSeen, ...]]] = {}
         self.acceptances_changes = 0  # bumped on every change of ``acceptances()``
         self._listings: dict[str, _Listing] = defaultdict(_Listing)
 
@@ -227,6 +231,7 @@ class Cache:
     def _count_na(self, name: str) -> None:
         view = self.na(name)
         self._note_fabric(name, view)
+        self._note_signatures(name, view)
         if view is None:
             if self._acceptances.pop(name, None) is not None:
                 self.acceptances_changes += 1
@@ -245,6 +250,23 @@ class Cache:
         if policy is not None:  # a superset of the members (core.fabric.membership)
             self._fabric_policy[name] = policy
             self._fabric_names[policy].add(name)
+
+    def _note_signatures(self, name: str, view: NAView | None) -> None:
+        status = view.status if view is not None else None
+        seen = signatures(name, status.in_service) if status is not None else []
+        if seen and status is not None and status.policy:
+            self._signatures[name] = (status.policy, tuple(seen))
+        else:
+            self._signatures.pop(name, None)
+
+    def in_service_signatures(self, policy: str, node: str) -> tuple[SignatureSeen, ...]:
+        """The in-service signatures of ``policy``'s other nodes, as last counted."""
+        return tuple(
+            seen
+            for name, (owner, found) in self._signatures.items()
+            if owner == policy and name != node
+            for seen in found
+        )
 
     def fabric_names(self, policy: str) -> list[str]:
         """The NodeAcceptances of ``policy`` with a fabric test, as last counted (call

@@ -44,6 +44,7 @@ from gpuaccept.operator.cache import (
     index_policy,
 )
 from gpuaccept.operator.core.fleet import matching_policies
+from gpuaccept.operator.core.inservice.correlation import SignatureSeen
 from gpuaccept.operator.core.model import (
     Judge,
     NodeSnapshot,
@@ -355,7 +356,19 @@ class Controller:
             status_write_error=self.actions.status_error(name),
             fabric_verdict=self.fabric.verdict(name, fabric.waiting_since) if fabric else None,
             gpu_pod_sample=self.reverify.sample(name),
+            in_service_fleet=self._in_service_fleet(policies, name),
         )
+
+    def _in_service_fleet(
+        self, policies: tuple[PolicyView, ...] | list[PolicyView], name: str
+    ) -> tuple[SignatureSeen, ...]:
+        """The other nodes' in-service signatures under the node's policy (correlation)."""
+        if len(policies) != 1:
+            return ()
+        spec = policies[0].spec
+        if spec is None or not spec.in_service.enabled:
+            return ()
+        return self.cache.in_service_signatures(policies[0].name, name)
 
     def cache_policies(self) -> list[PolicyView]:
         return [entry.view for entry in self.cache.policies()]

@@ -46,6 +46,7 @@ from gpuaccept.operator.core.podspec import (
     FABRIC_PAIR_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    WATCH_LABEL,
 )
 from gpuaccept.operator.core.reconcile import STATUS_REFUSED_RETRY_SECONDS
 from gpuaccept.operator.core.startfailure import NODE_BUSY_PREFIX
@@ -258,7 +259,9 @@ class _NodeWrites:
         errors.pop(node, None)
         labels = (action.manifest.get("metadata") or {}).get("labels") or {}
         # A fabric pod's partner may be in service: the pair pass handles a refusal.
-        busy = [] if FABRIC_PAIR_LABEL in labels else self._gpu_pods_on_node(node)
+        # A watch pod requests no GPU: it runs beside the node's jobs, unchecked.
+        beside = FABRIC_PAIR_LABEL in labels or WATCH_LABEL in labels
+        busy = [] if beside else self._gpu_pods_on_node(node)
         if busy:
             errors[node] = (NODE_BUSY_PREFIX + ", ".join(busy[:5]))[:500]
             return  # the next pass sees the refusal: the node waits (NodeBusy)

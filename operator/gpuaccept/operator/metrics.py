@@ -24,8 +24,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpuaccept.checks.nccl_allreduce import BUSBW_FIGURE
-from gpuaccept.contracts.nodeacceptance import Phase
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core.fleet import PolicyTally
+from gpuaccept.operator.core.inservice.evidence import IN_SERVICE_CHECK, REASON_COMMON_CAUSE
+from gpuaccept.operator.core.inservice.evidence import REASONS as IN_SERVICE_REASONS
 from gpuaccept.operator.core.model import (
     Action,
     NAView,
@@ -74,6 +76,15 @@ QUARANTINES = Counter(
     "gpuaccept_quarantines_total",
     "Nodes newly quarantined (a transition into phase Quarantined), by policy.",
     ["policy"],
+)
+# Health in service (policy inService): each in-service verdict recorded, by its reason
+# and what became of it (Quarantined; held: DryRun, BreakerOpen, CommonCause). Created
+# at 0 per policy for the outcomes the alerts count (record_policy).
+INSERVICE_VERDICTS = Counter(
+    "gpuaccept_inservice_verdicts_total",
+    "In-service verdicts (an accepted node failing in service), by policy, reason and "
+    "outcome (Quarantined, DryRun, BreakerOpen, CommonCause).",
+    ["policy", "reason", "outcome"],
 )
 # The two quarantine limit series keep the names of the policy status field they
 # mirror (``breakerOpen``, condition ``BreakerOpen``): dashboards and alerts use them.
@@ -147,6 +158,10 @@ def record_policy(policy: str, share: PolicyTally) -> None:
     for phase in Phase:
         NODES_BY_PHASE.labels(policy, phase.value).set(by_phase.get(phase, 0))
     QUARANTINES.labels(policy)  # exists at 0 before the first quarantine
+    for reason in IN_SERVICE_REASONS:
+        INSERVICE_VERDICTS.labels(policy, reason, "Quarantined")
+    for reason in IN_SERVICE_REASONS:
+        INSERVICE_VERDICTS.labels(policy, reason, REASON_COMMON_CAUSE)
     QUARANTINE_LIMIT.labels(policy).set(share.limit)
     QUARANTINE_LIMIT_REACHED.labels(policy).set(1 if share.held_by_limit else 0)
 
@@ -157,6 +172,9 @@ def forget_policy(policy: str) -> None:
     remove_series(QUARANTINE_LIMIT, policy)
     remove_series(QUARANTINES, policy)
     remove_series(QUARANTINE_LIMIT_REACHED, policy)
+    for reason in IN_SERVICE_REASONS:
+        for outcome in ("Quarantined", "DryRun", "BreakerOpen", REASON_COMMON_CAUSE):
+            remove_series(INSERVICE_VERDICTS, policy, reason, outcome)
 
 
 def record_write(observed: NodeSnapshot, action: Action) -> None:
@@ -177,6 +195,18 @@ def record_write(observed: NodeSnapshot, action: Action) -> None:
             CHECK_FAILURES.labels(reason.check, reason.reason).inc()
     if new.phase == Phase.QUARANTINED and old.phase != Phase.QUARANTINED:
         QUARANTINES.labels(new.policy or "").inc()
+    _record_in_service(old, new)
+
+
+def _record_in_service(old: NodeAcceptanceStatus, new: NodeAcceptanceStatus) -> None:
+    """An in-service verdict newly recorded (its phase or reason changed)."""
+    if not new.reasons or new.reasons[0].check != IN_SERVICE_CHECK:
+        return
+    if (new.phase, new.reason) == (old.phase, old.reason):
+        return
+    outcome = "Quarantined" if new.phase == Phase.QUARANTINED else (new.reason or "")
+    if outcome:
+        INSERVICE_VERDICTS.labels(new.policy or "", new.reasons[0].reason, outcome).inc()
 
 
 # ----------------------------------------------------------------- per-node series

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,7 @@ from gpuaccept.contracts.forward import read_forward
 from gpuaccept.contracts.nodeacceptance import MAX_OWNED_PODS, NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
+from gpuaccept.operator.core.inservice.evidence import ConditionSeen
 from gpuaccept.operator.core.model import (
     FabricPodLabels,
     NAView,
@@ -41,6 +43,7 @@ from gpuaccept.operator.core.podspec import (
     FABRIC_RANK_LABEL,
     FABRIC_SECOND_ANNOTATION,
     MANAGED_BY_LABEL,
+    WATCH_LABEL,
 )
 
 log = logging.getLogger(__name__)
@@ -81,12 +84,22 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
     spec = body.get("spec") or {}
     status = body.get("status") or {}
     conditions: dict[str, NodeCondition] = {}
+    others: list[ConditionSeen] = []
     for cond in status.get("conditions") or ():
         if cond.get("type") in (NODE_CONDITION_TYPE, REMEDY_CONDITION_TYPE):
             conditions[str(cond.get("type"))] = NodeCondition(
                 str(cond.get("status", "")),
                 str(cond.get("reason", "")),
                 str(cond.get("message", "")),
+            )
+        elif cond.get("type"):
+            # Type and status are a handful of interned words; no message is kept.
+            others.append(
+                ConditionSeen(
+                    sys.intern(str(cond.get("type"))),
+                    sys.intern(str(cond.get("status", ""))),
+                    _timestamp(cond.get("lastTransitionTime")),
+                )
             )
     capacity = status.get("capacity") or {}
     allocatable = status.get("allocatable") or capacity
@@ -107,6 +120,7 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
         condition=conditions.get(NODE_CONDITION_TYPE),
         remedy=conditions.get(REMEDY_CONDITION_TYPE),
         created=_timestamp(meta.get("creationTimestamp")),
+        conditions=tuple(others),
     )
 
 
@@ -269,6 +283,12 @@ def _timestamp(text: object) -> datetime | None:
         return None
 
 
+def _watch_serial(meta: Mapping[str, Any]) -> int | None:
+    """A watch pod's serial (its gpuaccept.io/watch label), else None."""
+    value = str((meta.get("labels") or {}).get(WATCH_LABEL, ""))
+    return int(value) if value.isascii() and value.isdigit() else None
+
+
 def pod_view(body: Mapping[str, Any]) -> PodView:
     meta = _meta(body)
     status = body.get("status") or {}
@@ -308,6 +328,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         created=_timestamp(meta.get("creationTimestamp")),
         finished=_timestamp((terminated or {}).get("finishedAt")),
         fabric=_fabric_labels(meta),
+        watch=_watch_serial(meta),
         uid=str(meta.get("uid", "")),
         node_name=str((body.get("spec") or {}).get("nodeName") or ""),
         owner_uid=controller_uid(meta),

@@ -32,7 +32,6 @@ from gpuaccept.contracts.probe_invocation import (
     ENV_POLICY,
     ENV_PROC_ROOT,
     ENV_PROFILE,
-    ENV_SIM_TIME_SCALE,
     ENV_SYSFS_ROOT,
     FABRIC_SUBCOMMAND,
     FLAG_CHECKS,
@@ -44,6 +43,7 @@ from gpuaccept.contracts.probe_invocation import (
     FLAG_PROFILE,
     FLAG_SYSFS_ROOT,
     FLAG_TERMINATION_LOG,
+    WATCH_SUBCOMMAND,
     ProbeExit,
 )
 from gpuaccept.contracts.report import CheckResult, HardwareMode, ProbeReport
@@ -57,12 +57,20 @@ from gpuaccept.probe.failure import (
     write_termination_log,
 )
 from gpuaccept.probe.hardware.base import HardwareBackend
-from gpuaccept.probe.inputs import InputError, default_policy, load_policy, policy_from_json
+from gpuaccept.probe.inputs import (
+    InputError,
+    default_policy,
+    env_count,
+    load_policy,
+    policy_from_json,
+    sim_time_scale,
+)
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
 from gpuaccept.probe.output import CheckProgress, json_output
 from gpuaccept.probe.process_clock import process_age_s
 from gpuaccept.probe.runner import ProbeRun, measuring_order, run_probe
+from gpuaccept.probe.watch_cli import main as watch_main
 
 EXIT_ACCEPTED = ProbeExit.ACCEPTED
 EXIT_QUARANTINED = ProbeExit.QUARANTINED
@@ -77,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"{ProbeExit.USAGE} bad usage or bad input file.",
         epilog="checks, in the order they run: "
         + "; ".join(f"{c.name} ({c.summary})" for c in CHECKS)
-        + f". Two-node fabric all-reduce: gpuaccept probe {FABRIC_SUBCOMMAND} --help.",
+        + f". Two-node fabric all-reduce: gpuaccept probe {FABRIC_SUBCOMMAND} --help. "
+        f"In-service watch window: gpuaccept probe {WATCH_SUBCOMMAND} --help.",
     )
     parser.add_argument(
         FLAG_PROFILE,
@@ -143,47 +152,18 @@ def _select_checks(policy: ProbePolicy, spec: str | None) -> ProbePolicy:
     return policy.model_copy(update=update)
 
 
-def _env_count(name: str) -> int | None:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    if not raw.isascii() or not raw.isdigit():  # "²".isdigit() is true, int("²") fails
-        raise InputError(f"{name}: not a non-negative integer (got {raw!r})")
-    return int(raw)
-
-
-MAX_SIM_TIME_SCALE = 10.0
-
-
-def _sim_time_scale() -> float:
-    """How much of its profile's durations a simulated probe really takes (env
-    :data:`ENV_SIM_TIME_SCALE`; 0 or unset: none, it only reports them)."""
-    raw = os.environ.get(ENV_SIM_TIME_SCALE, "").strip()
-    if not raw:
-        return 0.0
-    try:
-        scale = float(raw)
-    except ValueError:
-        scale = -1.0
-    if not 0 <= scale <= MAX_SIM_TIME_SCALE:  # NaN fails both
-        raise InputError(
-            f"{ENV_SIM_TIME_SCALE}: not a number from 0 to {MAX_SIM_TIME_SCALE:g} (got {raw!r})"
-        )
-    return scale
-
-
 def _node_gpus(args: argparse.Namespace) -> NodeGpuCounts:
     """The node's GPU counts from the flags and the operator's env vars."""
     if args.expected_gpus is not None and args.expected_gpus < 0:
         raise UsageError(f"{FLAG_EXPECTED_GPUS} must be >= 0")
     allocatable = (
-        int(args.expected_gpus) if args.expected_gpus is not None else _env_count(ENV_EXPECTED_GPUS)
+        int(args.expected_gpus) if args.expected_gpus is not None else env_count(ENV_EXPECTED_GPUS)
     )
     return NodeGpuCounts(
         allocatable=allocatable,
-        capacity=_env_count(ENV_NODE_GPU_CAPACITY),
-        labelled=_env_count(ENV_GFD_GPU_COUNT),
-        replicas=_env_count(ENV_GFD_GPU_REPLICAS),
+        capacity=env_count(ENV_NODE_GPU_CAPACITY),
+        labelled=env_count(ENV_GFD_GPU_COUNT),
+        replicas=env_count(ENV_GFD_GPU_REPLICAS),
     )
 
 
@@ -244,7 +224,7 @@ def _open_hardware(
         from gpuaccept.probe.hardware.simulated import SimulatedBackend  # noqa: PLC0415
 
         profile = load_profile(profile_path)
-        time_scale = _sim_time_scale()
+        time_scale = sim_time_scale()
         stated = profile.node
         node = NodeGpuCounts(
             allocatable=node.allocatable if node.allocatable is not None else stated.allocatable,
@@ -311,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [FABRIC_SUBCOMMAND]:
         return fabric_main(argv[1:])
+    if argv[:1] == [WATCH_SUBCOMMAND]:
+        return watch_main(argv[1:])
     err = Console(stderr=True)
     out = Console()
     parser = build_parser()

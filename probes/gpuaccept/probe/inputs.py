@@ -8,6 +8,7 @@ and the CLI exits with code 2.
 """
 
 import json
+import os
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.contracts.api import POLICY_KIND
+from gpuaccept.contracts.probe_invocation import ENV_SIM_TIME_SCALE
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -163,3 +165,33 @@ def policy_from_json(text: str, source: str = "GPUACCEPT_POLICY") -> ProbePolicy
         raise InputError(f"{source}: not valid JSON: nested too deeply") from None
     data, source = _probe_policy_data(data, source)
     return validate(ProbePolicy, data, source)
+
+
+def env_count(name: str) -> int | None:
+    """A count from the environment (None: unset or empty; InputError: not a count)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isascii() or not raw.isdigit():  # "²".isdigit() is true, int("²") fails
+        raise InputError(f"{name}: not a non-negative integer (got {raw!r})")
+    return int(raw)
+
+
+MAX_SIM_TIME_SCALE = 10.0
+
+
+def sim_time_scale() -> float:
+    """How much of its profile's durations a simulated probe really takes (env
+    :data:`ENV_SIM_TIME_SCALE`; 0 or unset: none, it only reports them)."""
+    raw = os.environ.get(ENV_SIM_TIME_SCALE, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = -1.0
+    if not 0 <= scale <= MAX_SIM_TIME_SCALE:  # NaN fails both
+        raise InputError(
+            f"{ENV_SIM_TIME_SCALE}: not a number from 0 to {MAX_SIM_TIME_SCALE:g} (got {raw!r})"
+        )
+    return scale

@@ -188,3 +188,37 @@ def test_the_plugins_commands() -> None:
 def test_the_console_script_is_declared() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     assert 'kubectl-gpuaccept = "gpuaccept.operator.plugin.cli:main"' in text
+
+
+def test_explain_shows_why_a_node_was_quarantined_in_service(healthy: ProbeReport) -> None:
+    """The in-service ledger as stored: the verdict with its evidence window, the
+    suspects, the latest events with their GPU."""
+    stored = acceptance("gpu-good", healthy)
+    stored["status"] |= {
+        "phase": "Quarantined",
+        "reason": "XidFatal",
+        "inService": {
+            "bootID": "boot-1",
+            "events": [
+                {"what": "Xid 13", "kind": "application", "time": "2026-12-01T12:00:00Z",
+                 "gpu": "GPU-5", "xid": 13},
+                {"what": "Xid 79", "kind": "fatal", "time": "2026-12-01T12:00:40Z",
+                 "gpu": "GPU-3", "xid": 79},
+            ],
+            "suspects": [{"gpu": "GPU-5", "xid": 13, "count": 2,
+                          "since": "2026-12-01T12:00:00Z"}],
+            "verdict": {"reason": "XidFatal", "message": "Xid 79 (fatal) on GPU GPU-3",
+                        "signature": "XidFatal:79", "windowStart": "2026-12-01T12:00:40Z",
+                        "windowEnd": "2026-12-01T12:00:41Z"},
+        },
+    }  # fmt: skip
+    text = "\n".join(explain_lines(stored, policy_object()))
+    assert "in service (boot boot-1):" in text
+    assert "verdict XidFatal, evidence 2026-12-01T12:00:40Z .. 2026-12-01T12:00:41Z" in text
+    assert "suspect: Xid 13 x2 on GPU GPU-5" in text
+    assert "2026-12-01T12:00:40Z Xid 79 on GPU GPU-3 (fatal)" in text
+
+
+def test_explain_without_an_in_service_ledger_says_nothing_of_it(healthy: ProbeReport) -> None:
+    text = "\n".join(explain_lines(acceptance("gpu-good", healthy), policy_object()))
+    assert "in service" not in text

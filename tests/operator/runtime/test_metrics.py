@@ -130,3 +130,28 @@ def test_drift_is_a_series_per_figure_and_gpu() -> None:
         assert line in _scrape()
     finally:
         metrics.publish_nodes(())
+
+
+def test_in_service_verdicts_count_by_reason_and_outcome() -> None:
+    from gpuaccept.contracts.nodeacceptance import Reason  # noqa: PLC0415
+
+    def write(old: NodeAcceptanceStatus, new: NodeAcceptanceStatus) -> None:
+        observed = NodeSnapshot(node_name="n", now=NOW, node=None, na=NAView(name="n", status=old))
+        metrics.record_write(observed, PatchNAStatus("n", "1", new))
+
+    reason = Reason(check="in_service", reason="GPUsUnallocatable", message="7 of 8")
+    accepted = NodeAcceptanceStatus(phase=Phase.ACCEPTED, policy="p")
+    held = accepted.model_copy(update={"reason": "BreakerOpen", "reasons": [reason]})
+    quarantined = held.model_copy(
+        update={"phase": Phase.QUARANTINED, "reason": "GPUsUnallocatable"}
+    )
+    out = metrics.INSERVICE_VERDICTS.labels("p", "GPUsUnallocatable", "Quarantined")
+    limit = metrics.INSERVICE_VERDICTS.labels("p", "GPUsUnallocatable", "BreakerOpen")
+    start_out, start_limit = out._value.get(), limit._value.get()
+    write(accepted, held)
+    write(held, held)  # still held: not new
+    write(held, quarantined)
+    write(quarantined, quarantined)
+    other = quarantined.model_copy(update={"reasons": [Reason(check="gpu_compute", reason="X")]})
+    write(accepted, other)  # an acceptance verdict: not in service
+    assert (out._value.get() - start_out, limit._value.get() - start_limit) == (1, 1)

@@ -70,6 +70,27 @@ def test_node_view() -> None:
     assert view.condition.reason == "Accepted"
 
 
+def test_node_view_keeps_other_tools_conditions_without_their_messages() -> None:
+    """What policy inService reads: type, status and last transition, nothing more
+    (a heartbeat's lastHeartbeatTime changes no view)."""
+    npd = {
+        "type": "KernelDeadlock",
+        "status": "True",
+        "reason": "DockerHung",
+        "message": "task docker:7 blocked for more than 300 seconds",
+        "lastTransitionTime": "2026-12-01T12:00:00Z",
+        "lastHeartbeatTime": "2026-12-01T12:05:00Z",
+    }
+    status = {**NODE["status"], "conditions": [*NODE["status"]["conditions"], npd]}
+    view = node_view({**NODE, "status": status})
+    assert [(c.type, c.status) for c in view.conditions] == [("KernelDeadlock", "True")]
+    assert view.conditions[0].since is not None
+    assert view.conditions[0].since.isoformat() == "2026-12-01T12:00:00+00:00"
+    beat = {**npd, "lastHeartbeatTime": "2026-12-01T12:10:00Z"}
+    later = node_view({**NODE, "status": {**status, "conditions": [beat]}})
+    assert later.conditions == view.conditions
+
+
 def test_pod_view_prefers_pod_reason_and_reads_termination() -> None:
     pod = {
         "metadata": {"name": "p", "labels": {"gpuaccept.io/attempt": "3"}},

@@ -95,6 +95,13 @@ class SimNode:
             return self.later_profile
         return self.profile
 
+    def watch_profile(self) -> str | None:
+        """The profile an in-service watch pod runs against: the node as it is now (its
+        ``laterProfile`` once a probe has run), without counting the pod as a probe."""
+        if self.later_profile is not None and self.pods_run >= 1:
+            return self.later_profile
+        return self.profile
+
     def gpu_counts(self) -> GpuCounts:
         """``gpu_count`` when set; else the profile's node counts where it states them
         (a device plugin that marked a GPU unhealthy: allocatable below capacity);

@@ -5,6 +5,7 @@ behaviour, and its status written through ``pods/status`` as a kubelet does."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import shutil
@@ -20,7 +21,12 @@ from typing import TYPE_CHECKING
 
 from kubernetes.client.exceptions import ApiException
 
-from gpuaccept.contracts.probe_invocation import ENV_BOOT_ID, ENV_PROFILE, ENV_SIM_TIME_SCALE
+from gpuaccept.contracts.probe_invocation import (
+    ENV_BOOT_ID,
+    ENV_PROFILE,
+    ENV_SIM_TIME_SCALE,
+    WATCH_SUBCOMMAND,
+)
 from gpuaccept.testsupport.standin_affinity import (
     AFFINITY_MESSAGE,
     AFFINITY_REASON,
@@ -108,6 +114,11 @@ def kill_group(pid: int) -> None:
     every process of a PID namespace whose first process has exited."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def runs_watch(argv: list[str]) -> bool:
+    """Whether a container's command and args run ``gpuaccept probe watch``."""
+    return any(a == "probe" and b == WATCH_SUBCOMMAND for a, b in itertools.pairwise(argv))
 
 
 def requested_gpus(pod: JSON) -> int:
@@ -426,7 +437,10 @@ class PodRunner:
         env["HOSTNAME"] = self.name
         pod_env = self.s._container_env(self.pod, c, self.node, self.pod_ip)
         env.update({k: v.replace(tpath, str(msg_file)) for k, v in pod_env.items()})
-        profile = self.node.probe_profile()
+        # A watch pod (gpuaccept probe watch) watches the node as it is now: it is no
+        # probe, so it does not move the node on to its laterProfile.
+        watching = runs_watch([*(c.get("command") or []), *(c.get("args") or [])])
+        profile = self.node.watch_profile() if watching else self.node.probe_profile()
         if profile is not None:
             env[ENV_PROFILE] = profile
             if self.s.sim_time_scale is not None:

@@ -47,7 +47,7 @@ DOCS = (
     "docs/profile-format.md",
     "docs/runbook.md",
 )
-PROFILE_DIRS = ("profiles", "profiles/faults")
+PROFILE_DIRS = ("profiles", "profiles/faults", "profiles/inservice")
 DEFAULT_POLICY = "policies/default-h100-h200.yaml"
 
 _SECTION = re.compile(

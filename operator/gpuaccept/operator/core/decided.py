@@ -24,6 +24,7 @@ from gpuaccept.operator.core.capacity import (
 )
 from gpuaccept.operator.core.drain import drain_status
 from gpuaccept.operator.core.fabric.membership import is_member
+from gpuaccept.operator.core.inservice.phase import keeps_watch_pod, plan_in_service
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import (
     REASON_PROBE_ERROR,
@@ -83,7 +84,21 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
             if isinstance(rejudged, Remeasure):
                 return new_round(ctx, out, reason=rejudged.reason, message=rejudged.message)
             return record_verdict(ctx, out, rejudged, Evidence(st.report, rejudged=True))
-    held_by_limit = st.reason == REASON_QUARANTINE_LIMIT and not spec.dry_run
+    # policy inService: an accepted node's health; then a verdict the limit held back
+    planned = plan_in_service(ctx, out)
+    planned = planned if planned is not None else _held_by_limit(ctx, out)
+    if planned is not None:
+        return planned
+    reverify = plan_reverify(ctx, out)  # an idle window of an accepted node
+    if reverify is not None:
+        return reverify
+    return _keep(ctx, out)
+
+
+def _held_by_limit(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """A verdict or a fabric test the limit held back, once there is room."""
+    st = ctx.status
+    held_by_limit = st.reason == REASON_QUARANTINE_LIMIT and not ctx.spec.dry_run
     if held_by_limit and st.held_action == HELD_FABRIC:  # a fabric test the limit deferred
         rejudged = rejudged_verdict(ctx)
         if isinstance(rejudged, Remeasure):
@@ -92,10 +107,7 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
     if held_by_limit and st.held_action == HELD_QUARANTINE and take_out_now(ctx).allowed:
         held = failing_verdict(tuple(st.reasons), checks=tuple(st.checks), figures=st.figures)
         return record_verdict(ctx, out, held, Evidence(st.report, rejudged=st.rejudged))
-    reverify = plan_reverify(ctx, out)  # an idle window of an accepted node
-    if reverify is not None:
-        return reverify
-    return _keep(ctx, out)
+    return None
 
 
 def _deferred_round(ctx: NodeContext, out: PlanBuilder, message: str, why: str) -> Plan:
@@ -177,6 +189,8 @@ def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
     # node is a member of its policy's pass; otherwise no pass sees it, and it goes.
     member = is_member(st, ctx.policy.name, ctx.spec, ctx.node.labels)
     for pod in ctx.obs.pods:
+        if keeps_watch_pod(ctx, pod):  # the window under way of a node watched in service
+            continue
         if not pod.deleting and (pod.fabric is None or not member):
             out.delete_pod(pod)
     # Under taintEffect NoExecute: the drain through the Eviction API (core/drain.py),

@@ -25,6 +25,7 @@ from gpuaccept.checks import driver_libraries, gpu_count, memory_health, xid_err
 from gpuaccept.checks.gpu_ranges import parse_gpus
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.operator.core.inservice.evidence import IN_SERVICE_CHECK
 
 
 class Rung(IntEnum):
@@ -102,8 +103,29 @@ def _memory_rung(report: ProbeReport | None) -> Rung:
     return Rung.NEEDS_PERSON
 
 
+# An in-service verdict's reason (core/inservice): what the watch saw says the rung.
+IN_SERVICE_RUNG = {
+    "GPULost": Rung.REBOOT_NODE,  # fallen off the bus: a reboot brings it back or not
+    "GPUsUnallocatable": Rung.REBOOT_NODE,  # the device plugin gave a GPU up
+    "RowRemapFailure": Rung.NEEDS_PERSON,  # replace the GPU
+    "RowRemapPending": Rung.RESET_GPU,  # a reset completes the remap
+    "GPURecoveryAction": Rung.RESET_GPU,
+    "XidRepeated": Rung.RESET_GPU,
+}
+
+
+def _in_service_rung(reason: Reason) -> Rung:
+    if reason.reason == "XidFatal":
+        words = reason.message.split()
+        xid = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
+        return XID_RUNG.get(xid, Rung.RESET_GPU if xid in XID_RESET else Rung.NEEDS_PERSON)
+    return IN_SERVICE_RUNG.get(reason.reason, Rung.NEEDS_PERSON)
+
+
 def reason_rung(reason: Reason, report: ProbeReport | None) -> Rung:
     """The rung one reason calls for."""
+    if reason.check == IN_SERVICE_CHECK:
+        return _in_service_rung(reason)
     if reason.check == xid_errors.SPEC.name:
         return _xid_rung(report)
     if reason.check == memory_health.SPEC.name:

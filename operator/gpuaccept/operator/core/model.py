@@ -18,6 +18,8 @@ from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.fabric.pairing import FabricVerdict
+from gpuaccept.operator.core.inservice.correlation import SignatureSeen
+from gpuaccept.operator.core.inservice.evidence import ConditionSeen, WatchEvidence
 
 # --------------------------------------------------------------------------- observed
 
@@ -74,6 +76,9 @@ class NodeView:
     condition: NodeCondition | None = None
     remedy: NodeCondition | None = None  # its GPUAcceptanceRemedy condition as last seen
     created: datetime | None = None  # metadata.creationTimestamp (when it registered)
+    # Its other conditions (type, status, lastTransitionTime): what other tools
+    # (node-problem-detector, a cloud agent) say, for policy inService.
+    conditions: tuple[ConditionSeen, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,7 @@ class PodView:
     created: datetime | None = None  # metadata.creationTimestamp
     finished: datetime | None = None  # the terminated container's finishedAt
     fabric: FabricPodLabels | None = None  # a fabric pair's pod (docs/fabric.md)
+    watch: int | None = None  # a watch pod's serial (policy inService), else None
     # Its identity (core/podidentity.py): only a pod whose UID and shape the status
     # records as the operator's own is read or deleted.
     uid: str = ""  # metadata.uid
@@ -325,6 +331,12 @@ class NodeSnapshot:
     pod_name_taken: str | None = None
     # The last drain of the node through the Eviction API (core/drain.py).
     drain: DrainResult | None = None
+    # Watch reports of the node's ended watch pods, trusted and not yet counted
+    # (core/inservice; a report already in the ledger is not counted again).
+    watch_reports: tuple[WatchEvidence, ...] = ()
+    # The in-service signatures of the other nodes of the node's policy
+    # (core/inservice/correlation.py).
+    in_service_fleet: tuple[SignatureSeen, ...] = ()
 
 
 # --------------------------------------------------------------------------- actions

@@ -30,6 +30,7 @@ from gpuaccept.contracts.probe_invocation import (
     FABRIC_SUBCOMMAND,
     FLAG_ALLOW_SOCKET_TRANSPORT,
     FLAG_DEADLINE,
+    FLAG_FATAL_XIDS,
     FLAG_MAX_MESSAGE_BYTES,
     FLAG_MIN_BUSBW,
     FLAG_NODE_RANK,
@@ -37,7 +38,9 @@ from gpuaccept.contracts.probe_invocation import (
     FLAG_RENDEZVOUS_PORT,
     FLAG_RENDEZVOUS_TIMEOUT,
     FLAG_TERMINATION_LOG,
+    FLAG_WINDOW,
     TERMINATION_LOG_PATH,
+    WATCH_SUBCOMMAND,
 )
 from gpuaccept.operator.core.model import FabricPodLabels, NodeView, OperatorConfig
 
@@ -63,6 +66,8 @@ FABRIC_RANK_LABEL = f"{GROUP}/fabric-rank"
 FABRIC_FIRST_ANNOTATION = f"{GROUP}/fabric-first"
 FABRIC_SECOND_ANNOTATION = f"{GROUP}/fabric-second"
 FABRIC_DEADLINE_MARGIN_SECONDS = 30
+WATCH_LABEL = f"{GROUP}/watch"  # a watch pod's serial (policy inService)
+WATCH_DEADLINE_MARGIN_SECONDS = 120  # past the window: the report is written, then the pod ends
 """The probe stops its run this long before the pod's activeDeadlineSeconds, so
 that it still writes its report."""
 
@@ -395,6 +400,126 @@ def fabric_pod_manifest(request: FabricPodRequest, config: OperatorConfig) -> di
                 POLICY_ANNOTATION: request.policy_name,
                 FABRIC_FIRST_ANNOTATION: labels.first,
                 FABRIC_SECOND_ANNOTATION: labels.second,
+                SAFE_TO_EVICT_ANNOTATION: "true",
+            },
+            **_owned_by(attempt),
+        },
+        "spec": pod_spec,
+    }
+
+
+# --------------------------------------------------------------------------- watch pods
+
+
+def watch_pod_name(prefix: str, node: str, serial: int) -> str:
+    """``<prefix>-watch-<node>-<serial>``: the probe pods' naming under a watch prefix."""
+    return probe_pod_name(f"{prefix}-watch", node, serial)
+
+
+@dataclass(frozen=True)
+class WatchPodRequest:
+    """One watch window on one accepted node (policy inService)."""
+
+    name: str
+    serial: int
+    node: NodeView
+    policy_name: str
+    spec: NodeAcceptancePolicySpec
+    fatal_xids: Sequence[int] = ()
+    owner_uid: str = ""
+
+
+def _watch_container(request: WatchPodRequest, config: OperatorConfig) -> dict[str, Any]:
+    resources = {
+        kind: {k: v for k, v in dict(config.resources.get(kind, {})).items() if k != GPU_RESOURCE}
+        for kind in ("limits", "requests")
+    }
+    args = [
+        WATCH_SUBCOMMAND,
+        FLAG_TERMINATION_LOG,
+        TERMINATION_LOG,
+        FLAG_WINDOW,
+        str(request.spec.in_service.window_seconds),
+    ]
+    if request.fatal_xids:
+        args += [FLAG_FATAL_XIDS, ",".join(str(x) for x in request.fatal_xids)]
+    return {
+        "name": CONTAINER_NAME,
+        "image": config.probe_image,
+        "imagePullPolicy": config.image_pull_policy,
+        "command": [*config.probe_command, *args],
+        "env": [
+            *_platform_env(config),
+            {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            # No GPU requested (it runs beside the node's jobs): the container runtime
+            # shows it every GPU for NVML's events and state (docs/operator.md).
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            *_node_gpu_env(request.node),
+        ],
+        "resources": resources,
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+
+
+def watch_pod_manifest(request: WatchPodRequest, config: OperatorConfig) -> dict[str, Any]:
+    """The watch pod of ``request``: the probe image running ``gpuaccept probe watch``,
+    pinned to the node, under the operator's node affinity, no API token, no GPU
+    requested, no toleration of gpuaccept's own taints (a node it taints is no longer
+    watched), the NodeAcceptance as its controller."""
+    attempt = ProbeAttempt(
+        name=request.name,
+        serial=request.serial,
+        node=request.node,
+        policy_name=request.policy_name,
+        spec=request.spec,
+        owner_uid=request.owner_uid,
+    )
+    pod_spec: dict[str, Any] = {
+        "nodeName": request.node.name,
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "serviceAccountName": config.service_account,
+        "hostNetwork": False,
+        "enableServiceLinks": False,
+        "activeDeadlineSeconds": request.spec.in_service.window_seconds
+        + WATCH_DEADLINE_MARGIN_SECONDS,
+        "terminationGracePeriodSeconds": 30,
+        "tolerations": [dict(t) for t in config.extra_tolerations],
+        "containers": [_watch_container(request, config)],
+    }
+    affinity = node_affinity(config, include_control_plane=request.spec.include_control_plane)
+    if affinity is not None:
+        pod_spec["affinity"] = affinity
+    if config.runtime_class:
+        pod_spec["runtimeClassName"] = config.runtime_class
+    if config.priority_class:
+        pod_spec["priorityClassName"] = config.priority_class
+    if config.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in config.image_pull_secrets]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": request.name,
+            "namespace": config.namespace,
+            "labels": {
+                **config.pod_labels,
+                MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                COMPONENT_LABEL: COMPONENT_VALUE,
+                NODE_LABEL: node_label_value(request.node.name),
+                WATCH_LABEL: str(request.serial),
+            },
+            "annotations": {
+                **config.pod_annotations,
+                NODE_NAME_ANNOTATION: request.node.name,
+                POLICY_ANNOTATION: request.policy_name,
                 SAFE_TO_EVICT_ANNOTATION: "true",
             },
             **_owned_by(attempt),

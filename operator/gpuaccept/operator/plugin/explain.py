@@ -97,6 +97,45 @@ def _fabric(status: Mapping[str, Any]) -> list[str]:
     return [f"fabric: {', '.join(parts)}"] if parts else []
 
 
+def _in_service(status: Mapping[str, Any]) -> list[str]:
+    """Health in service (policy inService): the verdict and its evidence window, the
+    signal timers running, the suspects, the latest events (what, when, which GPU)."""
+    ledger = status.get("inService")
+    if not isinstance(ledger, Mapping):
+        return []
+    out = [f"in service (boot {ledger.get('bootID', '?')}):"]
+    verdict = ledger.get("verdict")
+    if isinstance(verdict, Mapping):
+        held = ", held: a common cause" if verdict.get("commonCause") else ""
+        out.append(
+            f"  verdict {verdict.get('reason', '?')}{held}, evidence "
+            f"{verdict.get('windowStart', '?')} .. {verdict.get('windowEnd', '?')}: "
+            f"{verdict.get('message', '')}"
+        )
+    if ledger.get("unallocatableSince"):
+        out.append(f"  GPUs unallocatable since {ledger['unallocatableSince']}")
+    for timer in ledger.get("conditions") or []:
+        out.append(
+            f"  condition {timer.get('type')}={timer.get('status')} since {timer.get('since')}"
+        )
+    for suspect in ledger.get("suspects") or []:
+        cause = " (a common cause)" if suspect.get("commonCause") else ""
+        out.append(
+            f"  suspect: Xid {suspect.get('xid')} x{suspect.get('count')} on GPU "
+            f"{suspect.get('gpu')} since {suspect.get('since')}{cause}"
+        )
+    events = [e for e in ledger.get("events") or [] if isinstance(e, Mapping)]
+    for event in events[-EVENTS_SHOWN:]:
+        gpu = f" on GPU {event['gpu']}" if event.get("gpu") else ""
+        out.append(
+            f"  {event.get('time', '?')} {event.get('what', '?')}{gpu} ({event.get('kind')})"
+        )
+    return out if len(out) > 1 else []
+
+
+EVENTS_SHOWN = 10
+
+
 def explain_lines(
     acceptance: Mapping[str, Any],
     policy: Mapping[str, Any] | None,
@@ -106,7 +145,12 @@ def explain_lines(
     """What ``explain`` prints for one NodeAcceptance (and its policy, when found)."""
     name = str((acceptance.get("metadata") or {}).get("name", "?"))
     status: Mapping[str, Any] = acceptance.get("status") or {}
-    head = [*_summary(name, status, policy), *_reasons(status), *_fabric(status)]
+    head = [
+        *_summary(name, status, policy),
+        *_reasons(status),
+        *_fabric(status),
+        *_in_service(status),
+    ]
     lines = [
         wrapped
         for line in head

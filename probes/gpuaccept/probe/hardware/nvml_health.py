@@ -16,8 +16,10 @@ from gpuaccept.probe.hardware.nvml_errors import (
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_NOT_SUPPORTED,
     nvml_error_code,
+    nvml_failure,
 )
 
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
 NVML_AGGREGATE_ECC = 1
@@ -204,3 +206,16 @@ def read_memory_health(nvml: ModuleType, handle: Any, gpu: int) -> GpuMemoryHeal
         retire_pending=retire_pending,
         not_read=dict(reader.not_read),
     )
+
+
+def read_volatile_corrected(nvml: ModuleType, handle: Any, gpu: int) -> int:
+    """Corrected ECC errors since the driver loaded (``nvmlDeviceGetTotalEccErrors``,
+    corrected, volatile): read by the in-service watch, not judged by acceptance."""
+    try:
+        return int(
+            nvml.nvmlDeviceGetTotalEccErrors(
+                handle, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC
+            )
+        )
+    except nvml.NVMLError as exc:
+        raise nvml_failure(gpu, "corrected ECC errors", exc) from exc

@@ -223,6 +223,11 @@ class GpuMemory(ProfileModel):
     aggregate_uncorrected: Count = Field(
         default=0, description="Uncorrected ECC errors in the GPU's lifetime."
     )
+    volatile_corrected: Count = Field(
+        default=0,
+        description="Corrected ECC errors since the driver loaded (read by the in-service "
+        "watch only).",
+    )
     remapped_rows: RemappedRowsSpec | None = Field(
         default_factory=RemappedRowsSpec,
         description="null: the GPU does not remap rows (before Ampere; NotSupported).",
@@ -695,6 +700,84 @@ class P2p(ProfileModel):
     )
 
 
+InServiceCounter = Literal[
+    "eccUncorrected", "eccCorrected", "nvlinkReplay", "nvlinkRecovery", "nvlinkCrc"
+]
+GpuIndex = Annotated[int, Field(ge=0, le=63)]
+TimelineSeconds = Annotated[float, Field(ge=0, le=86400)]
+
+
+class InServiceXid(ProfileModel):
+    """An Xid NVML's event set delivers during a watch window (``count`` of them,
+    ``everyS`` apart). An Xid 79 also takes the GPU off the bus, as in acceptance."""
+
+    at_s: TimelineSeconds = Field(alias="atS")
+    gpu: GpuIndex
+    xid: XidCode
+    count: int = Field(default=1, ge=1, le=10000)
+    every_s: float = Field(default=1.0, gt=0, le=3600, alias="everyS")
+
+
+class InServiceRamp(ProfileModel):
+    """A counter that grows by ``add`` from ``fromS`` to ``toS`` (linearly)."""
+
+    gpu: GpuIndex
+    counter: InServiceCounter
+    add: Count
+    from_s: TimelineSeconds = Field(default=0, alias="fromS")
+    to_s: TimelineSeconds = Field(alias="toS")
+    link: int = Field(default=0, ge=0, le=35, description="NVLink counters: the link.")
+
+    @model_validator(mode="after")
+    def _forwards(self) -> "InServiceRamp":
+        if self.to_s < self.from_s:
+            raise ValueError("toS is before fromS")
+        return self
+
+
+class InServiceAt(ProfileModel):
+    """From ``atS`` on, the GPU is in the state the list names."""
+
+    gpu: GpuIndex
+    at_s: TimelineSeconds = Field(alias="atS")
+
+
+class InServiceLinkDown(InServiceAt):
+    link: int = Field(ge=0, le=35)
+
+
+class InServiceRecovery(InServiceAt):
+    action: RecoveryActionName
+
+
+class InService(ProfileModel):
+    """The node's life in service, for ``gpuaccept probe watch`` (docs/profile-format.md,
+    "In-service timeline"). Times are seconds from the start of each watch window."""
+
+    events: list[InServiceXid] = Field(default_factory=list, max_length=256)
+    ramps: list[InServiceRamp] = Field(default_factory=list, max_length=64)
+    remap_pending: list[InServiceAt] = Field(default_factory=list, max_length=64)
+    remap_failed: list[InServiceAt] = Field(default_factory=list, max_length=64)
+    gpus_lost: list[InServiceAt] = Field(default_factory=list, max_length=64)
+    nvlink_down: list[InServiceLinkDown] = Field(default_factory=list, max_length=64)
+    recovery_action: list[InServiceRecovery] = Field(default_factory=list, max_length=64)
+    no_device_access: bool = Field(
+        default=False,
+        description="A hardened container runtime: the watch pod, which requests no GPU, "
+        "sees none (NVIDIA_VISIBLE_DEVICES refused).",
+    )
+
+    def gpus_named(self) -> set[int]:
+        timed: list[InServiceAt] = [
+            *self.remap_pending,
+            *self.remap_failed,
+            *self.gpus_lost,
+            *self.nvlink_down,
+            *self.recovery_action,
+        ]
+        return {e.gpu for e in self.events} | {r.gpu for r in self.ramps} | {t.gpu for t in timed}
+
+
 class HardwareProfile(ProfileModel):
     description: str = Field(default="", max_length=4096)
     expect: ExpectedVerdict | None = Field(
@@ -723,6 +806,10 @@ class HardwareProfile(ProfileModel):
         "docs/probe.md's budget table under the policy used.",
     )
     p2p: P2p = Field(default=P2p(), alias="p2p")  # GPU-to-GPU peer copies (peer_bandwidth)
+    in_service: InService | None = Field(
+        default=None,
+        description="What an in-service watch window sees (absent: a quiet window).",
+    )
 
     @model_validator(mode="after")
     def _pairs_in_range(self) -> "HardwareProfile":
@@ -737,6 +824,11 @@ class HardwareProfile(ProfileModel):
                 )
             if len(gpus) == 2 and gpus[0] == gpus[1]:
                 raise ValueError(f"p2p.pairs: {key!r} pairs a GPU with itself")
+        beyond = sorted(
+            g for g in (self.in_service.gpus_named() if self.in_service else ()) if g >= count
+        )
+        if beyond:
+            raise ValueError(f"inService: names GPU {beyond[0]}, not below count {count}")
         return self
 
 

@@ -78,6 +78,7 @@ from gpuaccept.probe.hardware.nvml_health import (
     read_memory_health,
     read_recovery_action,
     read_reset_status,
+    read_volatile_corrected,
     recovery_action_field_id,
     reset_status_field_ids,
 )
@@ -652,6 +653,11 @@ class RealBackend:
 
     def memory_health(self, gpu: int) -> GpuMemoryHealth:
         return read_memory_health(self._require_nvml(), self._handle(gpu, "memory health"), gpu)
+
+    def ecc_corrected(self, gpu: int) -> int:
+        """Corrected ECC errors since the driver loaded (the in-service watch)."""
+        nvml = self._require_nvml()
+        return read_volatile_corrected(nvml, self._handle(gpu, "corrected ECC errors"), gpu)
 
     def pci_gpu_count(self) -> int:
         return count_nvidia_gpus(self._sysfs_root)

@@ -565,6 +565,14 @@ class SimulatedBackend:
             not_read=not_read,
         )
 
+    def ecc_corrected(self, gpu: int) -> int:
+        """Corrected ECC errors since the driver loaded (the in-service watch)."""
+        self._check_lost(gpu, "corrected ECC errors")
+        memory = self.profile.gpus.gpu(gpu).memory
+        if not memory.ecc:
+            raise Unavailable(f"GPU {gpu}: ECC is off: no ECC counters")
+        return memory.volatile_corrected
+
     def pci_gpu_count(self) -> int:
         return count_nvidia_gpus(self.sysfs_root())
 

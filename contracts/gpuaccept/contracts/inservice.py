@@ -1,0 +1,261 @@
+"""Health in service (docs/policy.md "inService"): the policy section and the
+ledger a NodeAcceptance keeps about an accepted node's health while it takes work.
+
+Policy: ``inService`` (off by default) judges an **accepted** node from its own
+evidence: the device plugin's signal (GPU allocatable below capacity for longer
+than ``allocatableGraceSeconds``), node conditions other tools write
+(``unhealthyConditions``, debounced as NodeHealthCheck does), and the Xid events
+and durable GPU state a token-less watch pod reports (``xid``, ``windowSeconds``).
+The same signature on several nodes at once is a common cause (``correlation``):
+those nodes are held, with an alert, none quarantined.
+
+Status: ``status.inService``, a bounded ledger keyed by the node's bootID and
+each GPU's UUID: the event history (the last :data:`MAX_EVENTS`), the Xid bursts
+the rules count, the suspects, the signal timers (since when allocatable is short,
+since when a condition holds), the watch reports already counted, and the last
+in-service verdict with its evidence window.
+"""
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from gpuaccept.contracts.base import ContractModel
+
+DAY = 86400
+MAX_EVENTS = 20
+MAX_BURSTS = 64
+MAX_SUSPECTS = 16
+MAX_REPORTS = 16
+MAX_CONDITION_RULES = 16
+
+# A node condition type as Kubernetes writes it (NPD: KernelDeadlock, ReadonlyFilesystem;
+# a cloud agent: AcceleratedHardwareReady).
+ConditionType = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9._/-]{0,127}$")]
+GpuUuid = Annotated[str, Field(max_length=64)]
+XidCode = Annotated[int, Field(ge=1, le=65535)]
+
+# What the rules know about an Xid (the classes of NVIDIA's catalogue the rules act on).
+XidClass = Literal["fatal", "repeated", "memory", "application", "other"]
+# What an event in the history is: an Xid's class, a node signal, or durable GPU state.
+EventKind = Literal["fatal", "repeated", "memory", "application", "other", "signal", "state"]
+
+
+class UnhealthyCondition(ContractModel):
+    """A node condition that takes the node out of service once it has held,
+    continuously, for ``durationSeconds`` (medik8s NodeHealthCheck's
+    ``unhealthyConditions``: type, status, duration)."""
+
+    type: ConditionType = Field(description="The condition type (e.g. KernelDeadlock).")
+    status: Literal["True", "False", "Unknown"] = Field(
+        description="The status that is unhealthy (NPD's problem conditions are True)."
+    )
+    duration_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=7 * DAY,
+        description="How long the condition must hold without a break before it counts: "
+        "a condition that flaps more often than this never takes the node out.",
+    )
+
+
+class Correlation(ContractModel):
+    """The same signature on several nodes at once is a common cause, not each node's."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Hold nodes whose in-service signature many nodes share (CommonCause), "
+        "with an alert, instead of quarantining each.",
+    )
+    min_nodes: int = Field(
+        default=3,
+        ge=2,
+        le=100000,
+        description="Nodes with the same signature, its onset within windowSeconds of each "
+        "other, that make it a common cause.",
+    )
+    fraction: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="On a large fleet, the share of the policy's matched nodes that makes "
+        "it one: the bar is the larger of minNodes and this share (rounded up).",
+    )
+    window_seconds: int = Field(
+        default=600, ge=10, le=DAY, description="How close in time the onsets must be."
+    )
+
+
+class XidRules(ContractModel):
+    """How the watch's Xid events are counted (NVSentinel's analyzer rules)."""
+
+    repeated_bursts: int = Field(
+        default=5,
+        ge=1,
+        le=1000,
+        description="Bursts of the same repeated-hardware Xid on the same GPU within "
+        "repeatedWindowSeconds that take the node out (XidRepeated).",
+    )
+    repeated_window_seconds: int = Field(
+        default=DAY, ge=60, le=30 * DAY, description="The sliding window of those bursts."
+    )
+    burst_merge_seconds: int = Field(
+        default=180,
+        ge=0,
+        le=DAY,
+        description="Events of one Xid on one GPU less than this far apart are one burst.",
+    )
+    application_suspect_count: int = Field(
+        default=2,
+        ge=1,
+        le=1000,
+        description="Events of the same application-class Xid on the same GPU within "
+        "applicationWindowSeconds that make the node a suspect (never a quarantine).",
+    )
+    application_window_seconds: int = Field(
+        default=DAY, ge=60, le=30 * DAY, description="The sliding window of those events."
+    )
+
+
+class InService(ContractModel):
+    """Judge accepted nodes from their own evidence while they take work (off by default)."""
+
+    enabled: bool = Field(
+        default=False, description="Watch this policy's accepted nodes in service."
+    )
+    allocatable_grace_seconds: int = Field(
+        default=300,
+        ge=1,
+        le=DAY,
+        description="How long the node's allocatable nvidia.com/gpu may stay below its "
+        "capacity (the device plugin marked a GPU unhealthy, or lost it) before the node "
+        "is taken out (GPUsUnallocatable). Rides out a device-plugin restart.",
+    )
+    unhealthy_conditions: list[UnhealthyCondition] = Field(
+        default_factory=list,
+        max_length=MAX_CONDITION_RULES,
+        description="Node conditions other tools write (node-problem-detector, a cloud "
+        "agent) that take the node out once held for their duration (UnhealthyCondition).",
+    )
+    correlation: Correlation = Field(
+        default_factory=Correlation, description="Common causes across the policy's nodes."
+    )
+    xid: XidRules = Field(default_factory=XidRules, description="How Xid events are counted.")
+    watch_pods: bool = Field(
+        default=True,
+        description="Run a token-less watch pod (no GPU requested) on each accepted node, "
+        "one window after another, for Xid events and durable GPU state. Off: the Node's "
+        "own signals only.",
+    )
+    window_seconds: int = Field(
+        default=1800,
+        ge=10,
+        le=DAY,
+        description="How long one watch pod watches its node before it reports; at most "
+        "one watch pod per node starts per window.",
+    )
+
+
+# ---------------------------------------------------------------------- status
+
+
+class InServiceEvent(ContractModel):
+    """One thing seen on the node in service (the history ``kubectl describe`` shows)."""
+
+    what: str = Field(max_length=96, description="e.g. Xid 79, GPUsUnallocatable.")
+    kind: EventKind = Field(
+        description="An Xid's class, a node signal, or durable GPU state from a report."
+    )
+    time: datetime
+    gpu: GpuUuid | None = None
+    xid: XidCode | None = None
+
+
+class XidBurst(ContractModel):
+    """Events of one Xid on one GPU, merged while under burstMergeSeconds apart."""
+
+    gpu: GpuUuid
+    xid: XidCode
+    kind: XidClass
+    first: datetime
+    last: datetime
+    events: int = Field(default=1, ge=1)
+
+
+class InServiceSuspect(ContractModel):
+    """An application-class Xid repeated on one GPU: recorded, never a quarantine."""
+
+    gpu: GpuUuid
+    xid: XidCode
+    count: int = Field(ge=1)
+    since: datetime
+    common_cause: bool = Field(
+        default=False, description="Many nodes share it (correlation): not the node's."
+    )
+
+
+class ConditionTimer(ContractModel):
+    """Since when an unhealthy condition has held without a break."""
+
+    type: ConditionType
+    status: Literal["True", "False", "Unknown"]
+    since: datetime
+
+
+class InServiceVerdict(ContractModel):
+    """The in-service verdict and the evidence window it rests on."""
+
+    reason: str = Field(pattern=r"^[A-Z][A-Za-z0-9]*$", max_length=64)
+    message: str = Field(default="", max_length=512)
+    signature: str = Field(max_length=96, description="What correlation compares.")
+    window_start: datetime = Field(description="The first evidence the verdict rests on.")
+    window_end: datetime = Field(description="When the verdict was reached.")
+    gpu: GpuUuid | None = None
+    common_cause: bool = False
+
+
+class InServiceStatus(ContractModel):
+    """The ledger of an accepted node in service (policy inService)."""
+
+    boot_id: str | None = Field(
+        default=None,
+        alias="bootID",
+        max_length=64,
+        description="The boot this ledger is about: a new boot is a repair, and starts a "
+        "new ledger (the node is probed again before it returns).",
+    )
+    accepted_time: datetime | None = Field(
+        default=None,
+        description="The acceptance (status.lastProbeTime) this ledger is about: a new "
+        "acceptance starts new evidence.",
+    )
+    events: list[InServiceEvent] = Field(
+        default_factory=list, max_length=MAX_EVENTS, description="The latest events."
+    )
+    bursts: list[XidBurst] = Field(default_factory=list, max_length=MAX_BURSTS)
+    suspects: list[InServiceSuspect] = Field(default_factory=list, max_length=MAX_SUSPECTS)
+    unallocatable_since: datetime | None = Field(
+        default=None, description="Since when allocatable nvidia.com/gpu is below capacity."
+    )
+    conditions: list[ConditionTimer] = Field(
+        default_factory=list,
+        max_length=MAX_CONDITION_RULES,
+        description="The policy's unhealthy conditions that hold now, and since when.",
+    )
+    reports: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_REPORTS,
+        description="The watch reports already counted (pod UID and window): a report "
+        "seen again is not counted twice.",
+    )
+    verdict: InServiceVerdict | None = Field(default=None, description="The last verdict.")
+    watch_serial: int = Field(
+        default=0, ge=0, description="The serial of the node's latest watch pod."
+    )
+    watch_pod: str | None = Field(
+        default=None, max_length=253, description="The watch pod of the window under way."
+    )
+    watch_started: datetime | None = Field(
+        default=None, description="When the latest watch pod was created."
+    )

@@ -1,0 +1,83 @@
+"""Signature correlation across a policy's nodes (pure).
+
+The same signature (a reason with its Xid or condition) with its onset on several
+of the policy's nodes within ``correlation.windowSeconds`` of each other is a
+common cause (a driver rollout, a job teardown, another tool's bad rule), not each
+node's fault: those nodes are held, none quarantined. The bar is the larger of
+``minNodes`` and ``fraction`` of the policy's matched nodes (rounded up).
+
+What correlation can see is what the nodes have recorded: the first nodes of a
+common cause are decided before the others report it (the quarantine limit and its
+rate bound how many); from the bar on, every node with the signature is held.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gpuaccept.contracts.inservice import Correlation, InServiceStatus
+
+
+@dataclass(frozen=True)
+class SignatureSeen:
+    """One node's in-service signature and its onset (from its status)."""
+
+    node: str
+    signature: str
+    onset: datetime
+
+
+def bar(policy: Correlation, matched: int) -> int:
+    """How many nodes make a signature a common cause."""
+    return max(policy.min_nodes, math.ceil(policy.fraction * max(matched, 0)))
+
+
+def sharing(
+    signature: str, onset: datetime, node: str, fleet: Iterable[SignatureSeen], window_seconds: int
+) -> set[str]:
+    """The nodes (this one included) whose ``signature`` began within the window of
+    ``onset``."""
+    window = timedelta(seconds=window_seconds)
+    near = {
+        seen.node
+        for seen in fleet
+        if seen.signature == signature and abs(seen.onset - onset) <= window and seen.node != node
+    }
+    return near | {node}
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What correlation compares a node with: the other nodes' signatures, and how
+    many nodes the policy matches."""
+
+    seen: tuple[SignatureSeen, ...] = ()
+    matched: int = 1
+
+
+def common_cause(seen: SignatureSeen, fleet: Fleet, policy: Correlation) -> int | None:
+    """How many nodes share ``seen``'s signature when that makes it a common cause
+    (None: it does not, or correlation is off)."""
+    if not policy.enabled:
+        return None
+    window = policy.window_seconds
+    nodes = len(sharing(seen.signature, seen.onset, seen.node, fleet.seen, window))
+    return nodes if nodes >= bar(policy, fleet.matched) else None
+
+
+def signatures(node: str, ledger: InServiceStatus | None) -> list[SignatureSeen]:
+    """What a node's ledger offers to correlation: its verdict's signature and its
+    suspects' (an application-class Xid's)."""
+    if ledger is None:
+        return []
+    seen = [SignatureSeen(node, suspect_signature(s.xid), s.since) for s in ledger.suspects]
+    if ledger.verdict is not None:
+        seen.append(SignatureSeen(node, ledger.verdict.signature, ledger.verdict.window_start))
+    return seen
+
+
+def suspect_signature(xid: int) -> str:
+    return f"XidApplication:{xid}"

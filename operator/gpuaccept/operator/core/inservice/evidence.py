@@ -1,0 +1,115 @@
+"""The plain inputs of the in-service rules, and their reasons (pure data).
+
+The rules never read a Kubernetes object or a watch pod: the reconcile turns the
+Node into :class:`NodeSignals` and a trusted watch report into :class:`WatchEvidence`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from gpuaccept.contracts.inservice import XidClass
+
+REASON_UNALLOCATABLE = "GPUsUnallocatable"
+REASON_CONDITION = "UnhealthyCondition"
+REASON_XID_FATAL = "XidFatal"
+REASON_XID_REPEATED = "XidRepeated"
+REASON_REMAP_FAILURE = "RowRemapFailure"
+REASON_REMAP_PENDING = "RowRemapPending"
+REASON_RECOVERY_ACTION = "GPURecoveryAction"
+REASON_GPU_LOST = "GPULost"
+REASON_COMMON_CAUSE = "CommonCause"
+# The Reason.check every in-service verdict names.
+IN_SERVICE_CHECK = "in_service"
+
+# Every reason an in-service verdict may carry, strongest first: when several hold
+# at once, the verdict names the first (the others are in its message).
+REASONS = (
+    REASON_XID_FATAL,
+    REASON_GPU_LOST,
+    REASON_REMAP_FAILURE,
+    REASON_RECOVERY_ACTION,
+    REASON_REMAP_PENDING,
+    REASON_XID_REPEATED,
+    REASON_UNALLOCATABLE,
+    REASON_CONDITION,
+)
+# Reasons that rest on a watch report: what happened stays true until a new boot
+# or a new acceptance (the node's signals are read again at every pass).
+REPORTED = frozenset(REASONS[:6])
+
+StateWhat = Literal["RowRemapFailure", "RowRemapPending", "RecoveryAction", "GPULost"]
+STATE_REASON: dict[str, str] = {
+    "RowRemapFailure": REASON_REMAP_FAILURE,
+    "RowRemapPending": REASON_REMAP_PENDING,
+    "RecoveryAction": REASON_RECOVERY_ACTION,
+    "GPULost": REASON_GPU_LOST,
+}
+
+
+@dataclass(frozen=True)
+class ConditionSeen:
+    """One condition of the Node: its type, status and last transition."""
+
+    type: str
+    status: str
+    since: datetime | None = None  # lastTransitionTime (None: not given)
+
+
+@dataclass(frozen=True)
+class NodeSignals:
+    """What the Node object says about its GPUs' health now."""
+
+    boot_id: str
+    gpu_capacity: int
+    gpu_allocatable: int
+    conditions: tuple[ConditionSeen, ...] = ()
+    accepted_gpus: int = 0  # the GPUs the acceptance report covered (0: unknown)
+
+
+@dataclass(frozen=True)
+class XidSeen:
+    """One Xid event on one GPU (its UUID), classed by the watch's table."""
+
+    gpu: str
+    xid: int
+    kind: XidClass
+    at: datetime
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """Durable GPU state a report found at the end of its window."""
+
+    gpu: str
+    what: StateWhat
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class WatchEvidence:
+    """A trusted watch report: which pod and window, which boot, what it saw."""
+
+    key: str  # the pod UID and window: a report seen again is not counted twice
+    boot_id: str
+    start: datetime
+    end: datetime
+    xids: tuple[XidSeen, ...] = ()
+    state: tuple[GpuState, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A reason the node fails in service, with its evidence window and signature."""
+
+    reason: str
+    message: str
+    signature: str  # what correlation compares across nodes
+    start: datetime  # the onset: the first evidence
+    gpu: str | None = None
+
+    @property
+    def rank(self) -> tuple[int, datetime, str, str]:
+        return (REASONS.index(self.reason), self.start, self.gpu or "", self.signature)

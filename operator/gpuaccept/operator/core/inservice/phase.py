@@ -1,0 +1,289 @@
+"""An accepted node's in-service step (pure): its ledger brought up to date, and an
+in-service verdict recorded through the one verdict path.
+
+Called from ``core/decided.py`` for a node in service under a policy with
+``inService.enabled`` (phase ``Accepted``, or ``Held`` by a dry run that would
+accept). :func:`~.rules.evaluate` reads the Node's signals, the new watch reports
+and the policy's fleet; a verdict becomes a failing ``Verdict`` (check
+``in_service``, its reason) that :func:`~gpuaccept.operator.core.record.judged`
+turns into a quarantine, or a ``Hold`` under dryRun or the quarantine limit
+(``BreakerOpen``); a common cause is held in service (``CommonCause``), never
+quarantined. A hold whose evidence is gone (allocatable back, a condition cleared)
+is lifted: the node stays accepted. Nothing latches: a quarantined node returns only
+through a new acceptance probe (a new bootID, a re-probe), which starts a new ledger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from gpuaccept.contracts.api import ACCEPTANCE_KIND
+from gpuaccept.contracts.inservice import InServiceSuspect, InServiceVerdict
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
+from gpuaccept.contracts.reverify import ReverifyStatus, Suspicion
+from gpuaccept.operator.core.inservice.correlation import Fleet
+from gpuaccept.operator.core.inservice.evidence import (
+    IN_SERVICE_CHECK,
+    REASON_COMMON_CAUSE,
+    NodeSignals,
+    WatchEvidence,
+)
+from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
+from gpuaccept.operator.core.inservice.watchreport import watch_evidence
+from gpuaccept.operator.core.model import CreateProbePod, PatchNAStatus, Plan, PodView
+from gpuaccept.operator.core.nodecontext import (
+    REASON_DRY_RUN,
+    REASON_QUARANTINE_LIMIT,
+    NodeContext,
+    PlanBuilder,
+    cut,
+)
+from gpuaccept.operator.core.podspec import WatchPodRequest, watch_pod_manifest, watch_pod_name
+from gpuaccept.operator.core.record import (
+    ACCEPTED_MESSAGE,
+    HELD_ACCEPT,
+    HELD_QUARANTINE,
+    Evidence,
+    Hold,
+    failing_verdict,
+    judged,
+    record,
+)
+
+HOLD_RETRY_SECONDS = 30.0  # a held in-service verdict looks again (the limit, the fleet)
+EVENT_CLEARED = "InServiceCleared"
+EVENT_SUSPECT = "InServiceSuspect"
+EVENT_UNREADABLE = "WatchReportUnreadable"
+# The checks a suspect's targeted re-verification runs (reverify.suspects): the Xid
+# listener under load, and the load itself.
+SUSPECT_CHECKS = ("xid_errors", "gpu_compute")
+MAX_SUSPICIONS = 8
+HELD_REASONS = frozenset({REASON_QUARANTINE_LIMIT, REASON_COMMON_CAUSE, REASON_DRY_RUN})
+
+
+def ours(st: NodeAcceptanceStatus) -> bool:
+    """The node's recorded reasons are an in-service verdict's."""
+    return bool(st.reasons) and st.reasons[0].check == IN_SERVICE_CHECK
+
+
+def watched(st: NodeAcceptanceStatus) -> bool:
+    """A node in service whose health in service is judged: accepted, or held by a
+    dry run that would accept it (or that holds an in-service verdict)."""
+    if st.phase == Phase.ACCEPTED:
+        return True
+    return (
+        st.phase == Phase.HELD
+        and st.reason == REASON_DRY_RUN
+        and (st.held_action == HELD_ACCEPT or ours(st))
+    )
+
+
+def node_signals(ctx: NodeContext) -> NodeSignals:
+    node, report = ctx.node, ctx.status.report
+    return NodeSignals(
+        boot_id=node.boot_id,
+        gpu_capacity=node.gpu_capacity,
+        gpu_allocatable=node.gpus,
+        conditions=node.conditions,
+        accepted_gpus=report.summary.gpu_count if report is not None else 0,
+    )
+
+
+def _evaluation(ctx: NodeContext, reports: tuple[WatchEvidence, ...]) -> Evaluation:
+    st, obs = ctx.status, ctx.obs
+    fleet = Fleet(obs.in_service_fleet, obs.limit_counts.matched + 1)
+    found = (*obs.watch_reports, *reports)
+    observed = Observed(node_signals(ctx), obs.now, found, ctx.node.name, fleet)
+    ledger = ledger_for(st.in_service, ctx.node.boot_id, st.last_probe_time)
+    return evaluate(ctx.spec.in_service, ledger, observed)
+
+
+def _ended_reports(
+    ctx: NodeContext, out: PlanBuilder
+) -> tuple[tuple[WatchEvidence, ...], tuple[PodView, ...]]:
+    """The reports of the node's ended watch pods, and those pods (deleted only after
+    the status that counts their reports); an unreadable one is no evidence, and a
+    Warning Event says why."""
+    found: list[WatchEvidence] = []
+    ended: list[PodView] = []
+    accept_simulated = ctx.obs.config.accept_simulated_reports
+    for pod in ctx.obs.pods:
+        if pod.watch is None or not pod.ended:
+            continue
+        evidence = watch_evidence(pod, ctx.node, accept_simulated=accept_simulated)
+        if isinstance(evidence, WatchEvidence):
+            found.append(evidence)
+        elif not pod.deleting:
+            out.event(ACCEPTANCE_KIND, "Warning", EVENT_UNREADABLE, f"no evidence: {evidence}")
+        if not pod.deleting:
+            ended.append(pod)
+    return tuple(found), tuple(ended)
+
+
+def _then_delete(out: PlanBuilder, pods: tuple[PodView, ...], plan: Plan) -> Plan:
+    """``plan`` with the ended watch pods deleted after its status write: a pod goes
+    only once its report is counted (a refused write keeps it for the next pass)."""
+    if not pods:
+        return plan
+    for pod in pods:
+        out.delete_pod(pod)
+    return out.build(plan.note)
+
+
+def keeps_watch_pod(ctx: NodeContext, pod: PodView) -> bool:
+    """A live watch pod of a node still watched: not the decided phase's to delete."""
+    section = ctx.spec.in_service
+    return (
+        pod.watch is not None
+        and section.enabled
+        and section.watch_pods
+        and watched(ctx.status)
+        and not pod.ended
+    )
+
+
+def _stop_watching(ctx: NodeContext, out: PlanBuilder) -> None:
+    for pod in ctx.obs.pods:
+        if pod.watch is not None and not pod.deleting and not pod.ended:
+            out.delete_pod(pod)
+
+
+def _next_watch(
+    ctx: NodeContext, out: PlanBuilder, st: NodeAcceptanceStatus
+) -> tuple[NodeAcceptanceStatus, CreateProbePod | None]:
+    """``st`` with the next watch pod, and its create, when none is live and its window
+    is due (at most one pod per window, whatever became of the last). The create goes
+    after the status that names the pod (its serial is never used twice)."""
+    section, obs, ledger = ctx.spec.in_service, ctx.obs, st.in_service
+    if not section.watch_pods or ledger is None:
+        _stop_watching(ctx, out)
+        return st, None
+    if any(p.watch is not None and not p.ended and not p.deleting for p in obs.pods):
+        return st, None
+    if ledger.watch_started is not None:
+        due = ledger.watch_started + timedelta(seconds=section.window_seconds)
+        if obs.now < due:
+            out.wake_in((due - obs.now).total_seconds())
+            return st, None
+    serial = ledger.watch_serial + 1
+    name = watch_pod_name(obs.config.pod_prefix, ctx.node.name, serial)
+    request = WatchPodRequest(
+        name=name,
+        serial=serial,
+        node=ctx.node,
+        policy_name=ctx.policy.name,
+        spec=ctx.spec,
+        owner_uid=obs.na.uid if obs.na is not None else "",
+    )
+    create = CreateProbePod(name, watch_pod_manifest(request, obs.config))
+    update = {"watch_serial": serial, "watch_pod": name, "watch_started": obs.now}
+    return st.model_copy(update={"in_service": ledger.model_copy(update=update)}), create
+
+
+def _suspicion(suspect: InServiceSuspect) -> Suspicion:
+    cause = f"in service: Xid {suspect.xid} x{suspect.count} on GPU {suspect.gpu}"
+    return Suspicion(checks=list(SUSPECT_CHECKS), cause=cut(cause, 240), since=suspect.since)
+
+
+def _suspicions(ctx: NodeContext, found: tuple[InServiceSuspect, ...]) -> dict[str, Any]:
+    """The suspects the re-verification should confirm (``reverify.suspects``), as
+    suspicions; a common cause is not the node's, and raises none."""
+    spec, st = ctx.spec, ctx.status
+    if not (spec.reverify.enabled and spec.reverify.suspects):
+        return {}
+    rv = st.reverify or ReverifyStatus()
+    known = {(s.cause.split(" x", 1)[0], s.since) for s in rv.suspicions}
+    new = [
+        _suspicion(s)
+        for s in found
+        if not s.common_cause and (f"in service: Xid {s.xid}", s.since) not in known
+    ]
+    if not new:
+        return {}
+    suspicions = [*rv.suspicions, *new][-MAX_SUSPICIONS:]
+    return {"reverify": rv.model_copy(update={"suspicions": suspicions})}
+
+
+def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """The node's in-service step; None when it stays as it is (the rest of its
+    decided phase goes on: re-verification, keeping it)."""
+    st = ctx.status
+    if not ctx.spec.in_service.enabled or not watched(st):
+        return None
+    reports, ended = _ended_reports(ctx, out)
+    result = _evaluation(ctx, reports)
+    if result.wake_in is not None:
+        out.wake_in(result.wake_in)
+    kept = st.model_copy(update={"in_service": result.ledger, **_suspicions(ctx, result.suspects)})
+    if result.verdict is not None:
+        _stop_watching(ctx, out)
+        plan = _verdict(ctx, replace(ctx, status=kept), out, result.verdict)
+        return _then_delete(out, ended, plan)
+    if ours(st) and st.reason in HELD_REASONS:
+        return _then_delete(out, ended, _cleared(ctx, out, kept))
+    kept, create = _next_watch(ctx, out, kept)
+    if kept == st and not out.actions and not ended:
+        return None
+    out.write_status(st, kept)
+    if create is not None:
+        out.actions.append(create)
+    _suspect_event(out, st, result.suspects)
+    out.ensure_node(ctx, st)
+    return _then_delete(out, ended, out.build("in service: ledger recorded"))
+
+
+def _suspect_event(
+    out: PlanBuilder, st: NodeAcceptanceStatus, found: tuple[InServiceSuspect, ...]
+) -> None:
+    before = {(s.gpu, s.xid) for s in (st.in_service.suspects if st.in_service else ())}
+    new = [s for s in found if (s.gpu, s.xid) not in before]
+    if new:
+        names = ", ".join(f"Xid {s.xid} x{s.count} on GPU {s.gpu}" for s in new)
+        out.event(ACCEPTANCE_KIND, "Warning", EVENT_SUSPECT, f"suspected in service: {names}")
+
+
+def _verdict(
+    ctx: NodeContext, inner: NodeContext, out: PlanBuilder, found: InServiceVerdict
+) -> Plan:
+    """``found`` through the one verdict path (dryRun, the limit), or held in service
+    as a common cause."""
+    st = inner.status
+    reason = Reason(check=IN_SERVICE_CHECK, reason=found.reason, message=cut(found.message, 512))
+    verdict = failing_verdict((reason,), checks=tuple(st.checks), figures=st.figures)
+    evidence = Evidence(st.report, rejudged=True)
+    if found.common_cause:
+        message = f"held, not quarantined: {found.message}"
+        outcome: Any = Hold(
+            verdict, evidence, REASON_COMMON_CAUSE, message, HELD_QUARANTINE, in_service=True
+        )
+    else:
+        outcome = judged(inner, verdict, evidence)
+    if isinstance(outcome, Hold):
+        out.wake_in(HOLD_RETRY_SECONDS)
+    plan = record(inner, out, outcome)
+    if inner.status != ctx.status and not any(isinstance(a, PatchNAStatus) for a in out.actions):
+        out.write_status(ctx.status, inner.status)  # the ledger, when nothing else changed
+        return out.build(plan.note)
+    return plan
+
+
+def _cleared(ctx: NodeContext, out: PlanBuilder, kept: NodeAcceptanceStatus) -> Plan:
+    """A held in-service verdict whose evidence is gone: the hold is lifted, the node
+    stays in service as it was accepted."""
+    update: dict[str, Any] = {"reasons": [], "held_action": None, "message": ACCEPTED_MESSAGE}
+    if kept.phase == Phase.ACCEPTED:
+        update["reason"] = None
+    else:  # held by a dry run: back to "would accept"
+        update.update(held_action=HELD_ACCEPT, message="dry run: would accept")
+    new = kept.model_copy(update=update)
+    out.write_status(ctx.status, new)
+    out.event(
+        ACCEPTANCE_KIND,
+        "Normal",
+        EVENT_CLEARED,
+        f"in-service hold lifted ({ctx.status.reason}): the evidence is gone",
+    )
+    out.ensure_node(ctx, new)
+    return out.build("in service: hold lifted")

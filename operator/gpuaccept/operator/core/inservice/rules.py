@@ -1,0 +1,158 @@
+"""``evaluate``: an accepted node's in-service ledger, verdict and suspects (pure).
+
+From the policy section, the ledger as stored, the Node's signals, the new watch
+reports and the time, :func:`evaluate` gives the new ledger, the verdict (or none)
+and the suspects, the same whatever order the reports come in, however often one
+is replayed, and after a restart (the ledger is all it remembers, in the status).
+
+A new boot (a repair) or a new acceptance starts a new ledger: the node came back
+through the acceptance probe, and what happened before does not count again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpuaccept.contracts.inservice import (
+    InService,
+    InServiceEvent,
+    InServiceStatus,
+    InServiceSuspect,
+    InServiceVerdict,
+)
+from gpuaccept.operator.core.inservice.correlation import (
+    Fleet,
+    SignatureSeen,
+    common_cause,
+    suspect_signature,
+)
+from gpuaccept.operator.core.inservice.evidence import (
+    REPORTED,
+    Finding,
+    NodeSignals,
+    WatchEvidence,
+)
+from gpuaccept.operator.core.inservice.signals import next_expiry, signal_findings, timed
+from gpuaccept.operator.core.inservice.xids import (
+    counted,
+    history,
+    pruned,
+    state_findings,
+    suspects,
+    xid_findings,
+)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the rules read besides the ledger: the Node's signals, the new watch
+    reports, the time, this node's name and the fleet it is correlated with."""
+
+    signals: NodeSignals
+    now: datetime
+    reports: tuple[WatchEvidence, ...] = ()
+    node: str = ""
+    fleet: Fleet = field(default_factory=Fleet)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    ledger: InServiceStatus  # the new ledger (its verdict and suspects included)
+    verdict: InServiceVerdict | None  # None: the node stays in service
+    suspects: tuple[InServiceSuspect, ...]
+    wake_in: float | None  # seconds until a running timer expires (None: none runs)
+
+
+def ledger_for(
+    old: InServiceStatus | None, boot_id: str, accepted: datetime | None
+) -> InServiceStatus:
+    """``old`` if it is about this boot and this acceptance, else a new ledger."""
+    if old is not None and old.boot_id == boot_id and old.accepted_time == accepted:
+        return old
+    # the watch pods' serial goes on: a new pod never takes an old one's name
+    serial = old.watch_serial if old is not None else 0
+    return InServiceStatus(boot_id=boot_id, accepted_time=accepted, watch_serial=serial)
+
+
+def _signal_events(ledger: InServiceStatus) -> list[InServiceEvent]:
+    """A history entry for each running signal timer, at its start."""
+    events = []
+    if ledger.unallocatable_since is not None:
+        events.append(
+            InServiceEvent(what="GPUsUnallocatable", kind="signal", time=ledger.unallocatable_since)
+        )
+    for timer in ledger.conditions:
+        events.append(
+            InServiceEvent(
+                what=f"condition {timer.type}={timer.status}", kind="signal", time=timer.since
+            )
+        )
+    return events
+
+
+def _kept(old: InServiceVerdict | None, findings: list[Finding]) -> list[Finding]:
+    """A reported verdict stays (what happened stays true until a new boot or
+    acceptance) even when its evidence has left the bounded history."""
+    if old is None or old.reason not in REPORTED:
+        return findings
+    if any((f.reason, f.signature) == (old.reason, old.signature) for f in findings):
+        return findings
+    return [*findings, Finding(old.reason, old.message, old.signature, old.window_start, old.gpu)]
+
+
+def _verdict(
+    findings: list[Finding], old: InServiceVerdict | None, obs: Observed, policy: InService
+) -> InServiceVerdict | None:
+    if not findings:
+        return None
+    ordered = sorted(findings, key=lambda f: f.rank)
+    main = ordered[0]
+    message = "; ".join(f.message for f in ordered)[:512]
+    seen = SignatureSeen(obs.node, main.signature, main.start)
+    shared = common_cause(seen, obs.fleet, policy.correlation)
+    if shared is not None:
+        message = f"common cause: {main.signature} on {shared} nodes; {message}"[:512]
+    same = old is not None and (old.reason, old.signature, old.window_start) == (
+        main.reason,
+        main.signature,
+        main.start,
+    )
+    return InServiceVerdict(
+        reason=main.reason,
+        message=message,
+        signature=main.signature,
+        window_start=main.start,
+        window_end=old.window_end if same and old is not None else obs.now,
+        gpu=main.gpu,
+        common_cause=shared is not None,
+    )
+
+
+def _suspects(
+    found: Iterable[InServiceSuspect], obs: Observed, policy: InService
+) -> list[InServiceSuspect]:
+    marked = []
+    for suspect in found:
+        seen = SignatureSeen(obs.node, suspect_signature(suspect.xid), suspect.since)
+        shared = common_cause(seen, obs.fleet, policy.correlation)
+        marked.append(suspect.model_copy(update={"common_cause": shared is not None}))
+    return marked
+
+
+def evaluate(policy: InService, ledger: InServiceStatus, obs: Observed) -> Evaluation:
+    """The new ledger, the verdict and the suspects of a node in service at ``obs.now``."""
+    now, signals = obs.now, obs.signals
+    for report in sorted(obs.reports, key=lambda r: (r.start, r.key)):
+        ledger = counted(ledger, report, policy.xid)
+    ledger = timed(pruned(ledger, policy.xid, now), policy, signals, now)
+    ledger = ledger.model_copy(
+        update={"events": history([*ledger.events, *_signal_events(ledger)])}
+    )
+    findings = xid_findings(ledger, policy.xid, now) + state_findings(ledger)
+    findings += signal_findings(ledger, policy, signals, now)
+    verdict = _verdict(_kept(ledger.verdict, findings), ledger.verdict, obs, policy)
+    found = _suspects(suspects(ledger, policy.xid, now), obs, policy)
+    ledger = ledger.model_copy(update={"verdict": verdict, "suspects": found})
+    return Evaluation(ledger, verdict, tuple(found), next_expiry(ledger, policy, now))

@@ -1,0 +1,287 @@
+"""Health in service end to end (issue 23): the real kube-apiserver, the kubelet
+stand-in running the real probe on simulated profiles, the operator as a
+subprocess under the chart's RBAC. An accepted node under a policy with
+``inService`` is judged from its own Node, as the device plugin and other tools
+write it (the test writes what they would):
+
+* a device plugin that restarts (allocatable 0 for ~2 s) under a short grace: the
+  node stays Accepted; one that lost a GPU for good: Quarantined, GPUsUnallocatable;
+* a node-problem-detector condition held past its duration: Quarantined,
+  UnhealthyCondition; one that flaps faster than its duration: stays Accepted;
+* dryRun: Held, the quarantine it would apply recorded, the Node untouched;
+* the quarantine limit: held in service (BreakerOpen), the Node untouched;
+* watch pods (``gpuaccept probe watch``, token-less, no GPU) on the in-service
+  profiles: Xid 79 after acceptance is quarantined (XidFatal); a row remap pending is
+  quarantined from the state, not from its Xid 63 (RowRemapPending); Xid 13 twice on one GPU
+  makes a suspect that stays Accepted; an Xid 45 burst on several nodes at once is a
+  common cause: suspects marked so, none quarantined.
+
+Graces and durations are seconds here (the defaults are minutes).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from test_operator import HEALTHY, ROOT, Env, env, suite_id, wait_for, wait_node_side
+
+__all__ = ["env"]
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+QUARANTINE_TAINT = "gpuaccept.io/quarantined"
+GRACE = 8
+INSERVICE = ROOT / "profiles" / "inservice"
+XID79 = str(INSERVICE / "xid79-after-acceptance.yaml")
+XID13 = str(INSERVICE / "xid13-twice-one-gpu.yaml")
+XID45 = str(INSERVICE / "xid45-burst.yaml")
+REMAP = str(INSERVICE / "remap-pending.yaml")
+# Watch windows of 60 s (the default is 30 minutes): the in-service profiles' events
+# fall within a window's first minute, and the stand-in's simulated watch reports the
+# window at once (the first pod starts at acceptance; the next one a window later).
+WATCH = {"enabled": True, "windowSeconds": 60}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _allocatable(env: Env, name: str, gpus: int) -> None:
+    """What the device plugin does: nvidia.com/gpu allocatable (capacity stays)."""
+    env.core.patch_node_status(name, {"status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}})
+
+
+def _condition(env: Env, name: str, status: str) -> None:
+    """What node-problem-detector does: its condition, with its last transition now."""
+    condition = {
+        "type": "KernelDeadlock",
+        "status": status,
+        "reason": "DockerHung" if status == "True" else "KernelHasNoDeadlock",
+        "message": "task docker blocked for more than 120 seconds" if status == "True" else "",
+        "lastHeartbeatTime": _now(),
+        "lastTransitionTime": _now(),
+    }
+    env.core.patch_node_status(name, {"status": {"conditions": [condition]}})
+
+
+def _gpus(env: Env, name: str) -> int:
+    return int(env.node(name)["status"]["capacity"]["nvidia.com/gpu"])
+
+
+def _taints(env: Env, name: str) -> list[str]:
+    return [t["key"] for t in env.node(name)["spec"].get("taints") or []]
+
+
+def _in_service(env: Env, name: str) -> dict[str, Any]:
+    return dict(env.status(name).get("inService") or {})
+
+
+def _watch_pods(env: Env, name: str) -> list[dict[str, Any]]:
+    return [
+        p for p in env.pods(name) if "gpuaccept.io/watch" in (p["metadata"].get("labels") or {})
+    ]
+
+
+def test_a_fatal_xid_after_acceptance_is_quarantined(env: Env) -> None:
+    suite = suite_id("xid79")
+    env.policy(suite, inService=WATCH)
+    (name,) = env.nodes(suite, {"x": XID79})
+    env.wait_phase([name], "Accepted")
+    wait_for(
+        f"{name} quarantined in service",
+        lambda: env.status(name).get("reason") == "XidFatal",
+        120,
+    )
+    wait_node_side(env, name, "Quarantined", reason="XidFatal")
+    status = env.status(name)
+    assert status["reasons"][0]["check"] == "in_service"
+    assert "Xid 79 (fatal)" in status["message"]
+    ledger = status["inService"]
+    assert ledger["verdict"]["reason"] == "XidFatal"
+    assert any(e.get("xid") == 79 for e in ledger["events"])
+    assert ledger["watchSerial"] >= 1
+    wait_for(f"{name}'s watch pods gone", lambda: not _watch_pods(env, name), 60)
+
+
+def test_remap_pending_in_service_is_quarantined_from_the_state(env: Env) -> None:
+    """Xid 63 (memory state) is never judged on the event; the pending flag at the
+    window's end is."""
+    suite = suite_id("remap")
+    env.policy(suite, inService=WATCH)
+    (name,) = env.nodes(suite, {"r": REMAP})
+    env.wait_phase([name], "Accepted")
+    wait_for(
+        f"{name} quarantined in service",
+        lambda: env.status(name).get("reason") == "RowRemapPending",
+        120,
+    )
+    wait_node_side(env, name, "Quarantined", reason="RowRemapPending")
+    events = env.status(name)["inService"]["events"]
+    assert any(e.get("xid") == 63 and e["kind"] == "memory" for e in events)
+    assert any(e["kind"] == "state" and e["what"].startswith("RowRemapPending") for e in events)
+
+
+def test_an_application_xid_twice_makes_a_suspect_that_stays_accepted(env: Env) -> None:
+    suite = suite_id("xid13")
+    env.policy(suite, inService=WATCH, reverify={"enabled": True})
+    (name,) = env.nodes(suite, {"x": XID13})
+    env.wait_phase([name], "Accepted")
+    wait_for(
+        f"{name} a suspect",
+        lambda: (env.status(name).get("inService") or {}).get("suspects"),
+        120,
+    )
+    status = env.status(name)
+    assert status["phase"] == "Accepted"
+    assert "reason" not in status
+    (suspect,) = status["inService"]["suspects"]
+    assert suspect["xid"] == 13
+    assert suspect["count"] >= 2
+    assert not suspect.get("commonCause")
+    suspicions = status["reverify"]["suspicions"]
+    assert [s["checks"] for s in suspicions] == [["xid_errors", "gpu_compute"]]
+    assert "Xid 13" in suspicions[0]["cause"]
+    assert any(e["reason"] == "InServiceSuspect" for e in env.events(name, "NodeAcceptance"))
+    wait_node_side(env, name, "Accepted")
+
+
+def test_an_xid_45_burst_on_several_nodes_is_a_common_cause(env: Env) -> None:
+    suite = suite_id("xid45")
+    env.policy(suite, inService=WATCH)
+    names = env.nodes(suite, {"a": XID45, "b": XID45, "c": XID45})
+    env.wait_phase(names, "Accepted")
+
+    def common() -> bool:
+        for name in names:
+            suspects = (env.status(name).get("inService") or {}).get("suspects") or []
+            if not suspects or not all(s.get("commonCause") for s in suspects):
+                return False
+        return True
+
+    # each node is judged again at its next window: all of them see the others by then
+    wait_for("every node's suspects marked a common cause", common, 240)
+    for name in names:
+        status = env.status(name)
+        assert status["phase"] == "Accepted"
+        assert {s["xid"] for s in status["inService"]["suspects"]} == {45}
+        assert "verdict" not in status["inService"]
+        assert QUARANTINE_TAINT not in _taints(env, name)
+
+
+def test_a_device_plugin_restart_stays_accepted_a_lost_gpu_is_quarantined(env: Env) -> None:
+    suite = suite_id("alloc")
+    section = {"enabled": True, "allocatableGraceSeconds": GRACE, "watchPods": False}
+    env.policy(suite, inService=section)
+    restart, lost = env.nodes(suite, {"restart": HEALTHY, "lost": HEALTHY})
+    env.wait_phase([restart, lost], "Accepted")
+    wait_for("the ledgers", lambda: _in_service(env, restart) and _in_service(env, lost), 30)
+    gpus = _gpus(env, restart)
+    _allocatable(env, restart, 0)  # the device plugin restarts: nothing allocatable
+    _allocatable(env, lost, gpus - 1)  # a GPU marked unhealthy, for good
+    wait_for(
+        f"{restart}'s drop recorded",
+        lambda: _in_service(env, restart).get("unallocatableSince"),
+        30,
+    )
+    time.sleep(2)
+    _allocatable(env, restart, gpus)  # registered again
+    wait_for(
+        f"{lost} quarantined in service",
+        lambda: env.status(lost).get("reason") == "GPUsUnallocatable",
+        60,
+    )
+    wait_node_side(env, lost, "Quarantined", reason="GPUsUnallocatable")
+    status = env.status(lost)
+    assert status["phase"] == "Quarantined"
+    assert status["reasons"][0]["check"] == "in_service"
+    assert f"{gpus - 1} of {gpus} GPUs allocatable" in status["message"]
+    verdict = status["inService"]["verdict"]
+    assert verdict["reason"] == "GPUsUnallocatable"
+    assert verdict["windowStart"] <= verdict["windowEnd"]
+    # the restart's drop began with the lost GPU's: its grace is over too, and it stayed
+    kept = env.status(restart)
+    assert kept["phase"] == "Accepted"
+    assert "reason" not in kept
+    assert "unallocatableSince" not in kept["inService"]
+    assert [e["what"] for e in kept["inService"]["events"]] == ["GPUsUnallocatable"]
+    wait_node_side(env, restart, "Accepted")
+    assert QUARANTINE_TAINT not in _taints(env, restart)
+
+
+def test_a_condition_held_is_quarantined_a_flapping_one_is_not(env: Env) -> None:
+    suite = suite_id("npd")
+    rule = {"type": "KernelDeadlock", "status": "True", "durationSeconds": 10}
+    env.policy(
+        suite, inService={"enabled": True, "unhealthyConditions": [rule], "watchPods": False}
+    )
+    held, flapping = env.nodes(suite, {"held": HEALTHY, "flap": HEALTHY})
+    env.wait_phase([held, flapping], "Accepted")
+    _condition(env, held, "True")
+    for _ in range(6):  # True for about 2 s, then False: never 10 s in a row
+        _condition(env, flapping, "True")
+        time.sleep(2)
+        _condition(env, flapping, "False")
+        time.sleep(1)
+    wait_for(
+        f"{held} quarantined in service",
+        lambda: env.status(held).get("reason") == "UnhealthyCondition",
+        60,
+    )
+    wait_node_side(env, held, "Quarantined", reason="UnhealthyCondition")
+    assert "KernelDeadlock=True" in env.status(held)["message"]
+    kept = env.status(flapping)
+    assert kept["phase"] == "Accepted"
+    assert "reason" not in kept
+    events = [e["what"] for e in kept["inService"]["events"]]
+    assert events.count("condition KernelDeadlock=True") >= 2
+    assert not kept["inService"].get("conditions")  # False now: no timer runs
+    assert QUARANTINE_TAINT not in _taints(env, flapping)
+
+
+def test_dry_run_holds_an_in_service_verdict(env: Env) -> None:
+    suite = suite_id("dry")
+    env.policy(suite, dryRun=True, inService={"enabled": True, "allocatableGraceSeconds": 2})
+    (name,) = env.nodes(suite, {"d": HEALTHY})
+    wait_for(
+        f"{name} held, would accept",
+        lambda: env.status(name).get("heldAction") == "Accept",
+        120,
+    )
+    _allocatable(env, name, _gpus(env, name) - 1)
+    wait_for(
+        f"{name} held, would quarantine",
+        lambda: env.status(name).get("heldAction") == "Quarantine",
+        60,
+    )
+    status = env.status(name)
+    assert (status["phase"], status["reason"]) == ("Held", "DryRun")
+    assert status["reasons"][0]["reason"] == "GPUsUnallocatable"
+    assert "would quarantine" in status["message"]
+    assert QUARANTINE_TAINT not in _taints(env, name)
+
+
+def test_the_quarantine_limit_holds_it_in_service(env: Env) -> None:
+    suite = suite_id("limit")
+    env.policy(
+        suite,
+        maxQuarantined=0,
+        inService={"enabled": True, "allocatableGraceSeconds": 2},
+    )
+    (name,) = env.nodes(suite, {"l": HEALTHY})
+    env.wait_phase([name], "Accepted")
+    _allocatable(env, name, _gpus(env, name) - 1)
+    wait_for(
+        f"{name} held by the limit",
+        lambda: env.status(name).get("reason") == "BreakerOpen",
+        60,
+    )
+    status = env.status(name)
+    assert (status["phase"], status["heldAction"]) == ("Accepted", "Quarantine")
+    assert status["reasons"][0]["reason"] == "GPUsUnallocatable"
+    assert "quarantine limit" in status["message"]
+    wait_node_side(env, name, "Accepted")
+    assert QUARANTINE_TAINT not in _taints(env, name)
+    assert any(e["reason"] == "BreakerOpen" for e in env.events(name, "Node"))

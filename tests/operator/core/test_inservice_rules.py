@@ -1,0 +1,319 @@
+"""The in-service rules (core/inservice), one row per branch: the Node's signals
+(allocatable past its grace, other tools' conditions held or flapping), the Xid
+rules (fatal, repeated bursts, memory state, application suspects), correlation,
+and the ledger's resets (a new boot, a new acceptance)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpuaccept.contracts.inservice import InService, InServiceStatus, UnhealthyCondition
+from gpuaccept.operator.core.inservice.correlation import Fleet, SignatureSeen, bar
+from gpuaccept.operator.core.inservice.evidence import (
+    ConditionSeen,
+    GpuState,
+    NodeSignals,
+    WatchEvidence,
+    XidSeen,
+)
+from gpuaccept.operator.core.inservice.rules import Observed, evaluate, ledger_for
+from gpuaccept.operator.core.inservice.xids import with_xid
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+BOOT = "boot-1"
+GPU = "GPU-0a1b"
+OTHER_GPU = "GPU-9f8e"
+NPD = UnhealthyCondition(type="KernelDeadlock", status="True", duration_seconds=60)
+POLICY = InService(enabled=True, allocatable_grace_seconds=300, unhealthy_conditions=[NPD])
+
+
+def s(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def healthy(**change: object) -> NodeSignals:
+    base: dict[str, object] = {"boot_id": BOOT, "gpu_capacity": 8, "gpu_allocatable": 8}
+    return NodeSignals(**{**base, **change})  # type: ignore[arg-type]
+
+
+def report(
+    key: str, *xids: tuple[float, int, str], state: tuple[GpuState, ...] = ()
+) -> WatchEvidence:
+    seen = tuple(
+        XidSeen(gpu=GPU, xid=xid, kind=kind, at=s(at))  # type: ignore[arg-type]
+        for at, xid, kind in xids
+    )
+    return WatchEvidence(key, BOOT, s(0), s(1800), seen, state)
+
+
+def ledger() -> InServiceStatus:
+    return ledger_for(None, BOOT, T0)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    signals: NodeSignals
+    reports: tuple[WatchEvidence, ...] = ()
+    at: float = 0
+    before: InServiceStatus = field(default_factory=ledger)
+    reason: str | None = None
+    suspects: int = 0
+
+
+SHORT = healthy(gpu_allocatable=7)
+CASES = [
+    Case("healthy node: no verdict", healthy(), at=10_000),
+    Case("allocatable short, within its grace", SHORT, at=0, reason=None),
+    Case(
+        "allocatable short past its grace",
+        SHORT,
+        at=301,
+        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+        reason="GPUsUnallocatable",
+    ),
+    Case(
+        "allocatable back: the timer stops, no verdict",
+        healthy(),
+        at=1000,
+        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+    ),
+    Case(
+        "capacity dropped below the accepted GPUs counts as short",
+        healthy(gpu_capacity=7, gpu_allocatable=7, accepted_gpus=8),
+        at=400,
+        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+        reason="GPUsUnallocatable",
+    ),
+    Case(
+        "condition held past its duration",
+        healthy(conditions=(ConditionSeen("KernelDeadlock", "True", s(0)),)),
+        at=61,
+        reason="UnhealthyCondition",
+    ),
+    Case(
+        "condition flapped: its last transition restarts the timer",
+        healthy(conditions=(ConditionSeen("KernelDeadlock", "True", s(50)),)),
+        at=61,
+    ),
+    Case(
+        "condition in another status",
+        healthy(conditions=(ConditionSeen("KernelDeadlock", "False", s(0)),)),
+        at=1000,
+    ),
+    Case(
+        "a condition the policy does not list",
+        healthy(conditions=(ConditionSeen("ReadonlyFilesystem", "True", s(0)),)),
+        at=1000,
+    ),
+    Case(
+        "fatal Xid on first occurrence",
+        healthy(),
+        (report("a", (40, 79, "fatal")),),
+        50,
+        reason="XidFatal",
+    ),
+    Case(
+        "repeated hardware Xid: 4 bursts are not enough",
+        healthy(),
+        (report("a", *((i * 200.0, 74, "repeated") for i in range(4))),),
+        1000,
+    ),
+    Case(
+        "repeated hardware Xid: 5 bursts",
+        healthy(),
+        (report("a", *((i * 200.0, 74, "repeated") for i in range(5))),),
+        1000,
+        reason="XidRepeated",
+    ),
+    Case(
+        "repeated hardware Xid: 10 events under 180 s apart are one burst",
+        healthy(),
+        (report("a", *((i * 100.0, 74, "repeated") for i in range(10))),),
+        1000,
+    ),
+    Case(
+        "memory-state Xid never convicts on the event",
+        healthy(),
+        (report("a", (1, 63, "memory")),),
+        10,
+    ),
+    Case(
+        "remap failure in the report's state",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "RowRemapFailure"),)),),
+        1800,
+        reason="RowRemapFailure",
+    ),
+    Case(
+        "remap pending in the report's state",
+        healthy(),
+        (report("a", (15, 63, "memory"), state=(GpuState(GPU, "RowRemapPending"),)),),
+        1800,
+        reason="RowRemapPending",
+    ),
+    Case(
+        "a recovery action other than none",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "RecoveryAction", "node_reboot"),)),),
+        1800,
+        reason="GPURecoveryAction",
+    ),
+    Case(
+        "a GPU lost",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "GPULost"),)),),
+        1800,
+        reason="GPULost",
+    ),
+    Case("application Xid once: nothing", healthy(), (report("a", (1, 13, "application")),), 10),
+    Case(
+        "application Xid twice on one GPU: a suspect, no verdict",
+        healthy(),
+        (report("a", (1, 13, "application")), report("b", (500, 13, "application"))),
+        600,
+        suspects=1,
+    ),
+    Case(
+        "a report of another boot is not counted",
+        healthy(),
+        (WatchEvidence("x", "boot-0", s(0), s(10), (XidSeen(GPU, 79, "fatal", s(1)),)),),
+        20,
+    ),
+    Case(
+        "fatal beats the signals: strongest reason first",
+        SHORT,
+        (report("a", (40, 79, "fatal")),),
+        1000,
+        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+        reason="XidFatal",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_rules(case: Case) -> None:
+    result = evaluate(POLICY, case.before, Observed(case.signals, s(case.at), case.reports, "n1"))
+    assert (result.verdict.reason if result.verdict else None) == case.reason
+    assert len(result.suspects) == case.suspects
+    assert result.ledger.verdict == result.verdict
+    if result.verdict is not None:
+        assert result.verdict.window_start <= result.verdict.window_end == s(case.at)
+        assert not result.verdict.common_cause
+
+
+def test_grace_timer_starts_then_wakes_at_expiry() -> None:
+    first = evaluate(POLICY, ledger(), Observed(SHORT, s(10)))
+    assert first.verdict is None
+    assert first.ledger.unallocatable_since == s(10)
+    assert first.wake_in == 300
+    later = evaluate(POLICY, first.ledger, Observed(SHORT, s(310)))
+    assert later.verdict is not None
+    assert later.verdict.reason == "GPUsUnallocatable"
+    assert later.verdict.window_start == s(10)
+
+
+def test_device_plugin_restart_rides_out_the_grace() -> None:
+    """A 20 s drop of allocatable, seen at each Node event: never a verdict."""
+    state = ledger()
+    for at, signals in [(0, healthy()), (5, SHORT), (15, SHORT), (25, healthy()), (400, healthy())]:
+        result = evaluate(POLICY, state, Observed(signals, s(at)))
+        assert result.verdict is None
+        state = result.ledger
+    assert state.unallocatable_since is None
+    assert [e.what for e in state.events] == ["GPUsUnallocatable"]
+
+
+def test_the_verdict_window_stays_put_across_passes() -> None:
+    first = evaluate(
+        POLICY, ledger(), Observed(healthy(), s(50), (report("a", (40, 79, "fatal")),))
+    )
+    again = evaluate(POLICY, first.ledger, Observed(healthy(), s(90)))
+    assert again.verdict == first.verdict
+    assert again.ledger == first.ledger
+
+
+def test_a_reported_verdict_outlives_its_evidence_in_the_history() -> None:
+    """A remap failure stays the verdict after 20 newer events pushed it out."""
+    failed = report("a", state=(GpuState(GPU, "RowRemapFailure"),))
+    first = evaluate(POLICY, ledger(), Observed(healthy(), s(1800), (failed,)))
+    noise = report("b", *((2000.0 + i, 92, "memory") for i in range(25)))
+    later = evaluate(POLICY, first.ledger, Observed(healthy(), s(3000), (noise,)))
+    assert len(later.ledger.events) == 20
+    assert later.verdict is not None
+    assert later.verdict.reason == "RowRemapFailure"
+
+
+def test_a_new_boot_starts_a_new_ledger() -> None:
+    fatal = evaluate(
+        POLICY, ledger(), Observed(healthy(), s(50), (report("a", (40, 79, "fatal")),))
+    )
+    fresh = ledger_for(fatal.ledger, "boot-2", T0)
+    assert fresh == InServiceStatus(boot_id="boot-2", accepted_time=T0)
+    result = evaluate(POLICY, fresh, Observed(healthy(boot_id="boot-2"), s(100)))
+    assert result.verdict is None
+
+
+def test_a_new_acceptance_starts_new_evidence() -> None:
+    fatal = evaluate(
+        POLICY, ledger(), Observed(healthy(), s(50), (report("a", (40, 79, "fatal")),))
+    )
+    assert ledger_for(fatal.ledger, BOOT, T0) == fatal.ledger
+    assert ledger_for(fatal.ledger, BOOT, s(60)).verdict is None
+
+
+def test_common_cause_holds_instead_of_convicting() -> None:
+    others = tuple(SignatureSeen(f"n{i}", "XidFatal:79", s(30 + i)) for i in range(2, 4))
+    fleet = Fleet(others, matched=100)
+    obs = Observed(healthy(), s(50), (report("a", (40, 79, "fatal")),), "n1", fleet)
+    result = evaluate(POLICY, ledger(), obs)
+    assert result.verdict is not None
+    assert result.verdict.common_cause
+    assert "3 nodes" in result.verdict.message
+
+
+def test_correlation_needs_onsets_within_the_window() -> None:
+    far = tuple(SignatureSeen(f"n{i}", "XidFatal:79", s(40 + 601 + i)) for i in range(2, 5))
+    obs = Observed(healthy(), s(50), (report("a", (40, 79, "fatal")),), "n1", Fleet(far, 100))
+    result = evaluate(POLICY, ledger(), obs)
+    assert result.verdict is not None
+    assert not result.verdict.common_cause
+
+
+def test_application_suspects_shared_by_many_nodes_are_a_common_cause() -> None:
+    twice = (report("a", (1, 45, "application")), report("b", (5, 45, "application")))
+    others = tuple(SignatureSeen(f"n{i}", "XidApplication:45", s(2)) for i in range(2, 9))
+    result = evaluate(POLICY, ledger(), Observed(healthy(), s(10), twice, "n1", Fleet(others, 8)))
+    assert result.verdict is None
+    assert [x.common_cause for x in result.suspects] == [True]
+
+
+@pytest.mark.parametrize(
+    ("matched", "expected"), [(1, 3), (100, 3), (300, 3), (301, 4), (5000, 50)]
+)
+def test_the_correlation_bar(matched: int, expected: int) -> None:
+    assert bar(POLICY.correlation, matched) == expected
+
+
+def test_correlation_off() -> None:
+    policy = POLICY.model_copy(
+        update={"correlation": POLICY.correlation.model_copy(update={"enabled": False})}
+    )
+    others = tuple(SignatureSeen(f"n{i}", "XidFatal:79", s(40)) for i in range(2, 9))
+    obs = Observed(healthy(), s(50), (report("a", (40, 79, "fatal")),), "n1", Fleet(others, 8))
+    result = evaluate(policy, ledger(), obs)
+    assert result.verdict is not None
+    assert not result.verdict.common_cause
+
+
+def test_a_burst_bridging_two_merges_them() -> None:
+    one = with_xid([], XidSeen(GPU, 74, "repeated", s(0)), 180)
+    two = with_xid(one, XidSeen(GPU, 74, "repeated", s(300)), 180)
+    assert len(two) == 2
+    bridged = with_xid(two, XidSeen(GPU, 74, "repeated", s(150)), 180)
+    assert [(b.first, b.last, b.events) for b in bridged] == [(s(0), s(300), 3)]
+    other_gpu = with_xid(bridged, XidSeen(OTHER_GPU, 74, "repeated", s(150)), 180)
+    assert len(other_gpu) == 2
