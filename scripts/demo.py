@@ -458,7 +458,7 @@ def show(cp: ControlPlane) -> None:
         out(kubectl(cp, "get", "nodeacceptance", name, "-o", columns))
     columns = (
         "custom-columns=NODE:.metadata.name,PHASE:.status.phase,REASON:.status.reason,"
-        "CHECK:.status.reasons[0].check,VERDICT:.status.inService.verdict.message,"
+        "CHECK:.status.reasons[*].check,VERDICT:.status.inService.verdict.message,"
         "SUSPECT_XIDS:.status.inService.suspects[*].xid,WINDOWS:.status.inService.watchSerial"
     )
     out("In service (accepted at the door, then watched):")
