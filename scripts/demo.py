@@ -7,7 +7,12 @@
    pending taint, as kubelet ``--register-with-taints`` would; and a batch of
    new nodes under a second policy with the fabric test on (docs/fabric.md), one
    node per fabric fault profile among healthy ones: their pairs run for real
-   (``gpuaccept probe fabric``, gloo over the loopback).
+   (``gpuaccept probe fabric``, gloo over the loopback); a re-verification node; and
+   an in-service batch under a policy with ``inService`` on (docs/operator.md
+   "Health in service"): nodes accepted healthy, then watched by token-less watch
+   pods playing their profile's in-service timeline: Xid 79 (quarantined in
+   service, XidFatal), a quiet window (stays Accepted), Xid 13 twice on one GPU (a
+   suspect, stays Accepted).
 3. Run ``gpuaccept operator`` (a subprocess) and wait until every node is decided.
 4. Print ``kubectl get nodeacceptance``, the nodes with taints and labels, and
    what to try next. Exit 0 only if every node ended where it should.
@@ -84,7 +89,19 @@ REVERIFY_BAD = {
         "BaselineDriftFailed",
     )
 }
-ALL_NODES = (*GOOD, *BAD, *FABRIC_GOOD, *FABRIC_BAD, *REVERIFY_BAD)
+# Health in service (docs/operator.md): accepted at the door, then watched. Windows of
+# 60 s (30 minutes by default): the simulated watch plays a window's timeline at
+# once, so each profile's events are reported when its node's first watch pod starts.
+INSERVICE_POLICY = "demo-inservice"
+INSERVICE_LABEL = "gpuaccept.io/demo-inservice"
+INSERVICE_SECTION = {"enabled": True, "windowSeconds": 60}
+INSERVICE_QUARANTINED = {
+    "gpu-inservice-xid79": ("profiles/inservice/xid79-after-acceptance.yaml", "XidFatal")
+}
+INSERVICE_QUIET = {"gpu-inservice-quiet": "profiles/inservice/quiet.yaml"}
+INSERVICE_SUSPECT = {"gpu-inservice-xid13": ("profiles/inservice/xid13-twice-one-gpu.yaml", 13)}
+INSERVICE_NODES = (*INSERVICE_QUARANTINED, *INSERVICE_QUIET, *INSERVICE_SUSPECT)
+ALL_NODES = (*GOOD, *BAD, *FABRIC_GOOD, *FABRIC_BAD, *REVERIFY_BAD, *INSERVICE_NODES)
 TIMEOUT_S = 300
 # In <cluster dir>/demo: the demo started the control plane, so demo-down stops it.
 STARTED_CLUSTER = "started-cluster"
@@ -143,10 +160,17 @@ def install(kube: Kube) -> None:
         "maxQuarantined": 1,
         "reverify": REVERIFY_SECTION,
     }
+    inservice_spec = {
+        **spec,
+        "nodeSelector": {"nvidia.com/gpu.present": "true", INSERVICE_LABEL: "true"},
+        "maxQuarantined": len(INSERVICE_QUARANTINED),
+        "inService": INSERVICE_SECTION,
+    }
     for name, body in (
         (POLICY, spec),
         (FABRIC_POLICY, fabric_spec),
         (REVERIFY_POLICY, reverify_spec),
+        (INSERVICE_POLICY, inservice_spec),
     ):
         apply_policy(kube, name, body)
 
@@ -179,7 +203,16 @@ def apply_policy(kube: Kube, name: str, spec: dict[str, Any]) -> None:
 def fleet_file(state: Path) -> Path:
     profiles = {**GOOD, **{name: profile for name, (profile, _reason) in BAD.items()}}
     fabric = {**FABRIC_GOOD, **{name: profile for name, (profile, _r) in FABRIC_BAD.items()}}
-    batches = ((profiles, "gpuaccept.io/demo"), (fabric, FABRIC_LABEL))
+    inservice = {
+        **INSERVICE_QUIET,
+        **{name: profile for name, (profile, _r) in INSERVICE_QUARANTINED.items()},
+        **{name: profile for name, (profile, _x) in INSERVICE_SUSPECT.items()},
+    }
+    batches = (
+        (profiles, "gpuaccept.io/demo"),
+        (fabric, FABRIC_LABEL),
+        (inservice, INSERVICE_LABEL),
+    )
     nodes = [
         {
             "name": name,
@@ -302,7 +335,8 @@ def start_fleet(cp: ControlPlane, *, keep: bool) -> DemoRun:
     say(
         f"registering {len(ALL_NODES)} simulated GPU nodes with the pending taint "
         f"({len(FABRIC_GOOD) + len(FABRIC_BAD)} of them under '{FABRIC_POLICY}', which runs "
-        "the fabric test)"
+        f"the fabric test; {len(INSERVICE_NODES)} under '{INSERVICE_POLICY}', watched in "
+        "service once accepted)"
     )
     standin = spawn(
         [sys.executable, "-m", "gpuaccept.testsupport.kubelet_standin", "--kubeconfig",
@@ -343,6 +377,7 @@ def wait_for_verdicts(run: DemoRun) -> bool:
         decided = {n for n, s in current.items() if s.get("phase") in ("Accepted", "Quarantined")}
         # a re-verification node is decided once its re-verification found it
         decided -= {n for n in REVERIFY_BAD if current.get(n, {}).get("phase") != "Quarantined"}
+        decided -= {n for n in INSERVICE_NODES if not in_service_done(n, current.get(n, {}))}
         if decided == set(ALL_NODES):
             return True
         time.sleep(1)
@@ -350,9 +385,52 @@ def wait_for_verdicts(run: DemoRun) -> bool:
     return False
 
 
+def in_service_done(name: str, status: dict[str, Any]) -> bool:
+    """An in-service node is decided once the watch has told: quarantined in service,
+    or a watch window counted (a suspect's: its suspect recorded)."""
+    if name in INSERVICE_QUARANTINED:
+        return status.get("phase") == "Quarantined"
+    ledger = status.get("inService") or {}
+    if name in INSERVICE_SUSPECT:
+        return bool(ledger.get("suspects"))
+    return bool(ledger.get("reports"))
+
+
+def unexpected_in_service(current: dict[str, dict[str, Any]]) -> list[str]:
+    """Every in-service node not where its profile says it must end."""
+    problems = []
+    for name, (_profile, reason) in INSERVICE_QUARANTINED.items():
+        status = current.get(name, {})
+        check = ((status.get("reasons") or [{}])[0]).get("check")
+        if (status.get("phase"), status.get("reason"), check) != (
+            "Quarantined",
+            reason,
+            "in_service",
+        ):
+            problems.append(
+                f"{name}: expected Quarantined/{reason} in service, got "
+                f"{status.get('phase')}/{status.get('reason')} (check {check})"
+            )
+    for name in INSERVICE_QUIET:
+        status = current.get(name, {})
+        ledger = status.get("inService") or {}
+        if status.get("phase") != "Accepted" or status.get("reason") or ledger.get("verdict"):
+            problems.append(f"{name}: expected Accepted in service, got {status}")
+        elif not ledger.get("reports") or ledger.get("suspects"):
+            problems.append(f"{name}: expected a quiet watch window counted, got {ledger}")
+    for name, (_profile, xid) in INSERVICE_SUSPECT.items():
+        status = current.get(name, {})
+        suspects = (status.get("inService") or {}).get("suspects") or []
+        if status.get("phase") != "Accepted" or status.get("reason"):
+            problems.append(f"{name}: expected Accepted (a suspect), got {status}")
+        elif [x.get("xid") for x in suspects] != [xid] or suspects[0].get("commonCause"):
+            problems.append(f"{name}: expected a suspect of Xid {xid}, got {suspects}")
+    return problems
+
+
 def unexpected(current: dict[str, dict[str, Any]]) -> list[str]:
     """Every node not where its profile says it must end."""
-    problems = []
+    problems = unexpected_in_service(current)
     for name in (*GOOD, *FABRIC_GOOD):
         if current.get(name, {}).get("phase") != "Accepted":
             problems.append(f"{name}: expected Accepted, got {current.get(name)}")
@@ -378,7 +456,14 @@ def show(cp: ControlPlane) -> None:
     )
     for name in REVERIFY_BAD:  # accepted healthy, then found by its re-verification
         out(kubectl(cp, "get", "nodeacceptance", name, "-o", columns))
-    for label in ("gpuaccept.io/demo", FABRIC_LABEL, REVERIFY_LABEL):
+    columns = (
+        "custom-columns=NODE:.metadata.name,PHASE:.status.phase,REASON:.status.reason,"
+        "CHECK:.status.reasons[*].check,VERDICT:.status.inService.verdict.message,"
+        "SUSPECT_XIDS:.status.inService.suspects[*].xid,WINDOWS:.status.inService.watchSerial"
+    )
+    out("In service (accepted at the door, then watched):")
+    out(kubectl(cp, "get", "nodeacceptance", *INSERVICE_NODES, "-o", columns))
+    for label in ("gpuaccept.io/demo", FABRIC_LABEL, REVERIFY_LABEL, INSERVICE_LABEL):
         out(kubectl(cp, "get", "nodes", "-l", f"{label}=true", "-o",
                     "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept"
                     "\\.io/acceptance,REASON:.metadata.labels.gpuaccept\\.io/reason,"
@@ -395,6 +480,7 @@ def next_steps(cp: ControlPlane) -> None:
     out("  kubectl wait --for=condition=Accepted na/gpu-healthy-1   # returns once accepted")
     for name in FABRIC_BAD:
         out(f"  kubectl get nodeacceptance {name} -o yaml   # the fabric pairs it failed")
+    out("  kubectl gpuaccept explain gpu-inservice-xid79   # in service: the ledger, the Xid 79")
     out("  kubectl annotate node gpu-healthy-1 gpuaccept.io/reprobe=now   # re-probe")
     out("  kubectl patch nodeacceptancepolicy demo --type merge -p "
         "'{\"spec\":{\"dryRun\":true}}'   # dry run")  # fmt: skip
@@ -409,7 +495,7 @@ def tear_down(run: DemoRun) -> None:
     stop_child(run.operator)
     stop_child(run.standin)
     stop_attached(run.cp.dir)  # removes the registrations
-    for policy in (POLICY, FABRIC_POLICY, REVERIFY_POLICY):
+    for policy in (POLICY, FABRIC_POLICY, REVERIFY_POLICY, INSERVICE_POLICY):
         with contextlib.suppress(ApiException):
             run.kube.request("DELETE", f"{POLICY_PATH}/{policy}")
     for name in ALL_NODES:

@@ -14,7 +14,8 @@ write it (the test writes what they would):
   profiles: Xid 79 after acceptance is quarantined (XidFatal); a row remap pending is
   quarantined from the state, not from its Xid 63 (RowRemapPending); Xid 13 twice on one GPU
   makes a suspect that stays Accepted; an Xid 45 burst on several nodes at once is a
-  common cause: suspects marked so, none quarantined.
+  common cause: suspects marked so, none quarantined; Xid 79 on three nodes at once is
+  held as a common cause once the settle delay has passed, none quarantined.
 
 Graces and durations are seconds here (the defaults are minutes).
 """
@@ -169,6 +170,34 @@ def test_an_xid_45_burst_on_several_nodes_is_a_common_cause(env: Env) -> None:
         assert {s["xid"] for s in status["inService"]["suspects"]} == {45}
         assert "verdict" not in status["inService"]
         assert QUARANTINE_TAINT not in _taints(env, name)
+
+
+def test_a_fatal_xid_on_three_nodes_at_once_is_a_common_cause_none_quarantined(env: Env) -> None:
+    """A fleet-wide event (a driver bug raising Xid 79 on many nodes): each node's
+    verdict waits correlation.settleSeconds, recorded as pending; by the time the
+    first settles, the others have reported, and all are held (CommonCause). The
+    delay is 60 s here (15 s by default) so that the three nodes' acceptances, and so
+    their first watch windows, fall within it on a loaded test machine."""
+    suite = suite_id("xid79x3")
+    env.policy(suite, inService={**WATCH, "correlation": {"settleSeconds": 60}})
+    names = env.nodes(suite, {"a": XID79, "b": XID79, "c": XID79})
+
+    def held() -> bool:
+        statuses = [env.status(name) for name in names]
+        assert not any(s.get("phase") == "Quarantined" for s in statuses), statuses
+        return all(s.get("reason") == "CommonCause" for s in statuses)
+
+    env.wait_phase(names, "Accepted")
+    wait_for("every node held as a common cause, none quarantined", held, 180)
+    for name in names:
+        status = env.status(name)
+        assert status["phase"] == "Accepted"
+        verdict = status["inService"]["verdict"]
+        assert (verdict["reason"], verdict["commonCause"]) == ("XidFatal", True)
+        assert not verdict.get("pending")
+        assert "common cause: XidFatal:79 on 3 nodes" in verdict["message"]
+        assert QUARANTINE_TAINT not in _taints(env, name)
+        assert any(e["reason"] == "CommonCause" for e in env.events(name, "Node"))
 
 
 def test_a_device_plugin_restart_stays_accepted_a_lost_gpu_is_quarantined(env: Env) -> None:

@@ -85,6 +85,15 @@ class Correlation(ContractModel):
     window_seconds: int = Field(
         default=600, ge=10, le=DAY, description="How close in time the onsets must be."
     )
+    settle_seconds: int = Field(
+        default=15,
+        ge=0,
+        le=600,
+        description="How long a verdict waits after the onset of its evidence before it is "
+        "applied, so that the other nodes' reports of a simultaneous event arrive first: "
+        "until then it is recorded as pending and the node stays in service; then it is "
+        "quarantined, or held as a common cause. 0: no wait.",
+    )
 
 
 class XidRules(ContractModel):
@@ -213,6 +222,11 @@ class InServiceVerdict(ContractModel):
     window_end: datetime = Field(description="When the verdict was reached.")
     gpu: GpuUuid | None = None
     common_cause: bool = False
+    pending: bool = Field(
+        default=False,
+        description="Its evidence is newer than correlation.settleSeconds: recorded (other "
+        "nodes' correlation sees it), not applied yet; the node stays in service.",
+    )
 
 
 class InServiceStatus(ContractModel):

@@ -161,10 +161,19 @@ def report(world: World, key: str, *xids: tuple[int, str]) -> WatchEvidence:
     return WatchEvidence(key, "boot-1", world.now - timedelta(minutes=30), world.now, seen)
 
 
-def test_a_fatal_xid_quarantines_at_once_and_a_new_boot_reprobes() -> None:
+def test_a_fatal_xid_quarantines_once_settled_and_a_new_boot_reprobes() -> None:
     world = accepted()
     world.advance(3600)
     world.watch_reports = (report(world, "pod-a", (79, "fatal")),)
+    plan = world.settle()
+    st = world.status  # pending: recorded, in service, woken when it settles
+    assert (st.phase, st.reason) == (Phase.ACCEPTED, None)
+    assert st.in_service is not None
+    assert st.in_service.verdict is not None
+    assert st.in_service.verdict.pending
+    assert QUARANTINE not in world.taint_keys()
+    assert plan.requeue_after == 15
+    world.advance(15)
     world.settle()
     st = world.status
     assert (st.phase, st.reason) == (Phase.QUARANTINED, "XidFatal")

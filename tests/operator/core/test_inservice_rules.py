@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpuaccept.contracts.inservice import InService, InServiceStatus, UnhealthyCondition
-from gpuaccept.operator.core.inservice.correlation import Fleet, SignatureSeen, bar
+from gpuaccept.operator.core.inservice.correlation import Fleet, SignatureSeen, bar, signatures
 from gpuaccept.operator.core.inservice.evidence import (
     ConditionSeen,
     GpuState,
@@ -62,6 +62,7 @@ class Case:
     before: InServiceStatus = field(default_factory=ledger)
     reason: str | None = None
     suspects: int = 0
+    pending: bool = False
 
 
 SHORT = healthy(gpu_allocatable=7)
@@ -110,10 +111,10 @@ CASES = [
         at=1000,
     ),
     Case(
-        "fatal Xid on first occurrence",
+        "fatal Xid on first occurrence, settled",
         healthy(),
         (report("a", (40, 79, "fatal")),),
-        50,
+        55,
         reason="XidFatal",
     ),
     Case(
@@ -145,28 +146,28 @@ CASES = [
         "remap failure in the report's state",
         healthy(),
         (report("a", state=(GpuState(GPU, "RowRemapFailure"),)),),
-        1800,
+        1815,  # the state at the window's end, settled
         reason="RowRemapFailure",
     ),
     Case(
         "remap pending in the report's state",
         healthy(),
         (report("a", (15, 63, "memory"), state=(GpuState(GPU, "RowRemapPending"),)),),
-        1800,
+        1815,  # the state at the window's end, settled
         reason="RowRemapPending",
     ),
     Case(
         "a recovery action other than none",
         healthy(),
         (report("a", state=(GpuState(GPU, "RecoveryAction", "node_reboot"),)),),
-        1800,
+        1815,  # the state at the window's end, settled
         reason="GPURecoveryAction",
     ),
     Case(
         "a GPU lost",
         healthy(),
         (report("a", state=(GpuState(GPU, "GPULost"),)),),
-        1800,
+        1815,  # the state at the window's end, settled
         reason="GPULost",
     ),
     Case("application Xid once: nothing", healthy(), (report("a", (1, 13, "application")),), 10),
@@ -191,6 +192,21 @@ CASES = [
         before=ledger().model_copy(update={"unallocatable_since": s(0)}),
         reason="XidFatal",
     ),
+    Case(
+        "fatal Xid newer than the settle delay: pending",
+        healthy(),
+        (report("a", (40, 79, "fatal")),),
+        54,
+        reason="XidFatal",
+        pending=True,
+    ),
+    Case(
+        "a timer's verdict is older than the settle delay: applied at once",
+        SHORT,
+        at=301,
+        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+        reason="GPUsUnallocatable",
+    ),
 ]
 
 
@@ -203,6 +219,7 @@ def test_rules(case: Case) -> None:
     if result.verdict is not None:
         assert result.verdict.window_start <= result.verdict.window_end == s(case.at)
         assert not result.verdict.common_cause
+        assert result.verdict.pending == case.pending
 
 
 def test_grace_timer_starts_then_wakes_at_expiry() -> None:
@@ -229,7 +246,7 @@ def test_device_plugin_restart_rides_out_the_grace() -> None:
 
 def test_the_verdict_window_stays_put_across_passes() -> None:
     first = evaluate(
-        POLICY, ledger(), Observed(healthy(), s(50), (report("a", (40, 79, "fatal")),))
+        POLICY, ledger(), Observed(healthy(), s(60), (report("a", (40, 79, "fatal")),))
     )
     again = evaluate(POLICY, first.ledger, Observed(healthy(), s(90)))
     assert again.verdict == first.verdict
@@ -299,6 +316,7 @@ def test_the_correlation_bar(matched: int, expected: int) -> None:
 
 
 def test_correlation_off() -> None:
+    """No correlation: no common cause, and no settle delay either."""
     policy = POLICY.model_copy(
         update={"correlation": POLICY.correlation.model_copy(update={"enabled": False})}
     )
@@ -307,6 +325,123 @@ def test_correlation_off() -> None:
     result = evaluate(policy, ledger(), obs)
     assert result.verdict is not None
     assert not result.verdict.common_cause
+    assert not result.verdict.pending
+
+
+# ----------------------------------------------------------- the settle delay
+
+FATAL_ONSET = 40.0  # each node's Xid 79; the settle delay (15 s) ends at 55
+
+
+@dataclass(frozen=True)
+class Settle:
+    name: str
+    onsets: dict[str, float]  # node -> onset of its Xid 79 (its report arrives then)
+    at: float  # when every node is evaluated again (no new report)
+    expected: str  # per node: "pending", "quarantine" or "common"
+
+
+SETTLE = [
+    Settle("one node alone, within the delay", {"n1": 40}, 50, "pending"),
+    Settle("one node alone, settled: quarantined", {"n1": 40}, 55, "quarantine"),
+    Settle(
+        "3 nodes within the delay: none quarantined", {"n1": 40, "n2": 43, "n3": 47}, 62, "common"
+    ),
+    Settle(
+        "3 nodes, the first settles when the others have reported",
+        {"n1": 40, "n2": 50, "n3": 54},
+        55,
+        "common",
+    ),
+    Settle("2 nodes: under the bar, each quarantined", {"n1": 40, "n2": 41}, 56, "quarantine"),
+]
+
+
+def _fleet_of(node: str, ledgers: dict[str, InServiceStatus], matched: int) -> Fleet:
+    seen = tuple(
+        x for other, kept in ledgers.items() if other != node for x in signatures(other, kept)
+    )
+    return Fleet(seen, matched)
+
+
+def _play(onsets: dict[str, float], at: float) -> dict[str, InServiceStatus]:
+    """Each node's report arrives at its onset (the watch exits early on a fatal Xid)
+    and is evaluated against the others' ledgers as recorded then; then each node is
+    evaluated again at ``at``. The ledgers go through the status's JSON between passes
+    (what a restart resumes from)."""
+    ledgers: dict[str, InServiceStatus] = {}
+    for node, onset in sorted(onsets.items(), key=lambda kv: kv[1]):
+        fatal = report(f"{node}-w1", (onset, 79, "fatal"))
+        fleet = _fleet_of(node, ledgers, matched=100)
+        result = evaluate(POLICY, ledger(), Observed(healthy(), s(onset), (fatal,), node, fleet))
+        assert result.verdict is not None
+        # pending; or, from the bar on, held as a common cause at once
+        assert result.verdict.pending != result.verdict.common_cause
+        assert result.wake_in == (15 if result.verdict.pending else None)
+        ledgers[node] = InServiceStatus.model_validate(result.ledger.model_dump(by_alias=True))
+    for node in sorted(onsets):
+        fleet = _fleet_of(node, ledgers, matched=100)
+        result = evaluate(POLICY, ledgers[node], Observed(healthy(), s(at), (), node, fleet))
+        ledgers[node] = result.ledger
+    return ledgers
+
+
+def _outcome(kept: InServiceStatus) -> str:
+    assert kept.verdict is not None
+    if kept.verdict.pending:
+        assert not kept.verdict.common_cause
+        return "pending"
+    return "common" if kept.verdict.common_cause else "quarantine"
+
+
+@pytest.mark.parametrize("case", SETTLE, ids=lambda c: c.name)
+def test_the_settle_delay(case: Settle) -> None:
+    ledgers = _play(case.onsets, case.at)
+    assert {node: _outcome(kept) for node, kept in ledgers.items()} == {
+        node: case.expected for node in case.onsets
+    }
+
+
+def test_a_pending_verdict_wakes_the_node_when_it_settles() -> None:
+    first = evaluate(
+        POLICY, ledger(), Observed(healthy(), s(45), (report("a", (40, 79, "fatal")),))
+    )
+    assert first.verdict is not None
+    assert first.verdict.pending
+    assert first.wake_in == 10
+    assert "settling" in first.verdict.message
+
+
+def test_a_restart_during_the_settle_delay_resumes_from_the_status() -> None:
+    """The operator restarts: the ledger read back from the status is all it has; the
+    verdict is still pending until its onset plus the delay, then applied once."""
+    first = evaluate(
+        POLICY, ledger(), Observed(healthy(), s(41), (report("a", (40, 79, "fatal")),))
+    )
+    stored = InServiceStatus.model_validate(first.ledger.model_dump(by_alias=True, mode="json"))
+    assert stored.verdict is not None
+    assert stored.verdict.pending
+    resumed = evaluate(POLICY, stored, Observed(healthy(), s(50)))
+    assert resumed.verdict is not None
+    assert resumed.verdict.pending
+    assert resumed.wake_in == 5
+    settled = evaluate(POLICY, resumed.ledger, Observed(healthy(), s(55)))
+    assert settled.verdict is not None
+    assert not settled.verdict.pending
+    assert settled.verdict.reason == "XidFatal"
+    assert settled.verdict.window_end == s(55)
+    again = evaluate(POLICY, settled.ledger, Observed(healthy(), s(90)))
+    assert again.verdict == settled.verdict
+
+
+def test_no_settle_delay() -> None:
+    policy = POLICY.model_copy(
+        update={"correlation": POLICY.correlation.model_copy(update={"settle_seconds": 0})}
+    )
+    obs = Observed(healthy(), s(40), (report("a", (40, 79, "fatal")),))
+    result = evaluate(policy, ledger(), obs)
+    assert result.verdict is not None
+    assert not result.verdict.pending
 
 
 def test_a_burst_bridging_two_merges_them() -> None:

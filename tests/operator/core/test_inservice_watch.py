@@ -19,6 +19,7 @@ from gpuaccept.operator.core.model import PodView
 from gpuaccept.operator.core.podspec import WATCH_LABEL
 
 WINDOW = 60
+SETTLE = 15  # correlation.settleSeconds: a verdict waits this long after its onset
 
 
 def accepted(**section: Any) -> World:
@@ -87,7 +88,10 @@ def test_one_token_less_watch_pod_without_a_gpu() -> None:
 def test_a_fatal_xid_quarantines_and_the_watch_stops() -> None:
     world = accepted()
     world.advance(30)
-    end_watch(world, report(world, (79, 20.0), end_reason="fatalXid", ended_early=True))
+    end_watch(world, report(world, (79, 55.0), end_reason="fatalXid", ended_early=True))
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED  # pending: the onset is 5 s old
+    world.advance(SETTLE)
     world.settle()
     st = world.status
     assert (st.phase, st.reason) == (Phase.QUARANTINED, "XidFatal")
@@ -172,6 +176,9 @@ def test_remap_failure_in_the_state_quarantines() -> None:
     world = accepted()
     world.advance(WINDOW)
     end_watch(world, report(world, gpus=[{"index": 2, "uuid": "GPU-2", "remapFailed": True}]))
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED  # pending until it settles
+    world.advance(SETTLE)
     world.settle()
     assert (world.status.phase, world.status.reason) == (Phase.QUARANTINED, "RowRemapFailure")
 

@@ -107,6 +107,7 @@ def _in_service(status: Mapping[str, Any]) -> list[str]:
     verdict = ledger.get("verdict")
     if isinstance(verdict, Mapping):
         held = ", held: a common cause" if verdict.get("commonCause") else ""
+        held = ", pending: settling (not applied yet)" if verdict.get("pending") else held
         out.append(
             f"  verdict {verdict.get('reason', '?')}{held}, evidence "
             f"{verdict.get('windowStart', '?')} .. {verdict.get('windowEnd', '?')}: "

@@ -6,9 +6,14 @@ common cause (a driver rollout, a job teardown, another tool's bad rule), not ea
 node's fault: those nodes are held, none quarantined. The bar is the larger of
 ``minNodes`` and ``fraction`` of the policy's matched nodes (rounded up).
 
-What correlation can see is what the nodes have recorded: the first nodes of a
-common cause are decided before the others report it (the quarantine limit and its
-rate bound how many); from the bar on, every node with the signature is held.
+What correlation can see is what the nodes have recorded. So that the first nodes
+of a simultaneous event are not decided before the others report it, a verdict
+waits ``correlation.settleSeconds`` after the onset of its evidence (recorded as
+pending, which the other nodes see; ``rules.settles``); then correlation is
+evaluated over the fleet and the verdict is applied or held. A common cause whose
+nodes report further apart than that is still decided node by node until the bar
+(the quarantine limit and its rate bound how many); from the bar on, every node
+with the signature is held.
 """
 
 from __future__ import annotations

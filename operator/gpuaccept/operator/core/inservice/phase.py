@@ -217,11 +217,14 @@ def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     if result.wake_in is not None:
         out.wake_in(result.wake_in)
     kept = st.model_copy(update={"in_service": result.ledger, **_suspicions(ctx, result.suspects)})
-    if result.verdict is not None:
+    # a pending verdict (evidence newer than correlation.settleSeconds) is recorded in
+    # the ledger only: the node stays as it is until it settles (result.wake_in)
+    pending = result.verdict is not None and result.verdict.pending
+    if result.verdict is not None and not pending:
         _stop_watching(ctx, out)
         plan = _verdict(ctx, replace(ctx, status=kept), out, result.verdict)
         return _then_delete(out, ended, plan)
-    if ours(st) and st.reason in HELD_REASONS:
+    if not pending and ours(st) and st.reason in HELD_REASONS:
         return _then_delete(out, ended, _cleared(ctx, out, kept))
     kept, create = _next_watch(ctx, out, kept)
     if kept == st and not out.actions and not ended:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpuaccept.contracts.inservice import (
     InService,
@@ -62,7 +62,7 @@ class Evaluation:
     ledger: InServiceStatus  # the new ledger (its verdict and suspects included)
     verdict: InServiceVerdict | None  # None: the node stays in service
     suspects: tuple[InServiceSuspect, ...]
-    wake_in: float | None  # seconds until a running timer expires (None: none runs)
+    wake_in: float | None  # seconds until a running timer expires or a verdict settles
 
 
 def ledger_for(
@@ -112,12 +112,16 @@ def _verdict(
     message = "; ".join(f.message for f in ordered)[:512]
     seen = SignatureSeen(obs.node, main.signature, main.start)
     shared = common_cause(seen, obs.fleet, policy.correlation)
+    pending = shared is None and obs.now < settles(main.start, policy)
     if shared is not None:
         message = f"common cause: {main.signature} on {shared} nodes; {message}"[:512]
-    same = old is not None and (old.reason, old.signature, old.window_start) == (
+    elif pending:
+        message = f"settling (correlation): {message}"[:512]
+    same = old is not None and (old.reason, old.signature, old.window_start, old.pending) == (
         main.reason,
         main.signature,
         main.start,
+        False,
     )
     return InServiceVerdict(
         reason=main.reason,
@@ -127,7 +131,26 @@ def _verdict(
         window_end=old.window_end if same and old is not None else obs.now,
         gpu=main.gpu,
         common_cause=shared is not None,
+        pending=pending,
     )
+
+
+def settles(onset: datetime, policy: InService) -> datetime:
+    """When a verdict resting on evidence from ``onset`` is applied: after
+    ``correlation.settleSeconds``, once the other nodes' reports of a simultaneous
+    event have arrived (no wait when correlation is off)."""
+    wait = policy.correlation.settle_seconds if policy.correlation.enabled else 0
+    return onset + timedelta(seconds=wait)
+
+
+def _wake_in(
+    verdict: InServiceVerdict | None, timer: float | None, now: datetime, policy: InService
+) -> float | None:
+    """The earlier of a running timer's expiry and a pending verdict's settling."""
+    if verdict is None or not verdict.pending:
+        return timer
+    settling = (settles(verdict.window_start, policy) - now).total_seconds()
+    return settling if timer is None else min(timer, settling)
 
 
 def _suspects(
@@ -155,4 +178,5 @@ def evaluate(policy: InService, ledger: InServiceStatus, obs: Observed) -> Evalu
     verdict = _verdict(_kept(ledger.verdict, findings), ledger.verdict, obs, policy)
     found = _suspects(suspects(ledger, policy.xid, now), obs, policy)
     ledger = ledger.model_copy(update={"verdict": verdict, "suspects": found})
-    return Evaluation(ledger, verdict, tuple(found), next_expiry(ledger, policy, now))
+    wake_in = _wake_in(verdict, next_expiry(ledger, policy, now), now, policy)
+    return Evaluation(ledger, verdict, tuple(found), wake_in)
