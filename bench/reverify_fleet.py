@@ -6,8 +6,9 @@ once the operator arm has accepted every node, this phase
 
 1. starts its own watch of the fleet's Nodes and NodeAcceptances (as the admin);
 2. puts a GPU workload pod (``nvidia.com/gpu``, bound by ``spec.nodeName``, run
-   forever by the kubelet stand-in) on every ``busy_every``-th node: busy nodes,
-   which must never be re-probed;
+   forever by the kubelet stand-in) on every ``busy_every``-th node in the order the
+   schedule takes them (verified longest ago first: the first of them is listed in
+   the first pass): busy nodes, which must never be re-probed;
 3. patches the policy: ``reverify`` on (short idle window, period and sampling),
    ``quarantineRate`` and ``maxQuarantined``, and ``reprobe.onPolicyChange:
    Ignore`` (else the patch would rejudge every node: a one-off status write per
@@ -52,6 +53,7 @@ from bench.cluster import POLICY_NAME, ensure_namespace
 from bench.watching import keep_watching, list_then_watch, list_then_watch_acceptances
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import (
+    ACCEPTANCE_PLURAL,
     GROUP,
     PENDING_TAINT_KEY,
     POLICY_PLURAL,
@@ -104,7 +106,8 @@ class ReverifySettings:
         return NodeAcceptancePolicySpec.model_validate(self.policy_sections())
 
     def busy(self, index: int) -> bool:
-        return self.busy_every > 0 and index % self.busy_every == self.busy_every // 2
+        """Whether the ``index``-th node in the schedule's order is busy."""
+        return self.busy_every > 0 and index % self.busy_every == 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -341,7 +344,7 @@ class Fleet:
     operator_user: str  # as the audit log names it
     operator_pid: int
     standin: KubeletStandIn
-    nodes: Sequence[str]  # by index
+    nodes: Sequence[str]
     selector: str  # the fleet's Nodes
 
 
@@ -357,7 +360,7 @@ def run_phase(fleet: Fleet, settings: ReverifySettings, log: Log) -> ReverifyRes
         rate_limit=rate_limit(spec, n, CEILING),
     )
     core = client.CoreV1Api(admin)
-    busy = [name for i, name in enumerate(nodes) if settings.busy(i)]
+    busy = [name for i, name in enumerate(schedule_order(admin, nodes)) if settings.busy(i)]
     ensure_namespace(admin, WORKLOADS)
     standin = fleet.standin
     standin.default_behaviour = probe_behaviour(standin.default_behaviour, settings.round_s)
@@ -396,6 +399,21 @@ def run_phase(fleet: Fleet, settings: ReverifySettings, log: Log) -> ReverifyRes
     except ApiException as error:
         result.problems.append(f"workload pods not deleted: {error.status}")
     return result
+
+
+def schedule_order(admin: client.ApiClient, nodes: Sequence[str]) -> list[str]:
+    """``nodes`` as the re-verification schedule ranks them (no suspects here): last
+    probed first, then by name (``reverify_schedule.select_for_sampling``)."""
+    custom: Any = client.CustomObjectsApi(admin)
+    items = custom.list_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL)["items"]
+    never = datetime.min.replace(tzinfo=UTC)
+    probed = {
+        i["metadata"]["name"]: _stamp(t)
+        if (t := (i.get("status") or {}).get("lastProbeTime"))
+        else never
+        for i in items
+    }
+    return sorted(nodes, key=lambda name: (probed.get(name, never), name))
 
 
 def _tally(result: ReverifyResult, observer: PhaseObserver, busy: set[str], window: int) -> None:

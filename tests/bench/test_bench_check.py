@@ -7,6 +7,7 @@ was lost or duplicated, and the last line is the well-formed summary.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -98,3 +99,8 @@ def test_bench_check_reverifies_within_the_limit_and_the_rate(tmp_path: Path) ->
     assert int(match["in_window"]) <= 3, output
     assert match["ok"] == "1", output
     assert proc.returncode == 0, output
+    results = json.loads((tmp_path / "bench-check-reverify" / "results.json").read_text())
+    phase = results["results"][0]["reverify"]
+    assert phase["busy_nodes"] == 2, output
+    assert phase["busy_found_busy"] >= 1, output  # the first in the schedule's order is busy
+    assert phase["busy_reprobed"] == 0, output

@@ -107,9 +107,9 @@ def test_settings_come_from_the_options_and_are_validated_as_the_policy() -> Non
         )
 
 
-def test_busy_nodes_are_every_kth_from_the_middle() -> None:
+def test_busy_nodes_are_every_kth_from_the_first() -> None:
     settings = ReverifySettings(seconds=1, busy_every=50)
-    assert [i for i in range(200) if settings.busy(i)] == [25, 75, 125, 175]
+    assert [i for i in range(200) if settings.busy(i)] == [0, 50, 100, 150]
     assert not any(ReverifySettings(seconds=1, busy_every=0).busy(i) for i in range(10))
 
 
