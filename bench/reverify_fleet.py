@@ -243,10 +243,22 @@ class PhaseObserver:
     def _watch_nas(self) -> None:
         list_then_watch_acceptances(self.custom, self._on_na, self.stop, self.synced["nas"].set)
 
+    def finish(self) -> None:
+        """Stop: the Nodes as seen so far, then one list of the NodeAcceptances. The
+        operator writes a take-out into the status before it taints the Node, so the
+        list has every take-out behind a taint seen (their watch may lag the Nodes')."""
+        with self.lock:
+            self.stop.set()
+        listed = self.custom.list_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL)
+        for item in listed["items"]:
+            self._on_na("ADDED", item)
+
     def _on_node(self, kind: str, node: Any) -> None:
         name = node.metadata.name
         keys = {t.key for t in node.spec.taints or []} if kind != "DELETED" else set()
         with self.lock:
+            if self.stop.is_set():
+                return
             pending = PENDING_TAINT_KEY in keys
             if pending and name not in self.pending:
                 self.taints_added[name] += 1
@@ -385,9 +397,8 @@ def run_phase(fleet: Fleet, settings: ReverifySettings, log: Log) -> ReverifyRes
     while (left := end - time.monotonic()) > 0:
         time.sleep(min(30.0, left))
         log(f"re-verification: {observer.progress()}")
-    time.sleep(2.0)  # the last writes reach the watch
     cpu_after = procstat.sample(fleet.operator_pid)
-    observer.stop.set()
+    observer.finish()
     with observer.lock:
         _tally(result, observer, set(busy), settings.window_seconds)
     if cpu_before is not None and cpu_after is not None:
