@@ -21,8 +21,9 @@ once the operator arm has accepted every node, this phase
    the moment it took an in-service node out; the rate's window counts these) and
    every pending taint added (as the harness's watch saw it); every round started
    (``status.reverify.round.started``) and ended (``status.reverify.last``);
-5. counts the operator's requests from the audit log, those received since the
-   patch, by call, per completed re-verification and per node.
+5. counts the operator's requests from the audit log, those received from the
+   patch to the end of the records, by call, per completed re-verification and per
+   node.
 
 The run checks itself: no more nodes out of service at once than
 ``maxQuarantined`` allows, no more take-outs within any window of
@@ -398,12 +399,13 @@ def run_phase(fleet: Fleet, settings: ReverifySettings, log: Log) -> ReverifyRes
         time.sleep(min(30.0, left))
         log(f"re-verification: {observer.progress()}")
     cpu_after = procstat.sample(fleet.operator_pid)
+    until = datetime.now(UTC)  # the records' end: the requests counted end there too
     observer.finish()
     with observer.lock:
         _tally(result, observer, set(busy), settings.window_seconds)
     if cpu_before is not None and cpu_after is not None:
         result.operator_cpu_s = round(cpu_after.cpu_s - cpu_before.cpu_s, 2)
-    _count_requests(result, fleet.audit, fleet.operator_user, since)
+    _count_requests(result, fleet.audit, fleet.operator_user, (since, until))
     _check(result)
     try:
         core.delete_collection_namespaced_pod(WORKLOADS, grace_period_seconds=0)
@@ -453,11 +455,15 @@ def _tally(result: ReverifyResult, observer: PhaseObserver, busy: set[str], wind
         )
 
 
-def _count_requests(result: ReverifyResult, audit: AuditTail, user: str, since: datetime) -> None:
+def _count_requests(
+    result: ReverifyResult, audit: AuditTail, user: str, span: tuple[datetime, datetime]
+) -> None:
+    """The operator's requests received within ``span`` (the phase: from the patch to
+    the end of the records; the audit log is read later, and keeps growing)."""
     audit.poll()
     counts = RequestCounts()
     for request in audit.of_user(user):
-        if request.received and _stamp(request.received) >= since:
+        if request.received and span[0] <= _stamp(request.received) < span[1]:
             counts.add(request)
     result.requests = counts.to_json(result.nodes)
     if result.rounds_started:
