@@ -972,6 +972,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     machine = machine_description()
     started = datetime.now(UTC)
+    revision = git_revision()  # of the code this run loaded (HEAD may move while it runs)
     log(f"fleet benchmark: N={sizes} arms={arms} on {machine}; output in {out}")
 
     reverify = reverify_fleet.settings_from(args)  # a bad value fails before the cluster starts
@@ -1031,7 +1032,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     document = {
         "label": args.label,
-        "git": git_revision(),
+        "git": revision,
         "started": started.isoformat(),
         "finished": datetime.now(UTC).isoformat(),
         "machine": machine,
