@@ -46,12 +46,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 from rich.table import Table
 
-from bench import apiserver_metrics, procstat, reports
+from bench import apiserver_metrics, procstat, reports, reverify_fleet
 from bench.audit import AuditTail, RequestCounts
 from bench.cluster import (
     NAMESPACE,
@@ -62,6 +62,8 @@ from bench.cluster import (
     start_cluster,
 )
 from bench.plot import plot_time_to_verdict
+from bench.reverify_fleet import ReverifySettings
+from bench.watching import keep_watching, list_then_watch, list_then_watch_acceptances
 from gpuaccept.contracts.api import (
     ACCEPTANCE_LABEL,
     ACCEPTANCE_PLURAL,
@@ -132,6 +134,8 @@ class ArmResult:
     log_file: str = ""
     # with --fabric-slow-every: rounds (pairs up to a node's verdict), pairs, correctness
     fabric: dict[str, Any] = field(default_factory=dict)
+    # with --reverify-seconds (the operator arm): bench/reverify_fleet.py's ReverifyResult
+    reverify: dict[str, Any] = field(default_factory=dict)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -179,32 +183,14 @@ class Tracker:
             thread.start()
 
     def _loop(self, body: Callable[[], None]) -> None:
-        while not self.stop.is_set():
-            try:
-                body()
-            except Exception as error:  # keep watching; the deadline catches a dead tracker
-                if not self.stop.is_set():
-                    log(f"[yellow]tracker: {error!r}; rewatching[/]")
-                    time.sleep(0.5)
+        keep_watching(body, self.stop, lambda message: log(f"tracker: {message}"))
 
     def _watch_nas(self) -> None:
-        listed = self.custom.list_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL)
-        for item in listed["items"]:
-            self._on_na(item)
-        version = listed["metadata"]["resourceVersion"]
-        stream: Any = watch.Watch()  # type: ignore[no-untyped-call]
-        for event in stream.stream(
-            self.custom.list_cluster_custom_object,
-            GROUP,
-            VERSION,
-            ACCEPTANCE_PLURAL,
-            resource_version=version,
-            timeout_seconds=30,
-        ):
-            if event["type"] in ("ADDED", "MODIFIED"):
-                self._on_na(event["object"])
-            if self.stop.is_set():
-                stream.stop()
+        list_then_watch_acceptances(
+            self.custom,
+            lambda kind, obj: self._on_na(obj) if kind in ("ADDED", "MODIFIED") else None,
+            self.stop,
+        )
 
     def _on_na(self, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
@@ -219,20 +205,12 @@ class Tracker:
                 self.changed.notify_all()
 
     def _watch_pods(self) -> None:
-        listed = self.core.list_namespaced_pod(self.namespace)
-        for pod in listed.items:
-            self._on_pod(pod)
-        stream: Any = watch.Watch()  # type: ignore[no-untyped-call]
-        for event in stream.stream(
+        list_then_watch(
             self.core.list_namespaced_pod,
             self.namespace,
-            resource_version=listed.metadata.resource_version if listed.metadata else None,
-            timeout_seconds=30,
-        ):
-            if event["type"] == "ADDED":
-                self._on_pod(event["object"])
-            if self.stop.is_set():
-                stream.stop()
+            on_event=lambda kind, pod: self._on_pod(pod) if kind == "ADDED" else None,
+            stop=self.stop,
+        )
 
     def _on_pod(self, pod: Any) -> None:
         node = pod.spec.node_name or ""
@@ -280,6 +258,7 @@ class Setup:
     # docs/probe.md#time-budget), instead of probe_delay_s
     probe_time_scale: float | None = None
     fabric_slow_every: int = 0  # 0: no fabric test; else every k-th node's fabric is slow
+    reverify: ReverifySettings | None = None  # the re-verification phase after the operator's
 
 
 def arm_command(setup: Setup, arm: str, kubeconfig: Path, tag: str) -> list[str]:
@@ -354,8 +333,9 @@ class ArmRun:
             )
 
     def fails(self, name: str) -> bool:
-        """Every ``fail_every``-th node gets the faulty report."""
-        return int(name.rsplit("-", 1)[1]) % self.setup.fail_every == 0
+        """Every ``fail_every``-th node gets the faulty report (0: none)."""
+        every = self.setup.fail_every
+        return every > 0 and int(name.rsplit("-", 1)[1]) % every == 0
 
     def slow_fabric(self, name: str) -> bool:
         """With the fabric test, every ``fabric_slow_every``-th node (from the second on,
@@ -529,6 +509,22 @@ class ArmRun:
         if setup.fabric_slow_every and self.arm == "operator":
             result.fabric = fabric_outcome(setup.admin, expected, self.slow_fabric)
 
+    def reverify(self, settings: ReverifySettings) -> None:
+        """The re-verification phase on the accepted fleet (bench/reverify_fleet.py)."""
+        assert self.standin is not None
+        fleet = reverify_fleet.Fleet(
+            admin=self.setup.admin,
+            audit=self.setup.audit,
+            operator_user=self.me.user,
+            operator_pid=self.proc.pid,
+            standin=self.standin,
+            nodes=sorted(self.created),
+            selector=f"{BENCH_LABEL}=true",
+        )
+        phase = reverify_fleet.run_phase(fleet, settings, log)
+        self.result.reverify = asdict(phase)
+        self.result.problems += [f"re-verification: {p}" for p in phase.problems]
+
     def stop(self) -> None:
         """Stop the tracker, py-spy, the arm (recording its RSS and CPU) and the stand-in."""
         self.tracker.stop.set()
@@ -564,6 +560,8 @@ def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
     run.launch()
     try:
         run.decide_fleet()
+        if setup.reverify is not None and arm == "operator":
+            run.reverify(setup.reverify)
     finally:
         run.stop()
     return run.count_requests()
@@ -745,6 +743,9 @@ def show_table(results: Sequence[ArmResult], machine: str) -> None:
                 f"{r.fabric['healthy_quarantined']}; the floor's requests per node plus "
                 f"{r.fabric['floor_extra_per_node']} for the pairs"
             )
+    for r in results:
+        if r.reverify:
+            out.print(f"N={r.nodes} {r.arm} re-verification: {reverify_fleet.describe(r.reverify)}")
     for n in sorted({r.nodes for r in results}):
         op = next((r for r in results if r.nodes == n and r.arm == "operator"), None)
         fl = next((r for r in results if r.nodes == n and r.arm == "floor"), None)
@@ -794,6 +795,8 @@ def summary_line(label: str, results: Sequence[ArmResult]) -> str:
                 else "nan"
             ),
         }
+    if op and op.reverify:
+        fields |= reverify_fleet.summary_fields(op.reverify)
     return f"{label}: " + " ".join(f"{k}={v}" for k, v in fields.items())
 
 
@@ -899,7 +902,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--nodes", type=int, action="append", help="N (repeatable); default 100")
     parser.add_argument("--arms", default="floor,operator", help="comma-separated: floor,operator")
     parser.add_argument("--label", default="bench", help="prefix of the summary line")
-    parser.add_argument("--fail-every", type=int, default=10, help="every k-th node fails (10%%)")
+    parser.add_argument(
+        "--fail-every", type=int, default=10, help="every k-th node fails (10%%; 0: none)"
+    )
     parser.add_argument(
         "--fabric-slow-every",
         type=int,
@@ -955,6 +960,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="sample every thread, waiting ones too (default: only the GIL holder = CPU)",
     )
     parser.add_argument("--keep-cluster", action="store_true", help="leave the control plane up")
+    reverify_fleet.add_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -966,8 +972,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     machine = machine_description()
     started = datetime.now(UTC)
+    revision = git_revision()  # of the code this run loaded (HEAD may move while it runs)
     log(f"fleet benchmark: N={sizes} arms={arms} on {machine}; output in {out}")
 
+    reverify = reverify_fleet.settings_from(args)  # a bad value fails before the cluster starts
     prepared = PreparedReports.from_args(args)
     healthy_profile, fault_profile = prepared.healthy_profile, prepared.fault_profile
     log(
@@ -1014,6 +1022,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 py_spy_gil=not args.py_spy_all_threads,
                 probe_time_scale=args.probe_time_scale,
                 fabric_slow_every=args.fabric_slow_every,
+                reverify=reverify,
             )
             results, code = run_arms(setup, sizes, arms)
     finally:
@@ -1023,7 +1032,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     document = {
         "label": args.label,
-        "git": git_revision(),
+        "git": revision,
         "started": started.isoformat(),
         "finished": datetime.now(UTC).isoformat(),
         "machine": machine,
@@ -1047,6 +1056,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(r.decided != r.nodes or r.lost or r.duplicated for r in results):
         code = 1
     if any(r.fabric.get("healthy_quarantined") for r in results):
+        code = 1
+    if any(r.reverify and r.reverify["problems"] for r in results):
         code = 1
     print(summary_line(args.label, results), flush=True)
     return code

@@ -8,14 +8,21 @@
 #                      else running), then the CPU-per-node plot over the runs of these targets in
 #                      bench/out/bench*/ (bench/out/cpu-per-node.png)
 #   make bench-check   N=20, correctness only (what `make test` runs, via tests/bench)
+#   make bench-reverify  the re-verification phase (issue 24; bench/reverify_fleet.py): the
+#                      operator accepts REVERIFY_NODES (5000) healthy nodes, then re-verifies
+#                      them for REVERIFY_SECONDS (300) under reverify (idle 10 s, period 60 s,
+#                      sample 30 s), quarantineRate 1%/60 s, maxQuarantined 2%, every 50th node
+#                      busy; exits 1 if more were out at once, or taken out per window, than allowed
 #
 #   BENCH_ARGS=...     extra options, e.g. BENCH_ARGS=--profile-operator (pyinstrument)
 #                      or BENCH_ARGS=--keep-cluster; see `python -m bench.fleet_bench -h`
 
 BENCH_PY ?= .venv/bin/python
 BENCH_ARGS ?=
+REVERIFY_NODES ?= 5000
+REVERIFY_SECONDS ?= 300
 
-.PHONY: bench bench-quick bench-5k bench-check
+.PHONY: bench bench-quick bench-5k bench-check bench-reverify
 
 bench: venv $(BIN)/controlplane
 	$(BENCH_PY) -m bench.fleet_bench --label bench --nodes 100 --nodes 500 --nodes 2000 $(BENCH_ARGS)
@@ -29,3 +36,7 @@ bench-quick: venv $(BIN)/controlplane
 
 bench-check: venv $(BIN)/controlplane
 	$(BENCH_PY) -m pytest -q tests/bench
+
+bench-reverify: venv $(BIN)/controlplane
+	$(BENCH_PY) -m bench.fleet_bench --label bench-reverify --arms operator \
+		--nodes $(REVERIFY_NODES) --fail-every 0 --reverify-seconds $(REVERIFY_SECONDS) $(BENCH_ARGS)
