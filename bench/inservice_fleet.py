@@ -150,6 +150,7 @@ class TaintWatch:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.tainted_at: dict[str, float] = {}
+        self.baseline: set[str] = set()  # tainted when the phase started
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -283,8 +284,8 @@ def measure_fatal(
     timeout_s: float,
     result: InServiceResult,
 ) -> None:
-    """Step 4: arm the fatal nodes; fatal event → quarantine taint; no other node tainted."""
-    before = set(taints.tainted())
+    """Step 4: arm the fatal nodes; fatal event → quarantine taint; no other node tainted
+    since the phase started (``taints.baseline``: those tainted then)."""
     with plan.lock:
         plan.armed.update(fatal)
     result.fatal_nodes = len(fatal)
@@ -299,7 +300,7 @@ def measure_fatal(
     latencies = [tainted[n] - events[n] for n in fatal if n in tainted and n in events]
     result.fatal_tainted = len(latencies)
     result.fatal_to_taint = latency_summary(latencies)
-    others = set(tainted) - set(fatal) - before
+    others = set(tainted) - set(fatal) - taints.baseline
     result.other_tainted = len(others)
     if result.fatal_tainted < len(fatal):
         result.problems.append(f"{len(fatal) - result.fatal_tainted} fatal nodes not tainted")
@@ -316,7 +317,8 @@ def run_phase(run: ArmRun, settings: PhaseSettings) -> InServiceResult:
     taints = TaintWatch(run.setup.admin)
     taints.thread.start()
     taints.ready.wait(120)
-    accepted = sorted(set(run.created) - set(taints.tainted()))
+    taints.baseline = set(taints.tainted())  # node 0, quarantined at acceptance
+    accepted = sorted(set(run.created) - taints.baseline)
     window = float(settings.window_s)
     result = InServiceResult(nodes=run.n, watched_nodes=len(accepted), window_s=window)
     plan = FatalPlan(after_s=settings.fatal_after_s)
