@@ -29,15 +29,3 @@ bench-quick: venv $(BIN)/controlplane
 
 bench-check: venv $(BIN)/controlplane
 	$(BENCH_PY) -m pytest -q tests/bench
-
-# Health in service at N nodes (issue 23, item 8): the operator accepts N nodes, then
-# watches them in service (one watch pod per node and window) and quarantines the
-# nodes given a fatal Xid; requests against the floor, CPU, RSS, fatal event → taint.
-#   make bench-inservice INSVC_NODES=5000 INSVC_WINDOW=300
-INSVC_NODES ?= 500
-INSVC_WINDOW ?= 60
-
-.PHONY: bench-inservice
-bench-inservice: venv $(BIN)/controlplane
-	$(BENCH_PY) -m bench.inservice_fleet --label bench-inservice-n$(INSVC_NODES) \
-		--nodes $(INSVC_NODES) --window-seconds $(INSVC_WINDOW) $(BENCH_ARGS)
