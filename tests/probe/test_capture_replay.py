@@ -1,0 +1,273 @@
+"""The real probe path over every capture of a real machine (tests/captures, issue 38).
+
+The unchanged RealBackend, its NVML and sysfs readers, the checks' judges and the
+verdict run on a pynvml stand-in and a sysfs tree built from each capture
+(gpuaccept.testsupport.captures). With the default policy:
+
+* a capture its owner called healthy is not quarantined;
+* a capture of a known fault fails the matching check, for that fault;
+* any other outcome is an entry of DIFFERENCES, with its cause and the issue item;
+* every capture's replayed checks give the statuses recorded in OUTCOMES, so that a
+  change of a rule or a reader that changes a real node's verdict shows here.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.checks.registry import BY_NAME
+from gpuaccept.probe.hardware.base import Unavailable
+from gpuaccept.probe.hardware.nvml_links import read_fabric, read_nvlink
+from gpuaccept.testsupport.captures import corpus, fake_nvml, replay
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+FOLDERS = corpus.folders(CAPTURES)
+
+# What shows that a fault's check failed for that fault (its message).
+FAULT_EVIDENCE = {
+    "remapped_rows_pending": r"row remap pending",
+    "hw_power_brake_slowdown": r"hw_power_brake \d+% of samples",
+    "infiniband_ports_down": r"\bdown\b",
+    "nvlink_down": r"inactive|down",
+    "fabric_unhealthy": r"unhealthy",
+    "fabric_status_error": r"status",
+    "xid_119": r"Xid 119",
+    "pcie_downtrained": r"Gen ?1|2\.5",
+}
+
+# Outcomes that differ from the owner's word, and why: (check, what happened, cause).
+# "37.N" is item N of issue 37; "38.Cn" a candidate defect this corpus found (issue 38's
+# report), not yet filed.
+DIFFERENCES: dict[str, tuple[str, str, str]] = {
+    "gpud-h100-ib-cx7-cx6dx-all-active": (
+        "infiniband_ports",
+        "fail: firmware differs within a board (unknown: 22.39.1002 vs 28.39.1002)",
+        "38.C1: ibstat has no board_id (PSID); HCAs without a readable board_id are grouped as "
+        "one board 'unknown', so a ConnectX-7 and a ConnectX-6 Dx are held to one firmware",
+    ),
+    "gpud-h100-ib-cx7-bf3-all-active": (
+        "infiniband_ports",
+        "fail: firmware differs within a board (unknown: 28.41.1000 vs 32.38.3056)",
+        "38.C1 (a ConnectX-7 and a BlueField-3 held to one firmware)",
+    ),
+    "gpud-h100-ib-three-ports-down": (
+        "infiniband_ports",
+        "fail, but for 38.C1's firmware grouping, not for the three down ports",
+        "the down ports are ConnectX-6 Dx Ethernet ports; all 8 InfiniBand ports are up, and the "
+        "default policy expects no port count (infiniband_ports.expectedUpPorts: None)",
+    ),
+    "gpud-h100-ib-two-ports-down": (
+        "infiniband_ports",
+        "fail, but for 38.C1's firmware grouping, not for the two down ports",
+        "as gpud-h100-ib-three-ports-down",
+    ),
+    "azhpc-diagnostics-73-v100-sxm2-nvlink-inactive": (
+        "nvlink",
+        "not replayable: the capture has no error counters",
+        "37.2: read_nvlink raises Unavailable when a counter read fails, so the two inactive "
+        "links it read are lost (test_nvlink_reader_drops_the_inactive_links_it_read)",
+    ),
+    "dra-driver-626-fabric-unhealthy": (
+        "nvswitch_fabric",
+        "not replayable: the quote names no GPU model, which the check's expectation needs",
+        "the reader alone flags it (test_fabric_reader_on_quoted_faults)",
+    ),
+    "azhpc-images-506-fabric-insufficient-resources": (
+        "nvswitch_fabric",
+        "not replayable: the quote names no GPU model",
+        "the reader alone reads status 23 (test_fabric_reader_on_quoted_faults)",
+    ),
+    "gpud-h100-xid-119-gsp-timeout": (
+        "xid_errors",
+        "not replayable: the Xid is in the kernel log from before any probe",
+        "38.C2: the probe sees Xids only as NVML events while it runs; an Xid logged before it "
+        "is seen only through the recovery action / reset status, which this capture lacks",
+    ),
+    "jan-183-rtx4090-riser-pcie-downgraded": (
+        "pcie_link",
+        "not replayable: pcie_link measures under load",
+        "the capture is lspci's LnkSta at an unknown load; the owner's own thread doubts it",
+    ),
+}
+
+# Every capture's replayed checks and the verdict (q: quarantined), as the replay gives them.
+OUTCOMES: dict[str, tuple[bool, dict[str, str]]] = {
+    "azhpc-diagnostics-73-v100-sxm2-nvlink-inactive": (False, {}),
+    "azhpc-images-506-fabric-insufficient-resources": (False, {}),
+    "dra-driver-626-fabric-unhealthy": (False, {}),
+    "gpud-a10-r535-remapped-rows-pending": (
+        True,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "fail",
+        },
+    ),
+    "gpud-a10-vm-r550-normal": (
+        False,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "pass",
+        },
+    ),
+    "gpud-a100-sxm4-80gb-nvlink": (False, {}),
+    "gpud-azure-a100-vm-ib-vf": (False, {"infiniband_ports": "pass"}),
+    "gpud-h100-ib-cx7-bf3-all-active": (True, {"infiniband_ports": "fail"}),
+    "gpud-h100-ib-cx7-cx6dx-all-active": (True, {"infiniband_ports": "fail"}),
+    "gpud-h100-ib-three-ports-down": (True, {"infiniband_ports": "fail"}),
+    "gpud-h100-ib-two-ports-down": (True, {"infiniband_ports": "fail"}),
+    "gpud-h100-xid-119-gsp-timeout": (False, {}),
+    "gpud-hgx-h100-r535-161-power-brake": (
+        True,
+        {
+            "throttle_reasons": "fail",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "pass",
+        },
+    ),
+    # unknown owner: GPU 2 shows HW power brake and SW thermal slowdown at capture time
+    "gpud-hgx-h100-r535-183": (
+        True,
+        {
+            "throttle_reasons": "fail",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "pass",
+        },
+    ),
+    # unknown owners: GeForce cards with ECC off; the default policy requires ECC
+    "gpud-rtx4090x8-r535-a": (
+        True,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "fail",
+        },
+    ),
+    "gpud-rtx4090x8-r535-b": (
+        True,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "fail",
+        },
+    ),
+    "gpud-rtx4090x8-r535-c": (
+        True,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "fail",
+        },
+    ),
+    "gpud-rtx4090x8-r535-d": (
+        True,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "fail",
+        },
+    ),
+    "gpud-titanv-r560": (
+        False,
+        {"throttle_reasons": "pass", "nvswitch_fabric": "pass", "memory_health": "pass"},
+    ),
+    "jan-183-rtx4090-riser-pcie-downgraded": (False, {}),
+    "l4rz-v100-sxm2-c4130-power-brake": (True, {"throttle_reasons": "fail"}),
+    "netdata-a100-sxm4-40gb-mig-passthrough-r510": (
+        False,
+        {"throttle_reasons": "pass", "memory_health": "pass"},
+    ),
+    "netdata-rtx3060-laptop-r515": (False, {"throttle_reasons": "pass", "memory_health": "pass"}),
+    "netdata-rtx4090-r535": (
+        True,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "fail",
+        },
+    ),
+    "netdata-tesla-p100-passthrough-r510": (
+        False,
+        {"throttle_reasons": "pass", "memory_health": "pass"},
+    ),
+}
+
+
+def _ids(folders: list[Path]) -> list[str]:
+    return [f.name for f in folders]
+
+
+def test_the_corpus_holds_twenty_machines_and_five_faults() -> None:
+    sources = [corpus.read_source(f) for f in FOLDERS]
+    assert len(sources) >= 20
+    assert sum(s.owner_state == "fault" for s in sources) >= 5
+    assert set(OUTCOMES) == {f.name for f in FOLDERS}, "every capture has a recorded outcome"
+    assert set(DIFFERENCES) <= set(OUTCOMES)
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=_ids(FOLDERS))
+def test_owner_word_holds_or_is_a_listed_difference(folder: Path) -> None:
+    source = corpus.read_source(folder)
+    outcome = replay.replay(corpus.load(folder))
+    quarantined, statuses = OUTCOMES[folder.name]
+    assert {n: r.status.value for n, r in outcome.results.items()} == statuses
+    assert outcome.quarantined is quarantined
+    assert not set(outcome.results) & set(outcome.not_replayable)
+    difference = DIFFERENCES.get(folder.name)
+    if source.owner_state == "healthy":
+        assert outcome.quarantined is (difference is not None), difference
+    if source.owner_state == "fault":
+        assert source.expect_check in BY_NAME
+        result = outcome.results.get(source.expect_check or "")
+        evidence = FAULT_EVIDENCE[source.fault or ""]
+        found = result is not None and result.status.value == "fail"
+        found = found and re.search(evidence, result.message if result else "") is not None
+        assert found is (difference is None), (result, difference)
+    if difference is not None:
+        check, _what, _why = difference
+        assert check in outcome.results or check in outcome.not_replayable
+
+
+def test_a_not_replayable_check_is_never_passed() -> None:
+    outcome = replay.replay(corpus.load(CAPTURES / "gpud-hgx-h100-r535-161-power-brake"))
+    assert "pcie_link" in outcome.not_replayable
+    assert outcome.verdict is not None
+    judged = {s.check for s in outcome.verdict.checks}
+    assert judged == set(outcome.results)
+    assert not judged & set(outcome.not_replayable)
+
+
+def test_nvlink_reader_drops_the_inactive_links_it_read() -> None:
+    """Issue 37 item 2 on a real node's answer: links 3 and 5 of a V100 are inactive,
+    and one unreadable counter of an active link makes the whole reading Unavailable."""
+    capture = corpus.load(CAPTURES / "azhpc-diagnostics-73-v100-sxm2-nvlink-inactive")
+    nvml = fake_nvml.module(capture)
+    assert [nvml.nvmlDeviceGetNvLinkState(0, link) for link in range(6)] == [1, 1, 1, 0, 1, 0]
+    with pytest.raises(Unavailable, match="NVLink 0 error counters"):
+        read_nvlink(nvml, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "conditions"),
+    [
+        ("dra-driver-626-fabric-unhealthy", 0, ("unhealthy",)),
+        ("azhpc-images-506-fabric-insufficient-resources", 23, ()),
+    ],
+)
+def test_fabric_reader_on_quoted_faults(
+    name: str, status: int, conditions: tuple[str, ...]
+) -> None:
+    capture = corpus.load(CAPTURES / name)
+    fabric = read_fabric(fake_nvml.module(capture), 0, 0)
+    assert (fabric.state, fabric.status, fabric.conditions) == ("completed", status, conditions)
