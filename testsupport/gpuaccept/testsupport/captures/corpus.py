@@ -4,7 +4,10 @@ read strictly, and its files, each read by the parser its name says.
 File names: ``nvidia-smi-q.txt`` (complete ``-q``), ``nvidia-smi-q.fragment*.txt`` and
 ``nvidia-smi-q.grep.txt`` (quoted parts of ``-q``), ``nvidia-smi-q-x.xml``,
 ``nvidia-smi-nvlink-s[.fragment].txt``, ``ibstat.txt``, ``ibstatus.txt``,
-``dmesg.txt``, ``lspci-vvv[.fragment].txt``. Any other file is an error.
+``dmesg.txt``, ``lspci-vvv[-nvidia|-mellanox|.fragment].txt``. Kept for people and not
+read by the replay (no replayed check takes its input from them): ``nvidia-smi-topo-m.txt``,
+``cpupower-frequency-info.txt``, ``numactl-H.txt``, ``sys-class-infiniband.txt`` (what
+``scripts/capture-node.sh`` also writes). Any other file is an error.
 """
 
 import re
@@ -33,7 +36,13 @@ _FILE_KINDS = (
     (re.compile(r"^ibstat\.txt$"), "ibstat"),
     (re.compile(r"^ibstatus\.txt$"), "ibstatus"),
     (re.compile(r"^dmesg\.txt$"), "dmesg"),
-    (re.compile(r"^lspci-vvv(\.fragment)?\.txt$"), "lspci"),
+    (re.compile(r"^lspci-vvv(-nvidia|-mellanox|\.fragment)?\.txt$"), "lspci"),
+    (
+        re.compile(
+            r"^(nvidia-smi-topo-m|cpupower-frequency-info|numactl-H|sys-class-infiniband)\.txt$"
+        ),
+        "kept",
+    ),
 )
 _ORDER = [
     "q",
@@ -45,6 +54,7 @@ _ORDER = [
     "ibstatus",
     "dmesg",
     "lspci",
+    "kept",
 ]
 
 
@@ -148,8 +158,11 @@ def load(folder: Path) -> NodeCapture:
             status, status_file = tools.parse_ibstatus(text, file), file
         elif kind == "dmesg":
             capture.xids = tools.parse_kernel_log(text, file)
-        else:
-            capture.pcie_status = tools.parse_lspci_links(text, file)
+        elif kind == "lspci":
+            links = tools.parse_lspci_links(text, file)
+            if links:
+                known = () if isinstance(capture.pcie_status, Missing) else capture.pcie_status
+                capture.pcie_status = known + links
     if status:
         if isinstance(capture.infiniband, Missing):
             raise CaptureError(status_file, "ibstatus", "read only beside ibstat")

@@ -228,7 +228,8 @@ _LNK = re.compile(
 
 
 def parse_lspci_links(text: str, file: str) -> tuple[PcieLinkStatus, ...]:
-    """Each device's LnkCap/LnkSta speed and width, paired in order."""
+    """Each device's LnkCap/LnkSta speed and width, paired in order; none where lspci
+    was not root (it prints ``Capabilities: <access denied>`` instead)."""
     caps: list[tuple[float, int]] = []
     stas: list[tuple[float, int]] = []
     for raw in text.splitlines():
@@ -237,6 +238,8 @@ def parse_lspci_links(text: str, file: str) -> tuple[PcieLinkStatus, ...]:
             (caps if match.group(1) == "LnkCap" else stas).append(
                 (float(match.group(2)), int(match.group(3)))
             )
+    if not caps and not stas and "<access denied>" in text:
+        return ()
     if not caps or len(caps) != len(stas):
         raise CaptureError(
             file, "LnkCap/LnkSta", f"{len(caps)} LnkCap and {len(stas)} LnkSta lines"
