@@ -141,10 +141,11 @@ def _value(entry: Entry | None) -> str | None:
 
 
 def _pair(first: Reading[bool], second: Reading[bool]) -> Reading[tuple[bool, bool]]:
+    """(current, pending): NVML answers both in one call, so a missing half is the answer."""
     if isinstance(first, Missing):
         return first
     if isinstance(second, Missing):
-        return (first, first)  # nvidia-smi prints Pending N/A where nothing is pending
+        return second
     return (first, second)
 
 
