@@ -60,7 +60,11 @@ HEADER = ["Driver Version : 535.1", "Attached GPUs : 1", "GPU 00000000:01:00.0"]
         ([*HEADER, "    Product Name : X", "\tHW Slowdown : Active"], "line 5", "a tab"),
         ([*HEADER, "      Product Name : X"], "line 4", "indent of 6 spaces"),
         ([*HEADER, "    : 5"], "line 4", "neither 'key : value' nor a section"),
-        ([*HEADER, "    PCI", "            Bus : 0x01"], "line 5", "two levels below"),
+        (
+            [*HEADER, "    PCI", "            Bus : 0x01", "        Id : 0x02"],
+            "line 6",
+            "siblings'",
+        ),
         (["Driver Version : 535.1", "    Product Name : X"], "GPU lines", "no 'GPU <bus id>'"),
     ],
 )

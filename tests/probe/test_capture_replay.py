@@ -29,6 +29,8 @@ FOLDERS = corpus.folders(CAPTURES)
 OUTCOMES: dict[str, tuple[bool, dict[str, str]]] = {
     "azhpc-diagnostics-73-v100-sxm2-nvlink-inactive": (False, {}),
     "azhpc-images-506-fabric-insufficient-resources": (False, {}),
+    # R580's -q format (vGPU host, a top-level section nested by 8); no product name
+    "cubecos-312-rtx-pro-6000-vgpu-host-r580": (False, {}),
     "dra-driver-626-fabric-unhealthy": (False, {}),
     "gpud-a10-r535-remapped-rows-pending": (
         True,

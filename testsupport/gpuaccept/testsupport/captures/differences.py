@@ -50,12 +50,12 @@ DIFFERENCES: dict[str, tuple[str, str, str]] = {
     ),
     "dra-driver-626-fabric-unhealthy": (
         "nvswitch_fabric",
-        "not replayable: the quote names no GPU model, which the check's expectation needs",
+        "not replayable: the quote has no GPU name, without which RealBackend opens no GPU",
         "the reader alone flags it (test_fabric_reader_on_quoted_faults)",
     ),
     "azhpc-images-506-fabric-insufficient-resources": (
         "nvswitch_fabric",
-        "not replayable: the quote names no GPU model",
+        "not replayable: the quote has no GPU name",
         "the reader alone reads status 23 (test_fabric_reader_on_quoted_faults)",
     ),
     "gpud-h100-xid-119-gsp-timeout": (

@@ -347,7 +347,9 @@ def node_from_text(capture: NodeCapture, log: TextLog, file: str, *, complete: b
     if driver is not None:
         capture.driver = driver
     cuda = top("CUDA Version")
-    if cuda is not None:
+    if cuda == "Not Found":  # nvidia-smi's words where NVML has no CUDA version (a vGPU host)
+        capture.cuda = NOT_AVAILABLE
+    elif cuda is not None:
         capture.cuda = cuda
     attached = fields.convert("Attached GPUs", top("Attached GPUs"), _int)
     if complete:

@@ -3,7 +3,8 @@
 The format (every driver branch from R418 to R580 prints it the same way): one
 ``key : value`` or ``section`` per line, nested by four spaces; a top-level
 ``GPU <bus id>`` line opens each GPU. A line that is neither is an error naming
-the file and line. Fragments (a README's quote, a ``grep -C3``) are read with
+the file and line, and so is an entry whose indent matches neither its parent's
+children nor an open section's. Fragments (a README's quote, a ``grep -C3``) are read with
 ``fragment=True``: then a leading command line (``nvidia-smi -q``, ``# ...``,
 ``$ ...``), elision lines (``...``) and grep's ``--`` separators are allowed,
 and the text may start indented (the section it quotes is nested).
@@ -28,6 +29,7 @@ class Entry:
     value: str | None
     line: int
     children: list["Entry"] = field(default_factory=list)
+    child_indent: int = -1  # the indent of its children's lines
 
     def find(self, *path: str) -> "Entry | None":
         """The entry at ``path`` below this one (the first where a key repeats)."""
@@ -47,8 +49,9 @@ class TextLog:
 
 
 def _is_command(line: str) -> bool:
+    """A quoted command line: ``nvidia-smi -q``, ``# nvidia-smi ...``, ``[host ~]# ...``."""
     stripped = line.strip()
-    return stripped.startswith(("# ", "$ ")) or stripped.startswith("nvidia-smi")
+    return "nvidia-smi" in stripped and stripped.startswith(("#", "$", "[", "nvidia-smi"))
 
 
 def _skipped(line: str, number: int, file: str, *, fragment: bool) -> bool:
@@ -95,16 +98,22 @@ def parse(text: str, file: str, *, fragment: bool = False) -> TextLog:
             stack = [(0, gpu)]
             continue
         entry = _entry(body, number, file)
-        level = indent // INDENT
-        while stack and stack[-1][0] >= level:
+        while stack and stack[-1][0] >= indent:
             stack.pop()
         if not stack:
             raise CaptureError(file, f"line {number}", "nested outside any GPU")
-        parent_level, parent = stack[-1]
-        if level > parent_level + 1:
-            raise CaptureError(file, f"line {number}", "nested two levels below its parent")
+        parent = stack[-1][1]
+        # a section's first entry sets its children's indent (four more spaces, or eight
+        # under R580's top-level "vGPU Driver Capability"); every sibling keeps it
+        if parent.children and parent.child_indent != indent:
+            raise CaptureError(
+                file,
+                f"line {number}",
+                f"indent of {indent + base} spaces, its siblings' is {parent.child_indent + base}",
+            )
+        parent.child_indent = indent
         parent.children.append(entry)
-        stack.append((level, entry))
+        stack.append((indent, entry))
     if not fragment and not gpus:
         raise CaptureError(file, "GPU lines", "no 'GPU <bus id>' line: not nvidia-smi -q output")
     if fragment and not gpus:  # a fragment without a GPU line is one GPU's sections

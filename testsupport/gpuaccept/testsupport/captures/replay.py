@@ -61,6 +61,8 @@ NEVER = {
 def _every_gpu(capture: NodeCapture, what: str, *names: str) -> str | None:
     if not capture.gpus:
         return "the capture holds no NVML answer"
+    if any(gpu.name is ABSENT for gpu in capture.gpus):
+        return "the capture lacks a GPU's name, without which RealBackend does not open it"
     for gpu in capture.gpus:
         for name in names:
             if getattr(gpu, name) is ABSENT:
@@ -91,8 +93,9 @@ def missing_inputs(check: str, capture: NodeCapture) -> str | None:
     if check == "throttle_reasons":
         return _every_gpu(capture, "clock event reasons", "clock_event_reasons")
     if check == "memory_health":
-        if not capture.gpus:
-            return "the capture holds no NVML answer"
+        opened = _every_gpu(capture, "memory health")
+        if opened:
+            return opened
         for gpu in capture.gpus:
             lacking = _memory_inputs(gpu)
             if lacking:
@@ -117,9 +120,9 @@ def missing_inputs(check: str, capture: NodeCapture) -> str | None:
             )
         return None
     if check == "nvswitch_fabric":
-        return _every_gpu(capture, "fabric", "fabric", "name")
+        return _every_gpu(capture, "fabric", "fabric")
     if check == "nvlink":
-        lacking = _every_gpu(capture, "NVLink", "nvlink_active", "name")
+        lacking = _every_gpu(capture, "NVLink", "nvlink_active")
         return lacking or "NVLink: the capture lacks the error counters (nvidia-smi nvlink -e)"
     if check == "infiniband_ports":
         return "the capture lacks ibstat" if capture.infiniband is ABSENT else None
