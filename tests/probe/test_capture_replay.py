@@ -19,6 +19,7 @@ import pytest
 from gpuaccept.checks.registry import BY_NAME
 from gpuaccept.probe.hardware.base import Unavailable
 from gpuaccept.probe.hardware.nvml_links import read_fabric, read_nvlink
+from gpuaccept.probe.hardware.real import RealBackend
 from gpuaccept.testsupport.captures import corpus, fake_nvml, replay, table
 from gpuaccept.testsupport.captures.differences import DIFFERENCES, FAULT_EVIDENCE
 
@@ -213,3 +214,32 @@ def test_docs_table_is_the_corpus() -> None:
     root = CAPTURES.parents[1]
     text = (root / table.DOC).read_text(encoding="utf-8")
     assert table.regenerate(text, root) == text, "run `make captures-table`"
+
+
+@pytest.mark.parametrize(
+    ("name", "nvml_max", "device_max", "probe_max"),
+    [
+        # a Gen4 RTX 4090 in a Gen5 host (Host Max 5): NVML's Max is the card's 4
+        ("gpud-rtx4090x8-r535-b", 4, 4, 4),
+        # the same card in a Gen3 host (max_host_link_gen 3): NVML's Max is 3
+        ("netdata-rtx4090-r535", 3, 4, 4),
+    ],
+)
+def test_pcie_maximum_the_real_backend_takes(
+    name: str, nvml_max: int, device_max: int, probe_max: int, tmp_path: Path
+) -> None:
+    """Issue 37 item 8 on real nodes: nvmlDeviceGetMaxPcieLinkGeneration is the lower of
+    the device's and the host's maxima (nvidia-smi prints Max = min(Device Max, Host
+    Max) in both captures), and RealBackend.pcie_link takes max(NVML's, the GPU's own),
+    so a Gen4 card in a Gen3 server is held to Gen4, which its slot cannot give. This
+    asserts what the backend does today; it changes when item 8 is fixed."""
+    capture = corpus.load(CAPTURES / name)
+    gpu = capture.gpus[0]
+    assert (gpu.pcie_gen_max, gpu.pcie_gen_device_max) == (nvml_max, device_max)
+    sysfs, proc = replay.build_tree(capture, tmp_path)
+    with replay.installed(fake_nvml.module(capture)):
+        hardware = RealBackend(sysfs_root=sysfs, proc_root=proc, persistenced_sockets=())
+        try:
+            assert hardware.pcie_link(0).max_generation == probe_max
+        finally:
+            hardware.close()
