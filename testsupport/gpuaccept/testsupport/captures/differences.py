@@ -1,0 +1,72 @@
+"""Where a capture's replay differs from its owner's word, and why (issue 38).
+
+Read by tests/probe/test_capture_replay.py (which fails on any other difference)
+and by :mod:`.table` (docs/probe.md's corpus table).
+"""
+
+# What shows that a fault's check failed for that fault (its message).
+FAULT_EVIDENCE = {
+    "remapped_rows_pending": r"row remap pending",
+    "hw_power_brake_slowdown": r"hw_power_brake \d+% of samples",
+    "infiniband_ports_down": r"\bdown\b",
+    "nvlink_down": r"inactive|down",
+    "fabric_unhealthy": r"unhealthy",
+    "fabric_status_error": r"status",
+    "xid_119": r"Xid 119",
+    "pcie_downtrained": r"Gen ?1|2\.5",
+}
+
+# Outcomes that differ from the owner's word, and why: (check, what happened, cause).
+# "37.N" is item N of issue 37; "38.Cn" a candidate defect this corpus found (issue 38's
+# report), not yet filed.
+DIFFERENCES: dict[str, tuple[str, str, str]] = {
+    "gpud-h100-ib-cx7-cx6dx-all-active": (
+        "infiniband_ports",
+        "fail: firmware differs within a board (unknown: 22.39.1002 vs 28.39.1002)",
+        "38.C1: ibstat has no board_id (PSID); HCAs without a readable board_id are grouped as "
+        "one board 'unknown', so a ConnectX-7 and a ConnectX-6 Dx are held to one firmware",
+    ),
+    "gpud-h100-ib-cx7-bf3-all-active": (
+        "infiniband_ports",
+        "fail: firmware differs within a board (unknown: 28.41.1000 vs 32.38.3056)",
+        "38.C1 (a ConnectX-7 and a BlueField-3 held to one firmware)",
+    ),
+    "gpud-h100-ib-three-ports-down": (
+        "infiniband_ports",
+        "fail, but for 38.C1's firmware grouping, not for the three down ports",
+        "the down ports are ConnectX-6 Dx Ethernet ports; all 8 InfiniBand ports are up, and the "
+        "default policy expects no port count (infiniband_ports.expectedUpPorts: None)",
+    ),
+    "gpud-h100-ib-two-ports-down": (
+        "infiniband_ports",
+        "fail, but for 38.C1's firmware grouping, not for the two down ports",
+        "as gpud-h100-ib-three-ports-down",
+    ),
+    "azhpc-diagnostics-73-v100-sxm2-nvlink-inactive": (
+        "nvlink",
+        "not replayable: the capture has no error counters",
+        "37.2: read_nvlink raises Unavailable when a counter read fails, so the two inactive "
+        "links it read are lost (test_nvlink_reader_drops_the_inactive_links_it_read)",
+    ),
+    "dra-driver-626-fabric-unhealthy": (
+        "nvswitch_fabric",
+        "not replayable: the quote has no GPU name, without which RealBackend opens no GPU",
+        "the reader alone flags it (test_fabric_reader_on_quoted_faults)",
+    ),
+    "azhpc-images-506-fabric-insufficient-resources": (
+        "nvswitch_fabric",
+        "not replayable: the quote has no GPU name",
+        "the reader alone reads status 23 (test_fabric_reader_on_quoted_faults)",
+    ),
+    "gpud-h100-xid-119-gsp-timeout": (
+        "xid_errors",
+        "not replayable: the Xid is in the kernel log from before any probe",
+        "38.C2: the probe sees Xids only as NVML events while it runs; an Xid logged before it "
+        "is seen only through the recovery action / reset status, which this capture lacks",
+    ),
+    "jan-183-rtx4090-riser-pcie-downgraded": (
+        "pcie_link",
+        "not replayable: pcie_link measures under load",
+        "the capture is lspci's LnkSta at an unknown load; the owner's own thread doubts it",
+    ),
+}
