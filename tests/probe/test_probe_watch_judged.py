@@ -24,7 +24,10 @@ from gpuaccept.operator.core.inservice.evidence import NodeSignals, WatchEvidenc
 from gpuaccept.operator.core.inservice.rules import Observed, evaluate, ledger_for
 from gpuaccept.operator.core.inservice.watchreport import watch_evidence
 from gpuaccept.operator.core.model import NodeView, PodView
-from gpuaccept.probe.hardware.profile import load_profile
+from gpuaccept.probe.hardware.profile import GpuOverride, load_profile
+from gpuaccept.probe.hardware.simulated import SimulatedBackend
+from gpuaccept.probe.hardware.simulated_watch import SimulatedWatch
+from gpuaccept.probe.watch import WatchSettings, run_watch
 
 INSERVICE = PROFILES / "inservice"
 BOOT = "7d3b1a52-0000-4000-8000-000000000002"
@@ -138,3 +141,19 @@ def test_a_node_without_the_acceptance_count_uses_the_physical_count() -> None:
     assert [s.what for s in evidence.state if s.what == "GPULost"] == []
     node = dataclasses.replace(node, gpu_capacity=32)
     assert isinstance(watch_evidence(pod, node, accept_simulated=True), WatchEvidence)
+
+
+def test_a_gpu_in_mig_mode_has_its_links_unread_not_down() -> None:
+    """NVML reports the NVLinks of a GPU in MIG mode as down (DCGM's health watch
+    treats them as disabled, DcgmHealthWatch.cpp MonitorNVLinkStatus): a node
+    repartitioned into MIG is not an NVLink failure; the links are named unread."""
+    profile = load_profile(INSERVICE / "nvlink-down.yaml")
+    mig = GpuOverride.model_validate({"migEnabled": True})
+    gpus = profile.gpus.model_copy(update={"overrides": {3: mig}})
+    backend = SimulatedBackend(profile.model_copy(update={"gpus": gpus}))
+    settings = WatchSettings(NODE, BOOT, 60.0, frozenset({79}), gpus_expected=8)
+    report = run_watch(backend, SimulatedWatch(backend, NODE), settings)
+    gpu3 = report.gpu(3)
+    assert gpu3 is not None
+    assert gpu3.nvlink_down == []
+    assert "MIG" in report.not_read["nvlinks"]
