@@ -230,10 +230,14 @@ def opened_lost(problem: str) -> bool:
 
 def _links(reads: _Reads, hardware: WatchHardware, gpu: int, state: GpuState) -> None:
     """The GPU's active NVLinks and error counters; none on a GPU in MIG mode, whose
-    links NVML reports down (DCGM's health watch treats them as disabled there)."""
+    links NVML reports down (DCGM's health watch treats them as disabled there), and
+    whose instances' Xids the watch does not get: both named in ``not_read``."""
     settings = reads("mig", gpu, state, partial(hardware.gpu_settings, gpu))
     if settings is not None and settings.mig_current:
         reads.not_read.setdefault("nvlinks", f"GPU {gpu}: MIG mode (links read as down)")
+        # nvml.h, nvmlEventSetWait_v2: in MIG mode an unprivileged caller gets only the
+        # events that affect the whole device, not its instances'
+        reads.not_read.setdefault("xidMig", f"GPU {gpu}: MIG mode: no instance-level Xids")
         return
     links = reads("nvlinks", gpu, state, partial(hardware.nvlink, gpu))
     if links is not None:
