@@ -101,18 +101,20 @@ def history(events: Iterable[InServiceEvent]) -> list[InServiceEvent]:
 
 
 def _states_once(events: Iterable[InServiceEvent]) -> list[InServiceEvent]:
-    """``events`` with each state (the same state of the same GPU) once, at its
-    earliest: a state that lasts is recorded at its onset, not once per window."""
-    first: dict[tuple[str, str], InServiceEvent] = {}
+    """``events`` with each state (the same state of the same GPU) once, at its latest
+    sighting: a state that lasts fills one entry of the bounded history, not one per
+    window. (The latest, not the first: with the history's bound that gives the same
+    history whatever order the reports are counted in.)"""
+    latest: dict[tuple[str, str], InServiceEvent] = {}
     others: list[InServiceEvent] = []
     for event in events:
         if event.kind != "state":
             others.append(event)
             continue
         key = (event.what, event.gpu or "")
-        if key not in first or event.time < first[key].time:
-            first[key] = event
-    return [*others, *first.values()]
+        if key not in latest or event.time > latest[key].time:
+            latest[key] = event
+    return [*others, *latest.values()]
 
 
 def counted(ledger: InServiceStatus, report: WatchEvidence, rules: XidRules) -> InServiceStatus:
