@@ -50,6 +50,19 @@ RecoveryActionName = Literal[
     "system_reboot",
 ]
 NvlinkCounter = Literal["replay", "recovery", "crc"]
+# The NVSwitch fabric's health as the watch reports it (nvmlGpuFabricInfo_v2/v3 health
+# mask and summary, as the acceptance check nvswitch_fabric names them), and a
+# registration that completed with an error status.
+FabricCondition = Literal[
+    "degraded_bandwidth",
+    "route_recovery",
+    "route_unhealthy",
+    "access_timeout_recovery",
+    "incorrect_configuration",
+    "unhealthy",
+    "limited_capacity",
+    "registration_failed",
+]
 # What an event in the history is: an Xid's class, a node signal, or durable GPU state.
 EventKind = Literal["fatal", "repeated", "memory", "application", "other", "signal", "state"]
 
@@ -147,6 +160,16 @@ def _nvlink_fail_above() -> dict[NvlinkCounter, int]:
     return {"recovery": 0}
 
 
+def _fabric_fail_on() -> list[FabricCondition]:
+    return [
+        "degraded_bandwidth",
+        "route_unhealthy",
+        "incorrect_configuration",
+        "unhealthy",
+        "registration_failed",
+    ]
+
+
 class GpuStateRules(ContractModel):
     """Which durable GPU state a watch report reads takes the node out. The defaults
     are DCGM's health watch grades (DcgmHealthWatch.cpp, docs/policy.md): what it
@@ -171,6 +194,15 @@ class GpuStateRules(ContractModel):
         "over the GPU's links, quarantine (NVLinkErrors); a counter not listed is "
         "recorded only. Default: any recovery (a link that went down and retrained), as "
         "the acceptance check's failAbove.",
+    )
+    fabric_fail_on: list[FabricCondition] = Field(
+        default_factory=_fabric_fail_on,
+        max_length=8,
+        description="NVSwitch fabric conditions at a window's end that quarantine "
+        "(FabricDegraded), as the acceptance check nvswitchFabric's failOn, and a "
+        "registration that completed with an error status (registration_failed). "
+        "Recoveries in progress, limited_capacity, and a fabric in_progress or "
+        "not_started are recorded.",
     )
     remap_pending: bool = Field(
         default=False,

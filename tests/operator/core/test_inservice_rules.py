@@ -263,9 +263,35 @@ CASES = [
         1815,
     ),
     Case(
-        "a fabric away from registered: recorded",
+        "a fabric still registering: recorded (DCGM warns)",
         healthy(),
         (report("a", state=(GpuState(GPU, "Fabric", "in_progress"),)),),
+        1815,
+    ),
+    Case(
+        "a fabric not started: recorded (a board without NVSwitch may report it)",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "Fabric", "not_started"),)),),
+        1815,
+    ),
+    Case(
+        "a fabric route unhealthy",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "Fabric", "completed:route_unhealthy,unhealthy"),)),),
+        1815,
+        reason="FabricDegraded",
+    ),
+    Case(
+        "a fabric registration that failed",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "Fabric", "completed:status5"),)),),
+        1815,
+        reason="FabricDegraded",
+    ),
+    Case(
+        "a fabric route recovery in progress: recorded",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "Fabric", "completed:route_recovery"),)),),
         1815,
     ),
     Case(

@@ -23,6 +23,7 @@ REASON_GPU_LOST = "GPULost"
 REASON_ECC_UNCORRECTED = "EccUncorrected"
 REASON_NVLINK_DOWN = "NVLinkDown"
 REASON_NVLINK_ERRORS = "NVLinkErrors"
+REASON_FABRIC = "FabricDegraded"
 REASON_COMMON_CAUSE = "CommonCause"
 # The Reason.check every in-service verdict names.
 IN_SERVICE_CHECK = "in_service"
@@ -37,6 +38,7 @@ REASONS = (
     REASON_RECOVERY_ACTION,
     REASON_NVLINK_DOWN,
     REASON_NVLINK_ERRORS,
+    REASON_FABRIC,
     REASON_REMAP_PENDING,
     REASON_XID_REPEATED,
     REASON_UNALLOCATABLE,
@@ -44,11 +46,12 @@ REASONS = (
 )
 # Reasons that rest on a watch report: what happened stays true until a new boot
 # or a new acceptance (the node's signals are read again at every pass).
-REPORTED = frozenset(REASONS[:9])
+REPORTED = frozenset(REASONS[:10])
 
 # Durable GPU state a report found. EccContained: uncorrected ECC errors the same
 # report explains by a contained Xid 94 on that GPU (its remap state decides);
-# Fabric: the NVSwitch fabric away from registered-and-healthy (recorded only).
+# Fabric: the NVSwitch fabric away from registered-and-healthy (its detail: the state,
+# or completed: and its conditions or error status).
 StateWhat = Literal[
     "RowRemapFailure",
     "RowRemapPending",

@@ -28,6 +28,7 @@ from gpuaccept.contracts.inservice import (
 )
 from gpuaccept.operator.core.inservice.evidence import (
     REASON_ECC_UNCORRECTED,
+    REASON_FABRIC,
     REASON_GPU_LOST,
     REASON_NVLINK_DOWN,
     REASON_NVLINK_ERRORS,
@@ -195,7 +196,25 @@ def _state_reason(what: str, detail: str, rules: GpuStateRules) -> str | None:
         return REASON_NVLINK_DOWN if rules.nvlink_down else None
     if what == "NVLinkErrors":
         return REASON_NVLINK_ERRORS if _over(detail, rules) else None
-    return None  # EccContained, Fabric: recorded
+    if what == "Fabric":
+        return REASON_FABRIC if _fabric_fails(detail, rules) else None
+    return None  # EccContained: recorded
+
+
+def _fabric_conditions(detail: str) -> set[str]:
+    """The watch's fabric text as conditions: ``completed:route_unhealthy,unhealthy``,
+    ``completed:status5`` (registration_failed); a state (in_progress, not_started)
+    has none."""
+    state, _, rest = detail.partition(":")
+    if state != "completed" or not rest:
+        return set()
+    if rest.startswith("status"):
+        return {"registration_failed"}
+    return set(rest.split(","))
+
+
+def _fabric_fails(detail: str, rules: GpuStateRules) -> bool:
+    return bool(_fabric_conditions(detail) & set(rules.fabric_fail_on))
 
 
 def _over(detail: str, rules: GpuStateRules) -> bool:
