@@ -11,8 +11,10 @@ write it (the test writes what they would):
 * dryRun: Held, the quarantine it would apply recorded, the Node untouched;
 * the quarantine limit: held in service (BreakerOpen), the Node untouched;
 * watch pods (``gpuaccept probe watch``, token-less, no GPU) on the in-service
-  profiles: Xid 79 after acceptance is quarantined (XidFatal); a row remap pending is
-  quarantined from the state, not from its Xid 63 (RowRemapPending); Xid 13 twice on one GPU
+  profiles: Xid 79 after acceptance is quarantined (XidFatal); a row remap pending, under
+  a policy that judges it (gpuState.remapPending), is quarantined from the state, not
+  from its Xid 63 (RowRemapPending); an NVLink that goes down is quarantined
+  (NVLinkDown); Xid 13 twice on one GPU
   makes a suspect that stays Accepted; an Xid 45 burst on several nodes at once is a
   common cause: suspects marked so, none quarantined; Xid 79 on three nodes at once is
   held as a common cause once the settle delay has passed, none quarantined.
@@ -40,6 +42,7 @@ XID79 = str(INSERVICE / "xid79-after-acceptance.yaml")
 XID13 = str(INSERVICE / "xid13-twice-one-gpu.yaml")
 XID45 = str(INSERVICE / "xid45-burst.yaml")
 REMAP = str(INSERVICE / "remap-pending.yaml")
+NVLINK_DOWN = str(INSERVICE / "nvlink-down.yaml")
 # Watch windows of 60 s (the default is 30 minutes): the in-service profiles' events
 # fall within a window's first minute, and the stand-in's simulated watch reports the
 # window at once (the first pod starts at acceptance; the next one a window later).
@@ -109,9 +112,9 @@ def test_a_fatal_xid_after_acceptance_is_quarantined(env: Env) -> None:
 
 def test_remap_pending_in_service_is_quarantined_from_the_state(env: Env) -> None:
     """Xid 63 (memory state) is never judged on the event; the pending flag at the
-    window's end is."""
+    window's end is, under a policy that judges it (off by default, as DCGM)."""
     suite = suite_id("remap")
-    env.policy(suite, inService=WATCH)
+    env.policy(suite, inService={**WATCH, "gpuState": {"remapPending": True}})
     (name,) = env.nodes(suite, {"r": REMAP})
     env.wait_phase([name], "Accepted")
     wait_for(
@@ -123,6 +126,22 @@ def test_remap_pending_in_service_is_quarantined_from_the_state(env: Env) -> Non
     events = env.status(name)["inService"]["events"]
     assert any(e.get("xid") == 63 and e["kind"] == "memory" for e in events)
     assert any(e["kind"] == "state" and e["what"].startswith("RowRemapPending") for e in events)
+
+
+def test_an_nvlink_down_in_service_is_quarantined(env: Env) -> None:
+    """The watch reports nvlinkDown [7] on GPU 3; the operator judges it (issue 37)."""
+    suite = suite_id("nvl")
+    env.policy(suite, inService=WATCH)
+    (name,) = env.nodes(suite, {"n": NVLINK_DOWN})
+    env.wait_phase([name], "Accepted")
+    wait_for(
+        f"{name} quarantined in service",
+        lambda: env.status(name).get("reason") == "NVLinkDown",
+        120,
+    )
+    wait_node_side(env, name, "Quarantined", reason="NVLinkDown")
+    events = env.status(name)["inService"]["events"]
+    assert any(e["kind"] == "state" and e["what"] == "NVLinkDown (7)" for e in events)
 
 
 def test_an_application_xid_twice_makes_a_suspect_that_stays_accepted(env: Env) -> None:
@@ -272,7 +291,8 @@ def test_a_condition_held_is_quarantined_a_flapping_one_is_not(env: Env) -> None
 
 def test_dry_run_holds_an_in_service_verdict(env: Env) -> None:
     suite = suite_id("dry")
-    env.policy(suite, dryRun=True, inService={"enabled": True, "allocatableGraceSeconds": 2})
+    section = {"enabled": True, "allocatableGraceSeconds": 2, "watchPods": False}
+    env.policy(suite, dryRun=True, inService=section)
     (name,) = env.nodes(suite, {"d": HEALTHY})
     wait_for(
         f"{name} held, would accept",
@@ -297,7 +317,7 @@ def test_the_quarantine_limit_holds_it_in_service(env: Env) -> None:
     env.policy(
         suite,
         maxQuarantined=0,
-        inService={"enabled": True, "allocatableGraceSeconds": 2},
+        inService={"enabled": True, "allocatableGraceSeconds": 2, "watchPods": False},
     )
     (name,) = env.nodes(suite, {"l": HEALTHY})
     env.wait_phase([name], "Accepted")

@@ -160,3 +160,31 @@ def test_corrected_ecc_not_supported_is_named(monkeypatch: pytest.MonkeyPatch) -
     report = run_watch(hw, WallClockWatch(hw.xid_listener, threading.Event()), settings(0))
     assert "eccCorrected" in report.not_read
     assert report.gpus[0].ecc_corrected == 0
+
+
+@pytest.mark.parametrize(
+    ("code", "lost"),
+    [(GPU_IS_LOST, True), (4, False), (999, False)],  # NO_PERMISSION, UNKNOWN
+    ids=["gpu-is-lost", "no-permission", "unknown"],
+)
+def test_a_gpu_nvml_cannot_open_is_lost_only_on_gpu_is_lost(
+    monkeypatch: pytest.MonkeyPatch, code: int, lost: bool
+) -> None:
+    """nvml.h: only NVML_ERROR_GPU_IS_LOST says the GPU is gone; any other answer on
+    opening it leaves it unread (named in notRead), not lost."""
+    module = fake_nvml(gpus=2)
+    with_events(module)
+    memory(module)
+    fields(module, 0)
+
+    def handle(index: int) -> int:
+        if index == 1:
+            raise FakeNVMLError(code)
+        return index
+
+    module.nvmlDeviceGetHandleByIndex = handle  # type: ignore[attr-defined]
+    hw = backend(monkeypatch, module)
+    report = run_watch(hw, WallClockWatch(hw.xid_listener, threading.Event()), settings(0))
+    assert [g.index for g in report.gpus if g.lost] == ([1] if lost else [])
+    assert report.gpus_seen == 2
+    assert ("gpu1" in report.not_read) is not lost

@@ -38,6 +38,31 @@ XidCode = Annotated[int, Field(ge=1, le=65535)]
 
 # What the rules know about an Xid (the classes of NVIDIA's catalogue the rules act on).
 XidClass = Literal["fatal", "repeated", "memory", "application", "other"]
+# nvmlDeviceGpuRecoveryAction_t's values other than none (nvml.h, R570+), as the watch
+# reports them (checks.xid_errors.RecoveryAction).
+RecoveryActionName = Literal[
+    "gpu_reset",
+    "node_reboot",
+    "drain_p2p",
+    "drain_and_reset",
+    "recover_imex_domain",
+    "bus_reset",
+    "system_reboot",
+]
+NvlinkCounter = Literal["replay", "recovery", "crc"]
+# The NVSwitch fabric's health as the watch reports it (nvmlGpuFabricInfo_v2/v3 health
+# mask and summary, as the acceptance check nvswitch_fabric names them), and a
+# registration that completed with an error status.
+FabricCondition = Literal[
+    "degraded_bandwidth",
+    "route_recovery",
+    "route_unhealthy",
+    "access_timeout_recovery",
+    "incorrect_configuration",
+    "unhealthy",
+    "limited_capacity",
+    "registration_failed",
+]
 # What an event in the history is: an Xid's class, a node signal, or durable GPU state.
 EventKind = Literal["fatal", "repeated", "memory", "application", "other", "signal", "state"]
 
@@ -127,6 +152,73 @@ class XidRules(ContractModel):
     )
 
 
+def _recovery_actions_that_quarantine() -> list[RecoveryActionName]:
+    return ["gpu_reset", "node_reboot", "drain_and_reset", "bus_reset", "system_reboot"]
+
+
+def _nvlink_fail_above() -> dict[NvlinkCounter, int]:
+    return {"recovery": 0}
+
+
+def _fabric_fail_on() -> list[FabricCondition]:
+    return [
+        "degraded_bandwidth",
+        "route_unhealthy",
+        "incorrect_configuration",
+        "unhealthy",
+        "registration_failed",
+    ]
+
+
+class GpuStateRules(ContractModel):
+    """Which durable GPU state a watch report reads takes the node out. The defaults
+    are DCGM's health watch grades (DcgmHealthWatch.cpp, docs/policy.md): what it
+    fails quarantines, what it only warns about is recorded."""
+
+    ecc_uncorrected: bool = Field(
+        default=True,
+        description="Volatile uncorrected ECC errors counted in a window quarantine "
+        "(EccUncorrected), unless the same report names a contained Xid 94 on that GPU "
+        "(then its remap state decides). DCGM fails on any volatile DBE.",
+    )
+    nvlink_down: bool = Field(
+        default=True,
+        description="An NVLink active at the window's start and inactive at its end "
+        "quarantines (NVLinkDown). DCGM fails on a link Down (not in MIG mode, whose "
+        "links NVML reports down).",
+    )
+    nvlink_errors_fail_above: dict[NvlinkCounter, int] = Field(
+        default_factory=_nvlink_fail_above,
+        max_length=3,
+        description="NVLink error counter -> more errors than this in one window, summed "
+        "over the GPU's links, quarantine (NVLinkErrors); a counter not listed is "
+        "recorded only. Default: any recovery (a link that went down and retrained), as "
+        "the acceptance check's failAbove.",
+    )
+    fabric_fail_on: list[FabricCondition] = Field(
+        default_factory=_fabric_fail_on,
+        max_length=8,
+        description="NVSwitch fabric conditions at a window's end that quarantine "
+        "(FabricDegraded), as the acceptance check nvswitchFabric's failOn, and a "
+        "registration that completed with an error status (registration_failed). "
+        "Recoveries in progress, limited_capacity, and a fabric in_progress or "
+        "not_started are recorded.",
+    )
+    remap_pending: bool = Field(
+        default=False,
+        description="A row remap pending (a reset completes it) quarantines "
+        "(RowRemapPending). Off: recorded only; DCGM fails a remap failure, not a "
+        "pending one. A remap failure always quarantines (RowRemapFailure).",
+    )
+    recovery_actions: list[RecoveryActionName] = Field(
+        default_factory=_recovery_actions_that_quarantine,
+        max_length=7,
+        description="GPU recovery actions (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) that "
+        "quarantine (GPURecoveryAction); the others are recorded. DCGM fails gpu_reset, "
+        "node_reboot and drain_and_reset and only warns on drain_p2p.",
+    )
+
+
 class InService(ContractModel):
     """Judge accepted nodes from their own evidence while they take work (off by default)."""
 
@@ -161,8 +253,20 @@ class InService(ContractModel):
         default=1800,
         ge=10,
         le=DAY,
-        description="How long one watch pod watches its node before it reports; at most "
-        "one watch pod per node starts per window.",
+        description="How long one watch pod watches its node before it reports. A "
+        "window that ends early starts the next after earlyRestartSeconds.",
+    )
+    early_restart_seconds: int = Field(
+        default=60,
+        ge=10,
+        le=DAY,
+        description="After a watch pod that ended before its window (an eviction, a "
+        "drain, a failed listener), the next starts this long after it started; each "
+        "further early end in a row doubles the wait, up to windowSeconds.",
+    )
+    gpu_state: GpuStateRules = Field(
+        default_factory=GpuStateRules,
+        description="Which durable GPU state from a watch report takes the node out.",
     )
 
 
@@ -272,4 +376,25 @@ class InServiceStatus(ContractModel):
     )
     watch_started: datetime | None = Field(
         default=None, description="When the latest watch pod was created."
+    )
+    watch_ended: datetime | None = Field(
+        default=None,
+        description="When the latest watch pod was seen ended (its report read or not).",
+    )
+    early_starts: int = Field(
+        default=0,
+        ge=0,
+        description="Watch pods started in a row after one that ended before its window "
+        "(the wait before the next doubles with each).",
+    )
+    reported_until: datetime | None = Field(
+        default=None,
+        description="The end of the latest watch window counted: evidence up to then "
+        "has been read.",
+    )
+    not_read: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=12,
+        description="What the latest watch report could not read (interface -> why): a "
+        "window blind to it, never a quiet one. Empty: everything was read.",
     )

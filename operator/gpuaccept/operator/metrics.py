@@ -86,6 +86,15 @@ INSERVICE_VERDICTS = Counter(
     "outcome (Quarantined, DryRun, BreakerOpen, CommonCause).",
     ["policy", "reason", "outcome"],
 )
+# A watch window that could not read part of what it watches (its report's notRead):
+# blind, never quiet. Counted per report counted, by policy and part (xid, nvlinks,
+# gpu: a GPU NVML could not open, ...).
+INSERVICE_BLIND_WINDOWS = Counter(
+    "gpuaccept_inservice_blind_windows_total",
+    "In-service watch windows that could not read part of what they watch (notRead), by "
+    "policy and part.",
+    ["policy", "part"],
+)
 # The two quarantine limit series keep the names of the policy status field they
 # mirror (``breakerOpen``, condition ``BreakerOpen``): dashboards and alerts use them.
 QUARANTINE_LIMIT_REACHED = Gauge(
@@ -196,6 +205,23 @@ def record_write(observed: NodeSnapshot, action: Action) -> None:
     if new.phase == Phase.QUARANTINED and old.phase != Phase.QUARANTINED:
         QUARANTINES.labels(new.policy or "").inc()
     _record_in_service(old, new)
+    _record_blind(old, new)
+
+
+def blind_part(key: str) -> str:
+    """A notRead key as a metric label: ``gpu3`` is ``gpu`` (bounded cardinality)."""
+    return key.rstrip("0123456789") or key
+
+
+def _record_blind(old: NodeAcceptanceStatus, new: NodeAcceptanceStatus) -> None:
+    """A newly counted watch report that could not read part of its window."""
+    before, after = old.in_service, new.in_service
+    if after is None or not after.not_read or after.reported_until is None:
+        return
+    if before is not None and before.reported_until == after.reported_until:
+        return
+    for part in sorted({blind_part(key) for key in after.not_read}):
+        INSERVICE_BLIND_WINDOWS.labels(new.policy or "", part).inc()
 
 
 def _record_in_service(old: NodeAcceptanceStatus, new: NodeAcceptanceStatus) -> None:

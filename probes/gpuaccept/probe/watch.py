@@ -43,6 +43,7 @@ from gpuaccept.probe.hardware.base import (
     GpuFailedError,
     GpuInfo,
     GpuMemoryHealth,
+    GpuSettings,
     NvlinkLinks,
 )
 from gpuaccept.probe.hardware.infiniband import InfinibandView
@@ -73,6 +74,8 @@ class WatchHardware(Protocol):
     def nvlink(self, gpu: int) -> NvlinkLinks: ...
 
     def gpu_fabric(self, gpu: int) -> FabricInfo: ...
+
+    def gpu_settings(self, gpu: int) -> GpuSettings: ...
 
     def infiniband(self) -> InfinibandView: ...
 
@@ -213,36 +216,70 @@ class _Reads:
         return None
 
 
+# What NVML answers for a GPU it has lost (nvmlErrorString(NVML_ERROR_GPU_IS_LOST),
+# pynvml's table): the one answer on opening a GPU that means it is gone.
+LOST_WORDS = ("gpu is lost", "gpu_is_lost")
+
+
+def opened_lost(problem: str) -> bool:
+    """Whether NVML's answer on opening a GPU says the GPU is lost. Any other error
+    (no permission, an unknown error, a driver that is busy) leaves it unread."""
+    text = problem.lower()
+    return any(word in text for word in LOST_WORDS)
+
+
+def _links(reads: _Reads, hardware: WatchHardware, gpu: int, state: GpuState) -> None:
+    """The GPU's active NVLinks and error counters; none on a GPU in MIG mode, whose
+    links NVML reports down (DCGM's health watch treats them as disabled there), and
+    whose instances' Xids the watch does not get: both named in ``not_read``."""
+    settings = reads("mig", gpu, state, partial(hardware.gpu_settings, gpu))
+    if settings is not None and settings.mig_current:
+        reads.not_read.setdefault("nvlinks", f"GPU {gpu}: MIG mode (links read as down)")
+        # nvml.h, nvmlEventSetWait_v2: in MIG mode an unprivileged caller gets only the
+        # events that affect the whole device, not its instances'
+        reads.not_read.setdefault("xidMig", f"GPU {gpu}: MIG mode: no instance-level Xids")
+        return
+    links = reads("nvlinks", gpu, state, partial(hardware.nvlink, gpu))
+    if links is not None:
+        state.nvlink_active = frozenset(links.active)
+        if links.errors is not None:
+            state.nvlink_errors = {name: sum(per_link) for name, per_link in links.errors.items()}
+
+
+def _memory(reads: _Reads, hardware: WatchHardware, gpu: int, state: GpuState) -> None:
+    health = reads("memory", gpu, state, partial(hardware.memory_health, gpu))
+    if health is not None:
+        state.volatile_uncorrected = health.volatile_uncorrected
+        rows = health.remapped_rows
+        if rows is not None:
+            state.remap_pending, state.remap_failed = rows.pending, rows.failed
+        elif health.retire_pending is not None:
+            state.remap_pending = health.retire_pending
+
+
 def read_state(
     hardware: WatchHardware, gpus: Sequence[GpuInfo], not_read: dict[str, str]
 ) -> dict[int, GpuState]:
+    """Each GPU's state. A GPU NVML could not open is lost only when NVML said so
+    (GPU_IS_LOST); any other answer leaves it unread, named in ``not_read``."""
     reads = _Reads(not_read)
     out: dict[int, GpuState] = {}
     for info in gpus:
         gpu = info.index
-        state = GpuState(lost=info.problem is not None)
+        state = GpuState(lost=info.problem is not None and opened_lost(info.problem))
         out[gpu] = state
-        health = reads("memory", gpu, state, partial(hardware.memory_health, gpu))
-        if health is not None:
-            state.volatile_uncorrected = health.volatile_uncorrected
-            rows = health.remapped_rows
-            if rows is not None:
-                state.remap_pending, state.remap_failed = rows.pending, rows.failed
-            elif health.retire_pending is not None:
-                state.remap_pending = health.retire_pending
+        if info.problem is not None:
+            if not state.lost:
+                not_read.setdefault(f"gpu{gpu}", info.problem[:NOT_READ_CHARS])
+            continue
+        _memory(reads, hardware, gpu, state)
         state.volatile_corrected = reads(
             "eccCorrected", gpu, state, partial(hardware.ecc_corrected, gpu)
         )
         action = reads("recoveryAction", gpu, state, partial(hardware.gpu_recovery_action, gpu))
         if action is not None and 0 <= action < len(RECOVERY_ACTION_BY_VALUE):
             state.recovery_action = RECOVERY_ACTION_BY_VALUE[action].value
-        links = reads("nvlinks", gpu, state, partial(hardware.nvlink, gpu))
-        if links is not None:
-            state.nvlink_active = frozenset(links.active)
-            if links.errors is not None:
-                state.nvlink_errors = {
-                    name: sum(per_link) for name, per_link in links.errors.items()
-                }
+        _links(reads, hardware, gpu, state)
         fabric = reads("fabric", gpu, state, partial(hardware.gpu_fabric, gpu))
         if fabric is not None:
             state.fabric = _fabric_text(fabric)

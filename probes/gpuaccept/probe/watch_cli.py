@@ -25,6 +25,8 @@ from rich.console import Console
 from gpuaccept.checks.xid_classes import default_fatal_xids
 from gpuaccept.contracts.probe_invocation import (
     ENV_BOOT_ID,
+    ENV_GFD_GPU_COUNT,
+    ENV_GFD_GPU_REPLICAS,
     ENV_NODE_GPU_CAPACITY,
     ENV_NODE_NAME,
     ENV_PROC_ROOT,
@@ -101,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         FLAG_EXPECTED_GPUS,
         type=int,
-        help=f"the GPUs the node should have (env {ENV_NODE_GPU_CAPACITY}: its "
-        "nvidia.com/gpu capacity); the report's gpusExpected",
+        help=f"the GPUs the node should have (default: env {ENV_NODE_GPU_CAPACITY}, its "
+        f"nvidia.com/gpu capacity, divided by env {ENV_GFD_GPU_REPLICAS} when its GPUs are "
+        "shared); the report's gpusExpected",
     )
     parser.add_argument(
         FLAG_SYSFS_ROOT, type=Path, help=f"real hardware: sysfs root (env {ENV_SYSFS_ROOT}, /sys)"
@@ -111,6 +114,23 @@ def build_parser() -> argparse.ArgumentParser:
         FLAG_PROC_ROOT, type=Path, help=f"real hardware: procfs root (env {ENV_PROC_ROOT}, /proc)"
     )
     return parser
+
+
+def physical_gpus(capacity: int | None, labelled: int | None, replicas: int | None) -> int | None:
+    """The GPUs NVML should see, from the node's ``nvidia.com/gpu`` capacity: under
+    time-slicing or MPS the device plugin advertises each GPU ``replicas`` times
+    (GFD labels ``nvidia.com/gpu.replicas`` and ``nvidia.com/gpu.count``, the GPUs), so
+    the count is the label, else the capacity divided by the replicas; None when
+    they do not divide (no count is better than a wrong one). Without replicas, the
+    capacity. (Under MIG the capacity counts MIG devices: the operator judges a
+    report against the GPUs the node's acceptance saw, not this count.)"""
+    if replicas is None or replicas <= 1:
+        return capacity
+    if labelled:
+        return labelled
+    if capacity is not None and capacity % replicas == 0:
+        return capacity // replicas
+    return None
 
 
 def parse_fatal_xids(text: str) -> frozenset[int]:
@@ -147,7 +167,9 @@ def _open(args: argparse.Namespace, node_name: str, stop: threading.Event) -> _O
         scale = sim_time_scale()
         backend = SimulatedBackend(profile)
         watch = SimulatedWatch(backend, node_name, time_scale=scale, stop=stop)
-        return _Opened(backend, watch, watch.no_device_access(), profile.node.gpu_capacity)
+        node = profile.node
+        capacity = physical_gpus(node.gpu_capacity, node.gfd_gpu_count, node.gfd_gpu_replicas)
+        return _Opened(backend, watch, watch.no_device_access(), capacity)
     from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415
 
     sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
@@ -220,7 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             gpus_expected=(
                 args.expected_gpus
                 if args.expected_gpus is not None
-                else env_count(ENV_NODE_GPU_CAPACITY)
+                else physical_gpus(
+                    env_count(ENV_NODE_GPU_CAPACITY),
+                    env_count(ENV_GFD_GPU_COUNT),
+                    env_count(ENV_GFD_GPU_REPLICAS),
+                )
             ),
         )
     except (UsageError, InputError) as exc:

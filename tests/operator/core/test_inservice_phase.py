@@ -38,6 +38,10 @@ def accepted(**fields: Any) -> World:
     return world
 
 
+# The Node's signal alone (no watch pods): allocatable short is judged at its grace.
+SIGNALS_ONLY = {"watchPods": False}
+
+
 def set_node(world: World, **change: Any) -> None:
     assert world.node is not None
     world.node = dataclasses.replace(world.node, **change)
@@ -53,7 +57,7 @@ def test_the_ledger_is_recorded_once_accepted() -> None:
 
 
 def test_allocatable_short_past_the_grace_quarantines() -> None:
-    world = accepted()
+    world = accepted(inService=SIGNALS_ONLY)
     set_node(world, gpus=7)
     plan = world.settle()
     assert world.status.phase == Phase.ACCEPTED
@@ -111,7 +115,7 @@ def test_a_condition_held_quarantines_and_a_flapping_one_does_not() -> None:
 
 
 def test_dry_run_holds() -> None:
-    world = accepted(dryRun=True)
+    world = accepted(dryRun=True, inService=SIGNALS_ONLY)
     assert world.status.held_action == "Accept"
     set_node(world, gpus=7)
     world.settle()
@@ -126,7 +130,7 @@ def test_dry_run_holds() -> None:
 
 
 def test_the_limit_holds_in_service_then_lets_it_through() -> None:
-    world = accepted()
+    world = accepted(inService=SIGNALS_ONLY)
     world.limit_counts = QuarantineLimitCounts(quarantined=5, matched=10)
     set_node(world, gpus=7)
     world.settle()
@@ -142,7 +146,7 @@ def test_the_limit_holds_in_service_then_lets_it_through() -> None:
 
 
 def test_a_held_verdict_whose_evidence_is_gone_is_lifted() -> None:
-    world = accepted()
+    world = accepted(inService=SIGNALS_ONLY)
     world.limit_counts = QuarantineLimitCounts(quarantined=5, matched=10)
     set_node(world, gpus=7)
     world.settle()

@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 
 from gpuaccept.contracts.inservice import InService, InServiceStatus, XidRules
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
-from gpuaccept.operator.core.inservice.evidence import NodeSignals, WatchEvidence, XidSeen
+from gpuaccept.operator.core.inservice.evidence import (
+    GpuState,
+    NodeSignals,
+    WatchEvidence,
+    XidSeen,
+)
 from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -30,14 +35,26 @@ xid_events = st.builds(
 )
 
 
+# Durable state the default policy records and never judges (DCGM's WARN grades and
+# less): the same state in many windows is recorded once, at its onset.
+recorded_states = st.builds(
+    GpuState,
+    gpu=st.sampled_from(["GPU-a", "GPU-b"]),
+    what=st.sampled_from(["RowRemapPending", "Fabric", "EccContained", "RecoveryAction"]),
+    detail=st.sampled_from(["", "drain_p2p", "in_progress"]),
+)
+
+
 @st.composite
 def reports(draw: st.DrawFn) -> list[WatchEvidence]:
     count = draw(st.integers(1, 6))
     found = []
     for i in range(count):
         xids = tuple(draw(st.lists(xid_events, max_size=5)))
+        state = tuple(draw(st.lists(recorded_states, max_size=3)))
         start = T0 + timedelta(minutes=30 * i)
-        found.append(WatchEvidence(f"pod-{i}/{start.isoformat()}", BOOT, start, start, xids))
+        key = f"pod-{i}/{start.isoformat()}"
+        found.append(WatchEvidence(key, BOOT, start, start, xids, state))
     return found
 
 

@@ -66,14 +66,75 @@ class Case:
 
 
 SHORT = healthy(gpu_allocatable=7)
+# the watch has read up to 400 s: a report covers a drop that began at 0
+READ = {"unallocatable_since": s(0), "reported_until": s(400)}
 CASES = [
     Case("healthy node: no verdict", healthy(), at=10_000),
     Case("allocatable short, within its grace", SHORT, at=0, reason=None),
     Case(
-        "allocatable short past its grace",
+        "allocatable short past its grace, a report covers it, nothing explains it",
+        SHORT,
+        at=401,
+        before=ledger().model_copy(update=READ),
+        reason="GPUsUnallocatable",
+    ),
+    Case(
+        "allocatable short past its grace: waits for a watch report that covers the drop",
         SHORT,
         at=301,
         before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+    ),
+    Case(
+        "allocatable short, no report covered it within a window past the grace",
+        SHORT,
+        at=300 + 1800,
+        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+        reason="GPUsUnallocatable",
+    ),
+    Case(
+        "allocatable short, explained by an Xid 92 the watch saw (the device plugin's)",
+        SHORT,
+        (report("a", (-20, 92, "memory")),),
+        at=1801,
+        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+    ),
+    Case(
+        "allocatable short, explained by a single Xid 74 (not yet repeated)",
+        SHORT,
+        (report("a", (-5, 74, "repeated")),),
+        at=1801,
+        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+    ),
+    Case(
+        "allocatable short, an Xid long before it explains nothing",
+        SHORT,
+        (report("a", (-900, 92, "memory")),),
+        at=1801,
+        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+        reason="GPUsUnallocatable",
+    ),
+    Case(
+        "MIG mixed or renamed sharing after acceptance: capacity 0 is a repartition",
+        healthy(gpu_capacity=0, gpu_allocatable=0, accepted_gpus=8),
+        at=10_000,
+        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+    ),
+    Case(
+        "MIG mixed: nvidia.com/gpu counts only the whole GPUs left",
+        healthy(gpu_capacity=4, gpu_allocatable=4, accepted_gpus=8, partitioned=True),
+        at=10_000,
+        before=ledger().model_copy(update=READ),
+    ),
+    Case(
+        "time-sliced after acceptance: 32 replicas of 8 GPUs, all allocatable",
+        healthy(gpu_capacity=32, gpu_allocatable=32, accepted_gpus=8),
+        at=10_000,
+    ),
+    Case(
+        "time-sliced: one GPU's 4 replicas unhealthy, past the grace, unexplained",
+        healthy(gpu_capacity=32, gpu_allocatable=28, accepted_gpus=8),
+        at=401,
+        before=ledger().model_copy(update=READ),
         reason="GPUsUnallocatable",
     ),
     Case(
@@ -85,8 +146,8 @@ CASES = [
     Case(
         "capacity dropped below the accepted GPUs counts as short",
         healthy(gpu_capacity=7, gpu_allocatable=7, accepted_gpus=8),
-        at=400,
-        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+        at=401,
+        before=ledger().model_copy(update=READ),
         reason="GPUsUnallocatable",
     ),
     Case(
@@ -150,18 +211,88 @@ CASES = [
         reason="RowRemapFailure",
     ),
     Case(
-        "remap pending in the report's state",
+        "remap pending in the report's state: recorded (DCGM judges a failed remap)",
         healthy(),
         (report("a", (15, 63, "memory"), state=(GpuState(GPU, "RowRemapPending"),)),),
-        1815,  # the state at the window's end, settled
-        reason="RowRemapPending",
+        1815,
     ),
     Case(
-        "a recovery action other than none",
+        "a recovery action DCGM fails on",
         healthy(),
         (report("a", state=(GpuState(GPU, "RecoveryAction", "node_reboot"),)),),
         1815,  # the state at the window's end, settled
         reason="GPURecoveryAction",
+    ),
+    Case(
+        "drain_p2p: DCGM only warns, recorded",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "RecoveryAction", "drain_p2p"),)),),
+        1815,
+    ),
+    Case(
+        "uncorrected ECC errors with no Xid",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "EccUncorrected", "2"),)),),
+        1815,
+        reason="EccUncorrected",
+    ),
+    Case(
+        "uncorrected ECC errors the report explains by a contained Xid 94: recorded",
+        healthy(),
+        (report("a", (15, 94, "memory"), state=(GpuState(GPU, "EccContained", "1"),)),),
+        1815,
+    ),
+    Case(
+        "an NVLink down in the window",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "NVLinkDown", "7"),)),),
+        1815,
+        reason="NVLinkDown",
+    ),
+    Case(
+        "an NVLink recovery in the window",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "NVLinkErrors", "recovery=1,replay=3"),)),),
+        1815,
+        reason="NVLinkErrors",
+    ),
+    Case(
+        "NVLink replays and CRC only: recorded",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "NVLinkErrors", "crc=14,replay=2"),)),),
+        1815,
+    ),
+    Case(
+        "a fabric still registering: recorded (DCGM warns)",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "Fabric", "in_progress"),)),),
+        1815,
+    ),
+    Case(
+        "a fabric not started: recorded (a board without NVSwitch may report it)",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "Fabric", "not_started"),)),),
+        1815,
+    ),
+    Case(
+        "a fabric route unhealthy",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "Fabric", "completed:route_unhealthy,unhealthy"),)),),
+        1815,
+        reason="FabricDegraded",
+    ),
+    Case(
+        "a fabric registration that failed",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "Fabric", "completed:status5"),)),),
+        1815,
+        reason="FabricDegraded",
+    ),
+    Case(
+        "a fabric route recovery in progress: recorded",
+        healthy(),
+        (report("a", state=(GpuState(GPU, "Fabric", "completed:route_recovery"),)),),
+        1815,
     ),
     Case(
         "a GPU lost",
@@ -203,8 +334,8 @@ CASES = [
     Case(
         "a timer's verdict is older than the settle delay: applied at once",
         SHORT,
-        at=301,
-        before=ledger().model_copy(update={"unallocatable_since": s(0)}),
+        at=401,
+        before=ledger().model_copy(update=READ),
         reason="GPUsUnallocatable",
     ),
 ]
@@ -223,14 +354,31 @@ def test_rules(case: Case) -> None:
 
 
 def test_grace_timer_starts_then_wakes_at_expiry() -> None:
-    first = evaluate(POLICY, ledger(), Observed(SHORT, s(10)))
+    """Without watch pods the Node's signal is all there is: a verdict at the grace."""
+    signals_only = POLICY.model_copy(update={"watch_pods": False})
+    first = evaluate(signals_only, ledger(), Observed(SHORT, s(10)))
     assert first.verdict is None
     assert first.ledger.unallocatable_since == s(10)
     assert first.wake_in == 300
-    later = evaluate(POLICY, first.ledger, Observed(SHORT, s(310)))
+    later = evaluate(signals_only, first.ledger, Observed(SHORT, s(310)))
     assert later.verdict is not None
     assert later.verdict.reason == "GPUsUnallocatable"
     assert later.verdict.window_start == s(10)
+
+
+def test_a_drop_waits_for_the_report_that_covers_it_then_its_xid_explains_it() -> None:
+    """Under watch pods the drop waits past its grace for the window that covers it
+    (woken at the latest a window later); an Xid 92 in that report explains it."""
+    first = evaluate(POLICY, ledger(), Observed(SHORT, s(10)))
+    assert first.wake_in == 300
+    waiting = evaluate(POLICY, first.ledger, Observed(SHORT, s(310)))
+    assert waiting.verdict is None
+    assert waiting.wake_in == 1800
+    xid92 = WatchEvidence("w", BOOT, s(-600), s(900), (XidSeen(GPU, 92, "memory", s(2)),))
+    read = evaluate(POLICY, waiting.ledger, Observed(SHORT, s(900), (xid92,)))
+    assert read.verdict is None
+    assert read.ledger.reported_until == s(900)
+    assert evaluate(POLICY, read.ledger, Observed(SHORT, s(5000))).verdict is None
 
 
 def test_device_plugin_restart_rides_out_the_grace() -> None:

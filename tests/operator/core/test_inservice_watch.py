@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 from world import World, spec
@@ -238,3 +239,59 @@ def test_the_report_is_counted_before_its_pod_goes_and_the_next_pod_is_named() -
     end_watch(world, report(world, (79, 5.0)))
     kinds = [type(a) for a in world.plan().actions]
     assert kinds.index(PatchNAStatus) < kinds.index(DeleteProbePod)
+
+
+def test_an_early_end_starts_the_next_window_soon_then_backs_off() -> None:
+    """A pod that ends before its window (evicted, a failed listener) leaves the node
+    unwatched, and NVML delivers no event from before registration: the next starts
+    earlyRestartSeconds after it started, the wait doubling for each early end in a
+    row, never more than a window."""
+    world = accepted(windowSeconds=600, earlyRestartSeconds=20)
+    starts = []
+    for _ in range(4):
+        (live,) = [p for p in watch_pods(world) if not p.ended]
+        starts.append(world.now)
+        world.advance(5)
+        end_watch(world, report(world, end_reason="terminated", ended_early=True))
+        world.settle()
+        while not [p for p in watch_pods(world) if not p.ended and p.watch != live.watch]:
+            world.advance(5)
+            world.settle()
+    waits = [(b - a).total_seconds() for a, b in pairwise(starts)]
+    assert waits == [20, 40, 80]
+    world.advance(600)
+    end_watch(world, report(world))  # ... then a window that ran out
+    world.settle()
+    assert world.status.in_service is not None
+    assert world.status.in_service.early_starts == 0  # the next starts at once, not early
+
+
+def test_a_pod_seen_ended_at_its_window_waits_for_nothing_more() -> None:
+    world = accepted(windowSeconds=600, earlyRestartSeconds=20)
+    world.advance(600)
+    end_watch(world, report(world))
+    world.settle()
+    assert [p.watch for p in watch_pods(world) if not p.ended] == [2]
+    assert world.status.in_service is not None
+    assert world.status.in_service.early_starts == 0
+
+
+def test_a_blind_window_is_visible_never_a_quiet_pass() -> None:
+    """A window that could not read part of what it watches (on a MIG GPU an
+    unprivileged caller gets no instance-level Xids): a Warning Event, and the ledger
+    keeps what was not read until a window reads it."""
+    world = accepted()
+    world.advance(WINDOW)
+    why = "GPU 2: MIG mode: no instance-level Xid events without privilege"
+    end_watch(world, report(world, not_read={"xid": why}))
+    world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    assert world.status.in_service is not None
+    assert world.status.in_service.not_read == {"xid": why}
+    (event,) = [e for e in world.events if e.reason == "WatchBlind"]
+    assert event.type == "Warning"
+    assert why in event.message
+    world.advance(WINDOW)
+    end_watch(world, report(world))
+    world.settle()
+    assert world.status.in_service.not_read == {}

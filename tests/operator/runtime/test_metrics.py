@@ -155,3 +155,26 @@ def test_in_service_verdicts_count_by_reason_and_outcome() -> None:
     other = quarantined.model_copy(update={"reasons": [Reason(check="gpu_compute", reason="X")]})
     write(accepted, other)  # an acceptance verdict: not in service
     assert (out._value.get() - start_out, limit._value.get() - start_limit) == (1, 1)
+
+
+def test_a_blind_watch_window_is_counted_by_part() -> None:
+    """A counted watch report that could not read part of its window (notRead) is
+    counted once per part, never read as a quiet window."""
+    from gpuaccept.contracts.inservice import InServiceStatus  # noqa: PLC0415
+
+    def write(old: NodeAcceptanceStatus, new: NodeAcceptanceStatus) -> None:
+        observed = NodeSnapshot(node_name="n", now=NOW, node=None, na=NAView(name="n", status=old))
+        metrics.record_write(observed, PatchNAStatus("n", "1", new))
+
+    def ledger(until: int, **not_read: str) -> NodeAcceptanceStatus:
+        ledger = InServiceStatus(reported_until=NOW.replace(minute=until), not_read=not_read)
+        return NodeAcceptanceStatus(phase=Phase.ACCEPTED, policy="p", in_service=ledger)
+
+    xid = metrics.INSERVICE_BLIND_WINDOWS.labels("p", "xid")
+    gpu = metrics.INSERVICE_BLIND_WINDOWS.labels("p", "gpu")
+    start = (xid._value.get(), gpu._value.get())
+    write(ledger(0), ledger(1, xid="MIG: no instance-level Xids", gpu3="NVML: Unknown"))
+    write(ledger(1, xid="x"), ledger(1, xid="x"))  # the same report: not counted again
+    write(ledger(1, xid="x"), ledger(2, xid="x"))  # the next window, blind again
+    write(ledger(2, xid="x"), ledger(3))  # a window that read everything
+    assert (xid._value.get() - start[0], gpu._value.get() - start[1]) == (2, 1)

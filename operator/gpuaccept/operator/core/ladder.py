@@ -109,6 +109,7 @@ IN_SERVICE_RUNG = {
     "GPUsUnallocatable": Rung.REBOOT_NODE,  # the device plugin gave a GPU up
     "RowRemapFailure": Rung.NEEDS_PERSON,  # replace the GPU
     "RowRemapPending": Rung.RESET_GPU,  # a reset completes the remap
+    "EccUncorrected": Rung.RESET_GPU,  # a reset clears it and remaps the row
     "GPURecoveryAction": Rung.RESET_GPU,
     "XidRepeated": Rung.RESET_GPU,
 }

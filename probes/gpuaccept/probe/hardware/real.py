@@ -202,7 +202,8 @@ class RealBackend:
             name = _text(pynvml.nvmlDeviceGetName(handle))
         except pynvml.NVMLError as exc:
             self._handles.append(None)
-            self._gpus.append(GpuInfo(index=index, name="unknown", problem=f"NVML: {exc}"))
+            lost = " (GPU_IS_LOST)" if nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST else ""
+            self._gpus.append(GpuInfo(index=index, name="unknown", problem=f"NVML: {exc}{lost}"))
             return
         bus = None
         with contextlib.suppress(pynvml.NVMLError):

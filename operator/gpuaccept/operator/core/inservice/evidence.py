@@ -20,6 +20,10 @@ REASON_REMAP_FAILURE = "RowRemapFailure"
 REASON_REMAP_PENDING = "RowRemapPending"
 REASON_RECOVERY_ACTION = "GPURecoveryAction"
 REASON_GPU_LOST = "GPULost"
+REASON_ECC_UNCORRECTED = "EccUncorrected"
+REASON_NVLINK_DOWN = "NVLinkDown"
+REASON_NVLINK_ERRORS = "NVLinkErrors"
+REASON_FABRIC = "FabricDegraded"
 REASON_COMMON_CAUSE = "CommonCause"
 # The Reason.check every in-service verdict names.
 IN_SERVICE_CHECK = "in_service"
@@ -30,7 +34,11 @@ REASONS = (
     REASON_XID_FATAL,
     REASON_GPU_LOST,
     REASON_REMAP_FAILURE,
+    REASON_ECC_UNCORRECTED,
     REASON_RECOVERY_ACTION,
+    REASON_NVLINK_DOWN,
+    REASON_NVLINK_ERRORS,
+    REASON_FABRIC,
     REASON_REMAP_PENDING,
     REASON_XID_REPEATED,
     REASON_UNALLOCATABLE,
@@ -38,15 +46,23 @@ REASONS = (
 )
 # Reasons that rest on a watch report: what happened stays true until a new boot
 # or a new acceptance (the node's signals are read again at every pass).
-REPORTED = frozenset(REASONS[:6])
+REPORTED = frozenset(REASONS[:10])
 
-StateWhat = Literal["RowRemapFailure", "RowRemapPending", "RecoveryAction", "GPULost"]
-STATE_REASON: dict[str, str] = {
-    "RowRemapFailure": REASON_REMAP_FAILURE,
-    "RowRemapPending": REASON_REMAP_PENDING,
-    "RecoveryAction": REASON_RECOVERY_ACTION,
-    "GPULost": REASON_GPU_LOST,
-}
+# Durable GPU state a report found. EccContained: uncorrected ECC errors the same
+# report explains by a contained Xid 94 on that GPU (its remap state decides);
+# Fabric: the NVSwitch fabric away from registered-and-healthy (its detail: the state,
+# or completed: and its conditions or error status).
+StateWhat = Literal[
+    "RowRemapFailure",
+    "RowRemapPending",
+    "RecoveryAction",
+    "GPULost",
+    "EccUncorrected",
+    "EccContained",
+    "NVLinkDown",
+    "NVLinkErrors",
+    "Fabric",
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,9 @@ class NodeSignals:
     gpu_allocatable: int
     conditions: tuple[ConditionSeen, ...] = ()
     accepted_gpus: int = 0  # the GPUs the acceptance report covered (0: unknown)
+    # MIG mixed (GFD label nvidia.com/mig.strategy=mixed): nvidia.com/gpu counts only
+    # the GPUs not partitioned, the others are nvidia.com/mig-* devices
+    partitioned: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,8 @@ class WatchEvidence:
     end: datetime
     xids: tuple[XidSeen, ...] = ()
     state: tuple[GpuState, ...] = ()
+    # what the window could not read (interface -> why): blind to it, not quiet
+    not_read: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

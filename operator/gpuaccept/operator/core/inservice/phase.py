@@ -16,11 +16,16 @@ through a new acceptance probe (a new bootID, a re-probe), which starts a new le
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpuaccept.contracts.api import ACCEPTANCE_KIND
-from gpuaccept.contracts.inservice import InServiceSuspect, InServiceVerdict
+from gpuaccept.contracts.inservice import (
+    InService,
+    InServiceStatus,
+    InServiceSuspect,
+    InServiceVerdict,
+)
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.reverify import ReverifyStatus, Suspicion
 from gpuaccept.operator.core.inservice.correlation import Fleet
@@ -56,6 +61,9 @@ HOLD_RETRY_SECONDS = 30.0  # a held in-service verdict looks again (the limit, t
 EVENT_CLEARED = "InServiceCleared"
 EVENT_SUSPECT = "InServiceSuspect"
 EVENT_UNREADABLE = "WatchReportUnreadable"
+EVENT_BLIND = "WatchBlind"
+# GPU feature discovery: none | single | mixed (MIG devices as nvidia.com/mig-*)
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 # The checks a suspect's targeted re-verification runs (reverify.suspects): the Xid
 # listener under load, and the load itself.
 SUSPECT_CHECKS = ("xid_errors", "gpu_compute")
@@ -80,14 +88,21 @@ def watched(st: NodeAcceptanceStatus) -> bool:
     )
 
 
+def accepted_gpus(ctx: NodeContext) -> int:
+    """The GPUs the node's acceptance saw through NVML (0: unknown)."""
+    report = ctx.status.report
+    return report.summary.gpu_count if report is not None else 0
+
+
 def node_signals(ctx: NodeContext) -> NodeSignals:
-    node, report = ctx.node, ctx.status.report
+    node = ctx.node
     return NodeSignals(
         boot_id=node.boot_id,
         gpu_capacity=node.gpu_capacity,
         gpu_allocatable=node.gpus,
         conditions=node.conditions,
-        accepted_gpus=report.summary.gpu_count if report is not None else 0,
+        accepted_gpus=accepted_gpus(ctx),
+        partitioned=node.labels.get(MIG_STRATEGY_LABEL) == "mixed",
     )
 
 
@@ -109,17 +124,38 @@ def _ended_reports(
     found: list[WatchEvidence] = []
     ended: list[PodView] = []
     accept_simulated = ctx.obs.config.accept_simulated_reports
+    expected = accepted_gpus(ctx) or None
     for pod in ctx.obs.pods:
         if pod.watch is None or not pod.ended:
             continue
-        evidence = watch_evidence(pod, ctx.node, accept_simulated=accept_simulated)
+        evidence = watch_evidence(
+            pod, ctx.node, accept_simulated=accept_simulated, expected_gpus=expected
+        )
         if isinstance(evidence, WatchEvidence):
             found.append(evidence)
+            _blind_event(out, pod, evidence)
         elif not pod.deleting:
             out.event(ACCEPTANCE_KIND, "Warning", EVENT_UNREADABLE, f"no evidence: {evidence}")
         if not pod.deleting:
             ended.append(pod)
     return tuple(found), tuple(ended)
+
+
+def _blind_event(out: PlanBuilder, pod: PodView, evidence: WatchEvidence) -> None:
+    """A Warning Event for a window that could not read part of what it watches: a
+    blind window is never a quiet one (the ledger's ``notRead`` keeps the latest)."""
+    if evidence.not_read and not pod.deleting:
+        parts = "; ".join(f"{k}: {v}" for k, v in evidence.not_read)
+        out.event(ACCEPTANCE_KIND, "Warning", EVENT_BLIND, cut(f"{pod.name}: {parts}", 512))
+
+
+def _seen_ended(
+    ledger: InServiceStatus, ended: tuple[PodView, ...], now: datetime
+) -> InServiceStatus:
+    """``ledger`` with the window's pod seen ended (the next may start early)."""
+    if ledger.watch_pod is None or not any(p.name == ledger.watch_pod for p in ended):
+        return ledger
+    return ledger.model_copy(update={"watch_ended": now})
 
 
 def _then_delete(out: PlanBuilder, pods: tuple[PodView, ...], plan: Plan) -> Plan:
@@ -150,23 +186,38 @@ def _stop_watching(ctx: NodeContext, out: PlanBuilder) -> None:
             out.delete_pod(pod)
 
 
+def _due(ledger: InServiceStatus, section: InService) -> tuple[datetime | None, bool]:
+    """When the next watch pod may start (None: now), and whether that is early: a
+    window whose pod was seen ended before its time restarts after
+    ``earlyRestartSeconds``, doubled for each early start in a row, at most a window
+    (a pod that is evicted or fails again and again costs one pod per window)."""
+    started = ledger.watch_started
+    if started is None:
+        return None, False
+    window = timedelta(seconds=section.window_seconds)
+    ended = ledger.watch_ended
+    if ended is None or ended < started or ended >= started + window:
+        return started + window, False
+    backoff = section.early_restart_seconds * 2 ** min(ledger.early_starts, 16)
+    return started + min(window, timedelta(seconds=backoff)), True
+
+
 def _next_watch(
     ctx: NodeContext, out: PlanBuilder, st: NodeAcceptanceStatus
 ) -> tuple[NodeAcceptanceStatus, CreateProbePod | None]:
     """``st`` with the next watch pod, and its create, when none is live and its window
-    is due (at most one pod per window, whatever became of the last). The create goes
-    after the status that names the pod (its serial is never used twice)."""
+    is due (:func:`_due`). The create goes after the status that names the pod (its
+    serial is never used twice)."""
     section, obs, ledger = ctx.spec.in_service, ctx.obs, st.in_service
     if not section.watch_pods or ledger is None:
         _stop_watching(ctx, out)
         return st, None
     if any(p.watch is not None and not p.ended and not p.deleting for p in obs.pods):
         return st, None
-    if ledger.watch_started is not None:
-        due = ledger.watch_started + timedelta(seconds=section.window_seconds)
-        if obs.now < due:
-            out.wake_in((due - obs.now).total_seconds())
-            return st, None
+    due, early = _due(ledger, section)
+    if due is not None and obs.now < due:
+        out.wake_in((due - obs.now).total_seconds())
+        return st, None
     serial = ledger.watch_serial + 1
     name = watch_pod_name(obs.config.pod_prefix, ctx.node.name, serial)
     request = WatchPodRequest(
@@ -178,7 +229,12 @@ def _next_watch(
         owner_uid=obs.na.uid if obs.na is not None else "",
     )
     create = CreateProbePod(name, watch_pod_manifest(request, obs.config))
-    update = {"watch_serial": serial, "watch_pod": name, "watch_started": obs.now}
+    update = {
+        "watch_serial": serial,
+        "watch_pod": name,
+        "watch_started": obs.now,
+        "early_starts": ledger.early_starts + 1 if early else 0,
+    }
     return st.model_copy(update={"in_service": ledger.model_copy(update=update)}), create
 
 
@@ -216,7 +272,8 @@ def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     result = _evaluation(ctx, reports)
     if result.wake_in is not None:
         out.wake_in(result.wake_in)
-    kept = st.model_copy(update={"in_service": result.ledger, **_suspicions(ctx, result.suspects)})
+    ledger = _seen_ended(result.ledger, ended, ctx.obs.now)
+    kept = st.model_copy(update={"in_service": ledger, **_suspicions(ctx, result.suspects)})
     # a pending verdict (evidence newer than correlation.settleSeconds) is recorded in
     # the ledger only: the node stays as it is until it settles (result.wake_in)
     pending = result.verdict is not None and result.verdict.pending

@@ -173,7 +173,7 @@ def evaluate(policy: InService, ledger: InServiceStatus, obs: Observed) -> Evalu
     ledger = ledger.model_copy(
         update={"events": history([*ledger.events, *_signal_events(ledger)])}
     )
-    findings = xid_findings(ledger, policy.xid, now) + state_findings(ledger)
+    findings = xid_findings(ledger, policy.xid, now) + state_findings(ledger, policy.gpu_state)
     findings += signal_findings(ledger, policy, signals, now)
     verdict = _verdict(_kept(ledger.verdict, findings), ledger.verdict, obs, policy)
     found = _suspects(suspects(ledger, policy.xid, now), obs, policy)

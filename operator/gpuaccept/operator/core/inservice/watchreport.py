@@ -14,8 +14,18 @@ from datetime import datetime, timedelta
 from gpuaccept.checks.xid_classes import XidClass as Classes
 from gpuaccept.checks.xid_classes import xid_class
 from gpuaccept.contracts.inservice import XidClass
-from gpuaccept.contracts.watch_report import WatchEnd, WatchReport, decode_watch_message
-from gpuaccept.operator.core.inservice.evidence import GpuState, WatchEvidence, XidSeen
+from gpuaccept.contracts.watch_report import (
+    WatchEnd,
+    WatchGpu,
+    WatchReport,
+    decode_watch_message,
+)
+from gpuaccept.operator.core.inservice.evidence import (
+    GpuState,
+    StateWhat,
+    WatchEvidence,
+    XidSeen,
+)
 from gpuaccept.operator.core.model import NodeView, PodView
 
 KIND: dict[Classes, XidClass] = {
@@ -53,28 +63,61 @@ def _xids(report: WatchReport, pod: PodView) -> tuple[XidSeen, ...]:
     return tuple(seen)
 
 
-def _state(report: WatchReport) -> tuple[GpuState, ...]:
+CONTAINED_XID = 94  # ROBUST_CHANNEL_CONTAINED_ERROR: the uncorrected error was contained
+
+
+def _contained(report: WatchReport) -> set[int]:
+    """The GPUs the report names a contained uncorrected ECC error (Xid 94) on."""
+    return {b.gpu for b in report.xids if b.xid == CONTAINED_XID}
+
+
+def _gpu_state(g: WatchGpu, contained: bool) -> list[GpuState]:
+    """Every durable state one GPU entry shows; which of them quarantine is the
+    policy's (``inService.gpuState``, :func:`~.xids.state_findings`)."""
+    gpu = _gpu(g.index, g.uuid)
     found: list[GpuState] = []
-    for g in report.gpus:
-        gpu = _gpu(g.index, g.uuid)
-        if g.lost:
-            found.append(GpuState(gpu, "GPULost", "NVML: GPU is lost"))
-        if g.remap_failed:
-            found.append(GpuState(gpu, "RowRemapFailure"))
-        if g.remap_pending:
-            found.append(GpuState(gpu, "RowRemapPending"))
-        if g.recovery_action != "none":
-            found.append(GpuState(gpu, "RecoveryAction", g.recovery_action))
-    lost = report.gpus_lost()
-    marked = sum(1 for g in report.gpus if g.lost)
-    if lost is not None and lost > marked and report.gpus_expected is not None:
-        detail = f"{report.gpus_seen} of {report.gpus_expected} GPUs seen"
+    if g.lost:
+        found.append(GpuState(gpu, "GPULost", "NVML: GPU is lost"))
+    if g.remap_failed:
+        found.append(GpuState(gpu, "RowRemapFailure"))
+    if g.remap_pending:
+        found.append(GpuState(gpu, "RowRemapPending"))
+    if g.recovery_action != "none":
+        found.append(GpuState(gpu, "RecoveryAction", g.recovery_action))
+    if g.ecc_uncorrected:
+        what: StateWhat = "EccContained" if contained else "EccUncorrected"
+        found.append(GpuState(gpu, what, str(g.ecc_uncorrected)))
+    if g.nvlink_down:
+        found.append(GpuState(gpu, "NVLinkDown", ",".join(str(n) for n in g.nvlink_down)))
+    if g.nvlink_errors:
+        counts = ",".join(f"{k}={v}" for k, v in sorted(g.nvlink_errors.items()))
+        found.append(GpuState(gpu, "NVLinkErrors", counts))
+    if g.fabric:
+        found.append(GpuState(gpu, "Fabric", g.fabric))
+    return found
+
+
+def _state(report: WatchReport, expected: int | None) -> tuple[GpuState, ...]:
+    """The report's durable state. GPUs missing are counted against ``expected`` (the
+    physical GPUs the node's acceptance saw through NVML, as the watch sees them),
+    never against ``nvidia.com/gpu`` capacity, which counts replicas or MIG devices
+    once the node shares its GPUs; None: the report's own ``gpusExpected``."""
+    contained = _contained(report)
+    found = [s for g in report.gpus for s in _gpu_state(g, g.index in contained)]
+    if report.end_reason in (WatchEnd.NO_DEVICE_ACCESS, WatchEnd.FAILED):
+        return tuple(found)
+    want = expected if expected else report.gpus_expected
+    if want is not None and report.gpus_seen < want:
+        detail = f"{report.gpus_seen} of {want} GPUs seen"
         found.append(GpuState("node", "GPULost", detail))
     return tuple(found)
 
 
-def watch_evidence(pod: PodView, node: NodeView, *, accept_simulated: bool) -> WatchEvidence | str:
-    """The evidence of ``pod``'s report, or why there is none."""
+def watch_evidence(
+    pod: PodView, node: NodeView, *, accept_simulated: bool, expected_gpus: int | None = None
+) -> WatchEvidence | str:
+    """The evidence of ``pod``'s report, or why there is none. ``expected_gpus``: the
+    GPUs the node's acceptance saw (None: unknown)."""
     if pod.node_name and pod.node_name != node.name:
         return f"pod {pod.name} is bound to {pod.node_name}, not {node.name}"
     if not pod.message:
@@ -95,5 +138,6 @@ def watch_evidence(pod: PodView, node: NodeView, *, accept_simulated: bool) -> W
         start=report.started_at,
         end=report.ended_at,
         xids=_xids(report, pod),
-        state=_state(report),
+        state=_state(report, expected_gpus),
+        not_read=tuple(sorted(report.not_read.items())),
     )

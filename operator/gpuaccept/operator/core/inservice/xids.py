@@ -19,6 +19,7 @@ from gpuaccept.contracts.inservice import (
     MAX_BURSTS,
     MAX_EVENTS,
     MAX_REPORTS,
+    GpuStateRules,
     InServiceEvent,
     InServiceStatus,
     InServiceSuspect,
@@ -26,15 +27,24 @@ from gpuaccept.contracts.inservice import (
     XidRules,
 )
 from gpuaccept.operator.core.inservice.evidence import (
+    REASON_ECC_UNCORRECTED,
+    REASON_FABRIC,
+    REASON_GPU_LOST,
+    REASON_NVLINK_DOWN,
+    REASON_NVLINK_ERRORS,
+    REASON_RECOVERY_ACTION,
+    REASON_REMAP_FAILURE,
+    REASON_REMAP_PENDING,
     REASON_XID_FATAL,
     REASON_XID_REPEATED,
-    STATE_REASON,
     Finding,
     GpuState,
     WatchEvidence,
     XidSeen,
 )
 
+# The states that always quarantine, whatever the policy: a GPU gone, a remap failed.
+STATE_REASONS = {"GPULost": REASON_GPU_LOST, "RowRemapFailure": REASON_REMAP_FAILURE}
 # Xid classes the ledger keeps bursts of (the others are history only).
 COUNTED = frozenset({"fatal", "repeated", "application"})
 
@@ -91,10 +101,27 @@ def history(events: Iterable[InServiceEvent]) -> list[InServiceEvent]:
     return ordered[-MAX_EVENTS:]
 
 
+def _states_once(events: Iterable[InServiceEvent]) -> list[InServiceEvent]:
+    """``events`` with each state (the same state of the same GPU) once, at its latest
+    sighting: a state that lasts fills one entry of the bounded history, not one per
+    window. (The latest, not the first: with the history's bound that gives the same
+    history whatever order the reports are counted in.)"""
+    latest: dict[tuple[str, str], InServiceEvent] = {}
+    others: list[InServiceEvent] = []
+    for event in events:
+        if event.kind != "state":
+            others.append(event)
+            continue
+        key = (event.what, event.gpu or "")
+        if key not in latest or event.time > latest[key].time:
+            latest[key] = event
+    return [*others, *latest.values()]
+
+
 def counted(ledger: InServiceStatus, report: WatchEvidence, rules: XidRules) -> InServiceStatus:
     """``ledger`` with ``report`` counted: its Xids in the bursts, its events and
-    state in the history. A report already counted, or of another boot, changes
-    nothing."""
+    state in the history, what it could not read. A report already counted, or of
+    another boot, changes nothing."""
     if report.key in ledger.reports or report.boot_id != ledger.boot_id:
         return ledger
     bursts = list(ledger.bursts)
@@ -103,13 +130,16 @@ def counted(ledger: InServiceStatus, report: WatchEvidence, rules: XidRules) -> 
             bursts = with_xid(bursts, seen, rules.burst_merge_seconds)
     events = [*ledger.events, *(_event(s) for s in report.xids)]
     events += [_state_event(s, report.end) for s in report.state]
-    return ledger.model_copy(
-        update={
-            "bursts": _order(bursts)[-MAX_BURSTS:],
-            "events": history(events),
-            "reports": sorted({*ledger.reports, report.key})[-MAX_REPORTS:],
-        }
-    )
+    latest = ledger.reported_until is None or report.end >= ledger.reported_until
+    update: dict[str, object] = {
+        "bursts": _order(bursts)[-MAX_BURSTS:],
+        "events": history(_states_once(events)),
+        "reports": sorted({*ledger.reports, report.key})[-MAX_REPORTS:],
+    }
+    if latest:
+        update["reported_until"] = report.end
+        update["not_read"] = dict(report.not_read)
+    return ledger.model_copy(update=update)
 
 
 def pruned(ledger: InServiceStatus, rules: XidRules, now: datetime) -> InServiceStatus:
@@ -152,15 +182,66 @@ def xid_findings(ledger: InServiceStatus, rules: XidRules, now: datetime) -> lis
     return findings
 
 
-def state_findings(ledger: InServiceStatus) -> list[Finding]:
-    """The verdicts the durable state in the ledger's history gives (remap failed or
-    pending, a recovery action, a GPU lost)."""
+def _state_reason(what: str, detail: str, rules: GpuStateRules) -> str | None:
+    """The reason a durable state quarantines with under ``rules``, or None (recorded)."""
+    if what in ("GPULost", "RowRemapFailure"):
+        return STATE_REASONS[what]
+    if what == "RowRemapPending":
+        return REASON_REMAP_PENDING if rules.remap_pending else None
+    if what == "RecoveryAction":
+        return REASON_RECOVERY_ACTION if detail in rules.recovery_actions else None
+    if what == "EccUncorrected":
+        return REASON_ECC_UNCORRECTED if rules.ecc_uncorrected else None
+    if what == "NVLinkDown":
+        return REASON_NVLINK_DOWN if rules.nvlink_down else None
+    if what == "NVLinkErrors":
+        return REASON_NVLINK_ERRORS if _over(detail, rules) else None
+    if what == "Fabric":
+        return REASON_FABRIC if _fabric_fails(detail, rules) else None
+    return None  # EccContained: recorded
+
+
+def _fabric_conditions(detail: str) -> set[str]:
+    """The watch's fabric text as conditions: ``completed:route_unhealthy,unhealthy``,
+    ``completed:status5`` (registration_failed); a state (in_progress, not_started)
+    has none."""
+    state, _, rest = detail.partition(":")
+    if state != "completed" or not rest:
+        return set()
+    if rest.startswith("status"):
+        return {"registration_failed"}
+    return set(rest.split(","))
+
+
+def _fabric_fails(detail: str, rules: GpuStateRules) -> bool:
+    return bool(_fabric_conditions(detail) & set(rules.fabric_fail_on))
+
+
+def _over(detail: str, rules: GpuStateRules) -> bool:
+    """NVLink error increases (``replay=2,recovery=1``) over the policy's bounds."""
+    for part in detail.split(","):
+        name, _, count = part.partition("=")
+        bound = rules.nvlink_errors_fail_above.get(name)  # type: ignore[call-overload]
+        if bound is not None and count.isdigit() and int(count) > bound:
+            return True
+    return False
+
+
+def state_detail(what: str) -> tuple[str, str]:
+    """A state event's ``what`` split into the state and its detail."""
+    name, _, rest = what.partition(" ")
+    return name, rest.removeprefix("(").removesuffix(")")
+
+
+def state_findings(ledger: InServiceStatus, rules: GpuStateRules) -> list[Finding]:
+    """The verdicts the durable state in the ledger's history gives under ``rules``
+    (``inService.gpuState``): a remap failed, a GPU lost, and what the policy says of
+    a pending remap, a recovery action, uncorrected ECC errors and NVLinks."""
     found: dict[tuple[str, str], Finding] = {}
     for event in ledger.events:
         if event.kind != "state":
             continue
-        what = event.what.split(" ", 1)[0]
-        reason = STATE_REASON.get(what)
+        reason = _state_reason(*state_detail(event.what), rules)
         if reason is None:
             continue
         finding = Finding(reason, f"{event.what} on GPU {event.gpu}", reason, event.time, event.gpu)
