@@ -42,18 +42,18 @@ from gpuaccept.operator.core import (
     reconcile,
 )
 from gpuaccept.operator.core.drain import evictable
-from gpuaccept.operator.core.fabric.pairing import FabricVerdict
-from gpuaccept.operator.core.inservice.correlation import SignatureSeen
-from gpuaccept.operator.core.inservice.evidence import WatchEvidence
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import (
     CreatedPod,
     DrainNode,
     DrainResult,
+    FabricVerdict,
     GpuPodSample,
     Judge,
     NodePod,
+    SignatureSeen,
+    WatchEvidence,
 )
 from gpuaccept.operator.core.podidentity import shape_digest
 from gpuaccept.operator.views import pod_view

@@ -23,8 +23,8 @@ from gpuaccept.contracts.forward import read_forward
 from gpuaccept.contracts.nodeacceptance import MAX_OWNED_PODS, NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
-from gpuaccept.operator.core.inservice.evidence import ConditionSeen
 from gpuaccept.operator.core.model import (
+    ConditionSeen,
     FabricPodLabels,
     NAView,
     NodeCondition,

@@ -11,16 +11,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpuaccept.contracts.inservice import InService, InServiceStatus, UnhealthyCondition
-from gpuaccept.operator.core.inservice.correlation import Fleet, SignatureSeen, bar, signatures
-from gpuaccept.operator.core.inservice.evidence import (
+from gpuaccept.operator.core.inservice.correlation import Fleet, bar, signatures
+from gpuaccept.operator.core.inservice.evidence import NodeSignals
+from gpuaccept.operator.core.inservice.rules import Observed, evaluate, ledger_for
+from gpuaccept.operator.core.inservice.xids import with_xid
+from gpuaccept.operator.core.model import (
     ConditionSeen,
     GpuState,
-    NodeSignals,
+    SignatureSeen,
     WatchEvidence,
     XidSeen,
 )
-from gpuaccept.operator.core.inservice.rules import Observed, evaluate, ledger_for
-from gpuaccept.operator.core.inservice.xids import with_xid
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BOOT = "boot-1"

@@ -9,17 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal
 
+from gpuaccept.checks import fabric_allreduce
+from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import NODE_CONDITION_TYPE
+from gpuaccept.contracts.inservice import XidClass
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.fabric.pairing import FabricVerdict
-from gpuaccept.operator.core.inservice.correlation import SignatureSeen
-from gpuaccept.operator.core.inservice.evidence import ConditionSeen, WatchEvidence
 
 # --------------------------------------------------------------------------- observed
 
@@ -301,6 +302,120 @@ class GpuPodSample:
 # How the core judges a report: :func:`gpuaccept.checks.verdict.evaluate`, or a
 # stand-in in tests. Its :class:`~gpuaccept.checks.verdict.Verdict` is the verdict
 # the core records; the core builds one itself only for an error verdict.
+# ------------------------------------------------ what the fabric test and the watch saw
+
+REASON_FABRIC_FAILED = fabric_allreduce.REASON
+
+
+class PairOutcome(StrEnum):
+    PASSED = "passed"
+    """Both pods measured, and the pair's busbw met the threshold."""
+    FAILED = "failed"
+    """Both pods rendezvoused; the all-reduce was too slow or broke."""
+    INCOMPLETE = "incomplete"
+    """No measurement: a pod never started or never met its partner, or a node went away."""
+
+
+@dataclass(frozen=True)
+class PartnerFigure:
+    """One pair a node was in: the partner, how it ended, the pair's busbw."""
+
+    partner: str
+    outcome: PairOutcome
+    busbw_gbps: float | None
+    finished_at: datetime
+
+
+@dataclass(frozen=True)
+class FabricPassed:
+    partner: str
+    busbw_gbps: float | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class FabricQuarantined:
+    failed_with: tuple[PartnerFigure, ...]
+    """The two partners that convicted the node, first first."""
+    partners_passed_with: tuple[str, ...]
+    """For each of them, the other node it passed with (its witness)."""
+    at: datetime
+    reason: str = REASON_FABRIC_FAILED
+
+    @property
+    def message(self) -> str:
+        parts = [
+            f"{f.partner} ({'no figure' if f.busbw_gbps is None else f'{f.busbw_gbps:.1f} GB/s'};"
+            f" it passed with {witness})"
+            for f, witness in zip(self.failed_with, self.partners_passed_with, strict=True)
+        ]
+        return "fabric all-reduce failed with " + ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class FabricNoPartner:
+    action: NoPartnerAction
+    tried: tuple[PartnerFigure, ...]
+
+
+FabricVerdict = FabricPassed | FabricQuarantined | FabricNoPartner
+
+
+# The Reason.check every in-service verdict names.
+IN_SERVICE_CHECK = "in_service"
+
+StateWhat = Literal["RowRemapFailure", "RowRemapPending", "RecoveryAction", "GPULost"]
+
+
+@dataclass(frozen=True)
+class ConditionSeen:
+    """One condition of the Node: its type, status and last transition."""
+
+    type: str
+    status: str
+    since: datetime | None = None  # lastTransitionTime (None: not given)
+
+
+@dataclass(frozen=True)
+class XidSeen:
+    """One Xid event on one GPU (its UUID), classed by the watch's table."""
+
+    gpu: str
+    xid: int
+    kind: XidClass
+    at: datetime
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """Durable GPU state a report found at the end of its window."""
+
+    gpu: str
+    what: StateWhat
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class WatchEvidence:
+    """A trusted watch report: which pod and window, which boot, what it saw."""
+
+    key: str  # the pod UID and window: a report seen again is not counted twice
+    boot_id: str
+    start: datetime
+    end: datetime
+    xids: tuple[XidSeen, ...] = ()
+    state: tuple[GpuState, ...] = ()
+
+
+@dataclass(frozen=True)
+class SignatureSeen:
+    """One node's in-service signature and its onset (from its status)."""
+
+    node: str
+    signature: str
+    onset: datetime
+
+
 Judge = Callable[[ProbeReport, ProbePolicy], Verdict]
 
 

@@ -20,12 +20,7 @@ from gpuaccept.operator.core.podidentity import (
     REASON_POD_NAME_TAKEN,
     foreign_pod_message,
 )
-from gpuaccept.operator.core.record import (
-    Evidence,
-    attempt_failed,
-    failing_verdict,
-    record_verdict,
-)
+from gpuaccept.operator.core.record import Evidence, attempt_failed, failing_verdict, record_verdict
 from gpuaccept.operator.core.report_trust import (
     DEADLINE_EXCEEDED,
     PROBE_TIMEOUT,

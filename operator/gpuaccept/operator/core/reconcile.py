@@ -27,7 +27,7 @@ from gpuaccept.contracts.nodeacceptance import (
     Phase,
 )
 from gpuaccept.operator.core.capacity import adopting
-from gpuaccept.operator.core.decided import DECIDED, new_round, plan_decided
+from gpuaccept.operator.core.decided import plan_decided
 from gpuaccept.operator.core.fabric.phase import plan_fabric_phase
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
@@ -43,6 +43,7 @@ from gpuaccept.operator.core.podidentity import PodSplit, recorded, split_pods
 from gpuaccept.operator.core.probing import plan_probing
 from gpuaccept.operator.core.release import plan_release, plan_released, unapplied_release
 from gpuaccept.operator.core.reverify_round import targeted
+from gpuaccept.operator.core.transitions import DECIDED, new_round
 from gpuaccept.operator.core.unknownphase import plan_unknown_phase
 
 __all__ = ["reconcile"]

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
 
-from gpuaccept.contracts.inservice import XidClass
+from gpuaccept.operator.core.model import ConditionSeen
 
 REASON_UNALLOCATABLE = "GPUsUnallocatable"
 REASON_CONDITION = "UnhealthyCondition"
@@ -21,8 +20,6 @@ REASON_REMAP_PENDING = "RowRemapPending"
 REASON_RECOVERY_ACTION = "GPURecoveryAction"
 REASON_GPU_LOST = "GPULost"
 REASON_COMMON_CAUSE = "CommonCause"
-# The Reason.check every in-service verdict names.
-IN_SERVICE_CHECK = "in_service"
 
 # Every reason an in-service verdict may carry, strongest first: when several hold
 # at once, the verdict names the first (the others are in its message).
@@ -40,22 +37,12 @@ REASONS = (
 # or a new acceptance (the node's signals are read again at every pass).
 REPORTED = frozenset(REASONS[:6])
 
-StateWhat = Literal["RowRemapFailure", "RowRemapPending", "RecoveryAction", "GPULost"]
 STATE_REASON: dict[str, str] = {
     "RowRemapFailure": REASON_REMAP_FAILURE,
     "RowRemapPending": REASON_REMAP_PENDING,
     "RecoveryAction": REASON_RECOVERY_ACTION,
     "GPULost": REASON_GPU_LOST,
 }
-
-
-@dataclass(frozen=True)
-class ConditionSeen:
-    """One condition of the Node: its type, status and last transition."""
-
-    type: str
-    status: str
-    since: datetime | None = None  # lastTransitionTime (None: not given)
 
 
 @dataclass(frozen=True)
@@ -67,37 +54,6 @@ class NodeSignals:
     gpu_allocatable: int
     conditions: tuple[ConditionSeen, ...] = ()
     accepted_gpus: int = 0  # the GPUs the acceptance report covered (0: unknown)
-
-
-@dataclass(frozen=True)
-class XidSeen:
-    """One Xid event on one GPU (its UUID), classed by the watch's table."""
-
-    gpu: str
-    xid: int
-    kind: XidClass
-    at: datetime
-
-
-@dataclass(frozen=True)
-class GpuState:
-    """Durable GPU state a report found at the end of its window."""
-
-    gpu: str
-    what: StateWhat
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class WatchEvidence:
-    """A trusted watch report: which pod and window, which boot, what it saw."""
-
-    key: str  # the pod UID and window: a report seen again is not counted twice
-    boot_id: str
-    start: datetime
-    end: datetime
-    xids: tuple[XidSeen, ...] = ()
-    state: tuple[GpuState, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -23,16 +23,19 @@ from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.inservice import InServiceSuspect, InServiceVerdict
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.reverify import ReverifyStatus, Suspicion
+from gpuaccept.operator.core.capacity import HELD_ACCEPT, HELD_QUARANTINE
 from gpuaccept.operator.core.inservice.correlation import Fleet
-from gpuaccept.operator.core.inservice.evidence import (
-    IN_SERVICE_CHECK,
-    REASON_COMMON_CAUSE,
-    NodeSignals,
-    WatchEvidence,
-)
+from gpuaccept.operator.core.inservice.evidence import REASON_COMMON_CAUSE, NodeSignals
 from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
 from gpuaccept.operator.core.inservice.watchreport import watch_evidence
-from gpuaccept.operator.core.model import CreateProbePod, PatchNAStatus, Plan, PodView
+from gpuaccept.operator.core.model import (
+    IN_SERVICE_CHECK,
+    CreateProbePod,
+    PatchNAStatus,
+    Plan,
+    PodView,
+    WatchEvidence,
+)
 from gpuaccept.operator.core.nodecontext import (
     REASON_DRY_RUN,
     REASON_QUARANTINE_LIMIT,
@@ -43,8 +46,6 @@ from gpuaccept.operator.core.nodecontext import (
 from gpuaccept.operator.core.podspec import WatchPodRequest, watch_pod_manifest, watch_pod_name
 from gpuaccept.operator.core.record import (
     ACCEPTED_MESSAGE,
-    HELD_ACCEPT,
-    HELD_QUARANTINE,
     Evidence,
     Hold,
     failing_verdict,

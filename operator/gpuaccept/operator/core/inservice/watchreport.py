@@ -15,8 +15,7 @@ from gpuaccept.checks.xid_classes import XidClass as Classes
 from gpuaccept.checks.xid_classes import xid_class
 from gpuaccept.contracts.inservice import XidClass
 from gpuaccept.contracts.watch_report import WatchEnd, WatchReport, decode_watch_message
-from gpuaccept.operator.core.inservice.evidence import GpuState, WatchEvidence, XidSeen
-from gpuaccept.operator.core.model import NodeView, PodView
+from gpuaccept.operator.core.model import GpuState, NodeView, PodView, WatchEvidence, XidSeen
 
 KIND: dict[Classes, XidClass] = {
     Classes.FATAL: "fatal",

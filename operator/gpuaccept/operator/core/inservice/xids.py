@@ -30,10 +30,8 @@ from gpuaccept.operator.core.inservice.evidence import (
     REASON_XID_REPEATED,
     STATE_REASON,
     Finding,
-    GpuState,
-    WatchEvidence,
-    XidSeen,
 )
+from gpuaccept.operator.core.model import GpuState, WatchEvidence, XidSeen
 
 # Xid classes the ledger keeps bursts of (the others are history only).
 COUNTED = frozenset({"fatal", "repeated", "application"})
