@@ -41,7 +41,6 @@ from gpuaccept.operator.core import (
     Taint,
     reconcile,
 )
-from gpuaccept.operator.core.drain import evictable
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import (
@@ -55,6 +54,7 @@ from gpuaccept.operator.core.model import (
     SignatureSeen,
     WatchEvidence,
 )
+from gpuaccept.operator.core.phases.drain import evictable
 from gpuaccept.operator.core.podidentity import shape_digest
 from gpuaccept.operator.views import pod_view
 

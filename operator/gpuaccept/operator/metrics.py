@@ -35,7 +35,7 @@ from gpuaccept.operator.core.model import (
     NodeSnapshot,
     PatchNAStatus,
 )
-from gpuaccept.operator.core.unknownphase import REASON_UNKNOWN_PHASE
+from gpuaccept.operator.core.phases.unknown import REASON_UNKNOWN_PHASE
 
 # Counters and histograms without a `_created` series (a timestamp sample per
 # series that doubles the series count and that no rule here uses).

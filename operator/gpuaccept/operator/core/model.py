@@ -94,7 +94,7 @@ class NAView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     # The stored phase when this release does not know it (a newer release wrote it,
     # before a rollback): ``status`` is the rest, read with phase Pending in its place
-    # (core/unknownphase.py decides what happens to the node).
+    # (core/phases/unknown.py decides what happens to the node).
     unknown_phase: str | None = None
 
 
@@ -157,7 +157,7 @@ class CreatedPod:
 
 @dataclass(frozen=True)
 class NodePod:
-    """A pod bound to the node, as a drain reads it (core/drain.py)."""
+    """A pod bound to the node, as a drain reads it (core/phases/drain.py)."""
 
     namespace: str
     name: str
@@ -444,7 +444,7 @@ class NodeSnapshot:
     created_pods: Mapping[str, CreatedPod] = field(default_factory=dict)
     # The last probe pod create for this node was answered AlreadyExists: that name.
     pod_name_taken: str | None = None
-    # The last drain of the node through the Eviction API (core/drain.py).
+    # The last drain of the node through the Eviction API (core/phases/drain.py).
     drain: DrainResult | None = None
     # Watch reports of the node's ended watch pods, trusted and not yet counted
     # (core/inservice; a report already in the ledger is not counted again).
@@ -525,7 +525,7 @@ class DeleteNodeAcceptance:
 @dataclass(frozen=True)
 class DrainNode:
     """Evict, through the Eviction API (which respects PodDisruptionBudgets), every pod
-    on ``node`` that :func:`~gpuaccept.operator.core.drain.evictable` names."""
+    on ``node`` that :func:`~gpuaccept.operator.core.phases.drain.evictable` names."""
 
     node: str
     taint: Taint  # the quarantine taint: a pod that tolerates it (NoExecute) stays

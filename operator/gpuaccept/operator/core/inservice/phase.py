@@ -1,7 +1,7 @@
 """An accepted node's in-service step (pure): its ledger brought up to date, and an
 in-service verdict recorded through the one verdict path.
 
-Called from ``core/decided.py`` for a node in service under a policy with
+Called from ``core/phases/decided.py`` for a node in service under a policy with
 ``inService.enabled`` (phase ``Accepted``, or ``Held`` by a dry run that would
 accept). :func:`~.rules.evaluate` reads the Node's signals, the new watch reports
 and the policy's fleet; a verdict becomes a failing ``Verdict`` (check

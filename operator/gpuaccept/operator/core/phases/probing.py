@@ -15,7 +15,15 @@ from gpuaccept.operator.core.nodecontext import (
     PlanBuilder,
     cut,
 )
-from gpuaccept.operator.core.pending import probe_manifest
+from gpuaccept.operator.core.phases.pending import probe_manifest
+from gpuaccept.operator.core.phases.startfailure import (
+    REASON_REJECTED,
+    StartFailure,
+    create_refused,
+    never_started,
+    start_failure,
+)
+from gpuaccept.operator.core.phases.waiting import REASON_EVICTED, REASON_POD_LOST, blocked
 from gpuaccept.operator.core.podidentity import (
     REASON_POD_NAME_TAKEN,
     foreign_pod_message,
@@ -27,14 +35,6 @@ from gpuaccept.operator.core.report_trust import (
     outcome_problem,
     trusted_report,
 )
-from gpuaccept.operator.core.startfailure import (
-    REASON_REJECTED,
-    StartFailure,
-    create_refused,
-    never_started,
-    start_failure,
-)
-from gpuaccept.operator.core.waiting import REASON_EVICTED, REASON_POD_LOST, blocked
 
 STATUS_WRITE_REFUSED = "StatusWriteRefused"
 

@@ -15,12 +15,6 @@ from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import FabricStatus, KeyFigures, Reason
 from gpuaccept.contracts.policy import PolicyChangeAction
-from gpuaccept.operator.core.decided import (
-    Remeasure,
-    policy_changed,
-    rejudged_verdict,
-    reprobe_triggered,
-)
 from gpuaccept.operator.core.fabric.membership import is_member
 from gpuaccept.operator.core.model import (
     FabricNoPartner,
@@ -31,6 +25,12 @@ from gpuaccept.operator.core.model import (
     Plan,
 )
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
+from gpuaccept.operator.core.phases.decided import (
+    Remeasure,
+    policy_changed,
+    rejudged_verdict,
+    reprobe_triggered,
+)
 from gpuaccept.operator.core.record import (
     ACCEPTED_MESSAGE,
     Evidence,

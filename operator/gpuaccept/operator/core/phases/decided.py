@@ -22,7 +22,6 @@ from gpuaccept.operator.core.capacity import (
     HELD_FABRIC,
     HELD_QUARANTINE,
 )
-from gpuaccept.operator.core.drain import drain_status
 from gpuaccept.operator.core.fabric.membership import is_member
 from gpuaccept.operator.core.inservice.phase import keeps_watch_pod, plan_in_service
 from gpuaccept.operator.core.model import Plan
@@ -32,9 +31,10 @@ from gpuaccept.operator.core.nodecontext import (
     NodeContext,
     PlanBuilder,
 )
+from gpuaccept.operator.core.phases.drain import drain_status
+from gpuaccept.operator.core.phases.reverify import plan_reverify
 from gpuaccept.operator.core.record import Evidence, failing_verdict, record_verdict, take_out_now
 from gpuaccept.operator.core.report_trust import trusted_report
-from gpuaccept.operator.core.reverify_round import plan_reverify
 from gpuaccept.operator.core.transitions import new_round
 
 REASON_REMEASURE = "PolicyNotMeasured"
@@ -162,7 +162,7 @@ def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
             continue
         if not pod.deleting and (pod.fabric is None or not member):
             out.delete_pod(pod)
-    # Under taintEffect NoExecute: the drain through the Eviction API (core/drain.py),
+    # Under taintEffect NoExecute: the drain through the Eviction API (core/phases/drain.py),
     # once the node carries the quarantine taint (status, node patch, then the drain).
     new, drain = drain_status(ctx, out, ctx.with_applied_keys(st))
     out.write_status(st, new)

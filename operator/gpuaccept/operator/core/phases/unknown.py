@@ -26,7 +26,7 @@ from __future__ import annotations
 from gpuaccept.contracts.api import OPT_OUT_ANNOTATION
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
-from gpuaccept.operator.core.release import plan_release, unapplied_release
+from gpuaccept.operator.core.phases.released import plan_release, unapplied_release
 from gpuaccept.operator.core.transitions import new_round
 
 REASON_UNKNOWN_PHASE = "UnknownPhase"
