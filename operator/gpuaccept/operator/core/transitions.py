@@ -6,24 +6,29 @@ goes through one of the two.
   will not let go, the round deferred (:func:`_deferred_round`);
 * :func:`give_up`: a re-verification that cannot run for a reason that is not the
   node's goes back to service as it was accepted, its old evidence intact;
-* :func:`released`: a person's release (phase Released).
+* :func:`released`: a person's release (phase Released);
+* :func:`hold_lifted`: a held in-service verdict whose evidence is gone is lifted,
+  the node stays in service as it was accepted.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
-from gpuaccept.contracts.nodeacceptance import Phase, ReleaseRecord
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, ReleaseRecord
 from gpuaccept.contracts.reverify import ReverifyStatus
-from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, in_service
+from gpuaccept.operator.core.capacity import HELD_ACCEPT, REASON_QUARANTINE_LIMIT, in_service
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
-from gpuaccept.operator.core.record import take_out_now
+from gpuaccept.operator.core.record import ACCEPTED_MESSAGE, take_out_now
 
 HELD_REPROBE = "Reprobe"  # a new round of an in-service node, deferred by the limit
 DEFERRED_RETRY_SECONDS = 30
 DECIDED = frozenset({Phase.ACCEPTED, Phase.QUARANTINED, Phase.HELD})
 EVENT_GAVE_UP = "ReverifyGaveUp"
 REASON_RELEASED = "Released"
+EVENT_CLEARED = "InServiceCleared"
 
 
 def _deferred_round(ctx: NodeContext, out: PlanBuilder, message: str, why: str) -> Plan:
@@ -179,3 +184,24 @@ def released(ctx: NodeContext, out: PlanBuilder, *, by: str, at: str, reason: st
             out.delete_pod(pod)
     out.ensure_node(ctx, new)
     return out.build(f"released by {by}")
+
+
+def hold_lifted(ctx: NodeContext, out: PlanBuilder, kept: NodeAcceptanceStatus) -> Plan:
+    """A held in-service verdict whose evidence is gone: the hold is lifted, the node
+    stays in service as it was accepted (``kept``: its status with the in-service
+    ledger brought up to date)."""
+    update: dict[str, Any] = {"reasons": [], "held_action": None, "message": ACCEPTED_MESSAGE}
+    if kept.phase == Phase.ACCEPTED:
+        update["reason"] = None
+    else:  # held by a dry run: back to "would accept"
+        update.update(held_action=HELD_ACCEPT, message="dry run: would accept")
+    new = kept.model_copy(update=update)
+    out.write_status(ctx.status, new)
+    out.event(
+        ACCEPTANCE_KIND,
+        "Normal",
+        EVENT_CLEARED,
+        f"in-service hold lifted ({ctx.status.reason}): the evidence is gone",
+    )
+    out.ensure_node(ctx, new)
+    return out.build("in service: hold lifted")

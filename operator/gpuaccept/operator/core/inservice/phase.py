@@ -45,16 +45,15 @@ from gpuaccept.operator.core.nodecontext import (
 )
 from gpuaccept.operator.core.podspec import WatchPodRequest, watch_pod_manifest, watch_pod_name
 from gpuaccept.operator.core.record import (
-    ACCEPTED_MESSAGE,
     Evidence,
     Hold,
     failing_verdict,
     judged,
     record,
 )
+from gpuaccept.operator.core.transitions import hold_lifted
 
 HOLD_RETRY_SECONDS = 30.0  # a held in-service verdict looks again (the limit, the fleet)
-EVENT_CLEARED = "InServiceCleared"
 EVENT_SUSPECT = "InServiceSuspect"
 EVENT_UNREADABLE = "WatchReportUnreadable"
 # The checks a suspect's targeted re-verification runs (reverify.suspects): the Xid
@@ -226,7 +225,7 @@ def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
         plan = _verdict(ctx, replace(ctx, status=kept), out, result.verdict)
         return _then_delete(out, ended, plan)
     if not pending and ours(st) and st.reason in HELD_REASONS:
-        return _then_delete(out, ended, _cleared(ctx, out, kept))
+        return _then_delete(out, ended, hold_lifted(ctx, out, kept))
     kept, create = _next_watch(ctx, out, kept)
     if kept == st and not out.actions and not ended:
         return None
@@ -271,23 +270,3 @@ def _verdict(
         out.write_status(ctx.status, inner.status)  # the ledger, when nothing else changed
         return out.build(plan.note)
     return plan
-
-
-def _cleared(ctx: NodeContext, out: PlanBuilder, kept: NodeAcceptanceStatus) -> Plan:
-    """A held in-service verdict whose evidence is gone: the hold is lifted, the node
-    stays in service as it was accepted."""
-    update: dict[str, Any] = {"reasons": [], "held_action": None, "message": ACCEPTED_MESSAGE}
-    if kept.phase == Phase.ACCEPTED:
-        update["reason"] = None
-    else:  # held by a dry run: back to "would accept"
-        update.update(held_action=HELD_ACCEPT, message="dry run: would accept")
-    new = kept.model_copy(update=update)
-    out.write_status(ctx.status, new)
-    out.event(
-        ACCEPTANCE_KIND,
-        "Normal",
-        EVENT_CLEARED,
-        f"in-service hold lifted ({ctx.status.reason}): the evidence is gone",
-    )
-    out.ensure_node(ctx, new)
-    return out.build("in service: hold lifted")
