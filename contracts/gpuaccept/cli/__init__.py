@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return probe_main(rest)
     if command == "operator":
-        from gpuaccept.operator.cli import main as operator_main  # noqa: PLC0415 (lazy: one component only)
+        from gpuaccept.operator.command import main as operator_main  # noqa: PLC0415 (lazy: one component only)
 
         return operator_main(rest)
     if command == "cleanup":

@@ -17,7 +17,7 @@ from gpuaccept.operator.core.inservice.rules import Observed, evaluate, ledger_f
 from gpuaccept.operator.core.inservice.xids import with_xid
 from gpuaccept.operator.core.model import (
     ConditionSeen,
-    GpuState,
+    GpuStateSeen,
     SignatureSeen,
     WatchEvidence,
     XidSeen,
@@ -41,7 +41,7 @@ def healthy(**change: object) -> NodeSignals:
 
 
 def report(
-    key: str, *xids: tuple[float, int, str], state: tuple[GpuState, ...] = ()
+    key: str, *xids: tuple[float, int, str], state: tuple[GpuStateSeen, ...] = ()
 ) -> WatchEvidence:
     seen = tuple(
         XidSeen(gpu=GPU, xid=xid, kind=kind, at=s(at))  # type: ignore[arg-type]
@@ -146,28 +146,28 @@ CASES = [
     Case(
         "remap failure in the report's state",
         healthy(),
-        (report("a", state=(GpuState(GPU, "RowRemapFailure"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "RowRemapFailure"),)),),
         1815,  # the state at the window's end, settled
         reason="RowRemapFailure",
     ),
     Case(
         "remap pending in the report's state",
         healthy(),
-        (report("a", (15, 63, "memory"), state=(GpuState(GPU, "RowRemapPending"),)),),
+        (report("a", (15, 63, "memory"), state=(GpuStateSeen(GPU, "RowRemapPending"),)),),
         1815,  # the state at the window's end, settled
         reason="RowRemapPending",
     ),
     Case(
         "a recovery action other than none",
         healthy(),
-        (report("a", state=(GpuState(GPU, "RecoveryAction", "node_reboot"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "RecoveryAction", "node_reboot"),)),),
         1815,  # the state at the window's end, settled
         reason="GPURecoveryAction",
     ),
     Case(
         "a GPU lost",
         healthy(),
-        (report("a", state=(GpuState(GPU, "GPULost"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "GPULost"),)),),
         1815,  # the state at the window's end, settled
         reason="GPULost",
     ),
@@ -256,7 +256,7 @@ def test_the_verdict_window_stays_put_across_passes() -> None:
 
 def test_a_reported_verdict_outlives_its_evidence_in_the_history() -> None:
     """A remap failure stays the verdict after 20 newer events pushed it out."""
-    failed = report("a", state=(GpuState(GPU, "RowRemapFailure"),))
+    failed = report("a", state=(GpuStateSeen(GPU, "RowRemapFailure"),))
     first = evaluate(POLICY, ledger(), Observed(healthy(), s(1800), (failed,)))
     noise = report("b", *((2000.0 + i, 92, "memory") for i in range(25)))
     later = evaluate(POLICY, first.ledger, Observed(healthy(), s(3000), (noise,)))

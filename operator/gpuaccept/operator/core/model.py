@@ -387,7 +387,7 @@ class XidSeen:
 
 
 @dataclass(frozen=True)
-class GpuState:
+class GpuStateSeen:
     """Durable GPU state a report found at the end of its window."""
 
     gpu: str
@@ -404,7 +404,7 @@ class WatchEvidence:
     start: datetime
     end: datetime
     xids: tuple[XidSeen, ...] = ()
-    state: tuple[GpuState, ...] = ()
+    state: tuple[GpuStateSeen, ...] = ()
 
 
 @dataclass(frozen=True)

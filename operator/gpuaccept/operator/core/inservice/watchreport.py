@@ -15,7 +15,7 @@ from gpuaccept.checks.xid_classes import XidClass as Classes
 from gpuaccept.checks.xid_classes import xid_class
 from gpuaccept.contracts.inservice import XidClass
 from gpuaccept.contracts.watch_report import WatchEnd, WatchReport, decode_watch_message
-from gpuaccept.operator.core.model import GpuState, NodeView, PodView, WatchEvidence, XidSeen
+from gpuaccept.operator.core.model import GpuStateSeen, NodeView, PodView, WatchEvidence, XidSeen
 
 KIND: dict[Classes, XidClass] = {
     Classes.FATAL: "fatal",
@@ -52,23 +52,23 @@ def _xids(report: WatchReport, pod: PodView) -> tuple[XidSeen, ...]:
     return tuple(seen)
 
 
-def _state(report: WatchReport) -> tuple[GpuState, ...]:
-    found: list[GpuState] = []
+def _state(report: WatchReport) -> tuple[GpuStateSeen, ...]:
+    found: list[GpuStateSeen] = []
     for g in report.gpus:
         gpu = _gpu(g.index, g.uuid)
         if g.lost:
-            found.append(GpuState(gpu, "GPULost", "NVML: GPU is lost"))
+            found.append(GpuStateSeen(gpu, "GPULost", "NVML: GPU is lost"))
         if g.remap_failed:
-            found.append(GpuState(gpu, "RowRemapFailure"))
+            found.append(GpuStateSeen(gpu, "RowRemapFailure"))
         if g.remap_pending:
-            found.append(GpuState(gpu, "RowRemapPending"))
+            found.append(GpuStateSeen(gpu, "RowRemapPending"))
         if g.recovery_action != "none":
-            found.append(GpuState(gpu, "RecoveryAction", g.recovery_action))
+            found.append(GpuStateSeen(gpu, "RecoveryAction", g.recovery_action))
     lost = report.gpus_lost()
     marked = sum(1 for g in report.gpus if g.lost)
     if lost is not None and lost > marked and report.gpus_expected is not None:
         detail = f"{report.gpus_seen} of {report.gpus_expected} GPUs seen"
-        found.append(GpuState("node", "GPULost", detail))
+        found.append(GpuStateSeen("node", "GPULost", detail))
     return tuple(found)
 
 

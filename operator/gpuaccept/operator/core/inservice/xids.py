@@ -31,7 +31,7 @@ from gpuaccept.operator.core.inservice.evidence import (
     STATE_REASON,
     Finding,
 )
-from gpuaccept.operator.core.model import GpuState, WatchEvidence, XidSeen
+from gpuaccept.operator.core.model import GpuStateSeen, WatchEvidence, XidSeen
 
 # Xid classes the ledger keeps bursts of (the others are history only).
 COUNTED = frozenset({"fatal", "repeated", "application"})
@@ -77,7 +77,7 @@ def _event(seen: XidSeen) -> InServiceEvent:
     )
 
 
-def _state_event(state: GpuState, at: datetime) -> InServiceEvent:
+def _state_event(state: GpuStateSeen, at: datetime) -> InServiceEvent:
     what = state.what + (f" ({state.detail})" if state.detail else "")
     return InServiceEvent(what=what[:96], kind="state", time=at, gpu=state.gpu)
 
