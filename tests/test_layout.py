@@ -26,7 +26,7 @@ def test_stdlib_operator_is_not_shadowed() -> None:
 
 def test_operator_does_not_import_torch_or_nvml() -> None:
     code = (
-        "import sys, gpuaccept.operator.cli; "
+        "import sys, gpuaccept.operator.command; "
         "bad = [m for m in ('torch', 'pynvml') if m in sys.modules]; "
         "print(','.join(bad))"
     )

@@ -9,9 +9,8 @@ from bench.inservice_fleet import FATAL_XID, FatalPlan, is_watch_pod, watch_beha
 
 from gpuaccept.contracts.probe_invocation import WatchExit
 from gpuaccept.contracts.watch_report import WatchEnd, decode_watch_message
-from gpuaccept.operator.core.inservice.evidence import WatchEvidence
 from gpuaccept.operator.core.inservice.watchreport import watch_evidence
-from gpuaccept.operator.core.model import NodeView, PodView
+from gpuaccept.operator.core.model import NodeView, PodView, WatchEvidence
 from gpuaccept.testsupport.kubelet_standin import Complete, PodInfo
 
 PROBE = Complete(exit_code=0, message="probe report", delay_s=0.0)

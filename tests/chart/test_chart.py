@@ -280,7 +280,7 @@ def test_fabric_pod_settings_reach_the_operator_not_the_policy(ha_docs: list[Man
 
 def test_args_parse_with_the_operator_cli(ha_docs: list[Manifest]) -> None:
     """The chart's command line is one the operator accepts, with the values it means."""
-    cli = importlib.import_module("gpuaccept.operator.cli")
+    cli = importlib.import_module("gpuaccept.operator.command")
     c = container(ha_docs)
     assert c["args"][0] == "operator"
     parsed = cli.parser().parse_args(c["args"][1:])
@@ -449,7 +449,7 @@ def test_a_default_selector_key_can_be_dropped() -> None:
 
 
 def test_owned_key_prefixes_reach_the_operator() -> None:
-    cli = importlib.import_module("gpuaccept.operator.cli")
+    cli = importlib.import_module("gpuaccept.operator.command")
     options = importlib.import_module("gpuaccept.operator.options")
     docs = render_chart(
         namespace=NAMESPACE,
@@ -467,7 +467,7 @@ def test_owned_key_prefixes_reach_the_operator() -> None:
 def test_image_pull_secrets_reach_the_probe_pods() -> None:
     """imagePullSecrets (the operator's) and probe.imagePullSecrets become the probe
     pods' pull secrets: the operator's flags, parsed by its CLI, without repeats."""
-    cli = importlib.import_module("gpuaccept.operator.cli")
+    cli = importlib.import_module("gpuaccept.operator.command")
     docs = render_chart(
         namespace=NAMESPACE,
         set_values={

@@ -84,7 +84,7 @@ def test_fixed_ids_can_be_dropped_for_openshift() -> None:
 
 
 def test_watch_node_selector_reaches_the_operator() -> None:
-    cli = importlib.import_module("gpuaccept.operator.cli")
+    cli = importlib.import_module("gpuaccept.operator.command")
     options = importlib.import_module("gpuaccept.operator.options")
     docs = render_chart(
         namespace=NAMESPACE,
@@ -134,7 +134,7 @@ def test_a_watch_node_selector_the_operator_refuses_fails_the_chart(
 
 
 def test_control_plane_nodes_are_allowed_only_by_the_value() -> None:
-    cli = importlib.import_module("gpuaccept.operator.cli")
+    cli = importlib.import_module("gpuaccept.operator.command")
     allowed = render_chart(
         namespace=NAMESPACE,
         set_values={

@@ -245,7 +245,7 @@ _HTTP = {"GET", "POST", "PATCH", "PUT", "DELETE"}
 # ServiceAccount: their calls need no grant (and must get none).
 ADMIN_MODULES = {
     "gpuaccept.operator.cleanup": "gpuaccept cleanup (after helm uninstall)",
-    "gpuaccept.operator.plugin.cli": "kubectl gpuaccept (the user's own kubeconfig)",
+    "gpuaccept.operator.plugin.kubectl": "kubectl gpuaccept (the user's own kubeconfig)",
 }
 # Discovery documents: readable by every authenticated user (system:discovery).
 _DISCOVERY = re.compile(r"^/api(/[^/]+)?$|^/apis(/[^/]+){0,2}$")

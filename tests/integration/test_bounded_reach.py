@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-import gpuaccept.operator.cli  # noqa: F401  (run below as a subprocess; a broken import fails here)
+import gpuaccept.operator.command  # noqa: F401  (run below as a subprocess; a broken import fails here)
 from gpuaccept.contracts.api import GROUP, VERSION
 from gpuaccept.testsupport.chart_rbac import (
     ChartRelease,

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-import gpuaccept.operator.cli  # noqa: F401  (run below as a subprocess; a broken import fails here)
+import gpuaccept.operator.command  # noqa: F401  (run below as a subprocess; a broken import fails here)
 from gpuaccept.testsupport.chart_rbac import (
     chart_dir,
     helm,

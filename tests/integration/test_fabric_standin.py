@@ -15,8 +15,8 @@ from kubernetes import watch
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.report import decode_termination_message
-from gpuaccept.operator.core.fabric.pairing import PairOutcome, pod_outcome
-from gpuaccept.operator.core.model import FabricPodLabels, NodeView, OperatorConfig
+from gpuaccept.operator.core.fabric.pairing import pod_outcome
+from gpuaccept.operator.core.model import FabricPodLabels, NodeView, OperatorConfig, PairOutcome
 from gpuaccept.operator.core.podspec import FabricPodRequest, fabric_pod_manifest
 from gpuaccept.testsupport.controlplane import ControlPlane
 from gpuaccept.testsupport.kubelet_standin import (

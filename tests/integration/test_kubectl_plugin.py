@@ -21,7 +21,7 @@ from gpuaccept.contracts.api import (
     RELEASE_REASON_ANNOTATION,
     REPROBE_ANNOTATION,
 )
-from gpuaccept.operator.plugin.cli import main as plugin_main
+from gpuaccept.operator.plugin.kubectl import main as plugin_main
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import load_policy

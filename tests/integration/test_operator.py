@@ -50,7 +50,7 @@ from gpuaccept.contracts.api import (
 )
 from gpuaccept.contracts.report import ProbeReport, encode_termination_message
 from gpuaccept.operator.kube import Kube
-from gpuaccept.operator.plugin.cli import main as plugin_main
+from gpuaccept.operator.plugin.kubectl import main as plugin_main
 from gpuaccept.probe.hardware.profile import expected_fault_reasons
 from gpuaccept.testsupport.chart_rbac import operator_kubeconfig
 from gpuaccept.testsupport.controlplane import ControlPlane

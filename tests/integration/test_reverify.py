@@ -42,7 +42,7 @@ from gpuaccept.contracts.api import (
     REPROBE_ANNOTATION,
     VERSION,
 )
-from gpuaccept.operator.plugin.cli import main as plugin_main
+from gpuaccept.operator.plugin.kubectl import main as plugin_main
 
 __all__ = ["env"]
 

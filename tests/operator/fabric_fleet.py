@@ -10,18 +10,15 @@ from datetime import UTC, datetime, timedelta
 
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.operator.core.fabric.pairing import (
-    FabricNoPartner,
     FabricPairingParams,
-    FabricPassed,
     FabricPlan,
     FabricSituation,
-    FabricVerdict,
     NodePair,
-    PairOutcome,
     PairResult,
     WaitingNode,
     plan_fabric,
 )
+from gpuaccept.operator.core.model import FabricNoPartner, FabricPassed, FabricVerdict, PairOutcome
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 GOOD_BUSBW = 390.0

@@ -22,7 +22,7 @@ from gpuaccept.operator.core.podspec import (
     probe_pod_manifest,
 )
 from gpuaccept.operator.options import (
-    UsageError,
+    OptionError,
     fabric_pods,
     parser,
     pod_annotations,
@@ -135,7 +135,7 @@ def test_the_defaults_opt_out_of_sidecar_injection() -> None:
     ],
 )
 def test_what_would_break_the_probes_trust_is_refused_in_one_line(call: Any, message: str) -> None:
-    with pytest.raises(UsageError, match=message) as raised:
+    with pytest.raises(OptionError, match=message) as raised:
         call()
     assert "\n" not in str(raised.value)
 

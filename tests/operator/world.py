@@ -41,20 +41,20 @@ from gpuaccept.operator.core import (
     Taint,
     reconcile,
 )
-from gpuaccept.operator.core.drain import evictable
-from gpuaccept.operator.core.fabric.pairing import FabricVerdict
-from gpuaccept.operator.core.inservice.correlation import SignatureSeen
-from gpuaccept.operator.core.inservice.evidence import WatchEvidence
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import (
     CreatedPod,
     DrainNode,
     DrainResult,
+    FabricVerdict,
     GpuPodSample,
     Judge,
     NodePod,
+    SignatureSeen,
+    WatchEvidence,
 )
+from gpuaccept.operator.core.phases.drain import evictable
 from gpuaccept.operator.core.podidentity import shape_digest
 from gpuaccept.operator.views import pod_view
 

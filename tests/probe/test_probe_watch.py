@@ -111,6 +111,17 @@ def test_xid_13_twice_on_one_gpu_is_one_burst_of_two() -> None:
     assert report.end_reason is WatchEnd.WINDOW
 
 
+def test_the_burst_gap_is_the_operators() -> None:
+    # the two events 20 s apart: one burst under the default 180 s, two under 10 s
+    _, report = watch(
+        INSERVICE / "xid13-twice-one-gpu.yaml", "--window-s", "60", "--burst-merge-s", "10"
+    )
+    assert [(x.gpu, x.xid, x.count, x.first_s) for x in report.xids] == [
+        (5, 13, 1, 10.0),
+        (5, 13, 1, 30.0),
+    ]
+
+
 def test_a_hidden_runtime_is_no_device_access_never_gpus_lost() -> None:
     proc, report = watch(INSERVICE / "no-device-access.yaml", "--window-s", "60")
     assert proc.returncode == WatchExit.QUIET, proc.stderr
@@ -135,6 +146,7 @@ def test_a_profile_without_a_timeline_has_a_quiet_window() -> None:
     [
         (["--window-s", "-1"], "--window-s"),
         (["--fatal-xids", "79,abc"], "--fatal-xids"),
+        (["--burst-merge-s", "-1"], "--burst-merge-s"),
         (["--no-such-flag"], "unrecognized"),
     ],
 )

@@ -85,8 +85,8 @@ def _sh(script: str) -> tuple[str, ...]:
     return ("sh", "-c", script)
 
 
-# What the operator acts on while a pod runs and ends (core/probing.py,
-# core/startfailure.py). Not compared: waiting reasons before the pod ends (the
+# What the operator acts on while a pod runs and ends (core/phases/probing.py,
+# core/phases/startfailure.py). Not compared: waiting reasons before the pod ends (the
 # kubelet's ContainerCreating, which the stand-in does not write; the operator
 # only reads it at the deadline), times, names and IPs (pod_observation.comparable).
 STEP_FIELDS = (
@@ -163,14 +163,14 @@ def test_image_pull_failure_alike(standin: Cluster, kubelet: Cluster) -> None:
     finally:
         standin.standin.set_behaviour(STANDIN_NODE, None)
     # The kubelet alternates ErrImagePull and ImagePullBackOff while it retries; the
-    # stand-in stays in ErrImagePull. The operator treats both alike (core/waiting.py).
+    # stand-in stays in ErrImagePull. The operator treats both alike (core/phases/waiting.py).
     assert_same(emulated, replace(seen, views=_pull_failures_alike(seen.views)))
 
 
 def _pull_failures_alike(views: tuple[PodView, ...]) -> tuple[PodView, ...]:
     """The kubelet alternates ErrImagePull and ImagePullBackOff (with a back-off
     message) while it retries; the stand-in stays in ErrImagePull with the first
-    message. The operator reads both as an unavailable image (core/startfailure.py)."""
+    message. The operator reads both as an unavailable image (core/phases/startfailure.py)."""
     out: list[PodView] = []
     first = next((v.waiting_message for v in views if v.waiting_reason == "ErrImagePull"), None)
     for view in views:

@@ -107,6 +107,10 @@ FLAG_WINDOW: Final = "--window-s"  # default contracts.watch_report.DEFAULT_WIND
 # Xids that end the window at once (comma-separated; default: the fatal-on-first class of
 # checks/xid_classes.py). The operator passes its policy's list.
 FLAG_FATAL_XIDS: Final = "--fatal-xids"
+# Events of one Xid on one GPU less than this many seconds apart are one burst (default:
+# contracts.watch_report.BURST_MERGE_S). The operator passes its policy's
+# inService.xid.burstMergeSeconds, the gap its ledger merges with.
+FLAG_BURST_MERGE: Final = "--burst-merge-s"
 
 
 class WatchExit(IntEnum):

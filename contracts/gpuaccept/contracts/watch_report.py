@@ -34,8 +34,10 @@ from gpuaccept.contracts.base import ContractModel
 from gpuaccept.contracts.report import REPORT_CONFIG, ReportTooLargeError, strict_json
 
 WATCH_REPORT_KIND: Final = "WatchReport"
-# Two events of the same Xid on the same GPU less than this apart are one burst
-# (NVSentinel's RepeatedXIDErrorOnSameGPU merges bursts under 180 s apart; docs/policy.md).
+# Two events of the same Xid on the same GPU less than this apart are one burst when the
+# operator names no gap (it passes its policy's inService.xid.burstMergeSeconds, whose
+# default this is). NVSentinel's RepeatedXIDErrorOnSameGPU merges bursts under 180 s
+# apart; docs/policy.md.
 BURST_MERGE_S: Final = 180.0
 # The watch window when the operator names none: 30 minutes (see
 # docs/policy.md).
@@ -59,7 +61,8 @@ class WatchEnd(StrEnum):
 
 class WatchXid(ContractModel):
     """One burst of one Xid on one GPU: every event of that Xid on that GPU less than
-    :data:`BURST_MERGE_S` after the previous one, merged (a duplicate is one more count)."""
+    the watch's gap (default :data:`BURST_MERGE_S`) after the previous one, merged (a
+    duplicate is one more count)."""
 
     model_config = REPORT_CONFIG
 

@@ -31,8 +31,8 @@ from typing import Any
 from gpuaccept.operator.core.capacity import gated
 from gpuaccept.operator.core.fabric.membership import fabric_candidate_policy
 from gpuaccept.operator.core.fleetcount import FleetCount
-from gpuaccept.operator.core.inservice.correlation import SignatureSeen, signatures
-from gpuaccept.operator.core.model import NAView, NodeView, PodView
+from gpuaccept.operator.core.inservice.correlation import signatures
+from gpuaccept.operator.core.model import NAView, NodeView, PodView, SignatureSeen
 from gpuaccept.operator.views import (
     CachedAcceptance,
     PolicyEntry,

@@ -44,7 +44,6 @@ from gpuaccept.operator.cache import (
     index_policy,
 )
 from gpuaccept.operator.core.fleet import matching_policies
-from gpuaccept.operator.core.inservice.correlation import SignatureSeen
 from gpuaccept.operator.core.model import (
     Judge,
     NodeSnapshot,
@@ -52,6 +51,7 @@ from gpuaccept.operator.core.model import (
     Plan,
     PolicyView,
     QuarantineLimitCounts,
+    SignatureSeen,
 )
 from gpuaccept.operator.core.podspec import PROBE_SELECTOR
 from gpuaccept.operator.core.reconcile import reconcile

@@ -23,7 +23,6 @@ from gpuaccept.contracts.api import (
     REPROBE_ANNOTATION,
 )
 from gpuaccept.operator.cache import Cache
-from gpuaccept.operator.core.drain import evictable
 from gpuaccept.operator.core.interpret import interpret
 from gpuaccept.operator.core.model import (
     Action,
@@ -41,6 +40,8 @@ from gpuaccept.operator.core.model import (
     PatchNodeTaintsLabels,
     RemoveReprobeAnnotation,
 )
+from gpuaccept.operator.core.phases.drain import evictable
+from gpuaccept.operator.core.phases.startfailure import NODE_BUSY_PREFIX
 from gpuaccept.operator.core.podidentity import shape_digest
 from gpuaccept.operator.core.podspec import (
     FABRIC_PAIR_LABEL,
@@ -49,7 +50,6 @@ from gpuaccept.operator.core.podspec import (
     WATCH_LABEL,
 )
 from gpuaccept.operator.core.reconcile import STATUS_REFUSED_RETRY_SECONDS
-from gpuaccept.operator.core.startfailure import NODE_BUSY_PREFIX
 from gpuaccept.operator.kube import ConflictError, EventRecord, Kube
 from gpuaccept.operator.views import (
     cached_acceptance,
@@ -129,7 +129,7 @@ class KubeExecutor:
         # the status records them (core/podidentity.py); the newest few per node
         self.created: dict[str, dict[str, CreatedPod]] = {}
         self.name_taken: dict[str, str] = {}  # node -> a pod name its create found taken
-        self.drains: dict[str, DrainResult] = {}  # node -> its last drain (core/drain.py)
+        self.drains: dict[str, DrainResult] = {}  # node -> its last drain (core/phases/drain.py)
         self.status_errors: dict[str, str] = {}  # node -> why its last status write was refused
         self.status_refused_at: dict[str, float] = {}  # node -> when (monotonic)
 
@@ -305,7 +305,7 @@ class _NodeWrites:
             self.cache.write_pod(node, action.name, DELETED_RV, None)
 
     def drain_node(self, action: DrainNode) -> None:
-        """Evict the node's pods (core/drain.py chooses them); what came of it is kept
+        """Evict the node's pods (core/phases/drain.py chooses them); what came of it is kept
         for the core: evicted, or refused for now (429: a PodDisruptionBudget allows no
         disruption; 403: not allowed). Other API errors are raised (retried)."""
         pods = [node_pod(p) for p in self.kube.list_running_pods_on_node(action.node)]

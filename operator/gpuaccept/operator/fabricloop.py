@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from gpuaccept.operator.actionrunner import ActionRunner, RunResult
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.fabric.membership import is_member
-from gpuaccept.operator.core.fabric.pairing import FabricVerdict
 from gpuaccept.operator.core.fabric.policypass import (
     FabricMember,
     FabricSnapshot,
@@ -36,6 +35,7 @@ from gpuaccept.operator.core.model import (
     Action,
     CreateProbePod,
     DeleteProbePod,
+    FabricVerdict,
     NodeSnapshot,
     OperatorConfig,
     PatchNAStatus,

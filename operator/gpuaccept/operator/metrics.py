@@ -26,15 +26,16 @@ from prometheus_client.registry import Collector
 from gpuaccept.checks.nccl_allreduce import BUSBW_FIGURE
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core.fleet import PolicyTally
-from gpuaccept.operator.core.inservice.evidence import IN_SERVICE_CHECK, REASON_COMMON_CAUSE
+from gpuaccept.operator.core.inservice.evidence import REASON_COMMON_CAUSE
 from gpuaccept.operator.core.inservice.evidence import REASONS as IN_SERVICE_REASONS
 from gpuaccept.operator.core.model import (
+    IN_SERVICE_CHECK,
     Action,
     NAView,
     NodeSnapshot,
     PatchNAStatus,
 )
-from gpuaccept.operator.core.unknownphase import REASON_UNKNOWN_PHASE
+from gpuaccept.operator.core.phases.unknown import REASON_UNKNOWN_PHASE
 
 # Counters and histograms without a `_created` series (a timestamp sample per
 # series that doubles the series count and that no rule here uses).

@@ -33,7 +33,7 @@ DEFAULT_METRICS_PORT = 9090
 DEFAULT_LEASE_NAME = "gpuaccept"
 
 
-class UsageError(Exception):
+class OptionError(Exception):
     """Bad configuration; the message is one line: ``--flag: field: reason``."""
 
 
@@ -46,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(" ".join(message.split()))
+        raise OptionError(" ".join(message.split()))
 
 
 def _json_type(value: Any) -> str:
@@ -64,7 +64,7 @@ def _json_flag(text: str, flag: str, default: Any) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise UsageError(f"{flag}: not valid JSON: {error.msg} at char {error.pos}") from None
+        raise OptionError(f"{flag}: not valid JSON: {error.msg} at char {error.pos}") from None
 
 
 # A Kubernetes resource quantity: "4", "500m", "16Gi", "1.5", "1e3".
@@ -77,11 +77,11 @@ def _quantity(value: Any, where: str) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str):
-        raise UsageError(
+        raise OptionError(
             f'{where}: expected a quantity such as "4" or "16Gi", got {_json_type(value)}'
         )
     if not _QUANTITY.match(value):
-        raise UsageError(f"{where}: not a Kubernetes quantity (got {value!r})")
+        raise OptionError(f"{where}: not a Kubernetes quantity (got {value!r})")
     return value
 
 
@@ -90,15 +90,15 @@ def probe_resources(text: str) -> dict[str, dict[str, str]]:
     flag = "--probe-resources"
     data = _json_flag(text, flag, {})
     if not isinstance(data, dict):
-        raise UsageError(
+        raise OptionError(
             f"{flag}: expected a JSON object with requests and/or limits, got {_json_type(data)}"
         )
     resources: dict[str, dict[str, str]] = {}
     for section, quantities in data.items():
         if section not in _RESOURCE_SECTIONS:
-            raise UsageError(f"{flag}: {section}: unknown field (allowed: requests, limits)")
+            raise OptionError(f"{flag}: {section}: unknown field (allowed: requests, limits)")
         if not isinstance(quantities, dict):
-            raise UsageError(
+            raise OptionError(
                 f"{flag}: {section}: expected an object of resource name to quantity, "
                 f"got {_json_type(quantities)}"
             )
@@ -119,37 +119,37 @@ _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 def _toleration(item: Any, where: str) -> dict[str, Any]:
     if not isinstance(item, dict):
-        raise UsageError(f"{where}: expected a toleration object, got {_json_type(item)}")
+        raise OptionError(f"{where}: expected a toleration object, got {_json_type(item)}")
     for name in item:
         if name not in _TOLERATION_FIELDS:
-            raise UsageError(
+            raise OptionError(
                 f"{where}.{name}: unknown field (allowed: {', '.join(_TOLERATION_FIELDS)})"
             )
     for name in ("key", "value"):
         if name in item and not isinstance(item[name], str):
-            raise UsageError(f"{where}.{name}: expected a string, got {_json_type(item[name])}")
+            raise OptionError(f"{where}.{name}: expected a string, got {_json_type(item[name])}")
     operator = item.get("operator", "Equal")  # the API server's default
     if operator not in _TOLERATION_OPERATORS:
-        raise UsageError(f"{where}.operator: must be Exists or Equal (got {operator!r})")
+        raise OptionError(f"{where}.operator: must be Exists or Equal (got {operator!r})")
     if "effect" in item and item["effect"] not in _TAINT_EFFECTS:
-        raise UsageError(
+        raise OptionError(
             f"{where}.effect: must be NoSchedule, PreferNoSchedule or NoExecute "
             f"(got {item['effect']!r})"
         )
     if "tolerationSeconds" in item:
         seconds = item["tolerationSeconds"]
         if not isinstance(seconds, int) or isinstance(seconds, bool):
-            raise UsageError(
+            raise OptionError(
                 f"{where}.tolerationSeconds: expected an integer, got {_json_type(seconds)}"
             )
         if item.get("effect") != "NoExecute":
-            raise UsageError(f"{where}.tolerationSeconds: only valid with effect NoExecute")
+            raise OptionError(f"{where}.tolerationSeconds: only valid with effect NoExecute")
     if operator == "Exists" and item.get("value"):
-        raise UsageError(f"{where}.value: must be empty when operator is Exists")
+        raise OptionError(f"{where}.value: must be empty when operator is Exists")
     if not item.get("key"):
         # Kubernetes allows an empty key with Exists (tolerate every taint); a probe
         # pod that tolerated every taint would run on nodes others fenced off.
-        raise UsageError(f"{where}.key: required (a toleration without one tolerates every taint)")
+        raise OptionError(f"{where}.key: required (a toleration without one tolerates every taint)")
     return dict(item)
 
 
@@ -158,7 +158,7 @@ def probe_tolerations(text: str) -> tuple[dict[str, Any], ...]:
     flag = "--probe-tolerations"
     data = _json_flag(text, flag, [])
     if not isinstance(data, list):
-        raise UsageError(f"{flag}: expected a JSON array of tolerations, got {_json_type(data)}")
+        raise OptionError(f"{flag}: expected a JSON array of tolerations, got {_json_type(data)}")
     return tuple(_toleration(item, f"{flag}: [{i}]") for i, item in enumerate(data))
 
 
@@ -183,7 +183,7 @@ _FABRIC_RANGES = {
 def _string_map(value: dict[str, Any], where: str) -> dict[str, str]:
     for key, item in value.items():
         if not isinstance(item, str):
-            raise UsageError(f"{where}: {key}: expected a string, got {_json_type(item)}")
+            raise OptionError(f"{where}: {key}: expected a string, got {_json_type(item)}")
     return dict(value)
 
 
@@ -218,11 +218,11 @@ _LABEL_VALUE = re.compile(rf"^({_NAME_PART})?$")
 def _pod_key(key: str, where: str, kind: str) -> None:
     prefix = key.partition("/")[0] if "/" in key else ""
     if not _QUALIFIED_NAME.match(key) or len(prefix) > _MAX_SUBDOMAIN:
-        raise UsageError(f"{where}: {key!r} is not a {kind} key ([prefix/]name)")
+        raise OptionError(f"{where}: {key!r} is not a {kind} key ([prefix/]name)")
     if key.startswith(OWNED_KEY_PREFIX) or (kind == "label" and key in RESERVED_POD_LABELS):
         own = [*sorted(RESERVED_POD_LABELS), f"{OWNED_KEY_PREFIX}*"] if kind == "label" else []
         own = own or [f"{OWNED_KEY_PREFIX}*"]
-        raise UsageError(
+        raise OptionError(
             f"{where}: {key} is the operator's own (its selectors and records use {', '.join(own)})"
         )
 
@@ -232,14 +232,14 @@ def pod_labels(text: str) -> dict[str, str]:
     flag = "--probe-pod-labels"
     data = _json_flag(text, flag, dict(DEFAULT_PROBE_POD_LABELS))
     if not isinstance(data, dict):
-        raise UsageError(
+        raise OptionError(
             f"{flag}: expected a JSON object of label to value, got {_json_type(data)}"
         )
     labels = _string_map(data, flag)
     for key, value in labels.items():
         _pod_key(key, flag, "label")
         if not _LABEL_VALUE.match(value):
-            raise UsageError(f"{flag}: {key}: {value!r} is not a label value")
+            raise OptionError(f"{flag}: {key}: {value!r} is not a label value")
     return labels
 
 
@@ -248,7 +248,7 @@ def pod_annotations(text: str) -> dict[str, str]:
     flag = "--probe-pod-annotations"
     data = _json_flag(text, flag, dict(DEFAULT_PROBE_POD_ANNOTATIONS))
     if not isinstance(data, dict):
-        raise UsageError(
+        raise OptionError(
             f"{flag}: expected a JSON object of annotation to value, got {_json_type(data)}"
         )
     annotations = _string_map(data, flag)
@@ -260,15 +260,15 @@ def pod_annotations(text: str) -> dict[str, str]:
 def _env(data: object, where: str) -> dict[str, str]:
     """An env object (NAME: value), none of the probe's own (probe_invocation.RESERVED_ENV)."""
     if not isinstance(data, dict):
-        raise UsageError(
+        raise OptionError(
             f"{where}: expected a JSON object of NAME to value, got {_json_type(data)}"
         )
     env = _string_map(data, where)
     for name in env:
         if not _ENV_NAME.match(name):
-            raise UsageError(f"{where}: {name!r} is not an environment variable name")
+            raise OptionError(f"{where}: {name!r} is not an environment variable name")
         if reserved_env(name):
-            raise UsageError(
+            raise OptionError(
                 f"{where}: {name} is the probe's own (its node, its run, its GPUs, its "
                 f"programs: {RESERVED_ENV_PREFIX}* and {', '.join(sorted(RESERVED_ENV))})"
             )
@@ -288,17 +288,19 @@ def fabric_pods(text: str) -> FabricPodConfig:
     flag = "--fabric-pods"
     data = _json_flag(text, flag, {})
     if not isinstance(data, dict):
-        raise UsageError(f"{flag}: expected a JSON object, got {_json_type(data)}")
+        raise OptionError(f"{flag}: expected a JSON object, got {_json_type(data)}")
     for key, value in data.items():
         kind = _FABRIC_FIELDS.get(key)
         if kind is None:
-            raise UsageError(f"{flag}: {key}: unknown field (allowed: {', '.join(_FABRIC_FIELDS)})")
+            raise OptionError(
+                f"{flag}: {key}: unknown field (allowed: {', '.join(_FABRIC_FIELDS)})"
+            )
         if _json_type(value) != kind:
-            raise UsageError(f"{flag}: {key}: expected {kind}, got {_json_type(value)}")
+            raise OptionError(f"{flag}: {key}: expected {kind}, got {_json_type(value)}")
         if key in _FABRIC_RANGES:
             low, high = _FABRIC_RANGES[key]
             if not low <= value <= high:
-                raise UsageError(f"{flag}: {key}: must be between {low} and {high} (got {value})")
+                raise OptionError(f"{flag}: {key}: must be between {low} and {high} (got {value})")
     resources = {
         name: _quantity(q, f"{flag}: resources: {name}")
         for name, q in (data.get("resources") or {}).items()
@@ -307,7 +309,7 @@ def fabric_pods(text: str) -> FabricPodConfig:
     capabilities = data.get("capabilities") or []
     for capability in capabilities:
         if not isinstance(capability, str) or not _CAPABILITY.match(capability):
-            raise UsageError(f"{flag}: capabilities: {capability!r} is not a capability name")
+            raise OptionError(f"{flag}: capabilities: {capability!r} is not a capability name")
     return FabricPodConfig(
         resources=resources,
         annotations=_string_map(data.get("annotations") or {}, f"{flag}: annotations"),
@@ -326,7 +328,7 @@ def max_unavailable_ceiling(text: str) -> int | str:
     """``--max-unavailable-ceiling``: a count (``5``) or a percentage (``"50%"``)."""
     value = text.strip()
     if not _CEILING.match(value):
-        raise UsageError(
+        raise OptionError(
             f"--max-unavailable-ceiling: {text!r} is neither a count nor a percentage (0-100%)"
         )
     return value if value.endswith("%") else int(value)
@@ -522,52 +524,52 @@ def parser() -> argparse.ArgumentParser:
 def check_ranges(args: argparse.Namespace) -> None:
     _check_numbers(args)
     if args.probe_priority_class.startswith("system-"):
-        raise UsageError(
+        raise OptionError(
             f"--probe-priority-class: {args.probe_priority_class} is a system class; the kubelet "
             "would evict running pods to admit the probe (critical-pod admission)"
         )
     owned_key_prefixes(args.owned_key_prefixes)
     for secret in args.probe_image_pull_secrets:
         if not _DNS_SUBDOMAIN.match(secret) or len(secret) > _MAX_SUBDOMAIN:
-            raise UsageError(
+            raise OptionError(
                 f"--probe-image-pull-secret: {secret!r} is not a Secret name (a DNS subdomain)"
             )
     if not args.probe_command.split():
-        raise UsageError("--probe-command: must not be empty")
+        raise OptionError("--probe-command: must not be empty")
     if args.kubeconfig and not os.path.exists(args.kubeconfig):
-        raise UsageError(f"--kubeconfig: {args.kubeconfig} does not exist")
+        raise OptionError(f"--kubeconfig: {args.kubeconfig} does not exist")
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
     if args.workers < 1:
-        raise UsageError(f"--workers: must be at least 1 (got {args.workers})")
+        raise OptionError(f"--workers: must be at least 1 (got {args.workers})")
     if args.status_interval <= 0:
-        raise UsageError(f"--status-interval: must be positive (got {args.status_interval})")
+        raise OptionError(f"--status-interval: must be positive (got {args.status_interval})")
     for flag, seconds in (
         ("--crd-wait", args.crd_wait),
         ("--unmatched-grace", args.unmatched_grace),
     ):
         if seconds < 0:
-            raise UsageError(f"{flag}: must not be negative (got {seconds})")
+            raise OptionError(f"{flag}: must not be negative (got {seconds})")
     if args.lease_duration < 1:
-        raise UsageError(f"--lease-duration: must be at least 1 (got {args.lease_duration})")
+        raise OptionError(f"--lease-duration: must be at least 1 (got {args.lease_duration})")
     if args.probe_timeout is not None and args.probe_timeout < 1:
-        raise UsageError(f"--probe-timeout: must be at least 1 (got {args.probe_timeout})")
+        raise OptionError(f"--probe-timeout: must be at least 1 (got {args.probe_timeout})")
     for flag, port in (("--metrics-port", args.metrics_port), ("--health-port", args.health_port)):
         if not 0 <= port <= 65535:
-            raise UsageError(f"{flag}: must be a port, 0 to 65535 (got {port})")
+            raise OptionError(f"{flag}: must be a port, 0 to 65535 (got {port})")
 
 
 def owned_key_prefixes(extra: list[str]) -> tuple[str, ...]:
     """``gpuaccept.io/`` and the ``--owned-key-prefix`` values, checked."""
     for prefix in extra:
         if not re.match(OWNED_PREFIX_PATTERN, prefix):
-            raise UsageError(
+            raise OptionError(
                 f"--owned-key-prefix: {prefix!r} is not a DNS subdomain and '/', optionally "
                 "followed by the start of a name (e.g. example.com/ or example.com/gpu-)"
             )
         if re.match(RESERVED_KEY_PATTERN, prefix):
-            raise UsageError(
+            raise OptionError(
                 f"--owned-key-prefix: {prefix} belongs to Kubernetes or the NVIDIA device plugin"
             )
     return tuple(dict.fromkeys([OWNED_KEY_PREFIX, *extra]))
@@ -583,13 +585,13 @@ def base_node_selector(
         key, sep, value = part.partition("=")
         key = key.strip()
         if not key:
-            raise UsageError(f"--node-selector: empty key in {part!r}")
+            raise OptionError(f"--node-selector: empty key in {part!r}")
         if key in selector:
-            raise UsageError(f"--node-selector: {key} is named twice")
+            raise OptionError(f"--node-selector: {key} is named twice")
         selector[key] = value.strip() if sep else None
     named = sorted(set(selector) & set(CONTROL_PLANE_ROLE_LABELS))
     if named and not allow_control_plane:
-        raise UsageError(
+        raise OptionError(
             f"--node-selector: {', '.join(named)} is a control-plane role label; "
             "control-plane nodes are outside the operator's reach without "
             "--allow-control-plane-nodes"

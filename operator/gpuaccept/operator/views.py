@@ -23,8 +23,8 @@ from gpuaccept.contracts.forward import read_forward
 from gpuaccept.contracts.nodeacceptance import MAX_OWNED_PODS, NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
-from gpuaccept.operator.core.inservice.evidence import ConditionSeen
 from gpuaccept.operator.core.model import (
+    ConditionSeen,
     FabricPodLabels,
     NAView,
     NodeCondition,
@@ -248,7 +248,7 @@ def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
 
 
 def _unknown_phase(name: object, raw: object) -> str | None:
-    """The stored phase when this release does not know it (core/unknownphase.py)."""
+    """The stored phase when this release does not know it (core/phases/unknown.py)."""
     phase = raw.get("phase") if isinstance(raw, Mapping) else None
     if not isinstance(phase, str) or phase in {p.value for p in Phase}:
         return None

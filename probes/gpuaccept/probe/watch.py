@@ -109,6 +109,7 @@ class WatchSettings:
     window_s: float
     fatal_xids: frozenset[int]
     gpus_expected: int | None = None
+    burst_merge_s: float = BURST_MERGE_S  # the policy's inService.xid.burstMergeSeconds
     started_at: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
 
@@ -384,7 +385,15 @@ def run_watch(hardware: WatchHardware, source: WatchSource, settings: WatchSetti
         if g.index < GPUS_MAX
     ]
     ib = ib_ports(hardware, not_read)
-    seen = WindowSeen(watched, end, len(gpus), not_read, merge_bursts(events, uuids), entries, ib)
+    seen = WindowSeen(
+        watched,
+        end,
+        len(gpus),
+        not_read,
+        merge_bursts(events, uuids, settings.burst_merge_s),
+        entries,
+        ib,
+    )
     report = _report(settings, hardware.mode, started, seen)
     return fit_watch_report(report, keep_first=keep_rank)
 

@@ -33,6 +33,7 @@ from gpuaccept.contracts.probe_invocation import (
     ENV_PROFILE,
     ENV_SIM_TIME_SCALE,
     ENV_SYSFS_ROOT,
+    FLAG_BURST_MERGE,
     FLAG_EXPECTED_GPUS,
     FLAG_FATAL_XIDS,
     FLAG_NODE_NAME,
@@ -45,6 +46,7 @@ from gpuaccept.contracts.probe_invocation import (
 )
 from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.contracts.watch_report import (
+    BURST_MERGE_S,
     DEFAULT_WINDOW_S,
     WatchEnd,
     WatchReport,
@@ -68,6 +70,7 @@ from gpuaccept.probe.watch import (
 )
 
 MAX_WINDOW_S = 86400.0
+MAX_BURST_MERGE_S = 86400.0  # the policy's bound (contracts.inservice.XidRules)
 NO_DEVICE_ACCESS_SIM = (
     "no GPU in the container: the runtime refused NVIDIA_VISIBLE_DEVICES=all (simulated "
     "hardened runtime)"
@@ -95,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
         FLAG_FATAL_XIDS,
         default=",".join(str(x) for x in default_fatal_xids()),
         help="comma-separated Xids that end the window at once",
+    )
+    parser.add_argument(
+        FLAG_BURST_MERGE,
+        type=float,
+        default=BURST_MERGE_S,
+        help="events of one Xid on one GPU less than this many seconds apart are one burst "
+        "(the operator passes its policy's inService.xid.burstMergeSeconds)",
     )
     parser.add_argument(
         FLAG_TERMINATION_LOG, type=Path, help="write the compact report here (for the pod)"
@@ -138,6 +148,14 @@ def parse_fatal_xids(text: str) -> frozenset[int]:
     if not all(p.isascii() and p.isdigit() and int(p) <= 65535 for p in parts):
         raise UsageError(f"{FLAG_FATAL_XIDS}: not a comma-separated list of Xids (got {text!r})")
     return frozenset(int(p) for p in parts)
+
+
+def _burst_merge(value: float) -> float:
+    if not 0 <= value <= MAX_BURST_MERGE_S:  # NaN fails both
+        raise UsageError(
+            f"{FLAG_BURST_MERGE}: not a number of seconds from 0 to {MAX_BURST_MERGE_S:g}"
+        )
+    return value
 
 
 def _window(value: float) -> float:
@@ -239,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             boot_id=boot_id,
             window_s=_window(args.window_s),
             fatal_xids=parse_fatal_xids(args.fatal_xids),
+            burst_merge_s=_burst_merge(args.burst_merge_s),
             gpus_expected=(
                 args.expected_gpus
                 if args.expected_gpus is not None

@@ -12,8 +12,8 @@ from world import World, make_report, spec
 
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core import PolicyView, Taint
-from gpuaccept.operator.core.drain import DRAIN_RETRY_SECONDS, evictable
 from gpuaccept.operator.core.model import DrainNode, NodePod, QuarantineLimitCounts
+from gpuaccept.operator.core.phases.drain import DRAIN_RETRY_SECONDS, evictable
 
 TAINT = Taint("gpuaccept.io/quarantined", "NoSchedule", "true")
 NS = "gpuaccept-system"

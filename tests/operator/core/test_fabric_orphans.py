@@ -12,8 +12,7 @@ from world import T0, World, spec
 
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core import PodView, PolicyView
-from gpuaccept.operator.core.fabric.pairing import FabricPassed
-from gpuaccept.operator.core.model import DeleteProbePod, FabricPodLabels
+from gpuaccept.operator.core.model import DeleteProbePod, FabricPassed, FabricPodLabels
 
 FABRIC = {"enabled": True, "minBusbwGBps": 300}
 TIGHTER = {"driverLibraries": {"driverVersions": {"min": "999.0.0"}}}

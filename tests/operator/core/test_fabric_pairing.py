@@ -12,21 +12,23 @@ from fabric_fleet import BAD_BUSBW, GOOD_BUSBW, T0, Fleet, run_fleet
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.contracts.report import CheckResult, CheckStatus
 from gpuaccept.operator.core.fabric.pairing import (
-    REASON_FABRIC_FAILED,
-    FabricNoPartner,
     FabricPairingParams,
-    FabricPassed,
     FabricPlan,
-    FabricQuarantined,
     FabricSituation,
     NodePair,
-    PairOutcome,
     PairResult,
-    PartnerFigure,
     WaitingNode,
     pair_outcome,
     plan_fabric,
     pod_outcome,
+)
+from gpuaccept.operator.core.model import (
+    REASON_FABRIC_FAILED,
+    FabricNoPartner,
+    FabricPassed,
+    FabricQuarantined,
+    PairOutcome,
+    PartnerFigure,
 )
 
 HOUR = timedelta(hours=1)

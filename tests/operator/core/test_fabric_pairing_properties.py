@@ -13,15 +13,13 @@ from hypothesis import strategies as st
 
 from gpuaccept.operator.core.fabric.pairing import (
     FabricPairingParams,
-    FabricPassed,
-    FabricQuarantined,
     FabricSituation,
     NodePair,
-    PairOutcome,
     PairResult,
     WaitingNode,
     plan_fabric,
 )
+from gpuaccept.operator.core.model import FabricPassed, FabricQuarantined, PairOutcome
 
 BOUNDED_ROUNDS = 3
 """Rounds to every verdict when a batch of n new nodes holds k bad ones and

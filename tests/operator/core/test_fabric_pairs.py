@@ -17,12 +17,7 @@ from gpuaccept.contracts.nodeacceptance import (
     NodeAcceptanceStatus,
     Phase,
 )
-from gpuaccept.operator.core.fabric.pairing import (
-    FabricNoPartner,
-    FabricPassed,
-    FabricQuarantined,
-    NodePair,
-)
+from gpuaccept.operator.core.fabric.pairing import NodePair
 from gpuaccept.operator.core.fabric.policypass import (
     PARTNER_START_GRACE_SECONDS,
     FabricMember,
@@ -35,7 +30,10 @@ from gpuaccept.operator.core.model import (
     CreateProbePod,
     DeleteProbePod,
     EmitEvent,
+    FabricNoPartner,
+    FabricPassed,
     FabricPodConfig,
+    FabricQuarantined,
     NAView,
     NodeView,
     OperatorConfig,

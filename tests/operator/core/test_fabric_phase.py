@@ -13,15 +13,15 @@ from world import PENDING, T0, World, spec
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core import PodView, PolicyView, QuarantineLimitCounts, Taint
-from gpuaccept.operator.core.fabric.pairing import (
+from gpuaccept.operator.core.model import (
     FabricNoPartner,
     FabricPassed,
+    FabricPodLabels,
     FabricQuarantined,
     FabricVerdict,
     PairOutcome,
     PartnerFigure,
 )
-from gpuaccept.operator.core.model import FabricPodLabels
 
 QUARANTINE = Taint("gpuaccept.io/quarantined", "NoSchedule", "true")
 FABRIC = {"enabled": True, "minBusbwGBps": 300}

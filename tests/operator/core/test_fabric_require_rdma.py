@@ -8,13 +8,13 @@ from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import FabricStatus, NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.probe_invocation import FLAG_ALLOW_SOCKET_TRANSPORT
 from gpuaccept.contracts.report import CheckResult, CheckStatus
-from gpuaccept.operator.core.fabric.pairing import PairOutcome, pod_outcome
+from gpuaccept.operator.core.fabric.pairing import pod_outcome
 from gpuaccept.operator.core.fabric.policypass import (
     FabricMember,
     FabricSnapshot,
     plan_fabric_pass,
 )
-from gpuaccept.operator.core.model import CreateProbePod, NAView, NodeView, PolicyView
+from gpuaccept.operator.core.model import CreateProbePod, NAView, NodeView, PairOutcome, PolicyView
 
 # What the fabric probe reports for a pair NCCL ran over TCP sockets (no
 # /dev/infiniband in the pods): "Using network Socket" in its NET debug output.

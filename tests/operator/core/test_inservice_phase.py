@@ -18,9 +18,13 @@ from world import PENDING, T0, World, spec
 from gpuaccept.contracts.api import REMEDY_LABEL
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core import PolicyView, QuarantineLimitCounts
-from gpuaccept.operator.core.inservice.correlation import SignatureSeen
-from gpuaccept.operator.core.inservice.evidence import ConditionSeen, WatchEvidence, XidSeen
-from gpuaccept.operator.core.model import CreateProbePod
+from gpuaccept.operator.core.model import (
+    ConditionSeen,
+    CreateProbePod,
+    SignatureSeen,
+    WatchEvidence,
+    XidSeen,
+)
 
 QUARANTINE = "gpuaccept.io/quarantined"
 GRACE = 60

@@ -12,13 +12,9 @@ from hypothesis import strategies as st
 
 from gpuaccept.contracts.inservice import InService, InServiceStatus, XidRules
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
-from gpuaccept.operator.core.inservice.evidence import (
-    GpuState,
-    NodeSignals,
-    WatchEvidence,
-    XidSeen,
-)
+from gpuaccept.operator.core.inservice.evidence import NodeSignals
 from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
+from gpuaccept.operator.core.model import GpuStateSeen, WatchEvidence, XidSeen
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BOOT = "boot-1"
@@ -38,7 +34,7 @@ xid_events = st.builds(
 # Durable state the default policy records and never judges (DCGM's WARN grades and
 # less): the same state in many windows is recorded once, at its onset.
 recorded_states = st.builds(
-    GpuState,
+    GpuStateSeen,
     gpu=st.sampled_from(["GPU-a", "GPU-b"]),
     what=st.sampled_from(["RowRemapPending", "Fabric", "EccContained", "RecoveryAction"]),
     detail=st.sampled_from(["", "drain_p2p", "in_progress"]),

@@ -11,16 +11,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpuaccept.contracts.inservice import InService, InServiceStatus, UnhealthyCondition
-from gpuaccept.operator.core.inservice.correlation import Fleet, SignatureSeen, bar, signatures
-from gpuaccept.operator.core.inservice.evidence import (
+from gpuaccept.operator.core.inservice.correlation import Fleet, bar, signatures
+from gpuaccept.operator.core.inservice.evidence import NodeSignals
+from gpuaccept.operator.core.inservice.rules import Observed, evaluate, ledger_for
+from gpuaccept.operator.core.inservice.xids import with_xid
+from gpuaccept.operator.core.model import (
     ConditionSeen,
-    GpuState,
-    NodeSignals,
+    GpuStateSeen,
+    SignatureSeen,
     WatchEvidence,
     XidSeen,
 )
-from gpuaccept.operator.core.inservice.rules import Observed, evaluate, ledger_for
-from gpuaccept.operator.core.inservice.xids import with_xid
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BOOT = "boot-1"
@@ -40,7 +41,7 @@ def healthy(**change: object) -> NodeSignals:
 
 
 def report(
-    key: str, *xids: tuple[float, int, str], state: tuple[GpuState, ...] = ()
+    key: str, *xids: tuple[float, int, str], state: tuple[GpuStateSeen, ...] = ()
 ) -> WatchEvidence:
     seen = tuple(
         XidSeen(gpu=GPU, xid=xid, kind=kind, at=s(at))  # type: ignore[arg-type]
@@ -206,98 +207,98 @@ CASES = [
     Case(
         "remap failure in the report's state",
         healthy(),
-        (report("a", state=(GpuState(GPU, "RowRemapFailure"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "RowRemapFailure"),)),),
         1815,  # the state at the window's end, settled
         reason="RowRemapFailure",
     ),
     Case(
         "remap pending in the report's state: recorded (DCGM judges a failed remap)",
         healthy(),
-        (report("a", (15, 63, "memory"), state=(GpuState(GPU, "RowRemapPending"),)),),
+        (report("a", (15, 63, "memory"), state=(GpuStateSeen(GPU, "RowRemapPending"),)),),
         1815,
     ),
     Case(
         "a recovery action DCGM fails on",
         healthy(),
-        (report("a", state=(GpuState(GPU, "RecoveryAction", "node_reboot"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "RecoveryAction", "node_reboot"),)),),
         1815,  # the state at the window's end, settled
         reason="GPURecoveryAction",
     ),
     Case(
         "drain_p2p: DCGM only warns, recorded",
         healthy(),
-        (report("a", state=(GpuState(GPU, "RecoveryAction", "drain_p2p"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "RecoveryAction", "drain_p2p"),)),),
         1815,
     ),
     Case(
         "uncorrected ECC errors with no Xid",
         healthy(),
-        (report("a", state=(GpuState(GPU, "EccUncorrected", "2"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "EccUncorrected", "2"),)),),
         1815,
         reason="EccUncorrected",
     ),
     Case(
         "uncorrected ECC errors the report explains by a contained Xid 94: recorded",
         healthy(),
-        (report("a", (15, 94, "memory"), state=(GpuState(GPU, "EccContained", "1"),)),),
+        (report("a", (15, 94, "memory"), state=(GpuStateSeen(GPU, "EccContained", "1"),)),),
         1815,
     ),
     Case(
         "an NVLink down in the window",
         healthy(),
-        (report("a", state=(GpuState(GPU, "NVLinkDown", "7"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "NVLinkDown", "7"),)),),
         1815,
         reason="NVLinkDown",
     ),
     Case(
         "an NVLink recovery in the window",
         healthy(),
-        (report("a", state=(GpuState(GPU, "NVLinkErrors", "recovery=1,replay=3"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "NVLinkErrors", "recovery=1,replay=3"),)),),
         1815,
         reason="NVLinkErrors",
     ),
     Case(
         "NVLink replays and CRC only: recorded",
         healthy(),
-        (report("a", state=(GpuState(GPU, "NVLinkErrors", "crc=14,replay=2"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "NVLinkErrors", "crc=14,replay=2"),)),),
         1815,
     ),
     Case(
         "a fabric still registering: recorded (DCGM warns)",
         healthy(),
-        (report("a", state=(GpuState(GPU, "Fabric", "in_progress"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "Fabric", "in_progress"),)),),
         1815,
     ),
     Case(
         "a fabric not started: recorded (a board without NVSwitch may report it)",
         healthy(),
-        (report("a", state=(GpuState(GPU, "Fabric", "not_started"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "Fabric", "not_started"),)),),
         1815,
     ),
     Case(
         "a fabric route unhealthy",
         healthy(),
-        (report("a", state=(GpuState(GPU, "Fabric", "completed:route_unhealthy,unhealthy"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "Fabric", "completed:route_unhealthy,unhealthy"),)),),
         1815,
         reason="FabricDegraded",
     ),
     Case(
         "a fabric registration that failed",
         healthy(),
-        (report("a", state=(GpuState(GPU, "Fabric", "completed:status5"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "Fabric", "completed:status5"),)),),
         1815,
         reason="FabricDegraded",
     ),
     Case(
         "a fabric route recovery in progress: recorded",
         healthy(),
-        (report("a", state=(GpuState(GPU, "Fabric", "completed:route_recovery"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "Fabric", "completed:route_recovery"),)),),
         1815,
     ),
     Case(
         "a GPU lost",
         healthy(),
-        (report("a", state=(GpuState(GPU, "GPULost"),)),),
+        (report("a", state=(GpuStateSeen(GPU, "GPULost"),)),),
         1815,  # the state at the window's end, settled
         reason="GPULost",
     ),
@@ -403,7 +404,7 @@ def test_the_verdict_window_stays_put_across_passes() -> None:
 
 def test_a_reported_verdict_outlives_its_evidence_in_the_history() -> None:
     """A remap failure stays the verdict after 20 newer events pushed it out."""
-    failed = report("a", state=(GpuState(GPU, "RowRemapFailure"),))
+    failed = report("a", state=(GpuStateSeen(GPU, "RowRemapFailure"),))
     first = evaluate(POLICY, ledger(), Observed(healthy(), s(1800), (failed,)))
     noise = report("b", *((2000.0 + i, 92, "memory") for i in range(25)))
     later = evaluate(POLICY, first.ledger, Observed(healthy(), s(3000), (noise,)))

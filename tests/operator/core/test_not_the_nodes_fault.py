@@ -13,7 +13,7 @@ from world import World, make_report, spec
 
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core import CreateProbePod, PolicyView, Taint, reconcile
-from gpuaccept.operator.core.startfailure import NODE_BUSY_PREFIX
+from gpuaccept.operator.core.phases.startfailure import NODE_BUSY_PREFIX
 
 PENDING_KEY = "gpuaccept.io/pending"
 

@@ -198,7 +198,7 @@ def _quarantined_side(w: World) -> None:
 
 def _noexecute_side(w: World) -> None:
     """taintEffect NoExecute: a NoSchedule taint and a drain through the Eviction API
-    (core/drain.py), never a NoExecute taint, which evicts past PodDisruptionBudgets."""
+    (core/phases/drain.py), never a NoExecute taint, which evicts past PodDisruptionBudgets."""
     assert w.node is not None
     assert w.node.taints == (Taint(QUARANTINE_KEY, "NoSchedule", "true"),)
     assert w.node.labels["team/gpu-bad"] == "yes"

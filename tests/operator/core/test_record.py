@@ -19,7 +19,7 @@ from world import World, make_report, spec
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core import EmitEvent, PatchNAStatus, PolicyView, QuarantineLimitCounts
-from gpuaccept.operator.core.fabric.pairing import (
+from gpuaccept.operator.core.model import (
     FabricNoPartner,
     FabricPassed,
     FabricQuarantined,

@@ -13,7 +13,7 @@ from world import World, make_report, spec
 from gpuaccept.contracts.nodeacceptance import ConditionStatus, Phase
 from gpuaccept.operator.core import PolicyView, QuarantineLimitCounts
 from gpuaccept.operator.core.capacity import in_service, out_of_service
-from gpuaccept.operator.core.release import release_request
+from gpuaccept.operator.core.phases.released import release_request
 
 WHO = {
     "gpuaccept.io/release-by": "alice@example.com",

@@ -9,9 +9,9 @@ from world import World, spec
 
 from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core import NodeView, OperatorConfig
+from gpuaccept.operator.core.phases.startfailure import create_refused
 from gpuaccept.operator.core.podspec import ProbeAttempt, probe_pod_manifest
 from gpuaccept.operator.core.reconcile import reconcile
-from gpuaccept.operator.core.startfailure import create_refused
 from gpuaccept.operator.views import node_view, pod_view
 
 # What containerd + the NVIDIA container toolkit (legacy mode) leave in the pod

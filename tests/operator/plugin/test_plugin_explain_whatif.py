@@ -12,8 +12,8 @@ import yaml
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.plugin.cli import PluginError, load_candidate, parser
 from gpuaccept.operator.plugin.explain import explain_lines
+from gpuaccept.operator.plugin.kubectl import PluginError, load_candidate, parser
 from gpuaccept.operator.plugin.whatif import ACCEPT, QUARANTINE, UNKNOWN, what_if, what_if_lines
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
@@ -187,7 +187,7 @@ def test_the_plugins_commands() -> None:
 
 def test_the_console_script_is_declared() -> None:
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'kubectl-gpuaccept = "gpuaccept.operator.plugin.cli:main"' in text
+    assert 'kubectl-gpuaccept = "gpuaccept.operator.plugin.kubectl:main"' in text
 
 
 def test_explain_shows_why_a_node_was_quarantined_in_service(healthy: ProbeReport) -> None:

@@ -16,8 +16,8 @@ from kubernetes.client.exceptions import ApiException
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.cache import NAS_INDEX, Cache
 from gpuaccept.operator.core import CreateProbePod, NodeSnapshot, PatchNAStatus
+from gpuaccept.operator.core.phases.startfailure import NODE_BUSY_PREFIX, create_refused
 from gpuaccept.operator.core.reconcile import STATUS_REFUSED_RETRY_SECONDS
-from gpuaccept.operator.core.startfailure import NODE_BUSY_PREFIX, create_refused
 from gpuaccept.operator.executor import KubeExecutor, StaleCacheError, StatusRefusedError
 from gpuaccept.operator.kube import Kube
 from gpuaccept.operator.views import cached_acceptance

@@ -11,7 +11,7 @@ import sys
 import kopf
 import pytest
 
-from gpuaccept.operator.cli import (
+from gpuaccept.operator.command import (
     GC_THRESHOLDS,
     main,
     parser,
@@ -20,7 +20,7 @@ from gpuaccept.operator.cli import (
     tune_gc,
 )
 from gpuaccept.operator.handlers import node_watch_filters
-from gpuaccept.operator.options import UsageError, base_node_selector
+from gpuaccept.operator.options import OptionError, base_node_selector
 
 
 def _usage_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
@@ -277,9 +277,9 @@ MASTER = "node-role.kubernetes.io/master"
 def test_node_selector_parsing() -> None:
     assert base_node_selector("") == ()
     assert base_node_selector("a=b, c") == (("a", "b"), ("c", None))
-    with pytest.raises(UsageError, match="empty key"):
+    with pytest.raises(OptionError, match="empty key"):
         base_node_selector("=x")
-    with pytest.raises(UsageError, match="a is named twice"):
+    with pytest.raises(OptionError, match="a is named twice"):
         base_node_selector("a=b,a")
 
 

@@ -33,9 +33,14 @@ from gpuaccept.operator.cache import (
 )
 from gpuaccept.operator.controller import Controller
 from gpuaccept.operator.core import OperatorConfig
-from gpuaccept.operator.core.fabric.pairing import FabricPassed
 from gpuaccept.operator.core.judge import judge
-from gpuaccept.operator.core.model import FabricPodLabels, NodeView, PodView, PolicyView
+from gpuaccept.operator.core.model import (
+    FabricPassed,
+    FabricPodLabels,
+    NodeView,
+    PodView,
+    PolicyView,
+)
 from gpuaccept.operator.core.podspec import (
     FABRIC_FIRST_ANNOTATION,
     FABRIC_PAIR_LABEL,

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.operator.cli import main
+from gpuaccept.operator.command import main
 from gpuaccept.operator.core.fleet import PolicyTally, matching_policies, policy_status
-from gpuaccept.operator.options import UsageError, owned_key_prefixes
+from gpuaccept.operator.options import OptionError, owned_key_prefixes
 from gpuaccept.operator.views import policy_entry
 
 # The example: Cilium's taint and Karpenter's label.
@@ -101,7 +101,7 @@ def test_an_owned_prefix_the_operator_is_started_with_admits_those_keys() -> Non
     ],
 )
 def test_owned_key_prefix_flag_is_checked(prefix: str, why: str) -> None:
-    with pytest.raises(UsageError, match=why):
+    with pytest.raises(OptionError, match=why):
         owned_key_prefixes([prefix])
 
 

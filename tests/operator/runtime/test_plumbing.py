@@ -148,7 +148,7 @@ def test_unreadable_na_status_starts_over() -> None:
 
 
 def test_an_unknown_na_phase_is_kept_beside_the_rest_of_the_status() -> None:
-    """core/unknownphase.py decides; the rest of the status is read as it is."""
+    """core/phases/unknown.py decides; the rest of the status is read as it is."""
     status = {"phase": "Bogus", "podSerial": 3}
     ((_, cached),) = index_na({"metadata": {"name": "n"}, "status": status}).values()
     assert cached.view.unknown_phase == "Bogus"

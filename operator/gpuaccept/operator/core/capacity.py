@@ -31,6 +31,10 @@ from gpuaccept.operator.core.model import NodeView, QuarantineLimitCounts
 # The NodeAcceptance reason of a verdict or a new round the limit holds back.
 REASON_QUARANTINE_LIMIT = "BreakerOpen"
 REASON_DRY_RUN = "DryRun"
+# The action a held verdict (dryRun, the limit) would take: its status.heldAction.
+HELD_QUARANTINE = "Quarantine"
+HELD_ACCEPT = "Accept"
+HELD_FABRIC = "Fabric"  # an accepted node's fabric test, deferred by the limit
 # Out of service while undecided when gpuaccept took it out of service (or it was
 # out of service because of gpuaccept already, e.g. a quarantined node re-probed).
 UNDECIDED_OUT = frozenset(

@@ -26,6 +26,8 @@ from gpuaccept.contracts.nodeacceptance import (
     PhaseCounts,
 )
 from gpuaccept.operator.core.capacity import (
+    HELD_ACCEPT,
+    HELD_QUARANTINE,
     REASON_QUARANTINE_LIMIT,
     gated,
     lingering,
@@ -33,7 +35,6 @@ from gpuaccept.operator.core.capacity import (
     take_out_allowed,
 )
 from gpuaccept.operator.core.model import NAView, NodeView, PolicyView, QuarantineLimitCounts
-from gpuaccept.operator.core.record import HELD_ACCEPT, HELD_QUARANTINE
 
 
 def phase_counts(counts: Mapping[Phase, int]) -> PhaseCounts:

@@ -19,14 +19,19 @@ from datetime import datetime, timedelta
 
 from gpuaccept.contracts.api import PENDING_TAINT_KEY
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, lingering, out_of_service
+from gpuaccept.operator.core.capacity import (
+    HELD_ACCEPT,
+    HELD_QUARANTINE,
+    REASON_QUARANTINE_LIMIT,
+    lingering,
+    out_of_service,
+)
 from gpuaccept.operator.core.fleet import (
     PolicyTally,
     matching_policies,
     phase_counts,
 )
 from gpuaccept.operator.core.model import PolicyView, QuarantineLimitCounts
-from gpuaccept.operator.core.record import HELD_ACCEPT, HELD_QUARANTINE
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from gpuaccept.checks import driver_libraries, gpu_count, memory_health, xid_err
 from gpuaccept.checks.gpu_ranges import parse_gpus
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.inservice.evidence import IN_SERVICE_CHECK
+from gpuaccept.operator.core.model import IN_SERVICE_CHECK
 
 
 class Rung(IntEnum):

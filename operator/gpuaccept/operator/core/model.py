@@ -9,17 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal
 
+from gpuaccept.checks import fabric_allreduce
+from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import NODE_CONDITION_TYPE
+from gpuaccept.contracts.inservice import XidClass
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.operator.core.fabric.pairing import FabricVerdict
-from gpuaccept.operator.core.inservice.correlation import SignatureSeen
-from gpuaccept.operator.core.inservice.evidence import ConditionSeen, WatchEvidence
 
 # --------------------------------------------------------------------------- observed
 
@@ -93,7 +94,7 @@ class NAView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     # The stored phase when this release does not know it (a newer release wrote it,
     # before a rollback): ``status`` is the rest, read with phase Pending in its place
-    # (core/unknownphase.py decides what happens to the node).
+    # (core/phases/unknown.py decides what happens to the node).
     unknown_phase: str | None = None
 
 
@@ -156,7 +157,7 @@ class CreatedPod:
 
 @dataclass(frozen=True)
 class NodePod:
-    """A pod bound to the node, as a drain reads it (core/drain.py)."""
+    """A pod bound to the node, as a drain reads it (core/phases/drain.py)."""
 
     namespace: str
     name: str
@@ -301,6 +302,136 @@ class GpuPodSample:
 # How the core judges a report: :func:`gpuaccept.checks.verdict.evaluate`, or a
 # stand-in in tests. Its :class:`~gpuaccept.checks.verdict.Verdict` is the verdict
 # the core records; the core builds one itself only for an error verdict.
+# ------------------------------------------------ what the fabric test and the watch saw
+
+REASON_FABRIC_FAILED = fabric_allreduce.REASON
+
+
+class PairOutcome(StrEnum):
+    PASSED = "passed"
+    """Both pods measured, and the pair's busbw met the threshold."""
+    FAILED = "failed"
+    """Both pods rendezvoused; the all-reduce was too slow or broke."""
+    INCOMPLETE = "incomplete"
+    """No measurement: a pod never started or never met its partner, or a node went away."""
+
+
+@dataclass(frozen=True)
+class PartnerFigure:
+    """One pair a node was in: the partner, how it ended, the pair's busbw."""
+
+    partner: str
+    outcome: PairOutcome
+    busbw_gbps: float | None
+    finished_at: datetime
+
+
+@dataclass(frozen=True)
+class FabricPassed:
+    partner: str
+    busbw_gbps: float | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class FabricQuarantined:
+    failed_with: tuple[PartnerFigure, ...]
+    """The two partners that convicted the node, first first."""
+    partners_passed_with: tuple[str, ...]
+    """For each of them, the other node it passed with (its witness)."""
+    at: datetime
+    reason: str = REASON_FABRIC_FAILED
+
+    @property
+    def message(self) -> str:
+        parts = [
+            f"{f.partner} ({'no figure' if f.busbw_gbps is None else f'{f.busbw_gbps:.1f} GB/s'};"
+            f" it passed with {witness})"
+            for f, witness in zip(self.failed_with, self.partners_passed_with, strict=True)
+        ]
+        return "fabric all-reduce failed with " + ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class FabricNoPartner:
+    action: NoPartnerAction
+    tried: tuple[PartnerFigure, ...]
+
+
+FabricVerdict = FabricPassed | FabricQuarantined | FabricNoPartner
+
+
+# The Reason.check every in-service verdict names.
+IN_SERVICE_CHECK = "in_service"
+
+# Durable GPU state a report found. EccContained: uncorrected ECC errors the same
+# report explains by a contained Xid 94 on that GPU (its remap state decides);
+# Fabric: the NVSwitch fabric away from registered-and-healthy (its detail: the state,
+# or completed: and its conditions or error status).
+StateWhat = Literal[
+    "RowRemapFailure",
+    "RowRemapPending",
+    "RecoveryAction",
+    "GPULost",
+    "EccUncorrected",
+    "EccContained",
+    "NVLinkDown",
+    "NVLinkErrors",
+    "Fabric",
+]
+
+
+@dataclass(frozen=True)
+class ConditionSeen:
+    """One condition of the Node: its type, status and last transition."""
+
+    type: str
+    status: str
+    since: datetime | None = None  # lastTransitionTime (None: not given)
+
+
+@dataclass(frozen=True)
+class XidSeen:
+    """One Xid event on one GPU (its UUID), classed by the watch's table."""
+
+    gpu: str
+    xid: int
+    kind: XidClass
+    at: datetime
+
+
+@dataclass(frozen=True)
+class GpuStateSeen:
+    """Durable GPU state a report found at the end of its window."""
+
+    gpu: str
+    what: StateWhat
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class WatchEvidence:
+    """A trusted watch report: which pod and window, which boot, what it saw."""
+
+    key: str  # the pod UID and window: a report seen again is not counted twice
+    boot_id: str
+    start: datetime
+    end: datetime
+    xids: tuple[XidSeen, ...] = ()
+    state: tuple[GpuStateSeen, ...] = ()
+    # what the window could not read (interface -> why): blind to it, not quiet
+    not_read: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SignatureSeen:
+    """One node's in-service signature and its onset (from its status)."""
+
+    node: str
+    signature: str
+    onset: datetime
+
+
 Judge = Callable[[ProbeReport, ProbePolicy], Verdict]
 
 
@@ -329,7 +460,7 @@ class NodeSnapshot:
     created_pods: Mapping[str, CreatedPod] = field(default_factory=dict)
     # The last probe pod create for this node was answered AlreadyExists: that name.
     pod_name_taken: str | None = None
-    # The last drain of the node through the Eviction API (core/drain.py).
+    # The last drain of the node through the Eviction API (core/phases/drain.py).
     drain: DrainResult | None = None
     # Watch reports of the node's ended watch pods, trusted and not yet counted
     # (core/inservice; a report already in the ledger is not counted again).
@@ -410,7 +541,7 @@ class DeleteNodeAcceptance:
 @dataclass(frozen=True)
 class DrainNode:
     """Evict, through the Eviction API (which respects PodDisruptionBudgets), every pod
-    on ``node`` that :func:`~gpuaccept.operator.core.drain.evictable` names."""
+    on ``node`` that :func:`~gpuaccept.operator.core.phases.drain.evictable` names."""
 
     node: str
     taint: Taint  # the quarantine taint: a pod that tolerates it (NoExecute) stays

@@ -38,7 +38,7 @@ REASON_GPUS_UNHEALTHY = "GPUsUnhealthy"
 def quarantine_taint(spec: NodeAcceptancePolicySpec) -> Taint:
     """Always ``NoSchedule``: gpuaccept never applies a ``NoExecute`` taint (it evicts
     past PodDisruptionBudgets); ``taintEffect: NoExecute`` drains the node through the
-    Eviction API instead (core/drain.py)."""
+    Eviction API instead (core/phases/drain.py)."""
     q = spec.quarantine
     return Taint(q.taint_key, "NoSchedule", q.taint_value)
 

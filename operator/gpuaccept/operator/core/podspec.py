@@ -29,6 +29,7 @@ from gpuaccept.contracts.probe_invocation import (
     ENV_POLICY,
     FABRIC_SUBCOMMAND,
     FLAG_ALLOW_SOCKET_TRANSPORT,
+    FLAG_BURST_MERGE,
     FLAG_DEADLINE,
     FLAG_FATAL_XIDS,
     FLAG_MAX_MESSAGE_BYTES,
@@ -440,6 +441,10 @@ def _watch_container(request: WatchPodRequest, config: OperatorConfig) -> dict[s
         TERMINATION_LOG,
         FLAG_WINDOW,
         str(request.spec.in_service.window_seconds),
+        # the ledger's merge gap (core/inservice/xids.py), so that the watch does not
+        # merge events the policy counts apart
+        FLAG_BURST_MERGE,
+        str(request.spec.in_service.xid.burst_merge_seconds),
     ]
     if request.fatal_xids:
         args += [FLAG_FATAL_XIDS, ",".join(str(x) for x in request.fatal_xids)]

@@ -27,8 +27,6 @@ from gpuaccept.contracts.nodeacceptance import (
     Phase,
 )
 from gpuaccept.operator.core.capacity import adopting
-from gpuaccept.operator.core.decided import DECIDED, new_round, plan_decided
-from gpuaccept.operator.core.fabric.phase import plan_fabric_phase
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
     DeleteNodeAcceptance,
@@ -38,12 +36,15 @@ from gpuaccept.operator.core.model import (
     Plan,
 )
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
-from gpuaccept.operator.core.pending import plan_pending
+from gpuaccept.operator.core.phases.decided import plan_decided
+from gpuaccept.operator.core.phases.fabric import plan_fabric_phase
+from gpuaccept.operator.core.phases.pending import plan_pending
+from gpuaccept.operator.core.phases.probing import plan_probing
+from gpuaccept.operator.core.phases.released import plan_release, plan_released, unapplied_release
+from gpuaccept.operator.core.phases.reverify import targeted
+from gpuaccept.operator.core.phases.unknown import plan_unknown_phase
 from gpuaccept.operator.core.podidentity import PodSplit, recorded, split_pods
-from gpuaccept.operator.core.probing import plan_probing
-from gpuaccept.operator.core.release import plan_release, plan_released, unapplied_release
-from gpuaccept.operator.core.reverify_round import targeted
-from gpuaccept.operator.core.unknownphase import plan_unknown_phase
+from gpuaccept.operator.core.transitions import DECIDED, new_round
 
 __all__ = ["reconcile"]
 
@@ -124,7 +125,7 @@ def _record_pods(ctx: NodeContext, out: PlanBuilder, split: PodSplit) -> Plan | 
 def _new_node(ctx: NodeContext, out: PlanBuilder) -> Plan:
     """Its NodeAcceptance is created. A node found in service is taken out (the
     pending taint) only as the limit allows: its phase Pending decides
-    (core/pending.py). An opted-out node is left alone."""
+    (core/phases/pending.py). An opted-out node is left alone."""
     node, status = ctx.node, ctx.status
     out.actions.append(CreateNodeAcceptance(node.name, ctx.policy.name))
     in_service = adopting(status, node, ctx.spec.pending_taint_key)

@@ -35,10 +35,20 @@ from gpuaccept.contracts.nodeacceptance import (
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.acceptance_gate import fabric_still_to_pass
 from gpuaccept.operator.core.capacity import (
+    HELD_ACCEPT,
+    HELD_FABRIC,
+    HELD_QUARANTINE,
     TakeOutDecision,
     in_service,
     out_of_service,
     take_out_allowed,
+)
+from gpuaccept.operator.core.history import (
+    Recorded,
+    against_history,
+    history_events,
+    history_fields,
+    keeps_evidence,
 )
 from gpuaccept.operator.core.model import Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
@@ -50,17 +60,7 @@ from gpuaccept.operator.core.nodecontext import (
     cut,
     reasons_message,
 )
-from gpuaccept.operator.core.reverify_round import (
-    Recorded,
-    against_history,
-    history_events,
-    history_fields,
-    keeps_evidence,
-)
 
-HELD_QUARANTINE = "Quarantine"
-HELD_ACCEPT = "Accept"
-HELD_FABRIC = "Fabric"  # an accepted node's fabric test, deferred by the limit
 REASON_FABRIC_WAITING = "FabricPending"
 ACCEPTED_MESSAGE = "all required checks passed"
 MAX_REASONS = 32

@@ -2,7 +2,7 @@
 
 Pure: the requester's username from a SelfSubjectReview's answer, the annotations
 that make the request (who, when, why), and whether a NodeAcceptance's status shows
-it applied. The operator applies it (``gpuaccept.operator.core.release``).
+it applied. The operator applies it (``gpuaccept.operator.core.phases.released``).
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.operator.core.capacity import HELD_ACCEPT
 from gpuaccept.operator.core.fleet import selector_matches
 from gpuaccept.operator.core.model import NodeView, PodView
-from gpuaccept.operator.core.record import HELD_ACCEPT
 
 PARTNER_PHASES = frozenset({Phase.ACCEPTED, Phase.HELD})
 

@@ -35,25 +35,22 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 from gpuaccept.checks import fabric_allreduce
 from gpuaccept.checks.fabric_allreduce import FabricPolicy, NoPartnerAction
 from gpuaccept.contracts.report import CheckResult, CheckStatus
+from gpuaccept.operator.core.model import (
+    FabricNoPartner,
+    FabricPassed,
+    FabricQuarantined,
+    FabricVerdict,
+    PairOutcome,
+    PartnerFigure,
+)
 
-REASON_FABRIC_FAILED = fabric_allreduce.REASON
 CONVICTION_NODES = 5
 """A conviction names five different nodes: the node, the two partners it failed
 with ("two different partners") and the node each partner passed with."""
-
-
-class PairOutcome(StrEnum):
-    PASSED = "passed"
-    """Both pods measured, and the pair's busbw met the threshold."""
-    FAILED = "failed"
-    """Both pods rendezvoused; the all-reduce was too slow or broke."""
-    INCOMPLETE = "incomplete"
-    """No measurement: a pod never started or never met its partner, or a node went away."""
 
 
 def pod_outcome(
@@ -170,51 +167,6 @@ class FabricSituation:
     rebooted: frozenset[str] = frozenset()
     """Nodes whose bootID changed since their last probe: their passes on record are
     from an older boot and vouch for nothing now."""
-
-
-@dataclass(frozen=True)
-class PartnerFigure:
-    """One pair a node was in: the partner, how it ended, the pair's busbw."""
-
-    partner: str
-    outcome: PairOutcome
-    busbw_gbps: float | None
-    finished_at: datetime
-
-
-@dataclass(frozen=True)
-class FabricPassed:
-    partner: str
-    busbw_gbps: float | None
-    at: datetime
-
-
-@dataclass(frozen=True)
-class FabricQuarantined:
-    failed_with: tuple[PartnerFigure, ...]
-    """The two partners that convicted the node, first first."""
-    partners_passed_with: tuple[str, ...]
-    """For each of them, the other node it passed with (its witness)."""
-    at: datetime
-    reason: str = REASON_FABRIC_FAILED
-
-    @property
-    def message(self) -> str:
-        parts = [
-            f"{f.partner} ({'no figure' if f.busbw_gbps is None else f'{f.busbw_gbps:.1f} GB/s'};"
-            f" it passed with {witness})"
-            for f, witness in zip(self.failed_with, self.partners_passed_with, strict=True)
-        ]
-        return "fabric all-reduce failed with " + ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class FabricNoPartner:
-    action: NoPartnerAction
-    tried: tuple[PartnerFigure, ...]
-
-
-FabricVerdict = FabricPassed | FabricQuarantined | FabricNoPartner
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuaccept.contracts.inservice import Correlation, InServiceStatus
-
-
-@dataclass(frozen=True)
-class SignatureSeen:
-    """One node's in-service signature and its onset (from its status)."""
-
-    node: str
-    signature: str
-    onset: datetime
+from gpuaccept.operator.core.model import SignatureSeen
 
 
 def bar(policy: Correlation, matched: int) -> int:

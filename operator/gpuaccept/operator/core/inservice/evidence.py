@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
 
-from gpuaccept.contracts.inservice import XidClass
+from gpuaccept.operator.core.model import ConditionSeen
 
 REASON_UNALLOCATABLE = "GPUsUnallocatable"
 REASON_CONDITION = "UnhealthyCondition"
@@ -25,8 +24,6 @@ REASON_NVLINK_DOWN = "NVLinkDown"
 REASON_NVLINK_ERRORS = "NVLinkErrors"
 REASON_FABRIC = "FabricDegraded"
 REASON_COMMON_CAUSE = "CommonCause"
-# The Reason.check every in-service verdict names.
-IN_SERVICE_CHECK = "in_service"
 
 # Every reason an in-service verdict may carry, strongest first: when several hold
 # at once, the verdict names the first (the others are in its message).
@@ -48,30 +45,6 @@ REASONS = (
 # or a new acceptance (the node's signals are read again at every pass).
 REPORTED = frozenset(REASONS[:10])
 
-# Durable GPU state a report found. EccContained: uncorrected ECC errors the same
-# report explains by a contained Xid 94 on that GPU (its remap state decides);
-# Fabric: the NVSwitch fabric away from registered-and-healthy (its detail: the state,
-# or completed: and its conditions or error status).
-StateWhat = Literal[
-    "RowRemapFailure",
-    "RowRemapPending",
-    "RecoveryAction",
-    "GPULost",
-    "EccUncorrected",
-    "EccContained",
-    "NVLinkDown",
-    "NVLinkErrors",
-    "Fabric",
-]
-
-
-@dataclass(frozen=True)
-class ConditionSeen:
-    """One condition of the Node: its type, status and last transition."""
-
-    type: str
-    status: str
-    since: datetime | None = None  # lastTransitionTime (None: not given)
 
 
 @dataclass(frozen=True)
@@ -86,39 +59,6 @@ class NodeSignals:
     # MIG mixed (GFD label nvidia.com/mig.strategy=mixed): nvidia.com/gpu counts only
     # the GPUs not partitioned, the others are nvidia.com/mig-* devices
     partitioned: bool = False
-
-
-@dataclass(frozen=True)
-class XidSeen:
-    """One Xid event on one GPU (its UUID), classed by the watch's table."""
-
-    gpu: str
-    xid: int
-    kind: XidClass
-    at: datetime
-
-
-@dataclass(frozen=True)
-class GpuState:
-    """Durable GPU state a report found at the end of its window."""
-
-    gpu: str
-    what: StateWhat
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class WatchEvidence:
-    """A trusted watch report: which pod and window, which boot, what it saw."""
-
-    key: str  # the pod UID and window: a report seen again is not counted twice
-    boot_id: str
-    start: datetime
-    end: datetime
-    xids: tuple[XidSeen, ...] = ()
-    state: tuple[GpuState, ...] = ()
-    # what the window could not read (interface -> why): blind to it, not quiet
-    not_read: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

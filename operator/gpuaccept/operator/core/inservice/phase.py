@@ -1,7 +1,7 @@
 """An accepted node's in-service step (pure): its ledger brought up to date, and an
 in-service verdict recorded through the one verdict path.
 
-Called from ``core/decided.py`` for a node in service under a policy with
+Called from ``core/phases/decided.py`` for a node in service under a policy with
 ``inService.enabled`` (phase ``Accepted``, or ``Held`` by a dry run that would
 accept). :func:`~.rules.evaluate` reads the Node's signals, the new watch reports
 and the policy's fleet; a verdict becomes a failing ``Verdict`` (check
@@ -28,16 +28,19 @@ from gpuaccept.contracts.inservice import (
 )
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.reverify import ReverifyStatus, Suspicion
+from gpuaccept.operator.core.capacity import HELD_ACCEPT, HELD_QUARANTINE
 from gpuaccept.operator.core.inservice.correlation import Fleet
-from gpuaccept.operator.core.inservice.evidence import (
-    IN_SERVICE_CHECK,
-    REASON_COMMON_CAUSE,
-    NodeSignals,
-    WatchEvidence,
-)
+from gpuaccept.operator.core.inservice.evidence import REASON_COMMON_CAUSE, NodeSignals
 from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
 from gpuaccept.operator.core.inservice.watchreport import watch_evidence
-from gpuaccept.operator.core.model import CreateProbePod, PatchNAStatus, Plan, PodView
+from gpuaccept.operator.core.model import (
+    IN_SERVICE_CHECK,
+    CreateProbePod,
+    PatchNAStatus,
+    Plan,
+    PodView,
+    WatchEvidence,
+)
 from gpuaccept.operator.core.nodecontext import (
     REASON_DRY_RUN,
     REASON_QUARANTINE_LIMIT,
@@ -47,18 +50,15 @@ from gpuaccept.operator.core.nodecontext import (
 )
 from gpuaccept.operator.core.podspec import WatchPodRequest, watch_pod_manifest, watch_pod_name
 from gpuaccept.operator.core.record import (
-    ACCEPTED_MESSAGE,
-    HELD_ACCEPT,
-    HELD_QUARANTINE,
     Evidence,
     Hold,
     failing_verdict,
     judged,
     record,
 )
+from gpuaccept.operator.core.transitions import hold_lifted
 
 HOLD_RETRY_SECONDS = 30.0  # a held in-service verdict looks again (the limit, the fleet)
-EVENT_CLEARED = "InServiceCleared"
 EVENT_SUSPECT = "InServiceSuspect"
 EVENT_UNREADABLE = "WatchReportUnreadable"
 EVENT_BLIND = "WatchBlind"
@@ -282,7 +282,7 @@ def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
         plan = _verdict(ctx, replace(ctx, status=kept), out, result.verdict)
         return _then_delete(out, ended, plan)
     if not pending and ours(st) and st.reason in HELD_REASONS:
-        return _then_delete(out, ended, _cleared(ctx, out, kept))
+        return _then_delete(out, ended, hold_lifted(ctx, out, kept))
     kept, create = _next_watch(ctx, out, kept)
     if kept == st and not out.actions and not ended:
         return None
@@ -327,23 +327,3 @@ def _verdict(
         out.write_status(ctx.status, inner.status)  # the ledger, when nothing else changed
         return out.build(plan.note)
     return plan
-
-
-def _cleared(ctx: NodeContext, out: PlanBuilder, kept: NodeAcceptanceStatus) -> Plan:
-    """A held in-service verdict whose evidence is gone: the hold is lifted, the node
-    stays in service as it was accepted."""
-    update: dict[str, Any] = {"reasons": [], "held_action": None, "message": ACCEPTED_MESSAGE}
-    if kept.phase == Phase.ACCEPTED:
-        update["reason"] = None
-    else:  # held by a dry run: back to "would accept"
-        update.update(held_action=HELD_ACCEPT, message="dry run: would accept")
-    new = kept.model_copy(update=update)
-    out.write_status(ctx.status, new)
-    out.event(
-        ACCEPTANCE_KIND,
-        "Normal",
-        EVENT_CLEARED,
-        f"in-service hold lifted ({ctx.status.reason}): the evidence is gone",
-    )
-    out.ensure_node(ctx, new)
-    return out.build("in service: hold lifted")

@@ -22,18 +22,8 @@ from gpuaccept.contracts.inservice import (
     InServiceSuspect,
     InServiceVerdict,
 )
-from gpuaccept.operator.core.inservice.correlation import (
-    Fleet,
-    SignatureSeen,
-    common_cause,
-    suspect_signature,
-)
-from gpuaccept.operator.core.inservice.evidence import (
-    REPORTED,
-    Finding,
-    NodeSignals,
-    WatchEvidence,
-)
+from gpuaccept.operator.core.inservice.correlation import Fleet, common_cause, suspect_signature
+from gpuaccept.operator.core.inservice.evidence import REPORTED, Finding, NodeSignals
 from gpuaccept.operator.core.inservice.signals import next_expiry, signal_findings, timed
 from gpuaccept.operator.core.inservice.xids import (
     counted,
@@ -43,6 +33,7 @@ from gpuaccept.operator.core.inservice.xids import (
     suspects,
     xid_findings,
 )
+from gpuaccept.operator.core.model import SignatureSeen, WatchEvidence
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,14 @@ from gpuaccept.contracts.watch_report import (
     WatchReport,
     decode_watch_message,
 )
-from gpuaccept.operator.core.inservice.evidence import (
-    GpuState,
+from gpuaccept.operator.core.model import (
+    GpuStateSeen,
+    NodeView,
+    PodView,
     StateWhat,
     WatchEvidence,
     XidSeen,
 )
-from gpuaccept.operator.core.model import NodeView, PodView
 
 KIND: dict[Classes, XidClass] = {
     Classes.FATAL: "fatal",
@@ -71,33 +72,33 @@ def _contained(report: WatchReport) -> set[int]:
     return {b.gpu for b in report.xids if b.xid == CONTAINED_XID}
 
 
-def _gpu_state(g: WatchGpu, contained: bool) -> list[GpuState]:
+def _gpu_state(g: WatchGpu, contained: bool) -> list[GpuStateSeen]:
     """Every durable state one GPU entry shows; which of them quarantine is the
     policy's (``inService.gpuState``, :func:`~.xids.state_findings`)."""
     gpu = _gpu(g.index, g.uuid)
-    found: list[GpuState] = []
+    found: list[GpuStateSeen] = []
     if g.lost:
-        found.append(GpuState(gpu, "GPULost", "NVML: GPU is lost"))
+        found.append(GpuStateSeen(gpu, "GPULost", "NVML: GPU is lost"))
     if g.remap_failed:
-        found.append(GpuState(gpu, "RowRemapFailure"))
+        found.append(GpuStateSeen(gpu, "RowRemapFailure"))
     if g.remap_pending:
-        found.append(GpuState(gpu, "RowRemapPending"))
+        found.append(GpuStateSeen(gpu, "RowRemapPending"))
     if g.recovery_action != "none":
-        found.append(GpuState(gpu, "RecoveryAction", g.recovery_action))
+        found.append(GpuStateSeen(gpu, "RecoveryAction", g.recovery_action))
     if g.ecc_uncorrected:
         what: StateWhat = "EccContained" if contained else "EccUncorrected"
-        found.append(GpuState(gpu, what, str(g.ecc_uncorrected)))
+        found.append(GpuStateSeen(gpu, what, str(g.ecc_uncorrected)))
     if g.nvlink_down:
-        found.append(GpuState(gpu, "NVLinkDown", ",".join(str(n) for n in g.nvlink_down)))
+        found.append(GpuStateSeen(gpu, "NVLinkDown", ",".join(str(n) for n in g.nvlink_down)))
     if g.nvlink_errors:
         counts = ",".join(f"{k}={v}" for k, v in sorted(g.nvlink_errors.items()))
-        found.append(GpuState(gpu, "NVLinkErrors", counts))
+        found.append(GpuStateSeen(gpu, "NVLinkErrors", counts))
     if g.fabric:
-        found.append(GpuState(gpu, "Fabric", g.fabric))
+        found.append(GpuStateSeen(gpu, "Fabric", g.fabric))
     return found
 
 
-def _state(report: WatchReport, expected: int | None) -> tuple[GpuState, ...]:
+def _state(report: WatchReport, expected: int | None) -> tuple[GpuStateSeen, ...]:
     """The report's durable state. GPUs missing are counted against ``expected`` (the
     physical GPUs the node's acceptance saw through NVML, as the watch sees them),
     never against ``nvidia.com/gpu`` capacity, which counts replicas or MIG devices
@@ -109,7 +110,7 @@ def _state(report: WatchReport, expected: int | None) -> tuple[GpuState, ...]:
     want = expected if expected else report.gpus_expected
     if want is not None and report.gpus_seen < want:
         detail = f"{report.gpus_seen} of {want} GPUs seen"
-        found.append(GpuState("node", "GPULost", detail))
+        found.append(GpuStateSeen("node", "GPULost", detail))
     return tuple(found)
 
 

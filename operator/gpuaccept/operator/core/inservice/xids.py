@@ -38,10 +38,8 @@ from gpuaccept.operator.core.inservice.evidence import (
     REASON_XID_FATAL,
     REASON_XID_REPEATED,
     Finding,
-    GpuState,
-    WatchEvidence,
-    XidSeen,
 )
+from gpuaccept.operator.core.model import GpuStateSeen, WatchEvidence, XidSeen
 
 # The states that always quarantine, whatever the policy: a GPU gone, a remap failed.
 STATE_REASONS = {"GPULost": REASON_GPU_LOST, "RowRemapFailure": REASON_REMAP_FAILURE}
@@ -89,7 +87,7 @@ def _event(seen: XidSeen) -> InServiceEvent:
     )
 
 
-def _state_event(state: GpuState, at: datetime) -> InServiceEvent:
+def _state_event(state: GpuStateSeen, at: datetime) -> InServiceEvent:
     what = state.what + (f" ({state.detail})" if state.detail else "")
     return InServiceEvent(what=what[:96], kind="state", time=at, gpu=state.gpu)
 

@@ -22,10 +22,11 @@ from typing import Any
 
 from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import Phase
+from gpuaccept.operator.core.history import reverifying
 from gpuaccept.operator.core.model import Plan, PodView, Taint
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
 from gpuaccept.operator.core.podidentity import REASON_POD_ALTERED, REASON_POD_NAME_TAKEN
-from gpuaccept.operator.core.reverify_round import give_up, reverifying
+from gpuaccept.operator.core.transitions import give_up
 
 REASON_IMAGE_UNAVAILABLE = "ImageUnavailable"
 REASON_POD_REFUSED = "PodRefused"

@@ -15,31 +15,26 @@ from gpuaccept.operator.core.nodecontext import (
     PlanBuilder,
     cut,
 )
-from gpuaccept.operator.core.pending import probe_manifest
-from gpuaccept.operator.core.podidentity import (
-    REASON_POD_NAME_TAKEN,
-    foreign_pod_message,
-)
-from gpuaccept.operator.core.record import (
-    Evidence,
-    attempt_failed,
-    failing_verdict,
-    record_verdict,
-)
-from gpuaccept.operator.core.report_trust import (
-    DEADLINE_EXCEEDED,
-    PROBE_TIMEOUT,
-    outcome_problem,
-    trusted_report,
-)
-from gpuaccept.operator.core.startfailure import (
+from gpuaccept.operator.core.phases.pending import probe_manifest
+from gpuaccept.operator.core.phases.startfailure import (
     REASON_REJECTED,
     StartFailure,
     create_refused,
     never_started,
     start_failure,
 )
-from gpuaccept.operator.core.waiting import REASON_EVICTED, REASON_POD_LOST, blocked
+from gpuaccept.operator.core.phases.waiting import REASON_EVICTED, REASON_POD_LOST, blocked
+from gpuaccept.operator.core.podidentity import (
+    REASON_POD_NAME_TAKEN,
+    foreign_pod_message,
+)
+from gpuaccept.operator.core.record import Evidence, attempt_failed, failing_verdict, record_verdict
+from gpuaccept.operator.core.report_trust import (
+    DEADLINE_EXCEEDED,
+    PROBE_TIMEOUT,
+    outcome_problem,
+    trusted_report,
+)
 
 STATUS_WRITE_REFUSED = "StatusWriteRefused"
 

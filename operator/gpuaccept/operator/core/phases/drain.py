@@ -27,8 +27,8 @@ from gpuaccept.contracts.policy import TaintEffect
 from gpuaccept.operator.core.model import DrainNode, NodePod, Taint
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
 from gpuaccept.operator.core.nodestate import quarantine_taint
+from gpuaccept.operator.core.phases.waiting import tolerates
 from gpuaccept.operator.core.podspec import MANAGED_BY_VALUE
-from gpuaccept.operator.core.waiting import tolerates
 
 DRAIN_RETRY_SECONDS = 30.0
 REASON_DRAINED = "Drained"

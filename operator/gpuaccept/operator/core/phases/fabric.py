@@ -15,23 +15,22 @@ from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import FabricStatus, KeyFigures, Reason
 from gpuaccept.contracts.policy import PolicyChangeAction
-from gpuaccept.operator.core.decided import (
-    Remeasure,
-    new_round,
-    policy_changed,
-    rejudged_verdict,
-    reprobe_triggered,
-)
 from gpuaccept.operator.core.fabric.membership import is_member
-from gpuaccept.operator.core.fabric.pairing import (
+from gpuaccept.operator.core.model import (
     FabricNoPartner,
     FabricPassed,
     FabricQuarantined,
     FabricVerdict,
     PartnerFigure,
+    Plan,
 )
-from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
+from gpuaccept.operator.core.phases.decided import (
+    Remeasure,
+    policy_changed,
+    rejudged_verdict,
+    reprobe_triggered,
+)
 from gpuaccept.operator.core.record import (
     ACCEPTED_MESSAGE,
     Evidence,
@@ -41,6 +40,7 @@ from gpuaccept.operator.core.record import (
     record,
     record_verdict,
 )
+from gpuaccept.operator.core.transitions import new_round
 
 FABRIC_CHECK = fabric_allreduce.CHECK
 REASON_NO_PARTNER = "FabricNoPartner"

@@ -13,16 +13,15 @@ from dataclasses import dataclass
 from gpuaccept.checks.fabric_allreduce import CHECK as FABRIC_CHECK
 from gpuaccept.checks.remeasure import remeasure_reason
 from gpuaccept.checks.verdict import Verdict
-from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
+from gpuaccept.contracts.api import REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import Phase, Reason
 from gpuaccept.contracts.policy import PolicyChangeAction
 from gpuaccept.contracts.report import ProbeReport
-from gpuaccept.contracts.reverify import ReverifyStatus
 from gpuaccept.operator.core.acceptance_gate import acceptance_problem
 from gpuaccept.operator.core.capacity import (
-    in_service,
+    HELD_FABRIC,
+    HELD_QUARANTINE,
 )
-from gpuaccept.operator.core.drain import drain_status
 from gpuaccept.operator.core.fabric.membership import is_member
 from gpuaccept.operator.core.inservice.phase import keeps_watch_pod, plan_in_service
 from gpuaccept.operator.core.model import Plan
@@ -31,23 +30,14 @@ from gpuaccept.operator.core.nodecontext import (
     REASON_QUARANTINE_LIMIT,
     NodeContext,
     PlanBuilder,
-    cut,
 )
-from gpuaccept.operator.core.record import (
-    HELD_FABRIC,
-    HELD_QUARANTINE,
-    Evidence,
-    failing_verdict,
-    record_verdict,
-    take_out_now,
-)
+from gpuaccept.operator.core.phases.drain import drain_status
+from gpuaccept.operator.core.phases.reverify import plan_reverify
+from gpuaccept.operator.core.record import Evidence, failing_verdict, record_verdict, take_out_now
 from gpuaccept.operator.core.report_trust import trusted_report
-from gpuaccept.operator.core.reverify_round import plan_reverify
+from gpuaccept.operator.core.transitions import new_round
 
 REASON_REMEASURE = "PolicyNotMeasured"
-HELD_REPROBE = "Reprobe"  # a new round of an in-service node, deferred by the limit
-DEFERRED_RETRY_SECONDS = 30
-DECIDED = frozenset({Phase.ACCEPTED, Phase.QUARANTINED, Phase.HELD})
 
 
 def reprobe_triggered(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
@@ -108,27 +98,6 @@ def _held_by_limit(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
         held = failing_verdict(tuple(st.reasons), checks=tuple(st.checks), figures=st.figures)
         return record_verdict(ctx, out, held, Evidence(st.report, rejudged=st.rejudged))
     return None
-
-
-def _deferred_round(ctx: NodeContext, out: PlanBuilder, message: str, why: str) -> Plan:
-    """A new round of a node in service that the limit holds back: the node stays
-    as it is (in service, untouched), its trigger kept (the annotation stays, the
-    policy is not stamped), and it tries again later."""
-    st = ctx.status
-    out.remove_annotation = False
-    deferred = st.model_copy(
-        update={
-            "reason": REASON_QUARANTINE_LIMIT,
-            "held_action": HELD_REPROBE,
-            "message": cut(f"quarantine limit: {why}; the new round waits ({message})", 1000),
-        }
-    )
-    if deferred != st:
-        out.write_status(st, deferred)
-        out.event(ACCEPTANCE_KIND, "Warning", REASON_QUARANTINE_LIMIT, deferred.message or "")
-    out.ensure_node(ctx, st)
-    out.wake_in(DEFERRED_RETRY_SECONDS)
-    return out.build("new round deferred by the limit")
 
 
 def policy_changed(ctx: NodeContext) -> bool:
@@ -193,7 +162,7 @@ def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
             continue
         if not pod.deleting and (pod.fabric is None or not member):
             out.delete_pod(pod)
-    # Under taintEffect NoExecute: the drain through the Eviction API (core/drain.py),
+    # Under taintEffect NoExecute: the drain through the Eviction API (core/phases/drain.py),
     # once the node carries the quarantine taint (status, node patch, then the drain).
     new, drain = drain_status(ctx, out, ctx.with_applied_keys(st))
     out.write_status(st, new)
@@ -201,59 +170,3 @@ def _keep(ctx: NodeContext, out: PlanBuilder) -> Plan:
     if drain is not None:
         out.actions.append(drain)
     return out.build("decided")
-
-
-def new_round(
-    ctx: NodeContext,
-    out: PlanBuilder,
-    *,
-    reason: str,
-    message: str,
-    reverify: ReverifyStatus | None = None,
-) -> Plan:
-    """Start over: Pending, attempts reset, the old round's evidence dropped. A node
-    in service goes out of service for it only as the limit allows. A re-verification
-    (``reverify``: its round) keeps the evidence it was accepted on until its own
-    verdict replaces it (it may give up and go back to service on it), and is never
-    deferred: the caller asked the limit already, under its lock."""
-    st = ctx.status
-    taking_out = in_service(st)
-    if taking_out and reverify is None:
-        out.needs_limit_lock = True  # takes (or is refused) a slot: one worker at a time
-        decision = take_out_now(ctx)
-        if not decision.allowed:
-            return _deferred_round(ctx, out, message, decision.why)
-    evidence: dict[str, object] = {
-        "report": None,  # the old round's evidence is not this round's
-        "probed_sections": None,
-        "fabric": None,  # nor its fabric pairs and verdict
-        # a re-verification under way ends: this round is another's
-        "reverify": st.reverify.model_copy(update={"round": None}) if st.reverify else None,
-    }
-    new = ctx.stamped(
-        st,
-        phase=Phase.PENDING,
-        reason=reason,
-        message=cut(message, 1000),
-        attempts=0,
-        held_action=None,
-        rejudged=False,
-        next_attempt_time=None,
-        probe_pod=None,
-        probe_started_time=None,
-        # asked for by a person: the annotation goes when this round starts, and a
-        # cordoned node is still probed for it (pending._waits_before_probing)
-        reprobe_requested=REPROBE_ANNOTATION in ctx.node.annotations
-        and ctx.spec.reprobe.on_annotation,
-        **(evidence if reverify is None else {"reverify": reverify}),
-        # Out of service because of gpuaccept from now until decided, unless it was
-        # a new node that never was in service.
-        was_in_service=st.was_in_service or st.phase in DECIDED or taking_out,
-        taken_out_time=ctx.obs.now if taking_out else st.taken_out_time,
-    )
-    new = ctx.with_applied_keys(new)
-    out.write_status(st, new)
-    out.event(ACCEPTANCE_KIND, "Normal", "Reprobe", message)
-    out.ensure_node(ctx, new)
-    out.wake_in(1)
-    return out.build(f"new round: {reason}")

@@ -20,14 +20,14 @@ from gpuaccept.operator.core.nodecontext import (
     cut,
 )
 from gpuaccept.operator.core.nodestate import REASON_GPUS_UNHEALTHY
-from gpuaccept.operator.core.podspec import ProbeAttempt, probe_pod_manifest, probe_pod_name
-from gpuaccept.operator.core.waiting import (
+from gpuaccept.operator.core.phases.waiting import (
     REASON_CORDONED,
     REASON_UNTOLERATED_TAINT,
     WAIT_REASONS,
     blocked,
     untolerated_taint,
 )
+from gpuaccept.operator.core.podspec import ProbeAttempt, probe_pod_manifest, probe_pod_name
 
 # Phase Stalled: the node advertised no GPUs within the policy's waitForGPUs deadline.
 REASON_NO_GPUS = "NoGPUsAdvertised"

@@ -30,7 +30,7 @@ from gpuaccept.operator.health import serve_health
 from gpuaccept.operator.kube import Kube
 from gpuaccept.operator.leader import LOCK_NAMESPACE, LeaseSettings
 from gpuaccept.operator.options import (
-    UsageError,
+    OptionError,
     base_node_selector,
     check_ranges,
     fabric_pods,
@@ -43,7 +43,7 @@ from gpuaccept.operator.options import (
     probe_tolerations,
 )
 
-__all__ = ["EXIT_USAGE", "UsageError", "main", "parser", "probe_resources", "probe_tolerations"]
+__all__ = ["EXIT_USAGE", "OptionError", "main", "parser", "probe_resources", "probe_tolerations"]
 
 EXIT_USAGE = 2
 
@@ -141,7 +141,7 @@ def main(argv: Sequence[str]) -> int:
         base_selector = base_node_selector(
             args.node_selector, allow_control_plane=args.allow_control_plane_nodes
         )
-    except UsageError as error:
+    except OptionError as error:
         sys.stderr.write(f"gpuaccept operator: {' '.join(str(error).split())}\n")
         return EXIT_USAGE
     _setup_logging(args.log_format, args.log_level)

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from gpuaccept.checks import driver_libraries
 from gpuaccept.contracts.api import GPU_RESOURCE
 from gpuaccept.operator.core.model import PodView
-from gpuaccept.operator.core.waiting import (
+from gpuaccept.operator.core.phases.waiting import (
     REASON_EVICTED,
     REASON_IMAGE_UNAVAILABLE,
     REASON_NODE_AFFINITY,

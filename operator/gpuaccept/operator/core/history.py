@@ -1,23 +1,14 @@
-"""A re-verification round of an accepted node, and the node's own history in its
-verdict (pure).
+"""A node's own history in its verdict (pure): the verdict history below
+:mod:`.record`, which records it.
 
-* :func:`plan_reverify` (an accepted node, from ``core/decided.py``): a fresh list
-  of the node's pods (the re-verification loop's, ``NodeSnapshot.gpu_pod_sample``)
-  is recorded; when it completes an idle window, a round starts under the pending
-  taint if the limit and the rate allow (``take_out_now``, under the policy's lock),
-  a suspect's with only the checks its suspicion names.
-* :func:`give_up`: the probe of a re-verification cannot run for a reason that is
-  not the node's (GPU pods came first, an image, a refused pod): the node goes
-  back to service as it was accepted, its old evidence intact. Never a verdict.
-* :func:`targeted` (from ``core/reconcile.py``): while a suspect round runs, the
-  node's policy with only those checks enabled, so that the probe pod measures
-  them and the verdict judges them (a targeted probe that passes keeps the
-  evidence the node was accepted on: :func:`keeps_evidence`).
 * :func:`against_history` (from ``core/record.py`` ``judged``): a verdict that
   would accept is held to the node's baseline (``reverify.drift``: a figure too
   far below it fails, ``BaselineDriftFailed``) and to its quarantines
-  (``repeatOffenders``: ``RepeatedQuarantine``). :func:`history_fields` records
-  the baseline, the drift, the quarantines and the end of the round.
+  (``repeatOffenders``: ``RepeatedQuarantine``).
+* :func:`history_fields` records the baseline, the drift, the quarantines and the
+  end of a re-verification round; :func:`history_events` its Warning Event.
+* :func:`reverifying` and :func:`keeps_evidence`: the round under way, and whether a
+  targeted round that passed keeps the evidence the node was accepted on.
 """
 
 from __future__ import annotations
@@ -38,8 +29,7 @@ from gpuaccept.contracts.reverify import (
     ReverifyRound,
     ReverifyStatus,
 )
-from gpuaccept.operator.core.model import Plan
-from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
+from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
 from gpuaccept.operator.core.offenders import (
     REASON_REPEATED_QUARANTINE,
     REPEAT_CHECK,
@@ -47,22 +37,9 @@ from gpuaccept.operator.core.offenders import (
     repeat_offence,
     with_quarantine,
 )
-from gpuaccept.operator.core.reverify_schedule import (
-    CAUSE_IDLE,
-    CAUSE_SUSPECT,
-    after_sample,
-    candidate,
-    due_at,
-    fresh,
-    open_suspicion,
-    reverifiable,
-    targeted_checks,
-)
 
-REASON_REVERIFY = "Reverify"
 REASON_DRIFT = "BaselineDriftFailed"
 EVENT_DRIFT = "BaselineDrift"
-EVENT_GAVE_UP = "ReverifyGaveUp"
 
 
 def reverifying(st: NodeAcceptanceStatus) -> ReverifyRound | None:
@@ -70,126 +47,11 @@ def reverifying(st: NodeAcceptanceStatus) -> ReverifyRound | None:
     return st.reverify.round if st.reverify is not None else None
 
 
-def _round(ctx: NodeContext) -> ReverifyRound:
-    """The round an idle window starts now: a suspect's (its checks and GPUs) or a
-    periodic one."""
-    spec, now = ctx.spec, ctx.obs.now
-    suspicion = open_suspicion(ctx.status.reverify, spec.reverify)
-    if suspicion is None:
-        return ReverifyRound(cause=CAUSE_IDLE, started=now)
-    enabled = [name for name in type(spec.probe).model_fields if _enabled(ctx, name)]
-    return ReverifyRound(
-        cause=CAUSE_SUSPECT,
-        started=now,
-        checks=targeted_checks(suspicion, enabled),
-        gpus=suspicion.gpus,
-        suspicion=suspicion.cause,
-    )
-
-
-def _enabled(ctx: NodeContext, check: str) -> bool:
-    switch = ctx.spec.probe.switch(check)
-    return switch is not None and switch.enabled
-
-
-def plan_reverify(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
-    """An accepted node's fresh list of its pods, recorded; the round started when
-    it completes an idle window and the limit allows. None: nothing to do here."""
-    from gpuaccept.operator.core.decided import new_round  # noqa: PLC0415 (a cycle)
-    from gpuaccept.operator.core.record import take_out_now  # noqa: PLC0415
-
-    st, spec, sample = ctx.status, ctx.spec, ctx.obs.gpu_pod_sample
-    if sample is None or not reverifiable(st, spec) or not fresh(sample, st.reverify):
-        return None
-    due = due_at(candidate(ctx.node.name, st, spec.reverify), spec.reverify)
-    if due is not None and due > sample.at:  # a list the loop made for another reason
-        return None
-    outcome = after_sample(st.reverify, sample, spec.reverify)
-    if outcome.start and not ctx.node.unschedulable:
-        out.needs_limit_lock = True  # takes (or is refused) a slot: one worker at a time
-        if take_out_now(ctx).allowed:
-            started = outcome.status.model_copy(update={"round": _round(ctx)})
-            why = started.round
-            assert why is not None
-            message = f"re-verification ({why.cause}): idle since {started.idle_since}"
-            if why.suspicion:
-                message += f"; suspected: {why.suspicion}"
-            return new_round(ctx, out, reason=REASON_REVERIFY, message=message, reverify=started)
-    new = st.model_copy(update={"reverify": outcome.status})
-    out.write_status(st, new)
-    out.ensure_node(ctx, st)
-    return out.build("re-verification: idle sample recorded")
-
-
-def give_up(ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str) -> Plan:
-    """Back to service as accepted: the re-verification could not run (``reason``,
-    not the node's fault); it is tried again in a later idle window."""
-    st, now = ctx.status, ctx.obs.now
-    rv = st.reverify or ReverifyStatus()
-    ended = (
-        rv.round.model_copy(
-            update={
-                "outcome": "GaveUp",
-                "finished": now,
-                "message": cut(f"{reason}: {message}", 512),
-            }
-        )
-        if rv.round is not None
-        else None
-    )
-    back = ctx.stamped(
-        st,
-        phase=Phase.ACCEPTED,
-        reason=None,
-        message=cut(f"re-verification gave up ({reason}): {message}", 1000),
-        attempts=0,
-        next_attempt_time=None,
-        probe_pod=None,
-        probe_started_time=None,
-        blocked_since=None,
-        was_in_service=False,
-        reverify=rv.model_copy(update={"round": None, "last": ended, "idle_since": None}),
-    )
-    back = ctx.with_applied_keys(back)
-    out.write_status(st, back)
-    out.event(ACCEPTANCE_KIND, "Normal", EVENT_GAVE_UP, back.message or "")
-    out.ensure_node(ctx, back)
-    for pod in ctx.obs.pods:
-        if not pod.deleting:
-            out.delete_pod(pod)
-    return out.build(f"re-verification gave up: {reason}")
-
-
-def targeted(ctx: NodeContext) -> NodeContext:
-    """During a suspect round, the node's context under its policy with only the
-    round's checks enabled (and no fabric test); else ``ctx`` as it is."""
-    st = ctx.status
-    round_ = reverifying(st)
-    if round_ is None or not round_.checks or st.phase not in (Phase.PENDING, Phase.PROBING):
-        return ctx
-    probe = ctx.spec.probe
-    update = {
-        name: switch.model_copy(update={"enabled": name in round_.checks})
-        for name in type(probe).model_fields
-        if (switch := probe.switch(name)) is not None
-    }
-    spec = ctx.spec.model_copy(
-        update={
-            "probe": probe.model_copy(update=update),
-            "fabric": ctx.spec.fabric.model_copy(update={"enabled": False}),
-        }
-    )
-    return replace(ctx, spec=spec)
-
-
 def keeps_evidence(st: NodeAcceptanceStatus, accepted: bool) -> bool:
     """A targeted round that passed: the node keeps the full evidence it was accepted
     on (the targeted report covers only its checks)."""
     round_ = reverifying(st)
     return accepted and round_ is not None and bool(round_.checks)
-
-
-# ---------------------------------------------------------------- history in a verdict
 
 
 def _comparable(baseline: Baseline | None, report: ProbeReport) -> bool:

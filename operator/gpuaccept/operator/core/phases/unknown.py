@@ -24,10 +24,10 @@ A person's release request and the node's opt-out annotation still apply first.
 from __future__ import annotations
 
 from gpuaccept.contracts.api import OPT_OUT_ANNOTATION
-from gpuaccept.operator.core.decided import new_round
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
-from gpuaccept.operator.core.release import plan_release, unapplied_release
+from gpuaccept.operator.core.phases.released import plan_release, unapplied_release
+from gpuaccept.operator.core.transitions import new_round
 
 REASON_UNKNOWN_PHASE = "UnknownPhase"
 

@@ -25,18 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuaccept.contracts.api import (
-    ACCEPTANCE_KIND,
     RELEASE_AT_ANNOTATION,
     RELEASE_BY_ANNOTATION,
     RELEASE_REASON_ANNOTATION,
     REPROBE_ANNOTATION,
 )
-from gpuaccept.contracts.nodeacceptance import Phase, ReleaseRecord
-from gpuaccept.operator.core.decided import new_round
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
-
-REASON_RELEASED = "Released"
+from gpuaccept.operator.core.transitions import new_round, released
 
 
 @dataclass(frozen=True)
@@ -70,40 +66,7 @@ def unapplied_release(ctx: NodeContext) -> ReleaseRequest | None:
 
 def plan_release(ctx: NodeContext, out: PlanBuilder, request: ReleaseRequest) -> Plan:
     """Apply ``request``: phase Released, the node's owned taints and labels off."""
-    st, now = ctx.status, ctx.obs.now
-    why = f": {request.reason}" if request.reason else ""
-    was = f"{st.phase.value}" + (f" ({st.reason})" if st.reason else "")
-    message = cut(f"released by {request.by} (asked at {request.at}), was {was}{why}", 1000)
-    record = ReleaseRecord(
-        by=request.by,
-        requested_at=request.at,
-        reason=request.reason,
-        released_time=now,
-        from_phase=st.phase,
-        from_reason=st.reason,
-    )
-    update: dict[str, object] = {
-        "phase": Phase.RELEASED,
-        "reason": REASON_RELEASED,
-        "message": message,
-        "held_action": None,
-        "probe_pod": None,
-        "probe_started_time": None,
-        "next_attempt_time": None,
-        "was_in_service": False,
-        "release": record,
-    }
-    if st.phase == Phase.PROBING:  # the attempt is abandoned, and given back
-        update["attempts"] = max(st.attempts - 1, 0)
-    new = ctx.with_applied_keys(ctx.stamped(st, **update))
-    out.write_status(st, new)
-    out.event("Node", "Normal", REASON_RELEASED, message)
-    out.event(ACCEPTANCE_KIND, "Normal", REASON_RELEASED, message)
-    for pod in ctx.obs.pods:
-        if not pod.deleting:
-            out.delete_pod(pod)
-    out.ensure_node(ctx, new)
-    return out.build(f"released by {request.by}")
+    return released(ctx, out, by=request.by, at=request.at, reason=request.reason)
 
 
 def plan_released(ctx: NodeContext, out: PlanBuilder) -> Plan:

@@ -3,6 +3,10 @@
 ``gpuaccept probe`` runs the node agent; ``gpuaccept operator`` runs the
 Kubernetes operator. Each subcommand imports only its own component, so the
 operator never loads torch or NVML and the probe never loads kopf.
+
+A package (``python -m gpuaccept.cli`` runs ``__main__``) so that import-linter
+can place it: it sits above the probe and the operator (``.importlinter``), and
+nothing imports it.
 """
 
 import sys
@@ -48,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return probe_main(rest)
     if command == "operator":
-        from gpuaccept.operator.cli import main as operator_main  # noqa: PLC0415 (lazy: one component only)
+        from gpuaccept.operator.command import main as operator_main  # noqa: PLC0415 (lazy: one component only)
 
         return operator_main(rest)
     if command == "cleanup":
@@ -78,7 +82,3 @@ def _generate(command: str, rest: list[str]) -> int:
         )
         return EXIT_USAGE
     return generate(rest)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
