@@ -46,7 +46,6 @@ REASONS = (
 REPORTED = frozenset(REASONS[:10])
 
 
-
 @dataclass(frozen=True)
 class NodeSignals:
     """What the Node object says about its GPUs' health now."""
