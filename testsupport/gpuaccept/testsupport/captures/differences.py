@@ -40,7 +40,9 @@ DIFFERENCES: dict[str, tuple[str, str, str]] = {
     "gpud-h100-ib-two-ports-down": (
         "infiniband_ports",
         "fail, but for 38.C1's firmware grouping, not for the two down ports",
-        "as gpud-h100-ib-three-ports-down",
+        "every port is Ethernet (RoCE); the down ports are two ConnectX-7 ports (mlx5_5, "
+        "mlx5_11), phys state Disabled, which the judge does not count as down on a live "
+        "board (administratively disabled), whatever the board_id",
     ),
     "azhpc-diagnostics-73-v100-sxm2-nvlink-inactive": (
         "nvlink",
