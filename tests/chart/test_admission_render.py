@@ -23,6 +23,8 @@ POLICIES = (
     "node-writes",
     "operator-identity",
     "release-requester",
+    "operator-credential",
+    "no-exec",
 )
 
 
@@ -115,6 +117,8 @@ def test_node_writes_are_scoped_by_the_watch_selector() -> None:
         values = {} if selector is None else {"operator.watchNodeSelector": selector}
         if control_plane:
             values["operator.allowControlPlaneNodes"] = "true"
+            if selector == "":  # every node judged: rendered only when the user says so
+                values["operator.runOnJudgedNodes"] = "true"
         docs = render_chart(namespace=NAMESPACE, set_values=values)
         (policy,) = [
             d
