@@ -1386,3 +1386,60 @@ def test_only_the_named_controllers_write_probe_pod_status(  # noqa: PLR0913, PL
         _delete_pod(admin, name)
         body = json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
         control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
+
+
+def test_an_edit_holder_cannot_release_a_node(  # noqa: PLR0913, PLR0917
+    control_plane: ControlPlane,
+    admin: k8s.ApiClient,
+    identity: OperatorIdentity,  # the chart's ClusterRoles applied
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+    node: str,
+) -> None:
+    """Issue 42 item 6: with a cluster-wide ``edit`` binding a user released a
+    quarantined node (and one never probed). ``edit`` is what aggregates into it: the
+    built-in rules and the chart's ``-edit`` role (no aggregation controller runs here,
+    so both are bound as it would combine them). The release is the chart's own
+    ``-release`` ClusterRole, bound by name."""
+    roles = {o["metadata"]["name"] for o in rendered if o["kind"] == "ClusterRole"}
+    fullname = _deployment(rendered)["metadata"]["name"]
+    assert {f"{fullname}-edit", f"{fullname}-release"} <= roles
+    people = {"editor@example.com": [EDIT_RULES, f"{fullname}-edit"],
+              "releaser@example.com": [f"{fullname}-release"]}  # fmt: skip
+    rbac = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"{RELEASE}-{user.split('@')[0]}-{role.split(':')[-1]}"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": role},
+         "subjects": [{"kind": "User", "name": user}]}
+        for user, bound in people.items()
+        for role in bound
+    ]  # fmt: skip
+    apply_manifests(control_plane, rbac)
+    custom = k8s.CustomObjectsApi(admin)
+    _na(custom, node)
+    admission.install()  # rule 6: the request names its requester
+
+    def release(user: str) -> Callable[[], object]:
+        at = "2026-12-05T10:00:00Z"
+        annotations = {"gpuaccept.io/release-by": user, "gpuaccept.io/release-at": at}
+        body = {"metadata": {"annotations": annotations}}
+
+        def call() -> object:
+            with control_plane.api_client(impersonate_user=user) as api:
+                return k8s.CustomObjectsApi(api).patch_cluster_custom_object(
+                    GROUP, VERSION, ACCEPTANCE_PLURAL, node, body, dry_run=DRY_RUN
+                )
+
+        return call
+
+    try:
+        refused = _refusal(release("editor@example.com"))
+        assert refused is not None
+        assert refused.status == 403
+        assert "cannot patch resource" in str(refused.body)
+        eventually_admitted(release("releaser@example.com"))
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, node)
+        body = json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
+        control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
