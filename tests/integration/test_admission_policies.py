@@ -1443,3 +1443,39 @@ def test_an_edit_holder_cannot_release_a_node(  # noqa: PLR0913, PLR0917
         custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, node)
         body = json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
         control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
+
+
+def test_pinned_pods_are_refused_when_the_platform_team_asks(
+    control_plane: ControlPlane,
+    intruder: k8s.ApiClient,
+    operator_api: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    node: str,
+) -> None:
+    """Issue 42 item 7: a tenant pod that names its node (spec.nodeName) skips the
+    scheduler and the NoSchedule pending taint, runs on an unprobed node and keeps it
+    NodeBusy. ``admission.refusePinnedPods`` refuses it; the operator's probe pod
+    (pinned by design) is still admitted, and an unpinned tenant pod too."""
+    release = ChartRelease(
+        RELEASE, NAMESPACE, set_values={**VALUES, "admission.refusePinnedPods": "true"}
+    )
+    objects = [
+        o
+        for o in release.render()
+        if o["kind"] in ADMISSION_KINDS and o["metadata"]["name"].endswith("-pinned-pods")
+    ]
+    assert len(objects) == 2  # the policy and its binding
+    tenant = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tenant-pinned"},
+              "spec": {"nodeName": node, "serviceAccountName": INTRUDER,
+                       "containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
+    unpinned = _variant(tenant, lambda p: p["spec"].pop("nodeName"))
+    probe = _probe_pod(rendered, node, serial=21)
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    try:
+        eventually_admitted(_create(intruder, tenant))
+        apply_manifests(control_plane, objects)
+        eventually_refused(_create(intruder, tenant), "a pod names its node (spec.nodeName)")
+        admitted(_create(intruder, unpinned))
+        admitted(_create(operator_api, probe))
+    finally:
+        control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
