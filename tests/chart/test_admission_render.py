@@ -23,6 +23,8 @@ POLICIES = (
     "node-writes",
     "operator-identity",
     "release-requester",
+    "operator-credential",
+    "no-exec",
 )
 
 
@@ -110,11 +112,22 @@ NO_CONTROL_PLANE = (
 )
 
 
+def test_pinned_pods_are_refused_only_when_asked() -> None:
+    def names(values: dict[str, str]) -> set[str]:
+        docs = render_chart(namespace=NAMESPACE, set_values=values)
+        return {d["metadata"]["name"] for d in _admission(docs)}
+
+    assert "gpuaccept-pinned-pods" not in names({})
+    assert {"gpuaccept-pinned-pods"} == names({"admission.refusePinnedPods": "true"}) - names({})
+
+
 def test_node_writes_are_scoped_by_the_watch_selector() -> None:
     def scope(selector: str | None, *, control_plane: bool = False) -> str:
         values = {} if selector is None else {"operator.watchNodeSelector": selector}
         if control_plane:
             values["operator.allowControlPlaneNodes"] = "true"
+            if selector == "":  # every node judged: rendered only when the user says so
+                values["operator.runOnJudgedNodes"] = "true"
         docs = render_chart(namespace=NAMESPACE, set_values=values)
         (policy,) = [
             d

@@ -481,8 +481,22 @@ def test_aggregated_view_and_edit_roles(tmp_path: Path) -> None:
     ]
     for rule in edit["rules"]:
         assert not any(r.endswith("/status") for r in rule["resources"])  # status is the operator's
+        # a release is admission by hand: not in edit (issue 42 item 6)
+        assert "nodeacceptances" not in rule["resources"]
+    release = roles["gpuaccept-release"]
+    assert not any("aggregate" in key for key in release["metadata"]["labels"])
+    assert release["rules"] == [
+        {
+            "apiGroups": ["gpuaccept.io"],
+            "resources": ["nodeacceptances"],
+            "verbs": ["get", "list", "watch", "update", "patch"],
+        }
+    ]
     off = render({"rbac": {"aggregateToDefaultRoles": False}}, tmp_path)
-    assert {d["metadata"]["name"] for d in kinds(off, "ClusterRole")} == {"gpuaccept"}
+    assert {d["metadata"]["name"] for d in kinds(off, "ClusterRole")} == {
+        "gpuaccept",
+        "gpuaccept-release",
+    }
 
 
 def test_namespace_override_moves_every_namespaced_object(tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ import pytest
 from judge_table import Case, assert_row, ids, judge_json
 from pydantic import JsonValue
 
+from gpuaccept.checks.claims import claims_problem
 from gpuaccept.checks.gpu_count import SPEC as GPU_COUNT
+from gpuaccept.checks.gpu_count import GpuCountObserved, claims
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -100,3 +102,18 @@ CASES = [
 def test_table(case: Case) -> None:
     """The table: observed, the policy section, the expected status and message."""
     assert_row(GPU_COUNT, case)
+
+
+def test_a_report_of_no_gpu_on_the_pci_bus_beside_visible_gpus_is_refused() -> None:
+    """Issue 42 item 10 (found by fuzzing reports): ``pciDevices: 0`` beside 8 GPUs
+    that NVML sees was accepted. The probe never writes 0 (it omits the field when the
+    bus shows no NVIDIA GPU), so the report is inconsistent."""
+    summary = HardwareSummary(gpu_count=8)
+    forged = GpuCountObserved(visible=8, allocatable=8, capacity=8, pci_devices=0)
+    assert claims_problem("gpu_count", claims(forged, summary), 8) == (
+        "gpu_count.visible = 8 is beyond what the hardware can give (0 to 0)"
+    )
+    unread = GpuCountObserved(visible=8, allocatable=8, capacity=8)
+    assert claims_problem("gpu_count", claims(unread, summary), 8) is None
+    read = GpuCountObserved(visible=8, allocatable=8, capacity=8, pci_devices=8)
+    assert claims_problem("gpu_count", claims(read, summary), 8) is None

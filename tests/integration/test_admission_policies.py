@@ -11,11 +11,13 @@ verbs an attacker would need, and the admin (``system:masters``, exempt).
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,9 +52,11 @@ from gpuaccept.testsupport.chart_rbac import (
     apply_manifests,
     operator_config,
     remove_chart_rbac,
+    write_token_kubeconfig,
 )
 from gpuaccept.testsupport.controlplane import ControlPlane
 from gpuaccept.testsupport.kubelet_standin import KubeletStandIn
+from gpuaccept.testsupport.legacy_token import sign_legacy_token
 from gpuaccept.testsupport.standin_behaviours import Hang
 from gpuaccept.testsupport.standin_nodes import SimNode
 
@@ -156,7 +160,7 @@ class Admission:
     def __init__(self, cp: ControlPlane, rendered: list[dict[str, Any]]) -> None:
         self.cp = cp
         self.objects = [obj for obj in rendered if obj.get("kind") in ADMISSION_KINDS]
-        assert len(self.objects) == 12, [o["metadata"]["name"] for o in self.objects]
+        assert len(self.objects) == 16, [o["metadata"]["name"] for o in self.objects]
         self.applied = False
 
     def install(self) -> None:
@@ -185,12 +189,17 @@ def _refusal(call: Callable[[], object]) -> ApiException | None:
     return None
 
 
-def eventually_refused(call: Callable[[], object], message: str) -> ApiException:
-    """``call`` (a dry run) refused with ``message``, once the policies are loaded."""
+def eventually_refused(call: Callable[[], object], message: str, *also: str) -> ApiException:
+    """``call`` (a dry run) refused with ``message`` (or one of ``also``: where several
+    rules refuse it, the API server names one of them), once the policies are loaded."""
     deadline = time.monotonic() + SETTLE_S
     while True:
         error = _refusal(call)
-        if error is not None and error.status in (403, 422) and message in str(error.body):
+        if (
+            error is not None
+            and error.status in (403, 422)
+            and any(m in str(error.body) for m in (message, *also))
+        ):
             return error
         if time.monotonic() > deadline:
             raise AssertionError(f"not refused with {message!r}: {error and error.body}")
@@ -605,6 +614,48 @@ def _any_gpu_node_or_else(pod: dict[str, Any]) -> None:
     terms.append({"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]})
 
 
+def _exec_hook(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["lifecycle"] = {
+        "postStart": {"exec": {"command": ["sh", "-c", "id"]}}
+    }
+
+
+def _exec_probe(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["livenessProbe"] = {"exec": {"command": ["sh", "-c", "id"]}}
+
+
+def _node_critical(pod: dict[str, Any]) -> None:
+    pod["spec"]["priorityClassName"] = "system-node-critical"
+
+
+def _preload(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["env"].append({"name": "LD_PRELOAD", "value": "/dev/shm/x.so"})
+
+
+def _simulated(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["env"].append({"name": "GPUACCEPT_PROFILE", "value": "h100"})
+
+
+def _env_twice(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["env"].append({"name": "GPUACCEPT_EXPECTED_GPUS", "value": "0"})
+
+
+def _env_from(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "anything"}}]
+
+
+def _extra_arg(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["command"] += ["--profile", "h100"]
+
+
+def _unconfined_pod(pod: dict[str, Any]) -> None:
+    pod["spec"]["securityContext"] = {"seccompProfile": {"type": "Unconfined"}}
+
+
+def _unconfined_container(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+
+
 SHAPE_ATTACKS: list[tuple[Callable[[dict[str, Any]], None], str]] = [
     (_privileged, "a probe pod's container is unprivileged"),
     (_host_path, "emptyDir volumes only"),
@@ -619,6 +670,17 @@ SHAPE_ATTACKS: list[tuple[Callable[[dict[str, Any]], None], str]] = [
     (_no_node_affinity, "requires exactly the operator's reach as its node affinity"),
     (_control_plane_allowed, "requires exactly the operator's reach as its node affinity"),
     (_any_gpu_node_or_else, "requires exactly the operator's reach as its node affinity"),
+    # issue 42 item 8: what rule 3 admitted before
+    (_exec_hook, "no lifecycle hook"),
+    (_exec_probe, "no lifecycle hook"),
+    (_node_critical, "priority class probe.priorityClassName"),
+    (_preload, "environment is the operator's"),
+    (_simulated, "environment is the operator's"),
+    (_env_twice, "environment is the operator's"),
+    (_env_from, "environment is the operator's"),
+    (_extra_arg, "passes only the flags the operator passes"),
+    (_unconfined_pod, "not Unconfined by seccomp"),
+    (_unconfined_container, "not Unconfined by seccomp"),
 ]
 
 
@@ -766,6 +828,14 @@ def test_operator_node_writes_are_limited_to_its_own_keys(
         ("status", {"status": {"conditions": [ready]}}, "writes only its own node conditions"),
         ("status", {"status": {"allocatable": {"nvidia.com/gpu": "4"}}},
          "writes only its own node conditions"),
+        # issue 42 item 8: an owned NoExecute taint (evicts every pod, budgets ignored),
+        # the kubelet's endpoint (where the API server reaches the node's kubelet)
+        ("node", {"spec": {"taints": [
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+            {"key": "gpuaccept.io/quarantined", "value": "x", "effect": "NoExecute"}]}},
+         "adds no NoExecute taint"),
+        ("status", {"status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 10999}}}},
+         "writes only its own node conditions"),
     ]  # fmt: skip
 
     def write(kind: str, body: dict[str, Any]) -> Callable[[], object]:
@@ -891,8 +961,527 @@ def test_nobody_else_borrows_the_operator_identity(
         eventually_refused(attack, message)
     replicaset = "system:serviceaccount:kube-system:replicaset-controller"
     with control_plane.api_client(impersonate_user=replicaset) as controller:
+        # the Deployment's own pod (another image is refused to the controller too:
+        # test_a_replicaset_of_the_editor_cannot_run_as_the_operator)
+        rendered = _release().render()
+        own = _deployment_pod(rendered, f"{_deployment(rendered)['metadata']['name']}-6b7c8d9f5")
         admitted(
-            lambda: k8s.CoreV1Api(controller).create_namespaced_pod(
-                NAMESPACE, borrower, dry_run=DRY_RUN
-            )
+            lambda: k8s.CoreV1Api(controller).create_namespaced_pod(NAMESPACE, own, dry_run=DRY_RUN)
         )
+
+
+# --------------------------------------------------------------------------- issue 42: trust routes
+
+EDITOR = "editor"
+CNI = "system:serviceaccount:kube-system:calico-node"  # a CNI's token sits on every node
+EDIT_RULES = "system:aggregate-to-edit"  # the built-in edit role's rules (kube-apiserver bootstrap)
+
+
+@pytest.fixture(scope="module")
+def editor(control_plane: ControlPlane, identity: OperatorIdentity) -> Iterator[k8s.ApiClient]:
+    """A namespace editor: a ServiceAccount of the release namespace holding, there, the
+    rules of Kubernetes' built-in ``edit`` role (``system:aggregate-to-edit`` and
+    ``system:aggregate-to-view``, which it aggregates: no aggregation controller runs on
+    this control plane, so ``edit`` itself is empty here), authenticated by its own
+    bound token (no impersonation by the admin: it must be able to impersonate on its
+    own)."""
+    rbac = [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": EDITOR, "namespace": NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "editor", "namespace": NAMESPACE},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": EDIT_RULES},
+         "subjects": [{"kind": "ServiceAccount", "name": EDITOR, "namespace": NAMESPACE}]},
+        # edit aggregates view (its reads)
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "editor-view", "namespace": NAMESPACE},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "system:aggregate-to-view"},
+         "subjects": [{"kind": "ServiceAccount", "name": EDITOR, "namespace": NAMESPACE}]},
+        # what `kubectl debug` needs (not in edit; some clusters grant it)
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "editor-debug", "namespace": NAMESPACE},
+         "rules": [{"apiGroups": [""], "resources": ["pods/ephemeralcontainers"],
+                    "verbs": ["patch", "update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "editor-debug", "namespace": NAMESPACE},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "editor-debug"},
+         "subjects": [{"kind": "ServiceAccount", "name": EDITOR, "namespace": NAMESPACE}]},
+    ]  # fmt: skip
+    apply_manifests(control_plane, rbac)
+    token = control_plane.service_account_token(NAMESPACE, EDITOR)
+    with control_plane.api_client(token=token) as api:
+        yield api
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
+    control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
+
+
+def _as_operator_by_impersonation(
+    control_plane: ControlPlane, editor: k8s.ApiClient, identity: OperatorIdentity
+) -> k8s.ApiClient:
+    """The editor's own token, impersonating the operator's ServiceAccount (``edit``
+    grants ``impersonate`` on ServiceAccounts in its namespace)."""
+    token = editor.configuration.api_key["BearerToken"]
+    return control_plane.api_client(token=token, impersonate_user=identity.username)
+
+
+def _na(custom: k8s.CustomObjectsApi, node: str) -> None:
+    custom.create_cluster_custom_object(
+        GROUP, VERSION, ACCEPTANCE_PLURAL,
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeAcceptance",
+         "metadata": {"name": node}, "spec": {"nodeName": node}},
+    )  # fmt: skip
+
+
+def test_an_editor_impersonating_the_operator_is_refused(  # noqa: PLR0913, PLR0917
+    control_plane: ControlPlane,
+    admin: k8s.ApiClient,
+    editor: k8s.ApiClient,
+    identity: OperatorIdentity,
+    operator_api: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+    node: str,
+) -> None:
+    """Issue 42 item 1: a namespace editor impersonates the operator's ServiceAccount
+    and marks a node's NodeAcceptance Accepted, or takes a node's taint off. The rules
+    ask for the operator's own bound token (its credential-id); impersonation carries
+    none. The operator's real token is still admitted."""
+    custom = k8s.CustomObjectsApi(admin)
+    _na(custom, node)
+    accepted = {"status": {"phase": "Accepted", "policy": "default"}}
+    probe = _probe_pod(rendered, node, serial=3)
+    with _as_operator_by_impersonation(control_plane, editor, identity) as borrowed:
+        as_borrowed = k8s.CustomObjectsApi(borrowed)
+        attacks: list[Callable[[], object]] = [
+            lambda: as_borrowed.patch_cluster_custom_object_status(
+                GROUP, VERSION, ACCEPTANCE_PLURAL, node, accepted, dry_run=DRY_RUN
+            ),
+            lambda: k8s.CoreV1Api(borrowed).patch_node(
+                node, {"metadata": {"labels": {"gpuaccept.io/acceptance": "accepted"}}},
+                dry_run=DRY_RUN,
+            ),
+            lambda: k8s.CoreV1Api(borrowed).create_namespaced_pod(
+                NAMESPACE, probe, dry_run=DRY_RUN
+            ),
+        ]  # fmt: skip
+        try:
+            for attack in attacks:
+                eventually_admitted(attack)
+            admission.install()
+            for attack in attacks:
+                # rule 7 (or 1, 3, 4), or for the pod rule 2, which also asks for the token
+                error = eventually_refused(attack, "own bound", "only the gpuaccept operator (")
+                assert error.status == 403
+            admitted(
+                lambda: k8s.CustomObjectsApi(operator_api).patch_cluster_custom_object_status(
+                    GROUP, VERSION, ACCEPTANCE_PLURAL, node, accepted, dry_run=DRY_RUN
+                )
+            )
+        finally:
+            custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, node)
+
+
+def test_a_legacy_token_of_the_operator_is_refused(  # noqa: PLR0913, PLR0917
+    control_plane: ControlPlane,
+    admin: k8s.ApiClient,
+    editor: k8s.ApiClient,
+    identity: OperatorIdentity,
+    admission: Admission,
+    node: str,
+) -> None:
+    """Issue 42 item 1: the editor creates a ``kubernetes.io/service-account-token``
+    Secret for the operator's ServiceAccount, which the tokens controller fills in
+    (signed here as it signs it: no controller-manager runs on this control plane),
+    and uses that token. The rules refuse the Secret, and the token's writes (a
+    legacy token has no credential-id)."""
+    core = k8s.CoreV1Api(admin)
+    account = core.read_namespaced_service_account(identity.service_account, NAMESPACE)
+    secret_name = f"legacy-{uuid.uuid4().hex[:6]}"
+    secret = {
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": secret_name,
+                     "annotations": {"kubernetes.io/service-account.name":
+                                     identity.service_account}},
+    }  # fmt: skip
+    as_editor = k8s.CoreV1Api(editor)
+    custom = k8s.CustomObjectsApi(admin)
+    _na(custom, node)
+    try:
+        eventually_admitted(lambda: as_editor.create_namespaced_secret(NAMESPACE, secret))
+        token = sign_legacy_token(
+            control_plane.dir / "pki" / "sa.key",
+            namespace=NAMESPACE,
+            service_account=identity.service_account,
+            uid=account.metadata.uid,
+            secret=secret_name,
+        )
+        core.patch_namespaced_secret(
+            secret_name, NAMESPACE, {"data": {"token": base64.b64encode(token.encode()).decode()}}
+        )  # what the tokens controller writes
+        accepted = {"status": {"phase": "Accepted", "policy": "default"}}
+        with control_plane.api_client(token=token) as legacy:
+            as_legacy = k8s.CustomObjectsApi(legacy)
+
+            def forge() -> object:
+                return as_legacy.patch_cluster_custom_object_status(
+                    GROUP, VERSION, ACCEPTANCE_PLURAL, node, accepted, dry_run=DRY_RUN
+                )
+
+            review = k8s.AuthenticationV1Api(admin).create_token_review(
+                k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=token))
+            )
+            assert review.status.authenticated, review.status.error
+            assert review.status.user.username == identity.username
+            eventually_admitted(forge)
+            admission.install()
+            eventually_refused(forge, "own bound")
+        other = _variant(secret, lambda s: s["metadata"].update(name=f"{secret_name}-2"))
+        eventually_refused(
+            lambda: as_editor.create_namespaced_secret(NAMESPACE, other, dry_run=DRY_RUN),
+            "no legacy token Secret",
+        )
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, node)
+        core.delete_namespaced_secret(secret_name, NAMESPACE)
+
+
+def _deployment(rendered: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    return deployment
+
+
+def _deployment_pod(rendered: list[dict[str, Any]], replicaset: str) -> dict[str, Any]:
+    """A pod as the ReplicaSet controller makes it from the chart's Deployment."""
+    deployment = _deployment(rendered)
+    template = json.loads(json.dumps(deployment["spec"]["template"]))
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{replicaset}-{uuid.uuid4().hex[:5]}",
+            "labels": template["metadata"]["labels"],
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": replicaset,
+                 "uid": str(uuid.uuid4()), "controller": True, "blockOwnerDeletion": True}
+            ],
+        },
+        "spec": template["spec"],
+    }  # fmt: skip
+
+
+def _on_a_judged_node(pod: dict[str, Any]) -> None:
+    del pod["spec"]["affinity"]
+    pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.present": "true"}
+
+
+def _shell(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["image"] = "registry.example/shell:latest"
+
+
+def _watch_every_node(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["args"].append("--node-selector=")
+
+
+def _extra_env(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["env"].append({"name": "LD_PRELOAD", "value": "/tmp/x.so"})
+
+
+def _host_root(pod: dict[str, Any]) -> None:
+    pod["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
+
+
+def test_a_replicaset_of_the_editor_cannot_run_as_the_operator(
+    control_plane: ControlPlane,
+    identity: OperatorIdentity,
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+) -> None:
+    """Issue 42 item 1: the editor creates a ReplicaSet (or edits the Deployment) whose
+    pods run as the operator's ServiceAccount with another image, other arguments,
+    another variable, a host path, or on a GPU node; the ReplicaSet controller makes
+    the pods. The rules admit only the chart's Deployment's shape. The controller is
+    impersonated (with its bootstrap RBAC): no controller-manager runs here."""
+    replicaset = "system:serviceaccount:kube-system:replicaset-controller"
+    fullname = _deployment(rendered)["metadata"]["name"]
+    own = _deployment_pod(rendered, f"{fullname}-5d8f7c9b4")
+    evil = _deployment_pod(rendered, "evil")
+    variants = [
+        _variant(own, change)
+        for change in (_shell, _watch_every_node, _extra_env, _host_root, _on_a_judged_node)
+    ]
+    with control_plane.api_client(impersonate_user=replicaset) as controller:
+        core = k8s.CoreV1Api(controller)
+
+        def create(pod: dict[str, Any]) -> Callable[[], object]:
+            return lambda: core.create_namespaced_pod(NAMESPACE, pod, dry_run=DRY_RUN)
+
+        for pod in (evil, *variants):
+            eventually_admitted(create(pod))
+        admission.install()
+        eventually_refused(create(evil), "is the chart's Deployment's")
+        for pod in variants[:-1]:
+            eventually_refused(create(pod), "is the chart's Deployment's")
+        eventually_refused(create(variants[-1]), "never runs on a node the operator judges")
+        admitted(create(own))
+    # the ServiceAccount admission plugin mounted the token volume the rule admits
+    assert identity.service_account == own["spec"]["serviceAccountName"]
+
+
+def test_nobody_execs_into_the_release_namespace(
+    control_plane: ControlPlane,
+    admin: k8s.ApiClient,
+    editor: k8s.ApiClient,
+    admission: Admission,
+    tmp_path: Path,
+) -> None:
+    """Issue 42 item 1: ``kubectl exec`` (a CONNECT on pods/exec) into the operator's
+    pod reads its token. Without the rules the API server goes on to the node (there
+    is no kubelet here, so it fails there); with them it refuses the CONNECT first.
+    Ephemeral containers (which may mount the pod's volumes) likewise."""
+    name = f"operator-{uuid.uuid4().hex[:5]}"
+    k8s.CoreV1Api(admin).create_namespaced_pod(
+        NAMESPACE,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+         "spec": {"nodeName": "no-such-node", "serviceAccountName": EDITOR,
+                  "containers": [{"name": "c", "image": "busybox"}]}},
+    )  # fmt: skip
+    kubeconfig = write_token_kubeconfig(
+        tmp_path / "editor.kubeconfig",
+        server=control_plane.server,
+        ca_file=control_plane.ca_file,
+        token=editor.configuration.api_key["BearerToken"],
+        user="editor",
+    )
+    debug = {"spec": {"ephemeralContainers": [
+        {"name": "debug", "image": "busybox", "targetContainerName": "c"}]}}  # fmt: skip
+
+    def exec_() -> str:
+        done = control_plane.kubectl(
+            "--kubeconfig", str(kubeconfig), "-n", NAMESPACE, "exec", name, "--", "true",
+            check=False,
+        )  # fmt: skip
+        assert done.returncode != 0
+        return done.stderr
+
+    def ephemeral() -> object:
+        return k8s.CoreV1Api(editor).patch_namespaced_pod_ephemeralcontainers(
+            name, NAMESPACE, debug, dry_run=DRY_RUN
+        )
+
+    try:
+        eventually_admitted(ephemeral)
+        before = exec_()
+        assert "no exec into pods" not in before
+        assert "forbidden" not in before.lower(), before  # RBAC (edit) lets it through
+        admission.install()
+        deadline = time.monotonic() + SETTLE_S
+        while "no exec into pods" not in (after := exec_()):
+            assert time.monotonic() < deadline, after
+            time.sleep(0.5)
+        eventually_refused(ephemeral, "no ephemeralcontainers into pods")
+    finally:
+        _delete_pod(admin, name)
+
+
+def test_nobody_else_takes_the_leader_lease(
+    admin: k8s.ApiClient,
+    editor: k8s.ApiClient,
+    operator_api: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+) -> None:
+    """Issue 42 item 1: the editor (``edit`` writes Leases) takes the operator's leader
+    Lease for 2**31 - 1 seconds, and the operator stands by. The rules leave the Lease
+    to the operator's own token."""
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    lease_name = next(a.split("=", 1)[1] for a in args if a.startswith("--lease-name="))
+    coordination = k8s.CoordinationV1Api(admin)
+    stamp = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    coordination.create_namespaced_lease(
+        NAMESPACE,
+        {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+         "metadata": {"name": lease_name},
+         "spec": {"holderIdentity": "operator-pod", "leaseDurationSeconds": 15,
+                  "renewTime": stamp, "acquireTime": stamp}},
+    )  # fmt: skip
+    taken = {"spec": {"holderIdentity": "editor", "leaseDurationSeconds": 2**31 - 1,
+                      "renewTime": stamp}}  # fmt: skip
+
+    def take(api: k8s.ApiClient) -> Callable[[], object]:
+        return lambda: k8s.CoordinationV1Api(api).patch_namespaced_lease(
+            lease_name, NAMESPACE, taken, dry_run=DRY_RUN
+        )
+
+    def renew() -> object:  # the operator's own write: an update (its RBAC: get, update)
+        operator = k8s.CoordinationV1Api(operator_api)
+        lease = operator.read_namespaced_lease(lease_name, NAMESPACE)
+        lease.spec.renew_time = datetime.now(UTC)
+        return operator.replace_namespaced_lease(lease_name, NAMESPACE, lease, dry_run=DRY_RUN)
+
+    try:
+        eventually_admitted(take(editor))
+        admission.install()
+        eventually_refused(take(editor), "writes its leader Lease")
+        admitted(renew)
+    finally:
+        coordination.delete_namespaced_lease(lease_name, NAMESPACE)
+
+
+def test_only_the_named_controllers_write_probe_pod_status(  # noqa: PLR0913, PLR0917
+    control_plane: ControlPlane,
+    admin: k8s.ApiClient,
+    operator_api: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+    node: str,
+) -> None:
+    """Issue 42 item 2: a CNI's ServiceAccount (kube-system, its token on every node)
+    writes a probe pod's termination message: a forged report. The rules admit only
+    the named kube-system controllers, and those never change container statuses."""
+    rbac = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": f"{RELEASE}-cni"},
+         "rules": [{"apiGroups": [""], "resources": ["pods", "pods/status"],
+                    "verbs": ["get", "patch", "update", "delete"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"{RELEASE}-cni"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": f"{RELEASE}-cni"},
+         "subjects": [{"kind": "User", "name": CNI}]},
+    ]  # fmt: skip
+    apply_manifests(control_plane, rbac)
+    pod = _probe_pod(rendered, node, serial=11)
+    name = pod["metadata"]["name"]
+    forged = {"status": {"phase": "Failed", "containerStatuses": [
+        {"name": pod["spec"]["containers"][0]["name"], "image": "x", "imageID": "",
+         "ready": False, "restartCount": 0,
+         "state": {"terminated": {"exitCode": 1, "message": '{"forged": true}',
+                                  "reason": "Error"}}}]}}  # fmt: skip
+    gone = {"status": {"conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+         "message": "node gone"}]}}  # fmt: skip
+    collector = "system:serviceaccount:kube-system:pod-garbage-collector"
+    try:
+        admitted(_create(operator_api, pod, dry_run=False))
+        with (
+            control_plane.api_client(impersonate_user=CNI) as cni,
+            control_plane.api_client(impersonate_user=collector) as gc,
+        ):
+
+            def write(api: k8s.ApiClient, body: dict[str, Any]) -> Callable[[], object]:
+                return lambda: k8s.CoreV1Api(api).patch_namespaced_pod_status(
+                    name, NAMESPACE, body, dry_run=DRY_RUN
+                )
+
+            eventually_admitted(write(cni, forged))
+            admitted(lambda: k8s.CoreV1Api(cni).delete_namespaced_pod(
+                name, NAMESPACE, dry_run=DRY_RUN))  # fmt: skip
+            admission.install()
+            eventually_refused(write(cni, forged), "probe pods are not changed after creation")
+            eventually_refused(
+                lambda: k8s.CoreV1Api(cni).delete_namespaced_pod(name, NAMESPACE, dry_run=DRY_RUN),
+                "only the gpuaccept operator, the pod's kubelet",
+            )
+            eventually_refused(write(gc, forged), "does not change a probe pod's container")
+            admitted(write(gc, gone))
+    finally:
+        _delete_pod(admin, name)
+        body = json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
+        control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
+
+
+def test_an_edit_holder_cannot_release_a_node(  # noqa: PLR0913, PLR0917
+    control_plane: ControlPlane,
+    admin: k8s.ApiClient,
+    identity: OperatorIdentity,  # the chart's ClusterRoles applied
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+    node: str,
+) -> None:
+    """Issue 42 item 6: with a cluster-wide ``edit`` binding a user released a
+    quarantined node (and one never probed). ``edit`` is what aggregates into it: the
+    built-in rules and the chart's ``-edit`` role (no aggregation controller runs here,
+    so both are bound as it would combine them). The release is the chart's own
+    ``-release`` ClusterRole, bound by name."""
+    roles = {o["metadata"]["name"] for o in rendered if o["kind"] == "ClusterRole"}
+    fullname = _deployment(rendered)["metadata"]["name"]
+    assert {f"{fullname}-edit", f"{fullname}-release"} <= roles
+    people = {"editor@example.com": [EDIT_RULES, f"{fullname}-edit"],
+              "releaser@example.com": [f"{fullname}-release"]}  # fmt: skip
+    rbac = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"{RELEASE}-{user.split('@')[0]}-{role.split(':')[-1]}"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": role},
+         "subjects": [{"kind": "User", "name": user}]}
+        for user, bound in people.items()
+        for role in bound
+    ]  # fmt: skip
+    apply_manifests(control_plane, rbac)
+    custom = k8s.CustomObjectsApi(admin)
+    _na(custom, node)
+    admission.install()  # rule 6: the request names its requester
+
+    def release(user: str) -> Callable[[], object]:
+        at = "2026-12-05T10:00:00Z"
+        annotations = {"gpuaccept.io/release-by": user, "gpuaccept.io/release-at": at}
+        body = {"metadata": {"annotations": annotations}}
+
+        def call() -> object:
+            with control_plane.api_client(impersonate_user=user) as api:
+                return k8s.CustomObjectsApi(api).patch_cluster_custom_object(
+                    GROUP, VERSION, ACCEPTANCE_PLURAL, node, body, dry_run=DRY_RUN
+                )
+
+        return call
+
+    try:
+        refused = _refusal(release("editor@example.com"))
+        assert refused is not None
+        assert refused.status == 403
+        assert "cannot patch resource" in str(refused.body)
+        eventually_admitted(release("releaser@example.com"))
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, ACCEPTANCE_PLURAL, node)
+        body = json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
+        control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
+
+
+def test_pinned_pods_are_refused_when_the_platform_team_asks(
+    control_plane: ControlPlane,
+    intruder: k8s.ApiClient,
+    operator_api: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    node: str,
+) -> None:
+    """Issue 42 item 7: a tenant pod that names its node (spec.nodeName) skips the
+    scheduler and the NoSchedule pending taint, runs on an unprobed node and keeps it
+    NodeBusy. ``admission.refusePinnedPods`` refuses it; the operator's probe pod
+    (pinned by design) is still admitted, and an unpinned tenant pod too."""
+    release = ChartRelease(
+        RELEASE, NAMESPACE, set_values={**VALUES, "admission.refusePinnedPods": "true"}
+    )
+    objects = [
+        o
+        for o in release.render()
+        if o["kind"] in ADMISSION_KINDS and o["metadata"]["name"].endswith("-pinned-pods")
+    ]
+    assert len(objects) == 2  # the policy and its binding
+    tenant = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tenant-pinned"},
+              "spec": {"nodeName": node, "serviceAccountName": INTRUDER,
+                       "containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
+    unpinned = _variant(tenant, lambda p: p["spec"].pop("nodeName"))
+    probe = _probe_pod(rendered, node, serial=21)
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    try:
+        eventually_admitted(_create(intruder, tenant))
+        apply_manifests(control_plane, objects)
+        eventually_refused(_create(intruder, tenant), "a pod names its node (spec.nodeName)")
+        admitted(_create(intruder, unpinned))
+        admitted(_create(operator_api, probe))
+    finally:
+        control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)

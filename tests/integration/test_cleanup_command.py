@@ -95,7 +95,11 @@ def leftovers(control_plane: ControlPlane) -> Iterator[ControlPlane]:
     )  # fmt: skip
     _create(cp, {"apiVersion": API, "kind": "NodeAcceptance",
                  "metadata": {"name": NODE}, "spec": {"nodeName": NODE}})  # fmt: skip
-    status = {"appliedTaints": ["example.com/gpu-q"], "appliedLabels": ["example.com/gpu-bad"]}
+    # a forged record too: KEPT_TAINT's key, under no owned prefix (issue 42 item 10)
+    status = {
+        "appliedTaints": ["example.com/gpu-q", KEPT_TAINT["key"]],
+        "appliedLabels": ["example.com/gpu-bad"],
+    }
     cp.kubectl(
         "patch", "nodeacceptance", NODE, "--subresource=status", "--type=merge",
         "-p", json.dumps({"status": status}),
@@ -129,7 +133,8 @@ def leftovers(control_plane: ControlPlane) -> Iterator[ControlPlane]:
 
 def _cleanup(cp: ControlPlane, *args: str) -> tuple[int, str]:
     out = io.StringIO()
-    argv = ["--kubeconfig", str(cp.kubeconfig), "--namespace", NAMESPACE, "--lease-name", LEASE]
+    argv = ["--kubeconfig", str(cp.kubeconfig), "--namespace", NAMESPACE, "--lease-name", LEASE,
+            "--owned-key-prefix", "example.com/gpu-"]  # fmt: skip
     code = cleanup_main([*argv, *args], out=out)
     return code, out.getvalue()
 
@@ -151,6 +156,8 @@ def test_dry_run_then_cleanup_removes_exactly_what_gpuaccept_left(
         f"would remove probe pod {NAMESPACE}/gpuaccept-probe-cleanup-1",
         f"would remove Lease {NAMESPACE}/{LEASE}",
         f"would remove NodeAcceptance {NODE}",
+        f"kept taint {KEPT_TAINT['key']} of node {NODE}: recorded as applied in its "
+        "NodeAcceptance, but under no owned prefix (--owned-key-prefix)",
     ):
         assert line in text.splitlines(), text
     assert "run again with --yes" in text

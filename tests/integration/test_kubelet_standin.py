@@ -619,6 +619,45 @@ def test_a_pinned_pod_whose_node_affinity_the_node_does_not_match_is_rejected(
     assert _wait_pod(core, namespace, "selector", _terminal).status.reason == "NodeAffinity"
 
 
+def test_a_pod_that_names_its_node_passes_a_noschedule_taint_not_a_noexecute_one(
+    standin: KubeletStandIn, core: k8s.CoreV1Api, namespace: str, suffix: str
+) -> None:
+    """Issue 42 item 7, as the kubelet admits a bound pod (pkg/kubelet/lifecycle/
+    predicate.go generalFilter: only NoExecute taints are checked there). A tenant
+    pod that names an unprobed node runs under a NoSchedule pending taint, and is
+    rejected under a NoExecute one; the probe's toleration (the key, Exists, any
+    effect: core/podspec.py) admits the probe under either."""
+    args = ["x", "/dev/termination-log", "0"]
+    probe_toleration = [{"key": "gpuaccept.io/pending", "operator": "Exists"}]
+    outcomes = {}
+    for effect in ("NoSchedule", "NoExecute"):
+        name = f"gpu-{suffix}-{effect.lower()}"
+        standin.add_node(
+            SimNode(
+                name,
+                gpu_count=8,
+                taints=[{"key": "gpuaccept.io/pending", "value": "true", "effect": effect}],
+            )
+        )
+        tenant, probe = f"tenant-{effect.lower()}", f"probe-{effect.lower()}"
+        core.create_namespaced_pod(namespace, _pod(tenant, name, args))
+        core.create_namespaced_pod(namespace, _pod(probe, name, args, tolerations=probe_toleration))
+        outcomes[effect] = (
+            _wait_pod(core, namespace, tenant, _terminal).status,
+            _wait_pod(core, namespace, probe, _terminal).status,
+        )
+    tenant_status, probe_status = outcomes["NoSchedule"]
+    assert (tenant_status.phase, probe_status.phase) == ("Succeeded", "Succeeded")
+    tenant_status, probe_status = outcomes["NoExecute"]
+    assert (tenant_status.phase, tenant_status.reason) == ("Failed", "TaintToleration")
+    assert tenant_status.message == (
+        "Pod was rejected: Predicate TaintToleration failed: node(s) had taints that the pod "
+        "didn't tolerate"
+    )
+    assert not tenant_status.container_statuses
+    assert probe_status.phase == "Succeeded"
+
+
 def test_a_toolkit_start_error(
     standin: KubeletStandIn, core: k8s.CoreV1Api, namespace: str, suffix: str
 ) -> None:

@@ -221,3 +221,66 @@ role label there without operator.allowControlPlaneNodes. */}}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* The nodes the operator judges, as the alternatives that keep a node out of them
+(JSON list of nodeSelectorRequirements, any one of which a node matching it is not
+judged): each part of operator.watchNodeSelector inverted (`key=value` as `NotIn
+[value]`, `key` as `DoesNotExist`); with "" (every Node) and no
+operator.allowControlPlaneNodes, a control-plane role label (`Exists`). Empty when
+every node may be judged. */}}
+{{- define "gpuaccept.judgedNodeExclusion" -}}
+{{- $alternatives := list }}
+{{- range splitList "," .Values.operator.watchNodeSelector }}
+{{- $part := trim . }}
+{{- if contains "=" $part }}
+{{- $key := trim (first (splitList "=" $part)) }}
+{{- $value := trim (trimPrefix (printf "%s=" $key) $part) }}
+{{- $alternatives = append $alternatives (dict "key" $key "operator" "NotIn" "values" (list $value)) }}
+{{- else if $part }}
+{{- $alternatives = append $alternatives (dict "key" $part "operator" "DoesNotExist") }}
+{{- end }}
+{{- end }}
+{{- if and (not $alternatives) (not .Values.operator.allowControlPlaneNodes) }}
+{{- range list "node-role.kubernetes.io/control-plane" "node-role.kubernetes.io/master" }}
+{{- $alternatives = append $alternatives (dict "key" . "operator" "Exists") }}
+{{- end }}
+{{- end }}
+{{- toJson $alternatives }}
+{{- end }}
+
+{{/* The operator pods' affinity (JSON): operator.affinity (or, with replicas > 1 and
+none given, the HA default that prefers replicas on different nodes) with, unless
+operator.runOnJudgedNodes, every required nodeSelectorTerm made to exclude the nodes
+the operator judges (each term crossed with each alternative of
+gpuaccept.judgedNodeExclusion: the scheduler then never places it on one). A node it
+judged could request the operator's token through the Node authorizer. */}}
+{{- define "gpuaccept.operatorAffinity" -}}
+{{- $op := .Values.operator }}
+{{- $affinity := deepCopy ($op.affinity | default dict) }}
+{{- if and (not $affinity) (gt (int $op.replicas) 1) }}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "gpuaccept.operatorSelectorLabels" . | fromYaml)) }}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) }}
+{{- end }}
+{{- if not $op.runOnJudgedNodes }}
+{{- $alternatives := include "gpuaccept.judgedNodeExclusion" . | fromJsonArray }}
+{{- if not $alternatives }}
+{{- fail "operator.watchNodeSelector \"\" with operator.allowControlPlaneNodes judges every node: the operator would run on a node it judges (and a node could request its token). Set a watchNodeSelector, or operator.runOnJudgedNodes=true to accept that" }}
+{{- end }}
+{{- $nodeAffinity := $affinity.nodeAffinity | default dict }}
+{{- $required := $nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution | default dict }}
+{{- $userTerms := $required.nodeSelectorTerms | default (list dict) }}
+{{- $terms := list }}
+{{- range $userTerms }}
+{{- $userTerm := . }}
+{{- range $alternatives }}
+{{- $term := deepCopy $userTerm }}
+{{- $_ := set $term "matchExpressions" (append ($userTerm.matchExpressions | default list) .) }}
+{{- $terms = append $terms $term }}
+{{- end }}
+{{- end }}
+{{- $_ := set $required "nodeSelectorTerms" $terms }}
+{{- $_ := set $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" $required }}
+{{- $_ := set $affinity "nodeAffinity" $nodeAffinity }}
+{{- end }}
+{{- toJson $affinity }}
+{{- end }}

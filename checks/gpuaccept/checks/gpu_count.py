@@ -145,9 +145,12 @@ def judge(
 
 def claims(observed: GpuCountObserved, _summary: HardwareSummary) -> Claims:
     """The GPUs NVML saw are the report's (allocatable and capacity are held to the
-    node's own by the operator), and no more than the NVIDIA GPUs on the PCI bus."""
+    node's own by the operator), and no more than the NVIDIA GPUs on the PCI bus. The
+    probe writes no ``pciDevices`` when the bus shows none (probe/measure/gpu_count.py:
+    ``pci_gpu_count() or None``): a report that names 0 beside GPUs NVML sees is
+    inconsistent and is refused, not read as "the bus was not read"."""
     out = Claims().count("visible", observed.visible)
-    if observed.pci_devices:  # 0: the bus was not read
+    if observed.pci_devices is not None:
         out.figure("visible", observed.visible, observed.pci_devices)
     return out
 

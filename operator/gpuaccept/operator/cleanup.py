@@ -8,7 +8,9 @@ operator's ServiceAccount, whose RBAC stays least-privilege):
 
 - taints, labels and annotations whose key is under ``gpuaccept.io/``, or that a
   node's ``NodeAcceptance`` recorded as applied (``status.appliedTaints``,
-  ``status.appliedLabels``: keys under an ``--owned-key-prefix``); no other key;
+  ``status.appliedLabels``) and that are under an ``--owned-key-prefix`` given here
+  (the operator's own); no other key. A recorded key under no such prefix is kept and
+  named (a forged record must not make an admin's cleanup remove foreign taints);
 - the ``GPUAcceptance`` node condition;
 - probe pods (``app.kubernetes.io/managed-by=gpuaccept,app.kubernetes.io/component=probe``);
 - the Lease ``--lease-name`` in ``--namespace``;
@@ -43,6 +45,7 @@ from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.podspec import PROBE_SELECTOR
 from gpuaccept.operator.kube import LEASE_PATH, MERGE, NA_PATH, STRATEGIC, ConflictError, Kube
+from gpuaccept.operator.options import UsageError, owned_key_prefixes
 
 EXIT_USAGE = 2
 EXIT_LEASE_HELD = 1
@@ -60,16 +63,28 @@ class RecordedKeys:
     labels: frozenset[str] = frozenset()
 
 
-def recorded_keys(acceptances: Iterable[Mapping[str, Any]]) -> dict[str, RecordedKeys]:
-    """Per node name (a NodeAcceptance is named after its node), its recorded keys."""
+def recorded_keys(
+    acceptances: Iterable[Mapping[str, Any]], prefixes: Sequence[str]
+) -> tuple[dict[str, RecordedKeys], list[str]]:
+    """Per node name (a NodeAcceptance is named after its node), its recorded keys
+    under one of ``prefixes``; and, as lines to print, those recorded under none."""
     out: dict[str, RecordedKeys] = {}
+    refused: list[str] = []
     for acceptance in acceptances:
+        name = acceptance["metadata"]["name"]
         status = acceptance.get("status") or {}
-        out[acceptance["metadata"]["name"]] = RecordedKeys(
-            taints=frozenset(status.get("appliedTaints") or ()),
-            labels=frozenset(status.get("appliedLabels") or ()),
-        )
-    return out
+        kept: dict[str, frozenset[str]] = {}
+        for kind, field in (("taint", "appliedTaints"), ("label", "appliedLabels")):
+            keys = [str(k) for k in status.get(field) or ()]
+            kept[kind] = frozenset(k for k in keys if k.startswith(tuple(prefixes)))
+            refused += [
+                f"kept {kind} {k} of node {name}: recorded as applied in its NodeAcceptance, "
+                "but under no owned prefix (--owned-key-prefix)"
+                for k in keys
+                if k not in kept[kind]
+            ]
+        out[name] = RecordedKeys(taints=kept["taint"], labels=kept["label"])
+    return out, refused
 
 
 def owned(key: str, recorded: Set[str]) -> bool:
@@ -231,9 +246,12 @@ class Cleanup:
                 raise
             self._delete(f"{CRD_PATH}/{name}", f"CustomResourceDefinition {name}")
 
-    def run(self, namespace: str, lease_name: str, *, crds: bool) -> None:
+    def run(self, namespace: str, lease_name: str, *, crds: bool, prefixes: Sequence[str]) -> None:
         acceptances = self._list(NA_PATH)
-        self.nodes(recorded_keys(acceptances))
+        recorded, refused = recorded_keys(acceptances, prefixes)
+        for line in refused:
+            self.out.write(f"{line}\n")
+        self.nodes(recorded)
         self.probe_pods()
         self.lease(namespace, lease_name)
         self.acceptances(acceptances)
@@ -264,6 +282,16 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also delete the CRDs, and with them every NodeAcceptancePolicy",
     )
+    p.add_argument(
+        "--owned-key-prefix",
+        dest="owned_key_prefixes",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help=f"a key prefix the operator owned besides {OWNED_KEY_PREFIX} (its "
+        "--owned-key-prefix, the chart's operator.ownedKeyPrefixes; repeatable): a key a "
+        "NodeAcceptance recorded as applied is removed only under one of these",
+    )
     p.add_argument("--yes", action="store_true", help="act (default: only print)")
     return p
 
@@ -285,6 +313,11 @@ def main(
     args = parser().parse_args(argv)
     out = out or sys.stdout
     try:
+        prefixes = owned_key_prefixes(args.owned_key_prefixes)
+    except UsageError as error:
+        sys.stderr.write(f"gpuaccept cleanup: {error}\n")
+        return EXIT_USAGE
+    try:
         kube = _kube(args.kubeconfig, args.context)
     except (kubernetes.config.ConfigException, OSError, ValueError) as error:
         reason = " ".join(str(error).split())
@@ -298,7 +331,7 @@ def main(
         )
         return EXIT_LEASE_HELD
     cleanup = Cleanup(kube, out, act=args.yes)
-    cleanup.run(args.namespace, args.lease_name, crds=args.crds)
+    cleanup.run(args.namespace, args.lease_name, crds=args.crds, prefixes=prefixes)
     if args.yes:
         out.write(f"removed {cleanup.count} object(s) or key(s)\n")
     else:

@@ -125,7 +125,12 @@ class LeaderElector:
         if record != self._observed_record:
             self._observed_record = record
             self._observed_at = now
-        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        # A record's own duration is believed up to ours only: holders renew every
+        # renew_period, so a live one changes its record long before; a record written
+        # once with a duration of years (a tenant's, issue 42) stops us no longer.
+        duration = min(
+            float(spec.get("leaseDurationSeconds") or self.lease_duration), self.lease_duration
+        )
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder and holder != self.identity and now - self._observed_at < duration:
             return False  # someone else holds a live lease

@@ -115,10 +115,37 @@ def test_recorded_keys_per_node() -> None:
         {"metadata": {"name": "gpu-1"}, "status": {"appliedTaints": ["a/b"]}},
         {"metadata": {"name": "gpu-2"}},
     ]
-    assert recorded_keys(acceptances) == {
-        "gpu-1": RecordedKeys(taints=frozenset({"a/b"})),
-        "gpu-2": RecordedKeys(),
-    }
+    assert recorded_keys(acceptances, ("gpuaccept.io/", "a/")) == (
+        {"gpu-1": RecordedKeys(taints=frozenset({"a/b"})), "gpu-2": RecordedKeys()},
+        [],
+    )
+
+
+def test_a_recorded_key_under_no_owned_prefix_is_kept_and_named() -> None:
+    """Issue 42 item 10: a forged record (appliedTaints naming a foreign taint) must not
+    make an admin's cleanup remove it."""
+    acceptances = [
+        {
+            "metadata": {"name": "gpu-1"},
+            "status": {
+                "appliedTaints": ["example.com/gpu-q", "dedicated"],
+                "appliedLabels": ["node-role.kubernetes.io/gpu"],
+            },
+        }
+    ]
+    recorded, refused = recorded_keys(acceptances, ("gpuaccept.io/", "example.com/gpu-"))
+    assert recorded == {"gpu-1": RecordedKeys(taints=frozenset({"example.com/gpu-q"}))}
+    assert refused == [
+        "kept taint dedicated of node gpu-1: recorded as applied in its NodeAcceptance, "
+        "but under no owned prefix (--owned-key-prefix)",
+        "kept label node-role.kubernetes.io/gpu of node gpu-1: recorded as applied in its "
+        "NodeAcceptance, but under no owned prefix (--owned-key-prefix)",
+    ]
+    plan = node_cleanup(
+        _node(taints=[{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]),
+        recorded["gpu-1"],
+    )
+    assert plan.taints == ()
 
 
 @pytest.mark.parametrize(

@@ -384,6 +384,26 @@ def test_standby_takes_over_an_expired_lease(monkeypatch: pytest.MonkeyPatch) ->
     assert not a.try_acquire_or_renew()
 
 
+def test_a_record_of_years_is_believed_for_our_own_duration_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 42 item 4: someone who may write the Lease sets a holder of their own and
+    a duration of 2**31 - 1 seconds, once. The operator waited that long; it now waits
+    for its own duration without a renewal, as for any holder that stopped."""
+    fake = FakeLeases()
+    a = _elector(fake, "a", 15)
+    clock = [1000.0]
+    monkeypatch.setattr("gpuaccept.operator.leader.time.monotonic", lambda: clock[0])
+    fake.create_lease("ns", {"metadata": {"name": "lease", "namespace": "ns"},
+                             "spec": {"holderIdentity": "tenant", "leaseDurationSeconds": 2**31 - 1,
+                                      "renewTime": "2026-12-05T00:00:00.000000Z"}})  # fmt: skip
+    assert not a.try_acquire_or_renew()
+    clock[0] += 14
+    assert not a.try_acquire_or_renew()
+    clock[0] += 2
+    assert a.try_acquire_or_renew()
+
+
 def test_a_renewal_after_a_gap_hands_the_work_back() -> None:
     """A renewal slower than 80 % of the lease: ``leading`` is False for a while
     (the workers drop what they take), then the renewal succeeds with no change of

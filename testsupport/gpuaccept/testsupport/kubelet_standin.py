@@ -68,7 +68,9 @@ process runs as the stand-in's user; env holds PATH/HOME/LANG/TMPDIR/
 PYTHONPATH/VIRTUAL_ENV from the stand-in plus the pod's env), no restarts
 (``restartPolicy`` is treated as ``Never``), no probes, no volumes, no Events,
 no node Lease heartbeats or periodic node status updates, no node-level
-resource accounting or admission (taints are not checked on bound pods).
+resource accounting. Its admission of a bound pod: the GPUs free, the node
+affinity and an untolerated NoExecute taint (:mod:`.standin_affinity`), as the
+kubelet's; a NoSchedule taint is not checked there, by the kubelet either.
 
 Its parts: :mod:`~gpuaccept.testsupport.standin_nodes` (:class:`SimNode`, the Node
 object it registers, fleet files), :mod:`~gpuaccept.testsupport.standin_behaviours`

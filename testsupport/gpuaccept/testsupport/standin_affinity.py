@@ -87,3 +87,42 @@ def requires_node_labels(pod: Mapping[str, Any]) -> bool:
     return bool(spec.get("nodeSelector")) or bool(
         affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     )
+
+
+# The kubelet's other predicate on a bound pod (pkg/kubelet/lifecycle/predicate.go
+# generalFilter, after AdmissionCheck): an untolerated taint of effect NoExecute
+# (only that effect: a NoSchedule taint does not stop a pod that names its node).
+# Reason the plugin's name, message its ErrReasonNotMatch
+# (pkg/scheduler/framework/plugins/tainttoleration/taint_toleration.go).
+TAINT_REASON = "TaintToleration"
+TAINT_MESSAGE = (
+    "Pod was rejected: Predicate TaintToleration failed: "
+    "node(s) had taints that the pod didn't tolerate"
+)
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """k8s.io/api/core/v1 ``Toleration.ToleratesTaint`` (Equal and Exists)."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    if key and key != taint.get("key"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    if operator == "Equal":
+        return bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
+    return False
+
+
+def untolerated_no_execute(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """Whether ``node`` has a NoExecute taint that none of ``pod``'s tolerations
+    tolerates (the kubelet then rejects the pod, reason ``TaintToleration``)."""
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    taints = (node.get("spec") or {}).get("taints") or []
+    return any(
+        t.get("effect") == "NoExecute" and not any(_tolerates(tol, t) for tol in tolerations)
+        for t in taints
+    )

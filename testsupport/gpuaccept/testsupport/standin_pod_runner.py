@@ -30,8 +30,11 @@ from gpuaccept.contracts.probe_invocation import (
 from gpuaccept.testsupport.standin_affinity import (
     AFFINITY_MESSAGE,
     AFFINITY_REASON,
+    TAINT_MESSAGE,
+    TAINT_REASON,
     matches_required_affinity,
     requires_node_labels,
+    untolerated_no_execute,
 )
 from gpuaccept.testsupport.standin_behaviours import (
     Behaviour,
@@ -281,9 +284,12 @@ class PodRunner:
 
     def _admission_rejected(self, progress: PodProgress) -> bool:
         """The kubelet's admission of a pod pinned by nodeName, in its order: the device
-        manager, then the predicates (node affinity). Rejected (pkg/kubelet/kubelet.go
-        rejectPod): phase Failed, no containers, the admission's reason and message."""
-        rejection = self._devices_unavailable() or self._affinity_mismatch()
+        manager, then the predicates (node affinity, a NoExecute taint). Rejected
+        (pkg/kubelet/kubelet.go rejectPod): phase Failed, no containers, the admission's
+        reason and message."""
+        rejection = (
+            self._devices_unavailable() or self._affinity_mismatch() or self._untolerated_taint()
+        )
         if rejection is None:
             return False
         reason, message = rejection
@@ -324,6 +330,13 @@ class PodRunner:
         if matches_required_affinity(self.pod, self.s.read_node(self.node.name)):
             return None
         return AFFINITY_REASON, AFFINITY_MESSAGE
+
+    def _untolerated_taint(self) -> tuple[str, str] | None:
+        """The kubelet's taint predicate: a NoExecute taint of the Node (read now) that
+        the pod does not tolerate (:mod:`.standin_affinity`)."""
+        if untolerated_no_execute(self.pod, self.s.read_node(self.node.name)):
+            return TAINT_REASON, TAINT_MESSAGE
+        return None
 
     def _never_start(
         self, behaviour: NeverStarts, progress: PodProgress, deadline: float | None
