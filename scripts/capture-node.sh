@@ -85,6 +85,7 @@ gid_re="fe80:$(hex 4):$(hex 4):$(hex 4):$(hex 4):$(hex 4):$(hex 4):$(hex 4)"
 serial_re="(Serial Number *: *|<serial>|Serial Number: )[0-9A-Za-z][0-9A-Za-z][0-9A-Za-z][0-9A-Za-z][0-9A-Za-z][0-9A-Za-z]+"
 # The masking, one awk program over every file (in one pass, so that a UUID keeps its
 # number across files): UUIDs, serial numbers and the hostname; then GUIDs and GIDs.
+# shellcheck disable=SC2016 # an awk program: its $fields are awk's, not the shell's
 mask_awk='
 function number(kind, value,    key) {
     key = kind SUBSEP value

@@ -45,7 +45,7 @@ from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.podspec import PROBE_SELECTOR
 from gpuaccept.operator.kube import LEASE_PATH, MERGE, NA_PATH, STRATEGIC, ConflictError, Kube
-from gpuaccept.operator.options import UsageError, owned_key_prefixes
+from gpuaccept.operator.options import OptionError, owned_key_prefixes
 
 EXIT_USAGE = 2
 EXIT_LEASE_HELD = 1
@@ -314,7 +314,7 @@ def main(
     out = out or sys.stdout
     try:
         prefixes = owned_key_prefixes(args.owned_key_prefixes)
-    except UsageError as error:
+    except OptionError as error:
         sys.stderr.write(f"gpuaccept cleanup: {error}\n")
         return EXIT_USAGE
     try:
