@@ -3,9 +3,12 @@
 GPUs lower their link generation when idle, so the generation that counts is
 the one sampled *during* a pinned-memory copy (the probe samples it while the
 copies are in flight). An idle downshift is recorded (``idleGen``) but never
-judged. Under the default policy (``requireMax``) a generation or width below
-the GPU's maximum under load fails, as do H2D/D2H bandwidths below the policy
-minimum.
+judged. Under the default policy (``requireMax``) a generation below the best
+the link can train at in this system (``maxGen``: NVML's max, the lower of the
+GPU's and the platform's) or a width below the GPU's own (``maxWidth``) under load
+fails, as do H2D/D2H bandwidths below the policy minimum. ``deviceMaxGen`` (the
+GPU's own generation, present where the platform caps one below it) is recorded,
+not judged: ``minGeneration`` states the platform a fleet expects.
 
 observed, as measured (one column per field, one entry per GPU, index order)::
 
@@ -84,8 +87,11 @@ class PcieLinkObserved(ObservedModel):
     # per GPU, index order (detail: dropped when condensed)
     gen: list[int] | None = None
     width: list[int] | None = None
-    max_gen: list[int] | None = None
-    max_width: list[int] | None = None
+    max_gen: list[int] | None = None  # the best generation in this system
+    max_width: list[int] | None = None  # the GPU's own
+    # the GPU's own max generation, where the platform caps one below it (a Gen5 GPU
+    # in a Gen4 server): not judged, the cap is the platform's (minGeneration judges it)
+    device_max_gen: list[int] | None = None
     idle_gen: list[int] | None = None
     h2d_gbps: list[float] | None = Field(default=None, alias="h2dGBps")
     d2h_gbps: list[float] | None = Field(default=None, alias="d2hGBps")
@@ -112,6 +118,8 @@ class PcieLinkObserved(ObservedModel):
             n = len(self.gen)
             if n == 0 or any(col is None or len(col) != n for col in columns):
                 raise ValueError("observed columns must be non-empty and of equal length")
+            if self.device_max_gen is not None and len(self.device_max_gen) != n:
+                raise ValueError("deviceMaxGen must have one entry per GPU")
             return self
         summary = (
             self.gpus,
@@ -228,6 +236,18 @@ def judge(
     if failures:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
     link = f"Gen{facts.min_gen}x{facts.min_width}"
+    capped = [
+        i
+        for i, (own, best) in enumerate(
+            zip(observed.device_max_gen or [], observed.max_gen or [], strict=False)
+        )
+        if own > best
+    ]
+    if capped:
+        link += (
+            f" ({gpu_list(capped)} capped by the platform at Gen{min(observed.max_gen or [0])}, "
+            f"their own Gen{max(observed.device_max_gen or [0])})"
+        )
     unpinned = (
         f"; copies of {gpu_list(observed.unpinned)} not on their NUMA node's CPUs"
         if observed.unpinned
@@ -313,6 +333,7 @@ def claims(o: PcieLinkObserved, summary: HardwareSummary) -> Claims:
         ("width", o.width),
         ("maxGen", o.max_gen),
         ("maxWidth", o.max_width),
+        ("deviceMaxGen", o.device_max_gen),
         ("idleGen", o.idle_gen),
         ("h2dGBps", o.h2d_gbps),
         ("d2hGBps", o.d2h_gbps),
@@ -323,7 +344,12 @@ def claims(o: PcieLinkObserved, summary: HardwareSummary) -> Claims:
     out.gpu_set("unpinned", o.unpinned).keys("failedGpus", o.failed_gpus)
     out.ranges("belowMaxGen", o.below_max_gen).ranges("belowMaxWidth", o.below_max_width)
     out.gpu_set("slowH2D", o.slow_h2d).gpu_set("slowD2H", o.slow_d2h)
-    for name, gens in (("gen", o.gen), ("maxGen", o.max_gen), ("idleGen", o.idle_gen)):
+    for name, gens in (
+        ("gen", o.gen),
+        ("maxGen", o.max_gen),
+        ("deviceMaxGen", o.device_max_gen),
+        ("idleGen", o.idle_gen),
+    ):
         out.each(name, gens, PCIE_MAX_GEN)
     out.each("width", o.width, PCIE_MAX_WIDTH).each("maxWidth", o.max_width, PCIE_MAX_WIDTH)
     out.figure("minGen", o.min_gen, PCIE_MAX_GEN).figure("minWidth", o.min_width, PCIE_MAX_WIDTH)

@@ -74,10 +74,16 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class PcieLinkState:
+    """A GPU's PCIe link: the current generation and width, the best generation the
+    link can train at in this system (the lower of the GPU's and the platform's: NVML's
+    ``nvmlDeviceGetMaxPcieLinkGeneration``), and the GPU's own maximum width and
+    generation (its LNKCAP: sysfs ``max_link_*``, ``nvmlDeviceGetGpuMaxPcieLinkGeneration``)."""
+
     generation: int
     width: int
-    max_generation: int
-    max_width: int
+    max_generation: int  # in this system
+    max_width: int  # the GPU's own: a x8 slot or riser is a fault, not a cap
+    device_max_generation: int | None = None  # the GPU's own (None: not known apart)
 
 
 @dataclass(frozen=True)
