@@ -198,6 +198,9 @@ class GpuMemoryHealth:
     not_read: dict[str, str] = field(default_factory=dict)  # part → why
 
 
+ConfComputeMode = Literal["off", "on", "devtools"]
+
+
 class HardwareBackend(Protocol):
     """What the checks may ask of the machine. Everything else is off limits."""
 
@@ -272,6 +275,11 @@ class HardwareBackend(Protocol):
 
     def host_topology(self) -> HostTopology:
         """The CPU sockets and NUMA nodes; raises :class:`Unavailable`."""
+
+    def conf_compute(self) -> ConfComputeMode | None:
+        """The system's confidential computing mode (NVML ``nvmlSystemGetConfComputeState``:
+        ``ccFeature``, ``devToolsMode``); ``"off"`` where the driver or GPUs have none;
+        None where it could not be read."""
 
     def infiniband(self) -> InfinibandView:
         """The InfiniBand/RoCE HCAs visible here (``/sys/class/infiniband``) and the

@@ -446,6 +446,12 @@ class Gpus(Gpu):
 
 class Driver(ProfileModel):
     version: Version
+    conf_compute: Literal["off", "on", "devtools"] = Field(
+        default="off",
+        description="Confidential computing mode, as nvmlSystemGetConfComputeState reports "
+        "it (ccFeature, devToolsMode). On: pinned host copies go through encrypted bounce "
+        "buffers.",
+    )
     kernel_module: Version | None = Field(default=None, description="Default: version.")
     nvml_library: Version | None = Field(
         default=None,

@@ -31,6 +31,7 @@ from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe.hardware import persistenced, topology_backend
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
+    ConfComputeMode,
     CopyMeasurement,
     FabricInfo,
     GpuFailedError,
@@ -71,6 +72,7 @@ from gpuaccept.probe.hardware.nvml_errors import (
     NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    NVML_ERROR_NOT_SUPPORTED,
     nvml_error_code,
     nvml_failure,
 )
@@ -138,6 +140,11 @@ def _library_version(
     except (OSError, AttributeError) as exc:
         notes.append(f"{symbol} ({Path(path).name}): {exc}")
         return None, Path(path).name
+
+
+# nvml.h: NVML_CC_SYSTEM_FEATURE_ENABLED, NVML_CC_SYSTEM_DEVTOOLS_MODE_ON
+CC_FEATURE_ENABLED = 1
+CC_DEVTOOLS_ON = 1
 
 
 class RealBackend:
@@ -629,6 +636,23 @@ class RealBackend:
 
     def host_topology(self) -> HostTopology:
         return topology_backend.host_topology(self._sysfs_root)
+
+    def conf_compute(self) -> ConfComputeMode | None:
+        """``nvmlSystemGetConfComputeState`` (R535+): ``ccFeature`` 1 is CC on,
+        ``devToolsMode`` 1 its developer mode. NotSupported or a driver without the
+        function: no CC (off). A binding without it or another error: not read."""
+        nvml = self._require_nvml()
+        getter = getattr(nvml, "nvmlSystemGetConfComputeState", None)
+        if getter is None:
+            return None
+        try:
+            state = getter()
+        except nvml.NVMLError as exc:
+            no_cc = (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND)
+            return "off" if nvml_error_code(exc) in no_cc else None
+        if int(state.ccFeature) != CC_FEATURE_ENABLED:
+            return "off"
+        return "devtools" if int(state.devToolsMode) == CC_DEVTOOLS_ON else "on"
 
     def infiniband(self) -> InfinibandView:
         return topology_backend.infiniband(self._sysfs_root, [g.bus_id for g in self._gpus])

@@ -29,6 +29,7 @@ from gpuaccept.probe import clocks
 from gpuaccept.probe.hardware import topology_backend
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
+    ConfComputeMode,
     CopyMeasurement,
     FabricInfo,
     GpuFailedError,
@@ -498,6 +499,9 @@ class SimulatedBackend:
 
     def host_topology(self) -> HostTopology:
         return topology_backend.host_topology(self.sysfs_root())
+
+    def conf_compute(self) -> ConfComputeMode | None:
+        return self.profile.driver.conf_compute
 
     def infiniband(self) -> InfinibandView:
         if self.profile.infiniband is not None:

@@ -28,6 +28,8 @@ def measure(
     gpus = hardware.gpus()
     if not gpus:
         raise Unavailable("no GPU to measure")
+    cc = hardware.conf_compute()
+    cc_mode = "unread" if cc is None else (cc if cc != "off" else None)
     gen: list[int] = []
     width: list[int] = []
     max_gen: list[int] = []
@@ -76,6 +78,7 @@ def measure(
         h2d_gbps=h2d,
         d2h_gbps=d2h,
         numa_node=numa,
+        cc_mode=cc_mode,
         unpinned=unpinned or None,
         failed_gpus=failed or None,
     )
