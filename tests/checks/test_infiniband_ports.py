@@ -67,6 +67,9 @@ def ib_observed(
         def infiniband(self) -> InfinibandView:
             return InfinibandView(hcas=tuple(hcas), netns_mode=mode)  # type: ignore[arg-type]
 
+        def sleep(self, seconds: float) -> None:
+            """The ports read the same however long the probe waits."""
+
     return measure(View(), INFINIBAND.policy_model(), ProbeContext()).to_observed()  # type: ignore[arg-type]
 
 

@@ -32,6 +32,7 @@ def fake_nvml(
     gpus: int = 2,
     pcie_error: bool = False,
     system_max_width: int = 16,
+    system_max_generation: int = 5,
 ) -> types.ModuleType:
     m = types.ModuleType("pynvml")
     m.NVMLError = FakeNVMLError  # type: ignore[attr-defined]
@@ -59,7 +60,7 @@ def fake_nvml(
         "nvmlDeviceGetPciInfo": lambda h: pci(busId=["00000000:1B:00.0", "00000000:43:00.0"][h]),
         "nvmlDeviceGetCurrPcieLinkGeneration": pcie(4),
         "nvmlDeviceGetCurrPcieLinkWidth": pcie(16),
-        "nvmlDeviceGetMaxPcieLinkGeneration": pcie(5),
+        "nvmlDeviceGetMaxPcieLinkGeneration": pcie(system_max_generation),
         "nvmlDeviceGetMaxPcieLinkWidth": pcie(system_max_width),
         "nvmlDeviceGetCurrentClocksEventReasons": lambda h: clocks.GPU_IDLE | clocks.HW_SLOWDOWN,
         "nvmlDeviceGetClockInfo": lambda h, clock: 1410,
@@ -115,6 +116,20 @@ def test_pcie_max_is_the_gpus_own_not_the_slots(monkeypatch: pytest.MonkeyPatch)
     hw = backend(monkeypatch, nvml)
     link = hw.pcie_link(0)
     assert (link.width, link.max_width) == (8, 16)
+    hw.close()
+
+
+def test_pcie_generation_is_judged_against_the_systems_max(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nvml.h: nvmlDeviceGetMaxPcieLinkGeneration is the max "possible with this device
+    and system". A Gen5 GPU (sysfs max_link_speed 32 GT/s for 0000:1b:00.0 in the
+    fixture) in a Gen4 server reports 4 there: a link at Gen4 is at its best, and the
+    GPU's own 5 is kept beside it (issue 37, item 8)."""
+    hw = backend(monkeypatch, fake_nvml(system_max_generation=4))
+    link = hw.pcie_link(0)
+    assert (link.generation, link.max_generation, link.device_max_generation) == (4, 4, 5)
+    assert link.max_width == 16
     hw.close()
 
 

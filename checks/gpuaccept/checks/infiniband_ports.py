@@ -4,10 +4,14 @@ the HCAs run one firmware per board.
 The probe reads ``/sys/class/infiniband/<hca>/ports/<n>/{state,phys_state,rate,
 link_layer}``, ``counters/{link_downed,symbol_error}`` and ``<hca>/{fw_ver,board_id}``
 (formats: :mod:`gpuaccept.probe.hardware.infiniband`). A port is *up* when its
-state is ``ACTIVE`` and its physical state ``LinkUp``. Ports that are down are
-judged only through the count the policy expects: a dual-port NIC with one port
-unused is healthy. A port that is ``LinkUp`` but not ``ACTIVE`` (``INIT``,
-``ARMED``) trained its link but no subnet manager activated it: it always fails.
+state is ``ACTIVE`` and its physical state ``LinkUp``. A port that is down fails
+when the same port (board_id, PCI function, port number) of its board's other
+cards is up, or through the count the policy expects: a dual-port card with its
+second function uncabled on every card is healthy. A port that is ``LinkUp`` but
+not ``ACTIVE`` (``INIT``, ``ARMED``) trained its link but no subnet manager
+activated it: it fails if it stays so for ``notActiveWaitSeconds``. SR-IOV
+virtual functions are counted, not judged. ``minRateGbps`` judges the compute
+HCAs (behind a GPU's PCIe switch) where the node shows which they are.
 
 The RDMA network-namespace mode decides what the probe pod sees: in ``shared``
 mode (the kernel default) every HCA; in ``exclusive`` mode only the HCAs moved
@@ -18,12 +22,12 @@ observed (``ports`` lists every port as measured, and is replaced by ``named``,
 a few port names per kind, when condensed)::
 
     {"netnsMode": "shared", "hcas": 9,
-     "layers": {"InfiniBand": {"ports": 8, "up": 8, "stuck": 0, "minRateGbps": 400,
-                               "maxLinkDowned": 0, "maxSymbolError": 0}, ...},
+     "layers": {"InfiniBand": {"ports": 9, "up": 9, "minRateGbps": 100,
+                               "compute": 8, "computeMinRateGbps": 400}, ...},
      "firmware": {"MT_0000000838": ["28.39.1002"]},
      "ports": [{"port": "mlx5_0/1", "state": "ACTIVE", "physState": "LinkUp",
                 "rateGbps": 400, "linkLayer": "InfiniBand", "linkDowned": 0,
-                "symbolError": 0}, ...]}
+                "symbolError": 0, "function": 0, "gpuLocal": true}, ...]}
 
 ``oddFirmware`` (HCA → version) lists the HCAs whose firmware is not their board's
 most common one.
@@ -62,7 +66,19 @@ class InfinibandPortsPolicy(CheckSwitch):
     min_rate_gbps: float | None = Field(
         default=None,
         ge=0,
-        description="Lowest acceptable rate of an up port (of linkLayer), Gb/s.",
+        description="Lowest acceptable rate of an up port (of linkLayer, of rateScope), Gb/s.",
+    )
+    rate_scope: Literal["compute", "every"] = Field(
+        default="compute",
+        description="The ports minRateGbps judges. compute: those of the HCAs behind a GPU's "
+        "PCIe switch (where the node shows none, every port); every: all of them.",
+    )
+    not_active_wait_seconds: float = Field(
+        default=30,
+        ge=0,
+        le=300,
+        description="How long the probe reads the ports again, every 2 s, while one is LinkUp "
+        "but not ACTIVE (the subnet manager's sweep after boot) before judging.",
     )
     require_same_firmware: bool = Field(
         default=True, description="HCAs of one board_id (PSID) run one firmware version."
@@ -96,6 +112,11 @@ class IbPortObserved(ObservedModel):
     symbol_error: int | None = None
     lanes: str | None = Field(default=None, max_length=16)  # "4X NDR" from the rate text
     board: str | None = Field(default=None, max_length=32)  # its HCA's board_id (PSID)
+    # its HCA's PCI function: which port of its card (mlx5 registers each port of a
+    # card as its own single-port device); None where the probe could not tell
+    function: int | None = Field(default=None, ge=0, le=7)
+    # its HCA shares a PCIe switch with a GPU (a compute HCA); None: not known
+    gpu_local: bool | None = None
 
     @property
     def number(self) -> str:
@@ -124,31 +145,53 @@ class IbLayerObserved(ObservedModel):
     behind: int | None = Field(default=None, ge=0)
     # ports down (not Disabled) while their board's same-numbered ports are up
     dead: int | None = Field(default=None, ge=0)
+    # ports of the HCAs behind a GPU's PCIe switch (None: the node shows none) and the
+    # lowest rate among them that are up
+    compute: int | None = Field(default=None, ge=0)
+    compute_min_rate_gbps: float | None = Field(default=None, ge=0)
 
 
-def _siblings(ports: list[IbPortObserved]) -> dict[tuple[str, str], list[IbPortObserved]]:
-    """Ports grouped by (board_id, port number): the same adapter SKU's same port,
-    which a healthy node trains alike (ports without a board_id are not grouped)."""
-    out: dict[tuple[str, str], list[IbPortObserved]] = {}
+def _siblings(ports: list[IbPortObserved]) -> dict[tuple[str, str, str], list[IbPortObserved]]:
+    """Ports grouped by (board_id, PCI function, port number): the same port of the same
+    adapter SKU, which a healthy node cables and trains alike. mlx5 makes each port of a
+    dual-port card its own single-port device on its own PCI function, so the function
+    tells the card's first port from its second (ports without a board_id are not
+    grouped; without a function, as reports of earlier probes, by port number alone)."""
+    out: dict[tuple[str, str, str], list[IbPortObserved]] = {}
     for port in ports:
         if port.board:
-            out.setdefault((port.board, port.number), []).append(port)
+            function = "" if port.function is None else str(port.function)
+            out.setdefault((port.board, function, port.number), []).append(port)
     return out
+
+
+def compute_ports(ports: list[IbPortObserved]) -> list[IbPortObserved] | None:
+    """The ports of the HCAs behind a GPU's PCIe switch (the GPUDirect RDMA rails);
+    None when the node shows no such HCA (locality unknown: a VM's flat PCI bus, an
+    earlier probe's report), and then every port counts as compute."""
+    local = [p for p in ports if p.gpu_local]
+    return local or None
 
 
 def ports_behind_their_board(ports: list[IbPortObserved]) -> list[IbPortObserved]:
-    """Up ports whose rate is below the best up port of their (board, port number)."""
-    out = []
-    for group in _siblings(ports).values():
+    """Up ports whose rate is below the best up port of their (board, function, port
+    number); and up compute ports below the best up compute port, whatever their board
+    (a replacement card with another PSID trains like the rails it replaced)."""
+    out: list[IbPortObserved] = []
+    groups = list(_siblings(ports).values())
+    rails = compute_ports(ports)
+    if rails is not None:
+        groups.append(rails)
+    for group in groups:
         best = max((p.rate_gbps for p in group if p.up), default=None)
         out += [p for p in group if p.up and best is not None and p.rate_gbps < best]
-    return out
+    return list({p.port: p for p in out}.values())
 
 
 def ports_down_on_a_live_board(ports: list[IbPortObserved]) -> list[IbPortObserved]:
-    """Ports down while their (board, port number) siblings are up: cabled compute ports
-    (an unused port of a dual-port NIC is down on every HCA of its board; one
-    administratively Disabled is not counted)."""
+    """Ports down while their (board, function, port number) siblings are up: cabled
+    compute ports (an unused port of a dual-port card is down on every card of its
+    board; one administratively Disabled is not counted)."""
     out = []
     for group in _siblings(ports).values():
         if any(p.up for p in group):
@@ -179,15 +222,22 @@ class InfinibandPortsObserved(ObservedModel):
     # ports whose files could not be read (hca/port -> why, the first 4): the others
     # are judged and the check warns naming them
     not_read: dict[str, str] | None = None
+    # SR-IOV virtual functions left out (device/physfn)
+    virtual_functions: int | None = Field(default=None, ge=0)
+    # how long the probe waited for ports LinkUp but not ACTIVE to become ACTIVE
+    waited_s: float | None = Field(default=None, ge=0)
 
 
 def _ports_of(observed: InfinibandPortsObserved, layers: set[str]) -> list[IbPortObserved]:
     return [p for p in observed.ports or [] if p.link_layer in layers]
 
 
-def named_ports(ports: list[IbPortObserved], limit: int = NAMED_MAX) -> IbNamedPorts:
-    """The ports worth naming, by kind (policy-independent)."""
-    up_rates = [p.rate_gbps for p in ports if p.up]
+def named_ports(
+    ports: list[IbPortObserved], limit: int = NAMED_MAX, scope: str = "compute"
+) -> IbNamedPorts:
+    """The ports worth naming, by kind (``slowest`` among the ports ``scope`` rates)."""
+    rated = (compute_ports(ports) if scope == "compute" else None) or ports
+    up_rates = [p.rate_gbps for p in rated if p.up]
     slowest = min(up_rates) if up_rates and min(up_rates) < max(up_rates) else None
 
     def first(names: list[str]) -> list[str] | None:
@@ -196,7 +246,7 @@ def named_ports(ports: list[IbPortObserved], limit: int = NAMED_MAX) -> IbNamedP
     return IbNamedPorts(
         stuck=first([f"{p.port} {p.state}" for p in ports if p.stuck]),
         down=first([p.port for p in ports if not p.up and not p.stuck]),
-        slowest=first([p.port for p in ports if p.up and p.rate_gbps == slowest]),
+        slowest=first([p.port for p in rated if p.up and p.rate_gbps == slowest]),
         link_downed=first([p.port for p in ports if p.link_downed]),
         symbol_error=first([p.port for p in ports if p.symbol_error]),
         behind=first(
@@ -222,13 +272,21 @@ class _Facts:
     label: str  # "InfiniBand ports", "ports"
 
 
+def _rated_min(layer: IbLayerObserved, policy: InfinibandPortsPolicy) -> float | None:
+    """The lowest up rate among the ports minRateGbps judges: the compute HCAs' where
+    the node shows which they are (and the scope says so), else every port's."""
+    if policy.rate_scope == "compute" and layer.compute is not None:
+        return layer.compute_min_rate_gbps
+    return layer.min_rate_gbps
+
+
 def _facts(observed: InfinibandPortsObserved, policy: InfinibandPortsPolicy) -> _Facts:
     all_layers = observed.layers or {}
     chosen: set[str] = {policy.link_layer} if policy.link_layer else set(all_layers)
     layers = [s for name, s in all_layers.items() if name in chosen]
-    rates = [s.min_rate_gbps for s in layers if s.min_rate_gbps is not None]
+    rates = [r for s in layers if (r := _rated_min(s, policy)) is not None]
     named = (
-        named_ports(_ports_of(observed, chosen))
+        named_ports(_ports_of(observed, chosen), scope=policy.rate_scope)
         if observed.ports is not None
         else observed.named or IbNamedPorts()
     )
@@ -309,7 +367,8 @@ def _sibling_problems(policy: InfinibandPortsPolicy, facts: _Facts) -> list[str]
     if facts.behind:
         out.append(
             f"{_ports(facts.behind, facts.label)} below the rate of the same port on the "
-            f"board's other HCAs{_names(facts.named.behind)}: a lane or speed fallback"
+            f"board's other HCAs, or of the other compute HCAs{_names(facts.named.behind)}: "
+            "a lane or speed fallback"
         )
     if facts.dead and policy.expected_up_ports is None:  # with a count, the count judges
         out.append(
@@ -331,7 +390,8 @@ def _firmware_problem(observed: InfinibandPortsObserved) -> str | None:
 
 def _expected(policy: InfinibandPortsPolicy) -> dict[str, JsonValue]:
     wire = policy.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return {k: v for k, v in wire.items() if k not in ("enabled", "required")}
+    measuring = ("enabled", "required", "notActiveWaitSeconds")
+    return {k: v for k, v in wire.items() if k not in measuring}
 
 
 def judge(
@@ -343,6 +403,7 @@ def judge(
     if facts.stuck:
         failures.append(
             f"{_ports(facts.stuck, facts.label)} LinkUp but not ACTIVE{_names(facts.named.stuck)}"
+            f"{f' after {observed.waited_s:g} s' if observed.waited_s else ''}"
             ": no subnet manager activated the link"
         )
     if (
@@ -374,6 +435,8 @@ def judge(
         return CheckJudgement(CheckStatus.PASS, expected, clip(message))
     rate = f", min {facts.min_rate:g} Gb/s" if facts.min_rate is not None else ""
     base = f"{_ports(facts.up, facts.label)} up on {observed.hcas} HCAs{rate}"
+    if observed.virtual_functions:
+        base += f" ({observed.virtual_functions} SR-IOV virtual functions not judged)"
     return CheckJudgement(CheckStatus.PASS, expected, clip(f"{base}; {note}" if note else base))
 
 
@@ -383,7 +446,10 @@ def condense(observed: InfinibandPortsObserved) -> InfinibandPortsObserved:
     named = named_ports(observed.ports, CONDENSED_NAMED_MAX)
     kept = named if named.model_dump(exclude_none=True) else None
     odd = dict(list((observed.odd_firmware or {}).items())[:CONDENSED_NAMED_MAX]) or None
-    return observed.model_copy(update={"ports": None, "named": kept, "odd_firmware": odd})
+    # the wait is the message's detail, not the verdict's: it stays in the full form
+    return observed.model_copy(
+        update={"ports": None, "named": kept, "odd_firmware": odd, "waited_s": None}
+    )
 
 
 def claims(observed: InfinibandPortsObserved, _summary: HardwareSummary) -> Claims:
@@ -397,12 +463,13 @@ def claims(observed: InfinibandPortsObserved, _summary: HardwareSummary) -> Clai
 
 
 SPEC = CheckSpec(
-    measuring=frozenset(),
+    measuring=frozenset({"not_active_wait_seconds"}),
     judging=frozenset(
         {
             "expected_up_ports",
             "link_layer",
             "min_rate_gbps",
+            "rate_scope",
             "require_same_firmware",
             "link_downed_warn",
             "link_downed_fail",

@@ -3,9 +3,12 @@
 GPUs lower their link generation when idle, so the generation that counts is
 the one sampled *during* a pinned-memory copy (the probe samples it while the
 copies are in flight). An idle downshift is recorded (``idleGen``) but never
-judged. Under the default policy (``requireMax``) a generation or width below
-the GPU's maximum under load fails, as do H2D/D2H bandwidths below the policy
-minimum.
+judged. Under the default policy (``requireMax``) a generation below the best
+the link can train at in this system (``maxGen``: NVML's max, the lower of the
+GPU's and the platform's) or a width below the GPU's own (``maxWidth``) under load
+fails, as do H2D/D2H bandwidths below the policy minimum. ``deviceMaxGen`` (the
+GPU's own generation, present where the platform caps one below it) is recorded,
+not judged: ``minGeneration`` states the platform a fleet expects.
 
 observed, as measured (one column per field, one entry per GPU, index order)::
 
@@ -30,6 +33,7 @@ fails naming it, while the other GPUs are measured).
 """
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import Field, JsonValue, model_validator
 
@@ -76,6 +80,19 @@ class PcieLinkPolicy(CheckSwitch):
         alias="minD2HGBps",
         description="Lowest acceptable device-to-host pinned copy bandwidth per GPU, GB/s.",
     )
+    cc_min_h2d_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        alias="ccMinH2DGBps",
+        description="On a node in confidential computing mode (copies through encrypted "
+        "bounce buffers): the H2D floor instead of minH2DGBps. Unset: not judged there.",
+    )
+    cc_min_d2h_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        alias="ccMinD2HGBps",
+        description="The same for D2H instead of minD2HGBps.",
+    )
 
 
 class PcieLinkObserved(ObservedModel):
@@ -84,12 +101,18 @@ class PcieLinkObserved(ObservedModel):
     # per GPU, index order (detail: dropped when condensed)
     gen: list[int] | None = None
     width: list[int] | None = None
-    max_gen: list[int] | None = None
-    max_width: list[int] | None = None
+    max_gen: list[int] | None = None  # the best generation in this system
+    max_width: list[int] | None = None  # the GPU's own
+    # the GPU's own max generation, where the platform caps one below it (a Gen5 GPU
+    # in a Gen4 server): not judged, the cap is the platform's (minGeneration judges it)
+    device_max_gen: list[int] | None = None
     idle_gen: list[int] | None = None
     h2d_gbps: list[float] | None = Field(default=None, alias="h2dGBps")
     d2h_gbps: list[float] | None = Field(default=None, alias="d2hGBps")
     # both forms: placement and failures
+    # the confidential computing mode where it is on ("on", "devtools"); "unread" where
+    # NVML could not say (then the non-CC floors apply); absent: off
+    cc_mode: Literal["on", "devtools", "unread"] | None = None
     numa_node: list[int] | None = None
     unpinned: list[int] | None = None
     failed_gpus: dict[str, str] | None = None
@@ -112,6 +135,8 @@ class PcieLinkObserved(ObservedModel):
             n = len(self.gen)
             if n == 0 or any(col is None or len(col) != n for col in columns):
                 raise ValueError("observed columns must be non-empty and of equal length")
+            if self.device_max_gen is not None and len(self.device_max_gen) != n:
+                raise ValueError("deviceMaxGen must have one entry per GPU")
             return self
         summary = (
             self.gpus,
@@ -188,13 +213,23 @@ def _expected(p: PcieLinkPolicy) -> dict[str, JsonValue]:
         ("minWidth", p.min_width),
         ("minH2DGBps", p.min_h2d_gbps),
         ("minD2HGBps", p.min_d2h_gbps),
+        ("ccMinH2DGBps", p.cc_min_h2d_gbps),
+        ("ccMinD2HGBps", p.cc_min_d2h_gbps),
     ):
         if value is not None:
             expected[key] = value
     return expected
 
 
-def _failures(facts: _Facts, p: PcieLinkPolicy) -> list[str]:
+def _copy_floors(cc_mode: str | None, p: PcieLinkPolicy) -> tuple[float | None, float | None]:
+    """The H2D and D2H floors for this node: a CC node's own (its copies are encrypted
+    and staged through bounce buffers), else the policy's."""
+    if cc_mode in ("on", "devtools"):
+        return p.cc_min_h2d_gbps, p.cc_min_d2h_gbps
+    return p.min_h2d_gbps, p.min_d2h_gbps
+
+
+def _failures(facts: _Facts, p: PcieLinkPolicy, cc_mode: str | None = None) -> list[str]:
     failures = [f"GPU {g} failed: {what}" for g, what in facts.failed.items()]
     if p.require_max and facts.below_max_width:
         failures.append(f"{gpu_list(facts.below_max_width)} below max width")
@@ -204,9 +239,10 @@ def _failures(facts: _Facts, p: PcieLinkPolicy) -> list[str]:
         failures.append(f"Gen{facts.min_gen} < Gen{p.min_generation}")
     if p.min_width is not None and facts.min_width < p.min_width:
         failures.append(f"x{facts.min_width} < x{p.min_width}")
+    h2d_floor, d2h_floor = _copy_floors(cc_mode, p)
     for label, values, minimum in (
-        ("H2D", facts.h2d, p.min_h2d_gbps),
-        ("D2H", facts.d2h, p.min_d2h_gbps),
+        ("H2D", facts.h2d, h2d_floor),
+        ("D2H", facts.d2h, d2h_floor),
     ):
         if minimum is None:
             continue
@@ -224,10 +260,22 @@ def judge(
 ) -> CheckJudgement:
     facts = _facts(observed)
     expected = _expected(policy)
-    failures = _failures(facts, policy)
+    failures = _failures(facts, policy, observed.cc_mode)
     if failures:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
     link = f"Gen{facts.min_gen}x{facts.min_width}"
+    capped = [
+        i
+        for i, (own, best) in enumerate(
+            zip(observed.device_max_gen or [], observed.max_gen or [], strict=False)
+        )
+        if own > best
+    ]
+    if capped:
+        link += (
+            f" ({gpu_list(capped)} capped by the platform at Gen{min(observed.max_gen or [0])}, "
+            f"their own Gen{max(observed.device_max_gen or [0])})"
+        )
     unpinned = (
         f"; copies of {gpu_list(observed.unpinned)} not on their NUMA node's CPUs"
         if observed.unpinned
@@ -235,6 +283,13 @@ def judge(
     )
     h2d = min(v for _, v in facts.h2d) if facts.h2d else None
     d2h = min(v for _, v in facts.d2h) if facts.d2h else None
+    if observed.cc_mode in ("on", "devtools"):
+        judged = _copy_floors(observed.cc_mode, policy) != (None, None)
+        unpinned = (
+            f"; confidential computing {observed.cc_mode}: "
+            + ("copies judged by the CC floors" if judged else "H2D/D2H not judged (no CC floor)")
+            + unpinned
+        )
     return CheckJudgement(
         CheckStatus.PASS,
         expected,
@@ -251,6 +306,7 @@ def condense(observed: PcieLinkObserved) -> PcieLinkObserved:
     h2d = observed.h2d_gbps or []
     d2h = observed.d2h_gbps or []
     return PcieLinkObserved(  # numaNode stays in the full form (gpu_numa judges placement)
+        cc_mode=observed.cc_mode,
         unpinned=observed.unpinned,
         failed_gpus=observed.failed_gpus,
         gpus=facts.gpus,
@@ -313,6 +369,7 @@ def claims(o: PcieLinkObserved, summary: HardwareSummary) -> Claims:
         ("width", o.width),
         ("maxGen", o.max_gen),
         ("maxWidth", o.max_width),
+        ("deviceMaxGen", o.device_max_gen),
         ("idleGen", o.idle_gen),
         ("h2dGBps", o.h2d_gbps),
         ("d2hGBps", o.d2h_gbps),
@@ -323,7 +380,12 @@ def claims(o: PcieLinkObserved, summary: HardwareSummary) -> Claims:
     out.gpu_set("unpinned", o.unpinned).keys("failedGpus", o.failed_gpus)
     out.ranges("belowMaxGen", o.below_max_gen).ranges("belowMaxWidth", o.below_max_width)
     out.gpu_set("slowH2D", o.slow_h2d).gpu_set("slowD2H", o.slow_d2h)
-    for name, gens in (("gen", o.gen), ("maxGen", o.max_gen), ("idleGen", o.idle_gen)):
+    for name, gens in (
+        ("gen", o.gen),
+        ("maxGen", o.max_gen),
+        ("deviceMaxGen", o.device_max_gen),
+        ("idleGen", o.idle_gen),
+    ):
         out.each(name, gens, PCIE_MAX_GEN)
     out.each("width", o.width, PCIE_MAX_WIDTH).each("maxWidth", o.max_width, PCIE_MAX_WIDTH)
     out.figure("minGen", o.min_gen, PCIE_MAX_GEN).figure("minWidth", o.min_width, PCIE_MAX_WIDTH)
@@ -340,7 +402,15 @@ def claims(o: PcieLinkObserved, summary: HardwareSummary) -> Claims:
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset(
-        {"require_max", "min_generation", "min_width", "min_h2d_gbps", "min_d2h_gbps"}
+        {
+            "require_max",
+            "min_generation",
+            "min_width",
+            "min_h2d_gbps",
+            "min_d2h_gbps",
+            "cc_min_h2d_gbps",
+            "cc_min_d2h_gbps",
+        }
     ),
     name="pcie_link",
     title="PCIe link",

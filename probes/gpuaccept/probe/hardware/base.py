@@ -74,10 +74,16 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class PcieLinkState:
+    """A GPU's PCIe link: the current generation and width, the best generation the
+    link can train at in this system (the lower of the GPU's and the platform's: NVML's
+    ``nvmlDeviceGetMaxPcieLinkGeneration``), and the GPU's own maximum width and
+    generation (its LNKCAP: sysfs ``max_link_*``, ``nvmlDeviceGetGpuMaxPcieLinkGeneration``)."""
+
     generation: int
     width: int
-    max_generation: int
-    max_width: int
+    max_generation: int  # in this system
+    max_width: int  # the GPU's own: a x8 slot or riser is a fault, not a cap
+    device_max_generation: int | None = None  # the GPU's own (None: not known apart)
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,9 @@ class GpuMemoryHealth:
     not_read: dict[str, str] = field(default_factory=dict)  # part → why
 
 
+ConfComputeMode = Literal["off", "on", "devtools"]
+
+
 class HardwareBackend(Protocol):
     """What the checks may ask of the machine. Everything else is off limits."""
 
@@ -266,6 +275,11 @@ class HardwareBackend(Protocol):
 
     def host_topology(self) -> HostTopology:
         """The CPU sockets and NUMA nodes; raises :class:`Unavailable`."""
+
+    def conf_compute(self) -> ConfComputeMode | None:
+        """The system's confidential computing mode (NVML ``nvmlSystemGetConfComputeState``:
+        ``ccFeature``, ``devToolsMode``); ``"off"`` where the driver or GPUs have none;
+        None where it could not be read."""
 
     def infiniband(self) -> InfinibandView:
         """The InfiniBand/RoCE HCAs visible here (``/sys/class/infiniband``) and the

@@ -15,7 +15,17 @@ and ``drivers/infiniband/core/sysfs.c``):
   (since the counters were last cleared; the IB specification makes
   LinkDownedCounter 8 bits and SymbolErrorCounter 16 bits, both saturating);
 * ``fw_ver`` (v4.10+), and ``board_id`` / ``hca_type`` where the driver has them
-  (mlx4, mlx5, ...).
+  (mlx4, mlx5, ...);
+* ``device``: the link to the HCA's PCI function (``../../../0000:17:00.1``); its
+  ``physfn`` link exists only on an SR-IOV virtual function
+  (``Documentation/ABI/testing/sysfs-bus-pci``).
+
+mlx5 (ConnectX-4 and later) registers each port of a multi-port card as its own
+PCI function and its own single-port IB device, both with the card's ``board_id``
+(``mlx5_0/1`` on ``0000:17:00.0``, ``mlx5_1/1`` on ``0000:17:00.1``); one two-port
+device appears only in RoCE multiport mode (linux-rdma "Dual Port IB Device for
+RoCE", rdma-next 2018-01-04). So the PCI function tells which port of its card a
+device is. mlx4 (ConnectX-3) registers one device with both ports.
 
 What a probe pod sees depends on the RDMA network-namespace mode (``rdma system``;
 ``<sysfs>/module/ib_core/parameters/netns_mode``: ``Y`` shared, the default;
@@ -24,7 +34,7 @@ Exclusive: a pod's sysfs lists only the HCAs moved into its namespace.
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -37,6 +47,7 @@ _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
 # active speed name: SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR, XDR)
 _LANES_RE = re.compile(r"\(([0-9]+)X\s+([A-Z0-9]+)\)")
 _PORT_MAX = 64
+_PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.([0-7])$")
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,7 @@ class IbPort:
     width: int | None = None  # active lanes, from the rate text ("4X")
     speed: str | None = None  # the lanes' speed name ("NDR")
     board_id: str | None = None  # its HCA's board_id (PSID)
+    function: int | None = None  # its HCA's PCI function (which port of the card)
 
     @property
     def name(self) -> str:
@@ -68,6 +80,7 @@ class IbHca:
     fw_ver: str | None
     board_id: str | None
     ports: tuple[IbPort, ...]
+    pci_path: str | None = None  # the resolved sysfs path of its PCI function
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,10 @@ class InfinibandView:
     netns_mode: NetnsMode
     # ports whose files could not be read: (hca/port, why); the others are judged
     not_read: tuple[tuple[str, str], ...] = ()
+    # SR-IOV virtual functions (``device/physfn``) left out: their port state is the
+    # subnet manager's view of a guest's GUID, not of the cable
+    virtual_functions: tuple[str, ...] = ()
+    gpu_pci_paths: tuple[str, ...] = ()  # the GPUs' resolved PCI paths (for locality)
 
 
 def parse_port_state(text: str) -> str:
@@ -125,6 +142,42 @@ def read_netns_mode(sysfs_root: Path) -> NetnsMode:
     return "unknown"
 
 
+def pci_function(pci_path: str | None) -> int | None:
+    """``/sys/devices/pci0000:16/.../0000:17:00.1`` → 1 (None when not a PCI address)."""
+    if pci_path is None:
+        return None
+    match = _PCI_ADDRESS_RE.match(pci_path.rpartition("/")[2])
+    return int(match.group(1), 16) if match else None
+
+
+def _pci_chain(path: str) -> list[str]:
+    """The PCI devices from the root port down (``pci0000:16`` is the host bridge)."""
+    parts = path.split("/")
+    roots = [i for i, part in enumerate(parts) if part.startswith("pci") and ":" in part]
+    return parts[roots[0] + 1 :] if roots else []
+
+
+def shares_pcie_switch(a: str, b: str) -> bool:
+    """Two PCI devices behind one PCIe switch: below one root port they share at least
+    one more bridge (nvidia-smi topo's PIX or PXB, where NCCL uses GPUDirect RDMA by
+    default); a common root port only (PHB) or none (NODE, SYS) is not."""
+    chain_a, chain_b = _pci_chain(a), _pci_chain(b)
+    common = 0
+    for x, y in zip(chain_a[:-1], chain_b[:-1], strict=False):  # the devices themselves apart
+        if x != y:
+            break
+        common += 1
+    return common >= 2
+
+
+def _pci_path(device_link: Path) -> str | None:
+    """Where the ``device`` link points, resolved (None: no link, e.g. a soft device)."""
+    try:
+        return str(device_link.resolve(strict=True)) if device_link.is_symlink() else None
+    except OSError:
+        return None
+
+
 def _read_port(hca: str, port_dir: Path, board_id: str | None = None) -> IbPort:
     try:
         rate = (port_dir / "rate").read_text()
@@ -153,13 +206,20 @@ def _natural(path: Path) -> tuple[str, int]:
     return stem, int(digits) if digits else -1
 
 
-def read_infiniband(sysfs_root: Path) -> InfinibandView:
-    """Every HCA under ``<sysfs>/class/infiniband`` with its ports (empty when none)."""
+def read_infiniband(sysfs_root: Path, gpu_bus_ids: tuple[str, ...] = ()) -> InfinibandView:
+    """Every HCA under ``<sysfs>/class/infiniband`` with its ports (empty when none), and
+    the PCI paths of the GPUs ``gpu_bus_ids`` (sysfs form) for locality."""
     class_dir = sysfs_root / "class" / "infiniband"
     hcas: list[IbHca] = []
     not_read: list[tuple[str, str]] = []
+    virtual_functions: list[str] = []
     entries = sorted(class_dir.iterdir(), key=_natural) if class_dir.is_dir() else []
     for entry in entries:
+        if (entry / "device" / "physfn").exists():
+            virtual_functions.append(entry.name)
+            continue
+        pci_path = _pci_path(entry / "device")
+        function = pci_function(pci_path)
         ports_dir = entry / "ports"
         listed = ports_dir.iterdir() if ports_dir.is_dir() else iter(())
         port_dirs = sorted((p for p in listed if p.name.isdigit()), key=lambda p: int(p.name))
@@ -167,7 +227,8 @@ def read_infiniband(sysfs_root: Path) -> InfinibandView:
         ports: list[IbPort] = []
         for port_dir in port_dirs[:_PORT_MAX]:
             try:
-                ports.append(_read_port(entry.name, port_dir, board_id))
+                port = _read_port(entry.name, port_dir, board_id)
+                ports.append(replace(port, function=function))
             except SysfsError as exc:  # this port's, not the check's
                 not_read.append((f"{entry.name}/{port_dir.name}", str(exc)))
         hcas.append(
@@ -176,8 +237,17 @@ def read_infiniband(sysfs_root: Path) -> InfinibandView:
                 fw_ver=_optional(entry / "fw_ver"),
                 board_id=board_id,
                 ports=tuple(ports),
+                pci_path=pci_path,
             )
         )
     return InfinibandView(
-        hcas=tuple(hcas), netns_mode=read_netns_mode(sysfs_root), not_read=tuple(not_read)
+        hcas=tuple(hcas),
+        netns_mode=read_netns_mode(sysfs_root),
+        not_read=tuple(not_read),
+        virtual_functions=tuple(virtual_functions),
+        gpu_pci_paths=tuple(
+            path
+            for bus in gpu_bus_ids
+            if (path := _pci_path(sysfs_root / "bus" / "pci" / "devices" / bus.lower()))
+        ),
     )

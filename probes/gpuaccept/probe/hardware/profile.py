@@ -243,8 +243,19 @@ class GpuMemory(ProfileModel):
 class Gpu(ProfileModel):
     """One GPU, fully resolved."""
 
-    pcie_max_generation: int = Field(default=5, ge=1, le=7)
-    pcie_max_width: int = Field(default=16, ge=1, le=32)
+    pcie_max_generation: int = Field(
+        default=5, ge=1, le=7, description="The GPU's own (LNKCAP; sysfs max_link_speed)."
+    )
+    pcie_max_width: int = Field(
+        default=16, ge=1, le=32, description="The GPU's own (LNKCAP; sysfs max_link_width)."
+    )
+    pcie_system_max_generation: int | None = Field(
+        default=None,
+        ge=1,
+        le=7,
+        description="The platform's cap (the root port's or switch's generation): NVML's "
+        "max generation reports the lower of this and the GPU's. Default: no cap.",
+    )
     pcie_idle: Link | None = Field(default=None, description="Default: the maximum.")
     pcie_load: Link | None = Field(default=None, description="Default: the maximum.")
     h2d_gbps: float = Field(ge=0, alias="h2dGBps")
@@ -343,16 +354,19 @@ class Gpu(ProfileModel):
     )
 
     @property
+    def best_link(self) -> Link:
+        """The best link in this system: the GPU's width, the lower generation."""
+        cap = self.pcie_system_max_generation
+        generation = min(self.pcie_max_generation, cap or self.pcie_max_generation)
+        return Link(generation=generation, width=self.pcie_max_width)
+
+    @property
     def idle(self) -> Link:
-        return self.pcie_idle or Link(
-            generation=self.pcie_max_generation, width=self.pcie_max_width
-        )
+        return self.pcie_idle or self.best_link
 
     @property
     def load(self) -> Link:
-        return self.pcie_load or Link(
-            generation=self.pcie_max_generation, width=self.pcie_max_width
-        )
+        return self.pcie_load or self.best_link
 
 
 def _all_optional(model: type[ProfileModel], name: str, doc: str) -> type[ProfileModel]:
@@ -432,6 +446,12 @@ class Gpus(Gpu):
 
 class Driver(ProfileModel):
     version: Version
+    conf_compute: Literal["off", "on", "devtools"] = Field(
+        default="off",
+        description="Confidential computing mode, as nvmlSystemGetConfComputeState reports "
+        "it (ccFeature, devToolsMode). On: pinned host copies go through encrypted bounce "
+        "buffers.",
+    )
     kernel_module: Version | None = Field(default=None, description="Default: version.")
     nvml_library: Version | None = Field(
         default=None,
@@ -595,6 +615,13 @@ class IbPortSpec(ProfileModel):
     link_layer: Literal["InfiniBand", "Ethernet"] = "InfiniBand"
     link_downed: int = Field(default=0, ge=0, le=255)
     symbol_error: int = Field(default=0, ge=0, le=65535)
+    active_after_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description="LinkUp but INIT until this many seconds after the probe first reads "
+        "the ports, then `state` (the subnet manager's sweep after boot activates it).",
+    )
     unreadable: list[Literal["state", "phys_state", "rate", "link_layer"]] = Field(
         default_factory=list,
         max_length=4,
@@ -605,12 +632,31 @@ class IbPortSpec(ProfileModel):
 
 
 class IbHcaGroup(ProfileModel):
-    """``count`` HCAs alike (named mlx5_<n> in order over the groups)."""
+    """``count`` HCA cards alike. As mlx5 registers them, each port of a card is a PCI
+    function of the card and its own single-port IB device with the card's board_id
+    (named mlx5_<n> in order over the groups: card 0's ports, card 1's, ..., then the
+    SR-IOV virtual functions)."""
 
     count: int = Field(default=1, ge=1, le=32)
     fw_ver: str = Field(default="28.39.1002", pattern=r"^[0-9][0-9.]{0,31}$")
     board_id: str = Field(default="MT_0000000838", pattern=r"^[A-Za-z0-9_]{1,32}$")
-    ports: list[IbPortSpec] = Field(default_factory=lambda: [IbPortSpec()], max_length=4)
+    ports: list[IbPortSpec] = Field(
+        default_factory=lambda: [IbPortSpec()],
+        min_length=1,
+        max_length=4,
+        description="The card's ports: port n is PCI function n-1, a device of its own.",
+    )
+    pcie: Literal["gpuSwitch", "rootPort"] = Field(
+        default="gpuSwitch",
+        description="gpuSwitch: behind a GPU's PCIe switch (a compute HCA); rootPort: on a "
+        "root port of its own (a storage or management HCA).",
+    )
+    virtual_functions: int = Field(
+        default=0, ge=0, le=16, description="SR-IOV virtual functions of the card's first port."
+    )
+    virtual_function_state: IbState = Field(
+        default="DOWN", description="The VFs' port state (their physical state is LinkUp)."
+    )
     in_pod_netns: bool = Field(
         default=False,
         description="Exclusive netns mode: this HCA was moved into the probe pod's namespace.",

@@ -31,6 +31,7 @@ from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe.hardware import persistenced, topology_backend
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
+    ConfComputeMode,
     CopyMeasurement,
     FabricInfo,
     GpuFailedError,
@@ -71,6 +72,7 @@ from gpuaccept.probe.hardware.nvml_errors import (
     NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    NVML_ERROR_NOT_SUPPORTED,
     nvml_error_code,
     nvml_failure,
 )
@@ -138,6 +140,11 @@ def _library_version(
     except (OSError, AttributeError) as exc:
         notes.append(f"{symbol} ({Path(path).name}): {exc}")
         return None, Path(path).name
+
+
+# nvml.h: NVML_CC_SYSTEM_FEATURE_ENABLED, NVML_CC_SYSTEM_DEVTOOLS_MODE_ON
+CC_FEATURE_ENABLED = 1
+CC_DEVTOOLS_ON = 1
 
 
 class RealBackend:
@@ -251,22 +258,28 @@ class RealBackend:
             return None
 
     def pcie_link(self, gpu: int) -> PcieLinkState:
-        """NVML's current link, against the GPU's own maximum.
+        """NVML's current link, against the best the link can train at here.
 
-        NVML's ``nvmlDeviceGetMaxPcieLink*`` is the max "possible with this device
-        and system": a x16 GPU behind a slot or riser limited to x8 reports 8, and
-        would then look "at max" at x8. So the maximum is the larger of that and the
-        GPU's own capability (its sysfs ``max_link_speed``/``max_link_width``, and
-        ``nvmlDeviceGetGpuMaxPcieLinkGeneration``), read once per GPU.
+        Generation: NVML's ``nvmlDeviceGetMaxPcieLinkGeneration`` is the max "possible
+        with this device and system" (nvml.h: a generation 2 device on a generation 1
+        bus reports 1), so a Gen5 GPU in a Gen4 server reports 4, and a link at Gen4
+        there is at its best; the GPU's own generation (sysfs ``max_link_speed``,
+        ``nvmlDeviceGetGpuMaxPcieLinkGeneration``) is kept beside it. Where NVML cannot
+        say, the GPU's own is the bar. Width: the GPU's own maximum, the larger of NVML's
+        and sysfs ``max_link_width``: a x16 GPU in a slot or riser wired x8 reports 8
+        in NVML and would otherwise look at max at x8.
         Falls back to the GPU's sysfs PCI device files when NVML cannot answer.
         """
         state = self._nvml_pcie_link(gpu)
-        max_generation, max_width = self._device_max_link(gpu)
+        device_generation, device_width = self._device_max_link(gpu)
+        device_generation = max(device_generation, state.max_generation)
+        system_generation = min(state.max_generation, device_generation) or device_generation
         return PcieLinkState(
             state.generation,
             state.width,
-            max(state.max_generation, max_generation),
-            max(state.max_width, max_width),
+            system_generation,
+            max(state.max_width, device_width),
+            device_max_generation=device_generation,
         )
 
     def _device_max_link(self, gpu: int) -> tuple[int, int]:
@@ -625,8 +638,25 @@ class RealBackend:
     def host_topology(self) -> HostTopology:
         return topology_backend.host_topology(self._sysfs_root)
 
+    def conf_compute(self) -> ConfComputeMode | None:
+        """``nvmlSystemGetConfComputeState`` (R535+): ``ccFeature`` 1 is CC on,
+        ``devToolsMode`` 1 its developer mode. NotSupported or a driver without the
+        function: no CC (off). A binding without it or another error: not read."""
+        nvml = self._require_nvml()
+        getter = getattr(nvml, "nvmlSystemGetConfComputeState", None)
+        if getter is None:
+            return None
+        try:
+            state = getter()
+        except nvml.NVMLError as exc:
+            no_cc = (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND)
+            return "off" if nvml_error_code(exc) in no_cc else None
+        if int(state.ccFeature) != CC_FEATURE_ENABLED:
+            return "off"
+        return "devtools" if int(state.devToolsMode) == CC_DEVTOOLS_ON else "on"
+
     def infiniband(self) -> InfinibandView:
-        return topology_backend.infiniband(self._sysfs_root)
+        return topology_backend.infiniband(self._sysfs_root, [g.bus_id for g in self._gpus])
 
     # --- state earlier faults left; Xid events ----------------------------------
     def xid_listener(self) -> AbstractContextManager[XidLog]:

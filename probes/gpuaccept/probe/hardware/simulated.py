@@ -29,6 +29,7 @@ from gpuaccept.probe import clocks
 from gpuaccept.probe.hardware import topology_backend
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
+    ConfComputeMode,
     CopyMeasurement,
     FabricInfo,
     GpuFailedError,
@@ -59,7 +60,12 @@ from gpuaccept.probe.hardware.profile import (
     RecoveryActionName,
 )
 from gpuaccept.probe.hardware.simulated_throughput import SimulatedTimer, check_figures, triad
-from gpuaccept.probe.hardware.simulated_topology import materialize_topology
+from gpuaccept.probe.hardware.simulated_topology import (
+    gpu_switch_port,
+    link_device,
+    materialize_topology,
+    refresh_ib_states,
+)
 from gpuaccept.probe.hardware.sysfs import (
     GEN_TO_SPEED,
     NVIDIA_VENDOR,
@@ -131,8 +137,9 @@ def materialize(profile: HardwareProfile, root: Path, host_boot_id: str | None =
             cpu_dir.mkdir()
     for index in range(profile.gpus.count):
         gpu = profile.gpus.gpu(index)
-        device = pci_device_dir(sys_root, bus_id(index))
+        device = gpu_switch_port(sys_root, index) / bus_id(index)
         device.mkdir(parents=True)
+        link_device(pci_device_dir(sys_root, bus_id(index)), device)
         (device / "vendor").write_text(NVIDIA_VENDOR + "\n")
         (device / "class").write_text("0x030200\n")
         (device / "max_link_speed").write_text(GEN_TO_SPEED[gpu.pcie_max_generation] + "\n")
@@ -192,6 +199,7 @@ class SimulatedBackend:
         self._loaded = False
         self._ever_loaded = False  # a load has run (the NVLink counters have counted it)
         self._fabric_first_asked_s: dict[int, float] = {}
+        self._ib_first_read_s: float | None = None  # the ports' sweep counts from here
         self._clock_s = 0.0  # virtual time: sleep() advances it, instantly
         self._load_started_s = 0.0
         self._load_samples: dict[int, int] = {}
@@ -243,8 +251,18 @@ class SimulatedBackend:
         return "the profile has no GPU" if self.profile.gpus.count == 0 else None
 
     def pcie_link(self, gpu: int) -> PcieLinkState:
+        """The GPU's sysfs link; its max generation in this system is NVML's, the lower of
+        the GPU's own (sysfs ``max_link_speed``) and the platform's."""
         link = read_pcie_link(self.sysfs_root(), bus_id(gpu))
-        return PcieLinkState(link.generation, link.width, link.max_generation, link.max_width)
+        cap = self.profile.gpus.gpu(gpu).pcie_system_max_generation
+        system = min(link.max_generation, cap) if cap is not None else link.max_generation
+        return PcieLinkState(
+            link.generation,
+            link.width,
+            system,
+            link.max_width,
+            device_max_generation=link.max_generation,
+        )
 
     def copy_bandwidth(self, gpu: int, nbytes: int) -> CopyMeasurement:
         spec = self.profile.gpus.gpu(gpu)
@@ -482,8 +500,18 @@ class SimulatedBackend:
     def host_topology(self) -> HostTopology:
         return topology_backend.host_topology(self.sysfs_root())
 
+    def conf_compute(self) -> ConfComputeMode | None:
+        return self.profile.driver.conf_compute
+
     def infiniband(self) -> InfinibandView:
-        return topology_backend.infiniband(self.sysfs_root())
+        if self.profile.infiniband is not None:
+            if self._ib_first_read_s is None:
+                self._ib_first_read_s = self._clock_s
+            since = self._clock_s - self._ib_first_read_s
+            refresh_ib_states(
+                self.profile.infiniband, self.sysfs_root(), self.profile.gpus.count, since
+            )
+        return topology_backend.infiniband(self.sysfs_root(), [g.bus_id for g in self.gpus()])
 
     # --- state earlier faults left; Xid events ----------------------------------
     def _loaded_once(self, gpus: list[int]) -> None:

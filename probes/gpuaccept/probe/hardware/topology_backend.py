@@ -26,8 +26,8 @@ def host_topology(sysfs_root: Path) -> HostTopology:
         raise Unavailable(f"no CPU topology: {exc}") from exc
 
 
-def infiniband(sysfs_root: Path) -> InfinibandView:
+def infiniband(sysfs_root: Path, gpu_bus_ids: list[str | None]) -> InfinibandView:
     try:
-        return read_infiniband(sysfs_root)
+        return read_infiniband(sysfs_root, tuple(b for b in gpu_bus_ids if b))
     except (SysfsError, OSError) as exc:
         raise Unavailable(f"cannot read {sysfs_root}/class/infiniband: {exc}") from exc

@@ -1,6 +1,8 @@
 """Measures :mod:`gpuaccept.checks.infiniband_ports`: every HCA port the probe can see.
 
-Nothing is loaded or reset: the port files and counters are read once, as they are.
+Nothing is loaded or reset: the port files and counters are read as they are, once,
+or again for up to ``notActiveWaitSeconds`` while a port is LinkUp but not ACTIVE.
+SR-IOV virtual functions (``device/physfn``) are counted and left out.
 """
 
 from collections import Counter
@@ -10,19 +12,21 @@ from gpuaccept.checks.infiniband_ports import (
     IbPortObserved,
     InfinibandPortsObserved,
     InfinibandPortsPolicy,
+    compute_ports,
     ports_behind_their_board,
     ports_down_on_a_live_board,
 )
 from gpuaccept.probe.hardware.base import HardwareBackend, Unavailable
-from gpuaccept.probe.hardware.infiniband import IbHca, IbPort
+from gpuaccept.probe.hardware.infiniband import IbHca, IbPort, InfinibandView, shares_pcie_switch
 from gpuaccept.probe.measure.context import ProbeContext
 
 PORTS_MAX = 64
 NOT_READ_MAX = 4  # ports named as not read (the count is in the message)
 NOT_READ_TEXT = 80
+POLL_S = 2.0  # a port LinkUp but not ACTIVE is read again this often
 
 
-def _port(port: IbPort) -> IbPortObserved:
+def _port(port: IbPort, gpu_local: bool | None = None) -> IbPortObserved:
     return IbPortObserved(
         port=port.name[:64],
         state=port.state[:16],
@@ -33,26 +37,55 @@ def _port(port: IbPort) -> IbPortObserved:
         symbol_error=port.symbol_error,
         lanes=f"{port.width}X {port.speed}"[:16] if port.width and port.speed else None,
         board=(port.board_id or "")[:32] or None,
+        function=port.function,
+        gpu_local=gpu_local,
     )
 
 
-def _layers(ports: list[IbPort]) -> dict[str, IbLayerObserved]:
+def _layers(ports: list[IbPortObserved]) -> dict[str, IbLayerObserved]:
     out: dict[str, IbLayerObserved] = {}
     for layer in sorted({p.link_layer for p in ports}):
         mine = [p for p in ports if p.link_layer == layer]
         up_rates = [p.rate_gbps for p in mine if p.up]
-        observed = [_port(p) for p in mine]
+        rails = compute_ports(mine)
+        if rails is not None and len(rails) == len(mine):
+            rails = None  # every port is a compute port: nothing to tell apart
+        rail_rates = [p.rate_gbps for p in rails or [] if p.up]
         out[layer[:16]] = IbLayerObserved(
-            behind=len(ports_behind_their_board(observed)) or None,
-            dead=len(ports_down_on_a_live_board(observed)) or None,
+            behind=len(ports_behind_their_board(mine)) or None,
+            dead=len(ports_down_on_a_live_board(mine)) or None,
             ports=len(mine),
             up=len(up_rates),
-            stuck=sum(1 for p in mine if p.phys_state == "LinkUp" and p.state != "ACTIVE") or None,
+            stuck=sum(1 for p in mine if p.stuck) or None,
             min_rate_gbps=min(up_rates) if up_rates else None,
+            compute=len(rails) if rails is not None else None,
+            compute_min_rate_gbps=min(rail_rates) if rail_rates else None,
             max_link_downed=max((p.link_downed or 0 for p in mine), default=0) or None,
             max_symbol_error=max((p.symbol_error or 0 for p in mine), default=0) or None,
         )
     return out
+
+
+def _gpu_local(hca: IbHca, gpu_paths: tuple[str, ...]) -> bool | None:
+    if hca.pci_path is None or not gpu_paths:
+        return None
+    return any(shares_pcie_switch(hca.pci_path, gpu) for gpu in gpu_paths)
+
+
+def _settled(
+    hardware: HardwareBackend, view: InfinibandView, wait_s: float
+) -> tuple[InfinibandView, float]:
+    """The view once no port is LinkUp but not ACTIVE, read again every POLL_S for up
+    to ``wait_s`` (right after boot the subnet manager's sweep has not yet activated
+    every port); and how long it waited."""
+    waited = 0.0
+    while waited < wait_s and any(
+        p.phys_state == "LinkUp" and p.state != "ACTIVE" for h in view.hcas for p in h.ports
+    ):
+        hardware.sleep(POLL_S)
+        waited += POLL_S
+        view = hardware.infiniband()
+    return view, waited
 
 
 def _firmware(hcas: tuple[IbHca, ...]) -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -74,8 +107,10 @@ def _firmware(hcas: tuple[IbHca, ...]) -> tuple[dict[str, list[str]], dict[str, 
 def measure(
     hardware: HardwareBackend, policy: InfinibandPortsPolicy, context: ProbeContext
 ) -> InfinibandPortsObserved:
-    view = hardware.infiniband()
-    ports = [p for hca in view.hcas for p in hca.ports][:PORTS_MAX]
+    view, waited = _settled(hardware, hardware.infiniband(), policy.not_active_wait_seconds)
+    ports = [_port(p, _gpu_local(hca, view.gpu_pci_paths)) for hca in view.hcas for p in hca.ports][
+        :PORTS_MAX
+    ]
     if view.not_read and not ports:  # nothing could be read: no verdict on the ports
         name, why = view.not_read[0]
         raise Unavailable(f"no port could be read ({len(view.not_read)}; {name}: {why})")
@@ -86,7 +121,9 @@ def measure(
         layers=_layers(ports) or None,
         firmware=firmware or None,
         odd_firmware=dict(list(odd.items())[:4]) or None,
-        ports=[_port(p) for p in ports],
+        ports=ports,
+        virtual_functions=len(view.virtual_functions) or None,
+        waited_s=waited or None,
         not_read={name[:64]: why[:NOT_READ_TEXT] for name, why in view.not_read[:NOT_READ_MAX]}
         or None,
     )

@@ -28,10 +28,13 @@ def measure(
     gpus = hardware.gpus()
     if not gpus:
         raise Unavailable("no GPU to measure")
+    cc = hardware.conf_compute()
+    cc_mode = "unread" if cc is None else (cc if cc != "off" else None)
     gen: list[int] = []
     width: list[int] = []
     max_gen: list[int] = []
     max_width: list[int] = []
+    device_max_gen: list[int] = []
     idle_gen: list[int] = []
     h2d: list[float] = []
     d2h: list[float] = []
@@ -59,6 +62,7 @@ def measure(
         width.append(link.width)
         max_gen.append(link.max_generation)
         max_width.append(link.max_width)
+        device_max_gen.append(link.device_max_generation or link.max_generation)
         idle_gen.append(idle.generation)
         h2d.append(round_figure(copy.h2d_gbps))
         d2h.append(round_figure(copy.d2h_gbps))
@@ -69,10 +73,12 @@ def measure(
         width=width,
         max_gen=max_gen,
         max_width=max_width,
+        device_max_gen=device_max_gen if device_max_gen != max_gen else None,
         idle_gen=idle_gen,
         h2d_gbps=h2d,
         d2h_gbps=d2h,
         numa_node=numa,
+        cc_mode=cc_mode,
         unpinned=unpinned or None,
         failed_gpus=failed or None,
     )
