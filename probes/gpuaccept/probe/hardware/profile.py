@@ -106,8 +106,8 @@ class ClockEventReasons(ProfileModel):
     )
 
 
-NvlinkCounterName = Literal["replay", "recovery", "crc"]
-NvlinkCounterPart = Literal["replay", "recovery", "crc_flit", "crc_data"]
+NvlinkCounterName = Literal["replay", "recovery", "crc", "ecc"]
+NvlinkCounterPart = Literal["replay", "recovery", "crc_flit", "crc_data", "ecc_data"]
 FabricState = Literal["completed", "in_progress", "not_started", "not_supported", "unsupported"]
 FabricConditionName = Literal[
     "degraded_bandwidth",

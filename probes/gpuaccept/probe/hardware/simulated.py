@@ -400,7 +400,12 @@ class SimulatedBackend:
         count = spec.nvlink.links
         active = tuple(link for link in range(count) if link not in spec.nvlink.inactive)
         off = set(spec.nvlink.counters_not_supported)
-        parts = {"replay": ("replay",), "recovery": ("recovery",), "crc": ("crc_flit", "crc_data")}
+        parts = {
+            "replay": ("replay",),
+            "recovery": ("recovery",),
+            "crc": ("crc_flit", "crc_data"),
+            "ecc": ("ecc_data",),
+        }
         readable = [name for name, of in parts.items() if not set(of) <= off]
         errors = None
         if "nvlinkCounters" not in spec.unsupported and readable:
@@ -424,7 +429,7 @@ class SimulatedBackend:
         not_supported = (
             tuple(sorted(off))
             if "nvlinkCounters" not in spec.unsupported
-            else ("crc_data", "crc_flit", "recovery", "replay")
+            else ("crc_data", "crc_flit", "ecc_data", "recovery", "replay")
         )
         return NvlinkLinks(count=count, active=active, errors=errors, not_supported=not_supported)
 
