@@ -119,9 +119,10 @@ def test_xid_errors_outside_a_probe_run_names_the_missing_listener() -> None:
         )
     finally:
         hardware.close()
-    # driver 550: the reset-status fields answer (none); the missing listener is named
-    assert result.status is CheckStatus.PASS
-    assert "events not read: no Xid listener ran" in result.message
+    # driver 550: the reset-status fields answer (none), but no GPU was watched for Xids:
+    # "no critical Xid" is unknown, an error, never a pass (issue 37, item 5)
+    assert result.status is CheckStatus.ERROR
+    assert "Xid events not watched on GPUs 0-7 (no Xid listener ran" in result.message
 
 
 @pytest.mark.parametrize(

@@ -120,7 +120,13 @@ FabricConditionName = Literal[
 ]
 ComputeModeName = Literal["default", "exclusive_process", "prohibited"]
 UnsupportedItem = Literal[
-    "powerLimit", "persistence", "mig", "computeMode", "nvlinkCount", "nvlinkCounters"
+    "powerLimit",
+    "persistence",
+    "mig",
+    "computeMode",
+    "nvlinkCount",
+    "nvlinkCounters",
+    "xidEvents",
 ]
 
 
@@ -304,7 +310,9 @@ class Gpu(ProfileModel):
     )
     compute_mode: ComputeModeName = "default"
     unsupported: list[UnsupportedItem] = Field(
-        default_factory=list, description="What NVML answers with NotSupported on this GPU."
+        default_factory=list,
+        description="What NVML answers with NotSupported on this GPU (xidEvents: its supported "
+        "event types lack nvmlEventTypeXidCriticalError, so no Xid listener can register it).",
     )
     xids: list[XidCode] = Field(
         default_factory=list,

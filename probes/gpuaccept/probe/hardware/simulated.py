@@ -521,8 +521,15 @@ class SimulatedBackend:
     @contextmanager
     def xid_listener(self) -> Iterator[XidLog]:
         log = XidLog(clock=lambda: self._clock_s)
-        log.watched = tuple(i for i, g in enumerate(self.gpus()) if g.problem is None)
-        log.unwatched = {g.index: "NVML cannot open it" for g in self.gpus() if g.problem}
+        gpus = self.gpus()
+        no_events = {
+            g.index
+            for g in gpus
+            if g.problem is None and "xidEvents" in self.profile.gpus.gpu(g.index).unsupported
+        }
+        log.watched = tuple(g.index for g in gpus if g.problem is None and g.index not in no_events)
+        log.unwatched = {g.index: "NVML cannot open it" for g in gpus if g.problem}
+        log.unwatched |= {gpu: "no critical-Xid events (NVML)" for gpu in sorted(no_events)}
         self._xid_log = log
         try:
             yield log
