@@ -127,7 +127,7 @@ CLAIMS = (
         "recovery_action_and_fabric_state",
         "test_recovery_action_and_fabric_state_as_nvml_gives_them",
         "The recovery action (its field on R570 and later, the older reset-status fields "
-        "226/227 on R535-R565, both recorded raw) and the fabric state are recorded as "
+        "226/227 on R560-R565, both recorded raw) and the fabric state are recorded as "
         "NVML gives them, and the probe reads the same recovery action.",
         REAL_PATHS_MODULE,
     ),

@@ -12,9 +12,9 @@ Two sources, both NVML (no kernel log):
   check that was running. An Xid in ``failOn`` fails the node, one in
   ``warnOn`` warns; any other is recorded and named, not judged.
 * **State an earlier fault left.** Each GPU's recovery action
-  (``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` on R570 and later; on R535-R565 the
+  (``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` on R570 and later; on R560-R565 the
   older reset-status fields, which say none, ``gpu_reset`` or
-  ``drain_and_reset``; before R535 not read). An action in ``recoveryActionFailOn``
+  ``drain_and_reset``; before R560 not read). An action in ``recoveryActionFailOn``
   fails the node, one in ``recoveryActionWarnOn`` warns. (The remapped-rows
   pending and failure flags, the other state earlier faults leave, are judged
   by ``memory_health``.)
@@ -29,7 +29,7 @@ observed::
      "events": [{"gpu": 5, "xid": 79, "atS": 141.2, "during": "nccl_allreduce"}],
      "xids": {"5": [79]},
      "recoveryAction": {"node_reboot": "5"},
-     "notRead": {"recoveryAction": "GPUs 0-7: driver 525.147.05: no field before R535"}}
+     "notRead": {"recoveryAction": "GPUs 0-7: driver 550.54.15: no field before R560"}}
 
 (GPU sets as range text, ``"0-3,5"``; ``events``: the first 16 in time order;
 ``xids``: GPUs → every Xid they reported, GPUs with the same Xids in one

@@ -323,8 +323,8 @@ class Gpu(ProfileModel):
     recovery_action: RecoveryActionName = Field(
         default="none",
         description="What NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers on R570+ drivers; "
-        "on R535-R565 the older reset-status fields answer none, gpu_reset or "
-        "drain_and_reset (another action is not read there); before R535: not read.",
+        "on R560-R565 the older reset-status fields answer none, gpu_reset or "
+        "drain_and_reset (another action is not read there); before R560: not read.",
     )
     memory: GpuMemory = Field(default_factory=GpuMemory)
     bf16_tflops: float | None = Field(

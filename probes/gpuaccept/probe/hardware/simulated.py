@@ -49,6 +49,7 @@ from gpuaccept.probe.hardware.base import (
 )
 from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.nvml_health import (
+    FIRST_RESET_STATUS_BRANCH,
     recovery_action_field_id,
     reset_status_field_ids,
 )
@@ -543,11 +544,12 @@ class SimulatedBackend:
         driver = self.profile.driver.version  # one driver for every GPU
         if recovery_action_field_id(driver) is not None:
             return RECOVERY_ACTIONS.index(spec.recovery_action)
-        if reset_status_field_ids(driver) is None:  # as NVML: neither field before R535
+        if reset_status_field_ids(driver) is None:  # as NVML: neither field before R560
             raise Unavailable(
-                f"driver {driver}: no recovery action or reset status field before R535"
+                f"driver {driver}: no recovery action or reset status field before "
+                f"R{FIRST_RESET_STATUS_BRANCH}"
             )
-        # R535-R565: the two reset-status flags say none, a GPU reset or drain and reset
+        # R560-R565: the two reset-status flags say none, a GPU reset or drain and reset
         if spec.recovery_action not in RESET_STATUS_ACTIONS:
             raise Unavailable(
                 f"GPU {gpu}: the reset-status fields of driver {driver} cannot say "
