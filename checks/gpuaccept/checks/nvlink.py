@@ -177,8 +177,19 @@ def _counter_findings(
 
 
 def expected_links(policy: NvlinkPolicy, summary: HardwareSummary) -> int | None:
+    """The active links each GPU must have; None where not judged: a model not listed,
+    or one GPU without an NVSwitch beside it (a VM or partition given one GPU of an HGX
+    board: Fabric Manager trains no NVLink for a one-GPU partition, and with no peer
+    the links carry nothing)."""
+    if one_gpu_slice(summary):
+        return None
     value = per_model_value(policy.active_links_by_model, summary.gpu_model, None)
     return None if value is None else int(value)
+
+
+def one_gpu_slice(summary: HardwareSummary) -> bool:
+    """One GPU and no NVSwitch on the bus: a slice of a board, whose NVLinks are idle."""
+    return summary.gpu_count == 1 and summary.nvswitch_devices == 0
 
 
 def judge(
@@ -217,6 +228,8 @@ def judge(
     links = (
         f">= {expected_count} active NVLinks"
         if expected_count is not None
+        else f">= {least} active NVLinks (one GPU without an NVSwitch, no peer: not judged)"
+        if one_gpu_slice(summary)
         else f">= {least} active NVLinks (none expected for {model}: not judged)"
     )
     return CheckJudgement(
