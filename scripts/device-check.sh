@@ -162,6 +162,8 @@ facts=(
   --fact "host=$(hostname)"
   --fact "python=$("$PY" --version 2>&1)"
   --fact "budget_s=$BUDGET_S"
+  # a VM's or gVisor's artefacts (NVML proxied, PCIe/topology virtualised) are not probe defects
+  --fact "sandbox=$("$PY" tests/device/device_claims.py sandbox 2>/dev/null || echo unknown)"
 )
 summary() {
   echo "==> summary"

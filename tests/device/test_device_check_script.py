@@ -191,6 +191,8 @@ def test_without_a_gpu_nothing_is_proven_and_the_exit_code_says_so(tmp_path: Pat
     assert [c["claim"] for c in result["claims"]] == [c.name for c in CLAIMS]
     assert all(not c["proven"] and c["test_outcome"] == "not run" for c in result["claims"])
     assert [s["step"] for s in result["steps"]] == ["machine", "deps", "gpu", "claims"]
+    # what the run ran in is recorded (issue 37, item 20): gvisor, vm or bare metal
+    assert re.match(r"^(gvisor|vm|bare metal)", result["sandbox"]), result
 
 
 def test_bad_usage_exits_2(tmp_path: Path) -> None:
