@@ -149,6 +149,14 @@ CLAIMS = (
         "in error.",
         REAL_PATHS_MODULE,
     ),
+    Claim(
+        "watch_runs_as_the_pods_user",
+        "test_the_watch_as_the_pods_user_without_capabilities",
+        "`gpuaccept probe watch --window-s 20` as uid 65532 with no capabilities and no "
+        "privilege escalation (the images' non-root uid) sees every GPU "
+        "(gpusSeen) and reads every part (no notRead).",
+        REAL_PATHS_MODULE,
+    ),
 )
 
 NOT_TESTABLE_ON_ONE_GPU = (
