@@ -10,7 +10,9 @@
 #   2 deps     pydantic, nvidia-ml-py, rich, PyYAML, pytest: the host's, else installed
 #              offline from the wheel folder DEVICE_WHEELS (.device-wheels, filled
 #              beforehand by `make device-wheels` on a machine with network); what is
-#              still missing is named, and nothing else runs
+#              still missing is named, and nothing else runs. torch gates only the
+#              claims that load the GPUs: without it the NVML-only claims
+#              (tests/device/test_device_real_paths.py) still run
 #   3 gpu      NVML and CUDA see at least one GPU
 #   4 claims   tests/device (GPUACCEPT_DEVICE=1): one test per claim, each recording
 #              its evidence from NVML                 -> device-tests.txt, evidence/
@@ -115,7 +117,8 @@ for module, requirement in needs:
             raise ImportError(f"pydantic {imported.VERSION}")
     except Exception:
         print(module, requirement)
-        missing = True
+        if module != "torch":  # torch gates only the claims that load the GPUs
+            missing = True
 if "missing" not in globals():  # with every dependency there, the probe itself must import
     try:
         for module in ("gpuaccept.probe.cli", "gpuaccept.probe.hardware.real"):
@@ -146,6 +149,13 @@ if [[ -n $installable ]]; then
     echo "no wheels in $WHEELS: run \`make device-wheels\` on a machine with network and carry $WHEELS"
   fi
 fi
+# torch gates only the claims that load the GPUs: without it the NVML-only claims
+# (tests/device/test_device_real_paths.py) still run, and the others are "not run"
+torch_missing=$(grep '^torch ' <<<"$missing")
+missing=$(grep -v '^torch ' <<<"$missing")
+if [[ -n $torch_missing ]]; then
+  echo "    missing: torch: $(cut -d' ' -f2- <<<"$torch_missing"): only the NVML-only claims run"
+fi
 if [[ -n $missing ]]; then
   cut -d' ' -f2- <<<"$missing" >"$OUTDIR/missing.txt"
   while read -r module requirement; do
@@ -153,7 +163,11 @@ if [[ -n $missing ]]; then
   done <<<"$missing"
   step deps missing "$t" "missing: $(cut -d' ' -f1 <<<"$missing" | tr '\n' ' ')(see above)"
 else
-  step deps ok "$t" "torch, pydantic, nvidia-ml-py, rich, PyYAML, pytest and the probe import${installed}"
+  if [[ -n $torch_missing ]]; then
+    step deps ok "$t" "pydantic, nvidia-ml-py, rich, PyYAML, pytest and the probe import${installed}; no torch: only the NVML-only claims run"
+  else
+    step deps ok "$t" "torch, pydantic, nvidia-ml-py, rich, PyYAML, pytest and the probe import${installed}"
+  fi
 fi
 
 facts=(
@@ -162,6 +176,9 @@ facts=(
   --fact "host=$(hostname)"
   --fact "python=$("$PY" --version 2>&1)"
   --fact "budget_s=$BUDGET_S"
+  --fact "torch=$([[ -n $torch_missing ]] && echo "missing: the claims that load the GPUs were not run" || echo present)"
+  # a VM's or gVisor's artefacts (NVML proxied, PCIe/topology virtualised) are not probe defects
+  --fact "sandbox=$("$PY" tests/device/device_claims.py sandbox 2>/dev/null || echo unknown)"
 )
 summary() {
   echo "==> summary"
@@ -203,20 +220,25 @@ fi
 # --- 3 gpu -----------------------------------------------------------------------
 t=$SECONDS
 gpus=$(timeout "$(limit 60)" "$PY" - 2>&1 <<'PYEOF'
-import pynvml, torch
+import pynvml
 pynvml.nvmlInit()
 count = pynvml.nvmlDeviceGetCount()
 names = {str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)}
-print(count, "x", ", ".join(sorted(names)), "| driver", pynvml.nvmlSystemGetDriverVersion(),
-      "| torch", torch.__version__, "CUDA", torch.version.cuda,
-      "available" if torch.cuda.is_available() else "NOT available",
-      "devices", torch.cuda.device_count())
+try:
+    import torch
+    cuda = (f"| torch {torch.__version__} CUDA {torch.version.cuda} "
+            f"{'available' if torch.cuda.is_available() else 'NOT available'} "
+            f"devices {torch.cuda.device_count()}")
+except ImportError:
+    cuda = "| no torch"
+print(count, "x", ", ".join(sorted(names)), "| driver", pynvml.nvmlSystemGetDriverVersion(), cuda)
 PYEOF
 )
 gpu_rc=$?
 gpus=$(tail -n 1 <<<"$gpus")
 facts+=(--fact "gpus=$gpus")
-if ((gpu_rc == 0)) && [[ $gpus =~ ^[1-9] && $gpus == *" available devices "[1-9]* ]]; then
+if ((gpu_rc == 0)) && [[ $gpus =~ ^[1-9] ]] &&
+  [[ -n $torch_missing || $gpus == *" available devices "[1-9]* ]]; then
   step gpu ok "$t" "$gpus"
 else
   step gpu failed "$t" "no usable GPU: $gpus"
@@ -224,10 +246,12 @@ fi
 
 # --- 4 claims --------------------------------------------------------------------
 t=$SECONDS
+claim_tests=(tests/device)
+[[ -n $torch_missing ]] && claim_tests=(tests/device/test_device_real_paths.py)
 if [[ $status -eq 0 ]]; then
   GPUACCEPT_DEVICE=1 GPUACCEPT_DEVICE_EVIDENCE="$OUTDIR/evidence" \
     timeout "$(limit 400)" "$PY" -m pytest -p no:cacheprovider --noconftest -o timeout=200 \
-    -m device tests/device -v -s --junitxml "$OUTDIR/device-tests.xml" \
+    -m device "${claim_tests[@]}" -v -s --junitxml "$OUTDIR/device-tests.xml" \
     >"$OUTDIR/device-tests.txt" 2>&1
   tests_rc=$?
   grep -E '::test_[a-z_]+.* (PASSED|FAILED|ERROR)' "$OUTDIR/device-tests.txt" \

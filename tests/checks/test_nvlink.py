@@ -106,3 +106,18 @@ CASES = [
 def test_table(case: Case) -> None:
     """The table: observed, the policy section, the expected status and message."""
     assert_row(NVLINK, case)
+
+
+ONE_GPU_SLICE = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=1, nvswitch_devices=0)
+
+
+def test_a_one_gpu_slice_of_an_hgx_board_has_its_links_recorded_not_judged() -> None:
+    """A VM or partition with one GPU of an HGX board: Fabric Manager trains no NVLink
+    for a one-GPU partition, so its 18 links are inactive (issue 37, item 17)."""
+    observed = {"links": {"0": 18}, "active": {"0": 0}, "inactive": {"0": list(range(18))}}
+    got, message = judged(NVLINK, observed, ONE_GPU_SLICE)
+    assert got is CheckStatus.PASS, message
+    assert "not judged" in message
+    assert "one GPU" in message
+    # eight GPUs of the same model are still held to 18 each
+    assert judged(NVLINK, {"links": EIGHTEEN, "active": {"0-7": 17}}, H100)[0] is CheckStatus.FAIL

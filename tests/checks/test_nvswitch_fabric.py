@@ -110,3 +110,34 @@ CASES = [
 def test_table(case: Case) -> None:
     """The table: observed, the policy section, the expected status and message."""
     assert_row(FABRIC, case)
+
+
+SLICE = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=1, nvswitch_devices=0)
+NO_SWITCH = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=4, nvswitch_devices=0)
+
+
+@pytest.mark.parametrize("summary", [SLICE, NO_SWITCH, H100_NVL], ids=["slice", "4gpu", "nvl"])
+@pytest.mark.parametrize(
+    "observed",
+    [
+        {"gpus": 1, "completed": 0, "notCompleted": {"0": "not_started"}},
+        {"gpus": 1, "completed": 0, "notCompleted": {"0": "in_progress"}},
+        {"gpus": 1, "completed": 1, "statusErrors": {"0": 999}},
+        {"gpus": 1, "completed": 1, "health": {"degraded_bandwidth": "0"}},
+    ],
+    ids=["not-started", "in-progress", "status-error", "degraded"],
+)
+def test_where_no_fabric_is_expected_its_state_is_recorded_and_passes(
+    observed: JsonValue, summary: HardwareSummary
+) -> None:
+    """A board without an NVSwitch (or a model the policy expects on none): whatever
+    state NVML reports is recorded, not judged (issue 37, item 17)."""
+    got, message = judged(FABRIC, observed, summary)
+    assert got is CheckStatus.PASS, message
+    assert "no NVSwitch fabric expected" in message
+    assert "recorded, not judged" in message
+
+
+def test_a_lost_gpu_still_fails_where_no_fabric_is_expected() -> None:
+    observed = {"gpus": 1, "completed": 0, "failedGpus": {"0": "fabric: GPU is lost"}}
+    assert judged(FABRIC, observed, SLICE)[0] is CheckStatus.FAIL

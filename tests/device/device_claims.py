@@ -59,12 +59,14 @@ CLAIMS = (
         "`gpuaccept probe` measures the real hardware: its report parses, names real "
         "hardware and every GPU, no check errors, the termination log holds the same "
         "report, and the exit code is the verdict's (0 accepted, 1 quarantined for a "
-        "named check, never a crash).",
+        "named check, never a crash). The device machines are healthy, so the verdict "
+        "must be accepted (GPUACCEPT_DEVICE_EXPECT=quarantined on a host known faulty).",
     ),
     Claim(
         "every_check_measures",
         "test_every_check_produces_a_result",
-        "Every check but the all-reduce measures the real hardware without an error.",
+        "Every check but the all-reduce measures the real hardware: no error, and no "
+        "skip of a required check (which would quarantine the node).",
     ),
     Claim(
         "gpu_busy_while_link_sampled",
@@ -127,7 +129,7 @@ CLAIMS = (
         "recovery_action_and_fabric_state",
         "test_recovery_action_and_fabric_state_as_nvml_gives_them",
         "The recovery action (its field on R570 and later, the older reset-status fields "
-        "226/227 on R535-R565, both recorded raw) and the fabric state are recorded as "
+        "226/227 on R560-R565, both recorded raw) and the fabric state are recorded as "
         "NVML gives them, and the probe reads the same recovery action.",
         REAL_PATHS_MODULE,
     ),
@@ -147,6 +149,14 @@ CLAIMS = (
         "in error.",
         REAL_PATHS_MODULE,
     ),
+    Claim(
+        "watch_runs_as_the_pods_user",
+        "test_the_watch_as_the_pods_user_without_capabilities",
+        "`gpuaccept probe watch --window-s 20` as uid 65532 with no capabilities and no "
+        "privilege escalation (the images' non-root uid) sees every GPU "
+        "(gpusSeen) and reads every part (no notRead).",
+        REAL_PATHS_MODULE,
+    ),
 )
 
 NOT_TESTABLE_ON_ONE_GPU = (
@@ -160,6 +170,56 @@ NOT_TESTABLE_ON_ONE_GPU = (
     ("8-GPU peers", "the all-pairs peer matrix of an HGX board needs its 8 GPUs"),
     ("the two-node pair", "the fabric test's all-reduce needs a second node and a network"),
 )
+
+
+def checks_measured(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The results that did not measure the hardware: an error, or a skip of a required
+    check (which quarantines the node, so it proves nothing about the probe measuring).
+    An optional check's skip is named in its result and is not counted here."""
+    return [
+        r
+        for r in results
+        if r["status"] == "error" or (r["status"] == "skip" and r.get("required", True))
+    ]
+
+
+def probe_run_proven(*, accepted: bool, reasons: list[str], expect: str) -> bool:
+    """``gpuaccept probe`` on the host: the device machines are healthy, so by default
+    (``expect`` "accepted") a quarantine is a false one and the claim is not proven; a
+    run on a host known to be faulty sets GPUACCEPT_DEVICE_EXPECT=quarantined and then
+    needs a quarantine with a named reason."""
+    if expect == "quarantined":
+        return not accepted and bool(reasons)
+    return accepted
+
+
+# gVisor's sentry reports this fixed kernel in /proc/version (its uname is 4.4.0)
+GVISOR_KERNEL = "Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016"
+
+
+def sandbox_kind(proc_version: str, cpuinfo: str, dmi_product: str) -> str:
+    """What the run ran in, so that a sandbox's artefacts (gVisor's NVML proxy, a VM's
+    PCIe and topology) are not read as probe defects: gvisor, vm, or bare metal, with
+    the DMI product name where there is one."""
+    product = f" ({dmi_product.strip()})" if dmi_product.strip() else ""
+    if proc_version.strip().startswith(GVISOR_KERNEL):
+        return "gvisor"
+    flags = {
+        word
+        for line in cpuinfo.splitlines()
+        if line.startswith("flags")
+        for word in line.partition(":")[2].split()
+    }
+    if "hypervisor" in flags:  # X86_FEATURE_HYPERVISOR: the CPU says it runs under one
+        return f"vm{product}"
+    return f"bare metal{product}"
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")[:200_000]
+    except OSError:
+        return ""
 
 
 def record(test: str, *, proven: bool, **evidence: Any) -> None:
@@ -268,7 +328,17 @@ def _main(argv: list[str]) -> int:
     summary.add_argument("--exit-code", type=int, required=True)
     summary.add_argument("--fact", action="append", default=[], help="KEY=VALUE")
     sub.add_parser("not-testable", help="print what one GPU cannot test")
+    sub.add_parser("sandbox", help="print what this host is: gvisor, vm or bare metal")
     args = parser.parse_args(argv)
+    if args.command == "sandbox":
+        print(
+            sandbox_kind(
+                _read("/proc/version"),
+                _read("/proc/cpuinfo"),
+                _read("/sys/class/dmi/id/product_name"),
+            )
+        )
+        return 0
     if args.command == "not-testable":
         for what, why in NOT_TESTABLE_ON_ONE_GPU:
             print(f"  not tested on one GPU: {what} ({why})")

@@ -30,13 +30,14 @@ import pytest
 from device_claims import ENV_EVIDENCE_DIR, record
 
 from gpuaccept.contracts.report import CheckStatus, ProbeReport
+from gpuaccept.contracts.watch_report import WatchReport
 from gpuaccept.probe.hardware.base import GpuInfo, Unavailable
 from gpuaccept.probe.hardware.nvml_health import (
     read_reset_status,
     recovery_action_field_id,
     reset_status_field_ids,
 )
-from gpuaccept.probe.hardware.nvml_links import NVLINK_COUNTER_PARTS, nvlink_count
+from gpuaccept.probe.hardware.nvml_links import FABRIC_STATES, NVLINK_COUNTER_PARTS, nvlink_count
 from gpuaccept.probe.hardware.persistenced import SOCKET_PATHS, socket_reachable
 from gpuaccept.probe.hardware.real import RealBackend
 
@@ -96,18 +97,26 @@ def test_nvlink_counters_read_or_not_supported_per_field(hw: RealBackend) -> Non
         except Unavailable as exc:
             evidence[str(gpu.index)] = {"linkCount": f"Unavailable: {exc}"}
             continue
+        links = hw.nvlink(gpu.index)
+        # only the active links: the probe reads no counter of an inactive one, and NVML
+        # may answer anything there
         raw = {
-            name: sorted({_raw_counter(handle, link, c).partition(":")[0] for link in range(count)})
+            name: sorted({_raw_counter(handle, link, c).partition(":")[0] for link in links.active})
             for c, name in NVLINK_COUNTER_PARTS.items()
         }
-        links = hw.nvlink(gpu.index)
         raw_not_supported = sorted(n for n, answers in raw.items() if answers == ["NotSupported"])
-        errors = any(a == "error" for answers in raw.values() for a in answers)
-        agrees = links.active == () or sorted(links.not_supported) == raw_not_supported
-        proven = proven and not errors and agrees
+        raw_errors = sorted(n for n, answers in raw.items() if "error" in answers)
+        probe_not_supported = set(links.not_supported)
+        if "recovery" in raw_not_supported and "recovery" in (links.errors or {}):
+            probe_not_supported.add("recovery")  # Blackwell: read from the recovery field
+        agrees = links.active == () or (
+            sorted(probe_not_supported) == raw_not_supported
+            and sorted(links.not_read) == raw_errors  # an odd counter is listed, not fatal
+        )
+        proven = proven and agrees
         evidence[str(gpu.index)] = {
             "linkCount": count, "active": len(links.active), "rawAnswers": raw,
-            "probeNotSupported": list(links.not_supported),
+            "probeNotSupported": list(links.not_supported), "probeNotRead": list(links.not_read),
             "probeCounters": sorted((links.errors or {}).keys()),
         }  # fmt: skip
     record("test_nvlink_counters_read_or_not_supported_per_field", proven=proven, gpus=evidence)
@@ -152,6 +161,10 @@ def test_recovery_action_and_fabric_state_as_nvml_gives_them(hw: RealBackend) ->
             entry["rawFabricState"] = int(info.state)  # unsigned char in nvml.h
         except (pynvml.NVMLError, AttributeError) as exc:
             entry["rawFabricState"] = f"{type(exc).__name__}: {exc}"
+        # the fabric state the probe reports is NVML's (its low byte), where both answered
+        if isinstance(entry["rawFabricState"], int) and isinstance(entry["probeFabric"], list):
+            raw_state = FABRIC_STATES.get(entry["rawFabricState"] & 0xFF)
+            proven = proven and entry["probeFabric"][0] == raw_state
         evidence[str(gpu.index)] = entry
     record("test_recovery_action_and_fabric_state_as_nvml_gives_them", proven=proven, **evidence)
     assert proven, evidence
@@ -185,15 +198,20 @@ def test_persistence_with_and_without_the_daemons_socket() -> None:
         if hidden is not None and hidden.returncode == 0
         else (hidden.stderr if hidden is not None else "no unshare")
     )
+    gpus = len(RealBackend().gpus())
+
+    def is_modes(read: Any) -> bool:  # one NVML persistence mode (0 or 1) per GPU
+        return isinstance(read, list) and len(read) == gpus and set(read) <= {0, 1}
+
     record(
         "test_persistence_with_and_without_the_daemons_socket",
-        proven=isinstance(with_socket, list) and isinstance(without, list),
+        proven=is_modes(with_socket) and is_modes(without),
         socket_reachable=socket_reachable(), socket_paths=[str(p) for p in SOCKET_PATHS],
         persistence_with_socket=with_socket, persistence_without_socket=without,
         differs=with_socket != without,
     )  # fmt: skip
-    assert isinstance(with_socket, list), with_socket
-    assert isinstance(without, list), without
+    assert is_modes(with_socket), with_socket
+    assert is_modes(without), without
 
 
 def _probe_json(prefix: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -234,3 +252,43 @@ def test_the_probe_as_non_root_with_the_pods_capabilities(tmp_path: Path) -> Non
     assert "nobody" in statuses, as_nobody.stderr if as_nobody is not None else "no setpriv"
     assert not errors, statuses
     assert statuses["nobody"] == statuses.get("root"), statuses
+
+
+WATCH_UID = 65532  # the images' non-root uid (charts/gpuaccept/values.yaml runAsUser)
+
+
+def test_the_watch_as_the_pods_user_without_capabilities(tmp_path: Path) -> None:
+    """``gpuaccept probe watch --window-s 20`` as uid 65532 with no capabilities: it sees
+    every GPU and reads every part (no ``notRead``)."""
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for name in ("GPUACCEPT_PROFILE", "GPUACCEPT_POLICY"):
+        env.pop(name, None)
+    tmp_path.chmod(0o777)
+    gpus = len(RealBackend().gpus())
+    setpriv = [
+        "setpriv", f"--reuid={WATCH_UID}", f"--regid={WATCH_UID}", "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+    ]  # fmt: skip
+    command = [*setpriv, sys.executable, "-m", "gpuaccept.cli", "probe", "watch",
+               "--window-s", "20", "--expected-gpus", str(gpus)]  # fmt: skip
+    proc = None
+    if shutil.which("setpriv"):
+        proc = subprocess.run(
+            command, capture_output=True, text=True, env=env, cwd=REPO, timeout=90, check=False
+        )
+    report = None
+    if proc is not None and proc.returncode in (0, 1) and proc.stdout.strip():
+        report = WatchReport.model_validate_json(proc.stdout.strip().splitlines()[-1])
+    proven = report is not None and report.gpus_seen == gpus and not report.not_read
+    record(
+        "test_the_watch_as_the_pods_user_without_capabilities",
+        proven=proven,
+        exit_code=None if proc is None else proc.returncode,
+        gpus=gpus,
+        gpus_seen=None if report is None else report.gpus_seen,
+        not_read=None if report is None else report.not_read,
+        stderr=(proc.stderr[-2000:] if proc is not None else "no setpriv"),
+    )
+    assert report is not None, proc.stderr if proc is not None else "no setpriv"
+    assert report.gpus_seen == gpus, report
+    assert not report.not_read, report.not_read

@@ -150,3 +150,71 @@ def test_a_profile_naming_a_peer_pair_beyond_the_count_is_refused(tmp_path: Path
     assert str(path) in lines[0]
     assert "p2p.pairs" in lines[0]
     assert "GPU 9" in lines[0]
+
+
+def test_a_wait_that_raises_anything_else_is_recorded_not_a_silent_death() -> None:
+    """``_wait_loop`` catching only NVMLError let any other exception end the thread
+    silently, and the check then passed on the Xids it had (issue 37, item 5)."""
+    clock = _Clock()
+    log = XidLog(clock=clock)
+
+    def wait(_event_set: object, _ms: int) -> object:
+        clock.now += 0.5
+        raise ValueError("c_nvmlEventData_t: bad device")
+
+    nvml = SimpleNamespace(
+        NVMLError=pynvml.NVMLError,
+        nvmlEventTypeXidCriticalError=pynvml.nvmlEventTypeXidCriticalError,
+        nvmlEventSetWait_v2=wait,
+    )
+    _wait_loop(nvml, object(), {}, log, threading.Event())
+    assert log.died is not None
+    assert log.died[2] == "ValueError: c_nvmlEventData_t: bad device"
+    assert log.died[3] is False
+
+
+def _judge_watch(observed: dict[str, object]) -> tuple[CheckStatus, str]:
+    judged = XID.judge(XID.parse(observed), ProbePolicy().section(XID), SUMMARY)
+    return judged.status, judged.message
+
+
+@pytest.mark.parametrize(
+    ("observed", "status", "text"),
+    [
+        # every usable GPU watched: the only pass
+        ({"gpus": "0-7", "watched": "0-7", "listenedS": 60.0}, CheckStatus.PASS, "no critical"),
+        # a listener that registered no GPU, recovery actions read (R570+): never a pass
+        ({"gpus": "0-7", "notRead": {"events": "GPUs 0-7: NVML: Unknown Error"}},
+         CheckStatus.ERROR, "Xid events not watched on GPUs 0-7"),
+        # one GPU left unregistered
+        ({"gpus": "0-7", "watched": "0-6", "listenedS": 60.0,
+          "notRead": {"events": "GPU 7: no critical-Xid events (NVML)"}},
+         CheckStatus.ERROR, "Xid events not watched on GPU 7"),
+        # a critical Xid on a watched GPU still fails
+        ({"gpus": "0-7", "watched": "0-6", "listenedS": 60.0, "xids": {"3": [79]}},
+         CheckStatus.FAIL, "Xid 79"),
+        # a report without gpus (an older probe): the summary's GPU count
+        ({"watched": "0-7", "listenedS": 60.0}, CheckStatus.PASS, "no critical"),
+        ({"recoveryAction": None}, CheckStatus.ERROR, "Xid events not watched on GPUs 0-7"),
+    ],
+)  # fmt: skip
+def test_the_gpus_watched_must_be_the_usable_gpus(
+    observed: dict[str, object], status: CheckStatus, text: str
+) -> None:
+    got, message = _judge_watch(observed)
+    assert got is status, message
+    assert text in message
+
+
+def test_a_gpu_nvml_gives_no_xid_events_for_is_an_error_in_a_probe_run(tmp_path: Path) -> None:
+    """The simulator's ``unsupported: [xidEvents]``: NVML's supported event types without
+    nvmlEventTypeXidCriticalError for that GPU, so it is never registered."""
+    text = (REPO / "profiles" / "h100-sxm-8gpu-healthy.yaml").read_text()
+    old = "  overrides:\n"
+    assert old in text
+    path = tmp_path / "unregistered.yaml"
+    path.write_text(text.replace(old, old + "    5: {unsupported: [xidEvents]}\n"))
+    result = probe(path).result("xid_errors")
+    assert result is not None
+    assert result.status is CheckStatus.ERROR, result.message
+    assert "Xid events not watched on GPU 5" in result.message

@@ -49,7 +49,6 @@ def test_a_pair_over_sockets_fails_even_without_a_minimum() -> None:
     assert judged.status is CheckStatus.FAIL
     assert "socket transport (TCP), not RDMA" in judged.message
     assert judge_fabric(_observed("IB"), None).status is CheckStatus.PASS
-    assert judge_fabric(_observed(None), None).status is CheckStatus.PASS  # older reports
     assert judge_fabric(_observed("Socket", backend="gloo"), None).status is CheckStatus.PASS
     assert judge_fabric(_observed("Socket"), None, require_rdma=False).status is (CheckStatus.PASS)
 
@@ -73,3 +72,35 @@ def test_the_fabric_command_line_says_whether_sockets_may_pass() -> None:
     assert plan_run(build_parser().parse_args(base)).require_rdma is True
     allowed = build_parser().parse_args([*base, "--allow-socket-transport"])
     assert plan_run(allowed).require_rdma is False
+
+
+def test_an_nccl_run_whose_transport_is_unknown_does_not_pass() -> None:
+    """No transport line in NCCL's output (a platform's own NCCL_DEBUG, a debug file
+    not written): RDMA cannot be told from TCP sockets (issue 37, item 4)."""
+    judged = judge_fabric(_observed(None), 10.0)
+    assert judged.status is CheckStatus.ERROR
+    assert "transport unknown" in judged.message
+    assert judge_fabric(_observed(None, backend="gloo"), None).status is CheckStatus.PASS
+    assert judge_fabric(_observed(None), None, require_rdma=False).status is CheckStatus.PASS
+
+
+@pytest.mark.parametrize(
+    ("platform", "level", "subsystems"),
+    [
+        ({"NCCL_DEBUG": "WARN"}, "INFO", "INIT,NET"),
+        ({"NCCL_DEBUG": "VERSION", "NCCL_DEBUG_SUBSYS": "COLL"}, "INFO", "COLL,NET"),
+        ({"NCCL_DEBUG": "TRACE", "NCCL_DEBUG_SUBSYS": "ALL"}, "TRACE", "ALL"),
+        ({"NCCL_DEBUG": "info", "NCCL_DEBUG_SUBSYS": "init,net"}, "info", "init,net"),
+        ({"NCCL_DEBUG_SUBSYS": "^NET,COLL"}, "INFO", "^COLL"),
+        ({"NCCL_DEBUG_SUBSYS": "^NET"}, "INFO", "ALL"),
+    ],
+)
+def test_the_platforms_nccl_debug_settings_still_leave_the_transport_line(
+    tmp_path: Path, platform: dict[str, str], level: str, subsystems: str
+) -> None:
+    """NCCL_DEBUG levels VERSION < WARN < INFO < TRACE; NCCL_DEBUG_SUBSYS a comma list,
+    ``^`` to exclude (NCCL user guide, Logging). The ranks' debug goes to the probe's
+    own files whatever NCCL_DEBUG_FILE the platform set."""
+    env = nccl_debug_env({**platform, "NCCL_DEBUG_FILE": "/var/log/nccl.log"}, tmp_path)
+    assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == (level, subsystems)
+    assert env["NCCL_DEBUG_FILE"] == str(tmp_path / "nccl-debug.%h.%p.log")

@@ -1,11 +1,12 @@
 """Under time-slicing or MPS the device plugin advertises GPUs x replicas: gpu_count
 divides its counts by the nvidia.com/gpu.replicas label before comparing."""
 
-from probe_scenarios import PROFILES, default_policy, probe
+from probe_scenarios import PROFILES, default_policy, probe, run_cli
 
 from gpuaccept.checks.gpu_count import SPEC as GPU_COUNT
 from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
+from gpuaccept.probe.output import read_json_output
 
 SUMMARY = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8)
 
@@ -59,3 +60,14 @@ def test_the_kubelet_standin_registers_a_shared_node_as_the_device_plugin_does()
     assert labels["nvidia.com/gpu.count"] == "8"
     unshared = SimNode("gpu-1", profile=str(PROFILES / "h100-sxm-8gpu-healthy.yaml"))
     assert GFD_GPU_REPLICAS_LABEL not in unshared.node_labels()
+
+
+def test_the_cli_passes_the_profiles_replicas_to_gpu_count() -> None:
+    """``gpuaccept probe --profile`` builds the node's counts itself: the replicas the
+    profile states reach gpu_count as they do in the operator's pod (issue 37, item 1)."""
+    proc = run_cli("--profile", PROFILES / "h100-sxm-8gpu-time-sliced.yaml", "--output", "json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    result = read_json_output(proc.stdout)[0].result("gpu_count")
+    assert result is not None
+    assert result.status is CheckStatus.PASS, result.message
+    assert "shared: 4 replicas each (capacity 32)" in result.message

@@ -118,7 +118,12 @@ def test_nvml_numbers_match_the_installed_binding() -> None:
         "replay": (pynvml.NVML_NVLINK_ERROR_DL_REPLAY,),
         "recovery": (pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,),
         "crc": (pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA),
+        "ecc": (pynvml.NVML_NVLINK_ERROR_DL_ECC_DATA,),
     }
+    assert (
+        nvml_links.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS
+        == pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS
+    )
     assert nvml_links.FABRIC_STATES == {
         pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: "not_supported",
         pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED: "not_started",
@@ -174,7 +179,17 @@ def nvlink_nvml(
             raise FakeNVMLError(counters_code)
         return (counters or {}).get((link, which), 0)
 
-    m.nvmlDeviceGetFieldValues = lambda h, ids: [_field(count_code, link_count) for _ in ids]  # type: ignore[attr-defined]
+    def fields(_h: int, ids: list[Any]) -> list[Any]:
+        """The link count; any other field (a per-link one, the link in scopeId) answers
+        NotSupported, as on a Hopper driver."""
+        return [
+            _field(count_code, link_count)
+            if wanted == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT
+            else _field(NOT_SUPPORTED, 0)
+            for wanted in ids
+        ]
+
+    m.nvmlDeviceGetFieldValues = fields  # type: ignore[attr-defined]
     m.nvmlDeviceGetNvLinkState = state  # type: ignore[attr-defined]
     m.nvmlDeviceGetNvLinkErrorCounter = counter  # type: ignore[attr-defined]
     return m

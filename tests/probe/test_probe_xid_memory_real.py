@@ -144,18 +144,22 @@ def test_recovery_action_read_with_the_drivers_numbering(
     assert asked == [230]
 
 
+@pytest.mark.parametrize("driver", ["525.147.05", "535.183.06", "550.54.15", "555.42.06"])
 def test_recovery_action_not_read_on_a_driver_without_either_field(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, driver: str
 ) -> None:
+    """nvml.h at NVIDIA/go-nvml's syncs: NVML_FI_MAX is 197 at CUDA 12.2 (R535), 200 at
+    12.4 (R550) and 223 at 12.5 (R555); NVML_FI_DEV_RESET_STATUS 226 and
+    NVML_FI_DEV_DRAIN_AND_RESET_STATUS 227 first appear at 12.6 (R560) (issue 37, item 15)."""
     module = fake_nvml()
-    module.nvmlSystemGetDriverVersion = lambda: "525.147.05"  # type: ignore[attr-defined]
+    module.nvmlSystemGetDriverVersion = lambda: driver  # type: ignore[attr-defined]
     asked = fields(module, 0)
     with pytest.raises(
         Unavailable,
-        match=r"driver 525\.147\.05: no recovery action or reset status field before R535",
+        match=rf"driver {driver}: no recovery action or reset status field before R560",
     ):
         backend(monkeypatch, module).gpu_recovery_action(0)
-    assert asked == []  # not even asked: 226, 227 and 230 may name other fields there
+    assert asked == []  # not even asked: 226, 227 and 230 name no field there
 
 
 RESET_REQUIRED, DRAIN_AND_RESET = 226, 227  # NVML_FI_DEV_RESET_STATUS, _DRAIN_AND_RESET_STATUS
@@ -164,12 +168,12 @@ RESET_REQUIRED, DRAIN_AND_RESET = 226, 227  # NVML_FI_DEV_RESET_STATUS, _DRAIN_A
 @pytest.mark.parametrize(
     ("driver", "answers", "action"),
     [
-        ("550.54.15", {RESET_REQUIRED: (0, 0), DRAIN_AND_RESET: (0, 0)}, 0),
-        ("550.54.15", {RESET_REQUIRED: (0, 1), DRAIN_AND_RESET: (0, 0)}, 1),  # GPU_RESET
-        ("535.183.06", {RESET_REQUIRED: (0, 1), DRAIN_AND_RESET: (0, 1)}, 4),  # DRAIN_AND_RESET
+        ("560.35.03", {RESET_REQUIRED: (0, 0), DRAIN_AND_RESET: (0, 0)}, 0),
+        ("560.35.03", {RESET_REQUIRED: (0, 1), DRAIN_AND_RESET: (0, 0)}, 1),  # GPU_RESET
+        ("565.57.01", {RESET_REQUIRED: (0, 1), DRAIN_AND_RESET: (0, 1)}, 4),  # DRAIN_AND_RESET
         # nvidia-smi prints "Drain and Reset Recommended: N/A" where the flag is not
         # supported: "reset required" alone decides
-        ("535.183.06", {RESET_REQUIRED: (0, 1), DRAIN_AND_RESET: (NOT_SUPPORTED, 0)}, 1),
+        ("565.57.01", {RESET_REQUIRED: (0, 1), DRAIN_AND_RESET: (NOT_SUPPORTED, 0)}, 1),
     ],
 )
 def test_recovery_action_before_r570_from_the_reset_status_fields(
@@ -183,7 +187,8 @@ def test_recovery_action_before_r570_from_the_reset_status_fields(
 
 
 def test_reset_status_that_cannot_be_read_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    module = fake_nvml()  # driver 550.54.15
+    module = fake_nvml()
+    module.nvmlSystemGetDriverVersion = lambda: "560.35.03"  # type: ignore[attr-defined]
     fields(module, 0, by_field={RESET_REQUIRED: (NOT_SUPPORTED, 0)})
     with pytest.raises(Unavailable, match="GPU 0: field 226: NotSupported"):
         backend(monkeypatch, module).gpu_recovery_action(0)
@@ -295,6 +300,7 @@ def test_memory_health_check_names_the_pending_gpu(monkeypatch: pytest.MonkeyPat
 
 def test_xid_check_on_the_real_backend_judges_the_listener(monkeypatch: pytest.MonkeyPatch) -> None:
     module = fake_nvml(gpus=2)
+    module.nvmlSystemGetDriverVersion = lambda: "560.35.03"  # type: ignore[attr-defined]
     fields(module, 0)
     events = with_events(module)
     hw = backend(monkeypatch, module)
@@ -311,7 +317,7 @@ def test_xid_check_on_the_real_backend_judges_the_listener(monkeypatch: pytest.M
     assert result.status is CheckStatus.FAIL
     assert result.message.startswith("GPU 1: Xid 95 (uncontained ECC error")
     assert isinstance(result.observed, dict)
-    assert "notRead" not in result.observed  # R550: the reset-status fields answered
+    assert "notRead" not in result.observed  # R560: the reset-status fields answered
 
 
 def test_a_listener_that_stops_early_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -175,7 +175,8 @@ def judge_fabric(
 ) -> CheckJudgement:
     """The pair's busbw at the largest message against ``minimum`` (GB/s); with
     ``require_rdma``, a pair NCCL ran over its socket transport fails (without
-    /dev/infiniband in the pod NCCL silently falls back to TCP sockets)."""
+    /dev/infiniband in the pod NCCL silently falls back to TCP sockets), and an NCCL
+    run whose transport is unknown is an error, never a pass."""
     expected: JsonValue = {"minBusbwGBps": minimum} if minimum is not None else None
     busbw = observed.busbw_gbps
     if busbw is None:
@@ -187,6 +188,17 @@ def judge_fabric(
             clip(
                 f"fabric busbw {busbw:g} GB/s over NCCL's socket transport (TCP), not RDMA: "
                 "the pods have no /dev/infiniband (the chart's RDMA resource) or no IPC_LOCK"
+            ),
+        )
+    if require_rdma and observed.backend == "nccl" and observed.transport is None:
+        # no transport line in NCCL's debug output: RDMA cannot be told from TCP sockets,
+        # and busbw alone does not (a pair over sockets can pass a low minimum)
+        return CheckJudgement(
+            CheckStatus.ERROR,
+            expected,
+            clip(
+                f"fabric busbw {busbw:g} GB/s, transport unknown: NCCL's debug output "
+                "names none, so RDMA cannot be told from TCP sockets"
             ),
         )
     label = " (loopback, simulated)" if observed.source == "loopback" else ""

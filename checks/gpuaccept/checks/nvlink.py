@@ -5,7 +5,9 @@ Per GPU the probe reads the number of links the device has
 the binding's ``NVML_NVLINK_MAX_LINKS`` of 36, which is no device's count),
 asks ``nvmlDeviceGetNvLinkState`` for each of those links, and reads the
 cumulative error counters of each link with ``nvmlDeviceGetNvLinkErrorCounter``
-(replay, recovery, and CRC = flit CRC + data CRC). The expected number of
+(replay, recovery, CRC = flit CRC + data CRC, and data ECC; on Blackwell, which
+answers those NotSupported, the recoveries from the field
+``NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS``). The expected number of
 active links comes from the policy per GPU model (H100/H200 SXM: 18); a model
 without an entry (PCIe and NVL parts, whose bridges link pairs or none) has
 its links recorded, not judged. Counters above ``failAbove`` fail and above
@@ -50,6 +52,7 @@ class NvlinkCounter(StrEnum):
     REPLAY = "replay"
     RECOVERY = "recovery"
     CRC = "crc"
+    ECC = "ecc"
 
 
 def _default_links() -> dict[str, float]:
@@ -57,7 +60,12 @@ def _default_links() -> dict[str, float]:
 
 
 def _default_warn() -> dict[NvlinkCounter, int]:
-    return {NvlinkCounter.REPLAY: 0, NvlinkCounter.RECOVERY: 0, NvlinkCounter.CRC: 0}
+    return {
+        NvlinkCounter.REPLAY: 0,
+        NvlinkCounter.RECOVERY: 0,
+        NvlinkCounter.CRC: 0,
+        NvlinkCounter.ECC: 0,
+    }
 
 
 def _default_fail() -> dict[NvlinkCounter, int]:
@@ -75,7 +83,7 @@ class NvlinkPolicy(CheckSwitch):
     warn_above: dict[NvlinkCounter, int] = Field(
         default_factory=_default_warn,
         description="Per link: more errors than this during the probe's run, or already "
-        "counted before it (since driver load), warns (replay, recovery, crc).",
+        "counted before it (since driver load), warns (replay, recovery, crc, ecc).",
     )
     fail_above: dict[NvlinkCounter, int] = Field(
         default_factory=_default_fail,
@@ -97,6 +105,8 @@ class NvlinkObserved(ObservedModel):
     counters_unsupported: str | None = None  # GPUs on which NVML answers no counter: "0-7"
     # NVML counter (replay, recovery, crc_flit, crc_data) -> GPUs that answer NotSupported
     counters_not_supported: dict[str, str] | None = None
+    # NVML counter -> GPUs on which it answered another error on some link: not judged there
+    counters_not_read: dict[str, str] | None = None
     since_driver_load: str | None = None  # GPUs whose errors have no baseline (cumulative)
     failed_gpus: dict[str, str] | None = None
     # condensed
@@ -167,8 +177,19 @@ def _counter_findings(
 
 
 def expected_links(policy: NvlinkPolicy, summary: HardwareSummary) -> int | None:
+    """The active links each GPU must have; None where not judged: a model not listed,
+    or one GPU without an NVSwitch beside it (a VM or partition given one GPU of an HGX
+    board: Fabric Manager trains no NVLink for a one-GPU partition, and with no peer
+    the links carry nothing)."""
+    if one_gpu_slice(summary):
+        return None
     value = per_model_value(policy.active_links_by_model, summary.gpu_model, None)
     return None if value is None else int(value)
+
+
+def one_gpu_slice(summary: HardwareSummary) -> bool:
+    """One GPU and no NVSwitch on the bus: a slice of a board, whose NVLinks are idle."""
+    return summary.gpu_count == 1 and summary.nvswitch_devices == 0
 
 
 def judge(
@@ -194,6 +215,10 @@ def judge(
         f"; {part} not supported on {gpu_list(parse_gpus(gpus))}"
         for part, gpus in (observed.counters_not_supported or {}).items()
     )
+    unsupported += "".join(
+        f"; {part} not read on {gpu_list(parse_gpus(gpus))} (NVML error): not judged there"
+        for part, gpus in (observed.counters_not_read or {}).items()
+    )
     warning = _counter_findings(observed, policy.warn_above)
     warning += _counter_findings(observed, policy.warn_above, before=True)
     if warning:
@@ -203,6 +228,8 @@ def judge(
     links = (
         f">= {expected_count} active NVLinks"
         if expected_count is not None
+        else f">= {least} active NVLinks (one GPU without an NVSwitch, no peer: not judged)"
+        if one_gpu_slice(summary)
         else f">= {least} active NVLinks (none expected for {model}: not judged)"
     )
     return CheckJudgement(
@@ -252,6 +279,7 @@ def claims(o: NvlinkObserved, _summary: HardwareSummary) -> Claims:
     out.ranges("countersUnsupported", o.counters_unsupported)
     out.ranges("sinceDriverLoad", o.since_driver_load)
     out.values("countersNotSupported", o.counters_not_supported)
+    out.values("countersNotRead", o.counters_not_read)
     return out.keys("failedGpus", o.failed_gpus)
 
 

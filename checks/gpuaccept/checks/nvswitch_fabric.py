@@ -158,6 +158,20 @@ def _all_state(observed: NvswitchFabricObserved) -> str | None:
     return None
 
 
+def _recorded(observed: NvswitchFabricObserved, why: str, expected: JsonValue) -> CheckJudgement:
+    """Where no fabric is expected, whatever NVML reports is recorded, not judged (a board
+    without an NVSwitch has no fabric to register with, whatever state the driver shows)."""
+    seen = _state_findings(observed) + _condition_findings(
+        observed, {str(c) for c in FabricCondition}
+    )
+    state = f"{observed.completed} GPUs completed" + (f"; {'; '.join(seen)}" if seen else "")
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expected,
+        clip(f"no NVSwitch fabric expected {why}: fabric state recorded, not judged ({state})"),
+    )
+
+
 def _no_fabric(
     observed: NvswitchFabricObserved,
     fabric_expected: bool,
@@ -204,6 +218,8 @@ def judge(
     lost = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
     if _all_state(observed) in (NOT_SUPPORTED, UNSUPPORTED) and not lost:
         return _no_fabric(observed, fabric_expected, model, expected, why_not)
+    if not fabric_expected and not lost:  # recorded, not judged: no fabric to be on
+        return _recorded(observed, f"({why_not})" if why_not else f"for {model}", expected)
     failing = lost + _state_findings(observed) + _condition_findings(observed, fail_on)
     warning = _condition_findings(observed, warn_on)
     if failing:

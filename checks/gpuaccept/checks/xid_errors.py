@@ -12,9 +12,9 @@ Two sources, both NVML (no kernel log):
   check that was running. An Xid in ``failOn`` fails the node, one in
   ``warnOn`` warns; any other is recorded and named, not judged.
 * **State an earlier fault left.** Each GPU's recovery action
-  (``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` on R570 and later; on R535-R565 the
+  (``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` on R570 and later; on R560-R565 the
   older reset-status fields, which say none, ``gpu_reset`` or
-  ``drain_and_reset``; before R535 not read). An action in ``recoveryActionFailOn``
+  ``drain_and_reset``; before R560 not read). An action in ``recoveryActionFailOn``
   fails the node, one in ``recoveryActionWarnOn`` warns. (The remapped-rows
   pending and failure flags, the other state earlier faults leave, are judged
   by ``memory_health``.)
@@ -29,7 +29,7 @@ observed::
      "events": [{"gpu": 5, "xid": 79, "atS": 141.2, "during": "nccl_allreduce"}],
      "xids": {"5": [79]},
      "recoveryAction": {"node_reboot": "5"},
-     "notRead": {"recoveryAction": "GPUs 0-7: driver 525.147.05: no field before R535"}}
+     "notRead": {"recoveryAction": "GPUs 0-7: driver 550.54.15: no field before R560"}}
 
 (GPU sets as range text, ``"0-3,5"``; ``events``: the first 16 in time order;
 ``xids``: GPUs → every Xid they reported, GPUs with the same Xids in one
@@ -147,6 +147,8 @@ class ListenerStop(ObservedModel):
 
 
 class XidErrorsObserved(ObservedModel):
+    # the usable GPUs (range text): each must be watched, or "no critical Xid" is unknown
+    gpus: str | None = None
     watched: str | None = None  # the GPUs registered for Xid events (range text)
     listened_s: float | None = Field(default=None, ge=0, alias="listenedS")
     events: list[XidEventObserved] | None = None  # detail: the first EVENTS_MAX
@@ -217,6 +219,15 @@ def judge(
     by_code = xids_by_code(observed)
     failing = _action_texts(observed, fail_actions) + _xid_texts(by_code, observed, fail_xids)
     warning = _action_texts(observed, warn_actions) + _xid_texts(by_code, observed, warn_xids)
+    unwatched = _unwatched(observed, summary)
+    if unwatched and not failing:  # no evidence of "no critical Xid" on them: never a pass
+        why = (observed.not_read or {}).get("events")
+        text = f"Xid events not watched on {gpu_label(format_gpus(unwatched))}"
+        return CheckJudgement(
+            CheckStatus.ERROR,
+            expected,
+            clip("; ".join([text + (f" ({why})" if why else "")])),
+        )
     stopped = observed.listener_stopped
     if stopped is not None:
         during = f" during {stopped.during}" if stopped.during else ""
@@ -243,6 +254,18 @@ def judge(
     return CheckJudgement(CheckStatus.PASS, expected, clip("; ".join([watched, *notes])))
 
 
+def _unwatched(observed: XidErrorsObserved, summary: HardwareSummary) -> list[int]:
+    """The usable GPUs no listener watched (a report without ``gpus``, from an older
+    probe: every GPU of the summary)."""
+    usable = (
+        set(parse_gpus(observed.gpus))
+        if observed.gpus is not None
+        else set(range(summary.gpu_count))
+    )
+    watched = set(parse_gpus(observed.watched)) if observed.watched else set()
+    return sorted(usable - watched)
+
+
 def condense(observed: XidErrorsObserved) -> XidErrorsObserved:
     return observed.model_copy(
         update={"events": None, "not_read": notes_condensed(observed.not_read)}
@@ -267,7 +290,7 @@ def xid_sets(events: list[tuple[int, int]]) -> dict[str, list[int]]:
 
 def claims(o: XidErrorsObserved, _summary: HardwareSummary) -> Claims:
     """Every GPU named is one of the report's (an event's GPU -1: NVML named none)."""
-    out = Claims().ranges("watched", o.watched).keys("xids", o.xids)
+    out = Claims().ranges("gpus", o.gpus).ranges("watched", o.watched).keys("xids", o.xids)
     out.indices("events.gpu", [e.gpu for e in o.events or () if e.gpu != -1])
     return out.values("recoveryAction", o.recovery_action)
 

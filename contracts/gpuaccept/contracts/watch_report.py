@@ -102,7 +102,7 @@ class WatchGpu(ContractModel):
         default="none",
         pattern=r"^[a-z_]{1,32}$",
         description="NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R570+) as checks.xid_errors "
-        "names it, or the R535-R565 reset-status fields' equivalent.",
+        "names it, or the R560-R565 reset-status fields' equivalent.",
     )
     nvlink_down: list[int] = Field(
         default_factory=list,

@@ -230,6 +230,7 @@ def _open_hardware(
             allocatable=node.allocatable if node.allocatable is not None else stated.allocatable,
             capacity=node.capacity if node.capacity is not None else stated.gpu_capacity,
             labelled=node.labelled if node.labelled is not None else stated.gfd_gpu_count,
+            replicas=node.replicas if node.replicas is not None else stated.gfd_gpu_replicas,
         )
         return SimulatedBackend(profile, time_scale=time_scale), node
     from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415

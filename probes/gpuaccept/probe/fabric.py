@@ -206,15 +206,38 @@ def run_fabric(job: FabricJob, deadline_s: float) -> FabricMeasurement:
 NCCL_LOG_PREFIX = "nccl-debug"
 
 
+# NCCL_DEBUG levels that print INFO lines (NCCL user guide, Logging: VERSION < WARN <
+# INFO < TRACE; NCCL compares them without case)
+NCCL_DEBUG_AT_LEAST_INFO = frozenset({"INFO", "TRACE"})
+NCCL_NET_SUBSYSTEM = "NET"
+
+
 def nccl_debug_env(environ: Mapping[str, str], out: Path) -> dict[str, str]:
-    """The ranks' environment with NCCL's debug output on for its NET subsystem, written
+    """The ranks' environment with NCCL's INFO output on for its NET subsystem, written
     to files in ``out`` (NCCL_DEBUG_FILE, %h host, %p pid), so the transport NCCL chose
-    can be read back; settings the chart made are kept."""
+    can be read back. A platform's own settings are kept where they still print that
+    line: a level below INFO is raised to INFO, NET is added to (or no longer excluded
+    from) NCCL_DEBUG_SUBSYS, and the debug file is always the probe's own."""
     env = dict(environ)
-    env.setdefault("NCCL_DEBUG", "INFO")
-    env.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
-    env.setdefault("NCCL_DEBUG_FILE", str(out / f"{NCCL_LOG_PREFIX}.%h.%p.log"))
+    if env.get("NCCL_DEBUG", "").strip().upper() not in NCCL_DEBUG_AT_LEAST_INFO:
+        env["NCCL_DEBUG"] = "INFO"
+    env["NCCL_DEBUG_SUBSYS"] = _with_net(env.get("NCCL_DEBUG_SUBSYS"))
+    env["NCCL_DEBUG_FILE"] = str(out / f"{NCCL_LOG_PREFIX}.%h.%p.log")
     return env
+
+
+def _with_net(subsystems: str | None) -> str:
+    """NCCL_DEBUG_SUBSYS that includes NET: a comma list, or ``^`` and the ones left out
+    (NCCL user guide, Logging)."""
+    if subsystems is None or not subsystems.strip():
+        return f"INIT,{NCCL_NET_SUBSYSTEM}"
+    names = [n.strip() for n in subsystems.strip().removeprefix("^").split(",") if n.strip()]
+    if subsystems.strip().startswith("^"):
+        kept = [n for n in names if n.upper() != NCCL_NET_SUBSYSTEM]
+        return "^" + ",".join(kept) if kept else "ALL"
+    if {n.upper() for n in names} & {"ALL", NCCL_NET_SUBSYSTEM}:
+        return ",".join(names)
+    return ",".join([*names, NCCL_NET_SUBSYSTEM])
 
 
 def nccl_transport(out: Path) -> str | None:

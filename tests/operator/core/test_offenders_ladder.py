@@ -99,7 +99,7 @@ def test_the_highest_rung_wins_and_only_quarantined_nodes_need_anything() -> Non
 
 PROFILE_RUNGS = {
     "recovery-action-reset": Rung.RESET_GPU,
-    "reset-required-r550": Rung.RESET_GPU,
+    "reset-required-r560": Rung.RESET_GPU,
     "row-remap-pending": Rung.RESET_GPU,
     "row-remap-failed": Rung.NEEDS_PERSON,
     "ecc-disabled": Rung.NEEDS_PERSON,

@@ -145,12 +145,15 @@ class NvlinkLinks:
 
     count: int
     active: tuple[int, ...]  # the indices of the active links
-    # counter ("replay", "recovery", "crc") -> per link, index order, for the counters NVML
+    # counter ("replay", "recovery", "crc", "ecc") -> per link, index order, for the counters NVML
     # answered; None: NVML answers none of them (each is read on its own: DCGM's NVLink
     # health reads every field separately, and Hopper lacks some per-link ones)
     errors: dict[str, tuple[int, ...]] | None = None
-    # The NVML counters (replay, recovery, crc_flit, crc_data) answered with NotSupported.
+    # The NVML counters (replay, recovery, crc_flit, crc_data, ecc_data) answered with
+    # NotSupported.
     not_supported: tuple[str, ...] = ()
+    # The NVML counters answered with another error on some link: not judged on this GPU
+    not_read: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,13 @@ RECOVERY_ACTION_MAX = 7  # NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT
 # 227 ("drain and reset recommended"), nvidia-smi -q's "GPU Reset Status" section. The
 # installed binding numbers them 226/227 and marks them "Deprecated use
 # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION instead"; NVML's change log deprecates them where
-# it adds NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET. Read on R535 up to the last branch
-# before the recovery action field; a driver that lacks them answers the field with an
-# error, recorded as not read. (first branch, last branch, reset field, drain field)
-RESET_STATUS_FIELD_IDS: tuple[tuple[int, int, int, int], ...] = ((535, 569, 226, 227),)
+# it adds NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET. They exist from R560 only: nvml.h at
+# NVIDIA/go-nvml's syncs has NVML_FI_MAX 197 at CUDA 12.2 (R535), 200 at 12.4 (R550),
+# 223 at 12.5 (R555), and 226/227 first at 12.6 (R560). Read on R560 up to the last
+# branch before the recovery action field; before R560 neither is asked for (the part is
+# not read, with the reason). (first branch, last branch, reset field, drain field)
+RESET_STATUS_FIELD_IDS: tuple[tuple[int, int, int, int], ...] = ((560, 569, 226, 227),)
+FIRST_RESET_STATUS_BRANCH = RESET_STATUS_FIELD_IDS[0][0]
 RECOVERY_ACTION_GPU_RESET = 1  # NVML_GPU_RECOVERY_ACTION_GPU_RESET
 RECOVERY_ACTION_DRAIN_AND_RESET = 4  # NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET
 

@@ -10,7 +10,14 @@ the readers do not depend on the binding defining them:
   its answer is also bounded by ``NVML_NVLINK_MAX_LINKS`` (36), and a count
   outside 0-36 is not used.
 * ``nvmlDeviceGetNvLinkErrorCounter`` counters: DL_REPLAY 0, DL_RECOVERY 1,
-  DL_CRC_FLIT 2, DL_CRC_DATA 3 (CRC here = flit + data).
+  DL_CRC_FLIT 2, DL_CRC_DATA 3 (CRC here = flit + data), DL_ECC_DATA 4 (the data
+  ECC errors NVLink 4 corrects; in every ``nvml.h`` from R535 to R590).
+* Blackwell answers those counters NotSupported; nvml.h says of the replay,
+  recovery and CRC fields "unsupported for Blackwell+. Please use
+  NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_*". Where DL_RECOVERY is NotSupported the
+  recoveries are read from ``NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS`` (215,
+  "times link went from Up to recovery, irrespective of the result"; R560 and
+  later), the link in ``scopeId``. Replay and CRC have no Blackwell equivalent.
 * ``nvmlGpuFabricState_t``: NOT_SUPPORTED 0, NOT_STARTED 1, IN_PROGRESS 2,
   COMPLETED 3; health mask fields ``(mask >> shift) & width`` with the
   ``NVML_GPU_FABRIC_HEALTH_MASK_*`` shifts and widths; summary (v3 only)
@@ -23,6 +30,7 @@ it cannot give is ``None`` (listed, not judged).
 
 import contextlib
 import ctypes
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -49,7 +57,9 @@ NVLINK_COUNTERS: dict[str, tuple[int, ...]] = {
     "replay": (0,),  # NVML_NVLINK_ERROR_DL_REPLAY
     "recovery": (1,),  # NVML_NVLINK_ERROR_DL_RECOVERY
     "crc": (2, 3),  # NVML_NVLINK_ERROR_DL_CRC_FLIT, NVML_NVLINK_ERROR_DL_CRC_DATA
+    "ecc": (4,),  # NVML_NVLINK_ERROR_DL_ECC_DATA
 }
+NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS = 215
 FIELD_VALUE_MEMBERS = {1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
@@ -105,46 +115,96 @@ def read_nvlink(nvml: ModuleType, handle: Any, gpu: int) -> NvlinkLinks:
             if nvml_error_code(exc) != NVML_ERROR_NOT_SUPPORTED:
                 raise nvml_failure(gpu, f"NVLink {link} state", exc) from exc
             # a link NVML says nothing about is not counted as active
-    errors, not_supported = _counters(nvml, handle, gpu, count, active)
+    counters = _counters(nvml, handle, gpu, count, active)
     return NvlinkLinks(
-        count=count, active=tuple(active), errors=errors, not_supported=not_supported
+        count=count,
+        active=tuple(active),
+        errors=counters.errors,
+        not_supported=counters.not_supported,
+        not_read=counters.not_read,
     )
 
 
-NVLINK_COUNTER_PARTS = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
+NVLINK_COUNTER_PARTS = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data", 4: "ecc_data"}
+NVML_NVLINK_ERROR_DL_RECOVERY = 1
 
 
-def _counters(
-    nvml: ModuleType, handle: Any, gpu: int, count: int, active: list[int]
-) -> tuple[dict[str, tuple[int, ...]] | None, tuple[str, ...]]:
-    """(counter → per link, inactive links 0; the NVML counters answered NotSupported).
+@dataclass(frozen=True)
+class _Counters:
+    errors: dict[str, tuple[int, ...]] | None
+    not_supported: tuple[str, ...]  # NVML counter parts answered NotSupported
+    not_read: tuple[str, ...]  # NVML counter parts answered another error on some link
+
+
+def _counters(nvml: ModuleType, handle: Any, gpu: int, count: int, active: list[int]) -> _Counters:
+    """Each active link's counters (inactive links 0).
 
     Each NVML counter is read on its own: one answered NotSupported (on Hopper the
     per-link CRC data counter, NVIDIA/DCGM#173) is listed and the others are still read;
-    a judged counter (crc = flit + data) is kept while one of its parts is readable."""
+    one answered any other error on a link (but GPU_IS_LOST) is listed as not read and
+    its counter is not judged on that GPU, the others still are. A judged counter
+    (crc = flit + data) is kept while one of its parts is readable."""
     out: dict[str, list[int]] = {name: [0] * count for name in NVLINK_COUNTERS}
     not_supported: set[int] = set()
+    not_read: set[int] = set()
     for link in active:
         for name, counters in NVLINK_COUNTERS.items():
             for counter in counters:
-                if counter in not_supported:
+                if counter in not_supported or counter in not_read:
                     continue
                 try:
                     out[name][link] += int(
                         nvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter)
                     )
                 except nvml.NVMLError as exc:
-                    if nvml_error_code(exc) == NVML_ERROR_NOT_SUPPORTED:
-                        not_supported.add(counter)
-                        continue
-                    raise nvml_failure(gpu, f"NVLink {link} error counters", exc) from exc
-    unreadable = {
-        name for name, counters in NVLINK_COUNTERS.items() if set(counters) <= not_supported
+                    code = nvml_error_code(exc)
+                    if code == NVML_ERROR_GPU_IS_LOST:
+                        raise nvml_failure(gpu, f"NVLink {link} error counters", exc) from exc
+                    (not_supported if code == NVML_ERROR_NOT_SUPPORTED else not_read).add(counter)
+    missing = not_supported | not_read
+    # a judged counter with a part not read on some link is not judged at all (a sum
+    # without that part would read low); one with a part NotSupported keeps the rest
+    dropped = {
+        name
+        for name, counters in NVLINK_COUNTERS.items()
+        if set(counters) <= missing or set(counters) & not_read
     }
-    parts = tuple(NVLINK_COUNTER_PARTS[c] for c in sorted(not_supported))
-    if active and unreadable == set(NVLINK_COUNTERS):
-        return None, parts
-    return {n: tuple(v) for n, v in out.items() if n not in unreadable}, parts
+    errors = {n: tuple(v) for n, v in out.items() if n not in dropped}
+    if NVML_NVLINK_ERROR_DL_RECOVERY in not_supported and active:
+        recoveries = _link_recovery_events(nvml, handle, gpu, count, active)
+        if recoveries is not None:
+            errors["recovery"] = recoveries
+            not_supported.discard(NVML_NVLINK_ERROR_DL_RECOVERY)  # read from the field
+    if active and not errors:
+        return _Counters(None, *_parts(not_supported, not_read))
+    return _Counters(errors, *_parts(not_supported, not_read))
+
+
+def _parts(not_supported: set[int], not_read: set[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return (
+        tuple(NVLINK_COUNTER_PARTS[c] for c in sorted(not_supported)),
+        tuple(NVLINK_COUNTER_PARTS[c] for c in sorted(not_read)),
+    )
+
+
+def _link_recovery_events(
+    nvml: ModuleType, handle: Any, gpu: int, count: int, active: list[int]
+) -> tuple[int, ...] | None:
+    """Per link, ``NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS`` (Blackwell's recovery
+    counter; the link in ``scopeId``); None where a link does not answer it."""
+    wanted = [(NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS, link) for link in active]
+    try:
+        values = nvml.nvmlDeviceGetFieldValues(handle, wanted)
+    except nvml.NVMLError as exc:
+        if nvml_error_code(exc) == NVML_ERROR_GPU_IS_LOST:
+            raise nvml_failure(gpu, "NVLink recovery events", exc) from exc
+        return None
+    out = [0] * count
+    for link, value in zip(active, values, strict=True):
+        if int(getattr(value, "nvmlReturn", NVML_SUCCESS)) != NVML_SUCCESS:
+            return None
+        out[link] = _field_int(value)
+    return tuple(out)
 
 
 def _fabric_call(nvml: ModuleType, handle: Any) -> tuple[Any, int]:

@@ -106,8 +106,8 @@ class ClockEventReasons(ProfileModel):
     )
 
 
-NvlinkCounterName = Literal["replay", "recovery", "crc"]
-NvlinkCounterPart = Literal["replay", "recovery", "crc_flit", "crc_data"]
+NvlinkCounterName = Literal["replay", "recovery", "crc", "ecc"]
+NvlinkCounterPart = Literal["replay", "recovery", "crc_flit", "crc_data", "ecc_data"]
 FabricState = Literal["completed", "in_progress", "not_started", "not_supported", "unsupported"]
 FabricConditionName = Literal[
     "degraded_bandwidth",
@@ -120,7 +120,13 @@ FabricConditionName = Literal[
 ]
 ComputeModeName = Literal["default", "exclusive_process", "prohibited"]
 UnsupportedItem = Literal[
-    "powerLimit", "persistence", "mig", "computeMode", "nvlinkCount", "nvlinkCounters"
+    "powerLimit",
+    "persistence",
+    "mig",
+    "computeMode",
+    "nvlinkCount",
+    "nvlinkCounters",
+    "xidEvents",
 ]
 
 
@@ -315,7 +321,9 @@ class Gpu(ProfileModel):
     )
     compute_mode: ComputeModeName = "default"
     unsupported: list[UnsupportedItem] = Field(
-        default_factory=list, description="What NVML answers with NotSupported on this GPU."
+        default_factory=list,
+        description="What NVML answers with NotSupported on this GPU (xidEvents: its supported "
+        "event types lack nvmlEventTypeXidCriticalError, so no Xid listener can register it).",
     )
     xids: list[XidCode] = Field(
         default_factory=list,
@@ -326,8 +334,8 @@ class Gpu(ProfileModel):
     recovery_action: RecoveryActionName = Field(
         default="none",
         description="What NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers on R570+ drivers; "
-        "on R535-R565 the older reset-status fields answer none, gpu_reset or "
-        "drain_and_reset (another action is not read there); before R535: not read.",
+        "on R560-R565 the older reset-status fields answer none, gpu_reset or "
+        "drain_and_reset (another action is not read there); before R560: not read.",
     )
     memory: GpuMemory = Field(default_factory=GpuMemory)
     bf16_tflops: float | None = Field(

@@ -77,6 +77,7 @@ from gpuaccept.probe.hardware.nvml_errors import (
     nvml_failure,
 )
 from gpuaccept.probe.hardware.nvml_health import (
+    FIRST_RESET_STATUS_BRANCH,
     read_memory_health,
     read_recovery_action,
     read_reset_status,
@@ -679,7 +680,8 @@ class RealBackend:
         except ValueError as exc:
             raise Unavailable(f"GPU {gpu}: {exc}") from exc
         raise Unavailable(
-            f"driver {driver or 'unknown'}: no recovery action or reset status field before R535"
+            f"driver {driver or 'unknown'}: no recovery action or reset status field before "
+            f"R{FIRST_RESET_STATUS_BRANCH}"
         )
 
     def memory_health(self, gpu: int) -> GpuMemoryHealth:

@@ -50,6 +50,7 @@ from gpuaccept.probe.hardware.base import (
 )
 from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.nvml_health import (
+    FIRST_RESET_STATUS_BRANCH,
     recovery_action_field_id,
     reset_status_field_ids,
 )
@@ -418,7 +419,12 @@ class SimulatedBackend:
         count = spec.nvlink.links
         active = tuple(link for link in range(count) if link not in spec.nvlink.inactive)
         off = set(spec.nvlink.counters_not_supported)
-        parts = {"replay": ("replay",), "recovery": ("recovery",), "crc": ("crc_flit", "crc_data")}
+        parts = {
+            "replay": ("replay",),
+            "recovery": ("recovery",),
+            "crc": ("crc_flit", "crc_data"),
+            "ecc": ("ecc_data",),
+        }
         readable = [name for name, of in parts.items() if not set(of) <= off]
         errors = None
         if "nvlinkCounters" not in spec.unsupported and readable:
@@ -442,7 +448,7 @@ class SimulatedBackend:
         not_supported = (
             tuple(sorted(off))
             if "nvlinkCounters" not in spec.unsupported
-            else ("crc_data", "crc_flit", "recovery", "replay")
+            else ("crc_data", "crc_flit", "ecc_data", "recovery", "replay")
         )
         return NvlinkLinks(count=count, active=active, errors=errors, not_supported=not_supported)
 
@@ -544,8 +550,15 @@ class SimulatedBackend:
     @contextmanager
     def xid_listener(self) -> Iterator[XidLog]:
         log = XidLog(clock=lambda: self._clock_s)
-        log.watched = tuple(i for i, g in enumerate(self.gpus()) if g.problem is None)
-        log.unwatched = {g.index: "NVML cannot open it" for g in self.gpus() if g.problem}
+        gpus = self.gpus()
+        no_events = {
+            g.index
+            for g in gpus
+            if g.problem is None and "xidEvents" in self.profile.gpus.gpu(g.index).unsupported
+        }
+        log.watched = tuple(g.index for g in gpus if g.problem is None and g.index not in no_events)
+        log.unwatched = {g.index: "NVML cannot open it" for g in gpus if g.problem}
+        log.unwatched |= {gpu: "no critical-Xid events (NVML)" for gpu in sorted(no_events)}
         self._xid_log = log
         try:
             yield log
@@ -559,11 +572,12 @@ class SimulatedBackend:
         driver = self.profile.driver.version  # one driver for every GPU
         if recovery_action_field_id(driver) is not None:
             return RECOVERY_ACTIONS.index(spec.recovery_action)
-        if reset_status_field_ids(driver) is None:  # as NVML: neither field before R535
+        if reset_status_field_ids(driver) is None:  # as NVML: neither field before R560
             raise Unavailable(
-                f"driver {driver}: no recovery action or reset status field before R535"
+                f"driver {driver}: no recovery action or reset status field before "
+                f"R{FIRST_RESET_STATUS_BRANCH}"
             )
-        # R535-R565: the two reset-status flags say none, a GPU reset or drain and reset
+        # R560-R565: the two reset-status flags say none, a GPU reset or drain and reset
         if spec.recovery_action not in RESET_STATUS_ACTIONS:
             raise Unavailable(
                 f"GPU {gpu}: the reset-status fields of driver {driver} cannot say "

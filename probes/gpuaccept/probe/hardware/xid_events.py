@@ -140,8 +140,15 @@ def _wait_loop(
                 continue
             log.wait_failed(str(exc)[:120], gpu_lost=code == NVML_ERROR_GPU_IS_LOST)
             return
-        if int(data.eventType) & xid_type:
-            log.record(keys.get(handle_key(data.device), -1), int(data.eventData))
+        except Exception as exc:  # anything else must not end the thread unseen
+            log.wait_failed(f"{type(exc).__name__}: {exc}"[:120], gpu_lost=False)
+            return
+        try:
+            if int(data.eventType) & xid_type:
+                log.record(keys.get(handle_key(data.device), -1), int(data.eventData))
+        except Exception as exc:  # an event that cannot be read: the rest is not seen
+            log.wait_failed(f"{type(exc).__name__}: {exc}"[:120], gpu_lost=False)
+            return
 
 
 @contextlib.contextmanager

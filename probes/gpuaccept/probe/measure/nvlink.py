@@ -9,7 +9,8 @@ before the first check (:func:`baseline`); the judged ``errors`` are the increas
 over the probe's own run (its copies, load and all-reduce), as DCGM's NVLink health
 watch judges new errors in its window. What was there before is ``errorsBefore``.
 Each NVML counter is read on its own (``countersNotSupported`` names the ones NVML
-answers NotSupported, per GPU).
+answers NotSupported, per GPU; ``countersNotRead`` the ones it answers another error
+on some link: those are not judged on that GPU, the others are).
 """
 
 from gpuaccept.checks.gpu_ranges import format_gpus, group
@@ -82,6 +83,7 @@ def measure(
     before_probe: dict[str, dict[str, int]] = {}
     unsupported: list[int] = []
     parts_unsupported: dict[str, list[int]] = {}
+    parts_not_read: dict[str, list[int]] = {}
     no_baseline: list[int] = []
     failed: dict[str, str] = {}
     start = context.nvlink_before
@@ -99,6 +101,8 @@ def measure(
         down = [link for link in range(state.count) if link not in state.active]
         if down:
             inactive[str(gpu.index)] = down
+        for part in state.not_read:
+            parts_not_read.setdefault(part, []).append(gpu.index)
         if state.errors is None:
             unsupported.append(gpu.index)
             continue
@@ -117,6 +121,7 @@ def measure(
         counters_unsupported=format_gpus(unsupported) or None,
         counters_not_supported={p: format_gpus(g) for p, g in sorted(parts_unsupported.items())}
         or None,
+        counters_not_read={p: format_gpus(g) for p, g in sorted(parts_not_read.items())} or None,
         since_driver_load=format_gpus(no_baseline) or None
         if start is not None
         else format_gpus([g.index for g in gpus if str(g.index) not in failed]) or None,

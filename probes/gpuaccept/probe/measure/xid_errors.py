@@ -55,9 +55,11 @@ def _why(not_read: dict[int, str]) -> str:
 def measure(
     hardware: HardwareBackend, policy: XidErrorsPolicy, context: ProbeContext
 ) -> XidErrorsObserved:
-    gpus = [g.index for g in hardware.gpus()]
+    listed = hardware.gpus()
+    gpus = [g.index for g in listed]
     if not gpus:
         raise Unavailable("no GPU to read")
+    usable = [g.index for g in listed if g.problem is None]  # a lost one fails elsewhere
     actions, actions_not_read = _recovery_actions(hardware, gpus)
     not_read: dict[str, str] = {}
     if actions_not_read:
@@ -78,6 +80,7 @@ def measure(
         )
     events = log.events() if log is not None else []
     return XidErrorsObserved(
+        gpus=format_gpus(usable) or None,
         watched=format_gpus(list(log.watched)) if log is not None and log.watched else None,
         listened_s=log.seconds if listened and log is not None else None,
         events=[
