@@ -63,25 +63,32 @@ FORMAT_GAPS: dict[tuple[str, str], tuple[Any, Any, str]] = {
 NO_BOARD_ID = (
     "the capture (ibstat) holds no board_id (PSID); the format requires one "
     "(infiniband.hcas.boardId, default MT_0000000838), so the simulation groups the HCAs "
-    "under it where the replay groups them as 'unknown' (38.C1)"
+    "under it where the replay, with no board_id, compares no firmware and says so "
+    "(notRead.firmware: a warning, not a verdict)"
 )
 # (capture, check) → (the observed keys that differ, or "status", and why). The port
 # fields no capture tool prints (the error counters and the board; the lanes where only
 # ibstat's number is held) are left out of the comparison first (_held_ports).
 CHECK_GAPS: dict[tuple[str, str], tuple[frozenset[str], str]] = {
-    ("gpud-azure-a100-vm-ib-vf", "infiniband_ports"): (frozenset({"firmware"}), NO_BOARD_ID),
+    ("gpud-azure-a100-vm-ib-vf", "infiniband_ports"): (
+        frozenset({"firmware", "notRead", "status"}),
+        NO_BOARD_ID,
+    ),
     ("gpud-h100-ib-cx7-bf3-all-active", "infiniband_ports"): (
-        frozenset({"firmware", "oddFirmware", "ports"}),
+        frozenset({"firmware", "notRead", "status", "oddFirmware", "ports"}),
         NO_BOARD_ID + "; and " + BOND_NAMES + " (the ports' names)",
     ),
     ("gpud-h100-ib-cx7-cx6dx-all-active", "infiniband_ports"): (
-        frozenset({"firmware", "layers"}),
+        frozenset({"firmware", "notRead", "status", "oddFirmware", "layers"}),
         NO_BOARD_ID + ": one PSID makes the ConnectX-6 Dx's 100 Gb/s ports 'behind' the "
         "ConnectX-7's 400",
     ),
-    ("gpud-h100-ib-three-ports-down", "infiniband_ports"): (frozenset({"firmware"}), NO_BOARD_ID),
+    ("gpud-h100-ib-three-ports-down", "infiniband_ports"): (
+        frozenset({"firmware", "notRead", "status", "oddFirmware"}),
+        NO_BOARD_ID,
+    ),
     ("gpud-h100-ib-two-ports-down", "infiniband_ports"): (
-        frozenset({"firmware", "layers"}),
+        frozenset({"firmware", "notRead", "status", "oddFirmware", "layers"}),
         NO_BOARD_ID + " (as gpud-h100-ib-cx7-cx6dx-all-active)",
     ),
     ("gpud-titanv-r560", "memory_health"): (frozenset({"notRead"}), ECC_MODE_NOT_SUPPORTED),
@@ -101,7 +108,8 @@ CHECK_GAPS: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     ),
 }
 # what no capture tool prints of an InfiniBand port (sysfs has them on a real node)
-UNHELD_PORT_FIELDS = ("linkDowned", "symbolError", "board")
+# (the PCI function and whether a GPU shares its PCIe switch come from the device link)
+UNHELD_PORT_FIELDS = ("linkDowned", "symbolError", "board", "function", "gpuLocal")
 
 
 def _ids(folders: list[Path]) -> list[str]:

@@ -89,19 +89,30 @@ def _settled(
 
 
 def _firmware(hcas: tuple[IbHca, ...]) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """board_id → its firmware versions; and the HCAs not on their board's usual one."""
+    """board_id → its firmware versions; and the HCAs not on their board's usual one.
+    An HCA without a board_id (PSID) is compared with none: each PSID has its own
+    firmware stream, and "no PSID" is not one (see :func:`_unboarded`)."""
     by_board: dict[str, Counter[str]] = {}
     for hca in hcas:
-        if hca.fw_ver is not None:
-            by_board.setdefault(hca.board_id or "unknown", Counter())[hca.fw_ver] += 1
+        if hca.fw_ver is not None and hca.board_id:
+            by_board.setdefault(hca.board_id, Counter())[hca.fw_ver] += 1
     odd: dict[str, str] = {}
     for hca in hcas:
-        counts = by_board.get(hca.board_id or "unknown")
+        counts = by_board.get(hca.board_id or "")
         if hca.fw_ver is not None and counts is not None and len(counts) > 1:
             usual = counts.most_common(1)[0][0]
             if hca.fw_ver != usual:
                 odd[hca.name] = hca.fw_ver
     return {board: sorted(c) for board, c in sorted(by_board.items())}, odd
+
+
+def _unboarded(hcas: tuple[IbHca, ...]) -> tuple[str, str] | None:
+    """The firmware read but not compared: HCAs whose board_id could not be read."""
+    names = [h.name for h in hcas if h.fw_ver is not None and not h.board_id]
+    if not names:
+        return None
+    shown = ", ".join(names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "")
+    return "firmware", f"no board_id on {shown}: firmware not compared"
 
 
 def measure(
@@ -115,6 +126,8 @@ def measure(
         name, why = view.not_read[0]
         raise Unavailable(f"no port could be read ({len(view.not_read)}; {name}: {why})")
     firmware, odd = _firmware(view.hcas)
+    unboarded = _unboarded(view.hcas)
+    not_read = list(view.not_read[:NOT_READ_MAX]) + ([unboarded] if unboarded else [])
     return InfinibandPortsObserved(
         netns_mode=view.netns_mode,
         hcas=len(view.hcas),
@@ -124,6 +137,5 @@ def measure(
         ports=ports,
         virtual_functions=len(view.virtual_functions) or None,
         waited_s=waited or None,
-        not_read={name[:64]: why[:NOT_READ_TEXT] for name, why in view.not_read[:NOT_READ_MAX]}
-        or None,
+        not_read={name[:64]: why[:NOT_READ_TEXT] for name, why in not_read} or None,
     )
