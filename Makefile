@@ -53,8 +53,16 @@ unit: venv $(BIN)/helm
 # on the real kube-apiserver + etcd (started by the session fixture), chart and
 # RBAC tests, and the benchmark's correctness check. Tests marked `device` need
 # a GPU host and run through scripts/device-check.sh instead.
+# TEST_WORKERS pytest-xdist workers, each with its own control plane
+# (gpuaccept.testsupport.pytest_plugin). An integration test mostly waits on the
+# operator, so 4 workers on 2 cores; the simulated fabric pairs measure real gloo
+# over the loopback, so a starved CPU can fail a healthy pair: TEST_WORKERS=2 if
+# the fabric or demo tests fail that way. worksteal: the long tests (the fleet
+# trial, the benchmark and demo runs) do not leave one worker with a queue while
+# the others idle. --durations: the slowest tests, every run.
+TEST_WORKERS ?= 4
 test: venv cluster-tools
 	$(MAKE) --no-print-directory lint
-	$(VENV)/bin/pytest -m "not device" tests
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal --durations=30 -m "not device" tests
 
 include $(wildcard mk/*.mk)

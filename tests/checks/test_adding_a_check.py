@@ -73,7 +73,9 @@ def test_no_hand_written_list_of_every_check_outside_the_registry() -> None:
         except UnicodeDecodeError:
             continue
         name = path.relative_to(REPO).as_posix()
-        if name in PER_CHECK_FILES | GENERATED_FILES | REPLAY_RULES or text.startswith("# GENERATED"):
+        if name in PER_CHECK_FILES | GENERATED_FILES | REPLAY_RULES or text.startswith(
+            "# GENERATED"
+        ):
             continue
         if names_every_check(text):
             found.append(name)

@@ -22,19 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_operator import (
-    HEALTHY,
-    NAMESPACE,
-    PENDING_TAINT,
-    SUITE_LABEL,
-    Env,
-    Operator,
-    _operator_ports,
-    env,
-    suite_id,
-    wait_for,
-    wait_node_side,
-)
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, VERSION
@@ -48,8 +35,18 @@ from gpuaccept.testsupport.kubelet_standin import (
     RunProcess,
     fabric_pairs_from_profiles,
 )
-
-__all__ = ["env"]  # the module fixture of test_operator, shared
+from gpuaccept.testsupport.operator_env import (
+    HEALTHY,
+    NAMESPACE,
+    PENDING_TAINT,
+    SUITE_LABEL,
+    Env,
+    Operator,
+    operator_ports,
+    suite_id,
+    wait_for,
+    wait_node_side,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -217,7 +214,7 @@ def stopped_operator(env: Env) -> Iterator[None]:
     try:
         yield
     finally:
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())
 
 
 def test_an_operator_killed_at_any_moment_of_a_pair_loses_no_result_and_leaves_no_pod(
@@ -360,7 +357,7 @@ def test_killing_the_operator_while_pairs_run_still_decides_every_node(env: Env)
             third.stop()
     finally:
         first.kill()
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())
 
 
 def test_taints_stay_while_a_node_waits_for_its_pair(env: Env) -> None:

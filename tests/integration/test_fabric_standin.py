@@ -1,6 +1,6 @@
 """Fabric pairs on the kubelet stand-in, against the real kube-apiserver: the
 operator's fabric pod manifests run for real (``gpuaccept probe fabric``, gloo over
-the loopback, each pod on its own 127.0.0.x), and in scale mode from the profiles."""
+the loopback, each pod on its own loopback address), and in scale mode from the profiles."""
 
 from __future__ import annotations
 

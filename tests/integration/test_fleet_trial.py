@@ -31,17 +31,6 @@ from typing import Any
 import pytest
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
-from test_operator import (
-    HEALTHY,
-    ROOT,
-    SUITE_LABEL,
-    Env,
-    _operator_ports,
-    env,
-    suite_id,
-    wait_for,
-    wait_node_side,
-)
 
 from gpuaccept.contracts.api import (
     ACCEPTANCE_PLURAL,
@@ -53,8 +42,16 @@ from gpuaccept.contracts.api import (
 )
 from gpuaccept.testsupport.crd_install import apply_crds
 from gpuaccept.testsupport.kubelet_standin import ImagePullFailure
-
-__all__ = ["env"]  # the module fixture of test_operator, shared
+from gpuaccept.testsupport.operator_env import (
+    HEALTHY,
+    ROOT,
+    SUITE_LABEL,
+    Env,
+    operator_ports,
+    suite_id,
+    wait_for,
+    wait_node_side,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -287,7 +284,7 @@ def _rollback(env: Env, names: list[str], seen: OutOfService) -> None:
             before[name] = (status["phase"], status.get("appliedTaints"), status["podSerial"])
         assert all(FUTURE_FIELD in env.status(n) for n in names[:3]), "the CRD pruned the field"
     finally:
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())
 
     def unmoved() -> None:
         for name in names:

@@ -29,9 +29,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from test_operator import HEALTHY, ROOT, Env, env, suite_id, wait_for, wait_node_side
 
-__all__ = ["env"]
+from gpuaccept.testsupport.operator_env import (
+    HEALTHY,
+    ROOT,
+    Env,
+    suite_id,
+    wait_for,
+    wait_node_side,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

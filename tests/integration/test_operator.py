@@ -4,10 +4,11 @@ The operator runs as a subprocess (``python -m gpuaccept.cli operator``), as in
 production, so killing and restarting it is real. The kubelet stand-in runs
 the probe pods' command (``gpuaccept probe``) against hardware profiles.
 
-Isolation on a shared control plane: every test gets its own policy whose
-``nodeSelector`` matches only that test's nodes (a per-test label); the nodes
-set ``nvidia.com/gpu.present=false`` so that no other policy (e.g. a chart's
-default one) claims them. No timing assertions: generous waits, clear messages.
+The environment (``env``: the operator, the stand-in, per-test policies and
+labels) and the polling helpers are test support, shared with the other
+operator modules: gpuaccept.testsupport.operator_env, made the ``env`` fixture by
+tests/integration/conftest.py. No timing assertions: generous waits, clear
+messages.
 """
 
 from __future__ import annotations
@@ -15,18 +16,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,345 +45,43 @@ from gpuaccept.contracts.api import (
     VERSION,
 )
 from gpuaccept.contracts.report import ProbeReport, encode_termination_message
-from gpuaccept.operator.kube import Kube
 from gpuaccept.operator.plugin.kubectl import main as plugin_main
 from gpuaccept.probe.hardware.profile import expected_fault_reasons
-from gpuaccept.testsupport.chart_rbac import operator_kubeconfig
-from gpuaccept.testsupport.controlplane import ControlPlane
-from gpuaccept.testsupport.crd_install import apply_crds
 from gpuaccept.testsupport.kubelet_standin import (
     Behaviour,
-    BehaviourHook,
     Complete,
     Hang,
     ImagePullFailure,
-    KubeletStandIn,
     PodInfo,
     RunProcess,
     SandboxFailure,
     SimNode,
     StartFailure,
 )
-from gpuaccept.testsupport.ports import free_ports
+from gpuaccept.testsupport.operator_env import (
+    HEALTHY,
+    NAMESPACE,
+    PENDING_TAINT,
+    ROOT,
+    SUITE_LABEL,
+    Env,
+    Operator,
+    create_if_absent,
+    http_get,
+    operator_ports,
+    suite_id,
+    wait_for,
+    wait_node_side,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-ROOT = Path(__file__).resolve().parents[2]
-NAMESPACE = "gpuaccept-optest"
-SUITE_LABEL = "gpuaccept.io/test-suite"
-HEALTHY = str(ROOT / "profiles/h100-sxm-8gpu-healthy.yaml")
 DOWNSHIFT = str(ROOT / "profiles/h100-sxm-8gpu-idle-downshift.yaml")
 FAULTS = expected_fault_reasons(ROOT / "profiles" / "faults")  # each profile's expect.reason
 DEFAULT_POLICY = ROOT / "policies" / "default-h100-h200.yaml"
-PENDING_TAINT = {"key": PENDING_TAINT_KEY, "effect": "NoSchedule"}
-_counter = itertools.count()
-_operators: list[Operator] = []  # for failure messages
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 120, every: float = 0.5) -> Any:
-    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except ApiException as error:
-            last = f"API error {error.status}"
-        if last:
-            return last
-        time.sleep(every)
-    logs = "".join(f"\n--- operator {op.name} (tail) ---\n{op.log()[-3000:]}" for op in _operators)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r}){logs}")
-
-
-class Operator:
-    """``gpuaccept operator`` as a subprocess, logging to a file."""
-
-    def __init__(
-        self, cp: ControlPlane, log_dir: Path, *, lease: str, name: str, namespace: str = NAMESPACE
-    ) -> None:
-        self.cp = cp
-        self.lease = lease
-        self.name = name
-        self.namespace = namespace
-        self.log_path = log_dir / f"operator-{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.metrics_port = self.health_port = 0
-        _operators.append(self)
-
-    def kubeconfig(self) -> Path:
-        """The chart's RBAC for this namespace and Lease (a missing verb fails the tests)."""
-        workdir = self.log_path.parent
-        return operator_kubeconfig(
-            self.cp, namespace=self.namespace, lease=self.lease, workdir=workdir
-        )
-
-    def start(self, *extra: str, metrics_port: int = 0, health_port: int = 0) -> Operator:
-        self.metrics_port, self.health_port = metrics_port, health_port
-        args = [
-            sys.executable,
-            "-m",
-            "gpuaccept.cli",
-            "operator",
-            "--kubeconfig",
-            # The chart's ServiceAccount (TokenRequest), not the admin: issue 5.
-            str(self.kubeconfig()),
-            "--namespace",
-            self.namespace,
-            "--lease-name",
-            self.lease,
-            "--identity",
-            self.name,
-            "--metrics-port",
-            str(metrics_port),
-            "--health-port",
-            str(health_port),
-            "--workers",
-            "4",
-            "--status-interval",
-            "1",
-            "--lease-duration",
-            "10",
-            "--probe-image",
-            "local/gpuaccept-probe:test",
-            # The stand-in runs the real probe on simulated hardware profiles.
-            "--accept-simulated-reports",
-            # Only this module's nodes: other tests' nodes and policies on the
-            # shared control plane are none of this operator's business.
-            "--node-selector",
-            SUITE_LABEL,
-            # A node under the pending taint that no policy matches is reported soon.
-            "--unmatched-grace",
-            "2",
-            *extra,
-        ]
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        return self
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, nothing cleaned up."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-@dataclass
-class Env:
-    cp: ControlPlane
-    api: k8s.ApiClient
-    standin: KubeletStandIn
-    log_dir: Path
-    operator: Operator
-    kube: Kube
-    policies: list[str] = field(default_factory=list)
-
-    @property
-    def core(self) -> k8s.CoreV1Api:
-        return k8s.CoreV1Api(self.api)
-
-    # ---- objects
-    def policy(self, suite: str, **spec: Any) -> str:
-        name = f"optest-{suite}"
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "NodeAcceptancePolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "nodeSelector": {SUITE_LABEL: suite},
-                "probeRun": {"timeoutSeconds": 60, "retries": 1, "backoffSeconds": 1},
-                "maxQuarantined": 100,
-                **spec,
-            },
-        }
-        self.kube.request("POST", f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}", body)
-        self.policies.append(name)
-        return name
-
-    def nodes(
-        self,
-        suite: str,
-        profiles: dict[str, str],
-        *,
-        taints: list[dict[str, str]] | None = None,
-        behaviour: Behaviour | BehaviourHook | None = None,
-    ) -> list[str]:
-        """Register nodes ``<suite>-<key>`` with the given profiles (pending taint by default)."""
-        sims = [
-            SimNode(
-                name=f"{suite}-{key}",
-                profile=profile,
-                labels={SUITE_LABEL: suite, "nvidia.com/gpu.present": "false"},
-                taints=[PENDING_TAINT] if taints is None else taints,
-                behaviour=behaviour,
-            )
-            for key, profile in profiles.items()
-        ]
-        self.standin.add_nodes(sims)
-        return [s.name for s in sims]
-
-    def na(self, name: str) -> dict[str, Any] | None:
-        return self.kube.get_na(name)
-
-    def status(self, name: str) -> dict[str, Any]:
-        return (self.na(name) or {}).get("status") or {}
-
-    def node(self, name: str) -> dict[str, Any]:
-        node = self.kube.get_node(name)
-        assert node is not None, f"node {name} not found"
-        return node
-
-    def taint_keys(self, name: str) -> list[str]:
-        return [t["key"] for t in self.node(name)["spec"].get("taints") or []]
-
-    def pods(self, node: str) -> list[dict[str, Any]]:
-        pods = self.kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
-        return [p for p in pods if p["spec"].get("nodeName") == node]
-
-    def events(self, name: str, kind: str) -> list[dict[str, Any]]:
-        selector = f"involvedObject.name={name},involvedObject.kind={kind}"
-        events = self.kube.request(
-            "GET", "/api/v1/namespaces/default/events", query=[("fieldSelector", selector)]
-        )
-        return list(events["items"])
-
-    def policy_status(self, name: str) -> dict[str, Any]:
-        policy = self.kube.request("GET", f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}/{name}")
-        return dict(policy.get("status") or {})
-
-    def phase_of(self, names: list[str], phase: str) -> Callable[[], bool]:
-        return lambda: all(self.status(n).get("phase") == phase for n in names)
-
-    def wait_phase(self, names: list[str], phase: str, timeout: float = 120) -> None:
-        wait_for(
-            f"{names} to reach phase {phase}",
-            lambda: self.phase_of(names, phase)() or None,
-            timeout,
-        )
-
-    def describe(self, names: list[str]) -> str:
-        return json.dumps({n: self.status(n) for n in names}, indent=1, default=str)[:4000]
-
-
-def _operator_ports() -> dict[str, int]:
-    metrics_port, health_port = free_ports(2)
-    return {"metrics_port": metrics_port, "health_port": health_port}
-
-
-def _http_get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return int(response.status), response.read().decode()
-    except urllib.error.HTTPError as error:
-        return int(error.code), ""
-    except OSError:
-        return 0, ""
-
-
-def suite_id(tag: str) -> str:
-    return f"op{next(_counter)}{uuid.uuid4().hex[:4]}-{tag}"
-
-
-def _create(kube: Kube, path: str, body: dict[str, Any]) -> None:
-    try:
-        kube.request("POST", path, body)
-    except ApiException as error:
-        if error.status != 409:
-            raise
-
-
-@pytest.fixture(scope="module")
-def env(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    api = control_plane.api_client()
-    kube = Kube(control_plane.api_client())  # the operator's own thin adapter, raw JSON
-    kube.api.user_agent = "gpuaccept-operator-tests"
-    apply_crds(kube.api)
-    core = k8s.CoreV1Api(api)
-    _create(kube, "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-    _create(
-        kube,
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
-        {"metadata": {"name": "gpuaccept-probe"}},
-    )
-    log_dir = tmp_path_factory.mktemp("operator-logs")
-    standin = KubeletStandIn(control_plane.configuration(), workdir=log_dir / "standin").start()
-    lease = f"optest-{uuid.uuid4().hex[:6]}"
-    operator = Operator(control_plane, log_dir, lease=lease, name="main").start(**_operator_ports())
-    environment = Env(control_plane, api, standin, log_dir, operator, kube)
-    try:
-        yield environment
-    finally:
-        operator.stop()
-        standin.stop(delete_nodes=True)
-        for policy in environment.policies:
-            with contextlib.suppress(ApiException):
-                kube.request("DELETE", f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}/{policy}")
-        for na in kube.request("GET", f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}")["items"]:
-            if na["metadata"]["name"].startswith("op"):
-                kube.delete_na(na["metadata"]["name"])
-        with contextlib.suppress(ApiException):
-            core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
-        if os.environ.get("GPUACCEPT_KEEP_LOGS"):
-            print(f"operator logs in {log_dir}")
 
 
 # ---------------------------------------------------------------------- the main paths
-
-
-def _node_shows(node: dict[str, Any], phase: str, reason: str | None) -> bool:
-    """Whether the Node carries what ``phase`` means for it (taints, label, condition)."""
-    taints = {t["key"]: t for t in node["spec"].get("taints") or []}
-    label = (node["metadata"].get("labels") or {}).get(ACCEPTANCE_LABEL)
-    conditions = {c["type"]: c for c in node["status"].get("conditions") or []}
-    condition = conditions.get(NODE_CONDITION_TYPE) or {}
-    if phase == "Accepted":
-        return (
-            PENDING_TAINT_KEY not in taints
-            and QUARANTINE_TAINT_KEY not in taints
-            and label == "accepted"
-            and condition.get("status") == "True"
-        )
-    if phase == "Quarantined":
-        return (
-            taints.get(QUARANTINE_TAINT_KEY, {}).get("effect") == "NoSchedule"
-            and PENDING_TAINT_KEY not in taints
-            and label == "quarantined"
-            and condition.get("status") == "False"
-            and (reason is None or condition.get("reason") == reason)
-        )
-    if phase == "Pending":  # held, waiting for a pair, stalled: still out of service
-        return PENDING_TAINT_KEY in taints and QUARANTINE_TAINT_KEY not in taints
-    raise ValueError(f"no Node side for phase {phase!r}")
-
-
-def wait_node_side(env: Env, name: str, phase: str, *, reason: str | None = None) -> dict[str, Any]:
-    """The Node once it shows ``phase`` (Accepted, Quarantined, or Pending: held or
-    waiting). The operator writes the NodeAcceptance status before it patches the Node,
-    so every assertion on a Node's side after a phase goes through this wait."""
-    node: dict[str, Any] = {}
-
-    def shows() -> bool:
-        nonlocal node
-        node = env.node(name)
-        return _node_shows(node, phase, reason)
-
-    wait_for(f"{name}'s Node to show {phase}", shows, 30)
-    return node
 
 
 def assert_accepted(env: Env, name: str) -> None:
@@ -773,7 +467,7 @@ def test_a_pending_node_no_policy_matches_is_reported(env: Env) -> None:
     op = env.operator
 
     def reported() -> str | None:
-        status, text = _http_get(op.metrics_port, "/metrics")
+        status, text = http_get(op.metrics_port, "/metrics")
         line = f'gpuaccept_node_unmatched_pending{{node="{name}"}} 1.0'
         return text if status == 200 and line in text else None
 
@@ -904,7 +598,7 @@ def test_kill_mid_probe_and_restart_resumes_with_one_pod(env: Env) -> None:
             second.stop()
     finally:
         first.kill()
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())
 
 
 def test_a_refused_probe_pod_waits_with_the_reason_and_never_convicts(env: Env) -> None:
@@ -924,7 +618,7 @@ def test_a_refused_probe_pod_waits_with_the_reason_and_never_convicts(env: Env) 
         wait_node_side(env, name, "Pending")  # under the pending taint, not quarantined
     finally:
         op.stop()
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())
 
 
 def test_two_replicas_never_double_act_and_the_standby_takes_over(env: Env) -> None:
@@ -956,7 +650,7 @@ def test_two_replicas_never_double_act_and_the_standby_takes_over(env: Env) -> N
     finally:
         a.stop()
         b.stop()
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())
 
 
 def test_two_policies_matching_one_node_is_an_error_on_both(env: Env) -> None:
@@ -1016,11 +710,11 @@ def test_metrics_and_health_endpoints(env: Env) -> None:
     env.wait_phase(names[:1], "Accepted")
     env.wait_phase(names[1:], "Quarantined")
     op = env.operator
-    assert _http_get(op.health_port, "/healthz")[0] == 200
-    assert _http_get(op.health_port, "/readyz")[0] == 200
+    assert http_get(op.health_port, "/healthz")[0] == 200
+    assert http_get(op.health_port, "/readyz")[0] == 200
 
     def scraped() -> str | None:
-        status, text = _http_get(op.metrics_port, "/metrics")
+        status, text = http_get(op.metrics_port, "/metrics")
         wanted = [
             f'gpuaccept_nodes{{phase="{phase}",policy="{policy}"}} 1.0'
             for phase in ("Accepted", "Quarantined")
@@ -1164,7 +858,7 @@ def test_a_node_without_gpus_is_counted_then_stalls_at_the_deadline(env: Env) ->
     )
 
     def scraped() -> str | None:
-        status, text = _http_get(env.operator.metrics_port, "/metrics")
+        status, text = http_get(env.operator.metrics_port, "/metrics")
         wanted = f'gpuaccept_nodes{{phase="Pending",policy="{policy}"}} 1.0'
         return text if status == 200 and wanted in text else None
 
@@ -1311,7 +1005,7 @@ def test_a_missing_runtime_class_is_named(env: Env) -> None:
         assert 'RuntimeClass "no-such-runtime-class" not found' in status["message"]
     finally:
         op.stop()
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())
 
 
 def _squat(
@@ -1383,7 +1077,7 @@ def test_a_squatted_probe_pod_never_speaks_for_the_node(env: Env) -> None:
             60,
         )
     finally:
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())
     env.wait_phase([same, other], "Waiting", timeout=120)
     for name in (same, other):
         status = env.status(name)
@@ -1438,7 +1132,7 @@ def test_a_probe_pod_replaced_under_its_name_is_never_read(env: Env) -> None:
             60,
         )
     finally:
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())
     status = wait_for(
         "a decision on the replacement",
         lambda: (st := env.status(name)).get("phase") in ("Waiting", "Accepted") and st,
@@ -1479,8 +1173,8 @@ def test_a_noexecute_quarantine_drains_through_the_eviction_api_within_budgets(e
     (no controller-manager runs here) nor the kubelet's graceful termination."""
     suite = suite_id("drain")
     workloads = f"{suite}-apps"
-    _create(env.kube, "/api/v1/namespaces", {"metadata": {"name": workloads}})
-    _create(
+    create_if_absent(env.kube, "/api/v1/namespaces", {"metadata": {"name": workloads}})
+    create_if_absent(
         env.kube,
         f"/api/v1/namespaces/{workloads}/serviceaccounts",
         {"metadata": {"name": "default"}},
@@ -1525,7 +1219,7 @@ def test_a_noexecute_quarantine_drains_through_the_eviction_api_within_budgets(e
             60,
         )
     finally:
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())
 
     def workload(app: str) -> k8s.V1Pod | None:
         try:
@@ -1577,8 +1271,8 @@ def test_a_second_installation_stands_by_and_says_why(env: Env) -> None:
     suite = suite_id("twoinst")
     env.policy(suite)
     second_ns = f"{NAMESPACE}-b"
-    _create(env.kube, "/api/v1/namespaces", {"metadata": {"name": second_ns}})
-    _create(
+    create_if_absent(env.kube, "/api/v1/namespaces", {"metadata": {"name": second_ns}})
+    create_if_absent(
         env.kube,
         f"/api/v1/namespaces/{second_ns}/serviceaccounts",
         {"metadata": {"name": "gpuaccept-probe"}},
@@ -1598,7 +1292,7 @@ def test_a_second_installation_stands_by_and_says_why(env: Env) -> None:
         wait_for(
             "the first installation to hold the lock", lambda: "acquired by" in first.log(), 60
         )
-        ports = _operator_ports()
+        ports = operator_ports()
         second.start(*lock, **ports)
         wait_for("the second installation to stand by", lambda: "standing by" in second.log(), 60)
         assert f"{NAMESPACE}/{first.lease}" in second.log()  # it names who holds the lock
@@ -1606,7 +1300,7 @@ def test_a_second_installation_stands_by_and_says_why(env: Env) -> None:
             "the standby metric",
             lambda: (
                 "gpuaccept_installation_standby 1.0"
-                in _http_get(ports["metrics_port"], "/metrics")[1]
+                in http_get(ports["metrics_port"], "/metrics")[1]
             ),
             30,
         )
@@ -1626,4 +1320,4 @@ def test_a_second_installation_stands_by_and_says_why(env: Env) -> None:
     finally:
         first.stop()
         second.stop()
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())

@@ -23,16 +23,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from test_operator import (
-    HEALTHY,
-    NAMESPACE,
-    ROOT,
-    Env,
-    env,
-    suite_id,
-    wait_for,
-    wait_node_side,
-)
 
 from gpuaccept.contracts.api import (
     ACCEPTANCE_PLURAL,
@@ -43,8 +33,15 @@ from gpuaccept.contracts.api import (
     VERSION,
 )
 from gpuaccept.operator.plugin.kubectl import main as plugin_main
-
-__all__ = ["env"]
+from gpuaccept.testsupport.operator_env import (
+    HEALTHY,
+    NAMESPACE,
+    ROOT,
+    Env,
+    suite_id,
+    wait_for,
+    wait_node_side,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.checks.registry import BY_NAME
-from gpuaccept.probe.hardware.base import Unavailable
 from gpuaccept.probe.hardware.nvml_links import read_fabric, read_nvlink
 from gpuaccept.probe.hardware.real import RealBackend
 from gpuaccept.testsupport.captures import corpus, fake_nvml, replay, table

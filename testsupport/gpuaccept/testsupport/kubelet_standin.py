@@ -122,6 +122,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.probe.hardware.profile import HardwareProfile, load_profile
+from gpuaccept.testsupport.pod_addresses import PodAddressBlock
 from gpuaccept.testsupport.standin_behaviours import (
     Behaviour,
     BehaviourHook,
@@ -255,7 +256,7 @@ class KubeletStandIn:
         self._watch_resp: Any = None
         self._resource_version: str | None = None  # where the pod watch resumes; None: relist
         self._ip_counter = 0
-        self._pod_ip_counter = 0
+        self._pod_addresses: PodAddressBlock | None = None  # claimed at the first pod
         self._pod_names: set[tuple[str, str]] = set()  # every pod bound here (pod_seen)
 
     # -- lifecycle -----------------------------------------------------------
@@ -294,6 +295,8 @@ class KubeletStandIn:
         if delete_nodes:
             self.delete_nodes()
         cast(Any, self._api).close()
+        if self._pod_addresses is not None:
+            self._pod_addresses.release()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -488,13 +491,14 @@ class KubeletStandIn:
             self._gpus_held.get(node_name, {}).pop(uid, None)
 
     def allocate_pod_ip(self) -> str:
-        """Each pod's own loopback address, 127.0.0.2 to 127.0.255.254 in turn (Linux
-        routes all of 127.0.0.0/8 to the loopback): two pods of a fabric pair listen
-        and connect on their own addresses, as on a pod network."""
+        """Each pod's own loopback address, in turn from a 127.B.0.0/16 block that no
+        other stand-in holds (gpuaccept.testsupport.pod_addresses): two pods of a
+        fabric pair listen and connect on their own addresses, as on a pod network."""
         with self._lock:
-            self._pod_ip_counter = self._pod_ip_counter % (256 * 254 - 1) + 1
-            i = self._pod_ip_counter
-        return f"127.0.{i // 254}.{i % 254 + 1}"
+            if self._pod_addresses is None:
+                self._pod_addresses = PodAddressBlock()
+            addresses = self._pod_addresses
+        return addresses.next()
 
     def _container_env(
         self, pod: JSON, c: JSON, node: SimNode, pod_ip: str | None = None

@@ -3,23 +3,41 @@
 Load it from a conftest with ``pytest_plugins = ["gpuaccept.testsupport.pytest_plugin"]``.
 
 ``control_plane`` yields a :class:`gpuaccept.testsupport.controlplane.ControlPlane`.
-If a cluster from ``make cluster-up`` is already running in ``.cluster/`` (or in
-``$GPUACCEPT_CLUSTER_DIR``) it is reused and left running; otherwise one is
-started for the session and stopped at its end.
+In a plain run, if a cluster from ``make cluster-up`` is already running in
+``.cluster/`` (or in ``$GPUACCEPT_CLUSTER_DIR``) it is reused and left running;
+otherwise one is started for the session and stopped at its end.
+
+Under pytest-xdist (``make test`` runs ``pytest -n``) every worker starts its own
+control plane in its own temp dir and stops it at the end of its session: the
+integration tests install CRDs, charts and cluster-scoped policies, upgrade CRDs
+and clean up by name prefix, so two workers must never share an API server.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from gpuaccept.testsupport.controlplane import ControlPlane, default_dir, start
 
+# pytest-xdist sets this in each worker process ("gw0", "gw1", ...).
+XDIST_WORKER = "PYTEST_XDIST_WORKER"
+
+
+def control_plane_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The state dir of this session's control plane: the shared one in a plain run,
+    a fresh one in the worker's own temp dir under xdist."""
+    if os.environ.get(XDIST_WORKER):
+        return tmp_path_factory.mktemp("controlplane", numbered=False)
+    return default_dir()
+
 
 @pytest.fixture(scope="session")
-def control_plane() -> Iterator[ControlPlane]:
-    cp = start(default_dir())
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    cp = start(control_plane_dir(tmp_path_factory))
     try:
         yield cp
     finally:
