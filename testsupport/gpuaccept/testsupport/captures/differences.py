@@ -29,8 +29,7 @@ DIFFERENCES: dict[str, tuple[str, str, str]] = {
     ),
     "gpud-h100-ib-two-ports-down": (
         "infiniband_ports",
-        "warn (firmware not compared: ibstat prints no board_id), not fail for the two down "
-        "ports",
+        "warn (firmware not compared: ibstat prints no board_id), not fail for the two down ports",
         "every port is Ethernet (RoCE); the down ports are two ConnectX-7 ports (mlx5_5, "
         "mlx5_11), phys state Disabled, which the judge does not count as down on a live "
         "board (administratively disabled), whatever the board_id",
