@@ -17,7 +17,6 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.nodeacceptance import Phase
-from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.controller import (
     NAS_INDEX,
     NODES_INDEX,
