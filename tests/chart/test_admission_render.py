@@ -25,6 +25,7 @@ POLICIES = (
     "release-requester",
     "operator-credential",
     "no-exec",
+    "installation-lock",  # with operator.installationLock, the default
 )
 
 
@@ -51,6 +52,14 @@ def test_on_by_default_every_policy_bound_with_deny() -> None:
     operator = "system:serviceaccount:gpuaccept-system:gpuaccept"
     for name in ("acceptance-status", "probe-pods"):
         assert operator in _text(policies[f"gpuaccept-{name}"]["spec"]["validations"])
+    lock = policies["gpuaccept-installation-lock"]["spec"]  # the lock's Lease only
+    assert lock["matchConstraints"]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "default"}
+    }
+    assert "request.name == 'gpuaccept-installation'" in _text(lock["matchConditions"])
+    assert operator in _text(lock["validations"])
+    unlocked = render_chart(namespace=NAMESPACE, set_values={"operator.installationLock": ""})
+    assert not [d for d in unlocked if d["metadata"]["name"].endswith("-installation-lock")]
     for name in ("probe-pod-shape", "node-writes"):  # bound to the operator's requests only
         assert operator in _text(policies[f"gpuaccept-{name}"]["spec"]["matchConditions"])
     pods = policies["gpuaccept-probe-pods"]["spec"]["matchConstraints"]

@@ -12,6 +12,7 @@ verbs an attacker would need, and the admin (``system:masters``, exempt).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
 import uuid
@@ -160,7 +161,7 @@ class Admission:
     def __init__(self, cp: ControlPlane, rendered: list[dict[str, Any]]) -> None:
         self.cp = cp
         self.objects = [obj for obj in rendered if obj.get("kind") in ADMISSION_KINDS]
-        assert len(self.objects) == 16, [o["metadata"]["name"] for o in self.objects]
+        assert len(self.objects) == 18, [o["metadata"]["name"] for o in self.objects]
         self.applied = False
 
     def install(self) -> None:
@@ -1329,6 +1330,76 @@ def test_nobody_else_takes_the_leader_lease(
         admitted(renew)
     finally:
         coordination.delete_namespaced_lease(lease_name, NAMESPACE)
+
+
+def test_an_editor_of_default_cannot_hold_the_installation_lock(  # noqa: PLR0913, PLR0917
+    control_plane: ControlPlane,
+    admin: k8s.ApiClient,
+    editor: k8s.ApiClient,
+    operator_api: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+) -> None:
+    """Issue 42 item 4: the installation lock is a Lease in ``default``, and ``edit``
+    there writes Leases. A tenant with edit in ``default`` creates the lock as its own,
+    or takes it over for 2**31 - 1 seconds, and this installation stands by. Rule 10
+    leaves the lock to the operator's own token."""
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    lock = next(a.split("=", 1)[1] for a in args if a.startswith("--installation-lock="))
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "editor-of-default", "namespace": "default"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": EDIT_RULES},
+        "subjects": [{"kind": "ServiceAccount", "name": EDITOR, "namespace": NAMESPACE}],
+    }  # fmt: skip
+    apply_manifests(control_plane, [binding])
+    coordination = k8s.CoordinationV1Api(admin)
+    stamp = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    record = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+              "metadata": {"name": lock},
+              "spec": {"holderIdentity": "tenant/squatter", "leaseDurationSeconds": 2**31 - 1,
+                       "renewTime": stamp, "acquireTime": stamp}}  # fmt: skip
+    taken = {"spec": {"holderIdentity": "tenant/squatter", "leaseDurationSeconds": 2**31 - 1,
+                      "renewTime": stamp}}  # fmt: skip
+
+    def create(api: k8s.ApiClient) -> Callable[[], object]:
+        return lambda: k8s.CoordinationV1Api(api).create_namespaced_lease(
+            "default", record, dry_run=DRY_RUN
+        )
+
+    def take(api: k8s.ApiClient) -> Callable[[], object]:
+        return lambda: k8s.CoordinationV1Api(api).patch_namespaced_lease(
+            lock, "default", taken, dry_run=DRY_RUN
+        )
+
+    def renew() -> object:  # the operator's own write: an update (its RBAC: get, update)
+        operator = k8s.CoordinationV1Api(operator_api)
+        lease = operator.read_namespaced_lease(lock, "default")
+        lease.spec.holder_identity = f"{NAMESPACE}/operator"
+        lease.spec.renew_time = datetime.now(UTC)
+        return operator.replace_namespaced_lease(lock, "default", lease, dry_run=DRY_RUN)
+
+    try:
+        eventually_admitted(create(editor))  # RBAC lets the tenant: edit writes Leases
+        coordination.create_namespaced_lease(
+            "default", {**record, "spec": {**record["spec"], "holderIdentity": "x/operator",
+                                           "leaseDurationSeconds": 15}}
+        )  # fmt: skip
+        eventually_admitted(take(editor))
+        admission.install()
+        eventually_refused(take(editor), "writes the installation lock")
+        coordination.delete_namespaced_lease(lock, "default")
+        eventually_refused(create(editor), "writes the installation lock")
+        admitted(create(operator_api))
+        coordination.create_namespaced_lease("default", record)  # as a cluster admin
+        admitted(renew)
+    finally:
+        with contextlib.suppress(ApiException):
+            coordination.delete_namespaced_lease(lock, "default")
+        body = json.dumps({"apiVersion": "v1", "kind": "List", "items": [binding]})
+        control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
 
 
 def test_only_the_named_controllers_write_probe_pod_status(  # noqa: PLR0913, PLR0917

@@ -210,7 +210,7 @@ def test_local_operator_under_chart_rbac_decides_nodes(
         "get", "validatingadmissionpolicybindings", "-o", "name",
         "-l", f"app.kubernetes.io/instance={release}",
     )  # fmt: skip
-    assert len(bound.stdout.split()) == 8, bound.stdout  # the chart's admission rules
+    assert len(bound.stdout.split()) == 9, bound.stdout  # the admission rules (10: the lock)
     # The level docs/install.md tells you to enforce: the operator's probe pods pass it.
     control_plane.kubectl(
         "label", "namespace", namespace, "--overwrite",

@@ -398,9 +398,10 @@ def parser() -> argparse.ArgumentParser:
         "--max-unavailable-ceiling",
         type=max_unavailable_ceiling,
         default=max_unavailable_ceiling(env("GPUACCEPT_MAX_UNAVAILABLE_CEILING", "100%")),
-        help="the most nodes of any one policy gpuaccept may hold out of service at once, "
-        "a count or a percentage of its matched nodes (no policy's maxQuarantined or "
-        "quarantineRate goes above it; default 100%%: none; the chart sets 50%%)",
+        help="the most nodes gpuaccept may hold out of service at once, a count or a "
+        "percentage of the whole fleet (every policy's nodes) and of each policy's "
+        "matched nodes (no policy's maxQuarantined or quarantineRate, nor all policies "
+        "together, go above it; default 100%%: none; the chart sets 50%%)",
     )
     ha = p.add_argument_group("high availability")
     ha.add_argument(

@@ -1,20 +1,23 @@
-"""The quarantine limit's bookkeeping (runtime): the per-policy locks and counts
-(capacity: every node out of service because of gpuaccept, and the rate's window).
+"""The quarantine limit's bookkeeping (runtime): its lock and counts (capacity:
+every node out of service because of gpuaccept, and the rate's window).
 
 The rule itself is pure (:func:`gpuaccept.operator.core.fleet.quarantine_allowed`);
 this gives it the counts, from the cache's incremental fleet count
 (:class:`~gpuaccept.operator.core.fleetcount.FleetCount`), which follows every
 watch event and every write of this process. A plan that quarantines is
-re-planned under the policy's lock (:meth:`QuarantineLimit.lock`), and the
+re-planned under the limit's lock (:meth:`QuarantineLimit.lock`), and the
 cache counts this process's writes before the counts are read
 (:meth:`~gpuaccept.operator.cache.Cache.settle`), so under the lock the counts
-are exact: every quarantine goes through it.
+are exact: every quarantine goes through it. The lock is one for the whole fleet,
+not one per policy: the operator's ceiling counts every policy's nodes together,
+so two policies' take-outs must not both read the fleet's count before either
+writes (with a lock per policy, two policies' workers could each see room for the
+fleet's last slot and both take it).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 from datetime import datetime
 
 from gpuaccept.operator.cache import Cache
@@ -24,10 +27,13 @@ from gpuaccept.operator.core.model import QuarantineLimitCounts
 class QuarantineLimit:
     def __init__(self, cache: Cache) -> None:
         self.cache = cache
-        self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._lock = asyncio.Lock()
 
     def lock(self, policy: str) -> asyncio.Lock:
-        return self._locks[policy]
+        """The lock a take-out of a node of ``policy`` is re-planned under: the fleet's
+        one lock, whatever the policy (the ceiling is fleet-wide)."""
+        del policy
+        return self._lock
 
     def counts(self, policy: str, node: str, now: datetime | None = None) -> QuarantineLimitCounts:
         """The nodes of ``policy`` but ``node`` out of service because of gpuaccept, those
@@ -37,6 +43,5 @@ class QuarantineLimit:
         return self.cache.count.limit_counts(policy, node, now)
 
     def forget(self, policy: str) -> None:
-        lock = self._locks.get(policy)
-        if lock is not None and not lock.locked():
-            del self._locks[policy]
+        """A policy is gone: nothing of it is kept here (the lock is the fleet's)."""
+        del policy

@@ -16,6 +16,7 @@ from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core import PolicyView, QuarantineLimitCounts
 from gpuaccept.operator.core.capacity import in_service, out_of_service, take_out_allowed
 from gpuaccept.operator.core.fleet import FleetSnapshot, tally
+from gpuaccept.operator.core.fleetcount import FleetCount
 from gpuaccept.operator.core.model import NodeView, OperatorConfig
 
 
@@ -64,6 +65,20 @@ ROWS = {
         False, "of limit 3", ceiling=3,
     ),
     "0 quarantines nothing": Row({"maxQuarantined": 0}, counts(), False),
+    "the ceiling counts the whole fleet: a one-node policy's own room is no room": Row(
+        {"maxQuarantined": "100%"},
+        QuarantineLimitCounts(0, 1, fleet_matched=12, fleet_unavailable=6), False,
+        "6 of fleet limit 6", ceiling="50%",
+    ),
+    "under the fleet's ceiling a one-node policy may take its node out": Row(
+        {"maxQuarantined": "100%"},
+        QuarantineLimitCounts(0, 1, fleet_matched=12, fleet_unavailable=5), True, ceiling="50%",
+    ),
+    "a node already out takes no new slot of the fleet's either": Row(
+        {"maxQuarantined": "100%"},
+        QuarantineLimitCounts(0, 1, fleet_matched=12, fleet_unavailable=6), True,
+        ceiling="50%", already_out=True,
+    ),
 }  # fmt: skip
 
 
@@ -79,6 +94,49 @@ def test_take_out_allowed(row: Row) -> None:
     assert decision.allowed == row.allowed, decision.why
     assert row.why in decision.why
     assert (decision.why == "") == row.allowed
+
+
+# One policy per node (each a one-node pool, where a percentage rounds up to 1), 12
+# nodes, every node failing: how many the limit lets out, node after node.
+FLEET_CEILING = {
+    "0%": 0,
+    "10%": 1,
+    "25%": 3,
+    "50%": 6,
+    "100%": 12,
+    5: 5,
+}
+
+
+@pytest.mark.parametrize(("ceiling", "most"), FLEET_CEILING.items(), ids=map(str, FLEET_CEILING))
+def test_one_policy_per_node_takes_out_no_more_than_the_ceiling_of_the_fleet(
+    ceiling: int | str, most: int
+) -> None:
+    count = FleetCount()
+    names = [f"gpu-{i}" for i in range(12)]
+    count.set_policies(
+        PolicyView(f"only-{name}", 1, spec(nodeSelector={"node": name}, maxQuarantined="100%"))
+        for name in names
+    )
+    for name in names:
+        count.set_node(name, {"node": name})
+    out = []
+    for name in names:  # each failing node in turn: an accepted one, in service
+        count.set_acceptance(
+            name, NodeAcceptanceStatus(phase=Phase.ACCEPTED, policy=f"only-{name}")
+        )
+        policy_spec = spec(nodeSelector={"node": name}, maxQuarantined="100%")
+        limits = count.limit_counts(f"only-{name}", name, T0)
+        assert take_out_allowed(policy_spec, limits).allowed  # each policy alone: always room
+        if take_out_allowed(policy_spec, limits, ceiling=ceiling).allowed:
+            out.append(name)
+            quarantined = NodeAcceptanceStatus(
+                phase=Phase.QUARANTINED, policy=f"only-{name}", taken_out_time=T0
+            )
+            count.set_acceptance(name, quarantined)
+    assert len(out) == most
+    # the fleet count says as much to any node
+    assert count.limit_counts("only-gpu-0", "absent").fleet_out == most
 
 
 OUT = {

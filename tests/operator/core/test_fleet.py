@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -127,10 +128,19 @@ def test_tally_counts_conflicts_limit_and_held() -> None:
     assert a.counts == PhaseCounts(quarantined=1, held=1)
     assert a.quarantined == {"n1"}
     assert a.held_by_limit == ("n2",)
-    assert a.limit_counts("n1") == QuarantineLimitCounts(quarantined=0, matched=3)
-    assert a.limit_counts("n2") == QuarantineLimitCounts(quarantined=1, matched=3)
+    # the fleet: 4 nodes some policy matches; out of service under any policy, n1 and
+    # the NodeAcceptance of a deleted policy's node (n2 is a new node, never in service)
+    assert a.fleet_unavailable == {"n1", "gone"}
+    assert a.limit_counts("n1") == QuarantineLimitCounts(
+        quarantined=0, matched=3, fleet_matched=4, fleet_unavailable=1
+    )
+    assert a.limit_counts("n2") == QuarantineLimitCounts(
+        quarantined=1, matched=3, fleet_matched=4, fleet_unavailable=2
+    )
     assert (shares["b"].matched, shares["b"].conflicts) == (2, ("n3",))
-    assert shares["bad"] == PolicyTally()
+    assert shares["bad"] == PolicyTally(
+        fleet_matched=4, fleet_unavailable=frozenset({"n1", "gone"})
+    )
     assert tally(snapshot, only="b") == {"b": shares["b"]}
 
 
@@ -158,6 +168,17 @@ def test_tally_counts_conflicts_limit_and_held() -> None:
 )
 def test_held_to_release(policy: PolicyView, share: PolicyTally, released: tuple[str, ...]) -> None:
     assert held_to_release(policy, share) == released
+
+
+def test_a_node_the_fleet_ceiling_holds_is_not_released_while_the_fleet_is_full() -> None:
+    """Room under the policy's own limit, none under the fleet's 50% of 4 nodes."""
+    share = PolicyTally(
+        matched=1, held_by_limit=("n1",), fleet_matched=4, fleet_unavailable=frozenset({"2", "3"})
+    )
+    assert held_to_release(A, share) == ("n1",)  # no ceiling: the policy alone has room
+    assert held_to_release(A, share, "50%") == ()
+    room = dataclasses.replace(share, fleet_unavailable=frozenset({"2"}))
+    assert held_to_release(A, room, "50%") == ("n1",)
 
 
 def _conditions(status: object) -> dict[str, tuple[str, str, str]]:
@@ -204,7 +225,8 @@ def _conditions(status: object) -> dict[str, tuple[str, str, str]]:
                 "True",
                 "QuarantineLimitReached",
                 "1 node(s) held back: taking them out of service would exceed maxQuarantined"
-                " (limit 1, 2 out of service) or quarantineRate; raise them (or wait out the"
+                " (limit 1, 2 out of service), quarantineRate or the operator's fleet-wide"
+                " ceiling (each node's message says which); raise them (or wait out the"
                 " window) to let them through",
             ),
         ),

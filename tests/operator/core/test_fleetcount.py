@@ -82,6 +82,8 @@ def _normalised(shares: Mapping[str, PolicyTally]) -> dict[str, PolicyTally]:
             out_of_service=share.out_of_service,
             taken_out=tuple(sorted(share.taken_out)),
             window_seconds=share.window_seconds,
+            fleet_matched=share.fleet_matched,
+            fleet_unavailable=share.fleet_unavailable,
         )
         for name, share in shares.items()
     }

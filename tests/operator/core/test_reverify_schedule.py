@@ -116,6 +116,14 @@ def test_the_operators_ceiling_caps_the_room() -> None:
     assert room(spec(maxQuarantined=50), QuarantineLimitCounts(0, 100, 0, 0), 2) == 2
 
 
+def test_the_operators_ceiling_counts_every_policys_nodes() -> None:
+    """A one-node policy in a fleet of 12 with 5 out elsewhere: a 50% ceiling leaves 1."""
+    counts = QuarantineLimitCounts(0, 1, 0, 0, fleet_matched=12, fleet_unavailable=5)
+    assert room(spec(maxQuarantined="100%"), counts, "50%") == 1
+    full = QuarantineLimitCounts(0, 1, 0, 0, fleet_matched=12, fleet_unavailable=6)
+    assert room(spec(maxQuarantined="100%"), full, "50%") == 0
+
+
 SAMPLES = {
     "first idle list starts a streak": (None, GpuPodSample(NOW), NOW, False),
     "idle 10 min: the window is complete": (

@@ -76,6 +76,8 @@ def test_gpu_pods_on_the_node_refuse_the_create_as_node_busy() -> None:
     assert refusal == NODE_BUSY_PREFIX + "team/train-0"
     failure = create_refused(refusal)
     assert (failure.reason, failure.blocked) == ("NodeBusy", True)
+    # the node's status names the blocking pod with its namespace: whose pod it is
+    assert failure.message == "GPU pods still run on the node: team/train-0"
 
 
 @pytest.mark.parametrize(

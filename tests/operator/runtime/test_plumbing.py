@@ -38,6 +38,7 @@ from gpuaccept.operator.handlers import (
 )
 from gpuaccept.operator.kube import ConflictError, Kube, _failed_test_op
 from gpuaccept.operator.leader import LeaderElector, LeaseSettings
+from gpuaccept.operator.quarantinelimit import QuarantineLimit
 from gpuaccept.operator.views import node_view, pod_view, policy_entry
 from gpuaccept.operator.workqueue import WorkQueue
 
@@ -533,3 +534,12 @@ def test_kopf_settings_persist_nothing_and_let_idle_workers_go_soon() -> None:
     assert not settings.posting.enabled
     # an idle per-object worker keeps its object's last body alive until it exits
     assert settings.queueing.idle_timeout <= 1.0
+
+
+def test_the_limit_lock_is_one_for_the_whole_fleet() -> None:
+    """The ceiling counts every policy's nodes, so take-outs of two policies are
+    re-planned under one lock: else each could see room for the fleet's last slot."""
+    limit = QuarantineLimit(Cache())
+    assert limit.lock("a") is limit.lock("b")
+    limit.forget("a")
+    assert limit.lock("a") is limit.lock("b")

@@ -12,7 +12,10 @@ bounds, the tightest wins:
   service) changes no capacity and is not held back: its taking out was checked;
 * the rate, ``quarantineRate``: in-service nodes taken out within its sliding window
   (a new node's quarantine costs no capacity: it never was in service);
-* the operator's ceiling (``--max-unavailable-ceiling``), which no policy exceeds.
+* the operator's ceiling (``--max-unavailable-ceiling``), the platform team's bound:
+  it caps each policy's two bounds, and it bounds the whole fleet (every policy's
+  nodes together, :func:`fleet_limit`), so that many small policies (one per node,
+  where a percentage of one node rounds up to 1) cannot take out more than it allows.
 
 A brand-new node that registered under the pending taint is not in service: its
 probe takes nothing out, so nothing here holds it back; once quarantined or held
@@ -104,6 +107,11 @@ def rate_limit(spec: NodeAcceptancePolicySpec, matched: int, ceiling: int | str)
     return min(spec.rate_count(matched), limit_count(ceiling, matched))
 
 
+def fleet_limit(counts: QuarantineLimitCounts, ceiling: int | str) -> int:
+    """The most nodes gpuaccept may hold out of service at once over every policy."""
+    return limit_count(ceiling, counts.fleet_nodes)
+
+
 def take_out_allowed(
     spec: NodeAcceptancePolicySpec,
     counts: QuarantineLimitCounts,
@@ -126,6 +134,13 @@ def take_out_allowed(
             False,
             f"maxQuarantined={spec.max_quarantined}: {counts.unavailable} of limit {standing} "
             "out of service",
+        )
+    fleet = fleet_limit(counts, ceiling)
+    if counts.fleet_out + 1 > fleet:
+        return TakeOutDecision(
+            False,
+            f"--max-unavailable-ceiling={ceiling}: {counts.fleet_out} of fleet limit {fleet} "
+            f"out of service (over every policy's {counts.fleet_nodes} node(s))",
         )
     if new_take_out:
         rate = rate_limit(spec, matched, ceiling)

@@ -6,7 +6,8 @@ cache, no API); the runtime takes the snapshot from its cache and writes what
 these functions return. In the style of cluster-api's
 ``isAllowedRemediation``: :func:`quarantine_allowed` is the one place the
 ``maxQuarantined`` limit is decided, for a node's verdict and for releasing
-nodes the limit held back.
+nodes the limit held back; each tally carries the fleet's counts too (every
+policy's nodes), for the operator's fleet-wide ceiling.
 """
 
 from __future__ import annotations
@@ -117,6 +118,11 @@ class PolicyTally:
     # Nodes whose held action is Accept / Quarantine (a dry run's answer; the limit's).
     would_accept: int = 0
     would_quarantine: int = 0
+    # The whole fleet, for the operator's ceiling: the nodes any policy matches (None:
+    # this policy's are the fleet) and every node out of service because of gpuaccept
+    # under any policy.
+    fleet_matched: int | None = None
+    fleet_unavailable: frozenset[str] = frozenset()
 
     def limit_counts(self, node: str, now: datetime | None = None) -> QuarantineLimitCounts:
         """The limit's counts as seen by ``node`` (itself excluded) at ``now`` (None:
@@ -130,23 +136,48 @@ class PolicyTally:
             matched=self.matched,
             out_of_service=len(self.out_of_service - {node}),
             taken_out_recently=recent,
+            fleet_matched=self.fleet_matched,
+            fleet_unavailable=(
+                None
+                if self.fleet_matched is None
+                else len(self.fleet_unavailable) - (node in self.fleet_unavailable)
+            ),
         )
 
 
 def _matched(
     snapshot: FleetSnapshot, policies: list[PolicyView]
-) -> tuple[Counter[str], dict[str, list[str]]]:
-    """Per policy: the nodes it matches, and those another policy matches too."""
+) -> tuple[Counter[str], dict[str, list[str]], int]:
+    """Per policy: the nodes it matches, and those another policy matches too; and
+    the nodes any policy matches (the fleet)."""
     matched: Counter[str] = Counter()
     conflicts: dict[str, list[str]] = {p.name: [] for p in policies}
+    fleet = 0
     for node in snapshot.nodes:
         matching = matching_policies(snapshot.policies, node.labels)
+        fleet += bool(matching)
         for policy in matching:
             if policy.name in conflicts:
                 matched[policy.name] += 1
                 if len(matching) > 1:
                     conflicts[policy.name].append(node.name)
-    return matched, conflicts
+    return matched, conflicts, fleet
+
+
+def fleet_unavailable(snapshot: FleetSnapshot) -> frozenset[str]:
+    """Every node out of service because of gpuaccept, under any policy (a
+    NodeAcceptance that names one): the operator's ceiling counts them all."""
+    gates = {node.name for node in snapshot.nodes if gated(node)}
+    return frozenset(
+        na.name
+        for na in snapshot.acceptances
+        if na.status.policy
+        and (
+            na.status.phase == Phase.QUARANTINED
+            or out_of_service(na.status)
+            or lingering(na.status, na.name in gates)
+        )
+    )
 
 
 @dataclass
@@ -188,8 +219,9 @@ def _decided(snapshot: FleetSnapshot, policies: list[PolicyView]) -> dict[str, _
 def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyTally]:
     """Every policy's (or just ``only``'s) tally, keyed by policy name."""
     policies = [p for p in snapshot.policies if only is None or p.name == only]
-    matched, conflicts = _matched(snapshot, policies)
+    matched, conflicts, fleet = _matched(snapshot, policies)
     decided = _decided(snapshot, policies)
+    unavailable = fleet_unavailable(snapshot)
     out: dict[str, PolicyTally] = {}
     for policy in policies:
         name, share = policy.name, decided[policy.name]
@@ -206,6 +238,8 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
             window_seconds=spec.quarantine_rate.window_seconds if spec is not None else 300,
             would_accept=share.held_actions[HELD_ACCEPT],
             would_quarantine=share.held_actions[HELD_QUARANTINE],
+            fleet_matched=fleet,
+            fleet_unavailable=unavailable,
         )
     return out
 
@@ -223,13 +257,18 @@ def unmatched_past_grace(
     )
 
 
-def held_to_release(policy: PolicyView, share: PolicyTally) -> tuple[str, ...]:
-    """Nodes held by the limit that may now go through (each re-plans under the lock)."""
+def held_to_release(
+    policy: PolicyView, share: PolicyTally, ceiling: int | str = "100%"
+) -> tuple[str, ...]:
+    """Nodes held by the limit that may now go through (each re-plans under the lock).
+    ``ceiling``: the operator's; without it a node the fleet's ceiling holds is woken
+    to re-plan, and stays held."""
     if policy.spec is None or not share.held_by_limit:
         return ()
     # As one of them sees it (itself excluded); each re-plans with its exact counts.
     room = share.limit_counts(share.held_by_limit[0])
-    return share.held_by_limit if quarantine_allowed(policy.spec, room) else ()
+    allowed = quarantine_allowed(policy.spec, room, ceiling=ceiling)
+    return share.held_by_limit if allowed else ()
 
 
 def _condition(
@@ -293,8 +332,9 @@ def _limit_reached_condition(share: PolicyTally) -> tuple[bool, str, str]:
             "QuarantineLimitReached",
             f"{len(held)} node(s) held back: taking them out of service would exceed "
             f"maxQuarantined (limit {share.limit}, "
-            f"{len(share.quarantined) + len(share.out_of_service)} out of service) or "
-            "quarantineRate; raise them (or wait out the window) to let them through",
+            f"{len(share.quarantined) + len(share.out_of_service)} out of service), "
+            "quarantineRate or the operator's fleet-wide ceiling (each node's message "
+            "says which); raise them (or wait out the window) to let them through",
         )
     return False, "BelowLimit", f"quarantine limit {share.limit}"
 

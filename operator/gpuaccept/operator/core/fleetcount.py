@@ -75,6 +75,10 @@ class FleetCount:
         self._quarantined: defaultdict[str, set[str]] = defaultdict(set)
         self._held: defaultdict[str, set[str]] = defaultdict(set)
         self._out: defaultdict[str, set[str]] = defaultdict(set)
+        # The fleet, for the operator's ceiling: how many nodes some policy matches, and
+        # every NodeAcceptance out of service because of gpuaccept, under any policy.
+        self._fleet_matched = 0
+        self._unavailable: set[str] = set()
         # Per policy, (when taken out of service, name), sorted: the rate's window.
         self._taken_out: defaultdict[str, list[tuple[datetime, str]]] = defaultdict(list)
         # Nodes that carry a taint (its keys) and when each registered; the pending keys
@@ -95,6 +99,7 @@ class FleetCount:
         )
         self._matching.clear()
         self._matched.clear()
+        self._fleet_matched = 0
         self._conflicts.clear()
         self._unmatched.clear()
         for name, labels in self._labels.items():
@@ -166,6 +171,7 @@ class FleetCount:
     def _add_node(self, name: str, labels: Mapping[str, str]) -> None:
         matching = tuple(p.name for p in matching_policies(self._policies, labels))
         self._matching[name] = matching
+        self._fleet_matched += bool(matching)
         self._note_unmatched(name)
         for policy in matching:
             self._matched[policy] += 1
@@ -175,7 +181,9 @@ class FleetCount:
     def _remove_node(self, name: str) -> None:
         del self._labels[name]
         self._unmatched.pop(name, None)
-        for policy in self._matching.pop(name, ()):
+        matching = self._matching.pop(name, ())
+        self._fleet_matched -= bool(matching)
+        for policy in matching:
             self._matched[policy] -= 1
             self._conflicts[policy].discard(name)
 
@@ -188,6 +196,7 @@ class FleetCount:
             (self._quarantined[policy], counted.phase == Phase.QUARANTINED),
             (self._held[policy], counted.held_by_limit),
             (self._out[policy], counted.out),
+            (self._unavailable, counted.out or counted.phase == Phase.QUARANTINED),
         ):
             if not member:
                 continue
@@ -230,6 +239,8 @@ class FleetCount:
             matched=self._matched.get(policy, 0),
             out_of_service=len(out) - (node in out),
             taken_out_recently=recent,
+            fleet_matched=self._fleet_matched,
+            fleet_unavailable=len(self._unavailable) - (node in self._unavailable),
         )
 
     def _window(self, policy: str) -> int:
@@ -240,6 +251,7 @@ class FleetCount:
         """What :func:`~.fleet.tally` gives for a snapshot of the objects told so far
         (conflicts and held nodes sorted by name)."""
         out: dict[str, PolicyTally] = {}
+        unavailable = frozenset(self._unavailable)
         for policy in self._policies:
             name, spec = policy.name, policy.spec
             counts = self._phases.get(name, Counter())
@@ -256,5 +268,7 @@ class FleetCount:
                 window_seconds=self._window(name),
                 would_accept=self._held_actions[name][HELD_ACCEPT],
                 would_quarantine=self._held_actions[name][HELD_QUARANTINE],
+                fleet_matched=self._fleet_matched,
+                fleet_unavailable=unavailable,
             )
         return out

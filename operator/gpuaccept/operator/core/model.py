@@ -203,11 +203,26 @@ class QuarantineLimitCounts:
     out_of_service: int = 0
     # Nodes gpuaccept newly took out of service within the policy's quarantineRate window.
     taken_out_recently: int = 0
+    # The whole fleet, for the operator's ceiling (--max-unavailable-ceiling): the nodes
+    # any policy matches, and every other node out of service because of gpuaccept
+    # under any policy. None: this policy's nodes are the whole fleet.
+    fleet_matched: int | None = None
+    fleet_unavailable: int | None = None
 
     @property
     def unavailable(self) -> int:
-        """Every other node out of service because of gpuaccept."""
+        """Every other node of this policy out of service because of gpuaccept."""
         return self.quarantined + self.out_of_service
+
+    @property
+    def fleet_nodes(self) -> int:
+        """The nodes the ceiling is a share of: every policy's."""
+        return self.matched if self.fleet_matched is None else self.fleet_matched
+
+    @property
+    def fleet_out(self) -> int:
+        """Every other node out of service because of gpuaccept, under any policy."""
+        return self.unavailable if self.fleet_unavailable is None else self.fleet_unavailable
 
 
 @dataclass(frozen=True)
@@ -257,9 +272,10 @@ class OperatorConfig:
     # (--probe-image-pull-secret): a private registry.
     image_pull_secrets: tuple[str, ...] = ()
     fabric: FabricPodConfig = FabricPodConfig()
-    # The most nodes of one policy gpuaccept may hold out of service at once, a count or
-    # a percentage of its matched nodes (--max-unavailable-ceiling; the chart sets 50%):
-    # no policy's maxQuarantined or quarantineRate goes above it.
+    # The most nodes gpuaccept may hold out of service at once, a count or a percentage
+    # of the whole fleet (every policy's nodes) and of each policy's matched nodes
+    # (--max-unavailable-ceiling; the chart sets 50%): no policy's maxQuarantined or
+    # quarantineRate goes above it, nor do all policies together (capacity.fleet_limit).
     max_unavailable_ceiling: int | str = "100%"
     # Added to every probe and fabric pod (--probe-pod-labels, --probe-pod-annotations,
     # --probe-env; the chart's probe.podLabels, podAnnotations, env): a service mesh's

@@ -31,7 +31,12 @@ from datetime import UTC, datetime, timedelta
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.reverify import Reverification, ReverifyStatus, Suspicion
-from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, rate_limit, standing_limit
+from gpuaccept.operator.core.capacity import (
+    REASON_QUARANTINE_LIMIT,
+    fleet_limit,
+    rate_limit,
+    standing_limit,
+)
 from gpuaccept.operator.core.model import GpuPodSample, QuarantineLimitCounts
 
 __all__ = ["GpuPodSample"]
@@ -140,8 +145,9 @@ def room(spec: NodeAcceptancePolicySpec, counts: QuarantineLimitCounts, ceiling:
     gpuaccept take out now (``counts`` for the whole policy)."""
     matched = counts.matched
     standing = standing_limit(spec, matched, ceiling) - counts.unavailable
+    fleet = fleet_limit(counts, ceiling) - counts.fleet_out
     rate = rate_limit(spec, matched, ceiling) - counts.taken_out_recently
-    return max(min(standing, rate), 0)
+    return max(min(standing, fleet, rate), 0)
 
 
 def select_for_sampling(
