@@ -16,20 +16,17 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_operator import (
+
+from gpuaccept.contracts.api import PENDING_TAINT_KEY, QUARANTINE_TAINT_KEY
+from gpuaccept.testsupport.operator_env import (
     ROOT,
     Env,
     Operator,
-    _operator_ports,
-    env,
+    operator_ports,
     suite_id,
     wait_for,
     wait_node_side,
 )
-
-from gpuaccept.contracts.api import PENDING_TAINT_KEY, QUARANTINE_TAINT_KEY
-
-__all__ = ["env"]  # the module fixture of test_operator, shared
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -42,7 +39,7 @@ def test_one_policy_per_node_takes_out_no_more_than_the_fleet_ceiling(env: Env) 
     env.operator.stop()
     operator = Operator(env.cp, env.log_dir, lease=f"{env.operator.lease}-ceil", name="ceiling")
     try:
-        operator.start("--max-unavailable-ceiling", "50%", **_operator_ports())
+        operator.start("--max-unavailable-ceiling", "50%", **operator_ports())
         names: list[str] = []
         for i in range(NODES):  # a policy of its own for each node: a one-node pool
             suite = f"{base}-{i}"
@@ -72,4 +69,4 @@ def test_one_policy_per_node_takes_out_no_more_than_the_fleet_ceiling(env: Env) 
         assert len(quarantined) == 6, env.describe(names)
     finally:
         operator.stop()
-        env.operator.start(**_operator_ports())
+        env.operator.start(**operator_ports())
