@@ -14,10 +14,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +56,18 @@ FABRIC = {"enabled": True, "minBusbwGBps": 200, "deadlineSeconds": 600}
 FABRIC_SELECTOR = "gpuaccept.io/fabric-pair"
 
 
-@cache
+# A prepared report is trusted only if its times fall within its pod's life (60 s of
+# clock skew allowed: report_trust's freshness rule), so the template is made again
+# once it is older than this.
+TEMPLATE_FRESH_S = 30.0
+_template: dict[str, Any] = {}
+
+
 def _report_template() -> dict[str, Any]:
-    """One real probe report (healthy profile), made once; each pod gets a copy."""
+    """One real probe report (healthy profile), made afresh at most every
+    TEMPLATE_FRESH_S; each pod gets a copy."""
+    if _template and time.monotonic() - _template["madeAt"] < TEMPLATE_FRESH_S:
+        return dict(_template["report"])
     out = Path(f"/tmp/gpuaccept-fabtest-report-{uuid.uuid4().hex[:6]}.json")
     subprocess.run(
         [sys.executable, "-m", "gpuaccept.cli", "probe", "--profile", HEALTHY,
@@ -68,7 +77,8 @@ def _report_template() -> dict[str, Any]:
     )  # fmt: skip
     report: dict[str, Any] = json.loads(out.read_text())
     out.unlink()
-    return report
+    _template.update(madeAt=time.monotonic(), report=report)
+    return dict(report)
 
 
 def single_node_report(info: PodInfo) -> Behaviour:

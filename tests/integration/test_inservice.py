@@ -170,7 +170,12 @@ def test_an_application_xid_twice_makes_a_suspect_that_stays_accepted(env: Env) 
     suspicions = status["reverify"]["suspicions"]
     assert [s["checks"] for s in suspicions] == [["xid_errors", "gpu_compute"]]
     assert "Xid 13" in suspicions[0]["cause"]
-    assert any(e["reason"] == "InServiceSuspect" for e in env.events(name, "NodeAcceptance"))
+    # the Event follows the status write that records the suspect (one action after it)
+    wait_for(
+        f"{name} an InServiceSuspect event",
+        lambda: any(e["reason"] == "InServiceSuspect" for e in env.events(name, "NodeAcceptance")),
+        30,
+    )
     wait_node_side(env, name, "Accepted")
 
 

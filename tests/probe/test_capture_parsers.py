@@ -164,3 +164,17 @@ def test_stand_in_answers_not_available_and_absent_as_nvml_errors() -> None:
     assert no_data.value.value == pynvml.NVML_ERROR_NO_DATA
     (count,) = nvml.nvmlDeviceGetFieldValues(0, [91])
     assert count.nvmlReturn == pynvml.NVML_ERROR_NO_DATA
+
+
+def test_the_sysfs_listing_gives_each_hca_its_board_id() -> None:
+    text = (
+        "mlx5_0/1 | 4: ACTIVE | 5: LinkUp | 400 Gb/sec (4X NDR) | InfiniBand "
+        "| board_id MT_0000000838 | fw_ver 28.39.1002\n"
+        "mlx5_1/1 | 1: DOWN | 3: Disabled | 10 Gb/sec (4X SDR) | InfiniBand "
+        "| board_id  | fw_ver 28.39.1002\n"
+    )
+    assert tools.parse_sys_infiniband(text, "sys-class-infiniband.txt") == {
+        "mlx5_0": "MT_0000000838"
+    }
+    with pytest.raises(CaptureError, match="sys-class-infiniband.txt.*line 1"):
+        tools.parse_sys_infiniband("mlx5_0 up\n", "sys-class-infiniband.txt")

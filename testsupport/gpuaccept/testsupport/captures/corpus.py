@@ -4,10 +4,11 @@ read strictly, and its files, each read by the parser its name says.
 File names: ``nvidia-smi-q.txt`` (complete ``-q``), ``nvidia-smi-q.fragment*.txt`` and
 ``nvidia-smi-q.grep.txt`` (quoted parts of ``-q``), ``nvidia-smi-q-x.xml``,
 ``nvidia-smi-nvlink-s[.fragment].txt``, ``ibstat.txt``, ``ibstatus.txt``,
-``dmesg.txt``, ``lspci-vvv[-nvidia|-mellanox|.fragment].txt``. Kept for people and not
-read by the replay (no replayed check takes its input from them): ``nvidia-smi-topo-m.txt``,
-``cpupower-frequency-info.txt``, ``numactl-H.txt``, ``sys-class-infiniband.txt`` (what
-``scripts/capture-node.sh`` also writes). Any other file is an error.
+``dmesg.txt``, ``lspci-vvv[-nvidia|-mellanox|.fragment].txt``, and
+``sys-class-infiniband.txt`` (``scripts/capture-node.sh``'s listing: each HCA's
+board_id, which ibstat does not print). Kept for people and not read by the replay (no
+replayed check takes its input from them): ``nvidia-smi-topo-m.txt``,
+``cpupower-frequency-info.txt``, ``numactl-H.txt``. Any other file is an error.
 """
 
 import re
@@ -22,6 +23,7 @@ from gpuaccept.testsupport.captures.model import (
     ABSENT,
     CaptureError,
     GpuCapture,
+    IbHcaCapture,
     Missing,
     NodeCapture,
 )
@@ -37,12 +39,8 @@ _FILE_KINDS = (
     (re.compile(r"^ibstatus\.txt$"), "ibstatus"),
     (re.compile(r"^dmesg\.txt$"), "dmesg"),
     (re.compile(r"^lspci-vvv(-nvidia|-mellanox|\.fragment)?\.txt$"), "lspci"),
-    (
-        re.compile(
-            r"^(nvidia-smi-topo-m|cpupower-frequency-info|numactl-H|sys-class-infiniband)\.txt$"
-        ),
-        "kept",
-    ),
+    (re.compile(r"^sys-class-infiniband\.txt$"), "sys-ib"),
+    (re.compile(r"^(nvidia-smi-topo-m|cpupower-frequency-info|numactl-H)\.txt$"), "kept"),
 )
 _ORDER = [
     "q",
@@ -54,6 +52,7 @@ _ORDER = [
     "ibstatus",
     "dmesg",
     "lspci",
+    "sys-ib",
     "kept",
 ]
 
@@ -136,8 +135,6 @@ def load(folder: Path) -> NodeCapture:
         (p for p in folder.iterdir() if p.name != "source.yaml"),
         key=lambda p: (_ORDER.index(_kind(p.name, folder)), p.name),
     )
-    status: dict[tuple[str, int], dict[str, str]] = {}
-    status_file = ""
     for path in files:
         kind, text, file = _kind(path.name, folder), path.read_text(), str(path)
         if kind == "q":
@@ -154,20 +151,26 @@ def load(folder: Path) -> NodeCapture:
             )
         elif kind == "ibstat":
             capture.infiniband = tools.parse_ibstat(text, file)
-        elif kind == "ibstatus":
-            status, status_file = tools.parse_ibstatus(text, file), file
+        elif kind == "ibstatus":  # read after ibstat (_ORDER)
+            hcas = _ibstat(capture, file, "ibstatus")
+            capture.infiniband = tools.ibstatus_rates(hcas, tools.parse_ibstatus(text, file), file)
+        elif kind == "sys-ib":
+            hcas = _ibstat(capture, file, "board_id")
+            boards = tools.parse_sys_infiniband(text, file)
+            capture.infiniband = tools.with_boards(hcas, boards, file)
         elif kind == "dmesg":
             capture.xids = tools.parse_kernel_log(text, file)
         elif kind == "lspci":
-            links = tools.parse_lspci_links(text, file)
-            if links:
-                known = () if isinstance(capture.pcie_status, Missing) else capture.pcie_status
-                capture.pcie_status = known + links
-    if status:
-        if isinstance(capture.infiniband, Missing):
-            raise CaptureError(status_file, "ibstatus", "read only beside ibstat")
-        capture.infiniband = tools.ibstatus_rates(capture.infiniband, status, status_file)
+            known = () if isinstance(capture.pcie_status, Missing) else capture.pcie_status
+            capture.pcie_status = known + tuple(tools.parse_lspci_links(text, file)) or ABSENT
     return capture
+
+
+def _ibstat(capture: NodeCapture, file: str, field: str) -> tuple[IbHcaCapture, ...]:
+    """The HCAs ibstat gave, which ``file`` adds ``field`` to; an error without them."""
+    if isinstance(capture.infiniband, Missing):
+        raise CaptureError(file, field, "read only beside ibstat")
+    return capture.infiniband
 
 
 def _add_nvlink(

@@ -99,6 +99,8 @@ class IbHcaCapture:
     ca_type: Reading[str]
     fw_ver: Reading[str]
     ports: tuple[IbPortCapture, ...]
+    # the PSID: sysfs board_id, as scripts/capture-node.sh lists it (ibstat has none)
+    board_id: Reading[str] = ABSENT
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,8 @@ def build_tree(capture: NodeCapture, root: Path) -> tuple[Path, Path]:
                 (folder / "fw_ver").write_text(hca.fw_ver + "\n")
             if isinstance(hca.ca_type, str):
                 (folder / "hca_type").write_text(hca.ca_type + "\n")
+            if isinstance(hca.board_id, str):
+                (folder / "board_id").write_text(hca.board_id + "\n")
             for port in hca.ports:
                 pdir = folder / "ports" / str(port.port)
                 pdir.mkdir(parents=True)

@@ -270,7 +270,38 @@ def ibstatus_rates(
                     link_layer=port.link_layer,
                 )
             )
-        out.append(IbHcaCapture(hca.name, hca.ca_type, hca.fw_ver, tuple(ports)))
+        out.append(IbHcaCapture(hca.name, hca.ca_type, hca.fw_ver, tuple(ports), hca.board_id))
     if status and not any(p.rate_text is not ABSENT for h in out for p in h.ports):
         raise CaptureError(file, "devices", "ibstatus names no port that ibstat lists")
     return tuple(out)
+
+
+# scripts/capture-node.sh's listing of /sys/class/infiniband, one line per port:
+# "<hca>/<port> | <state> | <phys_state> | <rate> | <link_layer> | board_id <id> | fw_ver <v>"
+_SYS_IB_LINE = re.compile(
+    r"^(?P<hca>[^/\s|]+)/(?P<port>\d+) \|(?:[^|]*\|){4} board_id (?P<board>\S*) \| fw_ver \S*$"
+)
+
+
+def parse_sys_infiniband(text: str, file: str) -> dict[str, str]:
+    """HCA name -> board_id from capture-node.sh's sysfs listing (empty: not readable)."""
+    boards: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        match = _SYS_IB_LINE.match(line)
+        if match is None:
+            raise CaptureError(file, f"line {number}", "not a capture-node.sh port line")
+        if match["board"]:
+            boards[match["hca"]] = match["board"]
+    return boards
+
+
+def with_boards(
+    hcas: tuple[IbHcaCapture, ...], boards: dict[str, str], file: str
+) -> tuple[IbHcaCapture, ...]:
+    """The ibstat HCAs with the board_id the sysfs listing gives each."""
+    unknown = set(boards) - {h.name for h in hcas}
+    if unknown:
+        raise CaptureError(file, "hca", f"{sorted(unknown)[0]} is not in ibstat")
+    return tuple(
+        IbHcaCapture(h.name, h.ca_type, h.fw_ver, h.ports, boards.get(h.name, ABSENT)) for h in hcas
+    )
