@@ -22,8 +22,10 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 
 from gpuaccept.operator.actionrunner import ActionRunner, RunResult
+from gpuaccept.operator.backgroundloop import run_loop
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.fabric.membership import is_member
 from gpuaccept.operator.core.fabric.policypass import (
@@ -76,6 +78,7 @@ class FabricLoop:
         # a crash in between (which would leave pods it cannot tell from a squatter's)
         # has the shortest window.
         self._created = False
+        self._timeout = 0.0  # seconds the next turn waits for a poke at most
         self.failures = FailureLog("fabric pass")
         self._policy_failures: dict[str, FailureLog] = {}
 
@@ -93,29 +96,32 @@ class FabricLoop:
 
     # ------------------------------------------------------------------ loop
     async def run(self, interval: float) -> None:
-        await self.cache.synced.wait()
-        timeout = interval
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poked.wait(), timeout=timeout)
-            self._poked.clear()
-            timeout = interval
-            if self.leading():
-                try:
-                    wake = await self.run_once()
-                except asyncio.CancelledError:
-                    raise
-                except Exception as error:  # one line per kind, with backoff (faultlog)
-                    log_failure(log, self.failures, error, str(error))
-                else:
-                    log_recovery(log, self.failures)
-                    if wake is not None:
-                        timeout = max(min(timeout, wake), MIN_GAP_SECONDS)
-            if self._created:  # record the new pods' UIDs at once (core/podidentity.py)
-                self._created = False
-                self._poked.set()
-                continue
-            await asyncio.sleep(MIN_GAP_SECONDS)
+        self._timeout = interval
+        await run_loop(
+            self.cache.synced,
+            self.failures,
+            self.run_once,
+            self._pause,
+            wait_turn=partial(self._turn, interval),
+        )
+
+    async def _turn(self, interval: float) -> bool:
+        """A poke, or ``interval`` seconds (less when a plan asked to be woken
+        sooner); then a pass if this replica leads."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._poked.wait(), timeout=self._timeout)
+        self._poked.clear()
+        self._timeout = interval
+        return self.leading()
+
+    async def _pause(self, wake: float | None) -> None:
+        if wake is not None:  # the pass's plan asks to be woken by then
+            self._timeout = max(min(self._timeout, wake), MIN_GAP_SECONDS)
+        if self._created:  # record the new pods' UIDs at once (core/podidentity.py)
+            self._created = False
+            self._poked.set()
+            return
+        await asyncio.sleep(MIN_GAP_SECONDS)
 
     def _fabric_policies(self) -> list[PolicyView]:
         return [

@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 
 from gpuaccept.contracts.api import API_VERSION, POLICY_KIND
 from gpuaccept.operator import metrics
+from gpuaccept.operator.backgroundloop import every, run_loop
 from gpuaccept.operator.core import fleet
-from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
+from gpuaccept.operator.faultlog import FailureLog
 from gpuaccept.operator.kube import EventRecord, Kube
 from gpuaccept.operator.quarantinelimit import QuarantineLimit
 from gpuaccept.operator.views import PolicyEntry
@@ -62,23 +63,27 @@ class PolicyStatusLoop:
         # the operator's --allow-control-plane-nodes (set by the controller)
         self.allow_control_plane = False
         self._unmatched: tuple[str, ...] = ()  # reported in the log, by the leader
+        self._calls_logged: tuple[float, dict[str, int]] | None = None  # when, and what
 
     async def run(self, interval: float) -> None:
-        await self.cache.synced.wait()
-        last_logged, last_calls = time.monotonic(), dict(self.kube.calls)
-        while True:
-            if time.monotonic() - last_logged >= 60 and dict(self.kube.calls) != last_calls:
-                last_logged, last_calls = time.monotonic(), dict(self.kube.calls)
-                log.info("API calls so far: %s", json.dumps(last_calls, sort_keys=True))
-            try:
-                await self.update()
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # one line per kind, with backoff (faultlog)
-                log_failure(log, self.failures, error, str(error))
-            else:
-                log_recovery(log, self.failures)
-            await asyncio.sleep(interval)
+        await run_loop(
+            self.cache.synced,
+            self.failures,
+            self.update,
+            every(interval),
+            wait_turn=self._log_calls,
+        )
+
+    async def _log_calls(self) -> bool:
+        """Before a pass: the API calls so far, at most once a minute and when they
+        changed (counted from the first pass)."""
+        if self._calls_logged is None:
+            self._calls_logged = (time.monotonic(), dict(self.kube.calls))
+        last_logged, last_calls = self._calls_logged
+        if time.monotonic() - last_logged >= 60 and dict(self.kube.calls) != last_calls:
+            self._calls_logged = (time.monotonic(), dict(self.kube.calls))
+            log.info("API calls so far: %s", json.dumps(self._calls_logged[1], sort_keys=True))
+        return True
 
     async def update(self) -> None:
         """Counts, limit and conflicts per policy; patched only when changed."""

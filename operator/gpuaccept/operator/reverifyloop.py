@@ -23,9 +23,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 
+from gpuaccept.operator.backgroundloop import every, run_loop
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.model import GpuPodSample, OperatorConfig
 from gpuaccept.operator.core.reverify_schedule import (
@@ -36,7 +38,7 @@ from gpuaccept.operator.core.reverify_schedule import (
     select_for_sampling,
 )
 from gpuaccept.operator.executor import gpu_pods
-from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
+from gpuaccept.operator.faultlog import FailureLog
 from gpuaccept.operator.kube import Kube
 from gpuaccept.operator.quarantinelimit import QuarantineLimit
 
@@ -76,18 +78,12 @@ class ReverifyLoop:
         return self.samples.get(node)
 
     async def run(self, interval: float) -> None:
-        await self.cache.synced.wait()
-        while True:
-            try:
-                if self.leading():
-                    await self.run_once(datetime.now(UTC), interval)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # one line per kind, with backoff (faultlog)
-                log_failure(log, self.failures, error, str(error))
-            else:
-                log_recovery(log, self.failures)
-            await asyncio.sleep(interval)
+        one_pass = partial(self._pass, interval)
+        await run_loop(self.cache.synced, self.failures, one_pass, every(interval))
+
+    async def _pass(self, interval: float) -> None:
+        if self.leading():
+            await self.run_once(datetime.now(UTC), interval)
 
     def picked(self, now: datetime, interval: float) -> list[str]:
         """The nodes to list in this pass, over every re-verifying policy."""

@@ -39,7 +39,6 @@ from gpuaccept.operator.core.podidentity import ForeignPod
 __all__ = ["REASON_QUARANTINE_LIMIT", "NodeContext", "PlanBuilder", "cut", "reasons_message"]
 
 REASON_PROBE_ERROR = "ProbeError"
-REASON_DRY_RUN = "DryRun"
 REASON_WAITING_FOR_GPUS = "WaitingForGPUs"
 WAIT_FOR_DELETION_SECONDS = 10.0
 

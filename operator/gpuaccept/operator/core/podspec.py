@@ -1,4 +1,6 @@
-"""The probe pod: deterministic name per attempt, and its manifest.
+"""The operator's pods: deterministic names, and one manifest builder
+(:func:`pod_manifest`) fed by a :class:`PodKind` per kind: the probe pod of an
+attempt, a fabric pair's two pods, an accepted node's watch pod.
 
 Image, command, runtime class, resources, tolerations, priority class and the
 platform team's labels, annotations and env come from :class:`OperatorConfig`
@@ -12,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
@@ -121,15 +123,6 @@ class ProbeAttempt:
     owner_uid: str = ""  # the node's NodeAcceptance: the pod's controller (drain, GC)
 
 
-def _tolerations(attempt: ProbeAttempt, config: OperatorConfig) -> list[dict[str, Any]]:
-    owned = [attempt.spec.pending_taint_key, attempt.spec.quarantine.taint_key]
-    owned += sorted(set(attempt.applied_taints) - set(owned))
-    return [
-        *({"key": key, "operator": "Exists"} for key in owned),
-        *(dict(t) for t in config.extra_tolerations),
-    ]
-
-
 def _node_gpu_env(node: NodeView) -> list[dict[str, Any]]:
     """What the node should have, for gpu_count: its capacity, and the GPU feature
     discovery label when it is a count."""
@@ -147,46 +140,6 @@ def _platform_env(config: OperatorConfig) -> list[dict[str, Any]]:
     """The platform team's variables (``--probe-env``), first: the probe's own come
     after them and would win (the operator refuses those names anyway)."""
     return [{"name": name, "value": value} for name, value in config.probe_env]
-
-
-def _probe_container(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
-    gpus = attempt.node.gpus
-    limits: dict[str, str] = dict(config.resources.get("limits", {}))
-    requests: dict[str, str] = dict(config.resources.get("requests", {}))
-    if gpus > 0:
-        limits[GPU_RESOURCE] = str(gpus)
-        requests[GPU_RESOURCE] = str(gpus)
-    env: list[dict[str, Any]] = [
-        *_platform_env(config),
-        {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {
-            "name": ENV_POLICY,
-            "value": json.dumps(
-                attempt.spec.probe.to_wire(), separators=(",", ":"), sort_keys=True
-            ),
-        },
-        {"name": ENV_EXPECTED_GPUS, "value": str(gpus)},
-        *_node_gpu_env(attempt.node),
-    ]
-    return {
-        "name": CONTAINER_NAME,
-        "image": config.probe_image,
-        "imagePullPolicy": config.image_pull_policy,
-        "command": [*config.probe_command, FLAG_TERMINATION_LOG, TERMINATION_LOG],
-        "env": env,
-        "resources": {"limits": limits, "requests": requests},
-        "terminationMessagePath": TERMINATION_LOG,
-        "terminationMessagePolicy": "File",
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-        # What Pod Security "restricted" asks; the probe needs no privilege
-        # (probes/Dockerfile: a numeric non-root user, GPUs through the runtime).
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-    }
 
 
 def node_affinity(
@@ -222,24 +175,80 @@ def node_affinity(
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
 
 
-def _pod_spec(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
-    shm: dict[str, Any] = {"medium": "Memory"}
-    if config.shm_size:
-        shm["sizeLimit"] = config.shm_size
+# ------------------------------------------------------------------- one pod builder
+
+
+@dataclass(frozen=True)
+class PodKind:
+    """What one kind of pod (probe, fabric, watch) sets; :func:`pod_manifest` builds
+    the rest the same for every kind: pinned to the node by ``nodeName``, under the
+    operator's node affinity, no API token, no host network, what Pod Security
+    "restricted" asks, the platform team's labels and annotations first, the
+    operator's own after them (so they win), the NodeAcceptance as controller."""
+
+    name: str
+    node: NodeView
+    policy_name: str
+    spec: NodeAcceptancePolicySpec
+    owner_uid: str
+    command: list[str]
+    env: list[dict[str, Any]]
+    resources: dict[str, dict[str, str]]
+    active_deadline_seconds: int
+    tolerations: list[dict[str, Any]]
+    labels: dict[str, str]  # the kind's own, after the common ones
+    annotations: dict[str, str]  # the kind's own, after the node name and the policy
+    chart_annotations: Mapping[str, str] = field(default_factory=dict)  # after the platform's
+    capabilities: tuple[str, ...] = ()  # added to the container's
+    shm: bool = True  # a memory-backed /dev/shm (NCCL, the probe's workloads)
+
+
+def _container(kind: PodKind, config: OperatorConfig) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": config.probe_image,
+        "imagePullPolicy": config.image_pull_policy,
+        "command": kind.command,
+        "env": kind.env,
+        "resources": kind.resources,
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
+    }
+    if kind.shm:
+        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    capabilities: dict[str, list[str]] = {"drop": ["ALL"]}
+    if kind.capabilities:
+        capabilities["add"] = list(kind.capabilities)
+    # What Pod Security "restricted" asks; the probe needs no privilege
+    # (probes/Dockerfile: a numeric non-root user, GPUs through the runtime).
+    container["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True,
+        "capabilities": capabilities,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return container
+
+
+def _pod_spec(kind: PodKind, config: OperatorConfig) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
-        "nodeName": attempt.node.name,
+        "nodeName": kind.node.name,
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "serviceAccountName": config.service_account,
         "hostNetwork": False,
         "enableServiceLinks": False,
-        "activeDeadlineSeconds": config.timeout_for(attempt.spec),
+        "activeDeadlineSeconds": kind.active_deadline_seconds,
         "terminationGracePeriodSeconds": 30,
-        "tolerations": _tolerations(attempt, config),
-        "containers": [_probe_container(attempt, config)],
-        "volumes": [{"name": "dshm", "emptyDir": shm}],
+        "tolerations": kind.tolerations,
+        "containers": [_container(kind, config)],
     }
-    affinity = node_affinity(config, include_control_plane=attempt.spec.include_control_plane)
+    if kind.shm:
+        shm: dict[str, Any] = {"medium": "Memory"}
+        if config.shm_size:
+            shm["sizeLimit"] = config.shm_size
+        pod_spec["volumes"] = [{"name": "dshm", "emptyDir": shm}]
+    affinity = node_affinity(config, include_control_plane=kind.spec.include_control_plane)
     if affinity is not None:
         pod_spec["affinity"] = affinity
     if config.runtime_class:
@@ -251,48 +260,103 @@ def _pod_spec(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
     return pod_spec
 
 
-def _owned_by(attempt: ProbeAttempt) -> dict[str, Any]:
+def _owned_by(kind: PodKind) -> dict[str, Any]:
     """The NodeAcceptance as the pod's controller: ``kubectl drain`` evicts a pod
     with a controller ownerReference without ``--force`` (its unreplicated-pod
     filter looks for one), and the garbage collector deletes the pod with it.
     No ``blockOwnerDeletion`` (it would need update on nodeacceptances/finalizers)."""
-    if not attempt.owner_uid:
+    if not kind.owner_uid:
         return {}
     owner = {
         "apiVersion": API_VERSION,
         "kind": ACCEPTANCE_KIND,
-        "name": attempt.node.name,
-        "uid": attempt.owner_uid,
+        "name": kind.node.name,
+        "uid": kind.owner_uid,
         "controller": True,
     }
     return {"ownerReferences": [owner]}
 
 
-def probe_pod_manifest(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
-    """The probe pod of ``attempt``, built from the operator's own ``config``."""
+def pod_manifest(kind: PodKind, config: OperatorConfig) -> dict[str, Any]:
+    """The pod ``kind`` describes, built from the operator's own ``config``."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": attempt.name,
+            "name": kind.name,
             "namespace": config.namespace,
             "labels": {
                 **config.pod_labels,
                 MANAGED_BY_LABEL: MANAGED_BY_VALUE,
                 COMPONENT_LABEL: COMPONENT_VALUE,
-                NODE_LABEL: node_label_value(attempt.node.name),
-                ATTEMPT_LABEL: str(attempt.serial),
+                NODE_LABEL: node_label_value(kind.node.name),
+                **kind.labels,
             },
             "annotations": {
                 **config.pod_annotations,
-                NODE_NAME_ANNOTATION: attempt.node.name,
-                POLICY_ANNOTATION: attempt.policy_name,
+                **kind.chart_annotations,
+                NODE_NAME_ANNOTATION: kind.node.name,
+                POLICY_ANNOTATION: kind.policy_name,
+                **kind.annotations,
                 SAFE_TO_EVICT_ANNOTATION: "true",
             },
-            **_owned_by(attempt),
+            **_owned_by(kind),
         },
-        "spec": _pod_spec(attempt, config),
+        "spec": _pod_spec(kind, config),
     }
+
+
+# --------------------------------------------------------------------------- probe pods
+
+
+def _tolerations(
+    spec: NodeAcceptancePolicySpec, applied_taints: Sequence[str], config: OperatorConfig
+) -> list[dict[str, Any]]:
+    owned = [spec.pending_taint_key, spec.quarantine.taint_key]
+    owned += sorted(set(applied_taints) - set(owned))
+    return [
+        *({"key": key, "operator": "Exists"} for key in owned),
+        *(dict(t) for t in config.extra_tolerations),
+    ]
+
+
+def _gpu_resources(node: NodeView, config: OperatorConfig) -> dict[str, dict[str, str]]:
+    """The platform team's requests and limits, and all of the node's GPUs."""
+    limits: dict[str, str] = dict(config.resources.get("limits", {}))
+    requests: dict[str, str] = dict(config.resources.get("requests", {}))
+    if node.gpus > 0:
+        limits[GPU_RESOURCE] = str(node.gpus)
+        requests[GPU_RESOURCE] = str(node.gpus)
+    return {"limits": limits, "requests": requests}
+
+
+def _probe_kind(attempt: ProbeAttempt, config: OperatorConfig) -> PodKind:
+    policy = json.dumps(attempt.spec.probe.to_wire(), separators=(",", ":"), sort_keys=True)
+    return PodKind(
+        name=attempt.name,
+        node=attempt.node,
+        policy_name=attempt.policy_name,
+        spec=attempt.spec,
+        owner_uid=attempt.owner_uid,
+        command=[*config.probe_command, FLAG_TERMINATION_LOG, TERMINATION_LOG],
+        env=[
+            *_platform_env(config),
+            {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": ENV_POLICY, "value": policy},
+            {"name": ENV_EXPECTED_GPUS, "value": str(attempt.node.gpus)},
+            *_node_gpu_env(attempt.node),
+        ],
+        resources=_gpu_resources(attempt.node, config),
+        active_deadline_seconds=config.timeout_for(attempt.spec),
+        tolerations=_tolerations(attempt.spec, attempt.applied_taints, config),
+        labels={ATTEMPT_LABEL: str(attempt.serial)},
+        annotations={},
+    )
+
+
+def probe_pod_manifest(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
+    """The probe pod of ``attempt``, built from the operator's own ``config``."""
+    return pod_manifest(_probe_kind(attempt, config), config)
 
 
 # --------------------------------------------------------------------------- fabric pods
@@ -348,65 +412,45 @@ def _fabric_args(request: FabricPodRequest, config: OperatorConfig) -> list[str]
     return args
 
 
+def _fabric_kind(request: FabricPodRequest, config: OperatorConfig) -> PodKind:
+    labels, node, fabric = request.labels, request.node, config.fabric
+    resources = _gpu_resources(node, config)
+    for name, quantity in fabric.resources.items():
+        resources["limits"][name] = quantity
+        resources["requests"][name] = quantity
+    fabric_env = dict(fabric.env)  # the fabric's own win over --probe-env's
+    return PodKind(
+        name=fabric_pod_name(config.pod_prefix, labels.pair, labels.rank),
+        node=node,
+        policy_name=request.policy_name,
+        spec=request.spec,
+        owner_uid=request.owner_uid,
+        command=[*config.probe_command, *_fabric_args(request, config)],
+        env=[
+            *(e for e in _platform_env(config) if e["name"] not in fabric_env),
+            *({"name": name, "value": value} for name, value in fabric.env),
+            {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": ENV_EXPECTED_GPUS, "value": str(node.gpus)},
+        ],
+        resources=resources,
+        active_deadline_seconds=fabric.timeout_seconds,
+        tolerations=_tolerations(request.spec, request.applied_taints, config),
+        labels={FABRIC_PAIR_LABEL: labels.pair, FABRIC_RANK_LABEL: str(labels.rank)},
+        annotations={
+            FABRIC_FIRST_ANNOTATION: labels.first,
+            FABRIC_SECOND_ANNOTATION: labels.second,
+        },
+        chart_annotations=fabric.annotations,
+        capabilities=fabric.capabilities,
+    )
+
+
 def fabric_pod_manifest(request: FabricPodRequest, config: OperatorConfig) -> dict[str, Any]:
     """One pod of a fabric pair, built from the operator's own ``config`` (the chart's
     RDMA settings included): all of the node's GPUs, the pending taint tolerated,
     pinned to the node, no API credentials, the pod IP from the downward API."""
-    labels, node = request.labels, request.node
-    attempt = ProbeAttempt(
-        name=fabric_pod_name(config.pod_prefix, labels.pair, labels.rank),
-        serial=0,
-        node=node,
-        policy_name=request.policy_name,
-        spec=request.spec,
-        applied_taints=request.applied_taints,
-        owner_uid=request.owner_uid,
-    )
-    pod_spec = _pod_spec(attempt, config)
-    pod_spec["activeDeadlineSeconds"] = config.fabric.timeout_seconds
-    container = pod_spec["containers"][0]
-    container["command"] = [*config.probe_command, *_fabric_args(request, config)]
-    fabric_env = dict(config.fabric.env)  # the fabric's own win over --probe-env's
-    container["env"] = [
-        *(e for e in _platform_env(config) if e["name"] not in fabric_env),
-        *({"name": name, "value": value} for name, value in config.fabric.env),
-        {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        {"name": ENV_EXPECTED_GPUS, "value": str(node.gpus)},
-    ]
-    resources = container["resources"]
-    for name, quantity in config.fabric.resources.items():
-        resources["limits"][name] = quantity
-        resources["requests"][name] = quantity
-    if config.fabric.capabilities:
-        container["securityContext"]["capabilities"]["add"] = list(config.fabric.capabilities)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": attempt.name,
-            "namespace": config.namespace,
-            "labels": {
-                **config.pod_labels,
-                MANAGED_BY_LABEL: MANAGED_BY_VALUE,
-                COMPONENT_LABEL: COMPONENT_VALUE,
-                NODE_LABEL: node_label_value(node.name),
-                FABRIC_PAIR_LABEL: labels.pair,
-                FABRIC_RANK_LABEL: str(labels.rank),
-            },
-            "annotations": {
-                **config.pod_annotations,
-                **config.fabric.annotations,
-                NODE_NAME_ANNOTATION: node.name,
-                POLICY_ANNOTATION: request.policy_name,
-                FABRIC_FIRST_ANNOTATION: labels.first,
-                FABRIC_SECOND_ANNOTATION: labels.second,
-                SAFE_TO_EVICT_ANNOTATION: "true",
-            },
-            **_owned_by(attempt),
-        },
-        "spec": pod_spec,
-    }
+    return pod_manifest(_fabric_kind(request, config), config)
 
 
 # --------------------------------------------------------------------------- watch pods
@@ -430,30 +474,29 @@ class WatchPodRequest:
     owner_uid: str = ""
 
 
-def _watch_container(request: WatchPodRequest, config: OperatorConfig) -> dict[str, Any]:
-    resources = {
-        kind: {k: v for k, v in dict(config.resources.get(kind, {})).items() if k != GPU_RESOURCE}
-        for kind in ("limits", "requests")
-    }
+def _watch_kind(request: WatchPodRequest, config: OperatorConfig) -> PodKind:
+    in_service = request.spec.in_service
     args = [
         WATCH_SUBCOMMAND,
         FLAG_TERMINATION_LOG,
         TERMINATION_LOG,
         FLAG_WINDOW,
-        str(request.spec.in_service.window_seconds),
+        str(in_service.window_seconds),
         # the ledger's merge gap (core/inservice/xids.py), so that the watch does not
         # merge events the policy counts apart
         FLAG_BURST_MERGE,
-        str(request.spec.in_service.xid.burst_merge_seconds),
+        str(in_service.xid.burst_merge_seconds),
     ]
     if request.fatal_xids:
         args += [FLAG_FATAL_XIDS, ",".join(str(x) for x in request.fatal_xids)]
-    return {
-        "name": CONTAINER_NAME,
-        "image": config.probe_image,
-        "imagePullPolicy": config.image_pull_policy,
-        "command": [*config.probe_command, *args],
-        "env": [
+    return PodKind(
+        name=request.name,
+        node=request.node,
+        policy_name=request.policy_name,
+        spec=request.spec,
+        owner_uid=request.owner_uid,
+        command=[*config.probe_command, *args],
+        env=[
             *_platform_env(config),
             {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             # No GPU requested (it runs beside the node's jobs): the container runtime
@@ -461,16 +504,18 @@ def _watch_container(request: WatchPodRequest, config: OperatorConfig) -> dict[s
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
             *_node_gpu_env(request.node),
         ],
-        "resources": resources,
-        "terminationMessagePath": TERMINATION_LOG,
-        "terminationMessagePolicy": "File",
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
+        resources={
+            kind: {
+                k: v for k, v in dict(config.resources.get(kind, {})).items() if k != GPU_RESOURCE
+            }
+            for kind in ("limits", "requests")
         },
-    }
+        active_deadline_seconds=in_service.window_seconds + WATCH_DEADLINE_MARGIN_SECONDS,
+        tolerations=[dict(t) for t in config.extra_tolerations],
+        labels={WATCH_LABEL: str(request.serial)},
+        annotations={},
+        shm=False,
+    )
 
 
 def watch_pod_manifest(request: WatchPodRequest, config: OperatorConfig) -> dict[str, Any]:
@@ -478,56 +523,4 @@ def watch_pod_manifest(request: WatchPodRequest, config: OperatorConfig) -> dict
     pinned to the node, under the operator's node affinity, no API token, no GPU
     requested, no toleration of gpuaccept's own taints (a node it taints is no longer
     watched), the NodeAcceptance as its controller."""
-    attempt = ProbeAttempt(
-        name=request.name,
-        serial=request.serial,
-        node=request.node,
-        policy_name=request.policy_name,
-        spec=request.spec,
-        owner_uid=request.owner_uid,
-    )
-    pod_spec: dict[str, Any] = {
-        "nodeName": request.node.name,
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "serviceAccountName": config.service_account,
-        "hostNetwork": False,
-        "enableServiceLinks": False,
-        "activeDeadlineSeconds": request.spec.in_service.window_seconds
-        + WATCH_DEADLINE_MARGIN_SECONDS,
-        "terminationGracePeriodSeconds": 30,
-        "tolerations": [dict(t) for t in config.extra_tolerations],
-        "containers": [_watch_container(request, config)],
-    }
-    affinity = node_affinity(config, include_control_plane=request.spec.include_control_plane)
-    if affinity is not None:
-        pod_spec["affinity"] = affinity
-    if config.runtime_class:
-        pod_spec["runtimeClassName"] = config.runtime_class
-    if config.priority_class:
-        pod_spec["priorityClassName"] = config.priority_class
-    if config.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": name} for name in config.image_pull_secrets]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": request.name,
-            "namespace": config.namespace,
-            "labels": {
-                **config.pod_labels,
-                MANAGED_BY_LABEL: MANAGED_BY_VALUE,
-                COMPONENT_LABEL: COMPONENT_VALUE,
-                NODE_LABEL: node_label_value(request.node.name),
-                WATCH_LABEL: str(request.serial),
-            },
-            "annotations": {
-                **config.pod_annotations,
-                NODE_NAME_ANNOTATION: request.node.name,
-                POLICY_ANNOTATION: request.policy_name,
-                SAFE_TO_EVICT_ANNOTATION: "true",
-            },
-            **_owned_by(attempt),
-        },
-        "spec": pod_spec,
-    }
+    return pod_manifest(_watch_kind(request, config), config)

@@ -44,7 +44,7 @@ from gpuaccept.operator.core.phases.released import plan_release, plan_released,
 from gpuaccept.operator.core.phases.reverify import targeted
 from gpuaccept.operator.core.phases.unknown import plan_unknown_phase
 from gpuaccept.operator.core.podidentity import PodSplit, recorded, split_pods
-from gpuaccept.operator.core.transitions import DECIDED, new_round
+from gpuaccept.operator.core.transitions import DECIDED, new_round, opted_out
 
 __all__ = ["reconcile"]
 
@@ -175,11 +175,7 @@ def _opt_out(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
             "leaves it alone (no probe, no taint, label or condition change)",
             last_transition_time=now,
         )
-    update: dict[str, object] = {"conditions": [*others, condition]}
-    if st.phase == Phase.PROBING:  # the attempt is abandoned, and given back
-        update.update(phase=Phase.PENDING, probe_pod=None, probe_started_time=None)
-        update["attempts"] = max(st.attempts - 1, 0)
-    out.write_status(st, st.model_copy(update=update))
+    opted_out(ctx, out, [*others, condition])
     for pod in ctx.obs.pods:
         if not pod.deleting:
             out.delete_pod(pod)

@@ -38,6 +38,7 @@ from gpuaccept.operator.core.capacity import (
     HELD_ACCEPT,
     HELD_FABRIC,
     HELD_QUARANTINE,
+    REASON_DRY_RUN,
     TakeOutDecision,
     in_service,
     out_of_service,
@@ -52,7 +53,6 @@ from gpuaccept.operator.core.history import (
 )
 from gpuaccept.operator.core.model import Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
-    REASON_DRY_RUN,
     REASON_PROBE_ERROR,
     REASON_QUARANTINE_LIMIT,
     NodeContext,

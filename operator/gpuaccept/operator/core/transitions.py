@@ -8,15 +8,25 @@ goes through one of the two.
   node's goes back to service as it was accepted, its old evidence intact;
 * :func:`released`: a person's release (phase Released);
 * :func:`hold_lifted`: a held in-service verdict whose evidence is gone is lifted,
-  the node stays in service as it was accepted.
+  the node stays in service as it was accepted;
+* the moves between Pending, Probing, Waiting and Stalled: :func:`probe_started`
+  (an attempt on record), :func:`blocked_waits` (not the node's fault),
+  :func:`cordoned`, :func:`waiting_for_gpus`, :func:`stalled`, and :func:`opted_out`
+  (a probe under way abandoned).
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, ReleaseRecord
+from gpuaccept.contracts.nodeacceptance import (
+    Condition,
+    NodeAcceptanceStatus,
+    Phase,
+    ReleaseRecord,
+)
 from gpuaccept.contracts.reverify import ReverifyStatus
 from gpuaccept.operator.core.capacity import HELD_ACCEPT, REASON_QUARANTINE_LIMIT, in_service
 from gpuaccept.operator.core.model import Plan
@@ -205,3 +215,110 @@ def hold_lifted(ctx: NodeContext, out: PlanBuilder, kept: NodeAcceptanceStatus) 
     )
     out.ensure_node(ctx, new)
     return out.build("in service: hold lifted")
+
+
+def probe_started(
+    ctx: NodeContext, out: PlanBuilder, *, serial: int, name: str, wait_over: bool
+) -> NodeAcceptanceStatus:
+    """Phase Probing: an attempt on record (pod ``name``, ``serial``) before its pod
+    exists, so a restart in between recreates the same pod name, never a second pod.
+    ``wait_over``: the reason the node waited under is not this attempt's."""
+    st = ctx.status
+    new = ctx.stamped(
+        st,
+        reason=None if wait_over else st.reason,
+        message=None if wait_over else st.message,
+        phase=Phase.PROBING,
+        attempts=st.attempts + 1,
+        pod_serial=serial,
+        probe_pod=name,
+        probe_started_time=ctx.obs.now,
+        next_attempt_time=None,
+        held_action=None,
+        waiting_since=None,
+        # kept across the tries of one wait (its backoff grows with it), else cleared
+        blocked_since=st.blocked_since if st.phase == Phase.WAITING else None,
+        node_uid=ctx.node.uid or st.node_uid,
+    )
+    new = ctx.with_applied_keys(new)
+    out.write_status(st, new)
+    return new
+
+
+def blocked_waits(
+    ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str, backoff: float
+) -> NodeAcceptanceStatus:
+    """Phase Waiting under ``reason`` (not the node's fault), the attempt given back,
+    the next try in ``backoff`` seconds; a Warning Event when the reason is new."""
+    st, now = ctx.status, ctx.obs.now
+    in_probe = st.phase == Phase.PROBING
+    new = ctx.stamped(
+        st,
+        phase=Phase.WAITING,
+        reason=reason,
+        message=cut(f"{message} (not the node's fault; retrying in {backoff:.0f}s)", 1000),
+        attempts=max(st.attempts - 1, 0) if in_probe else st.attempts,
+        next_attempt_time=now + timedelta(seconds=backoff),
+        probe_pod=None,
+        probe_started_time=None,
+        blocked_since=st.blocked_since or now,
+    )
+    new = ctx.with_applied_keys(new)
+    out.write_status(st, new)
+    if (st.phase, st.reason) != (new.phase, new.reason):
+        out.event(ACCEPTANCE_KIND, "Warning", reason, cut(message, 1000))
+    return new
+
+
+def cordoned(
+    ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str
+) -> NodeAcceptanceStatus:
+    """Phase Waiting under ``reason``, no attempt and no backoff (a person cordoned
+    the node); a Normal Event when the reason is new."""
+    st = ctx.status
+    new = ctx.with_applied_keys(
+        ctx.stamped(st, phase=Phase.WAITING, reason=reason, message=message)
+    )
+    out.write_status(st, new)
+    if (st.phase, st.reason) != (new.phase, new.reason):
+        out.event(ACCEPTANCE_KIND, "Normal", reason, message)
+    return new
+
+
+def waiting_for_gpus(
+    ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str, since: datetime
+) -> None:
+    """Phase Pending under ``reason``, waiting for GPUs since ``since`` (a Stalled
+    node waits again under a longer deadline)."""
+    st = ctx.status
+    waiting = ctx.stamped(
+        st, phase=Phase.PENDING, reason=reason, message=message, waiting_since=since
+    )
+    out.write_status(st, waiting)
+
+
+def stalled(
+    ctx: NodeContext, out: PlanBuilder, *, reason: str, message: str, since: datetime
+) -> bool:
+    """Phase Stalled under ``reason`` (no GPUs within the deadline), with a Warning
+    Event; True when the node was not Stalled already (nothing written otherwise)."""
+    st = ctx.status
+    new = ctx.with_applied_keys(
+        ctx.stamped(st, phase=Phase.STALLED, reason=reason, message=message, waiting_since=since)
+    )
+    if st.phase == Phase.STALLED:
+        return False
+    out.write_status(st, new)
+    out.event(ACCEPTANCE_KIND, "Warning", new.reason or "", new.message or "")
+    return True
+
+
+def opted_out(ctx: NodeContext, out: PlanBuilder, conditions: list[Condition]) -> None:
+    """The node's status under ``conditions`` (its opt-out recorded); a probe under
+    way is abandoned and its attempt given back (phase Pending)."""
+    st = ctx.status
+    update: dict[str, object] = {"conditions": conditions}
+    if st.phase == Phase.PROBING:  # the attempt is abandoned, and given back
+        update.update(phase=Phase.PENDING, probe_pod=None, probe_started_time=None)
+        update["attempts"] = max(st.attempts - 1, 0)
+    out.write_status(st, st.model_copy(update=update))

@@ -28,7 +28,7 @@ from gpuaccept.contracts.inservice import (
 )
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.reverify import ReverifyStatus, Suspicion
-from gpuaccept.operator.core.capacity import HELD_ACCEPT, HELD_QUARANTINE
+from gpuaccept.operator.core.capacity import HELD_ACCEPT, HELD_QUARANTINE, REASON_DRY_RUN
 from gpuaccept.operator.core.inservice.correlation import Fleet
 from gpuaccept.operator.core.inservice.evidence import REASON_COMMON_CAUSE, NodeSignals
 from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
@@ -42,7 +42,6 @@ from gpuaccept.operator.core.model import (
     WatchEvidence,
 )
 from gpuaccept.operator.core.nodecontext import (
-    REASON_DRY_RUN,
     REASON_QUARANTINE_LIMIT,
     NodeContext,
     PlanBuilder,

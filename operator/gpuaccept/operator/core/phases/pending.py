@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from gpuaccept.contracts.api import ACCEPTANCE_KIND, GPU_RESOURCE, REPROBE_ANNOTATION
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
+from gpuaccept.contracts.api import GPU_RESOURCE, REPROBE_ANNOTATION
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.policy import GPUWaitExpiry
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, adopting, take_out_allowed
 from gpuaccept.operator.core.gpusharing import REASON_GPU_SHARING, sharing_refusal
@@ -28,6 +28,12 @@ from gpuaccept.operator.core.phases.waiting import (
     untolerated_taint,
 )
 from gpuaccept.operator.core.podspec import ProbeAttempt, probe_pod_manifest, probe_pod_name
+from gpuaccept.operator.core.transitions import (
+    cordoned,
+    probe_started,
+    stalled,
+    waiting_for_gpus,
+)
 
 # Phase Stalled: the node advertised no GPUs within the policy's waitForGPUs deadline.
 REASON_NO_GPUS = "NoGPUsAdvertised"
@@ -118,26 +124,7 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
         REASON_GPUS_UNHEALTHY,
         *WAIT_REASONS,
     )
-    new = ctx.stamped(
-        st,
-        reason=None if waited else st.reason,
-        message=None if waited else st.message,
-        phase=Phase.PROBING,
-        attempts=st.attempts + 1,
-        pod_serial=serial,
-        probe_pod=name,
-        probe_started_time=now,
-        next_attempt_time=None,
-        held_action=None,
-        waiting_since=None,
-        # kept across the tries of one wait (its backoff grows with it), else cleared
-        blocked_since=st.blocked_since if st.phase == Phase.WAITING else None,
-        node_uid=node.uid or st.node_uid,
-    )
-    new = ctx.with_applied_keys(new)
-    # Status first: the attempt is on record before its pod exists, so a
-    # restart in between recreates the same pod name, never a second pod.
-    out.write_status(st, new)
+    new = probe_started(ctx, out, serial=serial, name=name, wait_over=waited)
     out.actions.append(CreateProbePod(name, probe_manifest(ctx, new)))
     out.wake_in(obs.config.timeout_for(spec) + obs.config.deadline_grace_seconds)
     return out.build(f"probe attempt {new.attempts}")
@@ -166,17 +153,11 @@ def _cordoned(ctx: NodeContext, out: PlanBuilder) -> Plan:
     """A person cordoned the node (maintenance, a drain): no probe pod lands on it
     until it is uncordoned (the Node update wakes it) or a probe is asked for with
     the re-probe annotation. No attempt, no backoff."""
-    st = ctx.status
     message = (
         "the node is cordoned (spec.unschedulable): not probed until it is uncordoned, "
         f"or asked for with the annotation {REPROBE_ANNOTATION}"
     )
-    new = ctx.with_applied_keys(
-        ctx.stamped(st, phase=Phase.WAITING, reason=REASON_CORDONED, message=message)
-    )
-    out.write_status(st, new)
-    if (st.phase, st.reason) != (new.phase, new.reason):
-        out.event(ACCEPTANCE_KIND, "Normal", REASON_CORDONED, message)
+    new = cordoned(ctx, out, reason=REASON_CORDONED, message=message)
     out.ensure_node(ctx, new)
     return out.build("waiting: cordoned")
 
@@ -192,29 +173,14 @@ def _wait_for_gpus(ctx: NodeContext, out: PlanBuilder) -> Plan:
     since = st.waiting_since or now
     deadline = since + timedelta(seconds=wait.timeout_seconds)
     if now < deadline:
-        waiting = ctx.stamped(
-            st,
-            phase=Phase.PENDING,  # a Stalled node waits again under a longer deadline
-            reason=REASON_WAITING_FOR_GPUS,
-            message=f"the node advertises no allocatable {GPU_RESOURCE} yet",
-            waiting_since=since,
-        )
-        out.write_status(st, waiting)
+        message = f"the node advertises no allocatable {GPU_RESOURCE} yet"
+        waiting_for_gpus(ctx, out, reason=REASON_WAITING_FOR_GPUS, message=message, since=since)
         out.wake_in((deadline - now).total_seconds())
         return out.build("waiting for allocatable GPUs")
     unhealthy = ctx.node.gpu_capacity > 0
-    stalled = ctx.with_applied_keys(
-        ctx.stamped(
-            st,
-            phase=Phase.STALLED,
-            reason=REASON_GPUS_UNHEALTHY if unhealthy else REASON_NO_GPUS,
-            message=cut(unhealthy_message(ctx) if unhealthy else stalled_message(ctx), 1000),
-            waiting_since=since,
-        )
-    )
-    if st.phase != Phase.STALLED:
-        out.write_status(st, stalled)
-        out.event(ACCEPTANCE_KIND, "Warning", stalled.reason or "", stalled.message or "")
+    reason = REASON_GPUS_UNHEALTHY if unhealthy else REASON_NO_GPUS
+    message = cut(unhealthy_message(ctx) if unhealthy else stalled_message(ctx), 1000)
+    if stalled(ctx, out, reason=reason, message=message, since=since):
         out.wake_in(1)  # the next pass brings the node in line with Stalled
     return out.build("stalled: no GPUs advertised")
 

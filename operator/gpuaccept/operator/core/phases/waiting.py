@@ -17,16 +17,13 @@ lasts. The attempt is given back: a wait never counts against
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
 from typing import Any
 
-from gpuaccept.contracts.api import ACCEPTANCE_KIND
-from gpuaccept.contracts.nodeacceptance import Phase
 from gpuaccept.operator.core.history import reverifying
 from gpuaccept.operator.core.model import Plan, PodView, Taint
-from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
+from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
 from gpuaccept.operator.core.podidentity import REASON_POD_ALTERED, REASON_POD_NAME_TAKEN
-from gpuaccept.operator.core.transitions import give_up
+from gpuaccept.operator.core.transitions import blocked_waits, give_up
 
 REASON_IMAGE_UNAVAILABLE = "ImageUnavailable"
 REASON_POD_REFUSED = "PodRefused"
@@ -71,26 +68,11 @@ def blocked(
     """This attempt could not run for ``reason`` (not the node's): wait and retry,
     the attempt given back. A re-verification gives up instead: the node goes back to
     service as it was accepted (a GPU pod that came first wins)."""
-    st, now = ctx.status, ctx.obs.now
+    st = ctx.status
     if reverifying(st) is not None:
         return give_up(ctx, out, reason=reason, message=message)
     backoff = wait_backoff(ctx)
-    in_probe = st.phase == Phase.PROBING
-    new = ctx.stamped(
-        st,
-        phase=Phase.WAITING,
-        reason=reason,
-        message=cut(f"{message} (not the node's fault; retrying in {backoff:.0f}s)", 1000),
-        attempts=max(st.attempts - 1, 0) if in_probe else st.attempts,
-        next_attempt_time=now + timedelta(seconds=backoff),
-        probe_pod=None,
-        probe_started_time=None,
-        blocked_since=st.blocked_since or now,
-    )
-    new = ctx.with_applied_keys(new)
-    out.write_status(st, new)
-    if (st.phase, st.reason) != (new.phase, new.reason):
-        out.event(ACCEPTANCE_KIND, "Warning", reason, cut(message, 1000))
+    new = blocked_waits(ctx, out, reason=reason, message=message, backoff=backoff)
     out.ensure_node(ctx, new)
     if pod is not None and not pod.deleting:
         out.delete_pod(pod)
