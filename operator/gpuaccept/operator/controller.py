@@ -143,6 +143,7 @@ class Controller:
             wake=self.enqueue,
             leading=lambda: self.leading,
             unmatched_grace_seconds=runtime.unmatched_grace_seconds,
+            ceiling=config.max_unavailable_ceiling,
         )
         self.policy_status.allow_control_plane = config.allow_control_plane
         # The fabric loop's own executor on the same API client: the refusals it

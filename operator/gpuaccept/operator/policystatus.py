@@ -48,6 +48,7 @@ class PolicyStatusLoop:
         wake: Callable[[str], None],
         leading: Callable[[], bool],
         unmatched_grace_seconds: float = 900.0,
+        ceiling: int | str = "100%",
     ) -> None:
         self.kube = writer.kube
         self.executor = writer.executor
@@ -60,6 +61,8 @@ class PolicyStatusLoop:
         self._published = -1  # the cache's acceptances_changes last published
         self.failures = FailureLog("policy status update")
         self.unmatched_grace_seconds = unmatched_grace_seconds
+        # the operator's --max-unavailable-ceiling: a node it holds is not woken
+        self.ceiling = ceiling
         # the operator's --allow-control-plane-nodes (set by the controller)
         self.allow_control_plane = False
         self._unmatched: tuple[str, ...] = ()  # reported in the log, by the leader
@@ -103,7 +106,7 @@ class PolicyStatusLoop:
         for entry in entries:
             share = tallies[entry.view.name]
             metrics.record_policy(entry.view.name, share)
-            for node in fleet.held_to_release(entry.view, share):
+            for node in fleet.held_to_release(entry.view, share, self.ceiling):
                 self.wake(node)
             if self.leading():
                 await self._write(entry, share)
