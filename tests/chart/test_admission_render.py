@@ -7,6 +7,9 @@ name this release's identities and images, and go away with ``admission.enabled`
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -178,3 +181,28 @@ def test_schema_refuses_a_bad_prefix() -> None:
 def test_notes_name_the_pod_security_level(values: list[str], level: str) -> None:
     out = helm("install", "g", str(chart_dir()), "--dry-run=client", "-n", NAMESPACE, *values)
     assert f"pod-security.kubernetes.io/enforce={level}" in out.stdout
+
+
+def test_rule_3_admits_every_flag_the_operator_passes() -> None:
+    """The probe-pod shape rule lists the flags the operator's pods pass (probe,
+    watch, fabric); each flag of every rendered pod of the core's golden file
+    (tests/operator/core/pod_manifests.golden.json, held byte for byte to
+    podspec.pod_manifest) is in that list, so a new flag cannot ship without it."""
+    golden = Path(__file__).resolve().parents[1] / "operator/core/pod_manifests.golden.json"
+    passed = {
+        word
+        for line in golden.read_text(encoding="utf-8").splitlines()
+        for pod in json.loads(line).values()
+        for container in pod["spec"]["containers"]
+        for word in container.get("command", []) + container.get("args", [])
+        if word.startswith("--")
+    }
+    (shape,) = [
+        d
+        for d in _admission(render_chart())
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"].endswith("shape")
+    ]
+    (flags,) = [v["expression"] for v in shape["spec"]["variables"] if v["name"] == "probeFlags"]
+    listed = set(re.findall(r"'(--[a-z-]+)'", flags))
+    assert passed, "the golden file holds no flag"
+    assert passed <= listed, f"rule 3 refuses {sorted(passed - listed)}"
