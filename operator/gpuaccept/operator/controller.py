@@ -143,9 +143,9 @@ class Controller:
             wake=self.enqueue,
             leading=lambda: self.leading,
             unmatched_grace_seconds=runtime.unmatched_grace_seconds,
-            ceiling=config.max_unavailable_ceiling,
         )
         self.policy_status.allow_control_plane = config.allow_control_plane
+        self.policy_status.ceiling = config.max_unavailable_ceiling
         # The fabric loop's own executor on the same API client: the refusals it
         # remembers per node (create_errors, status_errors) are the probing phase's
         # evidence against a node's own attempt, never to be set or cleared by a

@@ -48,7 +48,6 @@ class PolicyStatusLoop:
         wake: Callable[[str], None],
         leading: Callable[[], bool],
         unmatched_grace_seconds: float = 900.0,
-        ceiling: int | str = "100%",
     ) -> None:
         self.kube = writer.kube
         self.executor = writer.executor
@@ -61,8 +60,9 @@ class PolicyStatusLoop:
         self._published = -1  # the cache's acceptances_changes last published
         self.failures = FailureLog("policy status update")
         self.unmatched_grace_seconds = unmatched_grace_seconds
-        # the operator's --max-unavailable-ceiling: a node it holds is not woken
-        self.ceiling = ceiling
+        # the operator's --max-unavailable-ceiling (set by the controller): a node the
+        # fleet's ceiling holds is not woken
+        self.ceiling: int | str = "100%"
         # the operator's --allow-control-plane-nodes (set by the controller)
         self.allow_control_plane = False
         self._unmatched: tuple[str, ...] = ()  # reported in the log, by the leader
