@@ -40,7 +40,12 @@ PER_CHECK_FILES = {
 }
 # Generated files that cannot carry a "# GENERATED" header (JSON): the chart's values
 # schema takes defaultPolicy from the CRD (make chart-docs; tests/chart/test_chart_platform.py).
-GENERATED_FILES = {"charts/gpuaccept/values.schema.json"}
+# The core's golden pod renders carry the whole probe policy in GPUACCEPT_POLICY
+# (written by tests/operator/core/test_pod_manifests_rendered.py).
+GENERATED_FILES = {
+    "charts/gpuaccept/values.schema.json",
+    "tests/operator/core/pod_manifests.golden.json",
+}
 # The capture replay's rule per check (which capture fields a check needs): a new
 # check needs no line there, it is "not replayable" until it gets one
 # (captures/replay.py missing_inputs; tests/probe/test_capture_replay.py).

@@ -2,7 +2,11 @@
 they were three builders: each kind for a few operator configurations and nodes,
 dumped as JSON in key order, against ``pod_manifests.golden.json`` (rendered by the
 three builders before they became one). A change to a pod is a change to that file,
-seen in review."""
+seen in review: the probe policy each pod carries (``GPUACCEPT_POLICY``) is in it, so
+a new policy field changes it too. Write it again with
+``PYTHONPATH=tests/operator .venv/bin/python tests/operator/core/test_pod_manifests_rendered.py``
+and read the
+diff."""
 
 from __future__ import annotations
 
@@ -112,3 +116,7 @@ def test_each_pod_kind_renders_as_before() -> None:
     assert len(rendered) == len(expected) == 32
     for got, want in zip(rendered, expected, strict=True):
         assert got == want
+
+
+if __name__ == "__main__":
+    GOLDEN.write_text(render(), encoding="utf-8")
