@@ -89,10 +89,11 @@ from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.inputs import InputError
 from gpuaccept.probe.runner import UNKNOWN_BOOT_ID
 
-LOOPBACK_SCALE = 1000.0
-"""A simulated node's profile GB/s per loopback GB/s: 400 GB/s becomes 0.4 GB/s,
-well below what gloo moves over the loopback, so the hold, not the loopback, sets
-the pace."""
+LOOPBACK_SCALE = 10000.0
+"""A simulated node's profile GB/s per loopback GB/s: 400 GB/s becomes 0.04 GB/s,
+far below what gloo moves over the loopback even on a starved CPU, so the hold, not
+the loopback, sets the pace. (At 1000, a 4 MiB all-reduce took 10 ms, and a healthy
+pair measured 275 of 390 GB/s on a 2-core machine running four test workers.)"""
 MIN_MESSAGE_BYTES = 1 << 20
 DEFAULT_MAX_MESSAGE_BYTES = fabric_allreduce.DEFAULT_MAX_MESSAGE_BYTES
 SIMULATED_MESSAGE_BYTES = (1 << 18, 1 << 19, 1 << 20, 1 << 21, 1 << 22)
