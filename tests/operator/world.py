@@ -51,6 +51,7 @@ from gpuaccept.operator.core.model import (
     GpuPodSample,
     Judge,
     NodePod,
+    ResourceSliceView,
     SignatureSeen,
     WatchEvidence,
 )
@@ -178,6 +179,8 @@ class World:
     # Policy inService: the node's new watch reports, and the fleet's signatures.
     watch_reports: tuple[WatchEvidence, ...] = ()
     in_service_fleet: tuple[SignatureSeen, ...] = ()
+    # The node's ResourceSlices (of any driver: the core keeps the configured ones).
+    resource_slices: tuple[ResourceSliceView, ...] = ()
 
     def restart(self) -> None:
         """A new operator process: what the executor remembered is gone."""
@@ -204,6 +207,7 @@ class World:
             drain=self.drain,
             watch_reports=self.watch_reports,
             in_service_fleet=self.in_service_fleet,
+            resource_slices=self.resource_slices,
         )
 
     def plan(self) -> Plan:

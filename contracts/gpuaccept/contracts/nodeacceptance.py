@@ -32,6 +32,17 @@ class Phase(StrEnum):
     RELEASED = "Released"
 
 
+class GpuPublishing(StrEnum):
+    """How a node publishes its GPUs to the scheduler (docs/architecture.md)."""
+
+    # The device plugin's extended resource nvidia.com/gpu in the Node's capacity.
+    DEVICE_PLUGIN = "DevicePlugin"
+    # ResourceSlices of a configured DRA driver (default gpu.nvidia.com) for the node.
+    DRA = "DRA"
+    # Both at once: the same GPUs could be handed out twice; the node is not probed.
+    BOTH = "Both"
+
+
 class ConditionStatus(StrEnum):
     TRUE = "True"
     FALSE = "False"
@@ -272,6 +283,12 @@ class NodeAcceptanceStatus(ContractModel):
         default=None,
         description="When the node started waiting to advertise GPUs (the waitForGPUs "
         "deadline counts from here).",
+    )
+    gpu_publishing: GpuPublishing | None = Field(
+        default=None,
+        description="How the node publishes its GPUs, as last seen when this status was "
+        "written: DevicePlugin (nvidia.com/gpu), DRA (ResourceSlices of a configured DRA "
+        "driver) or Both; absent while it publishes none.",
     )
     report: ProbeReport | None = Field(default=None, description="The last valid probe report.")
     fabric: FabricStatus | None = Field(

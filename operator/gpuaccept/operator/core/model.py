@@ -83,6 +83,33 @@ class NodeView:
 
 
 @dataclass(frozen=True)
+class DraDevice:
+    """One device of a DRA driver's ResourceSlice (``spec.devices[]``), with the
+    attributes NVIDIA's driver publishes for a GPU (docs/architecture.md)."""
+
+    name: str  # e.g. gpu-0 (NVIDIA's driver: gpu-<minor>)
+    uuid: str = ""  # attribute uuid (GPU-...)
+    product_name: str = ""  # attribute productName
+    index: int | None = None  # attribute index, where the driver publishes one
+    kind: str = ""  # attribute type: gpu, mig, vfio (NVIDIA's driver); "" when absent
+
+
+@dataclass(frozen=True)
+class ResourceSliceView:
+    """A ``resource.k8s.io/v1`` ResourceSlice of a configured DRA driver, as the
+    cache keeps it: its pool, the pool's generation and slice count, its devices."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int  # spec.pool.resourceSliceCount
+    node_name: str = ""  # spec.nodeName ("" when the slice names none)
+    devices: tuple[DraDevice, ...] = ()
+    resource_version: str = ""
+
+
+@dataclass(frozen=True)
 class NAView:
     """The node's NodeAcceptance object (status parsed with the contract)."""
 
@@ -294,6 +321,10 @@ class OperatorConfig:
     # does a policy's includeControlPlane reach them (their pods drop the
     # control-plane DoesNotExist requirements).
     allow_control_plane: bool = False
+    # The DRA drivers whose ResourceSlices publish GPUs (--dra-driver; the chart's
+    # operator.draDrivers): a node with a slice of one of them is DRA-published
+    # (core/gpupublishing.py). Empty: only the device plugin's nvidia.com/gpu counts.
+    dra_drivers: tuple[str, ...] = ("gpu.nvidia.com",)
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run
@@ -484,6 +515,9 @@ class NodeSnapshot:
     # The in-service signatures of the other nodes of the node's policy
     # (core/inservice/correlation.py).
     in_service_fleet: tuple[SignatureSeen, ...] = ()
+    # The node's ResourceSlices of the configured DRA drivers (``spec.nodeName`` or,
+    # for a slice that names no node, its pool is the node; core/gpupublishing.py).
+    resource_slices: tuple[ResourceSliceView, ...] = ()
 
 
 # --------------------------------------------------------------------------- actions

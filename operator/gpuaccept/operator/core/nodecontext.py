@@ -9,6 +9,7 @@ phase decides and turns them into an ordered :class:`Plan`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
@@ -19,6 +20,7 @@ from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core import ladder, nodestate
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT
 from gpuaccept.operator.core.conditions import with_accepted_condition
+from gpuaccept.operator.core.gpupublishing import NodeGpus, node_gpus
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,
@@ -65,6 +67,11 @@ class NodeContext:
     # Probe-labelled pods on the node that are not the operator's own
     # (core/podidentity.py): never read, never deleted; ``obs.pods`` holds the rest.
     foreign_pods: tuple[ForeignPod, ...] = ()
+
+    @cached_property
+    def gpus(self) -> NodeGpus:
+        """How the node publishes its GPUs, and its DRA pools (core/gpupublishing.py)."""
+        return node_gpus(self.node, self.obs.resource_slices, self.obs.config.dra_drivers)
 
     def judge_report(self, report: ProbeReport) -> Verdict | str:
         """The judge's verdict, or why it failed. A report can pass the contract and
@@ -135,6 +142,7 @@ class NodeContext:
                 "policy_generation": policy.generation,
                 "policy_uid": policy.uid or None,
                 "node_uid": self.node.uid or st.node_uid,
+                "gpu_publishing": self.gpus.mode,
             }
         )
 

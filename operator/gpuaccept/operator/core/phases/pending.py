@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from gpuaccept.contracts.api import GPU_RESOURCE, REPROBE_ANNOTATION
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
+from gpuaccept.contracts.nodeacceptance import GpuPublishing, NodeAcceptanceStatus
 from gpuaccept.contracts.policy import GPUWaitExpiry
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, adopting, take_out_allowed
 from gpuaccept.operator.core.gpusharing import REASON_GPU_SHARING, sharing_refusal
@@ -37,6 +37,14 @@ from gpuaccept.operator.core.transitions import (
 
 # Phase Stalled: the node advertised no GPUs within the policy's waitForGPUs deadline.
 REASON_NO_GPUS = "NoGPUsAdvertised"
+# Phase Pending: a DRA node whose pool is not complete yet (core/gpupublishing.py).
+REASON_WAITING_FOR_RESOURCE_SLICES = "WaitingForResourceSlices"
+# Phase Waiting: the device plugin and a DRA driver both publish the node's GPUs.
+REASON_GPUS_PUBLISHED_TWICE = "GPUsPublishedTwice"
+# Phase Waiting: a DRA node whose pool is complete. Its probe pod would have to get the
+# GPUs through a ResourceClaim, which this release does not build yet: never probed
+# through nvidia.com/gpu (it has none), never accepted unprobed.
+REASON_PROBE_THROUGH_CLAIM_NOT_BUILT = "ProbeThroughClaimNotBuilt"
 
 
 def probe_manifest(ctx: NodeContext, st: NodeAcceptanceStatus) -> dict[str, Any]:
@@ -110,6 +118,15 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
     refusal = sharing_refusal(node)
     if refusal is not None:  # MPS or a renamed resource: the probe cannot be admitted
         return blocked(ctx, out, reason=REASON_GPU_SHARING, message=refusal, pod=None)
+    publishing = ctx.gpus
+    if publishing.mode == GpuPublishing.BOTH:
+        return blocked(ctx, out, reason=REASON_GPUS_PUBLISHED_TWICE, message=_twice(ctx), pod=None)
+    if publishing.mode == GpuPublishing.DRA:
+        if not publishing.ready:
+            return _wait_for_gpus(ctx, out)
+        return blocked(
+            ctx, out, reason=REASON_PROBE_THROUGH_CLAIM_NOT_BUILT, message=_no_claim(ctx), pod=None
+        )
     if node.gpus <= 0:
         return _wait_for_gpus(ctx, out)
     waiting = _waits_before_probing(ctx, out)
@@ -120,6 +137,7 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
     # The wait is over now: not this attempt's reason.
     waited = st.reason in (
         REASON_WAITING_FOR_GPUS,
+        REASON_WAITING_FOR_RESOURCE_SLICES,
         REASON_NO_GPUS,
         REASON_GPUS_UNHEALTHY,
         *WAIT_REASONS,
@@ -162,9 +180,29 @@ def _cordoned(ctx: NodeContext, out: PlanBuilder) -> Plan:
     return out.build("waiting: cordoned")
 
 
+def _twice(ctx: NodeContext) -> str:
+    return cut(
+        f"the node has {ctx.node.gpu_capacity} {GPU_RESOURCE} from the device plugin and "
+        f"ResourceSlices of a DRA driver ({ctx.gpus.describe()}): the same GPUs could be "
+        "handed out twice, and the probe cannot tell which way workloads get them. Run one "
+        "of the two on this node (or leave the driver out of the operator's --dra-driver)",
+        1000,
+    )
+
+
+def _no_claim(ctx: NodeContext) -> str:
+    return cut(
+        f"the node publishes its GPUs through DRA ({ctx.gpus.describe()}); its probe pod "
+        f"would get them through a ResourceClaim, which this release does not build yet: "
+        f"it is not probed through {GPU_RESOURCE} (it has none) and never accepted unprobed",
+        1000,
+    )
+
+
 def _wait_for_gpus(ctx: NodeContext, out: PlanBuilder) -> Plan:
     """The device plugin has not advertised nvidia.com/gpu (a node that just
-    joined): a probe now would request no GPU. The Node update that adds them
+    joined), or a DRA node's pool is not complete yet: a probe now would request
+    no GPU, or not all of them. The Node or ResourceSlice update that changes it
     wakes this node again; it stays out meanwhile, until the policy's
     ``waitForGPUs`` deadline, then it is Stalled (still probed once GPUs appear).
     """
@@ -172,14 +210,23 @@ def _wait_for_gpus(ctx: NodeContext, out: PlanBuilder) -> Plan:
     wait = spec.wait_for_gpus
     since = st.waiting_since or now
     deadline = since + timedelta(seconds=wait.timeout_seconds)
+    dra = ctx.gpus.mode == GpuPublishing.DRA
     if now < deadline:
-        message = f"the node advertises no allocatable {GPU_RESOURCE} yet"
-        waiting_for_gpus(ctx, out, reason=REASON_WAITING_FOR_GPUS, message=message, since=since)
+        if dra:
+            reason = REASON_WAITING_FOR_RESOURCE_SLICES
+            message = cut(f"the node's DRA pool is not complete yet: {ctx.gpus.describe()}", 1000)
+        else:
+            reason = REASON_WAITING_FOR_GPUS
+            message = f"the node advertises no allocatable {GPU_RESOURCE} yet"
+        waiting_for_gpus(ctx, out, reason=reason, message=message, since=since)
         out.wake_in((deadline - now).total_seconds())
-        return out.build("waiting for allocatable GPUs")
+        return out.build("waiting for a complete pool" if dra else "waiting for allocatable GPUs")
     unhealthy = ctx.node.gpu_capacity > 0
     reason = REASON_GPUS_UNHEALTHY if unhealthy else REASON_NO_GPUS
-    message = cut(unhealthy_message(ctx) if unhealthy else stalled_message(ctx), 1000)
+    if dra:
+        message = cut(pool_stalled_message(ctx), 1000)
+    else:
+        message = cut(unhealthy_message(ctx) if unhealthy else stalled_message(ctx), 1000)
     if stalled(ctx, out, reason=reason, message=message, since=since):
         out.wake_in(1)  # the next pass brings the node in line with Stalled
     return out.build("stalled: no GPUs advertised")
@@ -193,6 +240,18 @@ def unhealthy_message(ctx: NodeContext) -> str:
         " s): the device plugin marks every GPU unhealthy (its logs and the node's Xid "
         "events say why). The pending taint stays whatever waitForGPUs.onTimeout says: the "
         "node never takes pods unprobed. It is probed once it advertises GPUs."
+    )
+
+
+def pool_stalled_message(ctx: NodeContext) -> str:
+    wait = ctx.spec.wait_for_gpus
+    return (
+        f"the node's DRA pool was not complete within waitForGPUs.timeoutSeconds "
+        f"({wait.timeout_seconds} s): {ctx.gpus.describe()}. The DRA driver's kubelet plugin "
+        "on the node publishes it (its logs say why it did not finish; check that it "
+        f"tolerates the pending taint {ctx.spec.pending_taint_key}:NoSchedule); "
+        f"waitForGPUs.onTimeout: {wait.on_timeout.value}. It is probed once the pool is "
+        "complete."
     )
 
 

@@ -47,6 +47,8 @@ WAIT_REASONS = frozenset(
         REASON_POD_ALTERED,
         "RuntimeClassMissing",
         "GPUSharing",  # core/gpusharing.py
+        "GPUsPublishedTwice",  # core/phases/pending.py (device plugin and DRA at once)
+        "ProbeThroughClaimNotBuilt",  # core/phases/pending.py (a DRA node: no claim yet)
     }
 )
 
