@@ -75,6 +75,8 @@ CLUSTER_ALLOW: dict[Grant, str] = {
     ("gpuaccept.io", "nodeacceptances/status", "patch", ""): "Kube.patch_na_status",
     ("", "pods", "list", ""): "Kube.list_running_pods_on_node",
     ("", "pods/eviction", "create", ""): "Kube.evict_pod (the drain of a quarantined node)",
+    ("resource.k8s.io", "resourceslices", "list", ""): "kopf index on ResourceSlices (DRA)",
+    ("resource.k8s.io", "resourceslices", "watch", ""): "kopf index/event watch (DRA)",
 }
 
 NAMESPACE_ALLOW: dict[Grant, str] = {
@@ -182,6 +184,31 @@ def test_no_wildcards_no_secrets_cluster_wide_pods_only_listed(values: Any) -> N
     # watch, get, delete or other write.
     pods = {g for g in cluster if g[1].startswith("pods")}
     assert pods == {("", "pods", "list", ""), ("", "pods/eviction", "create", "")}
+
+
+def test_without_dra_drivers_resource_slices_are_neither_watched_nor_granted(
+    tmp_path: Path,
+) -> None:
+    values = tmp_path / "no-dra.yaml"
+    values.write_text("operator:\n  draDrivers: []\n")
+    rendered = render_chart(namespace=NAMESPACE, values_files=[values])
+    args = one(rendered, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--dra-driver=" in args
+    granted = grants(operator_cluster_role(rendered))
+    assert not {g for g in granted if g[0] == "resource.k8s.io"}
+    assert granted == CLUSTER_ALLOW.keys() - {
+        ("resource.k8s.io", "resourceslices", "list", ""),
+        ("resource.k8s.io", "resourceslices", "watch", ""),
+    }
+    handlers = importlib.import_module("gpuaccept.operator.handlers")
+    controller = MagicMock()
+    controller.config.dra_drivers = ()
+    registry = handlers.build_registry(controller)
+    watched = {
+        h.selector.plural
+        for h in [*registry._indexing.get_all_handlers(), *registry._watching.get_all_handlers()]
+    }
+    assert "resourceslices" not in watched
 
 
 def test_bindings_point_at_the_operator_only(docs: list[Manifest]) -> None:
@@ -294,7 +321,9 @@ def code_grants() -> dict[str, set[Grant]]:
             )
             scopes[scope].add((parts.get("group") or "", resource, verb, ""))
     assert calls >= 10, "the operator's API calls changed shape: update this parser"
-    registry = handlers.build_registry(MagicMock())
+    controller = MagicMock()
+    controller.config.dra_drivers = ("gpu.nvidia.com",)  # the chart's default
+    registry = handlers.build_registry(controller)
     for handler in [*registry._indexing.get_all_handlers(), *registry._watching.get_all_handlers()]:
         selector = handler.selector
         plural = selector.plural or selector.any_name

@@ -131,6 +131,7 @@ and is put before the repository otherwise. */}}
 {{- if .Values.operator.allowControlPlaneNodes }}
 - --allow-control-plane-nodes
 {{- end }}
+- --dra-driver={{ join "," .Values.operator.draDrivers }}
 {{- range .Values.operator.ownedKeyPrefixes }}
 - --owned-key-prefix={{ . }}
 {{- end }}

@@ -32,7 +32,13 @@ from gpuaccept.operator.core.capacity import gated
 from gpuaccept.operator.core.fabric.membership import fabric_candidate_policy
 from gpuaccept.operator.core.fleetcount import FleetCount
 from gpuaccept.operator.core.inservice.correlation import signatures
-from gpuaccept.operator.core.model import NAView, NodeView, PodView, SignatureSeen
+from gpuaccept.operator.core.model import (
+    NAView,
+    NodeView,
+    PodView,
+    ResourceSliceView,
+    SignatureSeen,
+)
 from gpuaccept.operator.views import (
     CachedAcceptance,
     PolicyEntry,
@@ -40,6 +46,7 @@ from gpuaccept.operator.views import (
     node_view,
     pod_view,
     policy_entry,
+    resource_slice_view,
     resource_version,
 )
 
@@ -51,6 +58,9 @@ NODES_INDEX = "gpuaccept_nodes"
 NAS_INDEX = "gpuaccept_nodeacceptances"
 POLICIES_INDEX = "gpuaccept_policies"
 PODS_INDEX = "gpuaccept_probe_pods"
+# ResourceSlices of the configured DRA drivers, by node (registered only when the
+# operator has DRA drivers: --dra-driver).
+SLICES_INDEX = "gpuaccept_resource_slices"
 
 
 def _index_values(index: Any, key: str) -> list[Any]:
@@ -136,6 +146,7 @@ class Cache:
             if name not in kwargs:
                 raise RuntimeError(f"kopf did not pass the index {name!r}")
             self.indexes[name] = kwargs[name]
+        self.indexes[SLICES_INDEX] = kwargs.get(SLICES_INDEX)  # absent: no DRA driver
         self.synced.set()
 
     def write(self, kind: str, key: str, rv: int, value: Any) -> None:
@@ -355,6 +366,12 @@ class Cache:
             self._node_pods[node].add(name)
             self._overlay[("pod", name)] = _Written(rv, view)
 
+    def resource_slices(self, node: str) -> tuple[ResourceSliceView, ...]:
+        """The node's ResourceSlices of the configured DRA drivers (kopf's index holds
+        each slice once, at its last watched version), by name."""
+        views = _index_values(self.indexes.get(SLICES_INDEX), node)
+        return tuple(sorted(views, key=lambda view: view.name))
+
     def policies(self) -> list[PolicyEntry]:
         index = self.indexes.get(POLICIES_INDEX)
         if index is None:
@@ -405,3 +422,19 @@ def index_policy(
 ) -> dict[str, tuple[int, PolicyEntry]]:
     entry = policy_entry(body, owned_prefixes)
     return {entry.view.name: (resource_version(body), entry)}
+
+
+def slice_node(view: ResourceSliceView) -> str:
+    """The node a slice is about: its ``spec.nodeName``, or, for a slice that names
+    none, its pool (NVIDIA's driver names the pool after the node)."""
+    return view.node_name or view.pool
+
+
+def index_resource_slice(
+    body: Mapping[str, Any], drivers: frozenset[str]
+) -> dict[str, ResourceSliceView]:
+    """A slice of a configured driver under its node; any other slice is not kept."""
+    view = resource_slice_view(body)
+    if view.driver not in drivers or not slice_node(view):
+        return {}
+    return {slice_node(view): view}

@@ -33,6 +33,7 @@ from gpuaccept.operator.options import (
     OptionError,
     base_node_selector,
     check_ranges,
+    dra_drivers,
     fabric_pods,
     owned_key_prefixes,
     parser,
@@ -141,6 +142,7 @@ def main(argv: Sequence[str]) -> int:
         base_selector = base_node_selector(
             args.node_selector, allow_control_plane=args.allow_control_plane_nodes
         )
+        drivers = dra_drivers(args.dra_driver)
     except OptionError as error:
         sys.stderr.write(f"gpuaccept operator: {' '.join(str(error).split())}\n")
         return EXIT_USAGE
@@ -184,6 +186,7 @@ def main(argv: Sequence[str]) -> int:
         probe_env=extra_env,
         base_node_selector=base_selector,
         allow_control_plane=args.allow_control_plane_nodes,
+        dra_drivers=drivers,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     lease, lock = _elections(args, identity)

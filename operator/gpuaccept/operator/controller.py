@@ -358,6 +358,7 @@ class Controller:
             fabric_verdict=self.fabric.verdict(name, fabric.waiting_since) if fabric else None,
             gpu_pod_sample=self.reverify.sample(name),
             in_service_fleet=self._in_service_fleet(policies, name),
+            resource_slices=self.cache.resource_slices(name),
         )
 
     def _in_service_fleet(

@@ -23,10 +23,12 @@ from gpuaccept.operator.cache import (
     NODES_INDEX,
     PODS_INDEX,
     POLICIES_INDEX,
+    SLICES_INDEX,
     index_na,
     index_node,
     index_pod,
     index_policy,
+    index_resource_slice,
 )
 from gpuaccept.operator.controller import Controller
 from gpuaccept.operator.core.podspec import (
@@ -38,6 +40,9 @@ from gpuaccept.operator.core.podspec import (
 )
 
 log = logging.getLogger(__name__)
+
+# The DRA API whose ResourceSlices publish GPUs (GA since Kubernetes 1.34).
+RESOURCE_GROUP, RESOURCE_VERSION, SLICES_PLURAL = "resource.k8s.io", "v1", "resourceslices"
 
 
 def node_watch_filters(
@@ -145,6 +150,8 @@ def build_registry(
         if FABRIC_PAIR_LABEL in labels:  # a fabric pair's pod: the pair pass reads it
             controller.fabric.poke()
 
+    _watch_resource_slices(controller, registry)  # none without a DRA driver
+
     # ---------------------------------------------------------------- lifecycle
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -156,6 +163,29 @@ def build_registry(
         await controller.stop()
 
     return registry
+
+
+def _watch_resource_slices(controller: Controller, registry: kopf.OperatorRegistry) -> None:
+    """ResourceSlices of the configured DRA drivers, kept by node (kopf's index; the
+    other drivers' slices are not kept), and a slice change re-queues its node. kopf
+    lists and watches every slice (it sets no field selector) and filters here."""
+    drivers = frozenset(controller.config.dra_drivers)
+    if not drivers:
+        return
+
+    async def gpuaccept_resource_slices(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return index_resource_slice(body, drivers)
+
+    assert gpuaccept_resource_slices.__name__ == SLICES_INDEX
+    kopf.index(RESOURCE_GROUP, RESOURCE_VERSION, SLICES_PLURAL, id=SLICES_INDEX, registry=registry)(
+        gpuaccept_resource_slices
+    )
+
+    @kopf.on.event(RESOURCE_GROUP, RESOURCE_VERSION, SLICES_PLURAL, registry=registry)
+    async def resource_slice_event(body: kopf.Body, **kwargs: Any) -> None:
+        controller.cache.attach(kwargs)
+        for node in index_resource_slice(body, drivers):  # a deletion: its last state
+            controller.enqueue(node)
 
 
 class NoDiffBaseStorage(kopf.DiffBaseStorage):

@@ -375,6 +375,14 @@ def parser() -> argparse.ArgumentParser:
         "and every pod the operator creates requires a node without those labels",
     )
     p.add_argument(
+        "--dra-driver",
+        default=env("GPUACCEPT_DRA_DRIVERS", DEFAULT_DRA_DRIVER),
+        help="the DRA drivers whose ResourceSlices publish GPUs, comma-separated: a node "
+        "with a slice of one of them is DRA-published and waits for a complete pool "
+        "(docs/architecture.md); empty: ResourceSlices are not watched, only the device "
+        "plugin's nvidia.com/gpu counts",
+    )
+    p.add_argument(
         "--unmatched-grace",
         type=float,
         default=float(env("GPUACCEPT_UNMATCHED_GRACE", "900")),
@@ -574,6 +582,18 @@ def owned_key_prefixes(extra: list[str]) -> tuple[str, ...]:
                 f"--owned-key-prefix: {prefix} belongs to Kubernetes or the NVIDIA device plugin"
             )
     return tuple(dict.fromkeys([OWNED_KEY_PREFIX, *extra]))
+
+
+DEFAULT_DRA_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver for GPUs
+
+
+def dra_drivers(text: str) -> tuple[str, ...]:
+    """``--dra-driver``: DRA driver names (DNS subdomains), comma-separated."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    for name in names:
+        if not _DNS_SUBDOMAIN.match(name) or len(name) > _MAX_SUBDOMAIN:
+            raise OptionError(f"--dra-driver: {name!r} is not a DNS subdomain (a driver's name)")
+    return tuple(dict.fromkeys(names))
 
 
 def base_node_selector(

@@ -25,6 +25,7 @@ from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
 from gpuaccept.operator.core.model import (
     ConditionSeen,
+    DraDevice,
     FabricPodLabels,
     NAView,
     NodeCondition,
@@ -32,6 +33,7 @@ from gpuaccept.operator.core.model import (
     NodeView,
     PodView,
     PolicyView,
+    ResourceSliceView,
     Taint,
 )
 from gpuaccept.operator.core.podidentity import controller_uid, mounts_token, shape_digest
@@ -121,6 +123,56 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
         remedy=conditions.get(REMEDY_CONDITION_TYPE),
         created=_timestamp(meta.get("creationTimestamp")),
         conditions=tuple(others),
+    )
+
+
+def _attribute(attributes: Mapping[str, Any], name: str) -> object:
+    """A device attribute's value (``string``, ``int``, ``bool`` or ``version``), by its
+    bare name or qualified by the driver's domain; None when absent or not a mapping."""
+    raw = attributes.get(name)
+    if not isinstance(raw, Mapping):
+        return None
+    for kind in ("string", "int", "bool", "version"):
+        if kind in raw:
+            return raw[kind]
+    return None
+
+
+def _dra_device(raw: object) -> DraDevice | None:
+    if not isinstance(raw, Mapping) or not raw.get("name"):
+        return None
+    attributes = raw.get("attributes")
+    if not isinstance(attributes, Mapping):
+        attributes = {}
+    index = _attribute(attributes, "index")
+    return DraDevice(
+        name=str(raw["name"]),
+        uuid=str(_attribute(attributes, "uuid") or ""),
+        product_name=str(_attribute(attributes, "productName") or ""),
+        index=index if isinstance(index, int) and not isinstance(index, bool) else None,
+        kind=str(_attribute(attributes, "type") or ""),
+    )
+
+
+def resource_slice_view(body: Mapping[str, Any]) -> ResourceSliceView:
+    """A ``resource.k8s.io/v1`` ResourceSlice as the core reads it. A field of the
+    wrong shape reads as absent (the API server validates slices; this never raises)."""
+    meta = _meta(body)
+    spec = body.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    pool = spec.get("pool")
+    pool = pool if isinstance(pool, Mapping) else {}
+    raw_devices = spec.get("devices")
+    devices = raw_devices if isinstance(raw_devices, list) else []
+    return ResourceSliceView(
+        name=str(meta.get("name", "")),
+        driver=str(spec.get("driver") or ""),
+        pool=str(pool.get("name") or ""),
+        generation=_quantity(pool.get("generation", 0)),
+        slice_count=_quantity(pool.get("resourceSliceCount", 0)),
+        node_name=str(spec.get("nodeName") or ""),
+        devices=tuple(d for d in map(_dra_device, devices) if d is not None),
+        resource_version=str(meta.get("resourceVersion", "")),
     )
 
 
