@@ -222,3 +222,22 @@ def test_explain_shows_why_a_node_was_quarantined_in_service(healthy: ProbeRepor
 def test_explain_without_an_in_service_ledger_says_nothing_of_it(healthy: ProbeReport) -> None:
     text = "\n".join(explain_lines(acceptance("gpu-good", healthy), policy_object()))
     assert "in service" not in text
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("DevicePlugin", "device plugin (nvidia.com/gpu)"),
+        ("DRA", "through DRA"),
+        ("Both", "at once (not probed)"),
+    ],
+)
+def test_explain_says_how_the_node_publishes_its_gpus(mode: str, says: str) -> None:
+    status = {"phase": "Pending", "policy": "default", "gpuPublishing": mode}
+    lines = explain_lines({"metadata": {"name": "gpu-1"}, "status": status}, None)
+    assert any(says in line for line in lines), lines
+
+
+def test_explain_says_nothing_of_publishing_where_the_status_does_not() -> None:
+    lines = explain_lines(acceptance("gpu-new", None), policy_object())
+    assert not any("published" in line for line in lines)

@@ -53,10 +53,26 @@ def _summary(name: str, status: Mapping[str, Any], policy: Mapping[str, Any] | N
         out.append(f"policy {policy_name}{judged}")
         if policy is None:
             out.append(f"policy {policy_name} not found: the stored results are shown as judged")
+    out += _publishing(status.get("gpuPublishing"))
     if status.get("message") and not status.get("reasons"):  # the reasons say it in full
         out.append(f"message: {status['message']}")
     out += _release(status)
     return out
+
+
+PUBLISHING = {
+    "DevicePlugin": "GPUs published by the device plugin (nvidia.com/gpu)",
+    "DRA": "GPUs published through DRA (ResourceSlices of a configured driver)",
+    "Both": "GPUs published by the device plugin and through DRA at once (not probed)",
+}
+
+
+def _publishing(mode: object) -> list[str]:
+    """How the node publishes its GPUs (status.gpuPublishing) as last written; nothing
+    when the status does not say (none published yet, or written by an older release:
+    its reason says which)."""
+    line = PUBLISHING.get(str(mode))
+    return [line] if line else []
 
 
 def _release(status: Mapping[str, Any]) -> list[str]:
