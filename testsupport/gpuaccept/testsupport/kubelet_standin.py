@@ -143,6 +143,7 @@ from gpuaccept.testsupport.standin_containers import (
     field_ref,
     truncate_termination_message,
 )
+from gpuaccept.testsupport.standin_dra import DRA_DRIVER, DraPublisher, node_gpus
 from gpuaccept.testsupport.standin_nodes import (
     JSON,
     SimNode,
@@ -223,6 +224,7 @@ class KubeletStandIn:
         self._api = k8s.ApiClient(cfg)
         self._api.user_agent = "gpuaccept-kubelet-standin"
         self.core = k8s.CoreV1Api(self._api)
+        self.dra = DraPublisher(self._api)  # the DRA-published nodes' ResourceSlices
         self.default_behaviour: Behaviour | BehaviourHook = default_behaviour or RunProcess()
         self.entrypoints: dict[str, list[str]] = {
             k: list(v) for k, v in settings.entrypoints.items()
@@ -335,6 +337,11 @@ class KubeletStandIn:
         self.add_nodes([node])
 
     def _register(self, n: SimNode) -> None:
+        self._register_node(n)
+        if n.dra:  # its DRA driver publishes the pool once the node is there
+            self.publish_pool(n.name, slices=n.dra_slices, leave_out=n.dra_left_out)
+
+    def _register_node(self, n: SimNode) -> None:
         body: JSON = {
             "apiVersion": "v1",
             "kind": "Node",
@@ -370,6 +377,32 @@ class KubeletStandIn:
             )
         self._patch_node_status(n.name, node_status(n))
 
+    def publish_pool(
+        self,
+        node_name: str,
+        *,
+        slices: int = 1,
+        leave_out: Iterable[int] = (),
+        drop: Iterable[int] = (),
+    ) -> int:
+        """Publish the DRA node's pool under its next generation, as NVIDIA's driver
+        does: its GPUs (the profile's count and product) in ``slices`` slices, the slices
+        numbered in ``leave_out`` not published (an incomplete pool), the GPUs indexed in
+        ``drop`` left out (a GPU the driver lost). Returns the generation."""
+        with self._lock:
+            n = self._nodes[node_name]
+        dropped = set(drop)
+        gpus = [
+            gpu
+            for gpu in node_gpus(n.name, n.gpu_counts().capacity, n.gpu_product.replace("-", " "))
+            if gpu.index not in dropped
+        ]
+        driver = n.dra_driver or DRA_DRIVER
+        with self._api_sem:
+            return self.dra.publish(
+                node_name, gpus, slices=slices, leave_out=leave_out, driver=driver
+            )
+
     def read_node(self, name: str) -> JSON:
         """The Node object as the API server has it now (admission reads its labels)."""
         with self._api_sem:
@@ -392,7 +425,10 @@ class KubeletStandIn:
                     if e.status != 404:
                         raise
             with self._lock:
-                self._nodes.pop(name, None)
+                node = self._nodes.pop(name, None)
+            if node is not None and node.dra:  # the driver's slices go with the node
+                with self._api_sem:
+                    self.dra.withdraw(name)
 
     def set_behaviour(self, node_name: str, behaviour: Behaviour | BehaviourHook | None) -> None:
         """Per-node override for pods started from now on (None: the default behaviour)."""

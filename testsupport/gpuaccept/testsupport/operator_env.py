@@ -50,6 +50,7 @@ from gpuaccept.testsupport.controlplane import ControlPlane, repo_root
 from gpuaccept.testsupport.crd_install import apply_crds
 from gpuaccept.testsupport.kubelet_standin import Behaviour, BehaviourHook, KubeletStandIn, SimNode
 from gpuaccept.testsupport.ports import free_ports
+from gpuaccept.testsupport.standin_dra import DRA_DRIVER
 
 ROOT = repo_root()
 NAMESPACE = "gpuaccept-optest"
@@ -208,6 +209,33 @@ class Env:
                 labels={SUITE_LABEL: suite, "nvidia.com/gpu.present": "false"},
                 taints=[PENDING_TAINT] if taints is None else taints,
                 behaviour=behaviour,
+            )
+            for key, profile in profiles.items()
+        ]
+        self.standin.add_nodes(sims)
+        return [s.name for s in sims]
+
+    def dra_nodes(
+        self,
+        suite: str,
+        profiles: dict[str, str],
+        *,
+        driver: str = DRA_DRIVER,
+        slices: int = 1,
+        left_out: tuple[int, ...] = (),
+    ) -> list[str]:
+        """Register nodes ``<suite>-<key>`` under the pending taint whose GPUs ``driver``
+        publishes in ResourceSlices (``slices`` of them, those numbered in ``left_out``
+        not yet), not as nvidia.com/gpu (testsupport/standin_dra.py)."""
+        sims = [
+            SimNode(
+                name=f"{suite}-{key}",
+                profile=profile,
+                labels={SUITE_LABEL: suite, "nvidia.com/gpu.present": "false"},
+                taints=[PENDING_TAINT],
+                dra_driver=driver,
+                dra_slices=slices,
+                dra_left_out=left_out,
             )
             for key, profile in profiles.items()
         ]

@@ -87,6 +87,18 @@ class SimNode:
     # (re-verification finds what changed; docs/profile-format.md).
     later_profile: str | None = None
     pods_run: int = 0
+    # GPUs published through DRA by this driver (the stand-in's ResourceSlices,
+    # testsupport/standin_dra.py; NVIDIA's is gpu.nvidia.com) instead of the device
+    # plugin: no nvidia.com/gpu at all. None: the device plugin publishes them.
+    dra_driver: str | None = None
+    # The pool as first published: in this many slices, those numbered here left out
+    # (an incomplete pool until KubeletStandIn.publish_pool publishes it whole).
+    dra_slices: int = 1
+    dra_left_out: tuple[int, ...] = ()
+
+    @property
+    def dra(self) -> bool:
+        return self.dra_driver is not None
 
     def probe_profile(self) -> str | None:
         """The profile the next pod runs against (counts the pods run)."""
@@ -178,9 +190,11 @@ def node_status(n: SimNode) -> JSON:
         for t, r, m in pressure
     ]
     conditions.append(ready_condition(n.ready))
+    gpus = {} if n.dra else {"nvidia.com/gpu": str(counts.capacity)}
+    allocatable = {} if n.dra else {"nvidia.com/gpu": str(counts.allocatable)}
     return {
-        "capacity": {**capacity, "nvidia.com/gpu": str(counts.capacity)},
-        "allocatable": {**capacity, "nvidia.com/gpu": str(counts.allocatable)},
+        "capacity": {**capacity, **gpus},
+        "allocatable": {**capacity, **allocatable},
         "conditions": conditions,
         "addresses": [
             {"type": "InternalIP", "address": n.address or "127.0.0.1"},

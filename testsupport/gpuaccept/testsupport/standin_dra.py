@@ -1,0 +1,138 @@
+"""The kubelet stand-in's DRA driver (test support): the ResourceSlices a
+DRA-published node's GPUs appear in, shaped as NVIDIA's driver publishes them.
+
+NVIDIA's driver (github.com/NVIDIA/k8s-dra-driver-gpu, now
+kubernetes-sigs/dra-driver-nvidia-gpu; ``cmd/gpu-kubelet-plugin/deviceinfo.go``,
+``GpuInfo.GetDevice``) publishes each whole GPU as a device named
+``gpu-<minor>`` with the attributes ``type`` (``gpu``), ``uuid``,
+``productName``, ``brand``, ``architecture``, ``cudaComputeCapability``,
+``driverVersion``, ``cudaDriverVersion``, ``pcieBusID`` and a ``memory``
+capacity, in a pool named after the node (``spec.nodeName`` set), driver
+``gpu.nvidia.com``. The stand-in publishes those the profile states (count,
+product name; the UUIDs the simulated probe reports) and ``index`` (older
+releases of the driver published one), and can republish the pool under a new
+generation, split it over several slices, leave a slice out (an incomplete
+pool) or drop a device.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from gpuaccept.probe.hardware.simulated_watch import simulated_uuid
+
+JSON = dict[str, Any]
+DRA_DRIVER = "gpu.nvidia.com"
+GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceslices"
+
+
+@dataclass(frozen=True)
+class DraGpu:
+    index: int
+    uuid: str
+    product_name: str
+
+    def device(self) -> JSON:
+        return {
+            "name": f"gpu-{self.index}",
+            "attributes": {
+                "type": {"string": "gpu"},
+                "uuid": {"string": self.uuid},
+                "productName": {"string": self.product_name},
+                "index": {"int": self.index},
+            },
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+
+
+def node_gpus(node_name: str, count: int, product_name: str) -> list[DraGpu]:
+    """The node's GPUs as its DRA driver sees them: the simulated probe's UUIDs."""
+    return [DraGpu(i, simulated_uuid(node_name, i), product_name) for i in range(count)]
+
+
+def slice_manifests(
+    node_name: str,
+    gpus: Iterable[DraGpu],
+    *,
+    generation: int,
+    slices: int = 1,
+    driver: str = DRA_DRIVER,
+) -> list[JSON]:
+    """The pool's ``slices`` ResourceSlices at ``generation`` (devices dealt in order)."""
+    devices = [gpu.device() for gpu in gpus]
+    per = -(-len(devices) // slices) if devices else 0
+    return [
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node_name}-{driver}-g{generation}-{i}"},
+            "spec": {
+                "driver": driver,
+                "nodeName": node_name,
+                "pool": {
+                    "name": node_name,
+                    "generation": generation,
+                    "resourceSliceCount": slices,
+                },
+                "devices": devices[i * per : (i + 1) * per],
+            },
+        }
+        for i in range(slices)
+    ]
+
+
+class DraPublisher:
+    """Publishes and withdraws the stand-in nodes' ResourceSlices through the API."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self.custom = k8s.CustomObjectsApi(api)
+        self._lock = threading.Lock()
+        self._generations: dict[str, int] = {}  # node -> the pool's last generation
+
+    def publish(
+        self,
+        node_name: str,
+        gpus: Iterable[DraGpu],
+        *,
+        slices: int = 1,
+        leave_out: Iterable[int] = (),
+        driver: str = DRA_DRIVER,
+    ) -> int:
+        """Publish the pool under its next generation (``slices`` slices, those numbered
+        in ``leave_out`` not created: an incomplete pool), then withdraw the older
+        generations, as a driver does. Returns the generation."""
+        with self._lock:
+            generation = self._generations.get(node_name, 0) + 1
+            self._generations[node_name] = generation
+        skipped = set(leave_out)
+        manifests = slice_manifests(
+            node_name, gpus, generation=generation, slices=slices, driver=driver
+        )
+        for i, body in enumerate(manifests):
+            if i not in skipped:
+                self.custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+        self.withdraw(node_name, below=generation)
+        return generation
+
+    def withdraw(self, node_name: str, *, below: int | None = None) -> None:
+        """Delete the node's slices (those of a generation below ``below`` only)."""
+        listed = self.custom.list_cluster_custom_object(
+            GROUP, VERSION, PLURAL, field_selector=f"spec.nodeName={node_name}"
+        )
+        assert isinstance(listed, dict)
+        for item in listed.get("items", []):
+            if below is not None and item["spec"]["pool"]["generation"] >= below:
+                continue
+            try:
+                self.custom.delete_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, item["metadata"]["name"]
+                )
+            except ApiException as error:
+                if error.status != 404:
+                    raise
