@@ -75,7 +75,9 @@ CLUSTER_ALLOW: dict[Grant, str] = {
     ("gpuaccept.io", "nodeacceptances/status", "patch", ""): "Kube.patch_na_status",
     ("", "pods", "list", ""): "Kube.list_running_pods_on_node",
     ("", "pods/eviction", "create", ""): "Kube.evict_pod (the drain of a quarantined node)",
-    ("resource.k8s.io", "resourceslices", "list", ""): "kopf index on ResourceSlices (DRA)",
+    ("resource.k8s.io", "resourceslices", "list", ""): (
+        "kopf index on ResourceSlices (DRA), Kube.list_resource_slice_names"
+    ),
     ("resource.k8s.io", "resourceslices", "watch", ""): "kopf index/event watch (DRA)",
 }
 

@@ -101,10 +101,10 @@ class Unlisted:
     """An entry of the cache that the last relist did not show: verified against the
     API server, then dropped (:meth:`Cache.forget`) if it is gone."""
 
-    kind: str  # node | na | pod | policy
+    kind: str  # node | na | pod | policy | slice
     key: str  # the object's name
     rv: int  # the resourceVersion the cache holds
-    node: str = ""  # a pod's node (its index key)
+    node: str = ""  # a pod's or a ResourceSlice's node (its index key)
 
 
 class Cache:
@@ -186,10 +186,10 @@ class Cache:
 
     def _entries(self, kind: str) -> list[Unlisted]:
         """Every entry of ``kind`` in kopf's indexes, at the newest resourceVersion."""
-        if kind == "pod":
-            index = self.indexes.get(PODS_INDEX)
+        if kind in ("pod", "slice"):  # kept by node
+            index = self.indexes.get(PODS_INDEX if kind == "pod" else SLICES_INDEX)
             return [
-                Unlisted("pod", view.name, rv, node)
+                Unlisted(kind, view.name, rv, node)
                 for node in list(index or ())
                 for rv, view in _index_values(index, node)
             ]
@@ -368,8 +368,14 @@ class Cache:
 
     def resource_slices(self, node: str) -> tuple[ResourceSliceView, ...]:
         """The node's ResourceSlices of the configured DRA drivers (kopf's index holds
-        each slice once, at its last watched version), by name."""
-        views = _index_values(self.indexes.get(SLICES_INDEX), node)
+        each slice once, at its last watched version), by name; a slice a relist showed
+        gone (:meth:`forget`) is left out unless a newer one took its name."""
+        views = []
+        for rv, view in _index_values(self.indexes.get(SLICES_INDEX), node):
+            with self._lock:
+                gone = self._overlay.get(("slice", view.name))
+            if gone is None or gone.rv < rv:
+                views.append(view)
         return tuple(sorted(views, key=lambda view: view.name))
 
     def policies(self) -> list[PolicyEntry]:
@@ -432,9 +438,9 @@ def slice_node(view: ResourceSliceView) -> str:
 
 def index_resource_slice(
     body: Mapping[str, Any], drivers: frozenset[str]
-) -> dict[str, ResourceSliceView]:
+) -> dict[str, tuple[int, ResourceSliceView]]:
     """A slice of a configured driver under its node; any other slice is not kept."""
     view = resource_slice_view(body)
     if view.driver not in drivers or not slice_node(view):
         return {}
-    return {slice_node(view): view}
+    return {slice_node(view): (resource_version(body), view)}

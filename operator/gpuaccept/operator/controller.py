@@ -309,7 +309,7 @@ class Controller:
         self.cache.refresh_policies()
         self.cache.settle()
         for entry in gone:
-            self.enqueue(entry.node if entry.kind == "pod" else entry.key)
+            self.enqueue(entry.node if entry.kind in ("pod", "slice") else entry.key)
         if any(entry.kind == "policy" for entry in gone):
             self.enqueue_all()
 
@@ -322,11 +322,17 @@ class Controller:
             else set()
         )
         policies = self.kube.list_policy_names() if "policy" in kinds else set()
+        slices = (
+            self.kube.list_resource_slice_names(self.config.dra_drivers)
+            if "slice" in kinds
+            else set()
+        )
         exists = {
             "node": lambda name: self.kube.get_node(name) is not None,
             "na": lambda name: self.kube.get_na(name) is not None,
             "pod": lambda name: name in pods,
             "policy": lambda name: name in policies,
+            "slice": lambda name: name in slices,
         }
         return [entry for entry in unlisted if not exists[entry.kind](entry.key)]
 

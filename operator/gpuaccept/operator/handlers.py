@@ -182,9 +182,12 @@ def _watch_resource_slices(controller: Controller, registry: kopf.OperatorRegist
     )
 
     @kopf.on.event(RESOURCE_GROUP, RESOURCE_VERSION, SLICES_PLURAL, registry=registry)
-    async def resource_slice_event(body: kopf.Body, **kwargs: Any) -> None:
+    async def resource_slice_event(
+        body: kopf.Body, name: str, type: str | None, **kwargs: Any
+    ) -> None:
         controller.cache.attach(kwargs)
         for node in index_resource_slice(body, drivers):  # a deletion: its last state
+            controller.cache.saw("slice", name, type, time.monotonic())
             controller.enqueue(node)
 
 

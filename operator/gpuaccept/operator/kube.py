@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -34,6 +34,8 @@ USER_AGENT = "gpuaccept-operator"
 EVENT_NAMESPACE = "default"  # Events on cluster-scoped objects live here (as the kubelet's do)
 NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
 POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
+# The DRA drivers' ResourceSlices (resource.k8s.io/v1, GA since Kubernetes 1.34).
+RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 # The installation lock (leader.py): one Lease per cluster, in the namespace of the Events.
 LOCK_LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
@@ -195,6 +197,18 @@ class Kube:
         self._count("policy.list")
         body = self.request("GET", POLICY_PATH)
         return {str((i.get("metadata") or {}).get("name")) for i in body.get("items") or ()}
+
+    def list_resource_slice_names(self, drivers: Iterable[str]) -> set[str]:
+        """The names of the ResourceSlices of ``drivers`` that exist (a relist's check,
+        see cache.py): one list per driver, by the field selector ``spec.driver``."""
+        names: set[str] = set()
+        for driver in drivers:
+            self._count("resourceslice.list")
+            body = self.request(
+                "GET", RESOURCE_SLICES_PATH, query=[("fieldSelector", f"spec.driver={driver}")]
+            )
+            names |= {str((i.get("metadata") or {}).get("name")) for i in body.get("items") or ()}
+        return names
 
     # ------------------------------------------------------------- nodes
     def get_node(self, name: str) -> dict[str, Any] | None:

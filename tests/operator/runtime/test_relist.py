@@ -22,12 +22,19 @@ from gpuaccept.operator.cache import (
     PODS_INDEX,
     POLICIES_INDEX,
     RELIST_QUIET_SECONDS,
+    SLICES_INDEX,
     Cache,
 )
 from gpuaccept.operator.controller import Controller
 from gpuaccept.operator.core import OperatorConfig
 from gpuaccept.operator.core.judge import judge
-from gpuaccept.operator.core.model import NAView, NodeView, PodView, PolicyView
+from gpuaccept.operator.core.model import (
+    NAView,
+    NodeView,
+    PodView,
+    PolicyView,
+    ResourceSliceView,
+)
 from gpuaccept.operator.kube import Kube
 from gpuaccept.operator.views import CachedAcceptance, PolicyEntry
 
@@ -37,9 +44,15 @@ LABELS = {"nvidia.com/gpu.present": "true"}
 class ApiServer(Kube):
     """What exists now: the objects deleted while the watch was gone are not here."""
 
-    def __init__(self, nodes: set[str], pods: set[str], policies: set[str]) -> None:
+    def __init__(
+        self,
+        nodes: set[str],
+        pods: set[str],
+        policies: set[str],
+        slices: frozenset[str] = frozenset(),
+    ) -> None:
         super().__init__(k8s.ApiClient())
-        self.nodes, self.pods, self.policies = nodes, pods, policies
+        self.nodes, self.pods, self.policies, self.slices = nodes, pods, policies, slices
 
     def get_node(self, name: str) -> dict[str, Any] | None:
         return {"metadata": {"name": name}} if name in self.nodes else None
@@ -52,6 +65,9 @@ class ApiServer(Kube):
 
     def list_policy_names(self) -> set[str]:
         return set(self.policies)
+
+    def list_resource_slice_names(self, drivers: Any) -> set[str]:
+        return set(self.slices)
 
 
 def _indexes(nodes: list[str]) -> dict[str, Any]:
@@ -140,3 +156,28 @@ def test_no_relist_no_check() -> None:
     controller.cache.saw("node", "a", "MODIFIED", 1.0)
     controller.cache.saw("node", "b", "DELETED", 2.0)
     assert controller.cache.unlisted(1000.0) == []
+
+
+def _slice(node: str, generation: int) -> ResourceSliceView:
+    return ResourceSliceView(
+        name=f"{node}-g{generation}", driver="gpu.nvidia.com", pool=node,
+        generation=generation, slice_count=1, node_name=node,
+    )  # fmt: skip
+
+
+def test_a_resource_slice_deleted_during_a_watch_gap_leaves_the_node_pool() -> None:
+    """The driver republished the pool (generation 2) and withdrew generation 1 while
+    the watch was gone: the relist shows only the new slice, the old one is dropped and
+    its node reconciled."""
+    api = ApiServer(nodes={"a"}, pods={"probe-a"}, policies={"p"}, slices=frozenset({"a-g2"}))
+    controller = _controller(api, ["a"])
+    cache = controller.cache
+    cache.indexes[SLICES_INDEX] = {"a": [(9, _slice("a", 1)), (10, _slice("a", 2))]}
+    cache.saw("slice", "a-g1", None, 0.0)
+    cache.saw("slice", "a-g1", "MODIFIED", 1.0)
+    cache.saw("slice", "a-g2", None, 100.0)  # the relist after a 410 Gone
+    unlisted = cache.unlisted(100.0 + RELIST_QUIET_SECONDS)
+    assert [(u.kind, u.key, u.node) for u in unlisted] == [("slice", "a-g1", "a")]
+    controller.forget(controller._gone(unlisted))
+    assert [s.name for s in cache.resource_slices("a")] == ["a-g2"]
+    assert "a" in controller.queue._queued
