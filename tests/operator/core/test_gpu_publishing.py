@@ -226,3 +226,18 @@ def test_a_device_plugin_node_records_its_mode_and_is_probed() -> None:
         Phase.PROBING,
         GpuPublishing.DEVICE_PLUGIN,
     )
+
+
+def test_a_stalled_dra_node_leaves_the_gate_once_its_pool_is_complete() -> None:
+    world = dra_world(piece("a", range(4), count=2))
+    world.settle()
+    world.advance(world.policies[0].spec.wait_for_gpus.timeout_seconds + 1)  # type: ignore[union-attr]
+    world.settle()
+    assert world.status.phase == Phase.STALLED
+    world.resource_slices = (piece("a", range(4), count=2), piece("b", range(4, 8), count=2))
+    world.settle()
+    assert (world.status.phase, world.status.reason) == (
+        Phase.WAITING,
+        REASON_PROBE_THROUGH_CLAIM_NOT_BUILT,
+    )
+    assert world.pods == {}
