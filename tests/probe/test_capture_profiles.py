@@ -22,10 +22,6 @@ from gpuaccept.testsupport.captures.model import Missing, NodeCapture
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 FOLDERS = corpus.folders(CAPTURES)
 
-ECC_MODE_NOT_SUPPORTED = (
-    "gpus.memory.ecc is a bool: the format cannot say that nvmlDeviceGetEccMode answers "
-    "NotSupported, as it does on a GPU without ECC (nvidia-smi prints ECC Mode N/A)"
-)
 BOND_NAMES = (
     "the format names HCAs mlx5_0, mlx5_1, ... in order; a real node names a RoCE LAG "
     "bond mlx5_bond_0 (here a BlueField-3's two ports, whose mlx5_2 and mlx5_3 the bond "
@@ -34,8 +30,6 @@ BOND_NAMES = (
 # (capture, reading) → (the capture's reading, the simulation's, why the format cannot
 # say it)
 FORMAT_GAPS: dict[tuple[str, str], tuple[Any, Any, str]] = {
-    ("gpud-titanv-r560", "gpu0.ecc_mode"): (None, (True, True), ECC_MODE_NOT_SUPPORTED),
-    ("netdata-rtx3060-laptop-r515", "gpu0.ecc_mode"): (None, (True, True), ECC_MODE_NOT_SUPPORTED),
     ("netdata-a100-sxm4-40gb-mig-passthrough-r510", "gpu0.volatile_uncorrected"): (
         None,
         0,
@@ -90,11 +84,6 @@ CHECK_GAPS: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     ("gpud-h100-ib-two-ports-down", "infiniband_ports"): (
         frozenset({"firmware", "notRead", "status", "oddFirmware", "layers"}),
         NO_BOARD_ID + " (as gpud-h100-ib-cx7-cx6dx-all-active)",
-    ),
-    ("gpud-titanv-r560", "memory_health"): (frozenset({"notRead"}), ECC_MODE_NOT_SUPPORTED),
-    ("netdata-rtx3060-laptop-r515", "memory_health"): (
-        frozenset({"notRead"}),
-        ECC_MODE_NOT_SUPPORTED,
     ),
     ("netdata-a100-sxm4-40gb-mig-passthrough-r510", "memory_health"): (
         frozenset({"notRead"}),

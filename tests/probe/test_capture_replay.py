@@ -114,17 +114,22 @@ OUTCOMES: dict[str, tuple[bool, dict[str, str]]] = {
             "memory_health": "fail",
         },
     ),
+    # unknown owner: no ECC (nvidia-smi prints ECC Mode N/A: NVML's NotSupported, answered
+    # only by GPUs without ECC); the default policy requires ECC (38.C3: it passed unread)
     "gpud-titanv-r560": (
-        False,
-        {"throttle_reasons": "pass", "nvswitch_fabric": "pass", "memory_health": "pass"},
+        True,
+        {"throttle_reasons": "pass", "nvswitch_fabric": "pass", "memory_health": "fail"},
     ),
     "jan-183-rtx4090-riser-pcie-downgraded": (False, {}),
     "l4rz-v100-sxm2-c4130-power-brake": (True, {"throttle_reasons": "fail"}),
+    # MIG with active instances: NVML answers NotSupported for the remapped rows and the
+    # volatile counts; unjudged, so a warning, not a pass (38.C3)
     "netdata-a100-sxm4-40gb-mig-passthrough-r510": (
         False,
-        {"throttle_reasons": "pass", "memory_health": "pass"},
+        {"throttle_reasons": "pass", "memory_health": "warn"},
     ),
-    "netdata-rtx3060-laptop-r515": (False, {"throttle_reasons": "pass", "memory_health": "pass"}),
+    # unknown owner: no ECC, as gpud-titanv-r560
+    "netdata-rtx3060-laptop-r515": (True, {"throttle_reasons": "pass", "memory_health": "fail"}),
     "netdata-rtx4090-r535": (
         True,
         {
