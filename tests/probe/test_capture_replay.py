@@ -283,6 +283,18 @@ def test_fabric_reader_on_quoted_faults(
     assert (fabric.state, fabric.status, fabric.conditions) == ("completed", status, conditions)
 
 
+def test_the_table_shows_a_warning_as_a_warning() -> None:
+    """A check that warned (here memory_health: NotSupported parts, not judged) is named
+    with its message, never counted among the checks that pass."""
+    row = next(
+        line
+        for line in table.render(CAPTURES.parents[1]).splitlines()
+        if "[netdata-a100-sxm4-40gb-mig-passthrough-r510]" in line
+    )
+    assert "accepted; `memory_health` warn" in row
+    assert "memory_health: not judged: remappedRows not read" in row
+
+
 def test_docs_table_is_the_corpus() -> None:
     root = CAPTURES.parents[1]
     text = (root / table.DOC).read_text(encoding="utf-8")
