@@ -144,9 +144,11 @@ OUTCOMES: dict[str, tuple[bool, dict[str, str]]] = {
         {"throttle_reasons": "pass", "memory_health": "pass"},
     ),
     # unknown owner; GH200: the enforced limit (700 W) is below the requested and default
-    # (900 W): another limiter holds it (NVML: the enforced limit takes "all limiters" into
-    # account), likely the module's 1000 W budget shared with the Grace CPU; gpu_config
-    # fails it as a capped limit (38.C4, open: is a GH200's steered limit a fault?)
+    # (900 W): another limiter holds it (NVML: the enforced limit is "after taking into
+    # account all limiters", out-of-band included; NVIDIA's DGX user guide, Managing Power
+    # Capping: VBIOS, nvidia-smi and SMBPBI, and "the PMU selects the most conservative").
+    # gpu_config fails it as a capped limit, which it is (38.C4: whether a GH200 platform
+    # caps its GPU by design is not known from this capture)
     "thamada-gh200-vm-r550": (
         True,
         {
