@@ -143,6 +143,17 @@ OUTCOMES: dict[str, tuple[bool, dict[str, str]]] = {
         False,
         {"throttle_reasons": "pass", "memory_health": "pass"},
     ),
+    # unknown owner; GPU 1 shows a pending row remap (1 correctable row, Pending: Yes): it
+    # needs a GPU reset, which the check asks for
+    "thamada-a100-sxm4-x4-r555": (
+        True,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "fail",
+        },
+    ),
     # unknown owner; GH200: the enforced limit (700 W) is below the requested and default
     # (900 W): another limiter holds it (NVML: the enforced limit is "after taking into
     # account all limiters", out-of-band included; NVIDIA's DGX user guide, Managing Power
@@ -202,6 +213,17 @@ OUTCOMES: dict[str, tuple[bool, dict[str, str]]] = {
             "nvswitch_fabric": "pass",
             "gpu_config": "pass",
             "memory_health": "fail",
+        },
+    ),
+    # Volta: page retirement (GPU 4: one single-bit page retired, none pending), no row
+    # remapping; nothing fails
+    "thamada-v100-sxm2-x8-r550": (
+        False,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "pass",
         },
     ),
 }
