@@ -53,6 +53,19 @@ FORMAT_GAPS: dict[tuple[str, str], tuple[Any, Any, str]] = {
         BOND_NAMES,
     ),
 }
+# the capture's SM clock is 0 MHz on every GPU (P8, idle), which the format's
+# smClockLoadMHz (at least 1) cannot say
+FORMAT_GAPS.update(
+    {
+        ("thamada-a40-x10-r550", f"gpu{n}.sm_clock_mhz.loaded"): (
+            0,
+            1,
+            "gpus.smClockLoadMHz is at least 1: the format cannot say the 0 MHz SM clock "
+            "NVML answered for an idle A40 at P8",
+        )
+        for n in range(10)
+    }
+)
 
 NO_BOARD_ID = (
     "the capture (ibstat) holds no board_id (PSID); the format requires one "
@@ -88,6 +101,10 @@ CHECK_GAPS: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     ("netdata-a100-sxm4-40gb-mig-passthrough-r510", "memory_health"): (
         frozenset({"notRead"}),
         "the volatile counts' NotSupported (FORMAT_GAPS)",
+    ),
+    ("thamada-a40-x10-r550", "throttle_reasons"): (
+        frozenset({"smClockMHz"}),
+        "the capture's 0 MHz SM clocks, which the format cannot say (FORMAT_GAPS)",
     ),
     ("l4rz-v100-sxm2-c4130-power-brake", "throttle_reasons"): (
         frozenset({"smClockMHz", "smClockMaxMHz"}),

@@ -143,6 +143,15 @@ OUTCOMES: dict[str, tuple[bool, dict[str, str]]] = {
         False,
         {"throttle_reasons": "pass", "memory_health": "pass"},
     ),
+    "thamada-a40-x10-r550": (
+        False,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "pass",
+        },
+    ),
     # unknown owner; GPU 1 shows a pending row remap (1 correctable row, Pending: Yes): it
     # needs a GPU reset, which the check asks for
     "thamada-a100-sxm4-x4-r555": (
