@@ -316,6 +316,21 @@ def test_fabric_reader_on_quoted_faults(
     assert (fabric.state, fabric.status, fabric.conditions) == ("completed", status, conditions)
 
 
+@pytest.mark.parametrize(
+    "name", ["gpud-hgx-h100-r535-183", "thamada-hgx-h100-r565", "thamada-h200-vm-r550"]
+)
+def test_a_capture_without_the_pci_bus_does_not_say_the_bus_has_no_nvswitch(name: str) -> None:
+    """No capture lists the PCI bus: the replay's /sys has none. An unread bus is not a
+    bus without NVSwitches (which would make an HGX H100/H200 a 4-GPU board whose fabric
+    is recorded, never judged): the model class decides, and the fabric is judged."""
+    outcome = replay.replay(corpus.load(CAPTURES / name))
+    fabric = outcome.results["nvswitch_fabric"]
+    assert outcome.verdict is not None
+    assert fabric.message.endswith("on the NVSwitch fabric, healthy (v1)") or (
+        fabric.message.endswith("on the NVSwitch fabric, healthy (v2)")
+    ), fabric.message
+
+
 def test_the_table_shows_a_warning_as_a_warning() -> None:
     """A check that warned (here memory_health: NotSupported parts, not judged) is named
     with its message, never counted among the checks that pass."""
