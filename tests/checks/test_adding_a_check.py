@@ -31,7 +31,11 @@ from gpuaccept.contracts.report import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-GENERATED_SECTION = re.compile(r"<!-- BEGIN GENERATED.*?<!-- END GENERATED[^>]*-->", re.S)
+# Sections a generator writes: make docs's, and make captures-table's corpus table (its rows
+# name whichever checks each capture's replay gave, so the corpus can name them all)
+GENERATED_SECTION = re.compile(
+    r"<!-- BEGIN (GENERATED|CAPTURES TABLE).*?<!-- END (GENERATED|CAPTURES TABLE)[^>]*-->", re.S
+)
 # Hand-written, one part per check, each held by a test (the walk-through names them).
 PER_CHECK_FILES = {
     "checks/gpuaccept/checks/registry.py",  # the registry line

@@ -52,9 +52,24 @@ def mem(**fields: object) -> MemoryHealthObserved:
             "GPU 2: 1 uncorrected ECC errors in the GPU's lifetime",
         ),
         (
-            mem(notRead={"eccMode": "GPU 6: NotSupported"}),
-            CheckStatus.PASS,
-            "ECC and memory healthy on 8 GPUs; eccMode not read: GPU 6: NotSupported",
+            mem(eccUnsupported="0-7"),
+            CheckStatus.FAIL,
+            "GPUs 0-7: no ECC (NVML answers NotSupported for the ECC mode)",
+        ),
+        (
+            mem(notRead={"eccMode": "GPU 6: NVML: Unknown Error"}),
+            CheckStatus.ERROR,
+            "eccMode not read: GPU 6: NVML: Unknown Error: ECC on is not shown",
+        ),
+        (
+            mem(notRead={"volatileUncorrected": "GPUs 0-7: NotSupported"}),
+            CheckStatus.WARN,
+            "not judged: volatileUncorrected not read: GPUs 0-7: NotSupported",
+        ),
+        (
+            mem(notRead={"remappedRows": "GPU 0: NotSupported, and no page retirement either"}),
+            CheckStatus.WARN,
+            "not judged: remappedRows not read: GPU 0: NotSupported, and no page retirement either",
         ),
     ],
 )
@@ -82,6 +97,32 @@ def test_memory_policy_relaxes_thresholds() -> None:
         require_ecc=False, max_volatile_uncorrected=2, warn_aggregate_uncorrected=5
     )
     assert memory_health.judge(observed, policy, SUMMARY).status is CheckStatus.PASS
+
+
+def test_memory_nothing_read_is_never_a_pass() -> None:
+    """Issue 38 C3: a GPU without ECC and without row remapping or page retirement
+    (a TITAN V, a GeForce laptop GPU) answers NotSupported to every read: no
+    evidence, so no pass, whatever the policy."""
+    observed = mem(
+        eccUnsupported="0-7",
+        notRead={
+            "volatileUncorrected": "GPUs 0-7: NotSupported",
+            "aggregateUncorrected": "GPUs 0-7: NotSupported",
+            "remappedRows": "GPUs 0-7: NotSupported, and no page retirement either",
+        },
+    )
+    assert memory_health.judge(observed, MemoryHealthPolicy(), SUMMARY).status is CheckStatus.FAIL
+    relaxed = memory_health.judge(observed, MemoryHealthPolicy(require_ecc=False), SUMMARY)
+    assert relaxed.status is CheckStatus.WARN
+    assert relaxed.message.startswith("not judged: GPUs 0-7: no ECC; volatileUncorrected")
+    condensed = memory_health.condense(observed)
+    assert memory_health.judge(condensed, MemoryHealthPolicy(), SUMMARY).status is CheckStatus.FAIL
+
+
+def test_memory_unread_ecc_mode_is_only_noted_when_ecc_is_not_required() -> None:
+    observed = mem(notRead={"eccMode": "GPU 6: NVML: Unknown Error"})
+    judgement = memory_health.judge(observed, MemoryHealthPolicy(require_ecc=False), SUMMARY)
+    assert judgement.status is CheckStatus.WARN
 
 
 def test_memory_malformed_gpu_set_is_an_error_not_a_pass() -> None:

@@ -12,7 +12,7 @@ from gpuaccept.checks.nvswitch_fabric import SPEC as FABRIC
 from gpuaccept.checks.peer_bandwidth import SPEC as PEERS
 from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
-from gpuaccept.probe.hardware.sysfs import count_nvidia_gpus, count_nvswitches
+from gpuaccept.probe.hardware.sysfs import SysfsError, count_nvidia_gpus, count_nvswitches
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -50,7 +50,8 @@ def test_nvswitches_are_nvidia_devices_of_class_068000(tmp_path: Path) -> None:
     _device(tmp_path, "0000:18:00.0", "0x10de", "0x030200")  # a GPU
     assert count_nvswitches(tmp_path) == 2
     assert count_nvidia_gpus(tmp_path) == 1
-    assert count_nvswitches(tmp_path / "absent") == 0
+    with pytest.raises(SysfsError):  # an unlisted bus is not one without NVSwitches
+        count_nvswitches(tmp_path / "absent")
 
 
 def test_no_nvswitch_on_the_bus_means_no_fabric_expected() -> None:

@@ -11,7 +11,7 @@ import pynvml
 import pytest
 
 from gpuaccept.testsupport.captures import corpus, fake_nvml, nvsmi_readings, nvsmi_text, tools
-from gpuaccept.testsupport.captures.model import ABSENT, CaptureError, NodeCapture
+from gpuaccept.testsupport.captures.model import ABSENT, DEPRECATED, CaptureError, NodeCapture
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 FOLDERS = corpus.folders(CAPTURES)
@@ -164,6 +164,23 @@ def test_stand_in_answers_not_available_and_absent_as_nvml_errors() -> None:
     assert no_data.value.value == pynvml.NVML_ERROR_NO_DATA
     (count,) = nvml.nvmlDeviceGetFieldValues(0, [91])
     assert count.nvmlReturn == pynvml.NVML_ERROR_NO_DATA
+
+
+def test_r570_prints_the_reset_status_fields_as_deprecated() -> None:
+    """R570's -q prints "GPU Reset Status: Reset Required: Requested functionality has
+    been deprecated" (nvmlErrorString of NVML_ERROR_DEPRECATED): a real driver's line,
+    read as NVML's Deprecated answer, beside the GPU Recovery Action that replaced it."""
+    capture = corpus.load(CAPTURES / "thamada-rtx5090-r570")
+    (gpu,) = capture.gpus
+    assert gpu.reset_required is DEPRECATED
+    assert gpu.drain_and_reset is DEPRECATED
+    with pytest.raises(pynvml.NVMLError) as deprecated:
+        fake_nvml.answer(gpu.reset_required)
+    assert deprecated.value.value == pynvml.NVML_ERROR_DEPRECATED
+    lines = [*HEADER, "    GPU Reset Status", "        Reset Required : Deprecated"]
+    log = nvsmi_text.parse(_text(lines), "q.txt")
+    with pytest.raises(CaptureError, match="Reset Required: cannot read 'Deprecated'"):
+        nvsmi_readings.node_from_text(NodeCapture("x"), log, "q.txt", complete=True)
 
 
 def test_the_sysfs_listing_gives_each_hca_its_board_id() -> None:

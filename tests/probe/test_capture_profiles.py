@@ -22,10 +22,6 @@ from gpuaccept.testsupport.captures.model import Missing, NodeCapture
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 FOLDERS = corpus.folders(CAPTURES)
 
-ECC_MODE_NOT_SUPPORTED = (
-    "gpus.memory.ecc is a bool: the format cannot say that nvmlDeviceGetEccMode answers "
-    "NotSupported, as it does on a GPU without ECC (nvidia-smi prints ECC Mode N/A)"
-)
 BOND_NAMES = (
     "the format names HCAs mlx5_0, mlx5_1, ... in order; a real node names a RoCE LAG "
     "bond mlx5_bond_0 (here a BlueField-3's two ports, whose mlx5_2 and mlx5_3 the bond "
@@ -34,8 +30,6 @@ BOND_NAMES = (
 # (capture, reading) → (the capture's reading, the simulation's, why the format cannot
 # say it)
 FORMAT_GAPS: dict[tuple[str, str], tuple[Any, Any, str]] = {
-    ("gpud-titanv-r560", "gpu0.ecc_mode"): (None, (True, True), ECC_MODE_NOT_SUPPORTED),
-    ("netdata-rtx3060-laptop-r515", "gpu0.ecc_mode"): (None, (True, True), ECC_MODE_NOT_SUPPORTED),
     ("netdata-a100-sxm4-40gb-mig-passthrough-r510", "gpu0.volatile_uncorrected"): (
         None,
         0,
@@ -59,6 +53,19 @@ FORMAT_GAPS: dict[tuple[str, str], tuple[Any, Any, str]] = {
         BOND_NAMES,
     ),
 }
+# the capture's SM clock is 0 MHz on every GPU (P8, idle), which the format's
+# smClockLoadMHz (at least 1) cannot say
+FORMAT_GAPS.update(
+    {
+        ("thamada-a40-x10-r550", f"gpu{n}.sm_clock_mhz.loaded"): (
+            0,
+            1,
+            "gpus.smClockLoadMHz is at least 1: the format cannot say the 0 MHz SM clock "
+            "NVML answered for an idle A40 at P8",
+        )
+        for n in range(10)
+    }
+)
 
 NO_BOARD_ID = (
     "the capture (ibstat) holds no board_id (PSID); the format requires one "
@@ -91,14 +98,13 @@ CHECK_GAPS: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         frozenset({"firmware", "notRead", "status", "oddFirmware", "layers"}),
         NO_BOARD_ID + " (as gpud-h100-ib-cx7-cx6dx-all-active)",
     ),
-    ("gpud-titanv-r560", "memory_health"): (frozenset({"notRead"}), ECC_MODE_NOT_SUPPORTED),
-    ("netdata-rtx3060-laptop-r515", "memory_health"): (
-        frozenset({"notRead"}),
-        ECC_MODE_NOT_SUPPORTED,
-    ),
     ("netdata-a100-sxm4-40gb-mig-passthrough-r510", "memory_health"): (
         frozenset({"notRead"}),
         "the volatile counts' NotSupported (FORMAT_GAPS)",
+    ),
+    ("thamada-a40-x10-r550", "throttle_reasons"): (
+        frozenset({"smClockMHz"}),
+        "the capture's 0 MHz SM clocks, which the format cannot say (FORMAT_GAPS)",
     ),
     ("l4rz-v100-sxm2-c4130-power-brake", "throttle_reasons"): (
         frozenset({"smClockMHz", "smClockMaxMHz"}),

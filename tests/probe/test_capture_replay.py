@@ -114,17 +114,22 @@ OUTCOMES: dict[str, tuple[bool, dict[str, str]]] = {
             "memory_health": "fail",
         },
     ),
+    # unknown owner: no ECC (nvidia-smi prints ECC Mode N/A: NVML's NotSupported, answered
+    # only by GPUs without ECC); the default policy requires ECC (38.C3: it passed unread)
     "gpud-titanv-r560": (
-        False,
-        {"throttle_reasons": "pass", "nvswitch_fabric": "pass", "memory_health": "pass"},
+        True,
+        {"throttle_reasons": "pass", "nvswitch_fabric": "pass", "memory_health": "fail"},
     ),
     "jan-183-rtx4090-riser-pcie-downgraded": (False, {}),
     "l4rz-v100-sxm2-c4130-power-brake": (True, {"throttle_reasons": "fail"}),
+    # MIG with active instances: NVML answers NotSupported for the remapped rows and the
+    # volatile counts; unjudged, so a warning, not a pass (38.C3)
     "netdata-a100-sxm4-40gb-mig-passthrough-r510": (
         False,
-        {"throttle_reasons": "pass", "memory_health": "pass"},
+        {"throttle_reasons": "pass", "memory_health": "warn"},
     ),
-    "netdata-rtx3060-laptop-r515": (False, {"throttle_reasons": "pass", "memory_health": "pass"}),
+    # unknown owner: no ECC, as gpud-titanv-r560
+    "netdata-rtx3060-laptop-r515": (True, {"throttle_reasons": "pass", "memory_health": "fail"}),
     "netdata-rtx4090-r535": (
         True,
         {
@@ -137,6 +142,98 @@ OUTCOMES: dict[str, tuple[bool, dict[str, str]]] = {
     "netdata-tesla-p100-passthrough-r510": (
         False,
         {"throttle_reasons": "pass", "memory_health": "pass"},
+    ),
+    "thamada-a40-x10-r550": (
+        False,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "pass",
+        },
+    ),
+    # unknown owner; GPU 1 shows a pending row remap (1 correctable row, Pending: Yes): it
+    # needs a GPU reset, which the check asks for
+    "thamada-a100-sxm4-x4-r555": (
+        True,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "fail",
+        },
+    ),
+    # unknown owner; GH200: the enforced limit (700 W) is below the requested and default
+    # (900 W): another limiter holds it (NVML: the enforced limit is "after taking into
+    # account all limiters", out-of-band included; NVIDIA's DGX user guide, Managing Power
+    # Capping: VBIOS, nvidia-smi and SMBPBI, and "the PMU selects the most conservative").
+    # gpu_config fails it as a capped limit, which it is (38.C4: whether a GH200 platform
+    # caps its GPU by design is not known from this capture)
+    "thamada-gh200-vm-r550": (
+        True,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "fail",
+            "memory_health": "warn",
+        },
+    ),
+    "thamada-h100-nvl-x2-r550": (
+        False,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "pass",
+        },
+    ),
+    "thamada-h200-vm-r550": (
+        False,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "pass",
+        },
+    ),
+    "thamada-hgx-h100-r565": (
+        False,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "pass",
+        },
+    ),
+    "thamada-l40s-r550": (
+        False,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "pass",
+        },
+    ),
+    # R570's full -q (GPU Reset Status printed as deprecated); GeForce: no ECC
+    "thamada-rtx5090-r570": (
+        True,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "fail",
+        },
+    ),
+    # Volta: page retirement (GPU 4: one single-bit page retired, none pending), no row
+    # remapping; nothing fails
+    "thamada-v100-sxm2-x8-r550": (
+        False,
+        {
+            "throttle_reasons": "pass",
+            "nvswitch_fabric": "pass",
+            "gpu_config": "pass",
+            "memory_health": "pass",
+        },
     ),
 }
 
@@ -217,6 +314,33 @@ def test_fabric_reader_on_quoted_faults(
     capture = corpus.load(CAPTURES / name)
     fabric = read_fabric(fake_nvml.module(capture), 0, 0)
     assert (fabric.state, fabric.status, fabric.conditions) == ("completed", status, conditions)
+
+
+@pytest.mark.parametrize(
+    "name", ["gpud-hgx-h100-r535-183", "thamada-hgx-h100-r565", "thamada-h200-vm-r550"]
+)
+def test_a_capture_without_the_pci_bus_does_not_say_the_bus_has_no_nvswitch(name: str) -> None:
+    """No capture lists the PCI bus: the replay's /sys has none. An unread bus is not a
+    bus without NVSwitches (which would make an HGX H100/H200 a 4-GPU board whose fabric
+    is recorded, never judged): the model class decides, and the fabric is judged."""
+    outcome = replay.replay(corpus.load(CAPTURES / name))
+    fabric = outcome.results["nvswitch_fabric"]
+    assert outcome.verdict is not None
+    assert fabric.message.endswith("on the NVSwitch fabric, healthy (v1)") or (
+        fabric.message.endswith("on the NVSwitch fabric, healthy (v2)")
+    ), fabric.message
+
+
+def test_the_table_shows_a_warning_as_a_warning() -> None:
+    """A check that warned (here memory_health: NotSupported parts, not judged) is named
+    with its message, never counted among the checks that pass."""
+    row = next(
+        line
+        for line in table.render(CAPTURES.parents[1]).splitlines()
+        if "[netdata-a100-sxm4-40gb-mig-passthrough-r510]" in line
+    )
+    assert "accepted; `memory_health` warn" in row
+    assert "memory_health: not judged: remappedRows not read" in row
 
 
 def test_docs_table_is_the_corpus() -> None:

@@ -9,6 +9,7 @@ from gpuaccept.probe.hardware.sysfs import (
     NoCpufreq,
     SysfsError,
     count_nvidia_gpus,
+    count_nvswitches,
     format_cpu_list,
     nvml_bus_id_to_sysfs,
     parse_cpu_list,
@@ -79,6 +80,15 @@ def test_count_nvidia_gpus_by_vendor_and_class() -> None:
     # Two 3D controllers and one VGA controller from NVIDIA; a bridge and a NIC are not GPUs.
     assert count_nvidia_gpus(SYSFS) == 3
     assert count_nvidia_gpus(FIXTURES / "sysfs-nocpufreq") == 0
+
+
+def test_an_unreadable_pci_bus_is_not_one_without_nvswitches(tmp_path: Path) -> None:
+    """No /sys/bus/pci/devices (a capture's replay, a pod without /sys): the NVSwitch
+    count is not read (SysfsError), never 0, which would make an 8-GPU HGX board a 4-GPU
+    one whose fabric is not judged."""
+    with pytest.raises(SysfsError, match="bus/pci/devices"):
+        count_nvswitches(tmp_path)
+    assert count_nvswitches(SYSFS) == 0  # a bus that was read and holds none
 
 
 def test_governors_only_online_cpus() -> None:

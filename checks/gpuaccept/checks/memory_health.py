@@ -18,10 +18,15 @@ Per GPU, from NVML (no load needed):
   retirement pending fails (reset or reboot to apply it); more than
   ``maxRetiredPages`` fails (replace).
 
-A part NVML does not support on a GPU is named in ``notRead`` (remapped rows
-and retired pages are each expected to be missing on one GPU generation and
-are not named then); a part that could not be read on any GPU leaves the rest
-judged.
+A GPU whose ECC mode NVML answers NotSupported has no ECC (NVML's reference,
+``nvmlDeviceGetEccMode``: "Only applicable to devices with ECC"; nvidia-smi
+prints ``ECC Mode: N/A``): named in ``eccUnsupported``, it fails when
+``requireEcc``. Any other part NVML does not answer on a GPU is named in
+``notRead`` (remapped rows and retired pages are each expected to be missing on
+one GPU generation and are not named then). What was not read is not judged,
+and never passes: the ECC mode, when ``requireEcc``, is an error (ECC on is not
+shown); any other part a warning, the rest still judged (a GPU that answered
+NotSupported to every read once passed).
 
 observed::
 
@@ -29,7 +34,7 @@ observed::
      "aggregateUncorrected": {"5": 2}, "remapPending": "5",
      "remappedRows": {"5": [0, 1]}, "remapFailed": "2",
      "retiredPages": {"1": 64}, "retirePending": "1",
-     "notRead": {"eccMode": "GPU 6: NotSupported"}}
+     "eccUnsupported": "7", "notRead": {"eccMode": "GPU 6: NVML: Unknown Error"}}
 
 (GPU sets as range text ``"0-3,5"``; counts only for GPUs above zero;
 ``remappedRows``: [correctable, uncorrectable] rows of the GPUs with a pending
@@ -76,6 +81,7 @@ class MemoryHealthObserved(ObservedModel):
     gpus: int = Field(ge=0)
     ecc_off: str | None = None  # GPUs whose current ECC mode is off
     ecc_pending_off: str | None = None  # GPUs whose ECC mode turns off at the next reset
+    ecc_unsupported: str | None = None  # GPUs whose ECC mode NVML answers NotSupported: no ECC
     volatile_uncorrected: dict[str, int] | None = None
     aggregate_uncorrected: dict[str, int] | None = None
     remap_pending: str | None = None
@@ -128,6 +134,11 @@ def _failures(observed: MemoryHealthObserved, policy: MemoryHealthPolicy) -> lis
         out.append(f"{gpu_label(observed.ecc_off)}: ECC off")
     if policy.require_ecc and observed.ecc_pending_off:
         out.append(f"{gpu_label(observed.ecc_pending_off)}: ECC off after the next reset")
+    if policy.require_ecc and observed.ecc_unsupported:
+        out.append(
+            f"{gpu_label(observed.ecc_unsupported)}: no ECC "
+            "(NVML answers NotSupported for the ECC mode)"
+        )
     if observed.retire_pending:
         out.append(f"{gpu_label(observed.retire_pending)}: page retirement pending (reset needed)")
     out += _over(observed.retired_pages, policy.max_retired_pages, "retired pages (replace)")
@@ -147,6 +158,7 @@ def judge(
     for text in (
         observed.ecc_off,
         observed.ecc_pending_off,
+        observed.ecc_unsupported,
         observed.remap_pending,
         observed.remap_failed,
         observed.retire_pending,
@@ -159,13 +171,21 @@ def judge(
         policy.warn_aggregate_uncorrected,
         "uncorrected ECC errors in the GPU's lifetime",
     )
+    not_read = observed.not_read or {}
+    unread = [f"{part} not read: {why}" for part, why in not_read.items()]
     if failing:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing + warning)))
+    if policy.require_ecc and "eccMode" in not_read:  # required, and not shown
+        text = f"eccMode not read: {not_read['eccMode']}: ECC on is not shown"
+        return CheckJudgement(CheckStatus.ERROR, expected, clip(text))
+    if observed.ecc_unsupported:  # ECC not required: the GPUs have none to judge
+        unread.insert(0, f"{gpu_label(observed.ecc_unsupported)}: no ECC")
+    if unread:  # unjudged, never passed
+        warning.append("not judged: " + "; ".join(unread))
     if warning:
         return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warning)))
-    notes = [f"{part} not read: {why}" for part, why in (observed.not_read or {}).items()]
     ok = f"ECC and memory healthy on {observed.gpus} GPU{'s' if observed.gpus != 1 else ''}"
-    return CheckJudgement(CheckStatus.PASS, expected, clip("; ".join([ok, *notes])))
+    return CheckJudgement(CheckStatus.PASS, expected, ok)
 
 
 def condense(observed: MemoryHealthObserved) -> MemoryHealthObserved:
@@ -186,6 +206,7 @@ def claims(o: MemoryHealthObserved, _summary: HardwareSummary) -> Claims:
     for name, text in (
         ("eccOff", o.ecc_off),
         ("eccPendingOff", o.ecc_pending_off),
+        ("eccUnsupported", o.ecc_unsupported),
         ("remapPending", o.remap_pending),
         ("remapFailed", o.remap_failed),
         ("retirePending", o.retire_pending),

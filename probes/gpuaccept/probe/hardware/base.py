@@ -188,6 +188,11 @@ class RemappedRows:
     failed: bool  # a remap failed in the past: the GPU is out of spare rows
 
 
+# GpuMemoryHealth.not_read's reason for NVML_ERROR_NOT_SUPPORTED: for the ECC mode, the
+# GPU has no ECC (nvmlDeviceGetEccMode: "Only applicable to devices with ECC")
+NOT_SUPPORTED = "NotSupported"
+
+
 @dataclass(frozen=True)
 class GpuMemoryHealth:
     """One GPU's memory error state; ``None`` where NVML did not answer."""

@@ -11,7 +11,12 @@ part is not read, with the reason.
 from types import ModuleType
 from typing import Any
 
-from gpuaccept.probe.hardware.base import GpuFailedError, GpuMemoryHealth, RemappedRows
+from gpuaccept.probe.hardware.base import (
+    NOT_SUPPORTED,
+    GpuFailedError,
+    GpuMemoryHealth,
+    RemappedRows,
+)
 from gpuaccept.probe.hardware.nvml_errors import (
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_NOT_SUPPORTED,
@@ -152,7 +157,7 @@ class _Reader:
                 raise GpuFailedError(self.gpu, part, f"NVML: {exc}") from exc
             if not (quiet and code == NVML_ERROR_NOT_SUPPORTED):
                 self.not_read[part] = (
-                    "NotSupported" if code == NVML_ERROR_NOT_SUPPORTED else f"NVML: {exc}"
+                    NOT_SUPPORTED if code == NVML_ERROR_NOT_SUPPORTED else f"NVML: {exc}"
                 )
             return None
 

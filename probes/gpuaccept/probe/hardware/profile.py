@@ -219,6 +219,12 @@ class RemappedRowsSpec(ProfileModel):
 class GpuMemory(ProfileModel):
     """A GPU's memory error state as NVML reports it. Default: a healthy H100/H200."""
 
+    ecc_supported: bool = Field(
+        default=True,
+        description="false: the GPU has no ECC (a GeForce or TITAN): NVML answers "
+        "NotSupported for the ECC mode and counters (nvidia-smi: ECC Mode N/A); ecc and "
+        "eccPending are then not used.",
+    )
     ecc: bool = Field(default=True, description="Current ECC mode.")
     ecc_pending: bool | None = Field(
         default=None, description="ECC mode after the next reset. Default: ecc."

@@ -28,6 +28,7 @@ from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe import clocks
 from gpuaccept.probe.hardware import topology_backend
 from gpuaccept.probe.hardware.base import (
+    NOT_SUPPORTED,
     AllreduceMeasurement,
     ConfComputeMode,
     CopyMeasurement,
@@ -591,12 +592,18 @@ class SimulatedBackend:
         rows = memory.remapped_rows
         retires = memory.retired_pages is not None
         not_read = {}
+        if not memory.ecc_supported:  # as NVML on a GPU without ECC: mode and counters
+            not_read = dict.fromkeys(
+                ("eccMode", "volatileUncorrected", "aggregateUncorrected"), NOT_SUPPORTED
+            )
         if rows is None and not retires:
             not_read["remappedRows"] = "NotSupported, and no page retirement either"
+        counters = memory.ecc and memory.ecc_supported
+        pending = memory.ecc if memory.ecc_pending is None else memory.ecc_pending
         return GpuMemoryHealth(
-            ecc_mode=(memory.ecc, memory.ecc if memory.ecc_pending is None else memory.ecc_pending),
-            volatile_uncorrected=memory.volatile_uncorrected if memory.ecc else None,
-            aggregate_uncorrected=memory.aggregate_uncorrected if memory.ecc else None,
+            ecc_mode=(memory.ecc, pending) if memory.ecc_supported else None,
+            volatile_uncorrected=memory.volatile_uncorrected if counters else None,
+            aggregate_uncorrected=memory.aggregate_uncorrected if counters else None,
             remapped_rows=(
                 RemappedRows(rows.correctable, rows.uncorrectable, rows.pending, rows.failed)
                 if rows is not None
@@ -611,6 +618,8 @@ class SimulatedBackend:
         """Corrected ECC errors since the driver loaded (the in-service watch)."""
         self._check_lost(gpu, "corrected ECC errors")
         memory = self.profile.gpus.gpu(gpu).memory
+        if not memory.ecc_supported:
+            raise Unavailable(f"GPU {gpu}: no ECC: NVML answers NotSupported")
         if not memory.ecc:
             raise Unavailable(f"GPU {gpu}: ECC is off: no ECC counters")
         return memory.volatile_corrected

@@ -204,7 +204,12 @@ def count_nvidia_gpus(sysfs_root: Path) -> int:
 def count_nvswitches(sysfs_root: Path) -> int:
     """NVSwitches on the PCI bus (an HGX 8-GPU baseboard has 4 on Hopper; a 4-GPU HGX
     board, whose GPUs link directly, and PCIe/NVL cards have none). sysfs is not
-    namespaced, so a pod given one GPU of an HGX board still sees the board's switches."""
+    namespaced, so a pod given one GPU of an HGX board still sees the board's switches.
+    A bus that cannot be listed raises SysfsError: it is not a bus without NVSwitches,
+    whose 0 makes an 8-GPU board a 4-GPU one and leaves its fabric unjudged."""
+    devices = sysfs_root / "bus" / "pci" / "devices"
+    if not devices.is_dir():
+        raise SysfsError(f"{devices} is not a directory: the PCI bus cannot be listed")
     return sum(1 for klass in _nvidia_pci_classes(sysfs_root) if klass == NVSWITCH_CLASS)
 
 

@@ -5,6 +5,7 @@ from gpuaccept.checks.gpu_ranges import format_gpus
 from gpuaccept.checks.gpu_sets import gpu_label
 from gpuaccept.checks.memory_health import MemoryHealthObserved, MemoryHealthPolicy
 from gpuaccept.probe.hardware.base import (
+    NOT_SUPPORTED,
     GpuFailedError,
     GpuMemoryHealth,
     HardwareBackend,
@@ -24,12 +25,19 @@ def _counts(values: dict[int, int | None]) -> dict[str, int] | None:
     return over or None
 
 
+def _no_ecc(h: GpuMemoryHealth) -> bool:
+    """NVML answered NotSupported for the ECC mode: the GPU has no ECC ("Only applicable
+    to devices with ECC", nvmlDeviceGetEccMode), which is an answer, not a part unread."""
+    return h.ecc_mode is None and h.not_read.get("eccMode") == NOT_SUPPORTED
+
+
 def _not_read(health: dict[int, GpuMemoryHealth], lost: dict[int, str]) -> dict[str, str]:
     """part → "GPU 0-7: why" (the first reason of each part)."""
     by_part: dict[str, dict[int, str]] = {}
     for gpu, h in health.items():
         for part, why in h.not_read.items():
-            by_part.setdefault(part, {})[gpu] = why
+            if not (part == "eccMode" and _no_ecc(h)):
+                by_part.setdefault(part, {})[gpu] = why
     if lost:
         by_part["all"] = lost
     return {
@@ -62,6 +70,7 @@ def measure(
         ecc_pending_off=_ranges(
             [g for g, (current, pending) in ecc.items() if current and not pending]
         ),
+        ecc_unsupported=_ranges([g for g, h in health.items() if _no_ecc(h)]),
         volatile_uncorrected=_counts({g: h.volatile_uncorrected for g, h in health.items()}),
         aggregate_uncorrected=_counts({g: h.aggregate_uncorrected for g, h in health.items()}),
         remap_pending=_ranges([g for g, r in rows.items() if r.pending]),

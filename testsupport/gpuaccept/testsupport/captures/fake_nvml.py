@@ -1,6 +1,7 @@
 """A ``pynvml`` stand-in that answers from a capture: what the capture holds is
 answered as the driver answered nvidia-smi; what it printed ``N/A`` raises NVML's
-NotSupported (3); what it does not hold raises NoData (``NVML_ERROR_NO_DATA``),
+NotSupported (3), what it printed as deprecated raises Deprecated (26); what it does
+not hold raises NoData (``NVML_ERROR_NO_DATA``),
 which no reader of the probe takes for an answer. The error class, the error
 codes and the structures are the installed nvidia-ml-py's, so the real backend's
 readers see exactly the types a real driver gives them.
@@ -20,6 +21,7 @@ import pynvml
 
 from gpuaccept.testsupport.captures.model import (
     ABSENT,
+    DEPRECATED,
     NOT_AVAILABLE,
     FabricReading,
     GpuCapture,
@@ -44,6 +46,8 @@ def answer(reading: Reading[T]) -> T:
     """The reading's value, or the NVML error a driver gives for what it lacks."""
     if reading is NOT_AVAILABLE:
         raise error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    if reading is DEPRECATED:
+        raise error(pynvml.NVML_ERROR_DEPRECATED)
     if isinstance(reading, Missing):
         raise error(pynvml.NVML_ERROR_NO_DATA)
     return reading

@@ -1,10 +1,13 @@
 """What a capture says about a node, parsed: the readings the probe asks for, each one
 either a value, :data:`NOT_AVAILABLE` (the driver printed ``N/A``: NVML answered
-NotSupported) or :data:`ABSENT` (the capture does not hold it: nothing is known).
+NotSupported), :data:`DEPRECATED` (the driver printed NVML's error string for
+``NVML_ERROR_DEPRECATED``, "Requested functionality has been deprecated", as R570 and
+later print the GPU Reset Status fields) or :data:`ABSENT` (the capture does not hold
+it: nothing is known).
 
 The replay (:mod:`.replay`) answers a value with it, ``NOT_AVAILABLE`` with NVML's
-NotSupported and ``ABSENT`` with NVML's NoData, and a check that needs an absent
-reading is not replayed at all.
+NotSupported, ``DEPRECATED`` with NVML's Deprecated and ``ABSENT`` with NVML's NoData,
+and a check that needs an absent reading is not replayed at all.
 """
 
 import enum
@@ -15,10 +18,14 @@ from typing import TypeAlias, TypeVar
 class Missing(enum.Enum):
     NOT_AVAILABLE = "N/A"  # printed by nvidia-smi as N/A: NVML's NotSupported
     ABSENT = "absent"  # not in the capture
+    # printed as "Requested functionality has been deprecated": NVML_ERROR_DEPRECATED (26,
+    # nvml.h: "The requested functionality has been deprecated")
+    DEPRECATED = "deprecated"
 
 
 NOT_AVAILABLE = Missing.NOT_AVAILABLE
 ABSENT = Missing.ABSENT
+DEPRECATED = Missing.DEPRECATED
 
 _T = TypeVar("_T")
 Reading: TypeAlias = _T | Missing

@@ -15,7 +15,10 @@ names are nvidia-smi's, as its ``-q`` and ``-q -x`` print them from R418 to R580
 * ``Fabric``: ``nvmlDeviceGetGpuFabricInfoV`` (``Health`` from v2, ``Summary`` v3).
 * ``GPU Reset Status``: fields 226/227.
 
-A field printed ``N/A`` is NVML's NotSupported; a field the capture lacks is absent.
+A field printed ``N/A`` is NVML's NotSupported; one printed "Requested functionality has
+been deprecated" (nvmlErrorString of ``NVML_ERROR_DEPRECATED``: R570 and later print the
+GPU Reset Status fields so, having replaced them with the GPU Recovery Action) is NVML's
+Deprecated; a field the capture lacks is absent.
 A field that is present but unreadable is a :class:`CaptureError`.
 """
 
@@ -26,6 +29,7 @@ from typing import TypeVar
 
 from gpuaccept.testsupport.captures.model import (
     ABSENT,
+    DEPRECATED,
     NOT_AVAILABLE,
     CaptureError,
     FabricReading,
@@ -38,6 +42,7 @@ from gpuaccept.testsupport.captures.model import (
 from gpuaccept.testsupport.captures.nvsmi_text import Entry, TextLog
 
 T = TypeVar("T")
+DEPRECATED_TEXT = "Requested functionality has been deprecated"  # NVML_ERROR_DEPRECATED's string
 
 # nvml.h nvmlClocksEventReason* bits, by nvidia-smi's text label and XML tag suffix
 REASON_BITS: dict[str, int] = {
@@ -93,6 +98,8 @@ class _Fields:
         text = text.strip()
         if text in ("N/A", "[N/A]", "Not Supported", "[Not Supported]"):
             return NOT_AVAILABLE
+        if text == DEPRECATED_TEXT:
+            return DEPRECATED
         try:
             return parse(text)
         except (ValueError, KeyError) as exc:

@@ -35,24 +35,27 @@ def _expected(source: corpus.Source) -> str:
     return "unknown"
 
 
+SHOWN = ("fail", "error", "warn")  # statuses named in the table; a warning is not a pass
+
+
 def _got(outcome: replay.Outcome) -> str:
-    failing = [n for n, r in outcome.results.items() if r.status.value in ("fail", "error")]
+    shown = [n for n, r in outcome.results.items() if r.status.value in SHOWN]
     if not outcome.results:
         return "nothing replayable"
     verdict = "quarantined" if outcome.quarantined else "accepted"
     if outcome.verdict is None:
         verdict = "checks alone (no GPU in the capture)"
-    shown = ", ".join(f"`{n}` {outcome.results[n].status.value}" for n in failing)
-    return f"{verdict}; {shown}" if shown else f"{verdict}; {len(outcome.results)} checks pass"
+    named = ", ".join(f"`{n}` {outcome.results[n].status.value}" for n in shown)
+    return f"{verdict}; {named}" if named else f"{verdict}; {len(outcome.results)} checks pass"
 
 
 def _why(source: corpus.Source, outcome: replay.Outcome) -> str:
     difference = DIFFERENCES.get(source.folder.name)
     if difference is not None:
         return f"{difference[1]}: {difference[2]}"
-    failing = [r for r in outcome.results.values() if r.status.value in ("fail", "error")]
-    if failing:
-        return "; ".join(f"{r.check}: {r.message}" for r in failing)
+    shown = [r for r in outcome.results.values() if r.status.value in SHOWN]
+    if shown:
+        return "; ".join(f"{r.check}: {r.message}" for r in shown)
     return f"{len(outcome.not_replayable)} checks not replayable (inputs absent or load)"
 
 
