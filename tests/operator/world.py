@@ -178,6 +178,7 @@ class World:
     # Policy inService: the node's new watch reports, and the fleet's signatures.
     watch_reports: tuple[WatchEvidence, ...] = ()
     in_service_fleet: tuple[SignatureSeen, ...] = ()
+    passes: int = 0
 
     def restart(self) -> None:
         """A new operator process: what the executor remembered is gone."""
@@ -186,7 +187,9 @@ class World:
         self.drain = None
 
     def observe(self) -> NodeSnapshot:
+        self.passes += 1  # each pass its own seed, as the controller draws one
         return NodeSnapshot(
+            nonce_seed=f"world-seed-{self.passes}",
             node_name="gpu-1",
             now=self.now,
             node=self.node,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -358,6 +359,7 @@ class Controller:
             fabric_verdict=self.fabric.verdict(name, fabric.waiting_since) if fabric else None,
             gpu_pod_sample=self.reverify.sample(name),
             in_service_fleet=self._in_service_fleet(policies, name),
+            nonce_seed=secrets.token_hex(32),  # never stored: core/creationintent.py
         )
 
     def _in_service_fleet(
