@@ -352,7 +352,12 @@ class Controller:
             limit_counts=limit_counts,
             config=self.config,
             pod_create_error=self.actions.create_errors.get(name),
-            created_pods=self.actions.created_pods(name),
+            # the fabric loop's creates too: a fabric pod on this node it just made is
+            # the operator's own, not a crash window's (core/creationintent.py)
+            created_pods={
+                **self.fabric.runner.actions.created_pods(name),
+                **self.actions.created_pods(name),
+            },
             pod_name_taken=self.actions.name_taken.get(name),
             drain=self.actions.drains.get(name),
             status_write_error=self.actions.status_error(name),

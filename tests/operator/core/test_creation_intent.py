@@ -289,3 +289,47 @@ def test_a_crash_window_fabric_pod_is_deleted_by_its_nodes_reconcile() -> None:
         name=node, status=status, resource_version="rv", uid=na_uid(node)))  # fmt: skip
     again = _pass(member, _waiting("f9"))
     assert not any(isinstance(a, DeleteProbePod) for _n, a in again)
+
+
+def _crash_pod(world: World, name: str, *, deleting: bool = False) -> PodView:
+    """A pod the operator created on the node just before a restart: its intent on
+    record, its nonce carried, no UID on record."""
+    assert world.na is not None
+    status = intend(world.status, POD, name, "n-crash")
+    world.na = dataclasses.replace(world.na, status=status)
+    pod = PodView(
+        name=name, uid="u-crash", node_name="gpu-1", owner_uid=world.na.uid,
+        nonce="n-crash", deleting=deleting, phase="Running",
+    )  # fmt: skip
+    world.pods[name] = pod
+    return pod
+
+
+def test_a_decided_node_goes_on_while_its_crash_window_pod_terminates() -> None:
+    world = World()
+    _decided(world)
+    _crash_pod(world, "gpuaccept-watch-gpu-1-1")
+    plan = world.plan()
+    assert DeleteProbePod("gpuaccept-watch-gpu-1-1") in plan.actions
+    assert not plan.note.startswith("crash-window")  # its phase planned too
+    _crash_pod(world, "gpuaccept-watch-gpu-1-1", deleting=True)  # stuck terminating
+    assert not world.plan().note.startswith("crash-window")
+
+
+def test_an_undecided_node_waits_for_its_crash_window_pod_to_go() -> None:
+    world = World()
+    world.apply(_to_the_create(world))
+    world.restart()
+    world.apply(world.plan())  # deleted, the attempt given back
+    _crash_pod(world, NAME, deleting=True)  # still terminating
+    plan = world.plan()
+    assert plan.note.startswith("crash-window")
+    assert not any(isinstance(a, CreateProbePod) for a in plan.actions)
+
+
+def test_a_deleted_nodes_crash_window_pod_goes_with_it() -> None:
+    world = World()
+    world.apply(_to_the_create(world))
+    world.restart()
+    world.node = None
+    assert DeleteProbePod(NAME, force=True) in world.plan().actions

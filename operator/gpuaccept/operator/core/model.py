@@ -150,7 +150,8 @@ class PodView:
 class CreatedPod:
     """The API server's answer to one of the operator's pod creates, kept in memory
     until the status records it (core/podidentity.py): the pod's UID, and the shape
-    digest of the manifest the operator sent."""
+    digest of the manifest the operator sent. A UID of "" is a create still in flight:
+    its pod is not read (no UID to match) and never taken for a crash window's."""
 
     uid: str
     shape: str

@@ -65,7 +65,7 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     out = PlanBuilder(observed)
     node = observed.node
     if node is None:
-        return _node_deleted(observed, out)
+        return _node_deleted(_with_crashed(observed, split), out)
     if len(observed.policies) != 1:
         # 0: not governed. >= 2: a conflict, reported on the policies. No action.
         return out.build("no policy" if not observed.policies else "policy conflict")
@@ -133,13 +133,16 @@ def _record_pods(ctx: NodeContext, out: PlanBuilder, split: PodSplit) -> Plan | 
 def _crash_window_pods(ctx: NodeContext, out: PlanBuilder, split: PodSplit) -> Plan | None:
     """The operator's own pods created just before a restart, their UIDs never
     recorded (core/creationintent.py): deleted unread before any phase runs, and the
-    attempt one of them served given back; nothing else is planned until they are gone
-    (one probe pod on the node at a time)."""
+    attempt one of them served given back. An undecided node plans nothing else until
+    they are gone (one probe pod on the node at a time); a decided one goes on (None):
+    a pod stuck terminating on a dead kubelet must not hold its phase."""
     if not split.crashed:
         return None
     for pod in split.crashed:
         if not pod.deleting:
             out.delete_pod(pod)
+    if ctx.status.phase not in UNDECIDED:
+        return None
     names = {pod.name for pod in split.crashed}
     if ctx.status.phase == Phase.PROBING and ctx.status.probe_pod in names:
         attempt_abandoned(
@@ -253,3 +256,8 @@ def _node_deleted(observed: NodeSnapshot, out: PlanBuilder) -> Plan:
         if not pod.deleting:
             out.actions.append(DeleteProbePod(pod.name, force=True))
     return out.build("node deleted")
+
+
+def _with_crashed(observed: NodeSnapshot, split: PodSplit) -> NodeSnapshot:
+    """A deleted node's snapshot whose pods include its crash-window pods: they go too."""
+    return replace(observed, pods=(*split.ours, *split.crashed))
