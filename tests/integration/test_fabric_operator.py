@@ -25,6 +25,8 @@ import pytest
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, VERSION
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
+from gpuaccept.operator.core.creationintent import intended_create
 from gpuaccept.operator.core.model import FabricPodLabels, NodeView, OperatorConfig
 from gpuaccept.operator.core.podidentity import shape_digest
 from gpuaccept.operator.core.podspec import FabricPodRequest, fabric_pod_manifest
@@ -180,9 +182,13 @@ def _na_in_fabric(env: Env, name: str, policy: str, waiting_since: datetime) -> 
     env.kube.patch_na_status(name, na["metadata"]["resourceVersion"], status)
 
 
-def _fabric_pod(env: Env, labels: FabricPodLabels, node: str, rendezvous: str | None) -> str:
+def _fabric_pod(
+    env: Env, labels: FabricPodLabels, node: str, rendezvous: str | None, *, crash: bool = False
+) -> str:
     """A fabric pod as the operator creates it, its UID on record in the node's status
-    as the operator writes it right after the create (core/podidentity.py)."""
+    as the operator writes it right after the create (core/podidentity.py); with
+    ``crash``, as an operator killed between the create and that record leaves it: the
+    intent on record, the pod carrying its nonce, no UID (core/creationintent.py)."""
     config = OperatorConfig(namespace=NAMESPACE, probe_command=("gpuaccept", "probe"))
     na = env.na(node)
     assert na is not None
@@ -196,15 +202,20 @@ def _fabric_pod(env: Env, labels: FabricPodLabels, node: str, rendezvous: str | 
         owner_uid=na["metadata"]["uid"],
     )
     manifest = fabric_pod_manifest(request, config)
+    name = str(manifest["metadata"]["name"])
+    if crash:
+        st, create = intended_create(NodeAcceptanceStatus(), uuid.uuid4().hex, name, manifest)
+        manifest = dict(create.manifest)
+        intent = st.to_wire()["creationIntents"]
     pod = env.kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", manifest)
-    record = {
-        "name": manifest["metadata"]["name"],
-        "uid": pod["metadata"]["uid"],
-        "shape": shape_digest(manifest),
-    }
+    record = {"name": name, "uid": pod["metadata"]["uid"], "shape": shape_digest(manifest)}
     na = env.na(node)
     assert na is not None
-    status = {**na["status"], "ownedPods": [*na["status"].get("ownedPods", []), record]}
+    status = (
+        {**na["status"], "creationIntents": intent}
+        if crash
+        else {**na["status"], "ownedPods": [*na["status"].get("ownedPods", []), record]}
+    )
     env.kube.patch_na_status(node, na["metadata"]["resourceVersion"], status)
     return str(manifest["metadata"]["name"])
 
@@ -232,7 +243,7 @@ def test_an_operator_killed_at_any_moment_of_a_pair_loses_no_result_and_leaves_n
 ) -> None:
     suite = suite_id("fabkill")
     policy = env.policy(suite, fabric=FABRIC)
-    keys = ["a1", "a2", "b1", "b2", "c1", "c2", "d1"]
+    keys = ["a1", "a2", "b1", "b2", "c1", "c2", "d1", "e1", "e2"]
     names = fabric_nodes(env, suite, dict.fromkeys(keys, HEALTHY))
     node = {k: f"{suite}-{k}" for k in keys}
     since = datetime.now(UTC) - timedelta(seconds=5)
@@ -269,6 +280,10 @@ def test_an_operator_killed_at_any_moment_of_a_pair_loses_no_result_and_leaves_n
     # d: a rank-0 pod whose partner node is gone: deleted, the pair recorded incomplete.
     pair_d = FabricPodLabels(f"d{uuid.uuid4().hex[:8]}", 0, node["d1"], f"{suite}-gone")
     _fabric_pod(env, pair_d, node["d1"], None)
+    # e: killed between a rank-0 pod's create and the record of its UID (issue 42 item
+    # 9): the pod carries the nonce of the intent on record; deleted unread.
+    pair_e = FabricPodLabels(f"e{uuid.uuid4().hex[:8]}", 0, node["e1"], node["e2"])
+    e0 = _fabric_pod(env, pair_e, node["e1"], None, crash=True)
 
     operator = Operator(
         env.cp, env.log_dir, lease=f"fabkill-{uuid.uuid4().hex[:6]}", name="fabkill"
@@ -291,6 +306,9 @@ def test_an_operator_killed_at_any_moment_of_a_pair_loses_no_result_and_leaves_n
         assert outcome["b1"][pair_b.pair] == outcome["b2"][pair_b.pair] == "passed"
         assert outcome["c2"][pair_c.pair] == "passed"
         assert outcome["d1"][pair_d.pair] == "incomplete"
+        # e: never on record, never read: no result of its pair anywhere
+        assert not any(pair_e.pair in outcome[k] for k in keys), outcome
+        assert e0 not in {p["metadata"]["name"] for p in fabric_pods(env, names)}
         # a: the restarted operator carries the pair on (its second pod) or gives it up;
         # either way both nodes hold the same result.
         assert outcome["a1"][pair_a.pair] == outcome["a2"][pair_a.pair]
@@ -301,8 +319,8 @@ def test_an_operator_killed_at_any_moment_of_a_pair_loses_no_result_and_leaves_n
 def _all_recorded(env: Env, names: list[str], rank: str | None = None) -> bool:
     """Fabric pods run (one of ``rank`` among them), and their nodes' statuses record
     every one's UID. A kill between a create and that record (the next pass, at once)
-    leaves a pod the operator cannot tell from a squatter's: it is left for a person
-    (docs/security.md, "Pod identity"), so the kills here come after the record."""
+    leaves a pod told from a squatter's only by its nonce (core/creationintent.py);
+    the kills here come after the record, and such a pod is deleted unread."""
     pods = fabric_pods(env, names)
     uids = {o["uid"] for n in names for o in env.status(n).get("ownedPods", [])}
     ranks = {p["metadata"]["labels"].get("gpuaccept.io/fabric-rank") for p in pods}
@@ -311,15 +329,6 @@ def _all_recorded(env: Env, names: list[str], rank: str | None = None) -> bool:
         and (rank is None or rank in ranks)
         and all(p["metadata"]["uid"] in uids for p in pods)
     )
-
-
-def _unrecorded(env: Env, names: list[str]) -> set[str]:
-    """UIDs of the fabric pods no node's status records: with the operator dead,
-    what it created in the window between a create and its record (one pass). The
-    kills below wait for a moment when every pod is on record, but the operator
-    runs on between that read and the kill and may create one more."""
-    uids = {o["uid"] for n in names for o in env.status(n).get("ownedPods", [])}
-    return {p["metadata"]["uid"] for p in fabric_pods(env, names)} - uids
 
 
 def test_killing_the_operator_while_pairs_run_still_decides_every_node(env: Env) -> None:
@@ -333,7 +342,6 @@ def test_killing_the_operator_while_pairs_run_still_decides_every_node(env: Env)
         names = fabric_nodes(env, suite, profiles)
         wait_for("fabric pods, all on record", lambda: _all_recorded(env, names), 180, 0.1)
         first.kill()  # mid-pair
-        crash_window = _unrecorded(env, names)
         second = Operator(env.cp, env.log_dir, lease=lease, name="fablive-2").start()
         try:
             wait_for(
@@ -348,20 +356,16 @@ def test_killing_the_operator_while_pairs_run_still_decides_every_node(env: Env)
             second.kill()  # between two pods of a pair, or as they run
         finally:
             second.kill()
-        crash_window |= _unrecorded(env, names)
         third = Operator(env.cp, env.log_dir, lease=lease, name="fablive-3").start()
         try:
             slow = f"{suite}-slow"
             env.wait_phase([slow], "Quarantined", timeout=240)
             env.wait_phase([n for n in names if n != slow], "Accepted", timeout=120)
-            # Every pod on record is cleared out. One created in a kill's crash window
-            # is not on record: neither read nor deleted, left for a person
-            # (docs/fabric.md, "Kill safety"); nothing else may be left.
-            wait_for(
-                "no fabric pod left but those created in a crash window",
-                lambda: {p["metadata"]["uid"] for p in fabric_pods(env, names)} <= crash_window,
-                60,
-            )
+            # Every pod on record is cleared out, and so is one created in a kill's
+            # crash window: it carries the nonce of the intent on record, and is
+            # deleted unread (docs/fabric.md, "Kill safety"). Nothing is left.
+            wait_for("no fabric pod left", lambda: not fabric_pods(env, names), 60)
+
             assert_results_consistent(env, names)
         finally:
             third.stop()

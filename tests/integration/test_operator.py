@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
 import json
 import os
@@ -23,6 +24,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from gpuaccept.contracts.api import (
     ACCEPTANCE_LABEL,
     ACCEPTANCE_PLURAL,
+    CREATION_NONCE_ANNOTATION,
     GROUP,
     NODE_CONDITION_TYPE,
     PENDING_TAINT_KEY,
@@ -593,6 +596,73 @@ def test_kill_mid_probe_and_restart_resumes_with_one_pod(env: Env) -> None:
             status = env.status(name)
             assert status["podSerial"] == 1, "the restart started a second probe"
             assert status["attempts"] == 1
+            assert_accepted(env, name)
+        finally:
+            second.stop()
+    finally:
+        first.kill()
+        env.operator.start(**operator_ports())
+
+
+def _crash_window(env: Env, name: str, step: str) -> None:
+    """The API server as an operator killed at ``step`` of its first probe pod's create
+    leaves it (built from the state after the record, with no operator running):
+    ``intent``: the intent on record, no pod; ``create``: the pod created, carrying the
+    intent's nonce, its UID not recorded; ``record``: as it is."""
+    pod = env.pods(name)[0]
+    pod_name = pod["metadata"]["name"]
+    nonce = pod["metadata"]["annotations"][CREATION_NONCE_ANNOTATION]
+    if step == "record":
+        return
+    if step == "intent":
+        env.cp.kubectl("-n", NAMESPACE, "delete", "pod", pod_name, "--grace-period=0", "--force")
+        wait_for("the pod gone", lambda: not env.pods(name), 30)
+        nonce = uuid.uuid4().hex  # the pod never made: its nonce was never sent
+    intent = {
+        "kind": "Pod",
+        "name": pod_name,
+        "nonceDigest": hashlib.sha256(nonce.encode()).hexdigest(),
+    }
+    status = {
+        "ownedPods": [],
+        "creationIntents": [intent],
+        "probeStartedTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    env.cp.kubectl(
+        "patch", "nodeacceptance", name, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": status}),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("step", ["intent", "create", "record"])
+def test_an_operator_killed_at_each_step_of_a_pod_create_leaves_no_pod(env: Env, step: str) -> None:
+    """Issue 42 item 9: killed (SIGKILL) between the intent and the create, between the
+    create and the record of its UID, after the record: the restarted operator decides
+    the node and no probe pod is left behind; the crash-window pod is deleted unread."""
+    suite = suite_id(f"crash-{step}")
+    env.policy(suite)
+    lease = f"optest-crash-{uuid.uuid4().hex[:6]}"
+    env.operator.stop()
+
+    def valid_report(info: PodInfo) -> Behaviour:
+        return Complete(0, _report_for(info.node_name, info.boot_id), delay_s=3)
+
+    first = Operator(env.cp, env.log_dir, lease=lease, name=f"crash-{step}-1").start()
+    try:
+        (name,) = env.nodes(suite, {"n": HEALTHY}, behaviour=valid_report)
+        wait_for("the probe pod's UID on record", lambda: env.status(name).get("ownedPods"), 90)
+        first.kill()
+        _crash_window(env, name, step)
+        second = Operator(env.cp, env.log_dir, lease=lease, name=f"crash-{step}-2").start()
+        try:
+            wait_for("the verdict after the restart", env.phase_of([name], "Accepted"), 150)
+            wait_for("no probe pod left", lambda: not env.pods(name), 60)
+            status = env.status(name)
+            assert status["attempts"] == 1, status
+            assert status["podSerial"] == (2 if step == "create" else 1), status
+            deleted = [e for e in env.events(name, "NodeAcceptance")
+                       if e["reason"] == "CrashWindowPodDeleted"]  # fmt: skip
+            assert len(deleted) == (1 if step == "create" else 0), deleted
             assert_accepted(env, name)
         finally:
             second.stop()

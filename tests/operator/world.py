@@ -181,6 +181,7 @@ class World:
     in_service_fleet: tuple[SignatureSeen, ...] = ()
     # The node's ResourceSlices (of any driver: the core keeps the configured ones).
     resource_slices: tuple[ResourceSliceView, ...] = ()
+    passes: int = 0
 
     def restart(self) -> None:
         """A new operator process: what the executor remembered is gone."""
@@ -189,7 +190,9 @@ class World:
         self.drain = None
 
     def observe(self) -> NodeSnapshot:
+        self.passes += 1  # each pass its own seed, as the controller draws one
         return NodeSnapshot(
+            nonce_seed=f"world-seed-{self.passes}",
             node_name="gpu-1",
             now=self.now,
             node=self.node,

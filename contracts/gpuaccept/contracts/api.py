@@ -20,6 +20,9 @@ ACCEPTANCE_LABEL: Final = f"{GROUP}/acceptance"
 REPROBE_ANNOTATION: Final = f"{GROUP}/reprobe"
 # On a Node (any value): the operator leaves the node alone and says so in its status.
 OPT_OUT_ANNOTATION: Final = f"{GROUP}/opt-out"
+# On every object the operator creates for a node: the random nonce whose digest the
+# node's status recorded before the create (NodeAcceptanceStatus.creation_intents).
+CREATION_NONCE_ANNOTATION: Final = f"{GROUP}/creation-nonce"
 # On a Node: the main reason of its quarantine (a label value), set and removed with
 # the acceptance label, so that `kubectl get nodes -l gpuaccept.io/reason=...` finds them.
 REASON_LABEL: Final = f"{GROUP}/reason"

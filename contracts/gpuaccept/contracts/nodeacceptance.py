@@ -206,6 +206,24 @@ class OwnedPod(ContractModel):
     )
 
 
+MAX_CREATION_INTENTS = 8
+
+
+class CreationIntent(ContractModel):
+    """An object the operator is about to create for this node (a probe, fabric or
+    watch pod), written before its create: the object carries a random nonce
+    (annotation ``gpuaccept.io/creation-nonce``) whose digest only is here. After a
+    restart between the create and the record of its UID (``ownedPods``), an object
+    under this name whose nonce matches is the operator's own and is deleted unread;
+    one whose nonce does not match is a squatter's (docs/security.md, "Pod identity")."""
+
+    kind: str = Field(max_length=63, description="The object's kind (Pod).")
+    name: str = Field(max_length=253)
+    nonce_digest: str = Field(
+        max_length=64, description="SHA-256 of the nonce the object carries (hex)."
+    )
+
+
 MAX_DRAIN_BLOCKED = 10
 
 
@@ -363,6 +381,14 @@ class NodeAcceptanceStatus(ContractModel):
         max_length=MAX_OWNED_PODS,
         description="The probe and fabric pods the operator created on this node and has "
         "not seen gone: a pod is read or deleted only if its UID and shape are here.",
+    )
+    creation_intents: list[CreationIntent] = Field(
+        default_factory=list,
+        max_length=MAX_CREATION_INTENTS,
+        description="Objects the operator is about to create for this node, written "
+        "before each create and dropped once the object's UID is in ownedPods: a pod "
+        "found after a restart under one of these names, with the recorded nonce and "
+        "no UID on record, is the operator's own and is deleted unread.",
     )
 
 

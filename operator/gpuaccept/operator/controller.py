@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -357,7 +358,12 @@ class Controller:
             limit_counts=limit_counts,
             config=self.config,
             pod_create_error=self.actions.create_errors.get(name),
-            created_pods=self.actions.created_pods(name),
+            # the fabric loop's creates too: a fabric pod on this node it just made is
+            # the operator's own, not a crash window's (core/creationintent.py)
+            created_pods={
+                **self.fabric.runner.actions.created_pods(name),
+                **self.actions.created_pods(name),
+            },
             pod_name_taken=self.actions.name_taken.get(name),
             drain=self.actions.drains.get(name),
             status_write_error=self.actions.status_error(name),
@@ -365,6 +371,7 @@ class Controller:
             gpu_pod_sample=self.reverify.sample(name),
             in_service_fleet=self._in_service_fleet(policies, name),
             resource_slices=self.cache.resource_slices(name),
+            nonce_seed=secrets.token_hex(32),  # never stored: core/creationintent.py
         )
 
     def _in_service_fleet(

@@ -265,18 +265,25 @@ class _NodeWrites:
         if busy:
             errors[node] = (NODE_BUSY_PREFIX + ", ".join(busy[:5]))[:500]
             return  # the next pass sees the refusal: the node waits (NodeBusy)
+        created = self.executor.created.setdefault(node, {})
+        # In flight (no UID yet): another loop's reconcile of the node that sees the pod
+        # before the answer must not take it for a crash window's (core/creationintent.py)
+        created[action.name] = CreatedPod(uid="", shape=shape_digest(action.manifest))
         try:
             pod = self.kube.create_pod(self.executor.namespace, action.manifest)
-        except ApiException as error:
-            if error.status in (400, 403, 404, 422):  # refused, not a hiccup
-                errors[node] = api_message(error)[:500]
+        except Exception as error:
+            # no answer: not in flight any more (a pod made all the same, its answer
+            # lost, is then the crash window's: deleted unread)
+            created.pop(action.name, None)
+            if isinstance(error, ApiException) and error.status in (400, 403, 404, 422):
+                errors[node] = api_message(error)[:500]  # refused, not a hiccup
             raise
         if pod is None:  # AlreadyExists: a pod this process did not create holds the name
+            created.pop(action.name, None)
             self.executor.name_taken[node] = action.name
             return
         self.executor.name_taken.pop(node, None)
         uid = str((pod.get("metadata") or {}).get("uid", ""))
-        created = self.executor.created.setdefault(node, {})
         created[action.name] = CreatedPod(uid=uid, shape=shape_digest(action.manifest))
         for old in list(created)[:-CREATED_MEMORY]:
             del created[old]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -160,6 +161,7 @@ class FabricLoop:
             self.config,
             created_pods={n: actions.created_pods(n) for n in names if n in actions.created},
             names_taken={n: actions.name_taken[n] for n in names if n in actions.name_taken},
+            nonce_seed=secrets.token_hex(32),  # never stored: core/creationintent.py
         )
 
     def with_evidence(self, writes: tuple[tuple[str, Action], ...]) -> list[tuple[str, Action]]:

@@ -18,9 +18,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
-from gpuaccept.contracts.api import GPU_RESOURCE, NODE_CONDITION_TYPE, REMEDY_CONDITION_TYPE
+from gpuaccept.contracts.api import (
+    CREATION_NONCE_ANNOTATION,
+    GPU_RESOURCE,
+    NODE_CONDITION_TYPE,
+    REMEDY_CONDITION_TYPE,
+)
 from gpuaccept.contracts.forward import read_forward
-from gpuaccept.contracts.nodeacceptance import MAX_OWNED_PODS, NodeAcceptanceStatus, Phase
+from gpuaccept.contracts.nodeacceptance import (
+    MAX_CREATION_INTENTS,
+    MAX_OWNED_PODS,
+    NodeAcceptanceStatus,
+    Phase,
+)
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
 from gpuaccept.operator.core.model import (
@@ -223,10 +233,10 @@ def _unreadable(name: object, error: Exception) -> None:
 
 SALVAGED_FIELDS = ("nodeUID", "release")
 """Fields an unreadable status keeps when each reads on its own (besides the applied
-keys, the pod serial and the owned pods, read item by item): the Node's UID (a node
-re-created under its name is still found out), and the record of the last release a
-person asked for (without it, the release request still annotated on the
-NodeAcceptance would be applied again: the node taken out of quarantine once more)."""
+keys, the pod serial, the owned pods and the creation intents, read item by item): the
+Node's UID (a node re-created under its name is still found out), and the record of
+the last release a person asked for (without it, the release request still annotated
+on the NodeAcceptance would be applied again: the node taken out of quarantine once more)."""
 
 
 def _readable(wire: str, value: object) -> dict[str, Any]:
@@ -258,6 +268,10 @@ def _salvaged(raw: object) -> NodeAcceptanceStatus:
     if isinstance(pods, list):
         owned = [_readable("ownedPods", [pod]).get("owned_pods", []) for pod in pods]
         keep["owned_pods"] = [pod for one in owned for pod in one][:MAX_OWNED_PODS]
+    intents = raw.get("creationIntents")
+    if isinstance(intents, list):
+        read = [_readable("creationIntents", [i]).get("creation_intents", []) for i in intents]
+        keep["creation_intents"] = [i for one in read for i in one][:MAX_CREATION_INTENTS]
     for wire in SALVAGED_FIELDS:
         if wire in raw:
             keep.update(_readable(wire, raw[wire]))
@@ -386,6 +400,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         owner_uid=controller_uid(meta),
         token=mounts_token(body.get("spec") or {}),
         shape=shape_digest(body),
+        nonce=str((meta.get("annotations") or {}).get(CREATION_NONCE_ANNOTATION) or "")[:64],
     )
 
 

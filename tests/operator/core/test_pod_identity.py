@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from world import World, make_report, pod_body
 
-from gpuaccept.contracts.nodeacceptance import OwnedPod, Phase
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, OwnedPod, Phase
 from gpuaccept.contracts.report import encode_termination_message
 from gpuaccept.operator.core import CreateProbePod, DeleteProbePod, PodView
 from gpuaccept.operator.core.model import CreatedPod
@@ -124,7 +124,7 @@ def test_only_the_pod_on_record_is_the_operators_own(
 ) -> None:
     split = split_pods(
         [pod],
-        [record] if record else [],
+        NodeAcceptanceStatus(owned_pods=[record] if record else []),
         {NAME: answer} if answer else {},
         node="gpu-1",
         owner="uid-na",
@@ -244,12 +244,15 @@ def test_a_restart_after_the_record_resumes_with_the_same_pod() -> None:
     assert world.status.pod_serial == 1
 
 
-def test_a_restart_before_the_record_never_reads_the_pod() -> None:
+def test_a_pod_neither_recorded_nor_intended_is_never_read() -> None:
+    """The record of the pod's UID, and of the intent to create it, gone from the status
+    (a restart between the create and the record keeps the intent: its pod is deleted
+    unread, tests/operator/core/test_creation_intent.py)."""
     world = World()
     world.settle()
     plan = world.plan()
     assert plan.actions == ()
-    # the status write of the create's answer was lost in a crash
+    assert world.status.creation_intents == []  # served: dropped with the UID's record
     assert world.na is not None
     status = world.status.model_copy(update={"owned_pods": []})
     world.na = dataclasses.replace(world.na, status=status)

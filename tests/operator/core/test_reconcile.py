@@ -330,7 +330,7 @@ TRANSITIONS = {
         "ImageUnavailable", taints=[PENDING_KEY], status={"attempts": 0},
     ),
     "a pod lost in a restart is created again under the same name": Transition(
-        probing_world, pod_lost, Phase.PROBING, None, first=(CreateProbePod,),
+        probing_world, pod_lost, Phase.PROBING, None, first=(PatchNAStatus, CreateProbePod),
         also=_same_pod,
     ),
     "a pod lost past the grace period waits, no attempt spent": Transition(

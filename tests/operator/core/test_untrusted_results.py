@@ -282,4 +282,5 @@ def test_a_refusal_is_kept_only_until_a_status_write_succeeds() -> None:
     world.advance(3600)
     world.settle()
     assert world.status.phase == Phase.PROBING  # the next attempt is unaffected
-    assert dataclasses.replace(world.observe(), status_write_error=None) == world.observe()
+    seen = world.observe()
+    assert dataclasses.replace(seen, status_write_error=None) == seen

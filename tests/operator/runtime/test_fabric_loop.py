@@ -187,7 +187,11 @@ def test_one_policys_failing_pass_stalls_no_other_policys_verdicts() -> None:
     policies = {"a": "fab", "b": "fab", "c": "other", "d": "other"}
     loop = _run(_cache(policies, _finished_pair()), kube)
     assert isinstance(loop.verdict("a", T0), FabricPassed)
-    assert set(kube.statuses) == {"a", "b"}
+    results = {n for n, st in kube.statuses.items() if (st.get("fabric") or {}).get("pairs")}
+    assert results == {"a", "b"}
+    # the other policy's pass wrote only the intent of the pod it then failed to create
+    assert set(kube.statuses) - results <= {"c", "d"}
+    assert all(kube.statuses[n].get("creationIntents") for n in set(kube.statuses) - results)
 
 
 @pytest.mark.parametrize(

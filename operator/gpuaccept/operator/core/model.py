@@ -166,6 +166,7 @@ class PodView:
     owner_uid: str = ""  # the controller ownerReference's UID
     token: bool = False  # it gets API credentials (automount not false, a token volume)
     shape: str = ""  # podidentity.shape_digest of the pod
+    nonce: str = ""  # its gpuaccept.io/creation-nonce annotation (core/creationintent.py)
 
     @property
     def ended(self) -> bool:
@@ -176,7 +177,8 @@ class PodView:
 class CreatedPod:
     """The API server's answer to one of the operator's pod creates, kept in memory
     until the status records it (core/podidentity.py): the pod's UID, and the shape
-    digest of the manifest the operator sent."""
+    digest of the manifest the operator sent. A UID of "" is a create still in flight:
+    its pod is not read (no UID to match) and never taken for a crash window's."""
 
     uid: str
     shape: str
@@ -505,6 +507,9 @@ class NodeSnapshot:
     # The probe pods this process created on the node whose UID the status may not
     # record yet, by name (the create's answer; core/podidentity.py).
     created_pods: Mapping[str, CreatedPod] = field(default_factory=dict)
+    # A random value drawn by the runtime for this pass: the seed of the nonces of
+    # the objects it creates (core/creationintent.py). Never stored.
+    nonce_seed: str = ""
     # The last probe pod create for this node was answered AlreadyExists: that name.
     pod_name_taken: str | None = None
     # The last drain of the node through the Eviction API (core/phases/drain.py).

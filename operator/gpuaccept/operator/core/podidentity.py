@@ -14,7 +14,11 @@ UID and its identity fields still match that record:
   waits (``PodNameTaken``, never a verdict), the pod is left for a person, and the
   next attempt takes a new name;
 * its own pod whose identity fields changed since the create (a mutating webhook,
-  an update) is not read either (``ProbePodAltered``).
+  an update) is not read either (``ProbePodAltered``);
+* a pod under a name whose create the status recorded as intended, carrying the
+  intent's nonce, with no UID on record (the operator restarted between its create
+  and the record, core/creationintent.py), is its own crash-window pod: deleted
+  unread (:attr:`PodSplit.crashed`), never a squatter's.
 
 The identity fields (:func:`pod_shape`): the node, the ServiceAccount and whether
 a token is mounted, the host namespaces, each container's name, image, command,
@@ -30,7 +34,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaccept.contracts.nodeacceptance import MAX_OWNED_PODS, OwnedPod
+from gpuaccept.contracts.nodeacceptance import (
+    MAX_OWNED_PODS,
+    NodeAcceptanceStatus,
+    OwnedPod,
+)
+from gpuaccept.operator.core.creationintent import POD, intended, settled
 from gpuaccept.operator.core.model import CreatedPod, PodView
 
 __all__ = ["CreatedPod", "ForeignPod", "PodSplit", "pod_shape", "shape_digest", "split_pods"]
@@ -118,6 +127,9 @@ class PodSplit:
     ours: tuple[PodView, ...]
     foreign: tuple[ForeignPod, ...]
     to_record: tuple[OwnedPod, ...]  # ours by the create's answer, not in status yet
+    # ours by the intent on record, created just before a restart, UID never recorded:
+    # never read, deleted (core/creationintent.py)
+    crashed: tuple[PodView, ...] = ()
 
 
 def _why_not_ours(
@@ -153,21 +165,28 @@ def _why_not_ours(
 
 def split_pods(
     pods: Iterable[PodView],
-    owned: Sequence[OwnedPod],
+    status: NodeAcceptanceStatus,
     created: Mapping[str, CreatedPod],
     *,
     node: str,
     owner: str,
 ) -> PodSplit:
     """``pods`` (the probe-labelled pods bound to ``node``) split into the operator's
-    own, recorded in ``owned`` or just created (``created``, the create's answer), and
-    the others; with the records to add for pods only the create's answer vouches for."""
-    by_name = {entry.name: entry for entry in owned}
+    own, recorded in ``status.ownedPods`` or just created (``created``, the create's
+    answer), its crash-window pods (intended in ``status.creationIntents``, nonce
+    matching, no UID on record), and the others; with the records to add for pods only
+    the create's answer vouches for."""
+    by_name = {entry.name: entry for entry in status.owned_pods}
+    intents = status.creation_intents
     ours: list[PodView] = []
     foreign: list[ForeignPod] = []
     to_record: list[OwnedPod] = []
+    crashed: list[PodView] = []
     for pod in pods:
         entry, answer = by_name.get(pod.name), created.get(pod.name)
+        if entry is None and answer is None and intended(intents, POD, pod.name, pod.nonce):
+            crashed.append(pod)
+            continue
         problem = _why_not_ours(pod, entry, answer, node=node, owner=owner)
         if problem is not None:
             foreign.append(problem)
@@ -175,7 +194,7 @@ def split_pods(
         ours.append(pod)
         if entry is None and answer is not None:
             to_record.append(OwnedPod(name=pod.name, uid=answer.uid, shape=answer.shape))
-    return PodSplit(tuple(ours), tuple(foreign), tuple(to_record))
+    return PodSplit(tuple(ours), tuple(foreign), tuple(to_record), tuple(crashed))
 
 
 def recorded(
@@ -187,6 +206,16 @@ def recorded(
     kept = [entry for entry in owned if entry.name in names]
     fresh = [entry for entry in new if entry.name not in {e.name for e in kept}]
     return [*kept, *fresh][-MAX_OWNED_PODS:]
+
+
+def with_recorded(
+    status: NodeAcceptanceStatus, new: Iterable[OwnedPod], present: Iterable[str]
+) -> NodeAcceptanceStatus:
+    """``status`` with ``new`` pods on record (:func:`recorded`), and the creation
+    intents they served dropped."""
+    owned = recorded(status.owned_pods, new, present)
+    intents = settled(status.creation_intents, POD, [entry.name for entry in owned])
+    return status.model_copy(update={"owned_pods": owned, "creation_intents": intents})
 
 
 def foreign_pod_message(namespace: str, name: str, reason: str, why: str) -> str:

@@ -35,7 +35,11 @@ from gpuaccept.operator.core.model import (
     NodeSnapshot,
     Plan,
 )
-from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
+from gpuaccept.operator.core.nodecontext import (
+    WAIT_FOR_DELETION_SECONDS,
+    NodeContext,
+    PlanBuilder,
+)
 from gpuaccept.operator.core.phases.decided import plan_decided
 from gpuaccept.operator.core.phases.fabric import plan_fabric_phase
 from gpuaccept.operator.core.phases.pending import plan_pending
@@ -43,8 +47,13 @@ from gpuaccept.operator.core.phases.probing import plan_probing
 from gpuaccept.operator.core.phases.released import plan_release, plan_released, unapplied_release
 from gpuaccept.operator.core.phases.reverify import targeted
 from gpuaccept.operator.core.phases.unknown import plan_unknown_phase
-from gpuaccept.operator.core.podidentity import PodSplit, recorded, split_pods
-from gpuaccept.operator.core.transitions import DECIDED, new_round, opted_out
+from gpuaccept.operator.core.podidentity import PodSplit, split_pods, with_recorded
+from gpuaccept.operator.core.transitions import (
+    DECIDED,
+    attempt_abandoned,
+    new_round,
+    opted_out,
+)
 
 __all__ = ["reconcile"]
 
@@ -56,7 +65,7 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     out = PlanBuilder(observed)
     node = observed.node
     if node is None:
-        return _node_deleted(observed, out)
+        return _node_deleted(_with_crashed(observed, split), out)
     if len(observed.policies) != 1:
         # 0: not governed. >= 2: a conflict, reported on the policies. No action.
         return out.build("no policy" if not observed.policies else "policy conflict")
@@ -71,7 +80,7 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     if na is not None and na.unknown_phase is not None:  # a newer release's (a rollback)
         return plan_unknown_phase(ctx, out, na.unknown_phase)
     first = _new_node(ctx, out) if na is None else _record_pods(ctx, out, split)
-    first = first or _before_any_phase(ctx, out)
+    first = first or _crash_window_pods(ctx, out, split) or _before_any_phase(ctx, out)
     if first is not None:
         return first
     if spec.paused:
@@ -104,7 +113,7 @@ def _own_pods(observed: NodeSnapshot) -> PodSplit:
     na = observed.na
     return split_pods(
         observed.pods,
-        na.status.owned_pods if na is not None else (),
+        na.status if na is not None else NodeAcceptanceStatus(),
         observed.created_pods,
         node=observed.node_name,
         owner=na.uid if na is not None else "",
@@ -117,9 +126,34 @@ def _record_pods(ctx: NodeContext, out: PlanBuilder, split: PodSplit) -> Plan | 
         return None
     status = ctx.status
     present = [*(p.name for p in split.ours), *(f.pod.name for f in split.foreign)]
-    owned = recorded(status.owned_pods, split.to_record, present)
-    out.write_status(status, status.model_copy(update={"owned_pods": owned}))
+    out.write_status(status, with_recorded(status, split.to_record, present))
     return out.build("probe pod recorded: " + ", ".join(p.name for p in split.to_record))
+
+
+def _crash_window_pods(ctx: NodeContext, out: PlanBuilder, split: PodSplit) -> Plan | None:
+    """The operator's own pods created just before a restart, their UIDs never
+    recorded (core/creationintent.py): deleted unread before any phase runs, and the
+    attempt one of them served given back. An undecided node plans nothing else until
+    they are gone (one probe pod on the node at a time); a decided one goes on (None):
+    a pod stuck terminating on a dead kubelet must not hold its phase."""
+    if not split.crashed:
+        return None
+    for pod in split.crashed:
+        if not pod.deleting:
+            out.delete_pod(pod)
+    if ctx.status.phase not in UNDECIDED:
+        return None
+    names = {pod.name for pod in split.crashed}
+    if ctx.status.phase == Phase.PROBING and ctx.status.probe_pod in names:
+        attempt_abandoned(
+            ctx,
+            out,
+            message=f"the probe pod {ctx.status.probe_pod} was created just before an "
+            "operator restart, its UID never recorded: deleted unread, a new attempt follows",
+        )
+    out.ensure_node(ctx, ctx.status)
+    out.wake_in(WAIT_FOR_DELETION_SECONDS)
+    return out.build("crash-window pods deleted: " + ", ".join(sorted(names)))
 
 
 def _new_node(ctx: NodeContext, out: PlanBuilder) -> Plan:
@@ -222,3 +256,8 @@ def _node_deleted(observed: NodeSnapshot, out: PlanBuilder) -> Plan:
         if not pod.deleting:
             out.actions.append(DeleteProbePod(pod.name, force=True))
     return out.build("node deleted")
+
+
+def _with_crashed(observed: NodeSnapshot, split: PodSplit) -> NodeSnapshot:
+    """A deleted node's snapshot whose pods include its crash-window pods: they go too."""
+    return replace(observed, pods=(*split.ours, *split.crashed))

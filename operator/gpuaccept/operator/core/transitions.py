@@ -29,6 +29,7 @@ from gpuaccept.contracts.nodeacceptance import (
 )
 from gpuaccept.contracts.reverify import ReverifyStatus
 from gpuaccept.operator.core.capacity import HELD_ACCEPT, REASON_QUARANTINE_LIMIT, in_service
+from gpuaccept.operator.core.creationintent import POD, creation_nonce, intend
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
 from gpuaccept.operator.core.record import ACCEPTED_MESSAGE, take_out_now
@@ -219,10 +220,11 @@ def hold_lifted(ctx: NodeContext, out: PlanBuilder, kept: NodeAcceptanceStatus) 
 
 def probe_started(
     ctx: NodeContext, out: PlanBuilder, *, serial: int, name: str, wait_over: bool
-) -> NodeAcceptanceStatus:
+) -> tuple[NodeAcceptanceStatus, str]:
     """Phase Probing: an attempt on record (pod ``name``, ``serial``) before its pod
-    exists, so a restart in between recreates the same pod name, never a second pod.
-    ``wait_over``: the reason the node waited under is not this attempt's."""
+    exists, so a restart in between recreates the same pod name, never a second pod;
+    with the intent to create it (core/creationintent.py), and the nonce the pod
+    carries. ``wait_over``: the reason the node waited under is not this attempt's."""
     st = ctx.status
     new = ctx.stamped(
         st,
@@ -240,9 +242,10 @@ def probe_started(
         blocked_since=st.blocked_since if st.phase == Phase.WAITING else None,
         node_uid=ctx.node.uid or st.node_uid,
     )
-    new = ctx.with_applied_keys(new)
+    nonce = creation_nonce(ctx.obs.nonce_seed, POD, name)
+    new = intend(ctx.with_applied_keys(new), POD, name, nonce)
     out.write_status(st, new)
-    return new
+    return new, nonce
 
 
 def blocked_waits(
@@ -311,6 +314,26 @@ def stalled(
     out.write_status(st, new)
     out.event(ACCEPTANCE_KIND, "Warning", new.reason or "", new.message or "")
     return True
+
+
+EVENT_CRASH_WINDOW_POD = "CrashWindowPodDeleted"
+
+
+def attempt_abandoned(ctx: NodeContext, out: PlanBuilder, *, message: str) -> None:
+    """The attempt's pod was created just before an operator restart and is deleted
+    unread (core/creationintent.py): phase Pending, the attempt given back, no
+    backoff; the next attempt takes a new name. A Normal Event says so."""
+    st = ctx.status
+    new = ctx.stamped(
+        st,
+        phase=Phase.PENDING,
+        message=cut(message, 1000),
+        attempts=max(st.attempts - 1, 0),
+        probe_pod=None,
+        probe_started_time=None,
+    )
+    out.write_status(st, new)
+    out.event(ACCEPTANCE_KIND, "Normal", EVENT_CRASH_WINDOW_POD, message)
 
 
 def opted_out(ctx: NodeContext, out: PlanBuilder, conditions: list[Condition]) -> None:

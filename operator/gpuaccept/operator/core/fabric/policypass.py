@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from gpuaccept.checks import fabric_allreduce
 from gpuaccept.checks.fabric_allreduce import CHECK
@@ -29,6 +30,7 @@ from gpuaccept.contracts.nodeacceptance import (
     Phase,
 )
 from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.operator.core.creationintent import intended_create
 from gpuaccept.operator.core.fabric.membership import (
     can_take_fabric_pod,
     is_idle_partner,
@@ -46,7 +48,6 @@ from gpuaccept.operator.core.fabric.pairing import (
 from gpuaccept.operator.core.model import (
     Action,
     CreatedPod,
-    CreateProbePod,
     DeleteProbePod,
     EmitEvent,
     FabricPodLabels,
@@ -61,8 +62,8 @@ from gpuaccept.operator.core.model import (
 )
 from gpuaccept.operator.core.podidentity import (
     REASON_POD_NAME_TAKEN,
-    recorded,
     split_pods,
+    with_recorded,
 )
 from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
@@ -101,6 +102,9 @@ class FabricSnapshot:
     # (core/podidentity.py).
     created_pods: Mapping[str, Mapping[str, CreatedPod]] = field(default_factory=dict)
     names_taken: Mapping[str, str] = field(default_factory=dict)
+    # A random value drawn by the runtime for this pass: the seed of its pods' nonces
+    # (core/creationintent.py). Never stored.
+    nonce_seed: str = ""
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,16 @@ class _PassBuilder:
         of ``name`` was answered AlreadyExists."""
         return name in self.foreign.get(node, ()) or self.obs.names_taken.get(node) == name
 
+    def create(self, node: str, name: str, manifest: Mapping[str, Any]) -> None:
+        """The pod ``name`` on ``node``: the intent to create it into the node's status
+        (written before every create of the pass), then its create
+        (core/creationintent.py)."""
+        st = self.status(node)
+        if st is None:
+            return
+        self.statuses[node], create = intended_create(st, self.obs.nonce_seed, name, manifest)
+        self.writes.append((node, create))
+
     def status(self, node: str) -> NodeAcceptanceStatus | None:
         member = self.members.get(node)
         if member is None:
@@ -313,8 +327,7 @@ def _second_pod_due(
             applied_taints=second.na.status.applied_taints,
             owner_uid=second.na.uid,
         )
-        manifest = fabric_pod_manifest(request, obs.config)
-        b.writes.append((labels.second, CreateProbePod(name, manifest)))
+        b.create(labels.second, name, fabric_pod_manifest(request, obs.config))
     b.running.append(pods.pair)
 
 
@@ -408,7 +421,7 @@ def _own_pods(obs: FabricSnapshot) -> tuple[dict[str, FabricMember], _PassBuilde
         name, st = member.node.name, member.na.status
         split = split_pods(
             member.pods,
-            st.owned_pods,
+            st,
             obs.created_pods.get(name, {}),
             node=name,
             owner=member.na.uid,
@@ -416,8 +429,7 @@ def _own_pods(obs: FabricSnapshot) -> tuple[dict[str, FabricMember], _PassBuilde
         members[name] = replace(member, pods=split.ours)
         foreign[name] = tuple(f.pod.name for f in split.foreign)
         if split.to_record:
-            owned = recorded(st.owned_pods, split.to_record, [p.name for p in member.pods])
-            records[name] = st.model_copy(update={"owned_pods": owned})
+            records[name] = with_recorded(st, split.to_record, [p.name for p in member.pods])
     return members, _PassBuilder(obs, members, statuses=records, foreign=foreign)
 
 
@@ -429,7 +441,9 @@ def plan_fabric_pass(obs: FabricSnapshot) -> FabricStep:
     situation = _situation(obs, b)
     plan = plan_fabric(situation, FabricPairingParams.from_policy(obs.spec.fabric))
     started = () if obs.spec.paused else plan.next_pairs
-    writes = [*_ordered_writes(b), *(_first_pod(obs, members[p.first], p) for p in started)]
+    for pair in started:
+        _first_pod(b, members[pair.first], pair)
+    writes = _ordered_writes(b)
     wake = _wake_in(obs, situation.waiting, params_deadline=obs.spec.fabric.deadline_seconds)
     if b.running or started:
         wake = POLL_SECONDS if wake is None else min(wake, POLL_SECONDS)
@@ -480,8 +494,9 @@ def _ordered_writes(b: _PassBuilder) -> list[tuple[str, Action]]:
     return writes + b.writes
 
 
-def _first_pod(obs: FabricSnapshot, first: FabricMember, pair: NodePair) -> tuple[str, Action]:
+def _first_pod(b: _PassBuilder, first: FabricMember, pair: NodePair) -> None:
     """The rank-0 pod of a new pair (its IP is the partner's rendezvous address)."""
+    obs = b.obs
     planned_at = obs.now.isoformat()
     labels = FabricPodLabels(
         fabric_pair_id(pair.first, pair.second, planned_at), 0, pair.first, pair.second
@@ -496,7 +511,7 @@ def _first_pod(obs: FabricSnapshot, first: FabricMember, pair: NodePair) -> tupl
         owner_uid=first.na.uid,
     )
     name = fabric_pod_name(obs.config.pod_prefix, labels.pair, 0)
-    return pair.first, CreateProbePod(name, fabric_pod_manifest(request, obs.config))
+    b.create(pair.first, name, fabric_pod_manifest(request, obs.config))
 
 
 def _wake_in(

@@ -29,6 +29,7 @@ from gpuaccept.contracts.inservice import (
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.reverify import ReverifyStatus, Suspicion
 from gpuaccept.operator.core.capacity import HELD_ACCEPT, HELD_QUARANTINE, REASON_DRY_RUN
+from gpuaccept.operator.core.creationintent import intended_create
 from gpuaccept.operator.core.inservice.correlation import Fleet
 from gpuaccept.operator.core.inservice.evidence import REASON_COMMON_CAUSE, NodeSignals
 from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
@@ -227,14 +228,14 @@ def _next_watch(
         spec=ctx.spec,
         owner_uid=obs.na.uid if obs.na is not None else "",
     )
-    create = CreateProbePod(name, watch_pod_manifest(request, obs.config))
     update = {
         "watch_serial": serial,
         "watch_pod": name,
         "watch_started": obs.now,
         "early_starts": ledger.early_starts + 1 if early else 0,
     }
-    return st.model_copy(update={"in_service": ledger.model_copy(update=update)}), create
+    watching = st.model_copy(update={"in_service": ledger.model_copy(update=update)})
+    return intended_create(watching, obs.nonce_seed, name, watch_pod_manifest(request, obs.config))
 
 
 def _suspicion(suspect: InServiceSuspect) -> Suspicion:

@@ -10,6 +10,7 @@ from gpuaccept.contracts.api import GPU_RESOURCE, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import GpuPublishing, NodeAcceptanceStatus
 from gpuaccept.contracts.policy import GPUWaitExpiry
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, adopting, take_out_allowed
+from gpuaccept.operator.core.creationintent import with_nonce
 from gpuaccept.operator.core.gpusharing import REASON_GPU_SHARING, sharing_refusal
 from gpuaccept.operator.core.model import CreateProbePod, Plan
 from gpuaccept.operator.core.nodecontext import (
@@ -142,8 +143,8 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
         REASON_GPUS_UNHEALTHY,
         *WAIT_REASONS,
     )
-    new = probe_started(ctx, out, serial=serial, name=name, wait_over=waited)
-    out.actions.append(CreateProbePod(name, probe_manifest(ctx, new)))
+    new, nonce = probe_started(ctx, out, serial=serial, name=name, wait_over=waited)
+    out.actions.append(CreateProbePod(name, with_nonce(probe_manifest(ctx, new), nonce)))
     out.wake_in(obs.config.timeout_for(spec) + obs.config.deadline_grace_seconds)
     return out.build(f"probe attempt {new.attempts}")
 

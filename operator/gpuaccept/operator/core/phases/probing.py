@@ -7,8 +7,9 @@ from datetime import datetime, timedelta
 from gpuaccept.contracts.nodeacceptance import Reason
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.acceptance_gate import acceptance_problem
+from gpuaccept.operator.core.creationintent import intended_create
 from gpuaccept.operator.core.gpusharing import REASON_GPU_SHARING, admission_refused_by_sharing
-from gpuaccept.operator.core.model import CreateProbePod, Plan, PodView
+from gpuaccept.operator.core.model import Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
     WAIT_FOR_DELETION_SECONDS,
     NodeContext,
@@ -101,7 +102,11 @@ def _pod_missing(ctx: NodeContext, out: PlanBuilder, remaining: float) -> Plan:
     if obs.now - started < timedelta(seconds=obs.config.pod_missing_grace_seconds) and st.probe_pod:
         # Status was written, the pod not (yet): create it. An AlreadyExists answer
         # means another pod holds the name (_attempt_pod_not_ours, next pass).
-        out.actions.append(CreateProbePod(st.probe_pod, probe_manifest(ctx, st)))
+        # A new nonce on record first: the intent of the first create may have served
+        # a pod that is gone, or never made (core/creationintent.py).
+        new, create = intended_create(st, obs.nonce_seed, st.probe_pod, probe_manifest(ctx, st))
+        out.write_status(st, new)
+        out.actions.append(create)
         out.wake_in(remaining)
         return out.build("probe pod (re)created")
     # Never created (the API server refused or dropped the create for longer than
