@@ -270,6 +270,8 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    # throttle_reasons' timed bf16 matmuls: the GPUs loaded once for both
+    needs=frozenset({"matmul_load"}),
     budget=budget,
     runbook=RunbookEntry(
         meaning="a GPU's matmul throughput below the model minimum or well below its siblings",

@@ -366,6 +366,8 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    # throttle_reasons' clocks under load: judged without a second load
+    needs=frozenset({"under_load"}),
     budget=fixed_phase("power, persistence, MIG, compute mode", 0.1, "NVML queries"),
     runbook=RunbookEntry(
         meaning=(

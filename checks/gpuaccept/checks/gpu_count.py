@@ -167,6 +167,7 @@ SPEC = CheckSpec(
     observed_model=GpuCountObserved,
     judge=judge,
     claims=claims,
+    needs=frozenset({"node_gpus"}),  # what Kubernetes says of the node's GPUs (the probe run)
     budget=fixed_phase("GPU counts: NVML, the PCI bus", 0.1, "sysfs scan"),
     runbook=RunbookEntry(
         meaning=(

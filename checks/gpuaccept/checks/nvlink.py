@@ -296,6 +296,8 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    # each GPU's NVLink counters before the first check (the run)
+    needs=frozenset({"nvlink_before"}),
     budget=fixed_phase("NVLink state and counters", 0.5, "8 x 18 links x 4 NVML queries"),
     runbook=RunbookEntry(
         meaning=(

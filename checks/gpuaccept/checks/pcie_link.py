@@ -425,6 +425,8 @@ SPEC = CheckSpec(
     key_figures=key_figures,
     columns=(FigureColumn("PCIe", "pcie", "Weakest PCIe link under load.", position=2),),
     claims=claims,
+    # each GPU's pinned H2D rate (peer_bandwidth's host-staged floor)
+    provides=frozenset({"h2d_gbps"}),
     budget=budget,
     runbook=RunbookEntry(
         meaning=(

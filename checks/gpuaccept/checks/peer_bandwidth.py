@@ -574,6 +574,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    needs=frozenset({"h2d_gbps"}),  # pcie_link's H2D rates
     budget=budget,
     runbook=RunbookEntry(
         meaning=(

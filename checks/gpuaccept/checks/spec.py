@@ -20,6 +20,8 @@ or I/O). It defines
 * its claims: ``claims(observed, summary) -> Claims``, every GPU count, GPU and
   figure its result carries (:mod:`gpuaccept.checks.claims`), which the operator
   holds to the node before it judges anything;
+* what its measuring function ``needs`` from the probe run's shared context and what
+  it ``provides`` there for later checks (:mod:`gpuaccept.checks.dataflow`);
 
 and registers all of it as one ``SPEC`` in :mod:`gpuaccept.checks.registry`.
 The measuring half lives in the probe (``gpuaccept.probe.measure``).
@@ -128,6 +130,12 @@ class CheckSpec(Generic[PolicyT, ObservedT]):
     # figures and forgot them would let a report about other hardware be judged.
     claims: Callable[[ObservedT, HardwareSummary], Claims]
     condense: Callable[[ObservedT], ObservedT] = _unchanged
+    # What its measuring function reads from the probe run's shared context (facts
+    # another check or the run leaves there) and what it leaves there for later checks:
+    # the probe's context refuses any other read or write, and the registry orders the
+    # checks from these (gpuaccept.checks.dataflow).
+    needs: frozenset[str] = frozenset()
+    provides: frozenset[str] = frozenset()
     # This check's key figures (None: the check has none), from its observed value.
     figures_model: type[FiguresModel] | None = None
     key_figures: Callable[[ObservedT], FiguresModel | None] = _no_figures

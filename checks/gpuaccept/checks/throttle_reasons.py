@@ -257,6 +257,8 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    # its samples under load (gpu_config) and its timed matmuls (gpu_compute)
+    provides=frozenset({"under_load", "matmul_load"}),
     budget=budget,
     runbook=RunbookEntry(
         meaning="HW slowdown, thermal or power brake under load",

@@ -308,6 +308,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    needs=frozenset({"xids"}),  # the run's Xid listener, open over every check
     budget=fixed_phase(
         "Xids seen, recovery actions",
         0.1,
