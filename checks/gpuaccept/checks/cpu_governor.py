@@ -100,6 +100,13 @@ def claims(_observed: CpuGovernorObserved, _summary: HardwareSummary) -> Claims:
     return Claims()
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+requiredGovernor: performance
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"required_governor", "without_cpufreq"}),
@@ -112,6 +119,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     budget=fixed_phase("cpufreq governor of every CPU", 0.1, "one sysfs file per CPU (224)"),
     runbook=RunbookEntry(
         meaning="CPUs not on the required governor (e.g. `powersave`)",

@@ -204,6 +204,16 @@ def claims(_observed: DriverLibrariesObserved, _summary: HardwareSummary) -> Cla
     return Claims()
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+driverVersions: {min: "535.104.05"}   # R535 production branch or newer
+# The CUDA majors the cluster's workloads are built for (not the probe image's):
+# 12.x runs on a driver >= 525.60.13 (minor-version compatibility), 13.x on >= 580.
+requiredCudaMajors: [12]
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"driver_versions", "min_cuda_driver_version", "required_cuda_majors"}),
@@ -217,6 +227,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     budget=fixed_phase(
         "versions: kernel module, NVML, cuDriverGetVersion",
         0.2,

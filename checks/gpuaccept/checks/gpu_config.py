@@ -344,6 +344,19 @@ def claims(o: GpuConfigObserved, _summary: HardwareSummary) -> Claims:
     return out.gpu("minSmClockGpu", o.min_sm_clock_gpu)
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+powerLimitTolerance: 0.05     # enforced >= 95 % of nvmlDeviceGetPowerManagementDefaultLimit
+requirePersistence: true
+migMode: disabled
+computeMode: default
+maxAppClocksFraction: 0.1     # applications_clocks_setting (app/locked clocks) under load
+# median SM clock under load >= 50 % of max (HW slowdown halves it)
+minSmClockFraction: 0.5
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset(
@@ -366,6 +379,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     # throttle_reasons' clocks under load: judged without a second load
     needs=frozenset({"under_load"}),
     budget=fixed_phase("power, persistence, MIG, compute mode", 0.1, "NVML queries"),

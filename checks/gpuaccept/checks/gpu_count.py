@@ -155,6 +155,13 @@ def claims(observed: GpuCountObserved, _summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+{}                # expected: the most of capacity, nvidia.com/gpu.count and the PCI bus
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"expected"}),
@@ -167,6 +174,7 @@ SPEC = CheckSpec(
     observed_model=GpuCountObserved,
     judge=judge,
     claims=claims,
+    shipped=SHIPPED,
     needs=frozenset({"node_gpus"}),  # what Kubernetes says of the node's GPUs (the probe run)
     budget=fixed_phase("GPU counts: NVML, the PCI bus", 0.1, "sysfs scan"),
     runbook=RunbookEntry(

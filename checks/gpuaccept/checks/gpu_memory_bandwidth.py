@@ -176,6 +176,16 @@ def claims(o: GpuMemoryBandwidthObserved, summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+maxBelowMedianPercent: 5  # the HBM clock does not change with load: noise only
+bufferBytes: 1073741824   # 3 float32 arrays of 1 GiB (STREAM triad), far beyond L2
+iterations: 100
+warmupIterations: 3
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"buffer_bytes", "iterations", "warmup_iterations"}),
     judging=frozenset({"min_gbps", "min_gbps_by_model", "max_below_median_percent"}),
@@ -189,6 +199,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     budget=budget,
     runbook=RunbookEntry(
         meaning="a GPU's memory bandwidth below the model minimum or well below its siblings",

@@ -235,6 +235,14 @@ def claims(o: GpuNumaObserved, _summary: HardwareSummary) -> Claims:
     return out.keys("failedGpus", o.failed_gpus)
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+requireNumaNode: true     # numa_node -1 on a multi-socket host: NUMA off, no _PXM, or a VM
+socketSpread: even        # HGX: 4 GPUs per socket on 2-socket hosts (single-socket: not judged)
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"require_numa_node", "socket_spread", "gpus_per_socket"}),
@@ -248,6 +256,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     budget=fixed_phase("GPU NUMA placement", 0.1, "sysfs reads"),
     runbook=RunbookEntry(
         meaning=(

@@ -462,6 +462,24 @@ def claims(observed: InfinibandPortsObserved, _summary: HardwareSummary) -> Clai
     return out
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+# No port count by default (set expectedUpPorts: 8 for 8 compute HCAs): a node
+# without HCAs passes, an unused port of a dual-port NIC is not judged.
+linkLayer: InfiniBand     # the compute fabric; RoCE fleets: Ethernet
+minRateGbps: 200          # HDR 4X. An NDR 4X port that falls back to 2X NDR or 4X HDR also
+                          # reads 200: those fail by comparison with the same port of the
+                          # board's other HCAs (docs/policy.md), not by this figure
+rateScope: compute        # minRateGbps judges the HCAs behind a GPU's PCIe switch (a storage
+                          # HCA on an HDR100/EDR fabric is not held to it); none seen: every port
+requireSameFirmware: true # within one board_id (PSID)
+linkDownedWarn: 1         # counters since the last clear: any is worth a look
+symbolErrorWarn: 1
+netnsMode: detect
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"not_active_wait_seconds"}),
     judging=frozenset(
@@ -489,6 +507,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     budget=fixed_phase("InfiniBand ports", 0.1, "sysfs reads"),
     runbook=RunbookEntry(
         meaning=(

@@ -201,6 +201,16 @@ def claims(o: MemoryHealthObserved, _summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+requireEcc: true          # current and pending ECC mode on
+maxVolatileUncorrected: 0 # any uncorrected ECC error since the driver loaded fails
+warnAggregateUncorrected: 0   # lifetime uncorrected errors (already remapped) warn
+maxRetiredPages: 60       # page-retirement GPUs: NVIDIA's RMA threshold
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset(
@@ -221,6 +231,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     budget=fixed_phase("ECC, row remapping", 0.1, "NVML queries"),
     runbook=RunbookEntry(
         meaning=(

@@ -188,6 +188,21 @@ def claims(o: NcclAllreduceObserved, summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+# No global minimum: PCIe/NVL parts (H100 NVL, H200 NVL, H100 PCIe) and models
+# not listed here need only a positive figure. Classes match NVML's names
+# (h100-sxm = "NVIDIA H100 80GB HBM3", h200-sxm = "NVIDIA H200"); docs/policy.md.
+minBusbwGBpsByModel:
+  h100-sxm: 320           # healthy 8x at 8 GiB: ~370 (ring) to ~480 (NVLS) GB/s
+  h200-sxm: 320           # same NVLink 4 / NVSwitch fabric; peak ~475 GB/s
+maxMessageBytes: 8589934592   # sweep up to 8 GiB (the plateau); judged there
+iterations: 20
+warmupIterations: 5
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"max_message_bytes", "iterations", "warmup_iterations"}),
     judging=frozenset({"min_busbw_gbps", "min_busbw_gbps_by_model"}),
@@ -203,6 +218,7 @@ SPEC = CheckSpec(
     key_figures=key_figures,
     columns=(FigureColumn("BusBW", BUSBW_FIGURE, "NCCL all-reduce GB/s.", position=1),),
     claims=claims,
+    shipped=SHIPPED,
     budget=budget,
     runbook=RunbookEntry(
         meaning="all-reduce busbw below the policy minimum",

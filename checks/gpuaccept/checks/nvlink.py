@@ -283,6 +283,17 @@ def claims(o: NvlinkObserved, _summary: HardwareSummary) -> Claims:
     return out.keys("failedGpus", o.failed_gpus)
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+# NVML_FI_DEV_NVLINK_LINK_COUNT / nvmlDeviceGetNvLinkState; HGX H100/H200: 18 NVLink 4
+# links per GPU. PCIe/NVL parts are not listed: their links are recorded, not judged.
+activeLinksByModel: {h100-sxm: 18, h200-sxm: 18}
+warnAbove: {replay: 0, recovery: 0, crc: 0, ecc: 0}   # per link, over the probe's run
+failAbove: {recovery: 0}                      # a link that retrained (DCGM: critical)
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"active_links_by_model", "warn_above", "fail_above"}),
@@ -296,6 +307,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     # each GPU's NVLink counters before the first check (the run)
     needs=frozenset({"nvlink_before"}),
     budget=fixed_phase("NVLink state and counters", 0.5, "8 x 18 links x 4 NVML queries"),

@@ -262,6 +262,15 @@ def claims(o: NvswitchFabricObserved, _summary: HardwareSummary) -> Claims:
     return out.keys("conditions", o.conditions)
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+expectedByModel: {h100-sxm: 1, h200-sxm: 1}   # HGX boards: NVSwitch + fabric manager
+failOn: [degraded_bandwidth, route_unhealthy, incorrect_configuration, unhealthy]
+warnOn: [route_recovery, access_timeout_recovery, limited_capacity]
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"in_progress_wait_seconds"}),
     judging=frozenset({"expected_by_model", "fail_on", "warn_on"}),
@@ -275,6 +284,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     budget=fixed_phase("fabric state per GPU", 0.1, "one NVML query per GPU"),
     runbook=RunbookEntry(
         meaning=(

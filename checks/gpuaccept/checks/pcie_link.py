@@ -399,6 +399,17 @@ def claims(o: PcieLinkObserved, summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+requireMax: true          # under load every GPU's link at its max generation and width
+minGeneration: 5          # H100/H200 SXM are PCIe Gen5 x16
+minWidth: 16
+minH2DGBps: 40            # Gen5 x16 measures ~50-55 GB/s pinned; Gen4 or x8 gives ~25
+minD2HGBps: 40
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset(
@@ -425,6 +436,7 @@ SPEC = CheckSpec(
     key_figures=key_figures,
     columns=(FigureColumn("PCIe", "pcie", "Weakest PCIe link under load.", position=2),),
     claims=claims,
+    shipped=SHIPPED,
     # each GPU's pinned H2D rate (peer_bandwidth's host-staged floor)
     provides=frozenset({"h2d_gbps"}),
     budget=budget,

@@ -551,6 +551,18 @@ def claims(o: PeerBandwidthObserved, summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+# every ordered GPU pair's peer copy (256 MiB, CUDA events); HGX H100 moves 376-380 GB/s
+# one way per pair (NVIDIA/nccl issue 1264): ~80 % of that. PCIe/NVL parts: no minimum.
+minGBpsByModel: {h100-sxm: 300, h200-sxm: 300}
+maxBelowMedianPercent: {nvlink: 10}   # NVSwitch pairs are within ~4 % of each other
+peerAccessRequired: nvml              # where NVML says P2P works; CNS/TNS PCIe nodes pass
+allPairsModels: [h100-sxm, h200-sxm, b200]   # HGX: every pair must have peer access
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(
         {"buffer_bytes", "staged_buffer_bytes", "iterations", "warmup_iterations", "bidirectional"}
@@ -574,6 +586,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     needs=frozenset({"h2d_gbps"}),  # pcie_link's H2D rates
     budget=budget,
     runbook=RunbookEntry(

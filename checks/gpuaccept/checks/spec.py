@@ -20,6 +20,8 @@ or I/O). It defines
 * its claims: ``claims(observed, summary) -> Claims``, every GPU count, GPU and
   figure its result carries (:mod:`gpuaccept.checks.claims`), which the operator
   holds to the node before it judges anything;
+* its section of the shipped default policy (``shipped``, YAML with each figure's
+  source), from which ``make generate`` writes ``policies/default-h100-h200.yaml``;
 * what its measuring function ``needs`` from the probe run's shared context and what
   it ``provides`` there for later checks (:mod:`gpuaccept.checks.dataflow`);
 
@@ -129,6 +131,11 @@ class CheckSpec(Generic[PolicyT, ObservedT]):
     # any judging (gpuaccept.checks.claims). Required: a check that names GPUs or
     # figures and forgot them would let a report about other hardware be judged.
     claims: Callable[[ObservedT, HardwareSummary], Claims]
+    # Its section of the shipped default policy (8-GPU H100/H200 SXM nodes), YAML: the
+    # section's fields with each figure's source in a comment, or ``{}`` (the section's
+    # own defaults). policies/default-h100-h200.yaml is generated from these, in
+    # registry order (``make generate``; gpuaccept.checks.gen.default_policy).
+    shipped: str
     condense: Callable[[ObservedT], ObservedT] = _unchanged
     # What its measuring function reads from the probe run's shared context (facts
     # another check or the run leaves there) and what it leaves there for later checks:

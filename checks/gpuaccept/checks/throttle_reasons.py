@@ -244,6 +244,19 @@ def claims(o: ThrottleReasonsObserved, _summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+failOn: [hw_slowdown, hw_thermal_slowdown, hw_power_brake]
+# SW power cap: a healthy GPU at its power limit under a GEMM (docs/policy.md)
+warnOn: [sw_thermal_slowdown]
+warmupSeconds: 3          # not judged: clock/P-state changes report HW slowdown briefly
+# the judged window under full load (the 60 s suite budget: docs/probe.md)
+sampleSeconds: 15
+maxActiveFraction: 0.1    # a reason counts when active in > 10 % of the judged samples
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"warmup_seconds", "sample_seconds", "max_active_fraction"}),
     judging=frozenset({"fail_on", "warn_on"}),
@@ -257,6 +270,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     # its samples under load (gpu_config) and its timed matmuls (gpu_compute)
     provides=frozenset({"under_load", "matmul_load"}),
     budget=budget,

@@ -295,6 +295,18 @@ def claims(o: XidErrorsObserved, _summary: HardwareSummary) -> Claims:
     return out.values("recoveryAction", o.recovery_action)
 
 
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+# NVIDIA's Xid catalogue (docs/policy.md has each code's meaning and action)
+failOn: [48, 63, 64, 74, 79, 94, 95, 119, 120, 140, 154]
+warnOn: [92]              # high single-bit ECC rate: NVIDIA marks it non-critical
+recoveryActionFailOn:
+  [gpu_reset, node_reboot, drain_p2p, drain_and_reset, bus_reset, system_reboot]
+recoveryActionWarnOn: [recover_imex_domain]
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"fail_on", "warn_on", "recovery_action_fail_on", "recovery_action_warn_on"}),
@@ -308,6 +320,7 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
     needs=frozenset({"xids"}),  # the run's Xid listener, open over every check
     budget=fixed_phase(
         "Xids seen, recovery actions",
