@@ -21,7 +21,9 @@ or I/O). It defines
   figure its result carries (:mod:`gpuaccept.checks.claims`), which the operator
   holds to the node before it judges anything;
 * its section of the shipped default policy (``shipped``, YAML with each figure's
-  source), from which ``make generate`` writes ``policies/default-h100-h200.yaml``;
+  source), from which ``make generate`` writes ``policies/default-h100-h200.yaml``,
+  and its section of docs/policy.md (``docs``: those figures' sources, the rules in
+  words);
 * what its measuring function ``needs`` from the probe run's shared context and what
   it ``provides`` there for later checks (:mod:`gpuaccept.checks.dataflow`);
 
@@ -136,6 +138,10 @@ class CheckSpec(Generic[PolicyT, ObservedT]):
     # own defaults). policies/default-h100-h200.yaml is generated from these, in
     # registry order (``make generate``; gpuaccept.checks.gen.default_policy).
     shipped: str
+    # Its section of docs/policy.md (Markdown, under the heading ``### `<section>```
+    # that ``make generate`` writes): the shipped figures and their sources, the
+    # rules in words. docs/policy.md's generated table already lists every field.
+    docs: str
     condense: Callable[[ObservedT], ObservedT] = _unchanged
     # What its measuring function reads from the probe run's shared context (facts
     # another check or the run leaves there) and what it leaves there for later checks:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
 
-from gpuaccept.checks.policy import ProbePolicy
+from gpuaccept.checks.policy import probe_policy_model
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec
 
@@ -36,8 +37,8 @@ class ShippedSectionError(ValueError):
 
 
 def section_name(check: AnyCheckSpec) -> str:
-    alias = ProbePolicy.model_fields[check.name].alias
-    return alias or check.name
+    """The check's section as it travels (``pcie_link`` -> ``pcieLink``)."""
+    return to_camel(check.name)
 
 
 def section_text(check: AnyCheckSpec) -> str:
@@ -58,7 +59,7 @@ def section_text(check: AnyCheckSpec) -> str:
 
 def render(checks: Sequence[AnyCheckSpec] = CHECKS) -> str:
     text = HEADER + "".join(section_text(check) for check in checks)
-    ProbePolicy.model_validate(yaml.safe_load(text))
+    probe_policy_model(checks).model_validate(yaml.safe_load(text))
     return text
 
 
