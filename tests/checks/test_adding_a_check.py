@@ -10,6 +10,7 @@ name, its policy section or its reason) is the registry or generated; a new
 hand-written list of checks fails here: generate it from the registry instead."""
 
 import ast
+import functools
 import importlib
 import importlib.util
 import pkgutil
@@ -136,6 +137,17 @@ def status_on(profile: Path, spec: AnyCheckSpec, checks: Sequence[AnyCheckSpec])
     """The check's status in a whole probe run (every check, as a node runs them: some
     faults show only under the others' load) on a simulated node with that profile,
     under the shipped policy."""
+    result = probe_run(profile, profile.read_text(encoding="utf-8"), tuple(checks)).result(
+        spec.name
+    )
+    assert result is not None
+    return result.status
+
+
+@functools.lru_cache(maxsize=64)
+def probe_run(profile: Path, _text: str, checks: tuple[AnyCheckSpec, ...]) -> ProbeReport:
+    """One run per profile (its text in the key) and set of checks: the fixture is
+    asked once for every registered check."""
     loaded = load_profile(profile)
     node = loaded.node
     counts = NodeGpuCounts(allocatable=node.allocatable, capacity=node.gpu_capacity,
@@ -147,12 +159,9 @@ def status_on(profile: Path, spec: AnyCheckSpec, checks: Sequence[AnyCheckSpec])
     )
     hardware = SimulatedBackend(loaded)
     try:
-        report = run_probe(hardware, shipped_policy(checks), run)  # type: ignore[arg-type]
+        return run_probe(hardware, shipped_policy(checks), run)  # type: ignore[arg-type]
     finally:
         hardware.close()
-    result = report.result(spec.name)
-    assert result is not None
-    return result.status
 
 
 def fault_profiles(root: Path, name: str) -> list[Path]:
