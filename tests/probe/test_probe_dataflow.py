@@ -21,25 +21,58 @@ from gpuaccept.probe.measure.context import (
     ProbeContext,
     UndeclaredContextError,
 )
-from gpuaccept.probe.runner import hardware_summary, run_check
+from gpuaccept.probe.runner import hardware_summary, measuring_order, run_check
 
 MEASURE = Path(__file__).resolve().parents[2] / "probes/gpuaccept/probe/measure"
 
 
 def context_uses(check: str) -> tuple[set[str], set[str]]:
-    """(read, written): the fields of ``context`` its measuring module names."""
-    tree = ast.parse((MEASURE / f"{check}.py").read_text(encoding="utf-8"))
+    return context_uses_in((MEASURE / f"{check}.py").read_text(encoding="utf-8"))
+
+
+def context_uses_in(source: str) -> tuple[set[str], set[str]]:
+    """(read, written): the fields of the context a module names, through ``context``
+    or any parameter annotated ``ProbeContext`` (a helper's own name for it)."""
+    tree = ast.parse(source)
+    names = {"context"} | {
+        node.arg
+        for node in ast.walk(tree)
+        if isinstance(node, ast.arg)
+        and isinstance(node.annotation, ast.Name)
+        and node.annotation.id == "ProbeContext"
+    }
     read: set[str] = set()
     written: set[str] = set()
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
-            and node.value.id == "context"
+            and node.value.id in names
             and node.attr in CONTEXT_FIELDS
         ):
             (written if isinstance(node.ctx, ast.Store) else read).add(node.attr)
     return read, written
+
+
+def test_a_helper_taking_the_context_under_another_name_is_seen_too() -> None:
+    source = (
+        "def helper(ctx: ProbeContext, other: Policy) -> None:\n"
+        "    ctx.under_load = ctx.h2d_gbps\n"
+        "    other.xids = None\n"
+    )
+    assert context_uses_in(source) == ({"h2d_gbps"}, {"under_load"})
+
+
+def test_the_runner_orders_a_run_of_some_checks_by_their_declarations() -> None:
+    some = [BY_NAME["gpu_compute"], BY_NAME["xid_errors"], BY_NAME["throttle_reasons"]]
+    # the provider first; xid_errors, which reads what every load left, last
+    assert [c.name for c in measuring_order(some)] == [
+        "throttle_reasons",
+        "gpu_compute",
+        "xid_errors",
+    ]
+    # a need nothing in the run provides stays unmet: the reader runs on its own
+    assert [c.name for c in measuring_order([BY_NAME["gpu_config"]])] == ["gpu_config"]
 
 
 def test_every_context_field_is_a_run_fact_a_provided_fact_or_the_progress_note() -> None:
