@@ -12,13 +12,14 @@ CLUSTER_DIR := .cluster
 PACKAGE_DIRS := contracts/gpuaccept checks/gpuaccept probes/gpuaccept operator/gpuaccept testsupport/gpuaccept
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv lint unit test demo
+.PHONY: help venv lint unit test demo generate generate-check
 
 help:
 	@echo "make demo        run the operator against a simulated GPU fleet (real kube-apiserver)"
 	@echo "make test        install everything and run every test"
 	@echo "make unit        the tests that need no control plane (under a minute)"
 	@echo "make lint        ruff + mypy --strict"
+	@echo "make generate    every generated file (CRDs, default policy, docs, chart, goldens)"
 	@echo "make cluster-up  start kube-apiserver + etcd on 127.0.0.1 (.cluster/kubeconfig)"
 	@echo "make bench-quick 100-node benchmark; make bench for the full run; make bench-5k at 5,000 nodes"
 
@@ -39,9 +40,9 @@ $(UV): requirements/uv.txt
 	@touch $@
 
 lint: venv
-	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench scripts hack/images hack/chart
-	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench scripts hack/images hack/chart
-	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py hack/images/build_image.py hack/chart/values_schema.py hack/chart/values_docs.py
+	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench scripts hack/images hack/chart hack/generate.py
+	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench scripts hack/images hack/chart hack/generate.py
+	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py hack/images/build_image.py hack/chart/values_schema.py hack/chart/values_docs.py hack/generate.py
 	$(VENV)/bin/lint-imports --no-cache
 
 # The fast tier: every test that needs no control plane (pure core, checks,
@@ -64,5 +65,15 @@ TEST_WORKERS ?= 4
 test: venv cluster-tools
 	$(MAKE) --no-print-directory lint
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal --durations=30 -m "not device" tests
+
+# Every generator, in the order their inputs need (hack/generate.py: the CRDs, the
+# default policy from each check's CheckSpec.shipped, the docs' generated sections,
+# the chart's values schema and table, the capture table, the golden pod renders).
+# tests/test_generated.py fails while any generated file is stale.
+generate: venv
+	$(PY) hack/generate.py
+
+generate-check: venv
+	$(PY) hack/generate.py --check
 
 include $(wildcard mk/*.mk)

@@ -10,10 +10,14 @@
 CHART_DIR := charts/gpuaccept
 CHART_PYTHON ?= .venv/bin/python
 
-.PHONY: crds chart-lint chart-test
+.PHONY: crds crds-check chart-lint chart-test
 
+CRD_OUT := --out crds --out $(CHART_DIR)/crds --out charts/gpuaccept-crds/files
 crds: venv
-	$(CHART_PYTHON) -m gpuaccept.cli crds --out crds --out $(CHART_DIR)/crds --out charts/gpuaccept-crds/files
+	$(CHART_PYTHON) -m gpuaccept.cli crds $(CRD_OUT)
+
+crds-check: venv
+	$(CHART_PYTHON) -m gpuaccept.cli crds $(CRD_OUT) --check
 
 chart-lint: $(BIN)/helm
 	$(BIN)/helm lint --strict charts/gpuaccept-crds

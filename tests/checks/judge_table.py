@@ -11,6 +11,7 @@ from pydantic import JsonValue
 
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.spec import AnyCheckSpec, CheckJudgement, ObservedModel
+from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,17 +72,21 @@ class Case:
     shipped: bool = False
 
 
+def shipped_section(check: AnyCheckSpec) -> CheckSwitch:
+    """The check's section of the shipped default policy (its ``CheckSpec.shipped``,
+    from which policies/default-h100-h200.yaml is generated)."""
+    section: CheckSwitch = check.policy_model.model_validate(yaml.safe_load(check.shipped) or {})
+    return section
+
+
 def judged(check: AnyCheckSpec, case: Case) -> CheckJudgement:
-    """``case`` judged as the verdict judges it, and again from its condensed form."""
-    base = default_policy() if case.shipped else ProbePolicy()
-    section = base.section(check).model_validate(
-        {**base.section(check).model_dump(by_alias=True), **case.section}
-    )
-    chosen = base.model_copy(update={check.name: section})
+    """``case`` judged as the verdict judges it: parse, then judge."""
+    base = shipped_section(check) if case.shipped else check.policy_model()
+    section = check.policy_model.model_validate({**base.model_dump(by_alias=True), **case.section})
     observed = case.observed
     if isinstance(observed, ObservedModel):
         observed = observed.to_observed()
-    return judge_json(check, observed, chosen, case.summary)
+    return check.judge(check.parse(observed), section, case.summary)
 
 
 def assert_row(check: AnyCheckSpec, case: Case) -> None:

@@ -100,6 +100,39 @@ def claims(_observed: CpuGovernorObserved, _summary: HardwareSummary) -> Claims:
     return Claims()
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | meaning |
+|-------|---------|---------|
+| `requiredGovernor` | `performance` | Every online CPU's `scaling_governor` (sysfs) must be this. The failure names the offending CPUs. |
+| `withoutCpufreq` | `pass` | The result when the kernel has no cpufreq driver (no CPU has a `cpufreq` directory). A sysfs that cannot be read at all is an error, not this. |
+
+Why `withoutCpufreq: pass`: `cpuX/cpufreq` exists only while a cpufreq driver is
+registered (the kernel's sysfs ABI, `Documentation/ABI/testing/sysfs-devices-system-cpu`);
+servers whose BIOS owns the P-states (a "maximum performance" power profile, OS
+control of P-states off) and many VMs load none, and then no OS governor can hold
+the CPUs low (`Documentation/admin-guide/pm/cpufreq.rst`: the scaling driver is
+what talks to the hardware). Before, such a node skipped a required check and was
+quarantined (`CheckSkipped`) while running at full speed. Trap:
+`profiles/h100-sxm-8gpu-bios-pstates.yaml`.
+
+Why `performance`: it holds each CPU at its highest frequency (the kernel's
+cpufreq documentation, `Documentation/admin-guide/pm/cpufreq.rst`, governor
+`performance`), which is what the operational checklist in the project's
+background reading asks of GPU nodes; `powersave`, `schedutil` and `ondemand`
+let the data-loader and NCCL proxy threads run at low clocks. A platform that
+tunes otherwise sets its own governor here.
+"""  # noqa: E501
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+requiredGovernor: performance
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"required_governor", "without_cpufreq"}),
@@ -112,6 +145,8 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
     budget=fixed_phase("cpufreq governor of every CPU", 0.1, "one sysfs file per CPU (224)"),
     runbook=RunbookEntry(
         meaning="CPUs not on the required governor (e.g. `powersave`)",

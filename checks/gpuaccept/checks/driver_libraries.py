@@ -204,6 +204,94 @@ def claims(_observed: DriverLibrariesObserved, _summary: HardwareSummary) -> Cla
     return Claims()
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = r"""
+| field | default | `default-h100-h200.yaml` | meaning |
+|-------|---------|------|---------|
+| `driverVersions` | `{}` (any) | `{min: "535.104.05"}` | Allowed driver versions (the kernel module's, else NVML's), inclusive, compared component by component as integers. `max` holds at its own precision (`max: "550"` admits 550.54.15, i.e. 550.\*); for `min` a missing part counts as 0 (`min: "12.4.0"` admits 12.4). |
+| `requiredCudaMajors` | `[]` | `[12]` | The CUDA majors the cluster's **workloads** are built for. The driver must serve each under NVIDIA's minor-version compatibility (table below): its CUDA version's major is at least that major, and the driver is at least that major's minimum. |
+| `minCudaDriverVersion` | unset | unset | Lowest acceptable "CUDA version the driver supports" (`cuDriverGetVersion`; a missing part counts as 0). For workloads that need a newer driver's features (minor-version compatibility runs a newer 12.x runtime on an older 12.x driver "with a limited feature set": no PTX JIT of newer PTX, for example). |
+
+**What is judged: the node.** The kernel module version
+(`/proc/driver/nvidia/version`, else `/sys/module/nvidia/version`), the NVML
+driver version (`nvmlSystemGetDriverVersion`), and the CUDA version the driver
+supports (`cuDriverGetVersion` from the injected `libcuda.so.1`, else
+`nvmlSystemGetCudaDriverVersion_v2`). NVML answering
+`NVML_ERROR_LIB_RM_VERSION_MISMATCH` ("driver/library version mismatch": the
+user-space driver was upgraded but the old kernel module is still loaded)
+always fails. In the NVIDIA container toolkit's CDI mode the probe container
+starts and sees this error itself; in the legacy mode (`nvidia-container-cli`)
+the container never starts, and the operator reads the toolkit's message from
+the pod's `StartError` ([operator.md](operator.md#probe-pods-that-never-ran)),
+with the same reason `DriverLibrariesFailed`.
+
+**What is reported, never judged: the probe image.** In a pod, `libcudart` and
+`libnccl` come from the probe image's own wheels (the toolkit injects only the
+driver's libraries: `libcuda`, `libnvidia-ml`), and `torch.version.cuda` and
+`torch.cuda.nccl.version()` are compile-time constants of the torch build. The
+probe reports the image's CUDA runtime and NCCL versions from the libraries it
+actually loaded (`cudaRuntimeGetVersion`, `ncclGetVersion`, through ctypes on
+the file mapped into the process), with the file name (`observed.image`). A
+policy cannot judge them: the field `ncclVersions` was removed (the probe
+refuses a policy file that still has it, naming the field; the CRD no longer
+has it, so the API server drops it from a NodeAcceptancePolicy).
+
+Checks removed because they cannot fire on a real node: "kernel module version
+≠ NVML library version" (NVML refuses to initialise on such a node, which is
+the mismatch error above) and "GPUs report different drivers" (one kernel
+module serves every GPU; NVML's driver version is system-wide).
+
+**The CUDA rule is NVIDIA's, not "runtime ≤ driver".** From CUDA 11 on, an
+application built with any toolkit of a major release runs on a driver of at
+least that major's minimum (minor-version compatibility), and every newer
+driver runs it by backward compatibility. Sources: NVIDIA, *CUDA Compatibility*,
+"Minor Version Compatibility" (table 1, "CUDA Toolkit 11.x, 12.x, and 13.x
+Driver Version Ranges"), and the *CUDA Toolkit Release Notes*, "CUDA Toolkit
+and Minimum Required Driver Version for CUDA Minor Version Compatibility":
+
+| CUDA major | minimum driver (Linux x86_64) | driver reports CUDA | `requiredCudaMajors` passes when |
+|---|---|---|---|
+| 11.x | ≥ 450.80.02 | 11.x or newer | driver CUDA major ≥ 11 and driver ≥ 450.80.02 |
+| 12.x | ≥ 525.60.13 | 12.0 or newer | driver CUDA major ≥ 12 and driver ≥ 525.60.13 |
+| 13.x | ≥ 580 | 13.0 or newer | driver CUDA major ≥ 13 and driver ≥ 580 |
+
+A "runtime ≤ driver" rule fails every healthy R580 node (CUDA 13.0) that runs a
+probe image with torch built for CUDA 13.2. CUDA forward-compatibility packages
+(`cuda-compat`) let a newer runtime run on an older data-center driver without
+this rule at all; a node can have them and still be judged by its own driver.
+
+Table tests on both sides of each boundary:
+`tests/probe/test_probe_node_counts_versions.py` (525.60.13 / 525.60.12 and an
+11.8 driver for 12.x; 580.65.06 / 575.57.08 for 13.x). Profiles under the
+default policy: trap `h100-sxm-8gpu-r580-cuda13-image` (driver 580.82.07, CUDA
+13.0, image runtime 13.2: accepted), trap `h100-sxm-8gpu-r535-cuda12-minor`
+(535.104.05, CUDA 12.2, image runtime 12.4: accepted), fault `driver-cuda11`
+(520.61.05, CUDA 11.8: no CUDA 12, quarantined).
+
+**What the probe image needs.** The probe's own torch must run on the nodes it
+probes: its CUDA major must be one the fleet's drivers serve (torch built for
+CUDA 13.x needs R580 or newer; for a fleet on R535/R550 build the image with
+CUDA 12.x wheels). The image must not set `NVIDIA_REQUIRE_CUDA` to its exact
+CUDA version (the `nvidia/cuda` base images do): the container toolkit then
+refuses to start it on a driver that reports an older minor version
+("requirement error: unsatisfied condition: cuda>=13.2"), which minor-version
+compatibility would run. So the image is built without a CUDA base image (the
+wheels carry the runtime), or sets `NVIDIA_DISABLE_REQUIRE=true`. The operator
+names that refusal `CudaRequirementRefused`.
+"""  # noqa: E501
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+driverVersions: {min: "535.104.05"}   # R535 production branch or newer
+# The CUDA majors the cluster's workloads are built for (not the probe image's):
+# 12.x runs on a driver >= 525.60.13 (minor-version compatibility), 13.x on >= 580.
+requiredCudaMajors: [12]
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"driver_versions", "min_cuda_driver_version", "required_cuda_majors"}),
@@ -217,6 +305,8 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
     budget=fixed_phase(
         "versions: kernel module, NVML, cuDriverGetVersion",
         0.2,

@@ -344,6 +344,85 @@ def claims(o: GpuConfigObserved, _summary: HardwareSummary) -> Claims:
     return out.gpu("minSmClockGpu", o.min_sm_clock_gpu)
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | `default-h100-h200.yaml` | meaning |
+|-------|---------|------|---------|
+| `powerLimitTolerance` | 0.05 | 0.05 | The enforced power limit may be at most this fraction below the default one. |
+| `requirePersistence` | `true` | `true` | Persistence mode on for every GPU. |
+| `migMode` | `disabled` | `disabled` | `disabled`, `enabled` or `any`: the current MIG mode, and the pending one (after the next GPU reset). |
+| `computeMode` | `default` | `default` | `default`, `exclusive_process`, `prohibited` or `any`. |
+| `maxAppClocksFraction` | 0.1 | 0.1 | Under load, `applications_clocks_setting` may be active in at most this fraction of a GPU's samples. |
+| `minSmClockFraction` | 0.5 | 0.5 | Under load, each GPU's median SM clock must reach this fraction of its maximum (GPUs held by a power or thermal reason excepted). |
+
+* **Power limit.** `nvmlDeviceGetEnforcedPowerLimit` against
+  `nvmlDeviceGetPowerManagementDefaultLimit` (both in mW). On a healthy HGX
+  H100/H200 both are 700 W; an administrator's `nvidia-smi -pl 500` survives in
+  the enforced limit and makes the GPU run within spec but slower (the
+  issue's example, the fault `power-limit-capped.yaml`, which `throttle_reasons`
+  only warns about as SW power cap). 5 % tolerates a small deliberate trim
+  (the trap `h100-sxm-8gpu-config-tuned.yaml`: 690 W, and one GPU at 720 W);
+  a limit above the default is never flagged.
+* **Persistence mode** keeps the driver initialised between jobs; without it
+  every CUDA context start re-initialises the GPUs (seconds) and settings made
+  by the administrator can be lost. NVIDIA recommends nvidia-persistenced on
+  data-center nodes ([Driver persistence](https://docs.nvidia.com/deploy/driver-persistence/index.html)).
+  With nvidia-persistenced running, NVML asks the daemon over
+  `/var/run/nvidia-persistenced/socket`; a container that cannot reach it reads
+  persistence mode **Off although it is on** (NVIDIA/dgx-selinux pull request 3;
+  apptainer/singularity issue 3565; NVIDIA/nvidia-container-toolkit issue 136).
+  So the probe also records whether that socket is reachable from its pod
+  (`persistencedSocket`): Off with the socket reachable fails; Off without it
+  only warns, with that reason (the trap
+  `profiles/h100-sxm-8gpu-persistenced-unreachable.yaml`); check the host's
+  `nvidia-smi -q` then.
+* **MIG** enabled splits a GPU into instances; a node meant for whole-GPU jobs
+  then advertises something else or nothing. A pending change (applied at the
+  next GPU reset) is judged too.
+* **Compute mode** other than default refuses more than one process per GPU
+  (`exclusive_process`) or every process (`prohibited`): NCCL and most job
+  launchers fail.
+* **Application clocks at the maximum hold nothing low.** A GPU whose median SM
+  clock under load is within 5 % of `nvmlDeviceGetMaxClockInfo` is not failed
+  for `applications_clocks_setting` (administrators set `nvidia-smi -ac
+  <mem>,<max>` as a tuning; the rule exists for clocks held *low*). Trap:
+  `h100-sxm-8gpu-app-clocks-at-max.yaml`; the fault `clocks-locked.yaml`
+  (990 of 1,980 MHz) still fails.
+* **Clocks held low by configuration.** Application clocks (`nvidia-smi -ac`)
+  and locked clocks (`nvidia-smi -lgc`) both show as the
+  `applications_clocks_setting` clock event reason
+  (`nvmlClocksThrottleReasonUserDefinedClocks` is an alias of it); the
+  application-clock getters are deprecated in the installed binding and locked
+  clocks have no getter. The check reads the `throttle_reasons` samples (no
+  second load): the reason's fraction per GPU, and the median SM clock against
+  `nvmlDeviceGetMaxClockInfo`. 0.5 sits well below what a healthy H100 SXM5
+  reaches under a power-capped matmul (its base clock, 1,590 MHz, is 80 % of
+  the 1,980 MHz maximum) and at the cut HW slowdown makes ("a factor of 2 or
+  more", which `throttle_reasons` fails on its own), so a GPU on which a power
+  or thermal reason was sustained is left out (`limited`). The trap
+  `h100-sxm-8gpu-config-tuned.yaml` runs at 1,650 MHz with SW power cap 35 % of
+  the time and passes; the fault `clocks-locked.yaml` fails. With
+  `throttleReasons` disabled or skipped the clocks are not judged (the message
+  says so).
+* NotSupported for any item on a GPU lists it in `unsupported` and that item is
+  not judged there.
+"""  # noqa: E501
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+powerLimitTolerance: 0.05     # enforced >= 95 % of nvmlDeviceGetPowerManagementDefaultLimit
+requirePersistence: true
+migMode: disabled
+computeMode: default
+maxAppClocksFraction: 0.1     # applications_clocks_setting (app/locked clocks) under load
+# median SM clock under load >= 50 % of max (HW slowdown halves it)
+minSmClockFraction: 0.5
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset(
@@ -366,6 +445,10 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
+    # throttle_reasons' clocks under load: judged without a second load
+    needs=frozenset({"under_load"}),
     budget=fixed_phase("power, persistence, MIG, compute mode", 0.1, "NVML queries"),
     runbook=RunbookEntry(
         meaning=(

@@ -155,6 +155,76 @@ def claims(observed: GpuCountObserved, _summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | meaning |
+|-------|---------|---------|
+| `expected` | unset | GPUs the node must have. Unset: the strongest evidence of what it should have (below). No GPU at all always fails; no evidence at all gives `skip`. |
+
+The probe pod requests the node's **allocatable** `nvidia.com/gpu`, so NVML in
+the pod sees at most that many GPUs. When the NVIDIA device plugin marks a GPU
+unhealthy (an Xid 79, a GPU fallen off the bus), the kubelet keeps it in the
+node's **capacity** but drops it from allocatable (the kubelet's device
+manager counts unhealthy devices in capacity only); the pod then sees 7 of 7
+and a count against allocatable would pass a dead GPU. So the count is judged
+against, in order:
+
+1. `gpuCount.expected` when the policy sets it (the administrator's word, e.g.
+   for a node with GPUs passed through to VMs);
+2. else the largest of: the node's capacity (env `GPUACCEPT_NODE_GPU_CAPACITY`),
+   the GPU feature discovery label `nvidia.com/gpu.count` (env
+   `GPUACCEPT_GFD_GPU_COUNT`, when the node has the label), and the NVIDIA
+   display and 3D controllers on the host's PCI bus (`/sys/bus/pci/devices/*`
+   with `vendor` 0x10de and `class` 0x0300xx VGA or 0x0302xx 3D controller,
+   per the PCI code and ID assignment specification; NVSwitches, class
+   0x0680xx, are not counted). The pod reads the host's sysfs, which is not
+   namespaced. A GPU the driver cannot bring up after a reboot is missing from
+   NVML, the device plugin and the GFD label alike, but stays on the PCI bus.
+
+**GPU sharing.** Under time-slicing or MPS the NVIDIA device plugin advertises
+every GPU `replicas` times (capacity 32 for 8 GPUs shared 4 ways), and GPU
+feature discovery labels the node `nvidia.com/gpu.replicas` (with
+`nvidia.com/gpu.count` the physical count and `nvidia.com/gpu.sharing-strategy`
+`time-slicing` or `mps`; NVIDIA/k8s-device-plugin README, "Shared Access to
+GPUs"). The operator passes the replicas label (env
+`GPUACCEPT_GFD_GPU_REPLICAS`), and capacity and allocatable are divided by it
+before they are compared; a capacity that is not a multiple of it fails. Before,
+every shared node failed "8 of 32 GPUs visible". Trap:
+`h100-sxm-8gpu-time-sliced.yaml`. Where the probe's request of every GPU cannot be
+admitted, the node is not probed and not convicted: it waits in phase
+`Waiting` with reason `GPUSharing` (`operator/core/gpusharing.py`), under the
+pending taint, and is probed as soon as the sharing is off. That is the case
+under MPS (`sharing-strategy=mps`: since device plugin v0.15.0 the plugin
+disallows requests for multiple devices when MPS sharing is configured, its
+release notes), with `renameByDefault: true` (the shared resource is
+`nvidia.com/gpu.shared` and the node has no `nvidia.com/gpu`), and when the
+kubelet refuses the pod with `UnexpectedAdmissionError` on a node labelled with
+more than one replica (time-slicing with `failRequestsGreaterThanOne`). Probe a
+node before sharing is turned on (the device plugin's per-node configuration
+label), then share it. Tests: `tests/operator/core/test_gpu_sharing_wait.py`. The
+kubelet stand-in registers a shared-node profile as the device plugin does
+(capacity GPUs × replicas and the `nvidia.com/gpu.replicas` label;
+`tests/probe/test_gpu_sharing.py`); no integration test of a shared node on
+the real API server was run (no kube-apiserver was built on the machine of
+2026-12-02).
+
+Each also fails on its own: allocatable below capacity ("the device plugin
+marks N GPU(s) unhealthy"), and NVML seeing fewer GPUs than the pod was given.
+Every count is recorded in `observed` (`visible`, `allocatable`, `capacity`,
+`labelled`, `pciDevices`), so judging stays pure. Profiles:
+`faults/gpu-missing` (capacity 8, allocatable 7, PCI 8, NVML 7) and
+`faults/gpu-missing-after-restart` (capacity, allocatable and label 7, PCI 8).
+"""  # noqa: E501, RUF001
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+{}                # expected: the most of capacity, nvidia.com/gpu.count and the PCI bus
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"expected"}),
@@ -167,6 +237,9 @@ SPEC = CheckSpec(
     observed_model=GpuCountObserved,
     judge=judge,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
+    needs=frozenset({"node_gpus"}),  # what Kubernetes says of the node's GPUs (the probe run)
     budget=fixed_phase("GPU counts: NVML, the PCI bus", 0.1, "sysfs scan"),
     runbook=RunbookEntry(
         meaning=(

@@ -176,6 +176,65 @@ def claims(o: GpuMemoryBandwidthObserved, summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | meaning |
+|-------|---------|---------|
+| `minGBps`, `minGBpsByModel` | unset | The lowest triad bandwidth a GPU may show, GB/s. |
+| `maxBelowMedianPercent` | 5 | A GPU more than this far below the median of the node's measured GPUs fails (3 GPUs or more; with 2, the lower against the higher, naming both). |
+| `bufferBytes` | 1 GiB | Each of the triad's three float32 arrays (20 times an H100's 50 MB L2, so the figure is the HBM's). |
+| `iterations` | 100 | Timed triads per GPU (about 0.1 s on an H100). |
+| `warmupIterations` | 3 | Untimed triads before them. |
+
+The measurement is a STREAM triad, `a = b + 0.4·c`, run with torch on every GPU
+at once, each triad between its own two CUDA events; the figure is the
+**fastest** triad, as STREAM ("best rate", from the minimum time) and
+BabelStream (its reported bandwidth) take it. The triad's time is set by the
+HBM; anything else (a host stall that leaves the GPU idle between one triad's
+events, the GIL shared by 8 threads, the pod's CPU quota) only adds time, so
+the minimum is the least disturbed measurement, and a GPU with a slow memory
+path is slow in every triad, the fastest included. (One event pair around all
+100 triads, ~0.1 s, would count any such stall.) A GPU whose events give no
+positive time fails by name (`TriadTimingError`), as does a GPU with a 0 figure
+not in `failedGpus`. Bytes are counted as STREAM and BabelStream
+count them: 3 arrays × `bufferBytes` per triad (two reads, one write). It is a
+kernel on the SMs, not a device-to-device `cudaMemcpy`: that copy may run on a
+copy engine, which need not reach the HBM bandwidth (an H20 reported about
+2 TB/s through `cudaMemcpy` and 3.3 TB/s with a copy kernel,
+NVIDIA/cuda-samples issue 366). nvbandwidth's `device_local_copy` is such a
+copy-engine test.
+
+Why 5 % and not 8 %: the HBM clock does not boost or throttle with the load the
+way the SM clock does (Chips and Cheese, "Nvidia's H100: Funny L2, and Tons of
+Bandwidth", 2023: the H100's memory clock "does not change under load"), so the
+bandwidth of identical GPUs differs by measurement noise, not by power
+management; a GPU 5 % below its siblings has a slower memory path. The fault
+profile `gpu-memory-bandwidth-degraded.yaml` has one GPU 20 % below; the trap
+`h100-sxm-8gpu-throughput-spread.yaml` has the GPUs within 2 %. As for compute,
+the spread on real nodes has not been measured here. The faster-half rule of
+[`gpuCompute`](#gpucompute) applies with the same 5 %: the fault
+`profiles/faults/gpu-memory-bandwidth-slow-half.yaml` (GPUs 4-7 at 2800 GB/s
+against 3015, each only 4 % below the node median 2908, 7 % below the faster
+half) fails; the spread trap (its lowest 1.7 % below the faster half) passes.
+
+No per-model minimum by default: the datasheet peaks (H100 SXM 3.35 TB/s,
+H200 4.8 TB/s) are not reached by a triad, and no published triad figure for
+these parts was found to set a floor from. The trap `h200-sxm-8gpu-throughput.yaml`
+(4.3 TB/s, well above an H100's 3.0) must pass.
+"""  # noqa: E501, RUF001
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+maxBelowMedianPercent: 5  # the HBM clock does not change with load: noise only
+bufferBytes: 1073741824   # 3 float32 arrays of 1 GiB (STREAM triad), far beyond L2
+iterations: 100
+warmupIterations: 3
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"buffer_bytes", "iterations", "warmup_iterations"}),
     judging=frozenset({"min_gbps", "min_gbps_by_model", "max_below_median_percent"}),
@@ -189,6 +248,8 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
     budget=budget,
     runbook=RunbookEntry(
         meaning="a GPU's memory bandwidth below the model minimum or well below its siblings",

@@ -235,6 +235,73 @@ def claims(o: GpuNumaObserved, _summary: HardwareSummary) -> Claims:
     return out.keys("failedGpus", o.failed_gpus)
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | `default-h100-h200.yaml` | meaning |
+|-------|---------|--------------------------|---------|
+| `requireNumaNode` | `true` | `true` | On a host with more than one CPU socket, every GPU has a NUMA node. |
+| `socketSpread` | `any` | `even` | `even`: on a multi-socket host the GPU counts of any two sockets differ by at most 1. |
+| `gpusPerSocket` | unset | unset | The exact counts per socket, in any order (`[4, 4]`); overrides `socketSpread`. |
+
+What the probe reads, per GPU: `/sys/bus/pci/devices/<bdf>/numa_node` and
+`local_cpulist` (the same reader the `pcie_link` copies use to pin
+themselves), and for the host every online CPU's
+`cpuN/topology/physical_package_id` and `devices/system/node/online`. A GPU's
+socket is the one socket that holds all of its local CPUs. Each GPU's
+`local_cpulist` is recorded in the report (`observed.localCpulist`, cpulist →
+GPUs; dropped when the report must shrink).
+
+* **`numa_node` -1.** The kernel's ABI document
+  ([sysfs-bus-pci](https://www.kernel.org/doc/Documentation/ABI/testing/sysfs-bus-pci),
+  `numa_node`): "the NUMA node to which the PCI device is attached, or -1 if
+  the node is unknown. The initial value comes from an ACPI _PXM method or a
+  similar firmware source." On a single-socket host -1 is normal (one node)
+  and passes: every healthy single-node profile shows it. On a host with two
+  or more sockets it fails, and the reason names the causes that fit what the
+  kernel shows: with one online NUMA node, NUMA is off in the BIOS (memory
+  interleaving) or the kernel booted with `numa=off`, or the node is a VM
+  without a virtual NUMA topology; with several nodes, the firmware gives the
+  GPU no proximity data (`_PXM`) or a VM hides it. Either way the probe's
+  copies and NCCL's CPU-side threads cannot be placed on the GPU's socket.
+  Fault: `numa-off-two-socket.yaml`. A fleet of VMs that knowingly run without
+  NUMA sets `requireNumaNode: false`. Such a GPU's `local_cpulist` is every
+  CPU, so `pcie_link` does not call its copy pinned: it names it under
+  `unpinned` (earlier probes reported `pinned_local` true there;
+  `tests/probe/test_probe_real_gpu_faults.py`).
+* **Sockets, not NUMA nodes.** With sub-NUMA clustering (Intel SNC, AMD
+  NPS2/NPS4) one socket has several NUMA nodes, so GPUs per NUMA node look
+  uneven (2+2+2+2) on a healthy HGX board; per socket they are 4+4. The check
+  counts sockets (`physical_package_id`). Trap: `h100-sxm-8gpu-snc.yaml`.
+* **One NUMA node over several sockets (AMD NPS0).** AMD EPYC's BIOS setting
+  NPS0 makes the whole two-socket system one NUMA node, memory interleaved over
+  every channel of both sockets (AMD's EPYC 9004 BIOS and workload tuning guide,
+  "NUMA nodes per socket"). The kernel sees one node, each GPU is on it
+  (`numa_node` 0) and its `local_cpulist` is every CPU, so no GPU sits on one
+  socket. The spread over the sockets cannot be read there; it is a platform
+  choice, not a fault, so the check passes and says the spread was not judged
+  (`gpu_numa.one_node_over_sockets`; trap: `h100-sxm-8gpu-amd-nps0.yaml`; table
+  row in `tests/checks/test_gpu_numa.py`). NUMA off with `numa_node` -1 still
+  fails as above. Whether an NPS0 host's devices read 0 or -1 is what one SRAT
+  proximity domain gives, not read on such a host here.
+* **`even` in the default policy.** An HGX H100/H200 8-GPU baseboard hangs
+  its GPUs off four PCIe switches, two per CPU socket on a two-socket host, so
+  a healthy node shows 4+4 (trap: `h100-sxm-8gpu-two-socket.yaml`, and
+  the NUMA pinning of `pcie_link` relies on it). A single-socket host is not
+  judged for spread. PCIe servers that put every GPU behind one socket
+  ("single root" designs for peer-to-peer) are healthy at 8+0: use
+  `socketSpread: any` or `gpusPerSocket: [8]` for them.
+"""  # noqa: E501
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+requireNumaNode: true     # numa_node -1 on a multi-socket host: NUMA off, no _PXM, or a VM
+socketSpread: even        # HGX: 4 GPUs per socket on 2-socket hosts (single-socket: not judged)
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"require_numa_node", "socket_spread", "gpus_per_socket"}),
@@ -248,6 +315,8 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
     budget=fixed_phase("GPU NUMA placement", 0.1, "sysfs reads"),
     runbook=RunbookEntry(
         meaning=(

@@ -462,6 +462,208 @@ def claims(observed: InfinibandPortsObserved, _summary: HardwareSummary) -> Clai
     return out
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | `default-h100-h200.yaml` | meaning |
+|-------|---------|--------------------------|---------|
+| `expectedUpPorts` | unset | unset | At least this many ports (of `linkLayer`) ACTIVE and LinkUp. Above 0, a node without HCAs fails. |
+| `linkLayer` | unset (every port) | `InfiniBand` | Judge only the ports of this link layer (`Ethernet` for RoCE fabrics). |
+| `minRateGbps` | unset | `200` | Lowest rate of an up port, Gb/s (of the ports `rateScope` names). |
+| `rateScope` | `compute` | `compute` | The ports `minRateGbps` judges: `compute`, those of the HCAs behind a GPU's PCIe switch (every port where the node shows none); `every`, all. |
+| `notActiveWaitSeconds` | `30` | `30` | While a port is `LinkUp` but not `ACTIVE`, read the ports again every 2 s for up to this long before judging. |
+| `requireSameFirmware` | `true` | `true` | HCAs with one `board_id` (PSID) run one `fw_ver`. |
+| `linkDownedWarn` / `linkDownedFail` | unset | `1` / unset | A port's `link_downed` at or above: warn / fail. |
+| `symbolErrorWarn` / `symbolErrorFail` | unset | `1` / unset | A port's `symbol_error` at or above: warn / fail. |
+| `netnsMode` | `detect` | `detect` | The RDMA netns mode: read it, or say `shared` / `exclusive`. |
+
+What the probe reads, from the kernel's
+[sysfs-class-infiniband](https://www.kernel.org/doc/Documentation/ABI/stable/sysfs-class-infiniband)
+ABI and `drivers/infiniband/core/sysfs.c` (the exact formats): for each
+`/sys/class/infiniband/<hca>/ports/<n>/`, `state` (`4: ACTIVE`), `phys_state`
+(`5: LinkUp`), `rate` (`400 Gb/sec (4X NDR)`: active width × speed),
+`link_layer` (`InfiniBand` or `Ethernet`), `counters/link_downed` and
+`counters/symbol_error`; and `<hca>/fw_ver`, `<hca>/board_id`. A port is
+*up* when it is `ACTIVE` and `LinkUp`.
+
+A port whose `state`, `phys_state`, `rate` or `link_layer` cannot be read (the
+kernel's show functions in `drivers/infiniband/core/sysfs.c` return
+`ib_query_port`'s error, an EIO when the HCA's firmware command times out) is
+that port's, not the check's: the other ports are judged, the unread one is
+named under `notRead` (the first four) and the check **warns**; it still
+counts as not up against `expectedUpPorts`. Only when no port at all could be
+read does the check `skip`. Earlier probes skipped the whole check on one
+unreadable file, and the required skip quarantined the node. Trap:
+`h100-sxm-8gpu-ib-port-unreadable.yaml`; tests in
+`tests/probe/test_partial_reads.py`.
+
+* **How mlx5 shows a dual-port card.** mlx5 (ConnectX-4 and later)
+  registers each port of a multi-port card as its own PCI function and its
+  own *single-port* IB device, both with the card's `board_id`: a dual-port
+  ConnectX-7 is `mlx5_0/1` on `0000:17:00.0` and `mlx5_1/1` on
+  `0000:17:00.1`, not one device with ports 1 and 2. One two-port device is
+  registered only in RoCE multiport mode (linux-rdma, ["Dual Port IB Device
+  for RoCE"](https://kernel.googlesource.com/pub/scm/linux/kernel/git/leon/linux-rdma/+/refs/tags/rdma-next-2018-01-04):
+  "a single IB device with two ports will be registered instead of two
+  single port"; mlx4, ConnectX-3, has one device with both ports). So the
+  port *number* cannot tell a card's first port from its second; the PCI
+  function can: the probe reads each HCA's `device` link
+  (`/sys/class/infiniband/<hca>/device` → `…/0000:17:00.1`) and groups
+  ports by (`board_id`, PCI function, port number). Earlier probes grouped
+  by (`board_id`, port number) only, and every dual-port card with its
+  second port uncabled failed as "down while the same port of the board's
+  other HCAs is up": every NDR200 dual-port node and every dual-port
+  storage NIC (a fleet-wide false quarantine, found and fixed). Traps:
+  `h100-sxm-8gpu-ib-ndr200-dual-port.yaml`,
+  `h100-sxm-8gpu-ib-dual-port-cx7-one-cabled.yaml` (each card's function 1
+  `DOWN`/`Polling`). Reports of earlier probes carry no function and are
+  grouped as before.
+* **A down port that should be up.** A healthy node often has ports that
+  are down on purpose: the second port of a dual-port storage NIC, an unused
+  BlueField port. What "should be up" means is read from sysfs, not guessed:
+  the same port (PCI function and port number) of one adapter SKU
+  (`board_id`, the PSID) is cabled alike on a healthy node, so a port that
+  is down (not `Disabled`, which is administrative) while the same port of
+  its board's other cards is up fails ("1 InfiniBand port down while the
+  same port of the board's other HCAs is up (mlx5_5/1)"), even with no
+  `expectedUpPorts`. An unused second port is down on every card of its
+  board and is not judged;
+  a port whose board has no other HCA is judged only by `expectedUpPorts`
+  (set it, e.g. 8 for eight compute HCAs: "7 of 8 InfiniBand ports up").
+  With `expectedUpPorts` set, the count judges instead. Traps:
+  `h100-sxm-8gpu-ib-ndr.yaml` (a ConnectX-6 Dx with one port
+  `DOWN`/`Disabled`), `h100-sxm-8gpu-ib-ndr200-dual-port.yaml` (every
+  second port `DOWN`/`Polling`); fault: `ib-compute-port-down.yaml`.
+* **A port slower than its siblings.** The `rate` file names the active
+  width and speed (`drivers/infiniband/core/sysfs.c`, `rate_show`:
+  `"%d%s Gb/sec (%dX %s)"`). An NDR 4X port that trains with 2 lanes
+  (`200 Gb/sec (2X NDR)`) or falls back to HDR (`200 Gb/sec (4X HDR)`) reads
+  exactly 200, which `minRateGbps: 200` passes. So an up port below the best
+  up port of the same number on its board's other HCAs fails ("below the rate
+  of the same port on the board's other HCAs (mlx5_5/1 2X NDR): a lane or
+  speed fallback"). 2X is not judged by itself: NDR200 adapters (and split
+  NDR ports) train 2X NDR by design (the trap
+  `h100-sxm-8gpu-ib-ndr200-dual-port.yaml`). Faults: `ib-ndr-2x-lanes.yaml`,
+  `ib-ndr-hdr-fallback.yaml`. The compute HCAs (below) are also compared
+  with each other whatever their PSID: a compute card replaced by the same
+  adapter under an OEM's PSID is a board of one, and its 2X NDR port passed
+  (fault: `ib-replacement-card-2x.yaml`). A fallback on every HCA at once is
+  left to `minRateGbps` (an NDR-only fleet sets 400).
+* **Compute and storage HCAs (`rateScope`).** A GPU node often has HCAs
+  that are not the GPUs' rails: a storage HCA on an older HDR100 or EDR
+  storage fabric (`100 Gb/sec (2X HDR)`, `100 Gb/sec (4X EDR)`), a
+  management port. `minRateGbps` is a compute-fabric figure, and a storage
+  port at its own fabric's rate is healthy (a false quarantine, fixed). The rails are
+  told apart by **PCIe locality**, read from sysfs: an HCA whose PCI device
+  shares a PCIe switch with a GPU (below one root port, at least one more
+  bridge in common: `nvidia-smi topo -m`'s PIX or PXB, the distances at
+  which NCCL uses GPUDirect RDMA; [NCCL environment
+  variables](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html),
+  `NCCL_NET_GDR_LEVEL` / `NCCL_P2P_LEVEL`: "PIX: … on the same PCI switch",
+  "PXB: … connected through PCI switches") is a compute HCA; one on a CPU
+  root port of its own is not (NVIDIA's [GPUDirect RDMA
+  guide](https://docs.nvidia.com/cuda/gpudirect-rdma/index.html): the two
+  devices must share an upstream root complex, and the best placement is
+  behind one switch). The probe resolves each HCA's `device` link and each
+  GPU's `/sys/bus/pci/devices/<bus id>` to their `/sys/devices/pci…` paths
+  and compares them. With `rateScope: compute` (the default) `minRateGbps`
+  judges the compute HCAs' up ports; where the node shows no HCA behind a
+  GPU's switch (a VM's flat PCI bus, a platform without switches, a report
+  from an earlier probe) it judges every port, as before, so a node whose
+  locality cannot be read is not judged more leniently. `rateScope: every`
+  judges every port. The other rules (state, siblings, firmware, counters)
+  judge every port. Trap: `h100-sxm-8gpu-ib-storage-hdr100.yaml` (a
+  ConnectX-6 on a root port at HDR100); the same card behind a GPU's switch
+  fails (`tests/probe/test_infiniband_siblings.py`).
+* **LinkUp but not ACTIVE fails, after a bounded wait.** `INIT` or `ARMED`
+  with physical state `LinkUp` means the link trained but no subnet manager
+  activated the port: no traffic can use it (`state` is the port's logical
+  state, `phys_state` its physical one: the kernel's sysfs-class-infiniband
+  ABI; "Initializing: physical connection has been made … but it hasn't
+  been discovered by the subnet manager", [Advanced Clustering, InfiniBand
+  port states](http://www.advancedclustering.com/act_kb/infiniband-port-states/)).
+  Right after boot that is normal for a few seconds: the subnet manager's
+  sweep has not yet reached the port (OpenSM sweeps the fabric periodically
+  and assigns LIDs to new ports). So, as `nvswitch_fabric` does for a
+  registration in progress, the probe reads the ports again every 2 s while
+  one is `LinkUp` but not `ACTIVE`, for up to `notActiveWaitSeconds` (30),
+  and judges what it reads then; the failure says how long it waited. Trap:
+  `h100-sxm-8gpu-ib-sm-sweep.yaml` (`INIT` for 6 s); fault:
+  `ib-port-init.yaml` (`INIT` throughout).
+* **SR-IOV virtual functions are not judged.** With SR-IOV on, mlx5
+  registers every virtual function as an IB device of its own. A VF's PCI
+  device has a `physfn` link to its physical function
+  (`Documentation/ABI/testing/sysfs-bus-pci`; `drivers/pci/iov.c` creates
+  it), and its port's logical state is the subnet manager's view of the
+  VF's GUID, `DOWN` or `INIT` until a guest uses it, whatever the cable.
+  The probe skips every HCA whose `device/physfn` exists, counts them
+  (`virtualFunctions`; the pass message says "N SR-IOV virtual functions
+  not judged") and judges the physical functions. Before, every VF read as
+  "LinkUp but not ACTIVE" and failed the node. Trap:
+  `h100-sxm-8gpu-ib-sriov-vfs.yaml`.
+* **Rate 200 Gb/s.** NDR 4X (ConnectX-7, the usual H100/H200 compute fabric)
+  shows 400; HDR 4X (ConnectX-6) 200. A link that trained with fewer lanes or
+  fell back to a lower speed shows less (`100 Gb/sec (1X NDR)`, `100 Gb/sec
+  (4X EDR)`). 200 accepts both healthy generations and fails the deeper
+  fallbacks; the ones that read exactly 200 are caught by the sibling rule
+  above; an NDR-only fleet sets 400. Only `linkLayer` ports are judged, so a
+  100 GbE RoCE storage NIC does not fail it. Fault: `ib-rate-degraded.yaml`.
+* **One firmware per board.** HCAs of one `board_id` (the PSID, one card
+  model) normally carry the same `fw_ver`; a card that missed an update (a
+  replacement part, an interrupted `mlxfwmanager` run) differs. Different
+  boards (a ConnectX-6 Dx storage NIC beside ConnectX-7s) have their own
+  firmware lines and are not compared. Fault: `ib-firmware-mixed.yaml`. An
+  HCA whose `board_id` cannot be read (the file is optional in the sysfs ABI;
+  `ibstat` does not print it) is compared with none: "no PSID" is not a
+  firmware line, and grouping such HCAs together held a ConnectX-7 and a
+  ConnectX-6 Dx, or a BlueField-3, to one firmware on two healthy H100 nodes
+  of the captures corpus (tests/captures). The check says so (`notRead.firmware`, a
+  warning), never passes it silently.
+* **Counters warn.** The files hold the port's PMA PortCounters (the ABI
+  document), totals since the counters were last cleared (driver load or
+  `perfquery -R`), not rates; the IB specification makes LinkDownedCounter
+  8 bits and SymbolErrorCounter 16 bits, saturating. On a settled healthy
+  link both stay 0, but a switch reboot or a cable reseat during installation
+  leaves a small count behind, so the default policy warns from 1 and fails
+  on none (trap: `link_downed` 1 in `h100-sxm-8gpu-ib-ndr.yaml`). Set the
+  `…Fail` thresholds from your fabric's history.
+* **What the probe pod sees.** The RDMA subsystem has a network-namespace
+  mode (`rdma system`; `/sys/module/ib_core/parameters/netns_mode`, `Y` =
+  shared, the kernel default, `N` = exclusive). In *shared* mode every HCA
+  is visible in every namespace, so the probe pod (not host-network) sees
+  them all. In *exclusive* mode a namespace sees only the HCAs moved into it
+  (`rdma dev set <hca> netns <ns>`, as RDMA device plugins do for workload
+  pods), so the probe pod usually sees none. There the port count is not
+  judged (the result says so), while the ports it does see are still judged
+  for state, rate, firmware and counters. `netnsMode: exclusive` forces this
+  where the parameter file is missing; `netnsMode: shared` forces the count.
+  Trap: `h100-sxm-8gpu-rdma-exclusive.yaml`.
+* **No HCA.** A node without `/sys/class/infiniband` entries passes when
+  the policy expects no port, and fails when `expectedUpPorts` is above 0
+  (in shared mode). It passes rather than skips: a skipped required check
+  quarantines (`CheckSkipped`), and a GPU node without an RDMA fabric is not
+  a faulty one.
+"""  # noqa: E501, RUF001
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+# No port count by default (set expectedUpPorts: 8 for 8 compute HCAs): a node
+# without HCAs passes, an unused port of a dual-port NIC is not judged.
+linkLayer: InfiniBand     # the compute fabric; RoCE fleets: Ethernet
+minRateGbps: 200          # HDR 4X. An NDR 4X port that falls back to 2X NDR or 4X HDR also
+                          # reads 200: those fail by comparison with the same port of the
+                          # board's other HCAs (docs/policy.md), not by this figure
+rateScope: compute        # minRateGbps judges the HCAs behind a GPU's PCIe switch (a storage
+                          # HCA on an HDR100/EDR fabric is not held to it); none seen: every port
+requireSameFirmware: true # within one board_id (PSID)
+linkDownedWarn: 1         # counters since the last clear: any is worth a look
+symbolErrorWarn: 1
+netnsMode: detect
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"not_active_wait_seconds"}),
     judging=frozenset(
@@ -489,6 +691,8 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
     budget=fixed_phase("InfiniBand ports", 0.1, "sysfs reads"),
     runbook=RunbookEntry(
         meaning=(

@@ -222,6 +222,97 @@ def claims(o: MemoryHealthObserved, _summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | meaning |
+|-------|---------|---------|
+| `requireEcc` | `true` | ECC on, current and pending (`nvmlDeviceGetEccMode`), on every GPU. |
+| `maxVolatileUncorrected` | 0 | Uncorrected ECC errors since the driver loaded (`nvmlDeviceGetTotalEccErrors`, `NVML_VOLATILE_ECC`) above this fail the GPU. |
+| `warnAggregateUncorrected` | 0 | Lifetime uncorrected ECC errors (`NVML_AGGREGATE_ECC`) above this warn. |
+| `maxRetiredPages` | 60 | Retired pages (GPUs before Ampere) above this fail the GPU. |
+
+Besides these thresholds, the check always fails on three things:
+
+* **Remap pending** (`nvmlDeviceGetRemappedRows`, `isPending`): "GPU 5: row
+  remap pending (0 correctable, 1 uncorrectable rows remapped; reset
+  needed)". NVIDIA: the remap takes effect at the next GPU reset, and until
+  then, unaffected applications run normally.
+* **Remap failure** (`failureOccurred`): the bank is out of spare rows. This is
+  the RMA condition in NVIDIA's row-remapping RMA policy.
+* **Page retirement pending** (`nvmlDeviceGetRetiredPagesPendingStatus`, GPUs
+  before Ampere only): it takes effect at the next driver reload or reset.
+
+What NVML answers, and what healthy hardware shows:
+
+* **ECC** is on by default on every data center GPU (H100, H200). Turning it
+  off (`nvidia-smi -e 0`) shows as pending `off` until the next reset, which
+  fails as "ECC off after the next reset". With ECC off there are no ECC
+  counters, so they are not read.
+* **Volatile uncorrected** counts start at 0 when the driver loads. A healthy
+  node shows 0. Any uncorrected error has already cost some application its
+  data (Xid 48, 94 or 95).
+* **Aggregate uncorrected** counts cover the GPU's lifetime, including errors
+  the GPU has since contained and remapped. A healthy, well-used H100 may
+  show a few. They warn by default, and a policy can raise the threshold to
+  silence them.
+* **Remapped rows** on a healthy A100/H100/H200: a few correctable and
+  uncorrectable remaps, none pending, no failure. NVIDIA's memory error guide
+  describes this as the mechanism working as designed: each bank has spare
+  rows, and the GPU needs replacement only when a remap fails. The counts are
+  recorded only for GPUs with a pending or failed remap. The trap
+  `h100-sxm-8gpu-old-row-remaps.yaml` (3 correctable and 1 uncorrectable
+  remapped rows, none pending) is accepted, with the aggregate warning.
+* **Retired pages** apply only to GPUs before Ampere. On Ampere and later,
+  NVML answers NotSupported, because row remapping replaced page retirement,
+  and the probe does not name it. A GPU that supports neither is named under
+  `notRead.remappedRows`.
+  The 60-page line is from NVIDIA's dynamic page retirement document (its RMA
+  guidance for page-retirement GPUs). The copy of that document reachable
+  while this was written did not show the figure, so confirm it against the
+  current version before relying on it. The driver retires at most 64 pages
+  per GPU.
+
+* **No ECC.** `nvmlDeviceGetEccMode` is "only applicable to devices with
+  ECC" (NVML API reference; the cuda-python binding's
+  `device_get_ecc_mode` repeats it): a GPU without ECC (GeForce, TITAN)
+  answers NotSupported, and nvidia-smi prints `ECC Mode: Current N/A`, as the
+  corpus's TITAN V (`gpud-titanv-r560`) and RTX 3060 Laptop
+  (`netdata-rtx3060-laptop-r515`) do, with their ECC counters and remapped rows
+  N/A too. Such GPUs are named in `eccUnsupported` and fail when `requireEcc`
+  ("no ECC"), like ECC off. A healthy H100, H200 or A100 reads ECC `Enabled`,
+  counters as numbers, remapped rows as numbers (NVML reference,
+  `nvmlDeviceGetRemappedRows`: "For Ampere or newer fully supported devices")
+  and retired pages N/A.
+* **MIG.** "On MIG-enabled GPUs with active instances, querying the number of
+  remapped rows is not supported" (NVML reference, `nvmlDeviceGetRemappedRows`);
+  the corpus's A100 in MIG mode (`netdata-a100-sxm4-40gb-mig-passthrough-r510`)
+  also prints its volatile uncorrectable counts N/A. Those parts are not read,
+  so the check warns there (below).
+
+A part NVML cannot answer on a GPU (NotSupported, or another error) is named
+in `notRead` ("GPUs 0-7: NotSupported"). What was not read is not judged and
+is never a pass (a TITAN V that answered NotSupported to every read once
+passed): the check **warns** "not judged: …", and the other parts are
+still judged (a failure among them fails). The ECC mode is the exception when
+`requireEcc`: left unread by an error other than NotSupported, ECC on is not
+shown, and the check is an **error** (`ProbeError`), not a warning. A GPU NVML
+has lost is named under `notRead.all` (a warning here): it fails
+`throttle_reasons` and `pcie_link` by name, and this check does not judge it
+twice.
+"""  # noqa: E501
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+requireEcc: true          # current and pending ECC mode on
+maxVolatileUncorrected: 0 # any uncorrected ECC error since the driver loaded fails
+warnAggregateUncorrected: 0   # lifetime uncorrected errors (already remapped) warn
+maxRetiredPages: 60       # page-retirement GPUs: NVIDIA's RMA threshold
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset(
@@ -242,6 +333,8 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
     budget=fixed_phase("ECC, row remapping", 0.1, "NVML queries"),
     runbook=RunbookEntry(
         meaning=(

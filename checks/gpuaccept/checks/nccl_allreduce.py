@@ -188,6 +188,100 @@ def claims(o: NcclAllreduceObserved, summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | `default-h100-h200.yaml` | meaning |
+|-------|---------|------|---------|
+| `minBusbwGBps` | unset | unset | Lowest acceptable all-reduce bus bandwidth, GB/s, for a model without its own entry. Unset: any positive figure passes (the message says "no minimum set"). |
+| `minBusbwGBpsByModel` | `{}` | `{h100-sxm: 320, h200-sxm: 320}` | Per GPU model: a key is an exact NVML name (`summary.gpuModel`) or a model class ([below](#gpu-model-classes)); an exact name wins over its class, and both over `minBusbwGBps`. |
+| `maxMessageBytes` | 8 GiB | 8 GiB | The largest message of the sweep (1 KiB–16 GiB), the one judged. The sweep has up to five sizes, each 8× the previous, ending here (2 MiB, 16 MiB, 128 MiB, 1 GiB, 8 GiB). |
+| `iterations` | 20 | 20 | Timed all-reduces per size (nccl-tests' default `-n 20`). |
+| `warmupIterations` | 5 | 5 | Untimed all-reduces first (nccl-tests' default `-w 5`). |
+
+The measurement follows nccl-tests
+([doc/PERFORMANCE.md](https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md),
+`src/common.cu`): one process per GPU (`torch.distributed`, NCCL backend);
+per size and rank, a barrier, then the batch of `iterations` all-reduces
+launched back to back and timed on the host until the device has completed
+them, divided by `iterations`; that time is **averaged across ranks**, as
+nccl-tests' `Allreduce(args, &deltaSec, average)` does (earlier probes took
+the slowest rank's CUDA-event time, `timing` absent in their reports).
+`algbw = bytes / time`, and for all-reduce `busbw = algbw × 2(n−1)/n`, which
+makes the figure comparable across GPU counts and to the hardware's link
+bandwidth. The report keeps the whole curve (`sweep`: size → busbw) and the
+figure judged is the busbw of the **largest** message. One difference remains:
+nccl-tests reports out-of-place and in-place runs, and the probe runs in-place
+only (torch's `all_reduce`). With one GPU the bus bandwidth is undefined (the
+factor is 0) and the check is `skip`: disable it for single-GPU nodes.
+
+Why 8 GiB: busbw rises with the message size until the fabric is saturated.
+A published 8× H100 table, as quoted in this project's tracker (the table itself was not
+re-checked for this page), shows 1 GiB at about 95 % of the 16 GiB figure
+(446 against 465 GB/s), so a threshold taken from 8–16 GiB figures and compared
+with a 1 GiB measurement sits within noise of a healthy node; at 8 GiB the
+curve is on its plateau (≥ 99 %). The simulated profiles model this curve
+([profile-format.md](profile-format.md)).
+
+Why 320 GB/s for H100 SXM and H200 SXM: on 8× H100 SXM, NCCL reaches about
+370 GB/s busbw with the ring algorithm (NVLink 4 line rate 450 GB/s minus
+≈ 20 % protocol overhead) and a peak of about 480 GB/s with NVLink SHARP
+(NVLS), at large message sizes (NCCL maintainer, NVIDIA/nccl-tests
+[issue #212](https://github.com/NVIDIA/nccl-tests/issues/212)); 8× H200 (the
+same NVLink 4 / NVSwitch fabric) reach a peak of 475 GB/s
+([issue #272](https://github.com/NVIDIA/nccl-tests/issues/272)). A healthy
+node therefore measures ≈ 370–480 GB/s at 8 GiB depending on whether NVLS is
+available. The earlier 360/380 GB/s limits, compared at 1 GiB (≈ 95 % of the
+plateau: ≈ 352 GB/s for a ring-only node), failed healthy ring-only nodes.
+320 GB/s sits ≈ 13 % below the ring figure (the run-to-run spread of
+nccl-tests on one node is not measured here: no GPU was lent to this work;
+record it from `scripts/device-check.sh` runs), while a node with a broken
+NVLink or NVSwitch, which falls to PCIe-class figures (tens of GB/s), still
+fails. The traps `h100-sxm-8gpu-ring-only.yaml` (370 GB/s plateau) and the
+fault `nccl-below-sxm-minimum.yaml` (312 GB/s) sit on both sides.
+
+#### GPU model classes
+
+NVML's `nvmlDeviceGetName` does not say "SXM": the SXM parts report the bare
+name, and the PCIe/NVL parts add a suffix. Those parts link pairs (or fours)
+of GPUs with NVLink bridges, or nothing, so an 8-GPU all-reduce on them runs
+largely over PCIe and must never get an SXM limit. A class key matches only
+these exact names (whitespace normalized); a name not in the table (or a
+`mixed: …` node) matches no class and falls back to `minBusbwGBps`
+(`checks/gpuaccept/checks/gpu_models.py`):
+
+| class | NVML name | part | default minimum |
+|-------|-----------|------|-----------------|
+| `h100-sxm` | `NVIDIA H100 80GB HBM3` | H100 SXM5 80 GB (HGX H100) | 320 |
+| `h100-pcie` | `NVIDIA H100 PCIe` | H100 PCIe 80 GB | none |
+| `h100-nvl` | `NVIDIA H100 NVL` | H100 NVL 94 GB (PCIe, NVLink bridge pairs) | none |
+| `h200-sxm` | `NVIDIA H200` | H200 SXM 141 GB (HGX H200) | 320 |
+| `h200-nvl` | `NVIDIA H200 NVL` | H200 NVL 141 GB (PCIe, NVLink bridges) | none |
+| `gh200` | `NVIDIA GH200 …` | GH200 Grace Hopper | none |
+| `b200` | `NVIDIA B200` | B200 (HGX B200) | none (no published 8-GPU figure was checked for this page; set one from your own nccl-tests runs) |
+
+The names are those NVML prints in nccl-tests' "Using devices" lines and
+`nvidia-smi` on such nodes (e.g. `… [0000:1b:00] NVIDIA H200`, `…
+NVIDIA H100 80GB HBM3`, `… NVIDIA B200`, and `NVIDIA H200 NVL` with driver
+570/580). The trap `h100-nvl-8gpu-healthy.yaml` (48 GB/s) must be accepted.
+"""  # noqa: E501, RUF001
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+# No global minimum: PCIe/NVL parts (H100 NVL, H200 NVL, H100 PCIe) and models
+# not listed here need only a positive figure. Classes match NVML's names
+# (h100-sxm = "NVIDIA H100 80GB HBM3", h200-sxm = "NVIDIA H200"); docs/policy.md.
+minBusbwGBpsByModel:
+  h100-sxm: 320           # healthy 8x at 8 GiB: ~370 (ring) to ~480 (NVLS) GB/s
+  h200-sxm: 320           # same NVLink 4 / NVSwitch fabric; peak ~475 GB/s
+maxMessageBytes: 8589934592   # sweep up to 8 GiB (the plateau); judged there
+iterations: 20
+warmupIterations: 5
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"max_message_bytes", "iterations", "warmup_iterations"}),
     judging=frozenset({"min_busbw_gbps", "min_busbw_gbps_by_model"}),
@@ -203,6 +297,8 @@ SPEC = CheckSpec(
     key_figures=key_figures,
     columns=(FigureColumn("BusBW", BUSBW_FIGURE, "NCCL all-reduce GB/s.", position=1),),
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
     budget=budget,
     runbook=RunbookEntry(
         meaning="all-reduce busbw below the policy minimum",

@@ -283,6 +283,111 @@ def claims(o: NvlinkObserved, _summary: HardwareSummary) -> Claims:
     return out.keys("failedGpus", o.failed_gpus)
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | `default-h100-h200.yaml` | meaning |
+|-------|---------|------|---------|
+| `activeLinksByModel` | `{h100-sxm: 18, h200-sxm: 18, b200: 18}` | `{h100-sxm: 18, h200-sxm: 18}` | Active NVLinks each GPU of the model must have (exact NVML name or [class](#gpu-model-classes)). A model not listed has its links recorded, not judged. |
+| `warnAbove` | `{replay: 0, recovery: 0, crc: 0, ecc: 0}` | same | Per link: more errors than this during the probe's run, or already counted before it, warns. |
+| `failAbove` | `{recovery: 0}` | same | Per link: more errors than this during the probe's run fails; a counter not listed never fails. |
+
+How the probe reads the links: the device's own link count from
+`nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_LINK_COUNT)` (field 91 in every
+`nvml.h` from R450 to R590; the renumbering between branches moved fields
+above 250 only), never the binding's `NVML_NVLINK_MAX_LINKS` (36, a bound for
+arrays, not any GPU's count: iterating to it would report 18 phantom inactive
+links on an H100), then `nvmlDeviceGetNvLinkState` for each link. A link
+count NVML answers with NotSupported is a GPU without NVLink (NVML's return for
+"the device does not support this feature": a PCIe card without a bridge): 0
+links, judged against what the model should have (nothing for `h100-pcie`, so
+it passes; trap `h100-pcie-8gpu-no-nvlink-bridge.yaml`,
+`tests/probe/test_probe_nvlink_fabric_config.py`). Earlier probes made that
+answer a `skip`, which quarantined every such node. Any other error on the
+count makes the check `skip` with the GPU named; a link whose state is
+NotSupported counts as inactive (it cannot make a GPU pass).
+
+Why these figures:
+
+* **18 links on HGX H100/H200.** Each H100 SXM5 and H200 SXM GPU has 18
+  fourth-generation NVLinks (900 GB/s), all of them to the board's NVSwitches;
+  NVIDIA's own health checks expect every link active
+  ([Health Validation, NVLink checks](https://docs.nvidia.com/health-validation/reference/checks/nvlink):
+  `max_inactive_nvlinks` 0, `expected_link_count` 18). One link down costs that
+  GPU 1/18 of its NVLink bandwidth and every all-reduce waits for it, often
+  without the node-wide busbw falling below `ncclAllreduce`'s minimum.
+* **PCIe/NVL parts are not listed.** An H100 NVL pair is bridged with 12 of its
+  18 links; the trap `h100-nvl-8gpu-bridged-links.yaml` shows 6 inactive links
+  per GPU and passes.
+* **Counters.** NVML's counters are cumulative since the driver loaded (a reboot,
+  or `nvmlDeviceResetNvLinkErrorCounters`); the probe runs right after a boot
+  (a new boot ID triggers a re-probe), after its own all-reduce over those
+  links. NVIDIA's DCGM health watch treats a replay or recovery error in its
+  window as critical and CRC errors as a warning below 100 per second
+  (`DCGM_LIMIT_MAX_NVLINK_CRC_ERROR`: "CRC errors only matter at rates of 100+
+  per second"); Meta's GCM health checks default every NVLink error threshold
+  to 0 ([nvlink check](https://facebookresearch.github.io/gcm/docs/GCM_Health_Checks/health_checks/check-dcgmi/nvlink)).
+  A cumulative count cannot give a rate, and a healthy high-speed serial link
+  shows an occasional CRC error and the replay that corrects it, so replay and
+  CRC only warn by default (the all-reduce judges what they cost). A recovery
+  is the link going down and retraining: healthy links do not do that, so any
+  recovery fails. The trap `h100-sxm-8gpu-config-tuned.yaml` has 14 CRC and 2
+  replay errors on one link and is accepted with a warning; the fault
+  `nvlink-recovery-errors.yaml` fails.
+* **Judged over the probe's own run.** The runner reads every GPU's counters
+  once before the first check; `errors` is the increase from then to the
+  `nvlink` measurement (after the copies, the load and the all-reduce), which
+  `failAbove` and `warnAbove` judge, as DCGM's NVLink health watch judges the
+  errors that arrive in its window. What was there before (`errorsBefore`:
+  since driver load, e.g. link training at boot) only warns. A GPU whose
+  baseline could not be read is listed in `sinceDriverLoad` and judged on its
+  cumulative counts, as before. Trap:
+  `h100-sxm-8gpu-nvlink-errors-before-probe.yaml` (a recovery counted before the
+  probe: accepted with a warning; before, it was quarantined).
+* **Each counter on its own.** `nvmlDeviceGetNvLinkErrorCounter` is called per
+  link and per counter (`DL_REPLAY`, `DL_RECOVERY`, `DL_CRC_FLIT`,
+  `DL_CRC_DATA`); one that answers NotSupported is listed per GPU in
+  `countersNotSupported` and the others are still read and judged (on Hopper
+  the per-link CRC data counter is not in the set, NVIDIA/DCGM issue 173; DCGM's
+  NVLink 4 monitor reads each field separately). Before, the first NotSupported
+  dropped every counter of the GPU, so recovery errors were never judged (the
+  fault `nvlink-recovery-crc-data-unsupported.yaml`). A counter that answers
+  any other NVML error on some link (but `GPU_IS_LOST`, which fails the GPU) is
+  listed in `countersNotRead` and not judged on that GPU; the GPU's other
+  counters are kept and judged. Before, that one error made the whole GPU
+  `Unavailable`, the check skipped, and a required skip quarantined
+  (`tests/probe/test_nvlink_counters_per_field.py`).
+* **Data ECC (`ecc`).** `NVML_NVLINK_ERROR_DL_ECC_DATA` (4, "Data link receive
+  data ECC error counter", in `nvmlNvLinkErrorCounter_t` of every nvml.h from
+  R535 to R590, NVIDIA/go-nvml) counts the data errors NVLink 4 (Hopper)
+  corrects. Corrected errors, like CRC: `warnAbove.ecc: 0`, never fails by
+  default. A GPU that answers NotSupported (before Hopper) lists `ecc_data`.
+* **Blackwell.** nvml.h marks the replay, recovery and CRC link counters
+  "unsupported for Blackwell+. Please use NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_*".
+  Where `DL_RECOVERY` answers NotSupported, the probe reads
+  `NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS` (field 215, "number of times
+  link went from Up to recovery, irrespective of the result"; in nvml.h from the
+  R560 sync, CUDA 12.6) per link (`scopeId` = link) through
+  `nvmlDeviceGetFieldValues`, and judges it as `recovery` (`failAbove.recovery:
+  0`). Replay and CRC have no Blackwell counterpart in NVML: on a B200 they are
+  listed in `countersNotSupported` and not judged; that is all the NVLink error
+  judgement a B200 gets (not checked on a B200 here). Where neither the counter
+  nor the field answers, the GPUs are listed in `countersUnsupported` and the
+  counters are not judged (the links still are).
+"""  # noqa: E501
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+# NVML_FI_DEV_NVLINK_LINK_COUNT / nvmlDeviceGetNvLinkState; HGX H100/H200: 18 NVLink 4
+# links per GPU. PCIe/NVL parts are not listed: their links are recorded, not judged.
+activeLinksByModel: {h100-sxm: 18, h200-sxm: 18}
+warnAbove: {replay: 0, recovery: 0, crc: 0, ecc: 0}   # per link, over the probe's run
+failAbove: {recovery: 0}                      # a link that retrained (DCGM: critical)
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"active_links_by_model", "warn_above", "fail_above"}),
@@ -296,6 +401,10 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
+    # each GPU's NVLink counters before the first check (the run)
+    needs=frozenset({"nvlink_before"}),
     budget=fixed_phase("NVLink state and counters", 0.5, "8 x 18 links x 4 NVML queries"),
     runbook=RunbookEntry(
         meaning=(

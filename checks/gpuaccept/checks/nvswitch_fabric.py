@@ -262,6 +262,110 @@ def claims(o: NvswitchFabricObserved, _summary: HardwareSummary) -> Claims:
     return out.keys("conditions", o.conditions)
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | `default-h100-h200.yaml` | meaning |
+|-------|---------|------|---------|
+| `expectedByModel` | `{h100-sxm: 1, h200-sxm: 1, b200: 1}` | `{h100-sxm: 1, h200-sxm: 1}` | Models whose GPUs must be on an NVSwitch fabric (1) or need not be (0). |
+| `failOn` | `[degraded_bandwidth, route_unhealthy, incorrect_configuration, unhealthy]` | same | Health conditions that fail on any GPU. |
+| `warnOn` | `[route_recovery, access_timeout_recovery, limited_capacity]` | same | Conditions that only warn. |
+
+The probe calls `nvmlDeviceGetGpuFabricInfoV` with the v3 structure
+(`nvmlGpuFabricInfo_v3`, health mask and health summary), falls back to v2
+(health mask, R550) when the driver answers `ARGUMENT_VERSION_MISMATCH`, and
+to the deprecated `nvmlDeviceGetGpuFabricInfo` (state and status only) only
+when the driver has no versioned call (R535)
+([NVML fabric definitions](https://docs.nvidia.com/deploy/nvml-api/group__nvmlFabricDefs.html)).
+
+* **State `completed`, status success.** On an NVSwitch system the GPU registers
+  with the fabric through nvidia-fabricmanager; until then CUDA fails with
+  "system not yet initialized". A fabric manager whose version does not match
+  the driver does not start, so this state covers that mismatch too; NVML does
+  not expose the fabric manager's version. `not_started` fails naming the GPUs
+  ("fabric registration not started (nvidia-fabricmanager not running, or not
+  matching the driver)"), as does a completed registration with an error
+  status. `in_progress` right after boot (the fabric manager still registering)
+  is read again every 2 s for up to `inProgressWaitSeconds` (30) before it is
+  judged; still in progress then fails: a registration stuck there is what makes
+  CUDA fail with error 802 "system not yet initialized" (a Lambda H100 report of
+  a state permanently "In Progress"). Trap:
+  `h100-sxm-8gpu-fabric-registering.yaml`. The state is the low byte of
+  pynvml's `c_uint` field: nvml.h declares `nvmlGpuFabricState_t` an
+  `unsigned char`.
+* **Health.** `degraded_bandwidth` (`NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE`),
+  an unhealthy route and an incorrect configuration (wrong system GUID, chassis,
+  partition, too few NVLinks, incompatible firmware) fail; recoveries in
+  progress and the v3 summary `limited_capacity` warn. A healthy fabric reports
+  `DEGRADED_BW_FALSE` or, on drivers that do not track it, `NOT_SUPPORTED`;
+  neither is flagged. The trap `h100-sxm-8gpu-config-tuned.yaml` has a v2-only
+  driver and passes; the fault `fabric-degraded-bandwidth.yaml` fails while its
+  busbw (401 GB/s) still passes `ncclAllreduce`.
+* **No fabric.** PCIe and NVL GPUs are on no fabric: NVML reports the state
+  `not_supported`, or answers the call with NotSupported. That passes only for a
+  model the policy does not expect on one (the trap
+  `h100-nvl-8gpu-bridged-links.yaml`); for an expected model the state fails and
+  a NotSupported call is `skip` ("cannot tell").
+* **No fabric expected: recorded, not judged.** Where no fabric is expected (a
+  model not listed, or no NVSwitch on the PCI bus, below), whatever NVML reports
+  (`not_started`, `in_progress`, a status error, a health condition) is named in
+  the message and passes: a board without an NVSwitch has nothing to register
+  with. Before, any state but `not_supported` failed there. A GPU NVML lost
+  still fails (`tests/checks/test_nvswitch_fabric.py`).
+
+#### What the board has
+
+An HGX H100 4-GPU board (GPUs linked directly, 6 of each GPU's 18 NVLinks to
+each peer, no NVSwitch) and a VM given one GPU of an 8-GPU board report the
+same NVML name as the 8-GPU HGX board (`NVIDIA H100 80GB HBM3`). So the
+expectations of the NVSwitch classes (`h100-sxm`, `h200-sxm`, `b200`) are taken
+from what the node has, which the probe reads into the report's summary as
+`nvswitchDevices`: the NVIDIA PCI devices of class 0x068000 on the host's bus
+(sysfs; NCCL tells an NVSwitch from a GPU the same way, `src/include/nvlink.h`,
+`ncclDeviceType`). An 8-GPU Hopper baseboard has 4. A bus that cannot be
+listed (no `/sys/bus/pci/devices`: a pod without the host's `/sys`, a capture's
+replay) is not a bus without NVSwitches: `nvswitchDevices` is left out and the
+class decides, as for a report that did not count them. Counting it as 0 made
+every replayed HGX H100/H200 capture a 4-GPU board whose fabric was recorded,
+never judged (the captures corpus, docs/probe.md).
+
+* No NVSwitch on the bus: `nvswitchFabric` expects no fabric ("no NVSwitch on
+  the PCI bus"), and `peerBandwidth.minGBpsByModel`'s class figure (a pair
+  through the NVSwitches, ~380 GB/s) does not apply; a direct pair of 6 NVLink 4
+  links carries at most 150 GB/s a direction, and the sibling rule
+  (`maxBelowMedianPercent`) still catches a weak pair.
+* Fewer than 8 GPUs, or no NVSwitch: `ncclAllreduce.minBusbwGBpsByModel`'s
+  class figure (measured on full 8-GPU boards) does not apply; the global
+  `minBusbwGBps` does, if set.
+* One GPU: `peerBandwidth` and `ncclAllreduce` have nothing to measure and pass
+  "not applicable" (a node shape, not a skip).
+* One GPU and no NVSwitch on the bus (a VM or partition given one GPU of the
+  board): `nvlink.activeLinksByModel` does not apply; the links are recorded,
+  not judged ("one GPU without an NVSwitch, no peer"). Fabric Manager trains no
+  NVLink for a one-GPU partition (the default partition tables of the
+  [Fabric Manager user guide](https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html),
+  shared NVSwitch model: 0 NVLink interconnects per GPU for one-GPU
+  partitions), so NVML reports its 18 links inactive; before, that failed
+  every such node. Not checked on such a VM here. Several GPUs without an
+  NVSwitch (the 4-GPU board: 6 links to each of 3 peers) are still held to 18.
+  MIG is not treated apart: no NVIDIA source read here says a MIG-enabled GPU's
+  links go inactive (MIG disables GPU-to-GPU peer traffic, not link training).
+* A report without `nvswitchDevices` (older probes) is judged by the class, as
+  before.
+
+Traps: `h100-sxm-4gpu-hgx-no-nvswitch.yaml`, `h100-sxm-1gpu-hgx-slice.yaml`.
+"""  # noqa: E501
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+expectedByModel: {h100-sxm: 1, h200-sxm: 1}   # HGX boards: NVSwitch + fabric manager
+failOn: [degraded_bandwidth, route_unhealthy, incorrect_configuration, unhealthy]
+warnOn: [route_recovery, access_timeout_recovery, limited_capacity]
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset({"in_progress_wait_seconds"}),
     judging=frozenset({"expected_by_model", "fail_on", "warn_on"}),
@@ -275,6 +379,8 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
     budget=fixed_phase("fabric state per GPU", 0.1, "one NVML query per GPU"),
     runbook=RunbookEntry(
         meaning=(

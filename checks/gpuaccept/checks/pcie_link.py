@@ -399,6 +399,103 @@ def claims(o: PcieLinkObserved, summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | `default-h100-h200.yaml` | meaning |
+|-------|---------|------|---------|
+| `requireMax` | `true` | `true` | Under load, every GPU's link generation and width must equal its maximum. |
+| `minGeneration` | unset | `5` | Lowest acceptable generation under load (1–7). |
+| `minWidth` | unset | `16` | Lowest acceptable width (1–32). |
+| `minH2DGBps` | unset | `40` | Lowest acceptable host→device pinned copy bandwidth per GPU, GB/s (10⁹ B/s). |
+| `minD2HGBps` | unset | `40` | Same, device→host. |
+| `ccMinH2DGBps` / `ccMinD2HGBps` | unset | unset | On a node in confidential computing mode: the copy floors instead of `minH2DGBps`/`minD2HGBps`. Unset: not judged there (the message says so). |
+
+The generation is read **while the GPU copies data**: GPUs lower their link
+generation when idle to save power, and an idle downshift must never fail a
+node (it is recorded as `idleGen` and not judged). On real hardware the
+current link comes from NVML (`nvmlDeviceGetCurrPcieLinkGeneration/Width`)
+sampled while the copies are in flight (the GPU's sysfs `current_link_speed`
+and `current_link_width` are the fallback). What the link is held to
+differs for width and generation, because NVML's
+`nvmlDeviceGetMaxPcieLinkGeneration/Width` is the max "possible with this
+device and system" ([NVML API reference, device
+queries](https://docs.nvidia.com/deploy/nvml-api/api/group__nvmlDeviceQueries.html);
+nvml.h: "a generation 2 PCIe device attached to a generation 1 PCIe bus"
+reports 1), while `nvmlDeviceGetGpuMaxPcieLinkGeneration` is "the maximum
+PCIe link generation supported by this device", and the GPU's sysfs
+`max_link_speed`/`max_link_width` is its own link capability (LNKCAP,
+`Documentation/ABI/testing/sysfs-bus-pci`):
+
+* **Width: the GPU's own** (the larger of NVML's max width and sysfs
+  `max_link_width`). A x16 GPU behind a slot or riser wired x8 reports 8 in
+  NVML and would look "at max" at x8; a node built so is not healthy
+  (fault: `pcie-x8.yaml`).
+* **Generation: the best in this system** (`maxGen`: NVML's max, the lower
+  of the GPU's and the platform's). A Gen5 H100 PCIe, H100 NVL or H200 NVL
+  in a Gen4 server (Ice Lake, Milan root ports) reports 4: its Gen4 link is
+  at its best. Earlier probes took the larger of NVML's and the GPU's own
+  (5), and every such node failed `requireMax` (a fleet-wide false quarantine). The
+  GPU's own generation is recorded as `deviceMaxGen` where the platform caps
+  it, and the pass message says so; it is not judged. Whether a Gen4
+  platform is acceptable is the fleet's call, stated by `minGeneration` and
+  the copy floors: the default policy's are a Gen5 platform's (5 and
+  40 GB/s), so it still quarantines the Gen4 host, by those floors and not
+  by `requireMax` (`platform/h100-pcie-8gpu-gen4-host.yaml`); a Gen4 fleet sets
+  `minGeneration: 4` and copy floors near 20 GB/s
+  (`tests/probe/test_pcie_system_max.py`). A link that trains at Gen4 in a
+  Gen5 server still fails `requireMax`. Where NVML cannot answer, the GPU's
+  own generation is the bar.
+
+**Confidential computing.** The probe reads the system's CC mode
+(`nvmlSystemGetConfComputeState`, R535+: `ccFeature`, `devToolsMode`; nvml.h
+`NVML_CC_SYSTEM_FEATURE_ENABLED`, `NVML_CC_SYSTEM_DEVTOOLS_MODE_ON`; in the
+pinned nvidia-ml-py's `pynvml.py`). In CC mode the GPU cannot reach the
+confidential VM's private memory: a pinned host copy is encrypted by the driver
+into a bounce buffer in shared memory, and the GPU decrypts it ("CUDA UMD will
+encrypt and stage into a bounce buffer and have the GPU decrypt and pull into the
+TCB", [NVIDIA developer forum, memory allocation and data copy in CC
+mode](https://forums.developer.nvidia.com/t/memory-allocation-and-data-copy-in-cc-mode/261009);
+the H100 CC benchmark study finds the CPU–GPU transfer the main overhead,
+[arXiv 2409.03992](https://arxiv.org/html/2409.03992v4)). So a CC node's H2D/D2H
+run far below a non-CC node's on the same healthy Gen5 x16 link, and every CC
+node failed the 40 GB/s floor (a fleet-wide false quarantine). On a CC node (`ccMode: on` or
+`devtools` in the observed value) the copies are judged by `ccMinH2DGBps` /
+`ccMinD2HGBps` instead. No published per-GPU copy figure under CC was found for
+this page, so both are unset by default: the copies are recorded and not judged,
+and the pass message says "H2D/D2H not judged (no CC floor)"; set them from your
+own CC nodes. The link's generation and width are judged as on any node. NVML
+answering NotSupported (or a driver without the function) means no CC; another
+error leaves the mode `unread`, and the non-CC floors apply. Trap:
+`h100-sxm-8gpu-confidential-computing.yaml` (its copy rates illustrative);
+tests: `tests/probe/test_confidential_computing.py`.
+
+Why 40 GB/s: PCIe Gen5 x16 carries 32 GT/s × 16 lanes × 128/130 ÷ 8 ≈ 63 GB/s
+per direction on the wire, and pinned-memory copies get most of that: on an
+8× H100 system, NVIDIA's `nvbandwidth` measured 52.8 GB/s per GPU for
+`device_to_host_memcpy_sm` ([NVIDIA/nvbandwidth issue #24](https://github.com/NVIDIA/nvbandwidth/issues/24),
+2024-09-11; the same report shows 35 GB/s for `host_to_device_memcpy_sm`, the
+copy-kernel path, which the maintainers had not explained). The probe copies
+with the copy engines (`cudaMemcpyAsync` from pinned memory, as torch does),
+and no published H100/H200 figure for that path in both directions was found
+for this page; the 40 GB/s default is to be checked against the probe's own
+output on a real node (`scripts/device-check.sh`, see [probe.md](probe.md)).
+A link that trained at Gen4 or at x8 halves the wire rate (≈ 32 GB/s per
+direction), so 40 GB/s is meant to separate the two.
+"""  # noqa: E501, RUF001
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+requireMax: true          # under load every GPU's link at its max generation and width
+minGeneration: 5          # H100/H200 SXM are PCIe Gen5 x16
+minWidth: 16
+minH2DGBps: 40            # Gen5 x16 measures ~50-55 GB/s pinned; Gen4 or x8 gives ~25
+minD2HGBps: 40
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset(
@@ -425,6 +522,10 @@ SPEC = CheckSpec(
     key_figures=key_figures,
     columns=(FigureColumn("PCIe", "pcie", "Weakest PCIe link under load.", position=2),),
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
+    # each GPU's pinned H2D rate (peer_bandwidth's host-staged floor)
+    provides=frozenset({"h2d_gbps"}),
     budget=budget,
     runbook=RunbookEntry(
         meaning=(

@@ -551,6 +551,115 @@ def claims(o: PeerBandwidthObserved, summary: HardwareSummary) -> Claims:
     return out
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | meaning |
+|-------|---------|---------|
+| `minGBpsByModel` | `{h100-sxm: 300, h200-sxm: 300}` | Per GPU model (exact NVML name or class): every ordered pair's unidirectional copy must reach this many GB/s. A model not listed has no minimum. |
+| `maxBelowMedianPercent` | `{nvlink: 10}` | Per path: a pair more than this many percent below the median pair of the same path on the node fails. A path not listed (`pcie`, `host`) is not compared. |
+| `peerAccessRequired` | `nvml` | Which pairs must have CUDA peer access: `nvlink` (NVML reports NVLink P2P), `nvml` (NVML reports P2P supported, over NVLink or PCIe), `all` (every pair). |
+| `allPairsModels` | `[h100-sxm, h200-sxm, b200]` | Models on which every pair must have peer access, whatever NVML says. |
+| `bufferBytes` | 268435456 (256 MiB) | Bytes per copy. |
+| `stagedBufferBytes` | 33554432 (32 MiB) | Bytes per copy for pairs CUDA grants no peer access; those pairs are copied one way only. |
+| `iterations` / `warmupIterations` | 10 / 2 | Timed and untimed copies per pair. |
+| `bidirectional` | `true` | Also time both directions of every pair at once (reported, not judged). |
+
+What it measures: for every ordered pair src → dst, `dst.copy_(src)` in torch,
+which is a `cudaMemcpyAsync` on the source device's stream (torch's
+`aten/src/ATen/native/cuda/Copy.cu`: it enables peer access first when CUDA
+allows it; without peer access the driver stages the copy through host
+memory). It is timed with CUDA events after the warm-up, as nvbandwidth's
+copy-engine tests and CUDA's `peerBandwidthLatencyTest` do. Peer access is what
+`cudaDeviceCanAccessPeer` (`torch.cuda.can_device_access_peer`) grants; what
+the node *should* have comes from `nvmlDeviceGetP2PStatus` (the NVLink
+capability first, then the read capability: `OK`, `CHIPSET_NOT_SUPPORTED`,
+`GPU_NOT_SUPPORTED`, `IOH_TOPOLOGY_NOT_SUPPORTED`, `DISABLED_BY_REGKEY`,
+`NOT_SUPPORTED`, `UNKNOWN`; what `nvidia-smi topo -p2p r` prints as OK, CNS,
+GNS, TNS, …).
+
+Why these defaults:
+
+* **300 GB/s on H100/H200 SXM.** On HGX H100 the copy engines move 376–380 GB/s
+  one way between any two GPUs and 740–773 GB/s both ways (NVIDIA/nccl issue
+  1264: `peerBandwidthLatencyTest`, all 56 pairs within a few percent of each
+  other; NVLink 4 is 450 GB/s per direction on paper). H200 SXM has the same
+  NVLink 4 fabric. 300 is about 80 % of the measured figure: it catches a pair
+  that lost a quarter of its bandwidth, and leaves room for a probe that times
+  fewer, smaller copies than the benchmark. It is not measured by this probe
+  on a GPU yet (no GPU was lent to this work): record the figure from
+  `scripts/device-check.sh` runs on a multi-GPU host and adjust. B200 and the
+  PCIe parts have no minimum: no figure was found.
+* **10 % below the NVLink median.** On an NVSwitch board every pair crosses the
+  same switches, and the matrix above is flat to within ~4 %; one NVLink of
+  18 down costs 1/18 (5.6 %), which `nvlink` reports by name, two or more
+  (11 %+) show here. PCIe pairs are not compared by default: their bandwidth
+  depends on the path (one PCIe switch, one root complex, across sockets),
+  and NVIDIA/nvbandwidth issue 50 shows a healthy 6-GPU PCIe node whose pairs
+  differ by 17 % (26.3 vs 21.8 GB/s) by path alone.
+* **Peer access.** On an HGX board (`allPairsModels`) the NVSwitches connect
+  every pair, so every pair must have peer access: without it every copy and
+  NCCL's traffic go through host memory. Elsewhere a pair must have it where
+  NVML says P2P works (`nvml`). Where NVML itself says the chipset or the
+  topology does not support P2P (CNS/TNS: many PCIe platforms, across
+  sockets, or with the IOMMU in translation mode), that is what the platform
+  does: not a failure by default (the trap `h100-pcie-8gpu-no-p2p.yaml`). A
+  fleet that knows its nodes support P2P sets `peerAccessRequired: all`.
+* **The host-staged floor** (no setting: it needs no per-model table). PCIe
+  ACS on a PCIe switch or root port sends P2P traffic up through the root
+  complex (NCCL's troubleshooting guide: "a significant performance reduction
+  or even a hang"). CUDA cannot see it: NVML still says P2P works and
+  `cudaDeviceCanAccessPeer` still grants peer access, so the peer-access rule
+  passes the node. What it shows is a peer copy *slower than no P2P at all*:
+  NVIDIA/nccl issue 814 (6 PCIe Gen4 GPUs, `peerBandwidthLatencyTest`) reads
+  10–12 GB/s with P2P enabled and 20–22 GB/s with it disabled (staged through
+  host memory). So every pair with peer access over PCIe (path `pcie`) must
+  copy at least as fast as a staged copy would, bounded below by half the
+  slower GPU's pinned H2D rate, which `pcie_link` measured on this node
+  (`h2dGBps` in the observed value; a staged copy crosses PCIe twice, and is at
+  best about the H2D rate: 20–22 of ~25 GB/s on Gen4 in NVIDIA/nccl issue 814, 37 of 53 on
+  HGX H100 in NVIDIA/nccl issue 1264). Below it fails, naming the pair: `GPU 0→1: 21.0 GB/s
+  with peer access over PCIe, below the host-staged rate 26.8 GB/s`. Why it
+  cannot fail healthy hardware: healthy PCIe P2P runs near the H2D rate
+  (NVIDIA/nvbandwidth issue 50: six A6000s on Gen4, 21.8–26.4 GB/s one way between
+  every pair, the slowest across the CPU, "almost 80 % of full PCIe Gen 4
+  speeds" per a reply there, where a Gen4 x16 H2D copy reaches 24–26 GB/s,
+  nvbandwidth issue 15; nccl-tests issue 74: eight A40s on AMD EPYC, 40–50 GB/s
+  both ways at once between PCIe pairs), at least 1.6 times the floor. Pairs without peer access (`host`) are staged copies: the floor is
+  their own rate, and they are not held to it; NVLink pairs are not either.
+  Where `pcie_link` is disabled or gave no H2D figure for a GPU, its pairs have
+  no floor (the pass message says which pair was lowest against its floor when
+  there is one). The fault profile `p2p-disabled-acs.yaml` models NVIDIA/nccl issue 814's
+  ratio (peer copies at 0.4 of H2D); the traps `h100-nvl-8gpu-healthy.yaml`
+  (P2P at the H2D rate) and `h100-pcie-8gpu-no-p2p.yaml` (no peer access,
+  staged at half H2D) must pass.
+* **Failures per pair, and the form.** A copy that raises for one pair
+  (torch enables peer access on the first copy through
+  `cudaDeviceEnablePeerAccess` under `C10_CUDA_CHECK`: `cudaErrorTooManyPeers`
+  past 8 peers without NVSwitch raises `RuntimeError`) fails that pair by name
+  (`peer copy failed on 0<>9: RuntimeError: ...`); the other pairs are still
+  measured and judged. The matrix must cover the report's GPU count, and with
+  2 GPUs or more carry its figures (`gbps`, or `weakest` when condensed).
+
+The message names the pairs: `GPU 2→5: 180 GB/s, 53 % below the node median
+380` or `no peer access on 3<>* (NVML: NVLink P2P; copies staged through
+host)`. Pairs are written `2>5` (one direction), `2<>5` (both), `3<>*` (GPU 3
+with every other GPU) and `*` (every pair). One GPU: `skip`.
+"""  # noqa: E501, RUF001
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+# every ordered GPU pair's peer copy (256 MiB, CUDA events); HGX H100 moves 376-380 GB/s
+# one way per pair (NVIDIA/nccl issue 1264): ~80 % of that. PCIe/NVL parts: no minimum.
+minGBpsByModel: {h100-sxm: 300, h200-sxm: 300}
+maxBelowMedianPercent: {nvlink: 10}   # NVSwitch pairs are within ~4 % of each other
+peerAccessRequired: nvml              # where NVML says P2P works; CNS/TNS PCIe nodes pass
+allPairsModels: [h100-sxm, h200-sxm, b200]   # HGX: every pair must have peer access
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(
         {"buffer_bytes", "staged_buffer_bytes", "iterations", "warmup_iterations", "bidirectional"}
@@ -574,6 +683,9 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
+    needs=frozenset({"h2d_gbps"}),  # pcie_link's H2D rates
     budget=budget,
     runbook=RunbookEntry(
         meaning=(

@@ -20,6 +20,12 @@ or I/O). It defines
 * its claims: ``claims(observed, summary) -> Claims``, every GPU count, GPU and
   figure its result carries (:mod:`gpuaccept.checks.claims`), which the operator
   holds to the node before it judges anything;
+* its section of the shipped default policy (``shipped``, YAML with each figure's
+  source), from which ``make generate`` writes ``policies/default-h100-h200.yaml``,
+  and its section of docs/policy.md (``docs``: those figures' sources, the rules in
+  words);
+* what its measuring function ``needs`` from the probe run's shared context and what
+  it ``provides`` there for later checks (:mod:`gpuaccept.checks.dataflow`);
 
 and registers all of it as one ``SPEC`` in :mod:`gpuaccept.checks.registry`.
 The measuring half lives in the probe (``gpuaccept.probe.measure``).
@@ -127,7 +133,22 @@ class CheckSpec(Generic[PolicyT, ObservedT]):
     # any judging (gpuaccept.checks.claims). Required: a check that names GPUs or
     # figures and forgot them would let a report about other hardware be judged.
     claims: Callable[[ObservedT, HardwareSummary], Claims]
+    # Its section of the shipped default policy (8-GPU H100/H200 SXM nodes), YAML: the
+    # section's fields with each figure's source in a comment, or ``{}`` (the section's
+    # own defaults). policies/default-h100-h200.yaml is generated from these, in
+    # registry order (``make generate``; gpuaccept.checks.gen.default_policy).
+    shipped: str
+    # Its section of docs/policy.md (Markdown, under the heading ``### `<section>```
+    # that ``make generate`` writes): the shipped figures and their sources, the
+    # rules in words. docs/policy.md's generated table already lists every field.
+    docs: str
     condense: Callable[[ObservedT], ObservedT] = _unchanged
+    # What its measuring function reads from the probe run's shared context (facts
+    # another check or the run leaves there) and what it leaves there for later checks:
+    # the probe's context refuses any other read or write, and the registry orders the
+    # checks from these (gpuaccept.checks.dataflow).
+    needs: frozenset[str] = frozenset()
+    provides: frozenset[str] = frozenset()
     # This check's key figures (None: the check has none), from its observed value.
     figures_model: type[FiguresModel] | None = None
     key_figures: Callable[[ObservedT], FiguresModel | None] = _no_figures

@@ -295,6 +295,173 @@ def claims(o: XidErrorsObserved, _summary: HardwareSummary) -> Claims:
     return out.values("recoveryAction", o.recovery_action)
 
 
+# Its section of docs/policy.md (after the generated field table): the shipped figures
+# and their sources, the rules in words. `make generate` writes it there.
+DOCS = """\
+| field | default | meaning |
+|-------|---------|---------|
+| `failOn` | `[48, 63, 64, 74, 79, 94, 95, 119, 120, 140, 154]` | Xids that fail the node when any GPU reports one while the probe loads it. |
+| `warnOn` | `[92]` | Xids that only warn. One in both lists fails. |
+| `recoveryActionFailOn` | `[gpu_reset, node_reboot, drain_p2p, drain_and_reset, bus_reset, system_reboot]` | GPU recovery actions that fail the node. |
+| `recoveryActionWarnOn` | `[recover_imex_domain]` | Recovery actions that only warn. |
+
+**What is watched.** The runner opens one NVML event set before the first
+check and closes it after the last one. It registers every GPU for
+`nvmlEventTypeXidCriticalError` (`nvmlEventSetCreate`,
+`nvmlDeviceRegisterEvents`; a GPU whose `nvmlDeviceGetSupportedEventTypes`
+lacks the bit is named under `notRead.events`), and a thread waits on the set
+(`nvmlEventSetWait_v2`, 500 ms at a time). So the listener covers every phase
+that loads the GPUs: the PCIe copies, the 70 s matmul load, and the all-reduce
+sweep. `xid_errors` is measured after every other check, whatever the registry
+order, so that its result includes the Xids of all of them. Each Xid is
+recorded with its GPU (the event's device handle mapped to the NVML index), the
+seconds since the listener started, and the check that was running
+(`events`, first 16). `xids` maps each group of GPUs to the Xids they reported.
+The kernel's Xid is `eventData`; the same event set is what NVIDIA's
+Kubernetes device plugin uses for its health check.
+
+**A listener that died is no evidence.** `nvmlEventSetWait_v2` answers
+`NVML_ERROR_TIMEOUT` when nothing arrived in its 500 ms (the listener waits
+again); any other answer ends the wait (pynvml's `nvmlEventSetWait_v2` raises
+it as an `NVMLError`). The report then says when and during which check
+(`listenerStopped`: `atS`, `during`, `error`), `listenedS` is the time it
+really listened, and the judge never says "no critical Xid": an answer of
+`NVML_ERROR_GPU_IS_LOST` (a GPU fell off the bus during the wait, the Xid 79
+the wait can no longer deliver) fails, any other error is an `error`
+(`ProbeError`). The device plugin's health check treats a wait error the same
+way: it stops trusting the event set (NVIDIA/k8s-device-plugin,
+`internal/rm/health.go`). Any other exception in the wait thread (a binding
+that raises something else, an event that cannot be read) is recorded the same
+way, as `listenerStopped`; before, only `NVMLError` was caught, and anything
+else ended the thread silently while the check passed on what it had seen
+(`tests/probe/test_consequences_and_listener.py`).
+
+**Every usable GPU is watched, or the check errors.** The result lists the
+usable GPUs (`gpus`: every GPU but one NVML lost, which fails elsewhere) next
+to the ones registered (`watched`). A usable GPU not watched (a listener that
+registered no GPU, NVML's supported event types without
+`nvmlEventTypeXidCriticalError`, a registration NVML refused) makes the check
+`error` ("Xid events not watched on GPU 5 (why)"), unless a critical Xid on a
+watched GPU already fails it. Before, a listener that registered no GPU passed
+with "no Xid listener ran" wherever the recovery action could be read (R570
+and later), and a GPU left out passed with a note. A report without `gpus`
+(an older probe) is compared with the summary's GPU count. The simulator's
+`unsupported: [xidEvents]` leaves a GPU unregistered.
+
+**A GPU that fell off the bus stays gone.** On a real node, after Xid 79
+every NVML query on the GPU answers `GPU_IS_LOST` and CUDA errors on it; the
+simulated backend models that consequence (the GPU is lost for every check
+after the Xid arrives), so `faults/xid-79-under-load.yaml` fails every later
+check naming GPU 5, the first of them in registry order being
+`throttle_reasons`, and `xid_errors` names the Xid.
+
+**The defaults** come from NVIDIA's Xid catalogue
+([Xid errors](https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html),
+the catalogue for Ampere and later, with its immediate and investigatory
+resolution buckets). The older page-retirement document
+([dynamic page retirement](https://docs.nvidia.com/deploy/dynamic-page-retirement/visibility.html))
+describes 48, 63 and 64. The memory error guide
+([A100 GPU memory error management](https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html))
+describes 94, 95 and the recovery flags.
+
+| Xid | meaning | action it asks for | default |
+|----:|---------|--------------------|---------|
+| 48 | double-bit (uncorrectable) ECC error | reset the GPU; replace it if it recurs | fail |
+| 63 | a row remap (A100 and later) or page retirement was recorded; it takes effect at the next GPU reset (or driver reload) | **reset the GPU when convenient**; not a replacement | fail |
+| 64 | the row remap or page retirement could not be recorded | replace the GPU (RMA) | fail |
+| 74 | NVLink error | reset the GPU; if it recurs, reseat the GPU/baseboard or contact support | fail |
+| 79 | the GPU fell off the bus | reboot the node; if it recurs, reseat it, check power and the slot, then RMA | fail |
+| 92 | high single-bit ECC error rate (NVIDIA marks it non-critical) | none now; watch it | warn |
+| 94 | contained uncorrectable ECC error: only the application that touched the memory was affected | restart the application; **reset the GPU when convenient** (the row is then remapped); not a replacement | fail |
+| 95 | uncontained uncorrectable ECC error: every application on the GPU is affected | reset the GPU now; replace it if it recurs | fail |
+| 119 | GSP RPC timeout | reset the GPU or reboot the node; contact support if it recurs | fail |
+| 120 | GSP error | reset the GPU or reboot the node; contact support if it recurs | fail |
+| 140 | unrecovered ECC error | reset the GPU; replace it if it recurs | fail |
+| 154 | the GPU's recovery action changed (the driver says what is needed) | what the recovery action says (below) | fail |
+
+63 and 94 fail the node. The node is out of service only until the reset,
+and then the re-probe passes (see the [runbook](runbook.md#memory-and-xid-faults)).
+Other Xids (13, 31, 43 and the like, which NVIDIA classes as application
+errors, the device plugin's skip list) are recorded and named in the message,
+but not judged. The probe's own load is well-formed. An application Xid during
+the probe is worth reading, but it is not evidence of a hardware fault.
+
+**State earlier faults left.** Each GPU's recovery action is
+`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`, read with `nvmlDeviceGetFieldValues`.
+Its values are `nvmlDeviceGpuRecoveryAction_t`: 0 `none`, 1 `gpu_reset`,
+2 `node_reboot`, 3 `drain_p2p`, 4 `drain_and_reset`, 5 `recover_imex_domain`,
+6 `bus_reset`, 7 `system_reboot`. NVML field IDs are not stable across driver
+branches, so the probe reads this field only on a driver branch whose
+numbering it knows. That is R570 and later, where the ID is 230: the nvml.h of
+R570 and R580 and the installed nvidia-ml-py 13.615 agree on it, and NVML
+added the field in R565. **R560 and R565** answer the same question with two
+older fields, `NVML_FI_DEV_RESET_STATUS` (226, "reset required") and
+`NVML_FI_DEV_DRAIN_AND_RESET_STATUS` (227, "drain and reset recommended"),
+which the installed nvidia-ml-py 13.615 marks "Deprecated use
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION instead". They exist from R560 only: nvml.h
+at NVIDIA/go-nvml's sync points has `NVML_FI_MAX` ("one greater than the
+largest field ID") 197 at CUDA 12.2 (R535), 200 at 12.4 (R550) and 223 at 12.5
+(R555), and defines 226/227 first at 12.6 (R560). Earlier probes read them
+from R535, and claimed that coverage; on R535 to R555 they name no field.
+(`nvidia-smi -q` prints a "GPU Reset Status" section on 530 and 550 drivers
+too, but nvidia-smi is not limited to NVML's public fields.) The probe reads
+them on R560 and R565 as `drain_and_reset` when the drain flag is set,
+`gpu_reset` when "reset required" is, else `none`; a drain flag answering
+NotSupported (nvidia-smi's "N/A") leaves "reset required" to decide
+(`nvml_health.read_reset_status`, `tests/probe/test_probe_xid_memory_real.py`;
+fault `profiles/faults/reset-required-r560.yaml`). **Before R560** neither
+field is asked for, and the recovery action is not read: the reason is named
+under `notRead.recoveryAction` and in the pass message ("driver 550.54.15: no
+recovery action or reset status field before R560"). So on R535 and R550 the
+probe cannot see a GPU that an earlier fault left needing a reset; it says so,
+and the Xids under load and `memoryHealth` (remapped rows pending or failed)
+are still judged. The same holds when a field answers NotSupported, a value
+type other than unsigned int, or a number outside 0–7. It never passes
+silently, and it never fails a node.
+`recover_imex_domain` only warns, because it concerns the IMEX domain (a
+multi-node NVLink partition) and not this GPU. The other state earlier faults
+leave, the remapped-rows pending and failure flags, is judged by
+[`memoryHealth`](#memoryhealth).
+
+**What healthy hardware shows.** No critical Xid during the probe, and a
+recovery action of `none`; NVIDIA's guide says `none` means "the GPU can be
+immediately used again". The shipped trap `h100-sxm-8gpu-old-row-remaps.yaml`
+(R570, recovery action `none`, Xid 92 on one GPU) is accepted with a warning.
+Most other shipped healthy profiles run a 550 driver, where the recovery action
+is not read (named in the message).
+
+When neither part can be read (no GPU delivers Xid events, as on some
+virtualized GPUs, and the driver is older than R560), the check is `skip`,
+which quarantines a node when the check is required. Set `xidErrors.required:
+false` on such a platform: the skip then only warns. A listener that stopped
+early (an NVML wait error) is named under `notRead.events`, and what it saw
+is still judged.
+
+**The Xid history is not read.** Xids logged before the probe started (the
+`NVRM: Xid` lines of the kernel ring buffer, `dmesg` or `journalctl -k`) need
+the kernel log. Reading `/dev/kmsg` or calling `syslog(2)` needs
+`CAP_SYSLOG`, or a privileged pod with `kernel.dmesg_restrict=0`. The probe
+pod runs restricted (no added capabilities, no host paths beyond what it
+needs), and it is not widened for this. What earlier faults leave behind is
+still visible through NVML: the recovery action above, the remapped-rows
+flags and the ECC counts in `memoryHealth`. A platform that does collect the
+kernel log (node-problem-detector, DCGM health watches, a log pipeline) can
+join it with these verdicts.
+"""  # noqa: E501, RUF001
+
+
+# Its section of the shipped default policy (8-GPU H100/H200 SXM nodes): `make generate`
+# writes policies/default-h100-h200.yaml from it; each figure's source beside it.
+SHIPPED = """\
+# NVIDIA's Xid catalogue (docs/policy.md has each code's meaning and action)
+failOn: [48, 63, 64, 74, 79, 94, 95, 119, 120, 140, 154]
+warnOn: [92]              # high single-bit ECC rate: NVIDIA marks it non-critical
+recoveryActionFailOn:
+  [gpu_reset, node_reboot, drain_p2p, drain_and_reset, bus_reset, system_reboot]
+recoveryActionWarnOn: [recover_imex_domain]
+"""
+
+
 SPEC = CheckSpec(
     measuring=frozenset(),
     judging=frozenset({"fail_on", "warn_on", "recovery_action_fail_on", "recovery_action_warn_on"}),
@@ -308,6 +475,9 @@ SPEC = CheckSpec(
     judge=judge,
     condense=condense,
     claims=claims,
+    shipped=SHIPPED,
+    docs=DOCS,
+    needs=frozenset({"xids"}),  # the run's Xid listener, open over every check
     budget=fixed_phase(
         "Xids seen, recovery actions",
         0.1,

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pydantic import JsonValue
 
 from gpuaccept.checks.budget import START_PHASE, phase_seconds
+from gpuaccept.checks.dataflow import in_data_order
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec, clip
@@ -74,7 +75,8 @@ def run_check(
     observed: JsonValue = None
     try:
         section = policy.section(check)
-        measured = measurer(check)(hardware, section, context)
+        seen = context.view(check.name, needs=check.needs, provides=check.provides)
+        measured = measurer(check)(hardware, section, seen)
         observed = measured.to_observed()
         judgement = check.judge(measured, section, summary)
     except NoSuchInterface as exc:
@@ -145,9 +147,12 @@ class ProbeRun:
 
 
 def measuring_order(checks: Sequence[AnyCheckSpec]) -> list[AnyCheckSpec]:
-    """Registry order, except that checks reading what the others' load left
-    (:func:`~gpuaccept.probe.measure.runs_last`) come after all the others."""
-    return sorted(checks, key=runs_last)  # stable: registry order within each group
+    """The order given, with every provider of a fact before the checks that need it
+    (:func:`~gpuaccept.checks.dataflow.in_data_order`), except that checks reading what
+    the others' load left (:func:`~gpuaccept.probe.measure.runs_last`) come after all
+    the others."""
+    ordered = in_data_order(checks, complete=False)
+    return sorted(ordered, key=runs_last)  # stable: data order within each group
 
 
 def run_probe(hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun) -> ProbeReport:

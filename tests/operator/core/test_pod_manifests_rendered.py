@@ -3,14 +3,14 @@ they were three builders: each kind for a few operator configurations and nodes,
 dumped as JSON in key order, against ``pod_manifests.golden.json`` (rendered by the
 three builders before they became one). A change to a pod is a change to that file,
 seen in review: the probe policy each pod carries (``GPUACCEPT_POLICY``) is in it, so
-a new policy field changes it too. Write it again with
-``PYTHONPATH=tests/operator .venv/bin/python tests/operator/core/test_pod_manifests_rendered.py``
-and read the
-diff."""
+a new policy field changes it too. ``make generate`` writes it again (as
+``PYTHONPATH=tests/operator .venv/bin/python tests/operator/core/test_pod_manifests_rendered.py``);
+read the diff."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,4 +119,7 @@ def test_each_pod_kind_renders_as_before() -> None:
 
 
 if __name__ == "__main__":
+    # `make generate` writes it; `--check` (its drift check) only says whether it is stale
+    if sys.argv[1:] == ["--check"]:
+        sys.exit(0 if GOLDEN.read_text(encoding="utf-8") == render() else 1)
     GOLDEN.write_text(render(), encoding="utf-8")

@@ -688,6 +688,10 @@ def rendered_files() -> dict[str, str]:
     return {name: render(crd) for name, crd in all_crds().items()}
 
 
+def _written(directory: Path) -> dict[str, str]:
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.yaml"))}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="gpuaccept crds",
@@ -700,11 +704,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write one file per CRD into DIR (repeatable); default: print to stdout",
         metavar="DIR",
     )
+    parser.add_argument(
+        "--check", action="store_true", help="only report stale --out dirs (exit 1 if any)"
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     files = rendered_files()
     if not args.out:
         sys.stdout.write("".join(files.values()))
         return 0
+    if args.check:
+        stale = [str(d) for d in args.out if _written(d) != files]
+        for directory in stale:
+            sys.stderr.write(f"stale: {directory} (run `make crds`)\n")
+        return 1 if stale else 0
     for directory in args.out:
         directory.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():

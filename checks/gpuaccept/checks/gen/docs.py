@@ -254,6 +254,14 @@ def probe_budget(root: Path) -> str:
 
 Generator = Callable[[Path], str]  # the repository root → the section's text
 
+
+def check_sections(checks: Sequence[AnyCheckSpec] = CHECKS) -> str:
+    """docs/policy.md's section of each check, from its ``CheckSpec.docs``."""
+    return "\n".join(
+        f"### `{section_name(check)}`\n\n{check.docs.strip(chr(10))}\n" for check in checks
+    )
+
+
 GENERATORS: dict[str, Generator] = {
     "checks-table": lambda _root: checks_table(),
     "policy-fields": lambda _root: policy_fields(),
@@ -262,6 +270,7 @@ GENERATORS: dict[str, Generator] = {
     "shipped-profiles": shipped_profiles,
     "runbook-reasons": lambda _root: runbook_reasons(),
     "probe-budget": probe_budget,
+    "check-sections": lambda _root: check_sections(),
 }
 
 

@@ -1,8 +1,13 @@
-"""Facts from outside the hardware that a measurement may need."""
+"""Facts from outside the hardware that a measurement may need: what the run provides
+before the first check, and what one check leaves for later ones. A check sees the
+context through :meth:`ProbeContext.view`, which lets it read only what its spec
+``needs`` and write only what it ``provides`` (:mod:`gpuaccept.checks.dataflow`)."""
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
+from gpuaccept.checks.dataflow import UNDECLARED_READABLE
 from gpuaccept.probe.hardware.base import NvlinkLinks, PerGpuFigures
 from gpuaccept.probe.hardware.xid_events import XidLog
 
@@ -58,3 +63,50 @@ class ProbeContext:
     # Set by the pcie_link measurement: GPU -> its pinned host-to-device GB/s, for the GPUs
     # it measured (peer_bandwidth's host-staged floor for pairs with peer access over PCIe).
     h2d_gbps: dict[int, float] = field(default_factory=dict)
+
+    def view(
+        self, check: str, *, needs: frozenset[str], provides: frozenset[str]
+    ) -> "ProbeContext":
+        """This context as check ``check`` sees it: reads of what it ``needs`` or
+        ``provides`` (and the progress note), writes of what it ``provides``, each
+        passed through to this context; any other read or write raises
+        :class:`UndeclaredContextError`."""
+        return CheckContext(self, check, needs=needs, provides=provides)
+
+
+CONTEXT_FIELDS = frozenset(f.name for f in fields(ProbeContext))
+
+
+class UndeclaredContextError(RuntimeError):
+    """A check read or wrote a context field its spec does not declare."""
+
+
+class CheckContext(ProbeContext):
+    """One check's view of the run's shared context (:meth:`ProbeContext.view`)."""
+
+    def __init__(
+        self, shared: ProbeContext, check: str, *, needs: frozenset[str], provides: frozenset[str]
+    ) -> None:
+        unknown = sorted((needs | provides) - CONTEXT_FIELDS)
+        if unknown:
+            raise UndeclaredContextError(f"check {check} declares {unknown}: no such context field")
+        readable = needs | provides | UNDECLARED_READABLE
+        object.__setattr__(self, "_declared", (shared, check, readable, provides))
+
+    def __getattribute__(self, name: str) -> Any:
+        if name not in CONTEXT_FIELDS:
+            return object.__getattribute__(self, name)
+        shared, check, readable, _provides = object.__getattribute__(self, "_declared")
+        if name not in readable:
+            raise UndeclaredContextError(
+                f"check {check} reads context.{name} without declaring it (CheckSpec.needs)"
+            )
+        return getattr(shared, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        shared, check, _readable, provides = object.__getattribute__(self, "_declared")
+        if name not in provides:
+            raise UndeclaredContextError(
+                f"check {check} writes context.{name} without declaring it (CheckSpec.provides)"
+            )
+        setattr(shared, name, value)
