@@ -157,3 +157,36 @@ def test_bench_check_reverification_starts_as_many_rounds_as_the_policys_rate(
     assert match["binds"] == "rate", output
     assert match["ok"] == "1", output
     assert proc.returncode == 0, output
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_bench_check_accounts_for_health_in_service(tmp_path: Path) -> None:
+    """The in-service phase (bench/inservice_fleet.py) at 10 nodes and 20 s windows:
+    its requests per node and window by loop, every loop accounted, the in-service
+    loop's above the floor named; the fatal node tainted, no false quarantine."""
+    command = [sys.executable, "-m", "bench.inservice_fleet", "--label", "bench-check-inservice"]
+    proc = subprocess.run(
+        [
+            *command,
+            *("--nodes", "10", "--window-seconds", "20", "--warmup-windows", "1"),
+            *("--steady-windows", "1.5", "--fatal", "1", "--fatal-timeout", "60"),
+            *("--out", str(tmp_path)),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=840,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    output = f"stdout:\n{proc.stdout[-6000:]}\nstderr:\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0, output
+    results = json.loads((tmp_path / "bench-check-inservice" / "results.json").read_text())
+    phase = results["in_service"]
+    assert phase["fatal_tainted"] == 1, output
+    assert phase["other_tainted"] == 0, output
+    account = phase["accounting"]
+    assert account["unit"] == "node-window"
+    assert_accounted(account, ("in-service",), output)
+    assert "above_floor" in account, output
