@@ -99,8 +99,9 @@ FABRIC_REASON = "FabricAllreduceFailed"
 FABRIC_POD_LABEL = "gpuaccept.io/fabric-pair"
 FLOOR_WRITES_PER_PAIR = 6
 # The loops that make requests in every join (bench/accounting.py): the watches, the
-# nodes' reconciles, the policy status, the leader election and the installation lock.
-JOIN_LOOPS = ("kopf", "reconcile", "policy-status", "leader-election", "installation-lock")
+# nodes' reconciles, the leader election and the installation lock (the policy status
+# writes once per --status-interval at most: a small fleet can be decided before it).
+JOIN_LOOPS = ("kopf", "reconcile", "leader-election", "installation-lock")
 
 console = Console(stderr=True, highlight=False, width=160)
 
