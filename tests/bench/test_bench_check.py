@@ -86,6 +86,26 @@ def assert_accounted(account: dict[str, Any], required: tuple[str, ...], output:
     assert loops["other"]["requests"] == 0, output
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_bench_check_accounts_for_the_fabric_loop(tmp_path: Path) -> None:
+    """The fabric test on 10 nodes (every 5th with the damaged cable): the slow
+    fabrics quarantined, no healthy node, and the fabric loop's requests per node in
+    the join's account, with every other loop's."""
+    proc, output = run_bench(
+        tmp_path,
+        "bench-check-fabric",
+        *("--arms", "operator", "--fail-every", "0", "--fabric-slow-every", "5"),
+        nodes=10,
+    )
+    assert proc.returncode == 0, output
+    results = json.loads((tmp_path / "bench-check-fabric" / "results.json").read_text())
+    operator = results["results"][0]
+    assert operator["fabric"]["slow_quarantined"] == operator["fabric"]["slow_nodes"] == 2
+    assert operator["fabric"]["healthy_quarantined"] == 0, output
+    assert_accounted(operator["accounting"], (*JOIN_LOOPS, "fabric"), output)
+
+
 REVERIFY = re.compile(
     r" reverified=(?P<reverified>\d+) max_out=(?P<max_out>\d+) max_pending=\d+ "
     r"limit=(?P<limit>\d+) max_taken_out_in_window=(?P<in_window>\d+) rate=(?P<rate>\d+) "

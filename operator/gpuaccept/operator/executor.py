@@ -78,10 +78,11 @@ def node_origin(loop: str, observed: NodeSnapshot) -> str:
     re-verification round is under way or a fresh list of its pods is to be
     recorded, ``in-service`` for a node in service (Accepted or Held) under a policy
     that watches it in service, else ``reconcile`` (the acceptance path and the
-    rest); PHASE is the NodeAcceptance's (``New`` without one)."""
+    rest); PHASE is the NodeAcceptance's (``New`` without one; the fabric loop's
+    pass, whose snapshots carry none, is ``fabric/pass``)."""
     na = observed.na
     if na is None:
-        return f"{loop}/{NEW}"
+        return f"{loop}/{NEW if loop == 'reconcile' else 'pass'}"
     status = na.status
     phase = str(status.phase or NEW)
     if loop != "reconcile":

@@ -81,5 +81,6 @@ def test_a_nodes_reconcile_is_counted_under_what_it_is_doing(
 
 
 def test_the_fabric_loops_writes_are_the_fabric_loops() -> None:
+    assert node_origin("fabric", snapshot(None)) == "fabric/pass"  # the pass's snapshots
     assert node_origin("fabric", snapshot(Phase.FABRIC)) == "fabric/Fabric"
     assert node_origin("fabric", snapshot(Phase.ACCEPTED, WATCHED)) == "fabric/Accepted"
