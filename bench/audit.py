@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuaccept.operator.kube import USER_AGENT as OPERATOR_AGENT
+
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -45,11 +47,22 @@ class Request:
     code: int
     received: str  # RFC 3339 with microseconds, as logged
     completed: str = ""  # stageTimestamp of the stage logged first (ResponseComplete for writes)
+    user_agent: str = ""
 
     @property
     def kind(self) -> str:
         """``nodes``, ``nodes/status``, ``pods`` ... (resource[/subresource])."""
         return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+
+    @property
+    def origin(self) -> str:
+        """Which loop of the client made it: the operator names it in its User-Agent,
+        ``gpuaccept-operator (ORIGIN)`` (operator/kube.py); another client is named by
+        its User-Agent's first word without the version (``kopf/1.37`` → ``kopf``)."""
+        agent = self.user_agent
+        if agent.startswith(OPERATOR_AGENT + " (") and agent.endswith(")"):
+            return agent[len(OPERATOR_AGENT) + 2 : -1]
+        return agent.split(" ", 1)[0].split("/", 1)[0] or "unnamed"
 
 
 def read_requests(path: Path, offset: int = 0) -> tuple[list[Request], int]:
@@ -92,6 +105,7 @@ def _parse(line: bytes) -> Request | None:
         code=int(status.get("code", 0) or 0),
         received=str(event.get("requestReceivedTimestamp", "")),
         completed=str(event.get("stageTimestamp", "")),
+        user_agent=str(event.get("userAgent", "")),
     )
 
 
@@ -103,11 +117,15 @@ class RequestCounts:
     by_verb: Counter[str] = field(default_factory=Counter)
     by_call: Counter[str] = field(default_factory=Counter)
     errors: int = 0  # responses >= 400 (409 Conflict included: they cost a round trip too)
+    # origin (Request.origin) → ``verb resource[/subresource]`` → requests
+    by_origin: dict[str, Counter[str]] = field(default_factory=dict)
 
     def add(self, request: Request) -> None:
         self.total += 1
+        call = f"{request.verb} {request.kind}"
         self.by_verb[request.verb] += 1
-        self.by_call[f"{request.verb} {request.kind}"] += 1
+        self.by_call[call] += 1
+        self.by_origin.setdefault(request.origin, Counter())[call] += 1
         if request.code >= 400:
             self.errors += 1
 
@@ -126,6 +144,10 @@ class RequestCounts:
             if nodes
             else {},
             "by_call": dict(sorted(self.by_call.items())),
+            "by_origin": {
+                origin: dict(sorted(calls.items()))
+                for origin, calls in sorted(self.by_origin.items())
+            },
         }
 
 

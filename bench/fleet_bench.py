@@ -51,7 +51,7 @@ from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 from rich.table import Table
 
-from bench import apiserver_metrics, procstat, reports, reverify_fleet
+from bench import accounting, apiserver_metrics, procstat, reports, reverify_fleet
 from bench.audit import AuditTail, RequestCounts
 from bench.cluster import (
     NAMESPACE,
@@ -98,6 +98,10 @@ FABRIC_SECTION = {"enabled": True, "minBusbwGBps": 200, "deadlineSeconds": 1800}
 FABRIC_REASON = "FabricAllreduceFailed"
 FABRIC_POD_LABEL = "gpuaccept.io/fabric-pair"
 FLOOR_WRITES_PER_PAIR = 6
+# The loops that make requests in every join (bench/accounting.py): the watches, the
+# nodes' reconciles, the leader election and the installation lock (the policy status
+# writes once per --status-interval at most: a small fleet can be decided before it).
+JOIN_LOOPS = ("kopf", "reconcile", "leader-election", "installation-lock")
 
 console = Console(stderr=True, highlight=False, width=160)
 
@@ -136,6 +140,9 @@ class ArmResult:
     fabric: dict[str, Any] = field(default_factory=dict)
     # with --reverify-seconds (the operator arm): bench/reverify_fleet.py's ReverifyResult
     reverify: dict[str, Any] = field(default_factory=dict)
+    # the operator arm's requests of the join by loop and phase, per node (bench/accounting.py);
+    # with the floor: the calls above its requests per node
+    accounting: dict[str, Any] = field(default_factory=dict)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -263,7 +270,12 @@ class Setup:
 
 def arm_command(setup: Setup, arm: str, kubeconfig: Path, tag: str) -> list[str]:
     template = setup.operator_cmd if arm == "operator" else setup.floor_cmd
-    values = {"kubeconfig": str(kubeconfig), "namespace": NAMESPACE, "python": sys.executable}
+    values = {
+        "kubeconfig": str(kubeconfig),
+        "namespace": NAMESPACE,
+        "python": sys.executable,
+        "lease": f"bench-{tag}",
+    }
     cmd = [part.format(**values) for part in template]
     if arm == "operator" and setup.profile_operator:
         # pyinstrument runs the operator in its own process: the pid measured is the
@@ -315,6 +327,7 @@ class ArmRun:
         self.created: dict[str, float] = {}  # node → when the stand-in created it
         self.samples: list[procstat.ProcSample] = []
         self.sampler_stop = threading.Event()
+        self.join_until: datetime | None = None  # the join's end (its requests are before)
 
     def launch(self) -> None:
         """Step 1 and the start of 2: clean up, then start the arm under its identity."""
@@ -500,6 +513,7 @@ class ArmRun:
         t_end = max(self.tracker.decided_at.values(), default=time.monotonic())
         result.wall_s = round(t_end - t0, 3)
         self._settle(sampler)
+        self.join_until = datetime.now(UTC)
         after = apiserver_metrics.scrape(setup.admin)
         result.apiserver_delta_by_verb = dict(
             sorted(apiserver_metrics.by_verb(apiserver_metrics.delta(after, before)).items())
@@ -542,6 +556,8 @@ class ArmRun:
         for request in setup.audit.of_user(self.me.user):
             counts.add(request)
         result.requests = counts.to_json(n)
+        if self.arm == "operator":
+            self._account(n)
         standin_counts = RequestCounts()
         for request in setup.audit.of_user(self.standin_id.user):
             standin_counts.add(request)
@@ -553,6 +569,23 @@ class ArmRun:
             f"rss={result.peak_rss_mb:.0f}MB cpu={result.cpu_s:.1f}s"
         )
         return result
+
+    def _account(self, n: int) -> None:
+        """The operator's requests of the join (received before its end) by loop."""
+        joined = RequestCounts()
+        until = self.join_until
+        for request in self.setup.audit.of_user(self.me.user):
+            if until is None or (request.received and _stamp(request.received) < until):
+                joined.add(request)
+        self.result.accounting = accounting.accounting(joined, n, "node")
+        self.result.problems += [
+            f"accounting: {p}"
+            for p in accounting.problems(self.result.accounting, required=JOIN_LOOPS)
+        ]
+
+
+def _stamp(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def run_arm(setup: Setup, arm: str, n: int) -> ArmResult:
@@ -734,6 +767,11 @@ def show_table(results: Sequence[ArmResult], machine: str) -> None:
         )
     out = Console(width=200)
     out.print(table)
+    show_notes(out, results)
+
+
+def show_notes(out: Console, results: Sequence[ArmResult]) -> None:
+    """Under the table: fabric rounds, the accounting by loop, re-verification, ratios."""
     for r in results:
         if r.fabric:
             out.print(
@@ -744,8 +782,19 @@ def show_table(results: Sequence[ArmResult], machine: str) -> None:
                 f"{r.fabric['floor_extra_per_node']} for the pairs"
             )
     for r in results:
+        if r.accounting:
+            for line in accounting.lines(r.accounting, f"N={r.nodes} {r.arm} join"):
+                out.print(line, highlight=False, markup=False)
+            if r.accounting.get("above_floor"):
+                above = ", ".join(f"{c} +{v:g}" for c, v in r.accounting["above_floor"].items())
+                out.print(f"  above the floor per node: {above}", highlight=False, markup=False)
+    for r in results:
         if r.reverify:
             out.print(f"N={r.nodes} {r.arm} re-verification: {reverify_fleet.describe(r.reverify)}")
+            if r.reverify.get("accounting"):
+                title = f"N={r.nodes} {r.arm} re-verification"
+                for line in accounting.lines(r.reverify["accounting"], title):
+                    out.print(line, highlight=False, markup=False)
     for n in sorted({r.nodes for r in results}):
         op = next((r for r in results if r.nodes == n and r.arm == "operator"), None)
         fl = next((r for r in results if r.nodes == n and r.arm == "floor"), None)
@@ -755,6 +804,16 @@ def show_table(results: Sequence[ArmResult], machine: str) -> None:
                 f"{ratio(op.requests['per_node'], fl.requests['per_node'])}, wall time "
                 f"{ratio(op.wall_s, fl.wall_s)}"
             )
+
+
+def compare_with_floor(results: Sequence[ArmResult]) -> None:
+    """The operator's join account gains the calls above the floor's, per node."""
+    for op in results:
+        fl = next((r for r in results if r.nodes == op.nodes and r.arm == "floor"), None)
+        if op.arm != "operator" or not op.accounting or fl is None or not fl.requests:
+            continue
+        floor = {call: n / fl.nodes for call, n in fl.requests.get("by_call", {}).items()}
+        op.accounting["above_floor"] = accounting.above_floor(op.accounting, floor)
 
 
 def summary_line(label: str, results: Sequence[ArmResult]) -> str:
@@ -939,10 +998,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--operator-cmd",
         default="{python} -m gpuaccept.cli operator --kubeconfig {kubeconfig} "
-        "--namespace {namespace} --standalone --metrics-port 0 --health-port 0 "
+        # Leader election and the installation lock on, as the chart runs it (their
+        # requests are in the accounting), a Lease of each per arm and N.
+        "--namespace {namespace} --lease-name {lease} --installation-lock {lease} "
+        "--metrics-port 0 --health-port 0 "
         # The bench's reports come from simulated hardware profiles.
         "--accept-simulated-reports",
-        help="the operator's command line ({python} {kubeconfig} {namespace} are filled in)",
+        help="the operator's command line ({python} {kubeconfig} {namespace} {lease} are "
+        "filled in)",
     )
     parser.add_argument(
         "--floor-cmd",
@@ -1030,6 +1093,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cp.stop(force=True)
     if not results:
         return 1
+    compare_with_floor(results)
     document = {
         "label": args.label,
         "git": revision,
@@ -1053,14 +1117,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_table(results, machine)
     show_problems(results)
     print(f"results: {out / 'results.json'}  plot: {plot}", flush=True)
-    if any(r.decided != r.nodes or r.lost or r.duplicated for r in results):
-        code = 1
-    if any(r.fabric.get("healthy_quarantined") for r in results):
-        code = 1
-    if any(r.reverify and r.reverify["problems"] for r in results):
-        code = 1
     print(summary_line(args.label, results), flush=True)
-    return code
+    return 1 if failed(results) else code
+
+
+def failed(results: Sequence[ArmResult]) -> bool:
+    """A node not decided as prepared, a healthy node quarantined by the fabric test, a
+    re-verification over its limits, or a loop's accounting missing or incomplete."""
+    return (
+        any(r.decided != r.nodes or r.lost or r.duplicated for r in results)
+        or any(r.fabric.get("healthy_quarantined") for r in results)
+        or any(r.reverify and r.reverify["problems"] for r in results)
+        or any(p.startswith("accounting: ") for r in results for p in r.problems)
+    )
 
 
 if __name__ == "__main__":

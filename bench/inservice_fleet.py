@@ -50,7 +50,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from bench import fleet_bench, procstat
+from bench import accounting, fleet_bench, procstat
 from bench.audit import AuditTail, RequestCounts
 from bench.cluster import (
     POLICY_NAME,
@@ -76,6 +76,7 @@ from gpuaccept.testsupport.standin_pod_runner import runs_watch
 REPO = Path(__file__).resolve().parent.parent
 FATAL_XID = 79  # GPU has fallen off the bus: fatal on first (checks/xid_classes.py)
 FLOOR_PER_WINDOW = 3  # create + status write + delete (module docstring)
+FLOOR_CALLS = {"create pods": 1.0, "patch nodeacceptances/status": 1.0, "delete pods": 1.0}
 
 
 def watch_message(pod: PodInfo, window_s: float, ended_s: float, fatal: bool) -> str:
@@ -200,6 +201,8 @@ class InServiceResult:
     floor_per_s: float = 0.0
     ratio_to_floor: float = 0.0
     per_node_window: dict[str, float] = field(default_factory=dict)  # by call
+    # the same by loop and phase (bench/accounting.py), and the calls above the floor
+    accounting: dict[str, Any] = field(default_factory=dict)
     cpu_s: float = 0.0
     cpu_ms_per_node_window: float = 0.0
     peak_rss_mb: float = 0.0
@@ -268,6 +271,13 @@ def measure_steady(run: ArmRun, seconds: float, result: InServiceResult) -> None
     result.per_node_window = {
         call: round(n / node_windows, 3) for call, n in sorted(counts.by_call.items())
     }
+    result.accounting = accounting.accounting(counts, round(node_windows, 2), "node-window")
+    result.accounting["above_floor"] = accounting.above_floor(result.accounting, FLOOR_CALLS)
+    result.problems += [
+        f"accounting: {p}" for p in accounting.problems(result.accounting, required=("in-service",))
+    ]
+    for line in accounting.lines(result.accounting, "in service"):
+        log(line)
     if cpu0 is not None and cpu1 is not None:
         result.cpu_s = round(cpu1.cpu_s - cpu0.cpu_s, 2)
         result.cpu_ms_per_node_window = round(1000 * result.cpu_s / node_windows, 3)

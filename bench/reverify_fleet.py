@@ -48,7 +48,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from bench import procstat
+from bench import accounting, procstat
 from bench.audit import AuditTail, RequestCounts
 from bench.cluster import POLICY_NAME, ensure_namespace
 from bench.watching import keep_watching, list_then_watch, list_then_watch_acceptances
@@ -310,6 +310,8 @@ class ReverifyResult:
     per_reverification: float = 0.0  # the operator's requests / completed re-verifications
     per_round_started: float = 0.0  # the same / rounds started (those under way cost some)
     by_call_per_reverification: dict[str, float] = field(default_factory=dict)
+    # the same by loop and phase, per completed re-verification (bench/accounting.py)
+    accounting: dict[str, Any] = field(default_factory=dict)
     operator_cpu_s: float = 0.0
     within_limits: bool = False
     problems: list[str] = field(default_factory=list)
@@ -474,6 +476,10 @@ def _count_requests(
             call: round(count / result.completed, 2)
             for call, count in sorted(counts.by_call.items())
         }
+    result.accounting = accounting.accounting(counts, result.completed, "re-verification")
+    result.problems += [
+        f"accounting: {p}" for p in accounting.problems(result.accounting, required=("reverify",))
+    ]
 
 
 def _check(result: ReverifyResult) -> None:
@@ -530,5 +536,22 @@ def summary_fields(r: dict[str, Any]) -> dict[str, object]:
         "max_taken_out_in_window": r["max_taken_out_in_a_window"],
         "rate": r["rate_limit"],
         "req_per_reverification": f"{r['per_reverification']:.2f}",
+        "binds": what_binds(r),
         "reverify_ok": int(not r["problems"]),
     }
+
+
+def what_binds(r: dict[str, Any]) -> str:
+    """Which of the policy's limits the phase reached: ``limit`` (as many out at once as
+    ``maxQuarantined`` allows), ``rate`` (as many taken out within one window as
+    ``quarantineRate`` allows), both (``limit+rate``), or ``none``: then something else
+    (the loop, the operator's pace, the phase's length) held the rounds back."""
+    reached = [
+        name
+        for name, most, allowed in (
+            ("limit", r["max_out_at_once"], r["standing_limit"]),
+            ("rate", r["max_taken_out_in_a_window"], r["rate_limit"]),
+        )
+        if most >= allowed
+    ]
+    return "+".join(reached) or "none"

@@ -38,7 +38,6 @@ from gpuaccept.operator.core.reverify_schedule import (
     room,
     select_for_sampling,
 )
-from gpuaccept.operator.reverifyloop import lists_per_pass
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -124,7 +123,7 @@ def simulate(args: argparse.Namespace) -> Result:
         since = now - timedelta(seconds=args.window)
         recent = len(starts) - bisect_left(starts, since)
         counts = QuarantineLimitCounts(0, args.nodes, out, recent)
-        slots = min(room(spec, counts, "100%"), lists_per_pass(args.pass_seconds))
+        slots = room(spec, counts, "100%")  # the policy's room, as the loop (reverifyloop.py)
         candidates = [
             Candidate(n.name, n.verified, n.rv.sampled_time, n.rv.idle_since)
             for n in nodes

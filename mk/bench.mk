@@ -7,12 +7,14 @@
 #   make bench-5k      N=500, 5000 (the design target; ~6.5 min on 2 cores, nothing
 #                      else running), then the CPU-per-node plot over the runs of these targets in
 #                      bench/out/bench*/ (bench/out/cpu-per-node.png)
-#   make bench-check   N=20, correctness only (what `make test` runs, via tests/bench)
+#   make bench-check   N=10-30, correctness and the per-loop request accounting of the join,
+#                      re-verification and in service (what `make test` runs, via tests/bench)
 #   make bench-reverify  the re-verification phase (issue 24; bench/reverify_fleet.py): the
 #                      operator accepts REVERIFY_NODES (5000) healthy nodes, then re-verifies
 #                      them for REVERIFY_SECONDS (300) under reverify (idle 10 s, period 60 s,
 #                      sample 30 s), quarantineRate 1%/60 s, maxQuarantined 2%, every 50th node
-#                      busy; exits 1 if more were out at once, or taken out per window, than allowed
+#                      busy; exits 1 if more were out at once, or taken out per window, than allowed;
+#                      binds= on the last line: which of the policy's limits was reached
 #
 #   BENCH_ARGS=...     extra options, e.g. BENCH_ARGS=--profile-operator (pyinstrument)
 #                      or BENCH_ARGS=--keep-cluster; see `python -m bench.fleet_bench -h`

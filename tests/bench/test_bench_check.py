@@ -13,12 +13,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from bench.accounting import LOOPS
+from bench.fleet_bench import JOIN_LOOPS
 
 REPO = Path(__file__).resolve().parents[2]
 NODES = 20
-ARGS = ("--nodes", str(NODES), "--settle", "1", "--out")
+ARGS = ("--settle", "1", "--out")
 
 SUMMARY = re.compile(
     r"^bench-check: nodes=(?P<nodes>\d+) decided=(?P<decided>\d+) correct=(?P<correct>\d+) "
@@ -30,12 +33,13 @@ SUMMARY = re.compile(
 
 
 def run_bench(
-    tmp_path: Path, label: str, *extra: str
+    tmp_path: Path, label: str, *extra: str, nodes: int = NODES
 ) -> tuple[subprocess.CompletedProcess[str], str]:
     """``python -m bench.fleet_bench`` as a user runs it (a subprocess, its own control
     plane under tmp_path); the process and the tail of its output for messages."""
+    command = [sys.executable, "-m", "bench.fleet_bench", "--label", label]
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.fleet_bench", "--label", label, *ARGS, str(tmp_path), *extra],
+        [*command, "--nodes", str(nodes), *ARGS, str(tmp_path), *extra],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -62,14 +66,50 @@ def test_bench_check_decides_every_node(tmp_path: Path) -> None:
     assert float(match["floor"]) > 0, output
     assert float(match["req"]) > 0, output
     assert proc.returncode == 0, output
-    assert (tmp_path / "bench-check" / "results.json").is_file()
     assert (tmp_path / "bench-check" / "time-to-verdict.png").is_file()
+    results = json.loads((tmp_path / "bench-check" / "results.json").read_text())
+    operator = next(r for r in results["results"] if r["arm"] == "operator")
+    assert_accounted(operator["accounting"], JOIN_LOOPS, output)
+    assert operator["accounting"]["unit"] == "node"
+    assert "above_floor" in operator["accounting"], output  # the floor ran too
+
+
+def assert_accounted(account: dict[str, Any], required: tuple[str, ...], output: str) -> None:
+    """Every loop of the operator has its line (issue 41), the ``required`` ones made
+    requests, and every request named its loop."""
+    loops = account["loops"]
+    assert set(LOOPS) <= set(loops), output
+    assert {"kopf", "reconcile", "in-service", "reverify", "fabric"} <= set(loops)
+    assert {"policy-status", "leader-election", "installation-lock", "startup"} <= set(loops)
+    for loop in required:
+        assert loops[loop]["requests"] > 0, f"{loop}: no requests\n{output}"
+    assert loops["other"]["requests"] == 0, output
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_bench_check_accounts_for_the_fabric_loop(tmp_path: Path) -> None:
+    """The fabric test on 10 nodes (every 5th with the damaged cable): the slow
+    fabrics quarantined, no healthy node, and the fabric loop's requests per node in
+    the join's account, with every other loop's."""
+    proc, output = run_bench(
+        tmp_path,
+        "bench-check-fabric",
+        *("--arms", "operator", "--fail-every", "0", "--fabric-slow-every", "5"),
+        nodes=10,
+    )
+    assert proc.returncode == 0, output
+    results = json.loads((tmp_path / "bench-check-fabric" / "results.json").read_text())
+    operator = results["results"][0]
+    assert operator["fabric"]["slow_quarantined"] == operator["fabric"]["slow_nodes"] == 2
+    assert operator["fabric"]["healthy_quarantined"] == 0, output
+    assert_accounted(operator["accounting"], (*JOIN_LOOPS, "fabric"), output)
 
 
 REVERIFY = re.compile(
     r" reverified=(?P<reverified>\d+) max_out=(?P<max_out>\d+) max_pending=\d+ "
     r"limit=(?P<limit>\d+) max_taken_out_in_window=(?P<in_window>\d+) rate=(?P<rate>\d+) "
-    r"req_per_reverification=\d+\.\d+ reverify_ok=(?P<ok>[01])$"
+    r"req_per_reverification=\d+\.\d+ binds=(?P<binds>[a-z+]+) reverify_ok=(?P<ok>[01])$"
 )
 
 
@@ -104,3 +144,69 @@ def test_bench_check_reverifies_within_the_limit_and_the_rate(tmp_path: Path) ->
     assert phase["busy_nodes"] == 2, output
     assert phase["busy_found_busy"] >= 1, output  # the first in the schedule's order is busy
     assert phase["busy_reprobed"] == 0, output
+    assert_accounted(phase["accounting"], ("reverify",), output)
+    assert phase["accounting"]["loops"]["reverify"]["phases"]["list"]["requests"] > 0, output
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_bench_check_reverification_starts_as_many_rounds_as_the_policys_rate(
+    tmp_path: Path,
+) -> None:
+    """The policy's rate binds, not the loop (issue 41): with room for 20 take-outs a
+    window, 20 nodes are taken out within it. A loop that listed at most one node per
+    3 s (two lists per round) started about one round per 5 s pass: 10 in 50 s."""
+    proc, output = run_bench(
+        tmp_path,
+        "bench-check-reverify-rate",
+        *("--arms", "operator", "--fail-every", "0"),
+        *("--reverify-seconds", "50", "--reverify-period-seconds", "10"),
+        *("--reverify-idle-seconds", "2", "--reverify-sample-seconds", "5"),
+        *("--reverify-round-seconds", "20", "--reverify-window-seconds", "120"),
+        *("--reverify-rate", "20", "--reverify-max-quarantined", "25"),
+        *("--reverify-busy-every", "0"),
+        nodes=30,
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert lines, output
+    match = REVERIFY.search(lines[-1])
+    assert match is not None, f"summary line malformed: {lines[-1]!r}\n{output}"
+    assert int(match["rate"]) == 20, output
+    assert int(match["limit"]) == 25, output
+    assert int(match["in_window"]) == 20, output
+    assert match["binds"] == "rate", output
+    assert match["ok"] == "1", output
+    assert proc.returncode == 0, output
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_bench_check_accounts_for_health_in_service(tmp_path: Path) -> None:
+    """The in-service phase (bench/inservice_fleet.py) at 10 nodes and 20 s windows:
+    its requests per node and window by loop, every loop accounted, the in-service
+    loop's above the floor named; the fatal node tainted, no false quarantine."""
+    command = [sys.executable, "-m", "bench.inservice_fleet", "--label", "bench-check-inservice"]
+    proc = subprocess.run(
+        [
+            *command,
+            *("--nodes", "10", "--window-seconds", "20", "--warmup-windows", "1"),
+            *("--steady-windows", "1.5", "--fatal", "1", "--fatal-timeout", "60"),
+            *("--out", str(tmp_path)),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=840,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    output = f"stdout:\n{proc.stdout[-6000:]}\nstderr:\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0, output
+    results = json.loads((tmp_path / "bench-check-inservice" / "results.json").read_text())
+    phase = results["in_service"]
+    assert phase["fatal_tainted"] == 1, output
+    assert phase["other_tainted"] == 0, output
+    account = phase["accounting"]
+    assert account["unit"] == "node-window"
+    assert_accounted(account, ("in-service",), output)
+    assert "above_floor" in account, output

@@ -75,7 +75,7 @@ class ActionRunner:
             return Ran(RunResult.STATUS_REFUSED)
         except ConflictError:
             log.info("%snode=%s conflict on %s; re-reading", self.who, node, kind)
-            await loop.run_in_executor(self.pool, self.actions.refresh, node, action)
+            await loop.run_in_executor(self.pool, self.actions.refresh, observed, action)
             return Ran(RunResult.CONFLICT)
         except ApiException as error:
             return Ran(RunResult.API_ERROR, error)

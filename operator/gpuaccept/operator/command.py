@@ -27,7 +27,7 @@ from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import OperatorConfig
 from gpuaccept.operator.handlers import build_registry, configure, node_watch_filters
 from gpuaccept.operator.health import serve_health
-from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.kube import ORIGIN_STARTUP, Kube
 from gpuaccept.operator.leader import LOCK_NAMESPACE, LeaseSettings
 from gpuaccept.operator.options import (
     OptionError,
@@ -155,7 +155,7 @@ def main(argv: Sequence[str]) -> int:
     api = kubernetes.client.ApiClient(configuration)
     kube = Kube(api)
 
-    missing = _wait_for_crds(kube, timeout=args.crd_wait)
+    missing = _wait_for_crds(kube.for_origin(ORIGIN_STARTUP), timeout=args.crd_wait)
     if missing:
         sys.stderr.write(
             f"gpuaccept operator: CRDs not served by the API server: {', '.join(missing)} "

@@ -59,7 +59,15 @@ from gpuaccept.operator.core.reconcile import reconcile
 from gpuaccept.operator.executor import KubeExecutor, api_message
 from gpuaccept.operator.fabricloop import FabricLoop
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
-from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.kube import (
+    ORIGIN_INSTALLATION_LOCK,
+    ORIGIN_LEADER_ELECTION,
+    ORIGIN_POLICY_STATUS,
+    ORIGIN_RELIST_CHECK,
+    ORIGIN_REVERIFY_LIST,
+    Kube,
+    request_origin,
+)
 from gpuaccept.operator.leader import InstallationLock, LeaderElector, LeaseSettings
 from gpuaccept.operator.policystatus import PolicyStatusLoop, StatusWriter
 from gpuaccept.operator.quarantinelimit import QuarantineLimit
@@ -117,12 +125,16 @@ class Controller:
         self.runtime = runtime
         # None: standalone, always leading.
         self.leader = (
-            LeaderElector(kube, lease, on_change=self.on_leadership) if lease is not None else None
+            LeaderElector(
+                kube.for_origin(ORIGIN_LEADER_ELECTION), lease, on_change=self.on_leadership
+            )
+            if lease is not None
+            else None
         )
         # None: no lock (one installation assumed); else only while it holds it.
         self.installation_lock = (
             InstallationLock(
-                kube,
+                kube.for_origin(ORIGIN_INSTALLATION_LOCK),
                 runtime.installation_lock,
                 leads_installation=lambda: self.leader is None or self.leader.leading,
                 on_change=self.on_installation_lock,
@@ -139,7 +151,7 @@ class Controller:
         self.runner = ActionRunner(self.actions, self.executor, leading=lambda: self.leading)
         self.quarantine_limit = QuarantineLimit(self.cache)
         self.policy_status = PolicyStatusLoop(
-            StatusWriter(kube, self.executor, runtime.identity),
+            StatusWriter(kube.for_origin(ORIGIN_POLICY_STATUS), self.executor, runtime.identity),
             self.quarantine_limit,
             wake=self.enqueue,
             leading=lambda: self.leading,
@@ -152,7 +164,7 @@ class Controller:
         # evidence against a node's own attempt, never to be set or cleared by a
         # partner's fabric pod.
         fabric_actions = KubeExecutor(
-            kube, self.cache, namespace=config.namespace, identity=runtime.identity
+            kube, self.cache, namespace=config.namespace, identity=runtime.identity, loop="fabric"
         )
         self.fabric = FabricLoop(
             self.cache,
@@ -163,7 +175,7 @@ class Controller:
             wake=self.enqueue,
         )
         self.reverify = ReverifyLoop(
-            kube,
+            kube.for_origin(ORIGIN_REVERIFY_LIST),
             self.quarantine_limit,
             config,
             wake=self.enqueue,
@@ -316,6 +328,10 @@ class Controller:
 
     def _gone(self, unlisted: list[Unlisted]) -> list[Unlisted]:
         """Which of ``unlisted`` the API server no longer has (in the API threads)."""
+        with request_origin(ORIGIN_RELIST_CHECK):
+            return self._not_found(unlisted)
+
+    def _not_found(self, unlisted: list[Unlisted]) -> list[Unlisted]:
         kinds = {entry.kind for entry in unlisted}
         pods = (
             self.kube.list_probe_pod_names(self.config.namespace, PROBE_SELECTOR)

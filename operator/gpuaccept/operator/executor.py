@@ -50,7 +50,8 @@ from gpuaccept.operator.core.podspec import (
     WATCH_LABEL,
 )
 from gpuaccept.operator.core.reconcile import STATUS_REFUSED_RETRY_SECONDS
-from gpuaccept.operator.kube import ConflictError, EventRecord, Kube
+from gpuaccept.operator.core.reverify_schedule import fresh
+from gpuaccept.operator.kube import ConflictError, EventRecord, Kube, request_origin
 from gpuaccept.operator.views import (
     cached_acceptance,
     node_pod,
@@ -66,6 +67,34 @@ CREATED_MEMORY = 4
 
 # The overlay's resourceVersion for an object this process deleted: newer than any.
 DELETED_RV = 1 << 62
+
+
+NEW = "New"  # a node without a NodeAcceptance yet, as its requests are counted
+
+
+def node_origin(loop: str, observed: NodeSnapshot) -> str:
+    """``LOOP/PHASE``, the origin a node's plan's requests are counted under (kube.py):
+    the fabric loop's are ``fabric``; a node's reconcile's are ``reverify`` while a
+    re-verification round is under way or a fresh list of its pods is to be
+    recorded, ``in-service`` for a node in service (Accepted or Held) under a policy
+    that watches it in service, else ``reconcile`` (the acceptance path and the
+    rest); PHASE is the NodeAcceptance's (``New`` without one; the fabric loop's
+    pass, whose snapshots carry none, is ``fabric/pass``)."""
+    na = observed.na
+    if na is None:
+        return f"{loop}/{NEW if loop == 'reconcile' else 'pass'}"
+    status = na.status
+    phase = str(status.phase or NEW)
+    if loop != "reconcile":
+        return f"{loop}/{phase}"
+    rv = status.reverify
+    if (rv is not None and rv.round is not None) or fresh(observed.gpu_pod_sample, rv):
+        return f"reverify/{phase}"
+    spec = observed.policies[0].spec if len(observed.policies) == 1 else None
+    in_service = spec is not None and spec.in_service.enabled
+    if in_service and phase in ("Accepted", "Held"):
+        return f"in-service/{phase}"
+    return f"reconcile/{phase}"
 
 
 class StaleCacheError(Exception):
@@ -119,9 +148,12 @@ def api_message(error: ApiException) -> str:
 class KubeExecutor:
     """Executes actions for the controller; remembers refused pod creations and status writes."""
 
-    def __init__(self, kube: Kube, cache: Cache, *, namespace: str, identity: str) -> None:
+    def __init__(
+        self, kube: Kube, cache: Cache, *, namespace: str, identity: str, loop: str = "reconcile"
+    ) -> None:
         self.kube = kube
         self.cache = cache
+        self.loop = loop  # which loop's plans these are (node_origin)
         self.namespace = namespace
         self.identity = identity
         self.create_errors: dict[str, str] = {}  # node -> why its probe pod was refused
@@ -160,10 +192,15 @@ class KubeExecutor:
             memory.pop(node, None)
 
     def execute(self, observed: NodeSnapshot, action: Action) -> None:  # runs in a thread
-        interpret(_NodeWrites(self, observed), action)
+        with request_origin(node_origin(self.loop, observed)):
+            interpret(_NodeWrites(self, observed), action)
 
-    def refresh(self, node: str, action: Action) -> None:  # runs in a thread
+    def refresh(self, observed: NodeSnapshot, action: Action) -> None:  # runs in a thread
         """After a conflict: re-read the object ``action`` conflicted on."""
+        with request_origin(node_origin(self.loop, observed)):
+            self._refresh(observed.node_name, action)
+
+    def _refresh(self, node: str, action: Action) -> None:
         if isinstance(action, PatchNAStatus):
             body = self.kube.get_na(action.name)
             if body is not None:

@@ -7,11 +7,14 @@ never on the asyncio event loop.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +34,52 @@ from gpuaccept.operator.core.model import Taint
 
 log = logging.getLogger(__name__)
 USER_AGENT = "gpuaccept-operator"
+
+# Which of the operator's loops (and, for a node's reconcile, which step and phase)
+# issues the requests made in this context: every request carries it in its
+# User-Agent, ``gpuaccept-operator (ORIGIN)``, which kube-apiserver's audit log
+# records, so the benchmark counts the requests per loop (docs/benchmarks.md).
+# Threads start with the default: a function run in the API threads sets it there
+# (:func:`request_origin`), as asyncio's run_in_executor does not carry it over.
+ORIGIN_OTHER = "other"
+ORIGIN_STARTUP = "startup"  # the checks before the loops start (the CRDs served)
+ORIGIN_POLICY_STATUS = "policy-status"
+ORIGIN_LEADER_ELECTION = "leader-election"
+ORIGIN_INSTALLATION_LOCK = "installation-lock"
+ORIGIN_RELIST_CHECK = "relist-check"
+ORIGIN_REVERIFY_LIST = "reverify/list"
+# A node's reconcile and the fabric loop's actions: ``LOOP/PHASE`` with one of these
+# loops (core/accounting.py: which step of a node's life the plan belongs to).
+NODE_LOOPS = ("reconcile", "in-service", "reverify", "fabric")
+ORIGINS = (
+    ORIGIN_STARTUP,
+    ORIGIN_POLICY_STATUS,
+    ORIGIN_LEADER_ELECTION,
+    ORIGIN_INSTALLATION_LOCK,
+    ORIGIN_RELIST_CHECK,
+    ORIGIN_REVERIFY_LIST,
+    *NODE_LOOPS,
+    ORIGIN_OTHER,
+)
+_origin: ContextVar[str] = ContextVar("gpuaccept_request_origin", default=ORIGIN_OTHER)
+
+
+@contextmanager
+def request_origin(origin: str) -> Iterator[None]:
+    """The requests made within (in this thread or task) are ``origin``'s."""
+    token = _origin.set(origin)
+    try:
+        yield
+    finally:
+        _origin.reset(token)
+
+
+def user_agent(origin: str | None = None) -> str:
+    """The User-Agent of a request made now: the operator and the request's origin
+    (``origin``, else the context's)."""
+    return f"{USER_AGENT} ({origin or _origin.get()})"
+
+
 EVENT_NAMESPACE = "default"  # Events on cluster-scoped objects live here (as the kubelet's do)
 NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
 POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
@@ -95,6 +144,14 @@ class Kube:
         self.api = api
         self.calls: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self.origin: str | None = None  # None: the context's (request_origin)
+
+    def for_origin(self, origin: str) -> Kube:
+        """This client for a loop whose every request is ``origin``'s (the same API
+        client and call counts)."""
+        tagged = copy.copy(self)
+        tagged.origin = origin
+        return tagged
 
     def _count(self, what: str) -> None:
         with self._lock:
@@ -123,6 +180,9 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
+        headers["User-Agent"] = user_agent(
+            self.origin
+        )  # after the client's defaults, which set it too
         response = self.api.call_api(method_, url, headers, body_, post, _request_timeout=60)
         data = response.read()  # type: ignore[no-untyped-call]
         if not 200 <= response.status <= 299:

@@ -72,6 +72,9 @@ class LeaderElector:
         self._renewed_at = 0.0  # monotonic time of our last successful renewal
         self._observed_record: tuple[str, str] | None = None
         self.holder = ""  # who held the Lease at the last look
+        # The Lease as this replica's last write of it returned it (None: not held, or
+        # not known): a renewal updates it directly, guarded by its resourceVersion.
+        self._written: dict[str, Any] | None = None
         self._observed_at = 0.0
         # Its own thread: renewals never queue behind the workers' API calls.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease")
@@ -106,12 +109,20 @@ class LeaderElector:
         return body
 
     def try_acquire_or_renew(self) -> bool:
-        """One round (blocking). True when this replica holds the Lease now."""
+        """One round (blocking). True when this replica holds the Lease now.
+
+        A holder renews with one request: the update of the Lease as its own last
+        write returned it, guarded by that resourceVersion (a write by anyone since
+        makes it 409). Without the read before it (client-go reads first), a renewal
+        costs one request, not two (issue 41). After a 409, or when not holding, the
+        round reads the Lease and goes on as client-go does."""
+        if self._written is not None and self._renew(self._written):
+            return True
         lease = self.kube.get_lease(self.namespace, self.name)
         now = time.monotonic()
         if lease is None:
             try:
-                self.kube.create_lease(self.namespace, self._body(None, 0))
+                self._written = self.kube.create_lease(self.namespace, self._body(None, 0))
             except ApiException as error:
                 if error.status == 409:
                     return False
@@ -137,11 +148,32 @@ class LeaderElector:
         if holder != self.identity:
             transitions += 1
         try:
-            self.kube.replace_lease(self.namespace, self.name, self._body(lease, transitions))
+            self._written = self.kube.replace_lease(
+                self.namespace, self.name, self._body(lease, transitions)
+            )
         except ApiException as error:
             if error.status == 409:
                 return False
             raise
+        self._renewed_at = now
+        return True
+
+    def _renew(self, written: dict[str, Any]) -> bool:
+        """The update of the Lease this replica wrote last; False after a 409 (someone
+        wrote it since: the caller reads it)."""
+        self._written = None  # known again only through this write's answer
+        now = time.monotonic()
+        transitions = int((written.get("spec") or {}).get("leaseTransitions") or 0)
+        try:
+            answer = self.kube.replace_lease(
+                self.namespace, self.name, self._body(written, transitions)
+            )
+        except ApiException as error:
+            if error.status == 409:
+                return False
+            raise
+        self._written = answer
+        self.holder = self.identity
         self._renewed_at = now
         return True
 
@@ -150,6 +182,7 @@ class LeaderElector:
         if not self.is_leader:
             return
         self.is_leader = False
+        self._written = None
         lease = self.kube.get_lease(self.namespace, self.name)
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
             return

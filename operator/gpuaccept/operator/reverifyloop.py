@@ -3,7 +3,9 @@ schedule picks, and hands each list to its node's reconcile.
 
 Every pass (every ``--status-interval`` seconds), per policy with ``reverify.enabled``:
 the room the limit and the rate leave (``reverify_schedule.room``, from the
-cache's fleet count), capped at :data:`LISTS_PER_SECOND` (:func:`lists_per_pass`);
+cache's fleet count), and nothing else: the policy's limits bound how many rounds
+start, never the loop (a pass lists as many nodes as there is room for, less the
+idle streaks waiting for their confirming list; issue 41);
 the policy's accepted nodes as candidates (the slim NodeAcceptance views the cache keeps: O(nodes of
 the policy) in memory, no request); :func:`select_for_sampling` picks at most that
 many; each picked node's running pods are listed once by ``spec.nodeName``
@@ -23,7 +25,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 
@@ -43,15 +44,6 @@ from gpuaccept.operator.kube import Kube
 from gpuaccept.operator.quarantinelimit import QuarantineLimit
 
 log = logging.getLogger("gpuaccept.operator")
-
-# Lists per policy per second at most (one request each), whatever room the limit
-# leaves (a policy whose limit leaves room for 500 take-outs still costs at most
-# this): 10 a 30 s pass, 2 a pass at the default 5 s --status-interval, 1 at least.
-LISTS_PER_SECOND = 1 / 3
-
-
-def lists_per_pass(interval: float) -> int:
-    return max(1, round(interval * LISTS_PER_SECOND))
 
 
 class ReverifyLoop:
@@ -78,14 +70,13 @@ class ReverifyLoop:
         return self.samples.get(node)
 
     async def run(self, interval: float) -> None:
-        one_pass = partial(self._pass, interval)
-        await run_loop(self.cache.synced, self.failures, one_pass, every(interval))
+        await run_loop(self.cache.synced, self.failures, self._pass, every(interval))
 
-    async def _pass(self, interval: float) -> None:
+    async def _pass(self) -> None:
         if self.leading():
-            await self.run_once(datetime.now(UTC), interval)
+            await self.run_once(datetime.now(UTC))
 
-    def picked(self, now: datetime, interval: float) -> list[str]:
+    def picked(self, now: datetime) -> list[str]:
         """The nodes to list in this pass, over every re-verifying policy."""
         self.cache.settle()
         acceptances = self.cache.acceptances()
@@ -96,7 +87,7 @@ class ReverifyLoop:
                 continue
             counts = self.quarantine_limit.counts(view.name, "", now)
             ceiling = self.config.max_unavailable_ceiling
-            slots = min(room(spec, counts, ceiling), lists_per_pass(interval))
+            slots = room(spec, counts, ceiling)
             if slots <= 0:
                 continue
             candidates = [
@@ -109,9 +100,9 @@ class ReverifyLoop:
             out += select_for_sampling(candidates, spec.reverify, slots, now)
         return out
 
-    async def run_once(self, now: datetime, interval: float) -> None:
+    async def run_once(self, now: datetime) -> None:
         loop = asyncio.get_running_loop()
-        for node in self.picked(now, interval):
+        for node in self.picked(now):
             try:
                 pods = await loop.run_in_executor(
                     None,

@@ -180,7 +180,9 @@ def _accepted_side(w: World) -> None:
     assert w.pods == {}
     assert w.status.report is not None
     assert w.status.probed_boot_id == BOOT
-    assert w.status.applied_taints == []
+    # the pending key stays on record: the operator's whatever the record says, its
+    # record not worth a status write of its own (nodecontext.applied_taints)
+    assert w.status.applied_taints == [PENDING_KEY]
     assert [e.reason for e in w.events] == ["Accepted"]
 
 
@@ -193,7 +195,7 @@ def _quarantined_side(w: World) -> None:
     warnings = [(e.kind, e.reason) for e in w.events if e.type == "Warning"]
     assert ("Node", "Quarantined") in warnings
     assert ("NodeAcceptance", "Quarantined") in warnings
-    assert w.status.applied_taints == [QUARANTINE_KEY]
+    assert w.status.applied_taints == [PENDING_KEY, QUARANTINE_KEY]
 
 
 def _noexecute_side(w: World) -> None:
@@ -422,7 +424,7 @@ TRANSITIONS = {
     "a new quarantine taint key replaces the old owned taint": Transition(
         quarantined, policies(policy(2, quarantine={"taintKey": "example.com/bad-gpu"})),
         Phase.QUARANTINED, taints=["example.com/bad-gpu"],
-        status={"applied_taints": ["example.com/bad-gpu"]},
+        status={"applied_taints": ["example.com/bad-gpu", PENDING_KEY]},
     ),
     "an old quarantine label key is removed after a policy change": Transition(
         lambda: quarantined(policies=policy(**OLD_LABELS)), policies(policy(2, **NEW_LABELS)),
@@ -745,3 +747,21 @@ def test_a_node_that_never_advertises_gpus_stalls_at_the_deadline(
     w.finish_with_report()
     w.settle()
     assert w.status.phase == Phase.ACCEPTED
+
+
+def test_a_verdict_is_the_last_status_write_of_the_probe() -> None:
+    """The verdict's status write records everything: the pass after it (the probe pod
+    deleted, the pending taint off the Node) writes no status only to drop the
+    pending key's record (issue 41: a write whose content the next write makes anyway),
+    and the pending key it recorded stays the operator's to remove."""
+    w = World()
+    w.settle()
+    w.finish_with_report()
+    verdict = w.plan()
+    assert "verdict" in verdict.note
+    w.apply(verdict)
+    assert not w.settle(3).actions
+    writes = [p.note for p in w.log if any(isinstance(a, PatchNAStatus) for a in p.actions)]
+    assert writes[-1] == verdict.note
+    assert w.taint_keys() == []
+    assert w.status.applied_taints == [PENDING_KEY]

@@ -72,13 +72,26 @@ ROWS = {
     "idle for 10 min: the confirming list": Row(
         (Candidate("a", at(8), sampled=at(0, 600), idle_since=at(0, 600)),), 5, ["a"]
     ),
-    "a waiting streak gives its pass to another": Row(
+    "a waiting streak holds its slot: its confirming list comes": Row(
         (
             Candidate("streak", at(20), sampled=at(0, 60), idle_since=at(0, 60)),
             Candidate("next", at(9)),
         ),
         1,
+        [],
+    ),
+    "a slot beyond the waiting streak goes to another": Row(
+        (
+            Candidate("streak", at(20), sampled=at(0, 60), idle_since=at(0, 60)),
+            Candidate("next", at(9)),
+        ),
+        2,
         ["next"],
+    ),
+    "the whole room in one pass (the policy's rate, not the loop's)": Row(
+        tuple(Candidate(f"n{i:02d}", at(8 + i)) for i in range(40)),
+        30,
+        [f"n{i:02d}" for i in range(39, 9, -1)],
     ),
 }
 

@@ -413,11 +413,11 @@ def test_a_renewal_after_a_gap_hands_the_work_back() -> None:
     class SlowOnce(FakeLeases):
         slow = False
 
-        def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-            if self.slow:
+        def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+            if self.slow:  # a renewal is the update alone (LeaderElector._renew)
                 self.slow = False
                 time.sleep(1.0)
-            return super().get_lease(namespace, name)
+            return super().replace_lease(namespace, name, body)
 
     fake = SlowOnce()
     heard: list[bool] = []
@@ -452,6 +452,30 @@ def test_a_renewal_after_a_gap_hands_the_work_back() -> None:
     assert before >= 1
     assert len(heard_then) > before  # told "leader" again after the gap
     assert all(heard_then)  # and never "not leader": the lease was never lost
+
+
+def test_a_renewal_after_someone_else_wrote_the_lease_reads_it_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A holder renews by updating the Lease its own last write returned (no read
+    first, issue 41). When another replica took the Lease meanwhile (this one stalled
+    past its duration), that update is refused (409) and the round reads the Lease:
+    the other holds it, live, and this replica does not lead."""
+    fake = FakeLeases()
+    a, b = _elector(fake, "a", 10), _elector(fake, "b", 10)
+    clock = [1000.0]
+    monkeypatch.setattr("gpuaccept.operator.leader.time.monotonic", lambda: clock[0])
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    assert a.try_acquire_or_renew()  # renewed by its update alone
+    clock[0] += 11  # a stalls
+    assert not b.try_acquire_or_renew()  # b sees a's last renewal only now
+    clock[0] += 11  # and no renewal for its duration since
+    assert b.try_acquire_or_renew()
+    assert not a.try_acquire_or_renew()  # its update refused: it reads, b holds it
+    assert a.holder == "b"
+    assert b.try_acquire_or_renew()
+    assert not a.try_acquire_or_renew()
 
 
 def test_released_lease_is_taken_at_once() -> None:

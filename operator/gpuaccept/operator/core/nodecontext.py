@@ -105,8 +105,12 @@ class NodeContext:
         on_node = {t.key for t in node.taints}
         # recorded and still on the node: kept on record until the node patch that
         # this status leads to has removed it (a current key too: the quarantine
-        # taint of an accepted node), so only keys it applied are ever removed
-        stale = {k for k in st.applied_taints if k in on_node}
+        # taint of an accepted node), so only keys it applied are ever removed. The
+        # policy's pending key is the operator's whatever the record says
+        # (nodestate.owned_keys): its record is kept too, as a status write of its
+        # own after every verdict only to drop it would buy nothing (issue 41).
+        pending = spec.pending_taint_key
+        stale = {k for k in st.applied_taints if k in on_node or k == pending}
         return sorted(desired | stale)
 
     def applied_labels(self, st: NodeAcceptanceStatus) -> list[str]:

@@ -12,9 +12,10 @@ window; a node that is not due costs nothing.
 
 :func:`select_for_sampling` is the fleet's decision, per policy: of the due
 nodes whose next list is due, at most ``room`` (what the limit and the rate let
-gpuaccept take out now, :func:`room`) are listed in a pass, suspects first (oldest
-suspicion first), then the nodes verified longest ago. So the lists a pass makes
-are bounded by what could be taken out, and at a reached limit nothing is listed.
+gpuaccept take out now, :func:`room`) are listed in a pass, less the nodes in an
+idle streak waiting for their confirming list, suspects first (oldest suspicion
+first), then the nodes verified longest ago. So the lists a pass makes are bounded
+by what could be taken out, and at a reached limit nothing is listed.
 
 :func:`after_sample` is the node's decision on a fresh list: record it, and start
 the round when the idle window is complete. The round itself is started by the
@@ -155,16 +156,21 @@ def select_for_sampling(
 ) -> list[str]:
     """The nodes whose pods are listed in this pass: at most ``slots``, of those due
     whose next list is due, suspects first (oldest suspicion first), then the
-    nodes verified longest ago (then by name)."""
-    if slots <= 0 or not policy.enabled:
+    nodes verified longest ago (then by name). A node in an idle streak whose
+    confirming list is not due yet holds one of the slots: its round comes first,
+    and a list that opened another streak in its place would wait for room."""
+    if not policy.enabled:
         return []
     ready = []
+    waiting = 0
     for c in candidates:
         at = ready_at(c, policy)
         if at is None or at <= now:
             ready.append(c)
+        elif c.idle_since is not None:
+            waiting += 1
     ready.sort(key=_rank)
-    return [c.node for c in ready[:slots]]
+    return [c.node for c in ready[: max(slots - waiting, 0)]]
 
 
 @dataclass(frozen=True)
