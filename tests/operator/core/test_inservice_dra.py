@@ -309,3 +309,19 @@ def test_the_same_taint_added_again_later_is_a_new_occurrence() -> None:
         marks = {"GPU-2": (taint("xid", "13", "None", at=added),)} if added is not None else {}
         state = evaluate(POLICY, state, Observed(pool(taints=marks), s(at))).ledger
     assert [r.since for r in state.driver_taints] == [s(5), s(250)]
+
+
+def test_a_taint_from_before_the_acceptance_is_not_new_evidence() -> None:
+    """The driver keeps its taints until it restarts: a node accepted again (a re-probe
+    without a reboot) after an Xid 79 taint is not convicted by it again; an unmonitored
+    GPU is a standing state, said whenever it was tainted."""
+    marks = {
+        "GPU-2": (taint("xid", "79", at=-60),),
+        "GPU-0": (taint("gpu-lost", at=-60),),
+        "GPU-1": (taint("unmonitored", effect="None", at=-3600),),
+    }
+    result = evaluate(POLICY, accepted(), Observed(pool(taints=marks), s(30)))
+    assert result.verdict is None
+    assert [(r.gpu, r.key) for r in result.ledger.driver_taints] == [
+        ("GPU-1", f"{DRIVER}/unmonitored")
+    ]

@@ -143,13 +143,22 @@ def new_driver_taints(
     ledger: InServiceStatus, dra: DraSeen | None, now: datetime
 ) -> list[DriverTaint]:
     """The known driver taints on the pool's devices not yet recorded (a taint without
-    a timeAdded is dated ``now``, its first sighting)."""
+    a timeAdded is dated ``now``, its first sighting). An Xid or a lost GPU tainted
+    before the ledger's acceptance is not new evidence: the acceptance probe came
+    after it (the driver keeps a taint until it restarts, so a node re-probed without
+    a reboot would otherwise be convicted again by what its probe cleared). An
+    unmonitored GPU is a standing state, whenever it was tainted."""
     if dra is None:
         return []
+    accepted = ledger.accepted_time
     found: list[DriverTaint] = []
     for device in dra.devices:
         for taint in device.taints:
-            if _name(taint.key, device.driver) is None:
+            name = _name(taint.key, device.driver)
+            if name is None:
+                continue
+            before = accepted is not None and taint.added is not None and taint.added < accepted
+            if before and name != TAINT_UNMONITORED:
                 continue
             if _recorded((*ledger.driver_taints, *found), device.gpu, taint):
                 continue
