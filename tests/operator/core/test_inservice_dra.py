@@ -46,6 +46,7 @@ def pool(
     complete: bool = True,
     taints: dict[str, tuple[DeviceTaintView, ...]] | None = None,
     repartitioned: bool = False,
+    accepted_gpus: int = 0,
 ) -> NodeSignals:
     marks = taints or {}
     devices = tuple(DeviceSeen(g, DRIVER, marks.get(g, ())) for g in gpus)
@@ -56,7 +57,9 @@ def pool(
         repartitioned=repartitioned,
         describe="pool n1 of driver gpu.nvidia.com",
     )
-    return NodeSignals(boot_id=BOOT, gpu_capacity=0, gpu_allocatable=0, dra=seen)
+    return NodeSignals(
+        boot_id=BOOT, gpu_capacity=0, gpu_allocatable=0, dra=seen, accepted_gpus=accepted_gpus
+    )
 
 
 NO_POOL = NodeSignals(boot_id=BOOT, gpu_capacity=0, gpu_allocatable=0)
@@ -120,6 +123,15 @@ CASES = [
         accepted().model_copy(update=LOST),
     ),
     Case("another GPU added: no loss", pool((*GPUS, "GPU-4")), 10_000),
+    Case(
+        "fewer GPUs than the acceptance saw from the start (the pool began short)",
+        pool(accepted_gpus=5),
+        400,
+        "GPUsUnallocatable",
+        accepted().model_copy(update=LOST),
+        since=10,
+    ),
+    Case("as many GPUs as the acceptance saw", pool(accepted_gpus=4), 10_000),
     Case(
         "a fatal Xid taint (79, NoSchedule): quarantined",
         pool(taints={"GPU-2": (taint("xid", "79", at=5),)}),

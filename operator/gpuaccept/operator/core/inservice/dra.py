@@ -88,21 +88,26 @@ def baseline(ledger: InServiceStatus, dra: DraSeen | None) -> list[str]:
     return list(dra.gpus[:MAX_DRA_DEVICES])
 
 
-def pool_short(devices: Sequence[str], dra: DraSeen | None) -> str | None:
-    """Why the node's pool falls short of ``devices`` (the GPUs it began with), or
-    None when it does not (or cannot be judged: no baseline, no pool at all, or a
-    pool repartitioned into MIG or VFIO devices)."""
+def pool_short(devices: Sequence[str], dra: DraSeen | None, accepted: int = 0) -> str | None:
+    """Why the node's pool falls short of ``devices`` (the GPUs it began with) or of
+    the ``accepted`` GPUs its acceptance saw (0: unknown), or None when it does not
+    (or cannot be judged: no baseline, no pool at all, or a pool repartitioned into
+    MIG or VFIO devices)."""
     if not devices or dra is None:
         return None
     if not dra.complete:
         return f"its DRA pool is not complete ({dra.describe})"
-    gone = sorted(set(devices) - set(dra.gpus))
-    if not gone or dra.repartitioned:
+    if dra.repartitioned:
         return None
-    return (
-        f"{len(devices) - len(gone)} of the {len(devices)} GPUs it published through DRA "
-        f"when accepted are in its pool ({', '.join(gone)} gone)"
-    )
+    gone = sorted(set(devices) - set(dra.gpus))
+    if gone:
+        return (
+            f"{len(devices) - len(gone)} of the {len(devices)} GPUs it published through "
+            f"DRA when accepted are in its pool ({', '.join(gone)} gone)"
+        )
+    if len(dra.gpus) < accepted:
+        return f"its DRA pool has {len(dra.gpus)} of the {accepted} GPUs its acceptance saw"
+    return None
 
 
 def _name(key: str, driver: str) -> str | None:

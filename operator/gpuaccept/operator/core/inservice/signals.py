@@ -52,7 +52,7 @@ def short(signals: NodeSignals, dra_devices: list[str] | None = None) -> bool:
     loss. A GPU gone is still seen by the watch (its NVML count against the
     acceptance's: ``GPULost``). On a DRA node: its pool short of ``dra_devices``
     (:func:`.dra.pool_short`)."""
-    if pool_short(dra_devices or [], signals.dra) is not None:
+    if pool_short(dra_devices or [], signals.dra, signals.accepted_gpus) is not None:
         return True
     if signals.gpu_allocatable < signals.gpu_capacity:
         return True
@@ -80,7 +80,7 @@ def _unallocatable(
     since, grace = ledger.unallocatable_since, policy.allocatable_grace_seconds
     if since is None or now - since < timedelta(seconds=grace):
         return None
-    why = pool_short(ledger.dra_devices, signals.dra)
+    why = pool_short(ledger.dra_devices, signals.dra, signals.accepted_gpus)
     if why is not None:
         message = (
             f"{why} since {since.isoformat()} (allocatableGraceSeconds {grace}): its DRA "
