@@ -263,6 +263,7 @@ def test_a_dra_pool_that_loses_a_gpu_past_the_grace_quarantines() -> None:
     world.settle()
     assert world.status.in_service is not None
     assert world.status.in_service.dra_devices == [f"GPU-{i}" for i in range(8)]
+    assert not world.settle().actions  # a fixed point: no write per pass
     world.resource_slices = (
         dataclasses.replace(world.resource_slices[0], devices=world.resource_slices[0].devices[:7]),
     )
@@ -291,6 +292,7 @@ def test_a_dra_driver_s_fatal_xid_taint_quarantines_and_unmonitored_is_said() ->
     assert world.status.phase == Phase.ACCEPTED
     world.settle()
     assert len([e for e in world.events if e.reason == "WatchBlind"]) == 1  # said once
+    assert not world.settle().actions  # the taint seen again: nothing to write
     xid79 = DeviceTaintView("gpu.nvidia.com/xid", "79", "NoSchedule", world.now)
     to_dra(world, {5: (unmonitored,), 2: (xid79,)})
     world.settle()
