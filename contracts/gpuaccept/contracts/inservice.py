@@ -29,6 +29,8 @@ MAX_BURSTS = 64
 MAX_SUSPECTS = 16
 MAX_REPORTS = 16
 MAX_CONDITION_RULES = 16
+MAX_DRA_DEVICES = 64
+MAX_DRIVER_TAINTS = 32
 
 # A node condition type as Kubernetes writes it (NPD: KernelDeadlock, ReadonlyFilesystem;
 # a cloud agent: AcceleratedHardwareReady).
@@ -316,6 +318,19 @@ class ConditionTimer(ContractModel):
     since: datetime
 
 
+class DriverTaint(ContractModel):
+    """A taint a DRA driver put on one of the node's devices (ResourceSlice
+    ``spec.devices[].taints``, KEP-5055), as first seen: recorded once, kept for the
+    ledger's life (the driver replaces its Xid taint on the next Xid, and drops every
+    taint when it restarts)."""
+
+    gpu: GpuUuid = Field(description="The device's uuid attribute (its name without one).")
+    key: str = Field(max_length=128, description="e.g. gpu.nvidia.com/xid.")
+    value: str = Field(default="", max_length=63, description="e.g. the Xid code.")
+    effect: str = Field(default="", max_length=32, description="None, NoSchedule, NoExecute.")
+    since: datetime = Field(description="The taint's timeAdded (when first seen without).")
+
+
 class InServiceVerdict(ContractModel):
     """The in-service verdict and the evidence window it rests on."""
 
@@ -354,7 +369,20 @@ class InServiceStatus(ContractModel):
     bursts: list[XidBurst] = Field(default_factory=list, max_length=MAX_BURSTS)
     suspects: list[InServiceSuspect] = Field(default_factory=list, max_length=MAX_SUSPECTS)
     unallocatable_since: datetime | None = Field(
-        default=None, description="Since when allocatable nvidia.com/gpu is below capacity."
+        default=None,
+        description="Since when allocatable nvidia.com/gpu is below capacity, or (DRA) a "
+        "GPU of draDevices is missing from the node's pool or the pool is incomplete.",
+    )
+    dra_devices: list[GpuUuid] = Field(
+        default_factory=list,
+        max_length=MAX_DRA_DEVICES,
+        description="DRA: the GPUs (uuid attribute) of the node's complete pool when this "
+        "ledger began; a GPU missing from the pool later is a loss past the grace.",
+    )
+    driver_taints: list[DriverTaint] = Field(
+        default_factory=list,
+        max_length=MAX_DRIVER_TAINTS,
+        description="DRA: the taints the driver put on the node's devices, each once.",
     )
     conditions: list[ConditionTimer] = Field(
         default_factory=list,

@@ -35,6 +35,7 @@ from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
 from gpuaccept.operator.core.model import (
     ConditionSeen,
+    DeviceTaintView,
     DraDevice,
     FabricPodLabels,
     NAView,
@@ -148,6 +149,17 @@ def _attribute(attributes: Mapping[str, Any], name: str) -> object:
     return None
 
 
+def _device_taint(raw: object) -> DeviceTaintView | None:
+    if not isinstance(raw, Mapping) or not raw.get("key"):
+        return None
+    return DeviceTaintView(
+        key=str(raw["key"]),
+        value=str(raw.get("value") or ""),
+        effect=str(raw.get("effect") or ""),
+        added=_timestamp(raw.get("timeAdded")),
+    )
+
+
 def _dra_device(raw: object) -> DraDevice | None:
     if not isinstance(raw, Mapping) or not raw.get("name"):
         return None
@@ -155,12 +167,15 @@ def _dra_device(raw: object) -> DraDevice | None:
     if not isinstance(attributes, Mapping):
         attributes = {}
     index = _attribute(attributes, "index")
+    raw_taints = raw.get("taints")
+    taints = raw_taints if isinstance(raw_taints, list) else []
     return DraDevice(
         name=str(raw["name"]),
         uuid=str(_attribute(attributes, "uuid") or ""),
         product_name=str(_attribute(attributes, "productName") or ""),
         index=index if isinstance(index, int) and not isinstance(index, bool) else None,
         kind=str(_attribute(attributes, "type") or ""),
+        taints=tuple(t for t in map(_device_taint, taints) if t is not None),
     )
 
 

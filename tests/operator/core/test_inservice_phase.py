@@ -5,7 +5,9 @@ it stays accepted; dryRun holds; the quarantine limit holds it in service
 (BreakerOpen) and lets it through once there is room; a common cause is held in
 service (CommonCause), never quarantined; a hold whose evidence is gone is lifted;
 a fatal Xid in a watch report quarantines at once; a quarantined node comes back
-only through a new acceptance probe after a new boot."""
+only through a new acceptance probe after a new boot; on a DRA node, a GPU gone from
+its pool past the grace is quarantined, the driver's fatal Xid taint quarantines and
+its unmonitored taint raises WatchBlind."""
 
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ from gpuaccept.operator.core import PolicyView, QuarantineLimitCounts
 from gpuaccept.operator.core.model import (
     ConditionSeen,
     CreateProbePod,
+    DeviceTaintView,
+    DraDevice,
+    ResourceSliceView,
     SignatureSeen,
     WatchEvidence,
     XidSeen,
@@ -236,3 +241,65 @@ def test_off_by_default() -> None:
     world.settle()
     assert world.status.phase == Phase.ACCEPTED
     assert world.status.in_service is None
+
+
+def to_dra(world: World, taints: dict[int, tuple[DeviceTaintView, ...]] | None = None) -> None:
+    """The node's GPUs move from the device plugin to NVIDIA's DRA driver: capacity 0
+    (the kubelet, its device plugin gone), the pool published (gpu-<i>, GPU-<i>)."""
+    marks = taints or {}
+    devices = tuple(
+        DraDevice(f"gpu-{i}", uuid=f"GPU-{i}", kind="gpu", taints=marks.get(i, ()))
+        for i in range(8)
+    )
+    set_node(world, gpus=0, gpu_capacity=0)
+    world.resource_slices = (
+        ResourceSliceView("s1", "gpu.nvidia.com", "gpu-1", 1, 1, "gpu-1", devices),
+    )
+
+
+def test_a_dra_pool_that_loses_a_gpu_past_the_grace_quarantines() -> None:
+    world = accepted(inService=SIGNALS_ONLY)
+    to_dra(world)
+    world.settle()
+    assert world.status.in_service is not None
+    assert world.status.in_service.dra_devices == [f"GPU-{i}" for i in range(8)]
+    assert not world.settle().actions  # a fixed point: no write per pass
+    world.resource_slices = (
+        dataclasses.replace(world.resource_slices[0], devices=world.resource_slices[0].devices[:7]),
+    )
+    plan = world.settle()
+    assert world.status.phase == Phase.ACCEPTED
+    assert plan.requeue_after == GRACE
+    world.advance(GRACE)
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "GPUsUnallocatable")
+    assert "GPU-7 gone" in (st.message or "")
+    assert QUARANTINE in world.taint_keys()
+
+
+def test_a_dra_driver_s_fatal_xid_taint_quarantines_and_unmonitored_is_said() -> None:
+    world = accepted(inService=SIGNALS_ONLY)
+    to_dra(world)
+    world.settle()
+    world.advance(30)
+    unmonitored = DeviceTaintView("gpu.nvidia.com/unmonitored", "", "None", world.now)
+    to_dra(world, {5: (unmonitored,)})
+    world.settle()
+    blind = [e for e in world.events if e.reason == "WatchBlind"]
+    assert len(blind) == 1
+    assert "GPU-5" in blind[0].message
+    assert world.status.phase == Phase.ACCEPTED
+    world.settle()
+    assert len([e for e in world.events if e.reason == "WatchBlind"]) == 1  # said once
+    assert not world.settle().actions  # the taint seen again: nothing to write
+    xid79 = DeviceTaintView("gpu.nvidia.com/xid", "79", "NoSchedule", world.now)
+    to_dra(world, {5: (unmonitored,), 2: (xid79,)})
+    world.settle()
+    world.advance(20)  # past correlation.settleSeconds
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "XidFatal")
+    assert st.in_service is not None
+    assert st.in_service.verdict is not None
+    assert st.in_service.verdict.gpu == "GPU-2"

@@ -219,6 +219,27 @@ def test_explain_shows_why_a_node_was_quarantined_in_service(healthy: ProbeRepor
     assert "2026-12-01T12:00:40Z Xid 79 on GPU GPU-3 (fatal)" in text
 
 
+def test_explain_shows_a_dra_node_s_pool_and_its_driver_s_taints() -> None:
+    ledger = {
+        "bootID": "boot-1",
+        "draDevices": ["GPU-0", "GPU-1"],
+        "driverTaints": [
+            {"gpu": "GPU-1", "key": "gpu.nvidia.com/xid", "value": "13", "effect": "None",
+             "since": "2026-12-01T12:00:00Z"},
+            {"gpu": "GPU-0", "key": "gpu.nvidia.com/unmonitored", "effect": "None",
+             "since": "2026-12-01T11:00:00Z"},
+        ],
+    }  # fmt: skip
+    status = {"phase": "Accepted", "policy": "default", "inService": ledger}
+    lines = explain_lines({"metadata": {"name": "gpu-1"}, "status": status}, None)
+    assert "  held to its DRA pool of 2 GPUs (as accepted)" in lines
+    assert (
+        "  DRA driver taint gpu.nvidia.com/xid=13 (None) on GPU GPU-1 since 2026-12-01T12:00:00Z"
+        in lines
+    )
+    assert any("gpu.nvidia.com/unmonitored (None) on GPU GPU-0" in line for line in lines)
+
+
 def test_explain_without_an_in_service_ledger_says_nothing_of_it(healthy: ProbeReport) -> None:
     text = "\n".join(explain_lines(acceptance("gpu-good", healthy), policy_object()))
     assert "in service" not in text

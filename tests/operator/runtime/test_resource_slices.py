@@ -4,12 +4,13 @@ drivers' slices under their node, and ``--dra-driver``."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from gpuaccept.operator.cache import index_resource_slice
-from gpuaccept.operator.core.model import DraDevice
+from gpuaccept.operator.core.model import DeviceTaintView, DraDevice
 from gpuaccept.operator.options import OptionError, dra_drivers
 from gpuaccept.operator.views import resource_slice_view
 
@@ -98,3 +99,27 @@ def test_the_dra_driver_flag() -> None:
     assert dra_drivers("") == ()
     with pytest.raises(OptionError, match="--dra-driver: 'Bad_Name'"):
         dra_drivers("Bad_Name")
+
+
+def test_the_view_reads_the_driver_s_device_taints() -> None:
+    """KEP-5055 device taints as NVIDIA's driver sets them (device_health.go) and the API
+    server dates them (timeAdded); one without a key, or not a mapping, is left out."""
+    body = nvidia_slice()
+    body["spec"]["devices"][0]["taints"] = [
+        {
+            "key": "gpu.nvidia.com/xid",
+            "value": "79",
+            "effect": "NoSchedule",
+            "timeAdded": "2026-12-01T12:00:05Z",
+        },
+        {"key": "gpu.nvidia.com/unmonitored", "effect": "None"},
+        {"value": "no key"},
+        "not a taint",
+    ]
+    (device,) = resource_slice_view(body).devices
+    assert device.taints == (
+        DeviceTaintView(
+            "gpu.nvidia.com/xid", "79", "NoSchedule", datetime(2026, 12, 1, 12, 0, 5, tzinfo=UTC)
+        ),
+        DeviceTaintView("gpu.nvidia.com/unmonitored", "", "None", None),
+    )

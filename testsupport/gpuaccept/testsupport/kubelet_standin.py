@@ -403,6 +403,13 @@ class KubeletStandIn:
                 node_name, gpus, slices=slices, leave_out=leave_out, driver=driver
             )
 
+    def taint_gpus(self, node_name: str, taints: Mapping[int, Sequence[JSON]]) -> None:
+        """What the DRA driver's health monitor does: set the taints of the node's GPUs
+        indexed in ``taints`` (``standin_dra.driver_taint``) in its published pool."""
+        named = {f"gpu-{index}": list(found) for index, found in taints.items()}
+        with self._api_sem:
+            self.dra.set_taints(node_name, named)
+
     def read_node(self, name: str) -> JSON:
         """The Node object as the API server has it now (admission reads its labels)."""
         with self._api_sem:

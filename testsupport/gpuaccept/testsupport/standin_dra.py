@@ -12,13 +12,14 @@ capacity, in a pool named after the node (``spec.nodeName`` set), driver
 product name; the UUIDs the simulated probe reports) and ``index`` (older
 releases of the driver published one), and can republish the pool under a new
 generation, split it over several slices, leave a slice out (an incomplete
-pool) or drop a device.
+pool) or drop a device, and taint devices as the driver's health monitor does
+(:func:`driver_taint`, :meth:`DraPublisher.set_taints`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,24 @@ from gpuaccept.probe.hardware.simulated_watch import simulated_uuid
 JSON = dict[str, Any]
 DRA_DRIVER = "gpu.nvidia.com"
 GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceslices"
+# The Xids NVIDIA's DRA driver skips as application errors (device_health.go,
+# xidsToSkip): their taint has effect None; every other Xid's is NoSchedule.
+DRIVER_SKIPPED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+
+def driver_taint(event: str, xid: int | None = None, driver: str = DRA_DRIVER) -> JSON:
+    """The device taint NVIDIA's driver sets for a health event (device_health.go,
+    ``healthEventToTaint``): ``xid`` (value the code; NoSchedule, None for the Xids it
+    skips), ``gpu-lost`` (NoSchedule), ``unmonitored`` (None). No timeAdded: the API
+    server sets it."""
+    if event == "xid":
+        assert xid is not None
+        effect = "None" if xid in DRIVER_SKIPPED_XIDS else "NoSchedule"
+        return {"key": f"{driver}/xid", "value": str(xid), "effect": effect}
+    if event == "gpu-lost":
+        return {"key": f"{driver}/gpu-lost", "effect": "NoSchedule"}
+    assert event == "unmonitored", event
+    return {"key": f"{driver}/unmonitored", "effect": "None"}
 
 
 @dataclass(frozen=True)
@@ -120,6 +139,28 @@ class DraPublisher:
         self.withdraw(node_name, below=generation)
         return generation
 
+    def set_taints(self, node_name: str, taints: Mapping[str, Sequence[JSON]]) -> None:
+        """Set the taints of the named devices (the others' stay) in the node's slices,
+        updated in place under the same generation, as the driver's kubelet plugin
+        helper does for a change in one slice; a taint the device already carries keeps
+        its timeAdded (the helper's ``copyTaintTimeAdded``)."""
+        listed = self.custom.list_cluster_custom_object(
+            GROUP, VERSION, PLURAL, field_selector=f"spec.nodeName={node_name}"
+        )
+        assert isinstance(listed, dict)
+        for item in listed.get("items", []):
+            devices = item["spec"].get("devices") or []
+            if not any(d["name"] in taints for d in devices):
+                continue
+            for device in devices:
+                if device["name"] in taints:
+                    device["taints"] = [
+                        _dated(t, device.get("taints") or []) for t in taints[device["name"]]
+                    ]
+            self.custom.replace_cluster_custom_object(
+                GROUP, VERSION, PLURAL, item["metadata"]["name"], item
+            )
+
     def withdraw(self, node_name: str, *, below: int | None = None) -> None:
         """Delete the node's slices (those of a generation below ``below`` only)."""
         listed = self.custom.list_cluster_custom_object(
@@ -136,3 +177,12 @@ class DraPublisher:
             except ApiException as error:
                 if error.status != 404:
                     raise
+
+
+def _dated(taint: JSON, before: Sequence[JSON]) -> JSON:
+    """``taint`` with the timeAdded of the same taint (key, value, effect) in ``before``."""
+    for old in before:
+        same = all(old.get(k, "") == taint.get(k, "") for k in ("key", "value", "effect"))
+        if same and "timeAdded" in old:
+            return {**taint, "timeAdded": old["timeAdded"]}
+    return dict(taint)

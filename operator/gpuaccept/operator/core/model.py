@@ -83,6 +83,17 @@ class NodeView:
 
 
 @dataclass(frozen=True)
+class DeviceTaintView:
+    """A taint a DRA driver put on its device (``spec.devices[].taints``, KEP-5055;
+    ``resource.k8s.io/v1`` DeviceTaint: key, value, effect, timeAdded)."""
+
+    key: str
+    value: str = ""
+    effect: str = ""  # None, NoSchedule, NoExecute (consumers treat unknown ones as None)
+    added: datetime | None = None  # timeAdded (the API server sets it when absent)
+
+
+@dataclass(frozen=True)
 class DraDevice:
     """One device of a DRA driver's ResourceSlice (``spec.devices[]``), with the
     attributes NVIDIA's driver publishes for a GPU (docs/architecture.md)."""
@@ -92,6 +103,7 @@ class DraDevice:
     product_name: str = ""  # attribute productName
     index: int | None = None  # attribute index, where the driver publishes one
     kind: str = ""  # attribute type: gpu, mig, vfio (NVIDIA's driver); "" when absent
+    taints: tuple[DeviceTaintView, ...] = ()  # the driver's own (its health monitor's)
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,8 @@ def _fabric(status: Mapping[str, Any]) -> list[str]:
 
 def _in_service(status: Mapping[str, Any]) -> list[str]:
     """Health in service (policy inService): the verdict and its evidence window, the
-    signal timers running, the suspects, the latest events (what, when, which GPU)."""
+    signal timers running, the DRA pool and driver taints, the suspects, the latest
+    events (what, when, which GPU)."""
     ledger = status.get("inService")
     if not isinstance(ledger, Mapping):
         return []
@@ -131,6 +132,16 @@ def _in_service(status: Mapping[str, Any]) -> list[str]:
         )
     if ledger.get("unallocatableSince"):
         out.append(f"  GPUs unallocatable since {ledger['unallocatableSince']}")
+    if ledger.get("draDevices"):
+        out.append(f"  held to its DRA pool of {len(ledger['draDevices'])} GPUs (as accepted)")
+    for taint in ledger.get("driverTaints") or []:
+        if not isinstance(taint, Mapping):
+            continue
+        value = f"={taint['value']}" if taint.get("value") else ""
+        out.append(
+            f"  DRA driver taint {taint.get('key')}{value} ({taint.get('effect', '?')}) on "
+            f"GPU {taint.get('gpu')} since {taint.get('since')}"
+        )
     for timer in ledger.get("conditions") or []:
         out.append(
             f"  condition {timer.get('type')}={timer.get('status')} since {timer.get('since')}"

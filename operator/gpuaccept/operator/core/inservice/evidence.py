@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuaccept.operator.core.model import ConditionSeen
+from gpuaccept.operator.core.model import ConditionSeen, DeviceTaintView
 
 REASON_UNALLOCATABLE = "GPUsUnallocatable"
 REASON_CONDITION = "UnhealthyCondition"
@@ -47,6 +47,28 @@ REPORTED = frozenset(REASONS[:10])
 
 
 @dataclass(frozen=True)
+class DeviceSeen:
+    """One device of the node's DRA pools now: who it is and the driver's taints."""
+
+    gpu: str  # its uuid attribute (its device name without one)
+    driver: str
+    taints: tuple[DeviceTaintView, ...] = ()
+
+
+@dataclass(frozen=True)
+class DraSeen:
+    """What a DRA node's pools of the configured drivers say now."""
+
+    complete: bool  # every pool complete (all slices of its latest generation seen)
+    gpus: tuple[str, ...]  # the whole GPUs (uuid) of the complete pools
+    devices: tuple[DeviceSeen, ...] = ()  # every device of the pools' latest generation
+    # MIG or VFIO devices in the pools: a GPU repartitioned is published under another
+    # uuid (NVIDIA's driver names no parent GPU in a MIG device's attributes)
+    repartitioned: bool = False
+    describe: str = ""  # what the pools say, for a message
+
+
+@dataclass(frozen=True)
 class NodeSignals:
     """What the Node object says about its GPUs' health now."""
 
@@ -58,6 +80,8 @@ class NodeSignals:
     # MIG mixed (GFD label nvidia.com/mig.strategy=mixed): nvidia.com/gpu counts only
     # the GPUs not partitioned, the others are nvidia.com/mig-* devices
     partitioned: bool = False
+    # DRA: the node's pools (None: the node publishes no GPU through a DRA driver)
+    dra: DraSeen | None = None
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from gpuaccept.contracts.reverify import ReverifyStatus, Suspicion
 from gpuaccept.operator.core.capacity import HELD_ACCEPT, HELD_QUARANTINE, REASON_DRY_RUN
 from gpuaccept.operator.core.creationintent import intended_create
 from gpuaccept.operator.core.inservice.correlation import Fleet
+from gpuaccept.operator.core.inservice.dra import dra_seen, unmonitored
 from gpuaccept.operator.core.inservice.evidence import REASON_COMMON_CAUSE, NodeSignals
 from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
 from gpuaccept.operator.core.inservice.watchreport import watch_evidence
@@ -103,6 +104,7 @@ def node_signals(ctx: NodeContext) -> NodeSignals:
         conditions=node.conditions,
         accepted_gpus=accepted_gpus(ctx),
         partitioned=node.labels.get(MIG_STRATEGY_LABEL) == "mixed",
+        dra=dra_seen(ctx.gpus),
     )
 
 
@@ -270,6 +272,7 @@ def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
         return None
     reports, ended = _ended_reports(ctx, out)
     result = _evaluation(ctx, reports)
+    _unmonitored_event(out, st.in_service, result.ledger)
     if result.wake_in is not None:
         out.wake_in(result.wake_in)
     ledger = _seen_ended(result.ledger, ended, ctx.obs.now)
@@ -292,6 +295,22 @@ def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     _suspect_event(out, st, result.suspects)
     out.ensure_node(ctx, st)
     return _then_delete(out, ended, out.build("in service: ledger recorded"))
+
+
+def _unmonitored_event(
+    out: PlanBuilder, before: InServiceStatus | None, after: InServiceStatus
+) -> None:
+    """A Warning Event for the GPUs the DRA driver newly says it does not watch (its
+    taint ``<driver>/unmonitored``): their Xids are evidence not read, never quiet."""
+    known = {(r.gpu, r.key, r.since) for r in (before.driver_taints if before else ())}
+    new = [r for r in after.driver_taints if (r.gpu, r.key, r.since) not in known]
+    gpus = unmonitored(new)
+    if gpus:
+        message = (
+            f"the DRA driver does not watch the health of GPU(s) {', '.join(gpus)} "
+            "(taint unmonitored): their Xids are not read"
+        )
+        out.event(ACCEPTANCE_KIND, "Warning", EVENT_BLIND, cut(message, 512))
 
 
 def _suspect_event(

@@ -23,6 +23,11 @@ from gpuaccept.contracts.inservice import (
     InServiceVerdict,
 )
 from gpuaccept.operator.core.inservice.correlation import Fleet, common_cause, suspect_signature
+from gpuaccept.operator.core.inservice.dra import (
+    new_driver_taints,
+    taint_findings,
+    with_driver_taints,
+)
 from gpuaccept.operator.core.inservice.evidence import REPORTED, Finding, NodeSignals
 from gpuaccept.operator.core.inservice.signals import next_expiry, signal_findings, timed
 from gpuaccept.operator.core.inservice.xids import (
@@ -161,11 +166,12 @@ def evaluate(policy: InService, ledger: InServiceStatus, obs: Observed) -> Evalu
     for report in sorted(obs.reports, key=lambda r: (r.start, r.key)):
         ledger = counted(ledger, report, policy.xid)
     ledger = timed(pruned(ledger, policy.xid, now), policy, signals, now)
+    ledger = with_driver_taints(ledger, new_driver_taints(ledger, signals.dra, now))
     ledger = ledger.model_copy(
         update={"events": history([*ledger.events, *_signal_events(ledger)])}
     )
     findings = xid_findings(ledger, policy.xid, now) + state_findings(ledger, policy.gpu_state)
-    findings += signal_findings(ledger, policy, signals, now)
+    findings += signal_findings(ledger, policy, signals, now) + taint_findings(ledger)
     verdict = _verdict(_kept(ledger.verdict, findings), ledger.verdict, obs, policy)
     found = _suspects(suspects(ledger, policy.xid, now), obs, policy)
     ledger = ledger.model_copy(update={"verdict": verdict, "suspects": found})

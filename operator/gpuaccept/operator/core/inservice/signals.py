@@ -7,6 +7,9 @@
   ``allocatableGraceSeconds`` it is a verdict, unless a non-fatal Xid the watch saw
   just before explains it (the Xid rules judge that Xid); under watch pods it waits
   for a report that covers the drop (at most a window).
+* DRA (:mod:`.dra`): a GPU the node's pool had when the ledger began missing from
+  it, or the pool left incomplete, runs the same timer to the same verdict (no Xid
+  explains it: NVIDIA's DRA driver taints a device on an Xid, it never withdraws it).
 * Other tools' conditions (``unhealthyConditions``): a timer per condition of the
   policy's list that holds now, from its ``lastTransitionTime`` (it restarts at every
   flap); past its ``durationSeconds`` it is a verdict.
@@ -23,6 +26,7 @@ from gpuaccept.contracts.inservice import (
     InServiceStatus,
     UnhealthyCondition,
 )
+from gpuaccept.operator.core.inservice.dra import baseline, pool_short
 from gpuaccept.operator.core.inservice.evidence import (
     REASON_CONDITION,
     REASON_UNALLOCATABLE,
@@ -37,7 +41,7 @@ EXPLAINED_BEFORE = timedelta(seconds=300)
 EXPLAINED_AFTER = timedelta(seconds=30)
 
 
-def short(signals: NodeSignals) -> bool:
+def short(signals: NodeSignals, dra_devices: list[str] | None = None) -> bool:
     """Fewer ``nvidia.com/gpu`` allocatable than its capacity (the device plugin marked
     devices unhealthy), or a capacity below the GPUs the acceptance saw while the node
     still offers its GPUs whole or shared under that name.
@@ -46,7 +50,10 @@ def short(signals: NodeSignals) -> bool:
     ``nvidia.com/mig-*``; sharing with renameByDefault: ``nvidia.com/gpu.shared``), and
     MIG mixed offers only its whole GPUs under ``nvidia.com/gpu``: a repartition, not a
     loss. A GPU gone is still seen by the watch (its NVML count against the
-    acceptance's: ``GPULost``)."""
+    acceptance's: ``GPULost``). On a DRA node: its pool short of ``dra_devices``
+    (:func:`.dra.pool_short`)."""
+    if pool_short(dra_devices or [], signals.dra, signals.accepted_gpus) is not None:
+        return True
     if signals.gpu_allocatable < signals.gpu_capacity:
         return True
     return 0 < signals.gpu_capacity < signals.accepted_gpus and not signals.partitioned
@@ -73,6 +80,13 @@ def _unallocatable(
     since, grace = ledger.unallocatable_since, policy.allocatable_grace_seconds
     if since is None or now - since < timedelta(seconds=grace):
         return None
+    why = pool_short(ledger.dra_devices, signals.dra, signals.accepted_gpus)
+    if why is not None:
+        message = (
+            f"{why} since {since.isoformat()} (allocatableGraceSeconds {grace}): its DRA "
+            "driver no longer publishes the others"
+        )
+        return Finding(REASON_UNALLOCATABLE, message, REASON_UNALLOCATABLE, since)
     if policy.watch_pods and _explanation(ledger, since) is not None:
         return None
     read = ledger.reported_until is not None and ledger.reported_until >= since
@@ -107,8 +121,10 @@ def _condition_timer(
 def timed(
     ledger: InServiceStatus, policy: InService, signals: NodeSignals, now: datetime
 ) -> InServiceStatus:
-    """``ledger`` with its signal timers brought up to ``signals``."""
-    unallocatable = (ledger.unallocatable_since or now) if short(signals) else None
+    """``ledger`` with its signal timers brought up to ``signals`` (and, on a DRA node,
+    the GPUs its pool began with)."""
+    devices = baseline(ledger, signals.dra)
+    unallocatable = (ledger.unallocatable_since or now) if short(signals, devices) else None
     timers = [
         t
         for t in (
@@ -117,7 +133,8 @@ def timed(
         )
         if t is not None
     ]
-    return ledger.model_copy(update={"unallocatable_since": unallocatable, "conditions": timers})
+    update = {"unallocatable_since": unallocatable, "conditions": timers, "dra_devices": devices}
+    return ledger.model_copy(update=update)
 
 
 def signal_findings(

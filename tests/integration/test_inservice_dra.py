@@ -1,0 +1,182 @@
+"""Health in service on DRA nodes end to end (issue 39, part 5): the real
+kube-apiserver (resource.k8s.io/v1 ResourceSlices with KEP-5055 device taints), the
+kubelet stand-in, the operator as a subprocess under the chart's RBAC.
+
+How the node gets to Accepted: a DRA node cannot be probed yet (it waits for the
+probe through a ResourceClaim), so each node here is accepted as a device-plugin node
+and then moved to DRA as a cluster moving the GPU Operator to its DRA mode does:
+the device plugin goes (the kubelet sets the capacity of a device plugin's resource
+that is gone to 0, kubelet ``nodestatus/setters.go``) and NVIDIA's DRA driver
+publishes the node's pool. The operator then holds the node to that pool, as it will
+hold a node accepted through a claim:
+
+* a pool that loses a GPU past the grace: Quarantined, GPUsUnallocatable; one that is
+  republished under a new generation (incomplete for a moment) with the same GPUs
+  stays Accepted;
+* the driver's fatal Xid taint (gpu.nvidia.com/xid=79, NoSchedule): Quarantined,
+  XidFatal; an application-class one (xid=13, None): recorded, stays Accepted; an
+  unmonitored GPU: a WatchBlind Warning, stays Accepted;
+* dryRun: a lost GPU's taint (gpu.nvidia.com/gpu-lost) is held, the quarantine it
+  would apply recorded, the Node untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from gpuaccept.probe.hardware.simulated_watch import simulated_uuid
+from gpuaccept.testsupport.operator_env import HEALTHY, Env, suite_id, wait_for, wait_node_side
+from gpuaccept.testsupport.standin_dra import DRA_DRIVER, GROUP, PLURAL, VERSION, driver_taint
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+QUARANTINE_TAINT = "gpuaccept.io/quarantined"
+GRACE = 8
+SIGNALS_ONLY = {"enabled": True, "allocatableGraceSeconds": GRACE, "watchPods": False}
+
+
+def _in_service(env: Env, name: str) -> dict[str, Any]:
+    return dict(env.status(name).get("inService") or {})
+
+
+def _to_dra(env: Env, name: str) -> int:
+    """The node's GPUs move from the device plugin to NVIDIA's DRA driver; returns how
+    many once the operator's ledger holds the pool."""
+    gpus = int(env.node(name)["status"]["capacity"]["nvidia.com/gpu"])
+    zero = {"nvidia.com/gpu": "0"}  # the kubelet, its device plugin gone
+    env.core.patch_node_status(name, {"status": {"capacity": zero, "allocatable": zero}})
+    env.standin.publish_pool(name)
+    wait_for(
+        f"{name}'s ledger holding its DRA pool",
+        lambda: len(_in_service(env, name).get("draDevices") or []) == gpus,
+        60,
+    )
+    return gpus
+
+
+def _slice_taints(env: Env, name: str, device: str) -> list[dict[str, Any]]:
+    listed = env.kube.request(
+        "GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}?fieldSelector=spec.nodeName%3D{name}"
+    )
+    return [
+        t
+        for s in listed["items"]
+        for d in s["spec"].get("devices") or []
+        if d["name"] == device
+        for t in d.get("taints") or []
+    ]
+
+
+def test_a_dra_pool_that_loses_a_gpu_is_quarantined_a_republish_is_not(env: Env) -> None:
+    suite = suite_id("dra-lost")
+    env.policy(suite, inService=SIGNALS_ONLY)
+    republish, lost = env.nodes(suite, {"rep": HEALTHY, "lost": HEALTHY})
+    env.wait_phase([republish, lost], "Accepted")
+    gpus = _to_dra(env, republish)
+    assert _to_dra(env, lost) == gpus
+    assert env.status(lost)["phase"] == "Accepted"
+
+    env.standin.publish_pool(republish, slices=2, leave_out=(1,))  # generation 3, half of it
+    wait_for(
+        f"{republish}'s incomplete republish timed",
+        lambda: _in_service(env, republish).get("unallocatableSince"),
+        30,
+    )
+    env.standin.publish_pool(lost, drop=(3,))  # the driver no longer publishes GPU 3
+    time.sleep(2)
+    env.standin.publish_pool(republish, slices=2)  # whole, the same GPUs
+
+    wait_for(
+        f"{lost} quarantined in service",
+        lambda: env.status(lost).get("reason") == "GPUsUnallocatable",
+        90,
+    )
+    wait_node_side(env, lost, "Quarantined", reason="GPUsUnallocatable")
+    status = env.status(lost)
+    assert status["reasons"][0]["check"] == "in_service"
+    message = status["inService"]["verdict"]["message"]
+    assert f"{gpus - 1} of the {gpus} GPUs it published through DRA" in message
+    assert f"{simulated_uuid(lost, 3)} gone" in message
+    assert env.node(lost)["status"]["capacity"]["nvidia.com/gpu"] == "0"
+
+    kept = env.status(republish)
+    assert kept["phase"] == "Accepted"
+    assert "reason" not in kept
+    assert "unallocatableSince" not in kept["inService"]
+    assert [e["what"] for e in kept["inService"]["events"]] == ["GPUsUnallocatable"]
+    assert QUARANTINE_TAINT not in env.taint_keys(republish)
+
+
+def test_a_fatal_xid_taint_quarantines_an_application_one_does_not(env: Env) -> None:
+    suite = suite_id("dra-xid")
+    env.policy(suite, inService=SIGNALS_ONLY)
+    fatal, app = env.nodes(suite, {"fatal": HEALTHY, "app": HEALTHY})
+    env.wait_phase([fatal, app], "Accepted")
+    _to_dra(env, fatal)
+    _to_dra(env, app)
+
+    env.standin.taint_gpus(fatal, {2: [driver_taint("xid", 79)]})
+    env.standin.taint_gpus(app, {2: [driver_taint("xid", 13)], 5: [driver_taint("unmonitored")]})
+    (xid13,) = _slice_taints(env, app, "gpu-2")
+    assert (xid13["key"], xid13["value"], xid13["effect"]) == (f"{DRA_DRIVER}/xid", "13", "None")
+    assert xid13["timeAdded"]  # the API server dates it
+
+    wait_for(
+        f"{fatal} quarantined in service",
+        lambda: env.status(fatal).get("reason") == "XidFatal",
+        90,
+    )
+    wait_node_side(env, fatal, "Quarantined", reason="XidFatal")
+    status = env.status(fatal)
+    assert "Xid 79 (fatal)" in status["message"]
+    assert f"DRA driver taint {DRA_DRIVER}/xid" in status["message"]
+    assert status["inService"]["verdict"]["gpu"] == simulated_uuid(fatal, 2)
+
+    wait_for(
+        f"{app}'s driver taints recorded",
+        lambda: len(_in_service(env, app).get("driverTaints") or []) == 2,
+        60,
+    )
+    wait_for(
+        f"{app}'s unmonitored GPU said",
+        lambda: any(e["reason"] == "WatchBlind" for e in env.events(app, "NodeAcceptance")),
+        30,
+    )
+    time.sleep(20)  # past correlation.settleSeconds (15 s): a verdict would be applied
+    kept = env.status(app)
+    assert kept["phase"] == "Accepted"
+    assert "reason" not in kept
+    assert "verdict" not in kept["inService"]
+    records = {(r["gpu"], r["key"], r.get("value", "")) for r in kept["inService"]["driverTaints"]}
+    assert records == {
+        (simulated_uuid(app, 2), f"{DRA_DRIVER}/xid", "13"),
+        (simulated_uuid(app, 5), f"{DRA_DRIVER}/unmonitored", ""),
+    }
+    assert any(e.get("xid") == 13 for e in kept["inService"]["events"])
+    assert QUARANTINE_TAINT not in env.taint_keys(app)
+
+
+def test_dry_run_holds_a_dra_driver_s_gpu_lost(env: Env) -> None:
+    suite = suite_id("dra-dry")
+    env.policy(suite, dryRun=True, inService=SIGNALS_ONLY)
+    (name,) = env.nodes(suite, {"d": HEALTHY})
+    wait_for(
+        f"{name} held, would accept",
+        lambda: env.status(name).get("heldAction") == "Accept",
+        120,
+    )
+    gpus = _to_dra(env, name)
+    env.standin.taint_gpus(name, {i: [driver_taint("gpu-lost")] for i in range(gpus)})
+    wait_for(
+        f"{name} held, would quarantine",
+        lambda: env.status(name).get("heldAction") == "Quarantine",
+        90,
+    )
+    status = env.status(name)
+    assert (status["phase"], status["reason"]) == ("Held", "DryRun")
+    assert status["reasons"][0]["reason"] == "GPULost"
+    assert "would quarantine" in status["message"]
+    assert QUARANTINE_TAINT not in env.taint_keys(name)
