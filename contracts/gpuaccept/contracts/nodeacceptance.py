@@ -290,7 +290,10 @@ class NodeAcceptanceStatus(ContractModel):
         description="The action held back by the breaker or dryRun (e.g. Quarantine).",
     )
     applied_taints: list[str] = Field(
-        default_factory=list, description="Taint keys this operator applied to the node."
+        default_factory=list,
+        description="Taint keys this operator applied to the node and may remove; the "
+        "policy's pending key stays on record after a verdict removed its taint (one status "
+        "write fewer per node; the key is the operator's whatever the record says).",
     )
     applied_labels: list[str] = Field(
         default_factory=list,
