@@ -27,8 +27,8 @@ from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import OperatorConfig
 from gpuaccept.operator.handlers import build_registry, configure, node_watch_filters
 from gpuaccept.operator.health import serve_health
-from gpuaccept.operator.kube import Kube
-from gpuaccept.operator.leader import LOCK_NAMESPACE, LeaseSettings
+from gpuaccept.operator.kube import LOCK_NAMESPACE, Kube
+from gpuaccept.operator.leader import LeaseSettings
 from gpuaccept.operator.options import (
     OptionError,
     base_node_selector,
