@@ -39,6 +39,7 @@ from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
     ProbeAttempt,
     WatchPodRequest,
+    fabric_pair_nonce,
     fabric_pod_manifest,
     probe_pod_manifest,
     probe_pod_name,
@@ -285,6 +286,7 @@ def _fabric_pod(rendered: list[dict[str, Any]], node: str) -> dict[str, Any]:
         policy_name="default",
         spec=NodeAcceptancePolicySpec.model_validate({"fabric": {"enabled": True}}),
         rendezvous_address=None,
+        nonce=fabric_pair_nonce(bytes(32), "abc123"),  # the pair's secret (rule 3 admits it)
     )
     return fabric_pod_manifest(request, config)
 

@@ -128,6 +128,7 @@ class PodView:
     # the terminated container's startedAt -> finishedAt, whole seconds (kubelet timestamps)
     run_seconds: int | None = None
     pod_ip: str | None = None  # status.podIP
+    fabric_nonce: str = ""  # a fabric pod's pair secret (env GPUACCEPT_FABRIC_NONCE)
     created: datetime | None = None  # metadata.creationTimestamp
     finished: datetime | None = None  # the terminated container's finishedAt
     fabric: FabricPodLabels | None = None  # a fabric pair's pod (docs/fabric.md)

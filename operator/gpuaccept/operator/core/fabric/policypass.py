@@ -67,6 +67,7 @@ from gpuaccept.operator.core.podidentity import (
 from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
     fabric_pair_id,
+    fabric_pair_nonce,
     fabric_pod_manifest,
     fabric_pod_name,
 )
@@ -101,6 +102,10 @@ class FabricSnapshot:
     # (core/podidentity.py).
     created_pods: Mapping[str, Mapping[str, CreatedPod]] = field(default_factory=dict)
     names_taken: Mapping[str, str] = field(default_factory=dict)
+    # The operator process's random key, from which each new pair's nonce is derived
+    # (fabric_pair_nonce); empty: pairs without a nonce. The partner's pod copies rank
+    # 0's, so a restarted operator (another key) still gives both pods the same one.
+    pair_key: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -312,6 +317,7 @@ def _second_pod_due(
             rendezvous_address=rank0.pod_ip,
             applied_taints=second.na.status.applied_taints,
             owner_uid=second.na.uid,
+            nonce=rank0.fabric_nonce,
         )
         manifest = fabric_pod_manifest(request, obs.config)
         b.writes.append((labels.second, CreateProbePod(name, manifest)))
@@ -494,6 +500,7 @@ def _first_pod(obs: FabricSnapshot, first: FabricMember, pair: NodePair) -> tupl
         rendezvous_address=None,
         applied_taints=first.na.status.applied_taints,
         owner_uid=first.na.uid,
+        nonce=fabric_pair_nonce(obs.pair_key, labels.pair),
     )
     name = fabric_pod_name(obs.config.pod_prefix, labels.pair, 0)
     return pair.first, CreateProbePod(name, fabric_pod_manifest(request, obs.config))
