@@ -1406,6 +1406,31 @@ def test_an_editor_of_default_cannot_hold_the_installation_lock(  # noqa: PLR091
         control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
 
 
+def test_an_operator_without_watch_pods_creates_no_pod_that_sees_every_gpu(
+    operator_api: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+    node: str,
+) -> None:
+    """Issue 42 item 10: the watch pod sees its node's GPUs through
+    ``NVIDIA_VISIBLE_DEVICES=all``, which the container runtime honours in an
+    unprivileged pod under the toolkit's default only; a platform that closes that
+    (every tenant pod could use every GPU) sets ``operator.watchPods: false``, and rule 3
+    then refuses the variable on every pod of the operator: its token cannot make a pod
+    that sees every GPU (under the default values the same pod is admitted,
+    test_operator_token_creates_only_probe_shaped_pods)."""
+    watch = _watch_pod(rendered, node)
+    hardened = ChartRelease(
+        RELEASE, NAMESPACE, set_values={**VALUES, "operator.watchPods": "false"}
+    ).render()
+    args = next(d for d in hardened if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert "--no-watch-pods" in args["containers"][0]["args"]
+    admission.objects = [o for o in hardened if o.get("kind") in ADMISSION_KINDS]
+    admission.install()
+    eventually_refused(_create(operator_api, watch), "a probe pod's environment is the operator's")
+    admitted(_create(operator_api, _fabric_pod(rendered, node)))  # the other pods still pass
+
+
 def test_a_tenant_editor_of_default_reads_none_of_the_operators_events(
     control_plane: ControlPlane,
     admin: k8s.ApiClient,

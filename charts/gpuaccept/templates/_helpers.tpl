@@ -131,6 +131,9 @@ and is put before the repository otherwise. */}}
 {{- if .Values.operator.allowControlPlaneNodes }}
 - --allow-control-plane-nodes
 {{- end }}
+{{- if not .Values.operator.watchPods }}
+- --no-watch-pods
+{{- end }}
 {{- range .Values.operator.ownedKeyPrefixes }}
 - --owned-key-prefix={{ . }}
 {{- end }}

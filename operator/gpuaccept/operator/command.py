@@ -184,6 +184,7 @@ def main(argv: Sequence[str]) -> int:
         probe_env=extra_env,
         base_node_selector=base_selector,
         allow_control_plane=args.allow_control_plane_nodes,
+        watch_pods=not args.no_watch_pods,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     lease, lock = _elections(args, identity)

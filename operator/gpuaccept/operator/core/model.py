@@ -295,6 +295,11 @@ class OperatorConfig:
     # does a policy's includeControlPlane reach them (their pods drop the
     # control-plane DoesNotExist requirements).
     allow_control_plane: bool = False
+    # In-service watch pods see the node's GPUs through NVIDIA_VISIBLE_DEVICES=all, which
+    # a hardened container runtime refuses to unprivileged pods; off (--no-watch-pods;
+    # chart operator.watchPods: false), every policy runs as with inService.watchPods
+    # false (docs/security.md).
+    watch_pods: bool = True
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run
