@@ -101,6 +101,9 @@ def test_default_render(default_docs: list[Manifest]) -> None:
             "Role",
             "RoleBinding",
             "Service",
+            # the Events (kube-system) and the installation lock (default)
+            "Role",
+            "RoleBinding",
             "Role",
             "RoleBinding",
             "Deployment",
@@ -148,7 +151,7 @@ def test_standard_labels_everywhere(values: Path | None) -> None:
             "ValidatingAdmissionPolicyBinding",
         }:
             assert "namespace" not in obj["metadata"], obj["kind"]
-        elif not obj["metadata"]["name"].endswith("-events"):
+        elif not obj["metadata"]["name"].endswith(("-events", "-installation-lock")):
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
 
 
@@ -349,7 +352,9 @@ def test_non_default_release_name_and_namespace() -> None:
     assert deployment["metadata"]["name"] == "acme-gpuaccept"
     assert deployment["metadata"]["namespace"] == "gpu-ops"
     assert args_of(docs)["--namespace"] == "gpu-ops"
-    assert {r["metadata"]["namespace"] for r in by_kind(docs, "Role")} == {"gpu-ops", "default"}
+    assert {r["metadata"]["namespace"] for r in by_kind(docs, "Role")} == {
+        "gpu-ops", "kube-system", "default"
+    }  # fmt: skip
     binding = one(docs, "ClusterRoleBinding")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "acme-gpuaccept", "namespace": "gpu-ops"}

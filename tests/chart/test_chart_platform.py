@@ -511,8 +511,10 @@ def test_namespace_override_moves_every_namespaced_object(tmp_path: Path) -> Non
         "ValidatingAdmissionPolicyBinding",
     }
     for doc in docs:
-        if doc["kind"] in cluster_scoped or doc["metadata"].get("namespace") == "default":
-            continue  # the events Role/RoleBinding live in "default" on purpose
+        if doc["kind"] in cluster_scoped or doc["metadata"].get("namespace") in {
+            "default", "kube-system"
+        }:  # fmt: skip
+            continue  # the events (kube-system) and lock (default) roles, on purpose
         assert doc["metadata"]["namespace"] == "gpu-ops", doc["kind"]
     assert "--namespace=gpu-ops" in operator_args(docs)
     subjects = [s for d in kinds(docs, "ClusterRoleBinding") for s in d["subjects"]]

@@ -92,7 +92,10 @@ NAMESPACE_ALLOW: dict[Grant, str] = {
 }
 
 EVENTS_ALLOW: dict[Grant, str] = {
-    ("", "events", "create", ""): "Kube.create_event (namespace default)",
+    ("", "events", "create", ""): "Kube.create_event (namespace kube-system, not a tenant's)",
+}
+
+LOCK_ALLOW: dict[Grant, str] = {
     ("coordination.k8s.io", "leases", "create", ""): "Kube.create_lock_lease",
     ("coordination.k8s.io", "leases", "get", "gpuaccept-installation"): "Kube.get_lock_lease",
     ("coordination.k8s.io", "leases", "update", "gpuaccept-installation"): (
@@ -147,9 +150,10 @@ def test_cluster_role_is_exactly_the_allow_list(docs: list[Manifest]) -> None:
 
 def test_namespace_roles_are_exactly_the_allow_list(docs: list[Manifest]) -> None:
     roles = {r["metadata"]["namespace"]: r for r in by_kind(docs, "Role")}
-    assert set(roles) == {NAMESPACE, "default"}
+    assert set(roles) == {NAMESPACE, "kube-system", "default"}
     assert grants(roles[NAMESPACE]) == NAMESPACE_ALLOW.keys()
-    assert grants(roles["default"]) == EVENTS_ALLOW.keys()
+    assert grants(roles["kube-system"]) == EVENTS_ALLOW.keys()
+    assert grants(roles["default"]) == LOCK_ALLOW.keys()  # nothing but the lock in "default"
 
 
 def test_allow_list_names_real_calls() -> None:
@@ -158,7 +162,7 @@ def test_allow_list_names_real_calls() -> None:
 
     cited = {
         word.split(".")[1].rstrip(",")
-        for reason in (CLUSTER_ALLOW | NAMESPACE_ALLOW | EVENTS_ALLOW).values()
+        for reason in (CLUSTER_ALLOW | NAMESPACE_ALLOW | EVENTS_ALLOW | LOCK_ALLOW).values()
         for word in reason.split()
         if word.startswith("Kube.")
     }
@@ -217,7 +221,7 @@ def test_bindings_point_at_the_operator_only(docs: list[Manifest]) -> None:
     sa = one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     subject = [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
     bindings = by_kind(docs, "ClusterRoleBinding") + by_kind(docs, "RoleBinding")
-    assert len(bindings) == 3
+    assert len(bindings) == 4
     roles = {(r["kind"], r["metadata"].get("namespace"), r["metadata"]["name"]) for r in docs}
     for binding in bindings:
         assert binding["subjects"] == subject
@@ -287,7 +291,9 @@ def code_grants() -> dict[str, set[Grant]]:
     kube = importlib.import_module("gpuaccept.operator.kube")
     handlers = importlib.import_module("gpuaccept.operator.handlers")
     package = Path(kube.__file__).parent
-    scopes: dict[str, set[Grant]] = {"cluster": set(), "release": set(), "default": set()}
+    scopes: dict[str, set[Grant]] = {
+        "cluster": set(), "release": set(), "kube-system": set(), "default": set()
+    }  # fmt: skip
     calls = 0
     for source in sorted(package.rglob("*.py")):
         module_name = "gpuaccept.operator." + ".".join(
@@ -319,7 +325,9 @@ def code_grants() -> dict[str, set[Grant]]:
             verb = _VERBS.get(method) or ("get" if parts["name"] else "list")
             ns = parts["ns"]
             scope = (
-                "cluster" if ns in (None, "*") else ("default" if ns == "default" else "release")
+                "cluster"
+                if ns in (None, "*")
+                else (ns if ns in {"default", "kube-system"} else "release")
             )
             scopes[scope].add((parts.get("group") or "", resource, verb, ""))
     assert calls >= 10, "the operator's API calls changed shape: update this parser"
@@ -349,7 +357,8 @@ def test_allow_list_is_what_the_code_calls() -> None:
     used = code_grants()
     assert _unnamed(CLUSTER_ALLOW) == used["cluster"]
     assert _unnamed(NAMESPACE_ALLOW) == used["release"]
-    assert _unnamed(EVENTS_ALLOW) == used["default"]
+    assert _unnamed(EVENTS_ALLOW) == used["kube-system"]
+    assert _unnamed(LOCK_ALLOW) == used["default"]
 
 
 def test_admin_modules_stay_out_of_the_operators_process() -> None:

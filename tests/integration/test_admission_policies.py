@@ -39,13 +39,14 @@ from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
     ProbeAttempt,
     WatchPodRequest,
+    fabric_pair_nonce,
     fabric_pod_manifest,
     probe_pod_manifest,
     probe_pod_name,
     watch_pod_manifest,
     watch_pod_name,
 )
-from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.kube import EVENT_NAMESPACE, EventRecord, Kube
 from gpuaccept.testsupport.chart_rbac import (
     ChartRelease,
     OperatorIdentity,
@@ -285,6 +286,7 @@ def _fabric_pod(rendered: list[dict[str, Any]], node: str) -> dict[str, Any]:
         policy_name="default",
         spec=NodeAcceptancePolicySpec.model_validate({"fabric": {"enabled": True}}),
         rendezvous_address=None,
+        nonce=fabric_pair_nonce(bytes(32), "abc123"),  # the pair's secret (rule 3 admits it)
     )
     return fabric_pod_manifest(request, config)
 
@@ -1402,6 +1404,83 @@ def test_an_editor_of_default_cannot_hold_the_installation_lock(  # noqa: PLR091
             coordination.delete_namespaced_lease(lock, "default")
         body = json.dumps({"apiVersion": "v1", "kind": "List", "items": [binding]})
         control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=body)
+
+
+def test_an_operator_without_watch_pods_creates_no_pod_that_sees_every_gpu(
+    operator_api: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+    node: str,
+) -> None:
+    """Issue 42 item 10: the watch pod sees its node's GPUs through
+    ``NVIDIA_VISIBLE_DEVICES=all``, which the container runtime honours in an
+    unprivileged pod under the toolkit's default only; a platform that closes that
+    (every tenant pod could use every GPU) sets ``operator.watchPods: false``, and rule 3
+    then refuses the variable on every pod of the operator: its token cannot make a pod
+    that sees every GPU (under the default values the same pod is admitted,
+    test_operator_token_creates_only_probe_shaped_pods)."""
+    watch = _watch_pod(rendered, node)
+    hardened = ChartRelease(
+        RELEASE, NAMESPACE, set_values={**VALUES, "operator.watchPods": "false"}
+    ).render()
+    args = next(d for d in hardened if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert "--no-watch-pods" in args["containers"][0]["args"]
+    admission.objects = [o for o in hardened if o.get("kind") in ADMISSION_KINDS]
+    admission.install()
+    eventually_refused(_create(operator_api, watch), "a probe pod's environment is the operator's")
+    admitted(_create(operator_api, _fabric_pod(rendered, node)))  # the other pods still pass
+
+
+def test_a_tenant_editor_of_default_reads_none_of_the_operators_events(
+    control_plane: ControlPlane,
+    admin: k8s.ApiClient,
+    editor: k8s.ApiClient,
+    operator_api: k8s.ApiClient,
+    node: str,
+) -> None:
+    """Issue 42 item 4, its second half: the operator's Events (node names, verdicts)
+    were written in ``default``, where a tenant with edit reads them. The API server
+    keeps an Event on a cluster-scoped object (no ``involvedObject.namespace``, an
+    ``eventTime`` set) to ``default`` or ``kube-system``, nowhere else (checked below:
+    the release namespace is refused); the operator writes them in ``kube-system``, and
+    ``kubectl describe node`` still shows them (it lists every namespace)."""
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "editor-of-default-events", "namespace": "default"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "system:aggregate-to-view"},
+        "subjects": [{"kind": "ServiceAccount", "name": EDITOR, "namespace": NAMESPACE}],
+    }  # fmt: skip
+    apply_manifests(control_plane, [binding])
+    core = k8s.CoreV1Api(admin)
+    uid = core.read_node(node).metadata.uid
+    event = EventRecord(
+        kind="Node", api_version="v1", name=node, uid=uid, type="Warning",
+        reason="Quarantined", message="NcclAllreduceFailed: busbw 210.8 < 400 GB/s",
+    )  # fmt: skip
+    selector = f"involvedObject.name={node}"
+    tenant = k8s.CoreV1Api(editor)
+    try:
+        Kube(operator_api).create_event(event, now=datetime.now(UTC), reporting_instance="test")
+        assert tenant.list_namespaced_event("default", field_selector=selector).items == []
+        with pytest.raises(ApiException) as refused:
+            tenant.list_namespaced_event(EVENT_NAMESPACE, field_selector=selector)
+        assert refused.value.status == 403
+        written = core.list_event_for_all_namespaces(field_selector=selector).items
+        assert [(e.metadata.namespace, e.reason) for e in written] == [
+            ("kube-system", "Quarantined")
+        ]
+        described = control_plane.kubectl("describe", "node", node).stdout
+        assert "NcclAllreduceFailed: busbw 210.8" in described, described
+        body = Kube.event_body(event, now=datetime.now(UTC), reporting_instance="test")
+        body["metadata"]["namespace"] = NAMESPACE
+        with pytest.raises(ApiException) as invalid:  # the API server: not the release's
+            core.create_namespaced_event(NAMESPACE, body)
+        assert invalid.value.status == 422, invalid.value.body
+        assert "does not match event.namespace" in str(invalid.value.body)
+    finally:
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": [binding]})
+        control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=text)
 
 
 def test_only_the_named_controllers_write_probe_pod_status(  # noqa: PLR0913, PLR0917

@@ -6,6 +6,8 @@ to its profile's ``interNode.busbwGBps``."""
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -20,7 +22,7 @@ from gpuaccept.checks.fabric_allreduce import (
     judge_fabric,
 )
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
-from gpuaccept.contracts.probe_invocation import ProbeExit
+from gpuaccept.contracts.probe_invocation import ENV_FABRIC_NONCE, ProbeExit
 from gpuaccept.contracts.report import (
     CheckStatus,
     HardwareMode,
@@ -192,9 +194,10 @@ def free_port(address: str) -> int:
 
 
 def start_node(
-    rank: int, profile: Path, port: int, tmp_path: Path, *extra: str
+    rank: int, profile: Path, port: int, tmp_path: Path, *extra: str, nonce: str = ""
 ) -> tuple[subprocess.Popen[str], Path]:
-    """One pod: node ``rank`` at 127.0.0.(10 + rank), rank 0's address the rendezvous."""
+    """One pod: node ``rank`` at 127.0.0.(10 + rank), rank 0's address the rendezvous;
+    ``nonce``: the pair's secret, as the operator puts it in the pod's environment."""
     term_log = tmp_path / f"termination-log-{rank}"
     command = [
         sys.executable,
@@ -220,7 +223,11 @@ def start_node(
         str(term_log),
         *extra,
     ]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {k: v for k, v in os.environ.items() if k != ENV_FABRIC_NONCE}
+    env |= {ENV_FABRIC_NONCE: nonce} if nonce else {}
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     return process, term_log
 
 
@@ -285,6 +292,58 @@ def test_a_partner_that_never_comes_is_an_error_at_the_rendezvous_not_a_hang(
     assert observed.phase == "rendezvous"  # evidence against neither node
     assert observed.busbw_gbps is None
     assert "failed in meeting the partner" in result.message
+
+
+def _ended(process: subprocess.Popen[str], term_log: Path) -> tuple[int, ProbeReport]:
+    output, _ = process.communicate(timeout=240)
+    assert term_log.exists(), output
+    return process.returncode, decode_termination_message(term_log.read_text())
+
+
+@pytest.mark.torchdist
+def test_a_peer_without_the_pairs_nonce_never_joins_the_pair(tmp_path: Path) -> None:
+    """Issue 42 item 10: the rendezvous port takes any peer. A real peer process
+    reaches rank 0's port as rank 1, without the pair's nonce (and one with another
+    nonce): before, it took the partner's place and the pair measured with it (rank 0
+    Accepted); now neither side meets the other, and both end at the rendezvous, which
+    is evidence against neither node. The two pods with the same nonce pass."""
+    nonce = secrets.token_hex(16)
+    for name, intruder in (("none", ""), ("another", secrets.token_hex(16))):
+        case = tmp_path / name
+        case.mkdir()
+        port = free_port("127.0.0.10")
+        profiles = [fabric_profile(case, f"node-{r}", HEALTHY_GBPS) for r in (0, 1)]
+        wait = ("--rendezvous-timeout-s", "8")
+        pair = [
+            start_node(0, profiles[0], port, case, *wait, nonce=nonce),
+            start_node(1, profiles[1], port, case, *wait, nonce=intruder),
+        ]
+        for code, report in (_ended(*pod) for pod in pair):
+            result = report.results[0]
+            assert (code, result.status) == (ProbeExit.QUARANTINED, CheckStatus.ERROR), name
+            observed = FabricAllreduceObserved.model_validate(result.observed)
+            assert (observed.phase, observed.busbw_gbps) == ("rendezvous", None), name
+    case = tmp_path / "same"
+    case.mkdir()
+    port = free_port("127.0.0.10")
+    pair = [
+        start_node(r, fabric_profile(case, f"node-{r}", HEALTHY_GBPS), port, case, nonce=nonce)
+        for r in (0, 1)
+    ]
+    for code, report in (_ended(*pod) for pod in pair):
+        assert code == ProbeExit.ACCEPTED, report.results[0].message
+
+
+def test_a_malformed_nonce_is_one_line_naming_the_variable_and_exit_2(tmp_path: Path) -> None:
+    process, _ = start_node(
+        0, fabric_profile(tmp_path, "node-0", HEALTHY_GBPS), 1, tmp_path, nonce="not-hex"
+    )
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 2, output
+    assert output.strip().splitlines() == [
+        f"gpuaccept probe fabric: error: {ENV_FABRIC_NONCE}: 32 to 128 lowercase hex digits "
+        "(got 7 characters)"
+    ]
 
 
 def test_the_probe_process_never_imports_torch_only_its_ranks_do() -> None:

@@ -132,6 +132,9 @@ and is put before the repository otherwise. */}}
 - --allow-control-plane-nodes
 {{- end }}
 - --dra-driver={{ join "," .Values.operator.draDrivers }}
+{{- if not .Values.operator.watchPods }}
+- --no-watch-pods
+{{- end }}
 {{- range .Values.operator.ownedKeyPrefixes }}
 - --owned-key-prefix={{ . }}
 {{- end }}

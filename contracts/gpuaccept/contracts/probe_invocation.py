@@ -54,6 +54,9 @@ class ProbeExit(IntEnum):
 # ``gpuaccept probe fabric``: one node's half of a two-node all-reduce (docs/fabric.md).
 FABRIC_SUBCOMMAND: Final = "fabric"
 ENV_POD_IP: Final = "GPUACCEPT_POD_IP"  # the pod's IP (downward API status.podIP): bind here
+# The pair's secret, the same in both pods of a pair (the operator's, per pair): the ranks
+# meet under it in the rendezvous store, so a peer without it never joins (docs/fabric.md).
+ENV_FABRIC_NONCE: Final = "GPUACCEPT_FABRIC_NONCE"
 FLAG_RENDEZVOUS_ADDRESS: Final = "--rendezvous-address"  # the rank-0 pod's IP
 FLAG_RENDEZVOUS_PORT: Final = "--rendezvous-port"
 FLAG_NODES: Final = "--nodes"

@@ -27,8 +27,8 @@ from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import OperatorConfig
 from gpuaccept.operator.handlers import build_registry, configure, node_watch_filters
 from gpuaccept.operator.health import serve_health
-from gpuaccept.operator.kube import ORIGIN_STARTUP, Kube
-from gpuaccept.operator.leader import LOCK_NAMESPACE, LeaseSettings
+from gpuaccept.operator.kube import LOCK_NAMESPACE, ORIGIN_STARTUP, Kube
+from gpuaccept.operator.leader import LeaseSettings
 from gpuaccept.operator.options import (
     OptionError,
     base_node_selector,
@@ -187,6 +187,7 @@ def main(argv: Sequence[str]) -> int:
         base_node_selector=base_selector,
         allow_control_plane=args.allow_control_plane_nodes,
         dra_drivers=drivers,
+        watch_pods=not args.no_watch_pods,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     lease, lock = _elections(args, identity)

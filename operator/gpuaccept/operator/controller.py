@@ -181,7 +181,6 @@ class Controller:
             wake=self.enqueue,
             leading=lambda: self.leading,
         )
-        self._policy_generations: dict[str, int] = {}
         self._failures: Counter[str] = Counter()
         self.failures = FailureLog("reconcile")
         self._tasks: list[asyncio.Task[None]] = []
@@ -211,15 +210,12 @@ class Controller:
         for name in {*self.cache.node_names(), *self.cache.na_names()}:
             self.queue.add(name)
 
-    def policy_seen(self, name: str, generation: int | None, deleted: bool) -> None:
-        """A policy appeared, changed its spec or went: every node may be affected."""
-        if deleted:
-            self._policy_generations.pop(name, None)
-        elif self._policy_generations.get(name) == generation:
-            return  # a status-only update
-        else:
-            self._policy_generations[name] = generation or 0
-        self.enqueue_all()
+    def policy_seen(self) -> None:
+        """A policy appeared, changed or went: the nodes it matches, before or after (the
+        fleet count found them, by label), are reconciled again; no other node can be
+        affected. A policy that selects no node wakes none (issue 42 item 10)."""
+        for name in self.cache.count.take_affected():
+            self.queue.add(name)
 
     # ------------------------------------------------------------------ run
     async def start(self) -> None:
@@ -323,8 +319,7 @@ class Controller:
         self.cache.settle()
         for entry in gone:
             self.enqueue(entry.node if entry.kind in ("pod", "slice") else entry.key)
-        if any(entry.kind == "policy" for entry in gone):
-            self.enqueue_all()
+        self.policy_seen()  # a policy gone: the nodes it matched
 
     def _gone(self, unlisted: list[Unlisted]) -> list[Unlisted]:
         """Which of ``unlisted`` the API server no longer has (in the API threads)."""

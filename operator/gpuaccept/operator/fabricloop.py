@@ -74,6 +74,7 @@ class FabricLoop:
         self.wake = wake
         self.leading = runner.leading
         self._verdicts: dict[str, _Given] = {}
+        self._pair_key = secrets.token_bytes(32)  # each new pair's nonce is derived from it
         self._poked = asyncio.Event()
         # A pass created pods: the next pass runs at once and records their UIDs, so
         # a crash in between (which would leave pods it cannot tell from a squatter's)
@@ -162,6 +163,7 @@ class FabricLoop:
             created_pods={n: actions.created_pods(n) for n in names if n in actions.created},
             names_taken={n: actions.name_taken[n] for n in names if n in actions.name_taken},
             nonce_seed=secrets.token_hex(32),  # never stored: core/creationintent.py
+            pair_key=self._pair_key,
         )
 
     def with_evidence(self, writes: tuple[tuple[str, Action], ...]) -> list[tuple[str, Action]]:

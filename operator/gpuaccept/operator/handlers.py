@@ -134,11 +134,11 @@ def build_registry(
             controller.fabric.poke()
 
     @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, registry=registry)
-    async def policy_event(name: str, meta: kopf.Meta, type: str | None, **kwargs: Any) -> None:
+    async def policy_event(name: str, type: str | None, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
         controller.cache.saw("policy", name, type, time.monotonic())
         controller.cache.refresh_policies()
-        controller.policy_seen(name, meta.get("generation"), deleted=type == "DELETED")
+        controller.policy_seen()
 
     @kopf.on.event("", "v1", "pods", labels=probe_labels, registry=registry)
     async def pod_event(

@@ -80,14 +80,18 @@ def user_agent(origin: str | None = None) -> str:
     return f"{USER_AGENT} ({origin or _origin.get()})"
 
 
-EVENT_NAMESPACE = "default"  # Events on cluster-scoped objects live here (as the kubelet's do)
+# Events on cluster-scoped objects (Nodes, NodeAcceptances). The API server keeps such an
+# Event (no involvedObject.namespace, an eventTime) to "default" or "kube-system"; tenants
+# are given edit in "default", so they go to "kube-system" (issue 42, docs/security.md).
+EVENT_NAMESPACE = "kube-system"
 NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
 POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
 # The DRA drivers' ResourceSlices (resource.k8s.io/v1, GA since Kubernetes 1.34).
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
-# The installation lock (leader.py): one Lease per cluster, in the namespace of the Events.
-LOCK_LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+# The installation lock (leader.py): one Lease per cluster, in "default" (docs/security.md).
+LOCK_NAMESPACE = "default"
+LOCK_LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{LOCK_NAMESPACE}/leases"
 # A pod in any namespace (the drain of a quarantined node): cluster-wide in the RBAC.
 EVICTION_PATH = "/api/v1/namespaces/{any_namespace}/pods/{name}/eviction"
 
@@ -421,32 +425,40 @@ class Kube:
     # ------------------------------------------------------------- events
     def create_event(self, event: EventRecord, *, now: datetime, reporting_instance: str) -> None:
         self._count("event.create")
-        kind, name, uid, reason = event.kind, event.name, event.uid, event.reason
-        api_version, type_, message = event.api_version, event.type, event.message
-        involved: dict[str, str] = {"kind": kind, "apiVersion": api_version, "name": name}
-        if uid:
-            involved["uid"] = uid
-        body = {
+        body = self.event_body(event, now=now, reporting_instance=reporting_instance)
+        try:
+            self.request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
+        except ApiException as error:  # an Event is best effort
+            log.warning(
+                "event %s on %s/%s not recorded: %s",
+                event.reason, event.kind, event.name, error.reason,
+            )  # fmt: skip
+
+    @staticmethod
+    def event_body(event: EventRecord, *, now: datetime, reporting_instance: str) -> dict[str, Any]:
+        """The Event :meth:`create_event` posts, in :data:`EVENT_NAMESPACE`."""
+        involved: dict[str, str] = {
+            "kind": event.kind, "apiVersion": event.api_version, "name": event.name
+        }  # fmt: skip
+        if event.uid:
+            involved["uid"] = event.uid
+        return {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{name[:200]}.", "namespace": EVENT_NAMESPACE},
+            "metadata": {"generateName": f"{event.name[:200]}.", "namespace": EVENT_NAMESPACE},
             "involvedObject": involved,
-            "type": type_,
-            "reason": reason[:128],
-            "message": message[:1024],
+            "type": event.type,
+            "reason": event.reason[:128],
+            "message": event.message[:1024],
             "source": {"component": "gpuaccept-operator"},
             "reportingComponent": "gpuaccept.io/operator",
             "reportingInstance": reporting_instance[:128],
             "firstTimestamp": _iso(now),
             "lastTimestamp": _iso(now),
             "eventTime": _micro(now),
-            "action": reason[:128],
+            "action": event.reason[:128],
             "count": 1,
         }
-        try:
-            self.request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
-        except ApiException as error:  # an Event is best effort
-            log.warning("event %s on %s/%s not recorded: %s", reason, kind, name, error.reason)
 
 
 def _condition(kind: str, status: str, reason: str, message: str, now: datetime) -> dict[str, str]:

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.operator import metrics
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
-from gpuaccept.operator.kube import EVENT_NAMESPACE, Kube
+from gpuaccept.operator.kube import LOCK_NAMESPACE, Kube
 
 log = logging.getLogger(__name__)
 
@@ -229,8 +229,6 @@ class LeaderElector:
 
 
 # --------------------------------------------------------------------------- one per cluster
-
-LOCK_NAMESPACE = EVENT_NAMESPACE  # where Events on cluster-scoped objects go already
 
 
 class _LockLeases:

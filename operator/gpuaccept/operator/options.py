@@ -383,6 +383,14 @@ def parser() -> argparse.ArgumentParser:
         "plugin's nvidia.com/gpu counts",
     )
     p.add_argument(
+        "--no-watch-pods",
+        action="store_true",
+        default=env("GPUACCEPT_NO_WATCH_PODS", "") == "true",
+        help="never run in-service watch pods, whatever a policy's inService.watchPods "
+        "says: for a container runtime that gives no GPU to an unprivileged pod through "
+        "NVIDIA_VISIBLE_DEVICES (docs/security.md, GPUs a pod did not request)",
+    )
+    p.add_argument(
         "--unmatched-grace",
         type=float,
         default=float(env("GPUACCEPT_UNMATCHED_GRACE", "900")),

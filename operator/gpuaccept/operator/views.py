@@ -32,6 +32,7 @@ from gpuaccept.contracts.nodeacceptance import (
     Phase,
 )
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
+from gpuaccept.contracts.probe_invocation import ENV_FABRIC_NONCE
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
 from gpuaccept.operator.core.model import (
     ConditionSeen,
@@ -342,6 +343,15 @@ def _unknown_phase(name: object, raw: object) -> str | None:
     return phase
 
 
+def _fabric_nonce(spec: Mapping[str, Any]) -> str:
+    """The pair's secret in a fabric pod's environment (``GPUACCEPT_FABRIC_NONCE``)."""
+    for container in spec.get("containers") or ():
+        for variable in (container or {}).get("env") or ():
+            if (variable or {}).get("name") == ENV_FABRIC_NONCE:
+                return str(variable.get("value") or "")
+    return ""
+
+
 def _fabric_labels(meta: Mapping[str, Any]) -> FabricPodLabels | None:
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
@@ -406,6 +416,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         waiting_message=waiting.get("message"),
         run_seconds=container_run_seconds(terminated),
         pod_ip=status.get("podIP") or None,
+        fabric_nonce=_fabric_nonce(body.get("spec") or {}),
         created=_timestamp(meta.get("creationTimestamp")),
         finished=_timestamp((terminated or {}).get("finishedAt")),
         fabric=_fabric_labels(meta),

@@ -17,6 +17,13 @@ Each rank leaves a phase marker (``rendezvous``, then ``allreduce``) so that a
 failure says how far it got: pods that never met are evidence against neither
 node.
 
+The rendezvous port is open to anyone who can reach the pod's IP, and a TCPStore
+has no authentication. The pair's nonce (the operator's, in both pods' spec) is the
+prefix of every key the ranks and their process group use: a peer without it can
+connect but never sees or writes the pair's keys, so it cannot take a rank's place or
+read where the ranks' transports listen; the pair then fails at the rendezvous, which
+is evidence against neither node.
+
 A rank bound to an address (``bind_address``, the pod's IP) listens there and
 nowhere else: the rank-0 store on ``bind_address:port`` (its socket is bound
 here and handed to the TCPStore) and gloo's pairs on ``bind_address``. The kubelet
@@ -65,6 +72,9 @@ class Rendezvous:
     bind_address: str | None = None
     timeout_s: float = 300.0
     """How long to wait for every rank of both nodes to reach the store."""
+    nonce: str = ""
+    """The pair's secret (env GPUACCEPT_FABRIC_NONCE): every key of the pair lives under
+    it in the store, so a peer without it reaches the port but never the pair."""
 
     @property
     def world(self) -> int:

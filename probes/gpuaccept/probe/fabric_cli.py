@@ -21,6 +21,7 @@ import argparse
 import ipaddress
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -42,6 +43,7 @@ from gpuaccept.contracts.probe_invocation import (
     DEFAULT_RENDEZVOUS_PORT,
     ENV_BOOT_ID,
     ENV_EXPECTED_GPUS,
+    ENV_FABRIC_NONCE,
     ENV_POD_IP,
     ENV_PROFILE,
     FLAG_ALLOW_SOCKET_TRANSPORT,
@@ -192,6 +194,18 @@ def _sizes(max_bytes: int) -> tuple[int, ...]:
     return tuple(s for s in sizes if s <= max_bytes) or (max_bytes,)
 
 
+_NONCE = re.compile(r"[0-9a-f]{32,128}")
+
+
+def _nonce(text: str) -> str:
+    """The pair's nonce: empty (a run by hand, no secret), or 32 to 128 hex digits."""
+    if text and not _NONCE.fullmatch(text):
+        raise UsageError(
+            f"{ENV_FABRIC_NONCE}: 32 to 128 lowercase hex digits (got {len(text)} characters)"
+        )
+    return text
+
+
 def plan_run(args: argparse.Namespace) -> FabricRun:
     """The run the arguments describe; raises UsageError or InputError naming the field."""
     address = _ip(FLAG_RENDEZVOUS_ADDRESS, args.rendezvous_address)
@@ -236,6 +250,7 @@ def plan_run(args: argparse.Namespace) -> FabricRun:
         local_ranks=local_ranks,
         bind_address=bind,
         timeout_s=args.rendezvous_timeout_s,
+        nonce=_nonce(os.environ.get(ENV_FABRIC_NONCE, "")),
     )
     return FabricRun(
         job=FabricJob(rendezvous, backend, sizes, timing, hold_gbps=hold),

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, TCPStore
+from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store, TCPStore
 
 from gpuaccept.probe.allreduce import FLOAT_BYTES
 from gpuaccept.probe.fabric import (
@@ -83,7 +83,7 @@ Collectives = tuple[Callable[[torch.Tensor], None], Callable[[], None], torch.de
 """An all-reduce, a barrier, and the device their tensors live on."""
 
 
-def _nccl(job: FabricJob, local_rank: int, rank: int, store: TCPStore) -> Collectives:
+def _nccl(job: FabricJob, local_rank: int, rank: int, store: Store) -> Collectives:
     ordinal = job.devices[local_rank] if job.devices else local_rank
     torch.cuda.set_device(ordinal)
     device = torch.device("cuda", ordinal)
@@ -105,7 +105,7 @@ def _nccl(job: FabricJob, local_rank: int, rank: int, store: TCPStore) -> Collec
     return allreduce, barrier, device
 
 
-def _gloo(job: FabricJob, rank: int, store: TCPStore) -> Collectives:
+def _gloo(job: FabricJob, rank: int, store: Store) -> Collectives:
     """A gloo group whose pairs listen on the bind address only (init_process_group
     would pick the address the hostname resolves to)."""
     rdv = job.rendezvous
@@ -146,14 +146,16 @@ def _run_rank(local_rank: int, job: FabricJob, out: Path) -> None:
         wait_for_workers=True,
         master_listen_fd=listener.fileno() if listener else None,
     )
+    # The pair's keys live under its nonce: a peer without it never sees or writes them.
+    pair: Store = PrefixStore(f"pair/{rdv.nonce}", store) if rdv.nonce else store
     # every rank of both nodes reached the store: from here on a failure is the pair's
-    store.set(f"arrived/{rank}", "1")
-    store.wait([f"arrived/{r}" for r in range(rdv.world)], timedelta(seconds=rdv.timeout_s))
+    pair.set(f"arrived/{rank}", "1")
+    pair.wait([f"arrived/{r}" for r in range(rdv.world)], timedelta(seconds=rdv.timeout_s))
     (out / f"phase{local_rank}").write_text(PHASE_ALLREDUCE)
     if job.backend == "nccl":
-        allreduce, barrier, device = _nccl(job, local_rank, rank, store)
+        allreduce, barrier, device = _nccl(job, local_rank, rank, pair)
     else:
-        allreduce, barrier, device = _gloo(job, rank, store)
+        allreduce, barrier, device = _gloo(job, rank, pair)
     try:
         check = torch.ones(1024, dtype=torch.float32, device=device)
         allreduce(check)

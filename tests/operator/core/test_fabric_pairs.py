@@ -5,6 +5,7 @@ an operator may be killed picked up again from what the API server holds."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from gpuaccept.contracts.nodeacceptance import (
     NodeAcceptanceStatus,
     Phase,
 )
+from gpuaccept.contracts.probe_invocation import ENV_FABRIC_NONCE
 from gpuaccept.operator.core.fabric.pairing import NodePair
 from gpuaccept.operator.core.fabric.policypass import (
     PARTNER_START_GRACE_SECONDS,
@@ -41,6 +43,8 @@ from gpuaccept.operator.core.model import (
     PodView,
     PolicyView,
 )
+from gpuaccept.operator.core.podspec import fabric_pair_nonce
+from gpuaccept.operator.views import pod_view
 
 
 def waiting(
@@ -114,6 +118,35 @@ def test_the_second_pod_waits_for_the_first_pods_ip_then_gets_it_as_rendezvous()
     assert command[command.index("--node-rank") + 1] == "1"
     assert command[command.index("--rendezvous-address") + 1] == "10.0.0.7"
     assert with_ip.started == ()  # a running pair: nothing new planned for a or b
+
+
+def _nonce_of(manifest: dict[str, object]) -> str:
+    (container,) = manifest["spec"]["containers"]  # type: ignore[index]
+    values = [e["value"] for e in container["env"] if e["name"] == ENV_FABRIC_NONCE]
+    return str(values[0]) if values else ""
+
+
+def test_both_pods_of_a_pair_carry_its_nonce_and_no_other_pair_has_it() -> None:
+    """Issue 42 item 10: the rendezvous takes only a peer with the pair's nonce. Rank 0's
+    is derived from the operator process's random key and the pair; rank 1 copies rank
+    0's from its pod (read back by the cache), so an operator restarted in between
+    (another key) still gives both pods the same one."""
+    key = bytes(range(32))
+    step = plan_fabric_pass(dataclasses.replace(observed(waiting("a"), waiting("b")), pair_key=key))
+    (create,) = created(step)
+    nonce = _nonce_of(create.manifest)
+    pair = create.manifest["metadata"]["labels"]["gpuaccept.io/fabric-pair"]
+    assert re.fullmatch("[0-9a-f]{32}", nonce)
+    assert nonce == fabric_pair_nonce(key, pair)
+    assert nonce not in {fabric_pair_nonce(key, "another-pair"), fabric_pair_nonce(b"k" * 32, pair)}
+    read_back = pod_view({**create.manifest, "status": {"podIP": "10.0.0.7"}})
+    assert read_back.fabric_nonce == nonce
+    rank0 = dataclasses.replace(pod(0, ip="10.0.0.7"), fabric_nonce=read_back.fabric_nonce)
+    restarted = dataclasses.replace(
+        observed(waiting("a", (rank0,)), waiting("b")), pair_key=b"another process" * 2
+    )
+    (partner,) = created(plan_fabric_pass(restarted))
+    assert _nonce_of(partner.manifest) == nonce
 
 
 BUSY = waiting("b", (PodView(name="probe-b-1", phase="Running"),))

@@ -23,9 +23,10 @@ WINDOW = 60
 SETTLE = 15  # correlation.settleSeconds: a verdict waits this long after its onset
 
 
-def accepted(**section: Any) -> World:
+def accepted(*, operator_watch_pods: bool = True, **section: Any) -> World:
     policy = spec(inService={"enabled": True, "windowSeconds": WINDOW, **section})
     world = World(policies=[PolicyView(name="default", generation=1, spec=policy)])
+    world.config = dataclasses.replace(world.config, watch_pods=operator_watch_pods)
     world.settle()
     world.finish_with_report()
     world.settle()
@@ -187,6 +188,19 @@ def test_remap_failure_in_the_state_quarantines() -> None:
 def test_watch_pods_off() -> None:
     world = accepted(watchPods=False)
     assert not watch_pods(world)
+
+
+def test_an_operator_without_watch_pods_runs_none_whatever_the_policy_says() -> None:
+    """Issue 42 item 10: a watch pod sees the GPUs through NVIDIA_VISIBLE_DEVICES=all,
+    which a hardened container runtime refuses to unprivileged pods (the setting that
+    keeps every tenant pod from every GPU). --no-watch-pods (chart operator.watchPods:
+    false) runs every policy as with inService.watchPods false; the Node's own signals
+    are still judged."""
+    world = accepted(operator_watch_pods=False)
+    assert not watch_pods(world)
+    assert world.status.in_service is not None
+    assert world.status.in_service.watch_pod is None
+    assert watch_pods(accepted(operator_watch_pods=True))
 
 
 def test_leaving_service_deletes_the_watch_pod() -> None:

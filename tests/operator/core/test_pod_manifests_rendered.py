@@ -22,6 +22,7 @@ from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
     ProbeAttempt,
     WatchPodRequest,
+    fabric_pair_nonce,
     fabric_pod_manifest,
     probe_pod_manifest,
     watch_pod_manifest,
@@ -91,6 +92,7 @@ def _rendered() -> dict[str, Any]:
                             labels=FabricPodLabels(pair="abc", rank=rank, first="a", second="b"),
                             node=node, policy_name=policy_name, spec=policy,
                             rendezvous_address=address, owner_uid="uid-2" if rank else "",
+                            nonce=fabric_pair_nonce(b"golden-render-key", "abc"),
                         ),
                         config,
                     )  # fmt: skip

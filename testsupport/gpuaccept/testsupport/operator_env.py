@@ -44,7 +44,7 @@ from gpuaccept.contracts.api import (
     QUARANTINE_TAINT_KEY,
     VERSION,
 )
-from gpuaccept.operator.kube import Kube
+from gpuaccept.operator.kube import EVENT_NAMESPACE, Kube
 from gpuaccept.testsupport.chart_rbac import operator_kubeconfig
 from gpuaccept.testsupport.controlplane import ControlPlane, repo_root
 from gpuaccept.testsupport.crd_install import apply_crds
@@ -263,7 +263,9 @@ class Env:
     def events(self, name: str, kind: str) -> list[dict[str, Any]]:
         selector = f"involvedObject.name={name},involvedObject.kind={kind}"
         events = self.kube.request(
-            "GET", "/api/v1/namespaces/default/events", query=[("fieldSelector", selector)]
+            "GET",
+            f"/api/v1/namespaces/{EVENT_NAMESPACE}/events",
+            query=[("fieldSelector", selector)],
         )
         return list(events["items"])
 

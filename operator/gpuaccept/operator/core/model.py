@@ -167,6 +167,7 @@ class PodView:
     # the terminated container's startedAt -> finishedAt, whole seconds (kubelet timestamps)
     run_seconds: int | None = None
     pod_ip: str | None = None  # status.podIP
+    fabric_nonce: str = ""  # a fabric pod's pair secret (env GPUACCEPT_FABRIC_NONCE)
     created: datetime | None = None  # metadata.creationTimestamp
     finished: datetime | None = None  # the terminated container's finishedAt
     fabric: FabricPodLabels | None = None  # a fabric pair's pod (docs/fabric.md)
@@ -339,6 +340,11 @@ class OperatorConfig:
     # operator.draDrivers): a node with a slice of one of them is DRA-published
     # (core/gpupublishing.py). Empty: only the device plugin's nvidia.com/gpu counts.
     dra_drivers: tuple[str, ...] = ("gpu.nvidia.com",)
+    # In-service watch pods see the node's GPUs through NVIDIA_VISIBLE_DEVICES=all, which
+    # a hardened container runtime refuses to unprivileged pods; off (--no-watch-pods;
+    # chart operator.watchPods: false), every policy runs as with inService.watchPods
+    # false (docs/security.md).
+    watch_pods: bool = True
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run

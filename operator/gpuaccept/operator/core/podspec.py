@@ -23,6 +23,7 @@ from gpuaccept.contracts.api import ACCEPTANCE_KIND, API_VERSION, GPU_RESOURCE, 
 from gpuaccept.contracts.policy import CONTROL_PLANE_ROLE_LABELS
 from gpuaccept.contracts.probe_invocation import (
     ENV_EXPECTED_GPUS,
+    ENV_FABRIC_NONCE,
     ENV_GFD_GPU_COUNT,
     ENV_GFD_GPU_REPLICAS,
     ENV_NODE_GPU_CAPACITY,
@@ -367,6 +368,13 @@ def fabric_pair_id(first: str, second: str, planned_at: str) -> str:
     return hashlib.sha256(f"{first}/{second}/{planned_at}".encode()).hexdigest()[:12]
 
 
+def fabric_pair_nonce(key: bytes, pair: str) -> str:
+    """The pair's secret, in both its pods' environment (``GPUACCEPT_FABRIC_NONCE``):
+    the ranks meet under it, so a peer without it never joins the pair (docs/fabric.md).
+    Keyed by the operator process's random key: not derivable from the pair's labels."""
+    return hashlib.blake2b(pair.encode(), key=key, digest_size=16).hexdigest() if key else ""
+
+
 def fabric_pod_name(prefix: str, pair: str, rank: int) -> str:
     return f"{prefix}-fabric-{pair}-{rank}"
 
@@ -383,6 +391,7 @@ class FabricPodRequest:
     rendezvous_address: str | None  # rank 1: rank 0's pod IP; rank 0: None (its own)
     applied_taints: Sequence[str] = ()
     owner_uid: str = ""  # the node's NodeAcceptance: the pod's controller (drain, GC)
+    nonce: str = ""  # the pair's secret (fabric_pair_nonce; rank 1: rank 0's)
 
 
 def _fabric_args(request: FabricPodRequest, config: OperatorConfig) -> list[str]:
@@ -432,6 +441,7 @@ def _fabric_kind(request: FabricPodRequest, config: OperatorConfig) -> PodKind:
             {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": ENV_EXPECTED_GPUS, "value": str(node.gpus)},
+            *([{"name": ENV_FABRIC_NONCE, "value": request.nonce}] if request.nonce else []),
         ],
         resources=resources,
         active_deadline_seconds=fabric.timeout_seconds,

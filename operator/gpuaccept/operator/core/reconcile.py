@@ -73,6 +73,9 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     spec = policy.spec
     if spec is None:
         return out.build(f"policy {policy.name} invalid: {policy.error}")
+    if spec.in_service.watch_pods and not observed.config.watch_pods:  # --no-watch-pods
+        watchless = spec.in_service.model_copy(update={"watch_pods": False})
+        spec = spec.model_copy(update={"in_service": watchless})
     na = observed.na
     status = na.status if na is not None else NodeAcceptanceStatus()
     # during a suspect's re-verification, its policy with only the suspected checks

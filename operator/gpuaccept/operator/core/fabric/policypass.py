@@ -68,6 +68,7 @@ from gpuaccept.operator.core.podidentity import (
 from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
     fabric_pair_id,
+    fabric_pair_nonce,
     fabric_pod_manifest,
     fabric_pod_name,
 )
@@ -105,6 +106,10 @@ class FabricSnapshot:
     # A random value drawn by the runtime for this pass: the seed of its pods' nonces
     # (core/creationintent.py). Never stored.
     nonce_seed: str = ""
+    # The operator process's random key, from which each new pair's nonce is derived
+    # (fabric_pair_nonce); empty: pairs without a nonce. The partner's pod copies rank
+    # 0's, so a restarted operator (another key) still gives both pods the same one.
+    pair_key: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -326,6 +331,7 @@ def _second_pod_due(
             rendezvous_address=rank0.pod_ip,
             applied_taints=second.na.status.applied_taints,
             owner_uid=second.na.uid,
+            nonce=rank0.fabric_nonce,
         )
         b.create(labels.second, name, fabric_pod_manifest(request, obs.config))
     b.running.append(pods.pair)
@@ -509,6 +515,7 @@ def _first_pod(b: _PassBuilder, first: FabricMember, pair: NodePair) -> None:
         rendezvous_address=None,
         applied_taints=first.na.status.applied_taints,
         owner_uid=first.na.uid,
+        nonce=fabric_pair_nonce(obs.pair_key, labels.pair),
     )
     name = fabric_pod_name(obs.config.pod_prefix, labels.pair, 0)
     b.create(pair.first, name, fabric_pod_manifest(request, obs.config))
