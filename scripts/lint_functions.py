@@ -62,7 +62,6 @@ NOT_YET_SPLIT = frozenset(
         "probes/gpuaccept/probe/measure/nvlink.py: measure",
         "probes/gpuaccept/probe/measure/pcie_link.py: measure",
         "probes/gpuaccept/probe/measure/peer_bandwidth.py: measure",
-        "probes/gpuaccept/probe/measure/throttle_reasons.py: measure",
         "probes/gpuaccept/probe/measure/xid_errors.py: measure",
         "probes/gpuaccept/probe/watch_cli.py: main",
     )
