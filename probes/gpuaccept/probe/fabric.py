@@ -4,7 +4,7 @@ Each node of a pair runs ``gpuaccept probe fabric``; this module starts its
 local ranks (one process per GPU with NCCL; gloo processes in tests and on
 simulated nodes), meets the partner's through a ``torch.distributed`` TCPStore
 at the rendezvous address (the rank-0 pod's IP), and times a sweep of
-all-reduces as :mod:`gpuaccept.probe.allreduce` does, with every rank of both
+all-reduces as :mod:`gpuaccept.probe.hardware.allreduce` does, with every rank of both
 nodes: per rank the host clock over a batch, divided by the iterations; then the
 times are averaged over all ranks with one more all-reduce, so both nodes report
 the same figure (nccl-tests' ``Allreduce(deltaSec, average)``).
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.checks.fabric_allreduce import SOCKET_TRANSPORT, Phase, parse_nccl_transport
-from gpuaccept.probe.allreduce import FLOAT_BYTES, AllreduceTiming, Backend, bus_bandwidth
+from gpuaccept.probe.hardware.allreduce import FLOAT_BYTES, AllreduceTiming, Backend, bus_bandwidth
 
 PHASE_RENDEZVOUS: Phase = "rendezvous"
 PHASE_ALLREDUCE: Phase = "allreduce"

@@ -20,7 +20,6 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, TCPStore
 
-from gpuaccept.probe.allreduce import FLOAT_BYTES
 from gpuaccept.probe.fabric import (
     JOB_FILE,
     PHASE_ALLREDUCE,
@@ -28,6 +27,7 @@ from gpuaccept.probe.fabric import (
     TIMES_FILE,
     FabricJob,
 )
+from gpuaccept.probe.hardware.allreduce import FLOAT_BYTES
 
 
 def _listening_socket(address: str, port: int) -> socket.socket:
