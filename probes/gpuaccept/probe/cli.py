@@ -69,7 +69,7 @@ from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
 from gpuaccept.probe.output import CheckProgress, json_output
 from gpuaccept.probe.process_clock import process_age_s
-from gpuaccept.probe.runner import ProbeRun, measuring_order, run_probe
+from gpuaccept.probe.runner import RunSetup, measuring_order, run_probe
 from gpuaccept.probe.watch_cli import main as watch_main
 
 EXIT_ACCEPTED = ProbeExit.ACCEPTED
@@ -250,7 +250,7 @@ def _gpu_count(hardware: HardwareBackend) -> int:
 
 
 def _measure(
-    hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun, err: Console
+    hardware: HardwareBackend, policy: ProbePolicy, run: RunSetup, err: Console
 ) -> ProbeReport:
     """Run the probe, showing on ``err`` each check as it runs or finishes."""
     budget = phase_seconds(policy, max(_gpu_count(hardware), 1))
@@ -321,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # fail safe: hardware that cannot be set up is a failed probe
         return failures.crashed(f"probe failed: {type(exc).__name__}: {exc}", boot_id=None)
 
-    run = ProbeRun(
+    run = RunSetup(
         node_name=failures.node_name,
         boot_id=failures.boot_id,
         context=ProbeContext(node_gpus=node_gpus),

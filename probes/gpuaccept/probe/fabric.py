@@ -37,18 +37,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.checks.fabric_allreduce import SOCKET_TRANSPORT, Phase, parse_nccl_transport
+from gpuaccept.checks.fabric_allreduce import SOCKET_TRANSPORT, FabricRunStep, parse_nccl_transport
 from gpuaccept.probe.hardware.allreduce import FLOAT_BYTES, AllreduceTiming, Backend, bus_bandwidth
 
-PHASE_RENDEZVOUS: Phase = "rendezvous"
-PHASE_ALLREDUCE: Phase = "allreduce"
+PHASE_RENDEZVOUS: FabricRunStep = "rendezvous"
+PHASE_ALLREDUCE: FabricRunStep = "allreduce"
 STOP_GRACE_S = 5.0
 
 
 class FabricError(RuntimeError):
     """The fabric all-reduce did not complete; ``phase`` says how far it got."""
 
-    def __init__(self, message: str, phase: Phase) -> None:
+    def __init__(self, message: str, phase: FabricRunStep) -> None:
         super().__init__(message)
         self.phase = phase
 
@@ -121,7 +121,7 @@ class FabricMeasurement:
         return self.sweep[-1][2] if self.sweep else 0.0
 
 
-def _phase(out: Path, ranks: int) -> Phase:
+def _phase(out: Path, ranks: int) -> FabricRunStep:
     """How far the ranks got: ``allreduce`` once any rank met the partner."""
     for local_rank in range(ranks):
         marker = out / f"phase{local_rank}"

@@ -20,7 +20,7 @@ from gpuaccept.probe.hardware.base import GpuInfo
 from gpuaccept.probe.hardware.profile import (
     GpuOverride,
     HardwareProfile,
-    InService,
+    InServiceTimeline,
     NvlinkCounterName,
 )
 from gpuaccept.probe.hardware.simulated import FELL_OFF_BUS_XIDS, SimulatedBackend
@@ -42,7 +42,7 @@ def simulated_uuid(node_name: str, index: int) -> str:
 LOST = 0  # in a timeline event: the GPU is lost (no Xid; NVML's wait answers GPU_IS_LOST)
 
 
-def timeline_events(timeline: InService) -> list[tuple[float, int, int]]:
+def timeline_events(timeline: InServiceTimeline) -> list[tuple[float, int, int]]:
     """Every Xid of the timeline as (seconds, GPU, Xid), and every GPU lost as
     (seconds, GPU, :data:`LOST`), in time order."""
     out = [
@@ -128,7 +128,7 @@ class SimulatedWatch:
         self._time_scale = time_scale
         self._stop = stop or threading.Event()
         self._now = 0.0
-        timeline = self._base.in_service or InService()
+        timeline = self._base.in_service or InServiceTimeline()
         self._events = timeline_events(timeline)
         timed = [
             *timeline.remap_pending,
