@@ -53,7 +53,7 @@ NOT_YET_SPLIT = frozenset(
         "operator/gpuaccept/operator/plugin/explain.py: _in_service",
         "operator/gpuaccept/operator/views.py: pod_view",
         "probes/gpuaccept/probe/cli.py: main",
-        "probes/gpuaccept/probe/fabric.py: run_fabric",
+        "probes/gpuaccept/probe/fabric_run.py: run_fabric",
         "probes/gpuaccept/probe/hardware/nvml_links.py: _counters",
         "probes/gpuaccept/probe/hardware/simulated_watch.py: profile_at",
         "probes/gpuaccept/probe/measure/gpu_compute.py: measure",

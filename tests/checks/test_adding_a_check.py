@@ -21,7 +21,7 @@ from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.policy import probe_policy_model
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import (
     CheckResult,
     CheckStatus,

@@ -28,8 +28,8 @@ from gpuaccept.contracts.report import (
     decode_termination_message,
 )
 from gpuaccept.probe.compact import termination_message
-from gpuaccept.probe.fabric import FabricJob, FabricMeasurement, Rendezvous
 from gpuaccept.probe.fabric_cli import FabricRun, main, nccl_env, observe
+from gpuaccept.probe.fabric_run import FabricJob, FabricMeasurement, Rendezvous
 from gpuaccept.probe.hardware.allreduce import AllreduceTiming
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -34,7 +34,7 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.claims import Claims, busbw_bound
 from gpuaccept.checks.spec import CheckJudgement, ObservedModel, clip
-from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.contract_model import ContractModel
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 CHECK = "fabric_allreduce"

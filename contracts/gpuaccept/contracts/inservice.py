@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.contract_model import ContractModel
 
 DAY = 86400
 MAX_EVENTS = 20

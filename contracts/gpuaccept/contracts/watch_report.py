@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
-from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.contract_model import ContractModel
 from gpuaccept.contracts.report import REPORT_CONFIG, ReportTooLargeError, strict_json
 
 WATCH_REPORT_KIND: Final = "WatchReport"

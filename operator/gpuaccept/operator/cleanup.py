@@ -42,7 +42,7 @@ from gpuaccept.contracts.api import (
     POLICY_PLURAL,
 )
 from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
-from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
+from gpuaccept.contracts.policy_fields import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.podspec import PROBE_SELECTOR
 from gpuaccept.operator.kube import LEASE_PATH, MERGE, NA_PATH, STRATEGIC, ConflictError, Kube
 from gpuaccept.operator.options import OptionError, owned_key_prefixes

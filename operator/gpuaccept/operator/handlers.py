@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
-from gpuaccept.contracts.policy import CONTROL_PLANE_ROLE_LABELS
+from gpuaccept.contracts.policy_fields import CONTROL_PLANE_ROLE_LABELS
 from gpuaccept.operator.cache import (
     NAS_INDEX,
     NODES_INDEX,

@@ -12,7 +12,7 @@ import socket
 from typing import Any, NoReturn
 
 from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
-from gpuaccept.contracts.policy import (
+from gpuaccept.contracts.policy_fields import (
     CONTROL_PLANE_ROLE_LABELS,
     OWNED_KEY_PREFIX,
     OWNED_PREFIX_PATTERN,

@@ -69,7 +69,7 @@ from gpuaccept.contracts.report import (
     ProbeReport,
 )
 from gpuaccept.probe import PROBE_VERSION
-from gpuaccept.probe.fabric import (
+from gpuaccept.probe.fabric_run import (
     FabricError,
     FabricJob,
     FabricMeasurement,

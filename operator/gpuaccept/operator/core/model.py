@@ -19,7 +19,7 @@ from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import NODE_CONDITION_TYPE
 from gpuaccept.contracts.inservice import XidClassName
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
-from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
+from gpuaccept.contracts.policy_fields import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
 
 # --------------------------------------------------------------------------- observed
