@@ -43,15 +43,6 @@ NOT_YET_SPLIT = frozenset(
         "checks/gpuaccept/checks/throttle_reasons.py: judge",
         "checks/gpuaccept/checks/xid_errors.py: judge",
         "contracts/gpuaccept/contracts/watch_report.py: fit_watch_report",
-        "operator/gpuaccept/operator/cleanup.py: node_cleanup",
-        "operator/gpuaccept/operator/leader.py: LeaderElector.try_acquire_or_renew",
-        "operator/gpuaccept/operator/plugin/explain.py: _in_service",
-        "operator/gpuaccept/operator/views.py: pod_view",
-        "probes/gpuaccept/probe/cli.py: main",
-        "probes/gpuaccept/probe/fabric_run.py: run_fabric",
-        "probes/gpuaccept/probe/hardware/nvml_links.py: _counters",
-        "probes/gpuaccept/probe/hardware/simulated_watch.py: profile_at",
-        "probes/gpuaccept/probe/watch_cli.py: main",
     )
 )
 

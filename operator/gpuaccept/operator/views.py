@@ -289,14 +289,19 @@ def _watch_serial(meta: Mapping[str, Any]) -> int | None:
     return int(value) if value.isascii() and value.isdigit() else None
 
 
-def pod_view(body: Mapping[str, Any]) -> PodView:
-    meta = _meta(body)
-    status = body.get("status") or {}
-    serial: int | None
+def _attempt_serial(meta: Mapping[str, Any]) -> int | None:
+    """A probe pod's attempt (its gpuaccept.io/attempt label), else None."""
     try:
-        serial = int((meta.get("labels") or {}).get(ATTEMPT_LABEL, ""))
+        return int((meta.get("labels") or {}).get(ATTEMPT_LABEL, ""))
     except ValueError:
-        serial = None
+        return None
+
+
+def _probe_container_state(
+    status: Mapping[str, Any],
+) -> tuple[Mapping[str, Any] | None, Mapping[str, Any]]:
+    """The probe container's terminated state (None: not terminated) and its waiting
+    state ({}: not waiting)."""
     terminated: Mapping[str, Any] | None = None
     waiting: Mapping[str, Any] = {}
     for cs in status.get("containerStatuses") or ():
@@ -305,34 +310,45 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         state = cs.get("state") or {}
         terminated = state.get("terminated")
         waiting = state.get("waiting") or {}
+    return terminated, waiting
+
+
+def _exit_code(terminated: Mapping[str, Any] | None) -> int | None:
+    return int(terminated["exitCode"]) if terminated and "exitCode" in terminated else None
+
+
+def pod_view(body: Mapping[str, Any]) -> PodView:
+    meta = _meta(body)
+    status = body.get("status") or {}
+    terminated, waiting = _probe_container_state(status)
+    ended: Mapping[str, Any] = terminated or {}
+    spec = body.get("spec") or {}
     return PodView(
         name=str(meta.get("name", "")),
         phase=str(status.get("phase") or "Pending"),
         deleting=bool(meta.get("deletionTimestamp")),
-        serial=serial,
+        serial=_attempt_serial(meta),
         terminated=terminated is not None,
-        exit_code=(
-            int(terminated["exitCode"]) if terminated and "exitCode" in terminated else None
-        ),
+        exit_code=_exit_code(terminated),
         # The pod-level reason (DeadlineExceeded, Evicted) says more than the
         # container's (Error).
-        reason=status.get("reason") or (terminated or {}).get("reason"),
-        message=(terminated or {}).get("message"),
+        reason=status.get("reason") or ended.get("reason"),
+        message=ended.get("message"),
         pod_message=status.get("message"),
         pod_reason=status.get("reason"),
-        container_reason=(terminated or {}).get("reason"),
+        container_reason=ended.get("reason"),
         waiting_reason=waiting.get("reason"),
         waiting_message=waiting.get("message"),
         run_seconds=container_run_seconds(terminated),
         pod_ip=status.get("podIP") or None,
         created=_timestamp(meta.get("creationTimestamp")),
-        finished=_timestamp((terminated or {}).get("finishedAt")),
+        finished=_timestamp(ended.get("finishedAt")),
         fabric=_fabric_labels(meta),
         watch=_watch_serial(meta),
         uid=str(meta.get("uid", "")),
-        node_name=str((body.get("spec") or {}).get("nodeName") or ""),
+        node_name=str(spec.get("nodeName") or ""),
         owner_uid=controller_uid(meta),
-        token=mounts_token(body.get("spec") or {}),
+        token=mounts_token(spec),
         shape=shape_digest(body),
     )
 

@@ -288,12 +288,20 @@ def _warn_no_gpu(report: ProbeReport, hardware: HardwareBackend, err: Console) -
         )
 
 
+def _print(output: str, report: ProbeReport, verdict: Verdict, out: Console) -> None:
+    """The report and its verdict on standard output: JSON, or a table."""
+    elapsed = process_age_s()
+    if output == "json":
+        sys.stdout.write(json_output(report, verdict, elapsed))
+    else:
+        render_table(report, verdict, out, elapsed)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == [FABRIC_SUBCOMMAND]:
-        return fabric_main(argv[1:])
-    if argv[:1] == [WATCH_SUBCOMMAND]:
-        return watch_main(argv[1:])
+    subcommands = {FABRIC_SUBCOMMAND: fabric_main, WATCH_SUBCOMMAND: watch_main}
+    if argv[:1] and argv[0] in subcommands:
+        return subcommands[argv[0]](argv[1:])
     err = Console(stderr=True)
     out = Console()
     parser = build_parser()
@@ -340,11 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failures.term_log is not None:
         written = write_termination_log(failures.term_log, report, err)
     _warn_no_gpu(report, hardware, err)
-    elapsed = process_age_s()
-    if args.output == "json":
-        sys.stdout.write(json_output(report, verdict, elapsed))
-    else:
-        render_table(report, verdict, out, elapsed)
+    _print(args.output, report, verdict, out)
     if not written:
         return EXIT_QUARANTINED
     return EXIT_ACCEPTED if verdict.accepted else EXIT_QUARANTINED

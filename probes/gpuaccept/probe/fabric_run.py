@@ -156,6 +156,40 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
+def _wait(processes: list[subprocess.Popen[bytes]], deadline_s: float) -> bool:
+    """Wait for every rank to exit (or one to fail), then stop them all; True when the
+    deadline passed first."""
+    stop_at = time.monotonic() + deadline_s
+    try:
+        while any(p.poll() is None for p in processes):
+            if any(p.poll() not in (None, 0) for p in processes):
+                return False
+            if time.monotonic() > stop_at:
+                return True
+            time.sleep(0.1)
+        return False
+    finally:
+        _stop(processes)
+
+
+def _failure(
+    job: FabricJob, out: Path, processes: list[subprocess.Popen[bytes]], timeout_s: float | None
+) -> FabricError | None:
+    """The run's failure (a rank's error, a rank's exit code, or the deadline: the
+    timeout then, else None), naming the step it failed in; None when it succeeded."""
+    rdv = job.rendezvous
+    phase = _phase(out, rdv.local_ranks)
+    error = _first_error(out, rdv.local_ranks)
+    if timeout_s is None and error is None and all(p.returncode == 0 for p in processes):
+        return None
+    where = f"with {rdv.endpoint}" if rdv.node_rank else f"at {rdv.endpoint}"
+    step = "meeting the partner" if phase == PHASE_RENDEZVOUS else "the all-reduce"
+    cause = error or f"a rank exited with {[p.returncode for p in processes]}"
+    if timeout_s is not None:
+        cause = f"not finished in {timeout_s:.0f} s"
+    return FabricError(f"fabric all-reduce {where} failed in {step}: {cause}", phase)
+
+
 def run_fabric(job: FabricJob, deadline_s: float) -> FabricMeasurement:
     """Run this node's ranks; raises :class:`FabricError` on failure or at the deadline."""
     rdv = job.rendezvous
@@ -170,27 +204,10 @@ def run_fabric(job: FabricJob, deadline_s: float) -> FabricMeasurement:
             subprocess.Popen([*command, str(local_rank)], stdin=subprocess.DEVNULL, env=env)
             for local_rank in range(rdv.local_ranks)
         ]
-        stop_at = time.monotonic() + deadline_s
-        timed_out = False
-        try:
-            while any(p.poll() is None for p in processes):
-                if any(p.poll() not in (None, 0) for p in processes):
-                    break
-                if time.monotonic() > stop_at:
-                    timed_out = True
-                    break
-                time.sleep(0.1)
-        finally:
-            _stop(processes)
-        phase = _phase(out, rdv.local_ranks)
-        error = _first_error(out, rdv.local_ranks)
-        if timed_out or error is not None or any(p.returncode != 0 for p in processes):
-            where = f"with {rdv.endpoint}" if rdv.node_rank else f"at {rdv.endpoint}"
-            step = "meeting the partner" if phase == PHASE_RENDEZVOUS else "the all-reduce"
-            cause = error or f"a rank exited with {[p.returncode for p in processes]}"
-            if timed_out:
-                cause = f"not finished in {deadline_s:.0f} s"
-            raise FabricError(f"fabric all-reduce {where} failed in {step}: {cause}", phase)
+        timed_out = _wait(processes, deadline_s)
+        failure = _failure(job, out, processes, deadline_s if timed_out else None)
+        if failure is not None:
+            raise failure
         times: list[float] = json.loads((out / TIMES_FILE).read_text())
         transport = nccl_transport(out) if job.backend == "nccl" else None
     sweep = []
