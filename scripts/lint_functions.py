@@ -42,7 +42,6 @@ NOT_YET_SPLIT = frozenset(
         "checks/gpuaccept/checks/throttle_reasons.py: _sustained",
         "checks/gpuaccept/checks/throttle_reasons.py: judge",
         "checks/gpuaccept/checks/xid_errors.py: judge",
-        "contracts/gpuaccept/contracts/watch_report.py: fit_watch_report",
     )
 )
 
