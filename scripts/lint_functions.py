@@ -27,21 +27,6 @@ SHIPPED_ROOTS = ("contracts", "checks", "probes", "operator")
 # only shrinks. A name here that is within both limits fails too, so it is taken off.
 NOT_YET_SPLIT = frozenset(
     (
-        "checks/gpuaccept/checks/gpu_config.py: _clock_findings",
-        "checks/gpuaccept/checks/gpu_config.py: _mode_findings",
-        "checks/gpuaccept/checks/gpu_numa.py: judge",
-        "checks/gpuaccept/checks/infiniband_ports.py: _facts",
-        "checks/gpuaccept/checks/infiniband_ports.py: judge",
-        "checks/gpuaccept/checks/infiniband_ports.py: named_ports",
-        "checks/gpuaccept/checks/nvswitch_fabric.py: judge",
-        "checks/gpuaccept/checks/pcie_link.py: _facts",
-        "checks/gpuaccept/checks/pcie_link.py: _failures",
-        "checks/gpuaccept/checks/pcie_link.py: judge",
-        "checks/gpuaccept/checks/peer_bandwidth.py: PeerBandwidthObserved._well_formed",
-        "checks/gpuaccept/checks/peer_bandwidth.py: pairs_by_path",
-        "checks/gpuaccept/checks/throttle_reasons.py: _sustained",
-        "checks/gpuaccept/checks/throttle_reasons.py: judge",
-        "checks/gpuaccept/checks/xid_errors.py: judge",
     )
 )
 
