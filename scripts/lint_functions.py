@@ -23,13 +23,6 @@ MAX_LINES = 60
 MAX_COMPLEXITY = 15
 SHIPPED_ROOTS = ("contracts", "checks", "probes", "operator")
 
-# Functions over a limit when the limits came in, each to be split (issue 36): the list
-# only shrinks. A name here that is within both limits fails too, so it is taken off.
-NOT_YET_SPLIT = frozenset(
-    (
-    )
-)
-
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 _NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
@@ -86,17 +79,12 @@ def functions(tree: ast.Module) -> Iterator[tuple[str, Function]]:
                 stack.append((prefix, child))
 
 
-def offences(path: Path, waived: frozenset[str] = frozenset()) -> Iterator[str]:
-    """One line for each function of the file over either limit (``waived``: the
-    ``path: name`` of functions let through, each of which must still be over one)."""
+def offences(path: Path) -> Iterator[str]:
+    """One line for each function of the file over either limit."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     for name, function in sorted(functions(tree), key=lambda named: named[1].lineno):
         where = f"{path}:{function.lineno}: {name}"
         lines, score = length(function), complexity(function)
-        if f"{path}: {name}" in waived:
-            if lines <= MAX_LINES and score <= MAX_COMPLEXITY:
-                yield f"{where} is within both limits now: take it off NOT_YET_SPLIT"
-            continue
         if lines > MAX_LINES:
             yield f"{where} is {lines} lines long (at most {MAX_LINES})"
         if score > MAX_COMPLEXITY:
@@ -106,10 +94,7 @@ def offences(path: Path, waived: frozenset[str] = frozenset()) -> Iterator[str]:
 def main(argv: list[str]) -> int:
     roots = [Path(root) for root in (argv or SHIPPED_ROOTS)]
     found = [
-        line
-        for root in roots
-        for path in sorted(root.rglob("*.py"))
-        for line in offences(path, NOT_YET_SPLIT)
+        line for root in roots for path in sorted(root.rglob("*.py")) for line in offences(path)
     ]
     for line in found:
         print(line)

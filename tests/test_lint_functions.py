@@ -102,14 +102,6 @@ def test_a_nested_function_is_measured_on_its_own(tmp_path: Path) -> None:
     ]
 
 
-def test_a_waived_function_within_both_limits_fails(lint: ModuleType, tmp_path: Path) -> None:
-    path = tmp_path / "module.py"
-    path.write_text(_function_of_lines("short", 10))
-    assert list(lint.offences(path, frozenset({f"{path}: short"}))) == [
-        f"{path}:1: short is within both limits now: take it off NOT_YET_SPLIT"
-    ]
-
-
 def test_the_shipped_roots_keep_the_limits() -> None:
     result = subprocess.run(
         [sys.executable, str(SCRIPT)], cwd=REPO, capture_output=True, text=True, check=False
