@@ -57,6 +57,9 @@ from gpuaccept.probe.failure import (
     write_termination_log,
 )
 from gpuaccept.probe.hardware.base import HardwareBackend
+from gpuaccept.probe.hardware.profile import load_profile
+from gpuaccept.probe.hardware.real import RealBackend
+from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import (
     InputError,
     default_policy,
@@ -220,9 +223,6 @@ def _open_hardware(
     """The backend to measure, and the node's GPU counts (a profile may state them;
     what the operator passed wins)."""
     if profile_path is not None:
-        from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
-        from gpuaccept.probe.hardware.simulated import SimulatedBackend  # noqa: PLC0415
-
         profile = load_profile(profile_path)
         time_scale = sim_time_scale()
         stated = profile.node
@@ -233,7 +233,6 @@ def _open_hardware(
             replicas=node.replicas if node.replicas is not None else stated.gfd_gpu_replicas,
         )
         return SimulatedBackend(profile, time_scale=time_scale), node
-    from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415
 
     sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
     proc = args.proc_root or Path(os.environ.get(ENV_PROC_ROOT) or "/proc")

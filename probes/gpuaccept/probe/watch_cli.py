@@ -58,6 +58,10 @@ from gpuaccept.probe.failure import (
     default_node_name,
     termination_log_from_argv,
 )
+from gpuaccept.probe.hardware.profile import load_profile
+from gpuaccept.probe.hardware.real import RealBackend
+from gpuaccept.probe.hardware.simulated import SimulatedBackend
+from gpuaccept.probe.hardware.simulated_watch import SimulatedWatch
 from gpuaccept.probe.inputs import InputError, env_count, sim_time_scale
 from gpuaccept.probe.runner import UNKNOWN_BOOT_ID
 from gpuaccept.probe.watch import (
@@ -177,10 +181,6 @@ def _open(args: argparse.Namespace, node_name: str, stop: threading.Event) -> _O
         Path(os.environ[ENV_PROFILE]) if os.environ.get(ENV_PROFILE) else None
     )
     if profile_path is not None:
-        from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
-        from gpuaccept.probe.hardware.simulated import SimulatedBackend  # noqa: PLC0415
-        from gpuaccept.probe.hardware.simulated_watch import SimulatedWatch  # noqa: PLC0415
-
         profile = load_profile(profile_path)
         scale = sim_time_scale()
         backend = SimulatedBackend(profile)
@@ -188,7 +188,6 @@ def _open(args: argparse.Namespace, node_name: str, stop: threading.Event) -> _O
         node = profile.node
         capacity = physical_gpus(node.gpu_capacity, node.gfd_gpu_count, node.gfd_gpu_replicas)
         return _Opened(backend, watch, watch.no_device_access(), capacity)
-    from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415
 
     sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
     proc = args.proc_root or Path(os.environ.get(ENV_PROC_ROOT) or "/proc")
