@@ -42,8 +42,9 @@ $(UV): requirements/uv.txt
 lint: venv
 	$(VENV)/bin/ruff check contracts checks probes operator testsupport tests bench scripts hack/images hack/chart hack/generate.py
 	$(VENV)/bin/ruff format --check contracts checks probes operator testsupport tests bench scripts hack/images hack/chart hack/generate.py
-	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py hack/images/build_image.py hack/chart/values_schema.py hack/chart/values_docs.py hack/generate.py
+	$(VENV)/bin/mypy $(PACKAGE_DIRS) bench scripts/demo.py scripts/lint_functions.py hack/images/build_image.py hack/chart/values_schema.py hack/chart/values_docs.py hack/generate.py
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/python scripts/lint_functions.py contracts checks probes operator
 
 # The fast tier: every test that needs no control plane (pure core, checks,
 # probe, chart templates, torch.distributed with gloo), on both cores.

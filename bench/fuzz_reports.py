@@ -34,7 +34,7 @@ from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import load_policy
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
-from gpuaccept.probe.runner import ProbeRun, run_probe
+from gpuaccept.probe.runner import RunSetup, run_probe
 from gpuaccept.testsupport.report_mutations import Mutation, apply, mutations, operator_accepts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def probed(profile: str, policy: ProbePolicy, *, fitted: bool) -> ProbeReport:
             labelled=loaded.node.gfd_gpu_count,
             replicas=loaded.node.gfd_gpu_replicas,
         )
-        run = ProbeRun(node_name=NODE, boot_id=BOOT, context=ProbeContext(node_gpus=counts))
+        run = RunSetup(node_name=NODE, boot_id=BOOT, context=ProbeContext(node_gpus=counts))
         report = run_probe(hardware, policy, run)
     finally:
         hardware.close()

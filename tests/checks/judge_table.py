@@ -11,7 +11,7 @@ from pydantic import JsonValue
 
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.spec import AnyCheckSpec, CheckJudgement, ObservedModel
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from pydantic.alias_generators import to_camel
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.checks.registry import CHECKS
-from gpuaccept.contracts.policy import VersionRange
+from gpuaccept.contracts.policy_fields import VersionRange
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from gpuaccept.checks.registry import BY_NAME, CHECKS
 from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.report import CheckStatus, ProbeReport, decode_termination_message
 from gpuaccept.probe import clocks
-from gpuaccept.probe.allreduce import AllreduceTiming, run_allreduce
+from gpuaccept.probe.hardware.allreduce import AllreduceTiming, run_allreduce
 from gpuaccept.probe.hardware.base import GpuInfo
 from gpuaccept.probe.hardware.real import RealBackend
 from gpuaccept.probe.inputs import load_policy

@@ -31,7 +31,7 @@ from gpuaccept.contracts.nodeacceptance import (
     PhaseCounts,
     Reason,
 )
-from gpuaccept.contracts.policy import VersionRange
+from gpuaccept.contracts.policy_fields import VersionRange
 from gpuaccept.contracts.report import (
     CheckResult,
     CheckStatus,

@@ -27,7 +27,7 @@ from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import load_policy
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
-from gpuaccept.probe.runner import ProbeRun, run_probe
+from gpuaccept.probe.runner import RunSetup, run_probe
 from gpuaccept.testsupport.chart_rbac import apply_crds, write_token_kubeconfig
 from gpuaccept.testsupport.controlplane import ControlPlane
 
@@ -49,7 +49,7 @@ def _report(profile: Path, node: str) -> dict[str, Any]:
             capacity=loaded.node.gpu_capacity,
             labelled=loaded.node.gfd_gpu_count,
         )
-        run = ProbeRun(node_name=node, context=ProbeContext(node_gpus=counts))
+        run = RunSetup(node_name=node, context=ProbeContext(node_gpus=counts))
         report = run_probe(hardware, load_policy(ROOT / "policies" / "default-h100-h200.yaml"), run)
     finally:
         hardware.close()

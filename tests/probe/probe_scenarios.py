@@ -18,7 +18,7 @@ from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import load_policy
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
-from gpuaccept.probe.runner import ProbeRun, run_probe
+from gpuaccept.probe.runner import RunSetup, run_probe
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "profiles"
@@ -73,7 +73,7 @@ def probe(
                 replicas=node.gfd_gpu_replicas,
             )
         )
-        run = ProbeRun(node_name=node_name, boot_id=None, context=context)
+        run = RunSetup(node_name=node_name, boot_id=None, context=context)
         return run_probe(hardware, policy or default_policy(), run)
     finally:
         hardware.close()

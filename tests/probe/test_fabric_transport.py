@@ -11,7 +11,7 @@ from gpuaccept.checks.fabric_allreduce import (
     parse_nccl_transport,
 )
 from gpuaccept.contracts.report import CheckStatus
-from gpuaccept.probe.fabric import nccl_debug_env, nccl_transport
+from gpuaccept.probe.fabric_run import nccl_debug_env, nccl_transport
 
 # Lines as NCCL 2.18-2.23 prints them with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
 IB_LOG = (

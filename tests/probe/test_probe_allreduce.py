@@ -9,7 +9,7 @@ from probe_scenarios import HEALTHY
 from gpuaccept.checks.nccl_allreduce import SPEC as NCCL
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
-from gpuaccept.probe.allreduce import (
+from gpuaccept.probe.hardware.allreduce import (
     AllreduceError,
     AllreduceTiming,
     bus_bandwidth,

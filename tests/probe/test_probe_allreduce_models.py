@@ -16,8 +16,8 @@ from gpuaccept.checks.gpu_models import gpu_model_class
 from gpuaccept.checks.nccl_allreduce import NcclAllreducePolicy
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
 from gpuaccept.contracts.report import CheckStatus, decode_termination_message
-from gpuaccept.probe.allreduce import rank_mean_seconds
 from gpuaccept.probe.compact import termination_message
+from gpuaccept.probe.hardware.allreduce import rank_mean_seconds
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.measure.nccl_allreduce import sweep_sizes
 

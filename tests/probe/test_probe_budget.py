@@ -30,7 +30,7 @@ from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.measure import gpu_compute as gpu_compute_measure
 from gpuaccept.probe.measure import nccl_allreduce, pcie_link, throttle_reasons
-from gpuaccept.probe.runner import ProbeRun, measuring_order, run_probe
+from gpuaccept.probe.runner import RunSetup, measuring_order, run_probe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -134,7 +134,7 @@ def test_a_time_scale_makes_the_simulated_probe_take_its_durations(
     monkeypatch.setattr(simulated.time, "sleep", slept.append)
     hardware = SimulatedBackend(load_profile(HEALTHY), time_scale=0.5)
     try:
-        run = ProbeRun(node_name="n", process_age=lambda: 0.2)
+        run = RunSetup(node_name="n", process_age=lambda: 0.2)
         report = run_probe(hardware, default_policy(), run)
     finally:
         hardware.close()
@@ -162,7 +162,7 @@ def test_a_real_probe_reports_what_it_measured(
         report = run_probe(
             hardware,
             ProbePolicy.model_validate(no_torch),
-            ProbeRun(node_name="n", process_age=lambda: age),
+            RunSetup(node_name="n", process_age=lambda: age),
         )
     finally:
         hardware.close()

@@ -6,7 +6,7 @@ from pydantic.alias_generators import to_camel
 
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckResult, HardwareSummary, ProbeReport
 from gpuaccept.probe.hardware import profile
 

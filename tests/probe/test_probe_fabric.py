@@ -29,10 +29,10 @@ from gpuaccept.contracts.report import (
     ProbeReport,
     decode_termination_message,
 )
-from gpuaccept.probe.allreduce import AllreduceTiming
 from gpuaccept.probe.compact import termination_message
-from gpuaccept.probe.fabric import FabricJob, FabricMeasurement, Rendezvous
 from gpuaccept.probe.fabric_cli import FabricRun, main, nccl_env, observe
+from gpuaccept.probe.fabric_run import FabricJob, FabricMeasurement, Rendezvous
+from gpuaccept.probe.hardware.allreduce import AllreduceTiming
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHY_PROFILE = ROOT / "profiles" / "h100-sxm-8gpu-healthy.yaml"

@@ -26,7 +26,7 @@ from gpuaccept.probe.hardware.profile import ClockEventReasons, load_profile
 from gpuaccept.probe.hardware.real import RealBackend
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.measure import ProbeContext
-from gpuaccept.probe.runner import ProbeRun, hardware_summary, run_check, run_probe
+from gpuaccept.probe.runner import RunSetup, hardware_summary, run_check, run_probe
 
 SXM = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8)
 FLOP = 2 * 8192**3
@@ -110,7 +110,7 @@ def test_with_throttle_reasons_off_gpu_compute_runs_its_own_load() -> None:
     )
     hw = SimulatedBackend(load_profile(fault("gpu-compute-slow")))
     try:
-        report = run_probe(hw, policy, ProbeRun(node_name="n"))
+        report = run_probe(hw, policy, RunSetup(node_name="n"))
     finally:
         hw.close()
     result = report.result("gpu_compute")

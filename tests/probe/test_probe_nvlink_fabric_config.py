@@ -27,7 +27,7 @@ from gpuaccept.probe.hardware.base import LoadTimer, MatmulPrecision, Unavailabl
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.measure import ProbeContext
-from gpuaccept.probe.runner import ProbeRun, run_check, run_probe
+from gpuaccept.probe.runner import RunSetup, run_check, run_probe
 
 H100 = HardwareSummary(gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8)
 NOT_SUPPORTED, INVALID_ARGUMENT, GPU_IS_LOST, VERSION_MISMATCH = 3, 2, 15, 25
@@ -315,7 +315,7 @@ def test_a_lost_gpu_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     result = run_probe(
         hw,
         ProbePolicy.model_validate({"throttleReasons": {"enabled": False}}),
-        ProbeRun(node_name="n", checks=[GPU_CONFIG]),
+        RunSetup(node_name="n", checks=[GPU_CONFIG]),
     ).result("gpu_config")
     assert result is not None
     assert result.status is CheckStatus.FAIL
@@ -338,7 +338,7 @@ class CountingLoads(SimulatedBackend):
 def test_clocks_are_judged_from_the_throttle_samples_with_one_load() -> None:
     hw = CountingLoads(load_profile(PROFILES / "faults" / "clocks-locked.yaml"))
     try:
-        report = run_probe(hw, default_policy(), ProbeRun(node_name="n", context=ProbeContext()))
+        report = run_probe(hw, default_policy(), RunSetup(node_name="n", context=ProbeContext()))
     finally:
         hw.close()
     assert CountingLoads.loads == 1

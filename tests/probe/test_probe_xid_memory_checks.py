@@ -12,12 +12,13 @@ from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.gpu_sets import merged
 from gpuaccept.checks.registry import BY_NAME
 from gpuaccept.checks.xid_errors import XidErrorsObserved, xid_sets
+from gpuaccept.contracts.inservice import NvmlRecoveryAction
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
-from gpuaccept.probe.hardware.profile import RecoveryActionName, load_profile
+from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
-from gpuaccept.probe.runner import ProbeRun, measuring_order, run_probe
+from gpuaccept.probe.runner import RunSetup, measuring_order, run_probe
 
 SUMMARY = HardwareSummary(gpu_count=8)
 
@@ -60,7 +61,7 @@ def test_default_xid_lists_are_the_catalogue_defaults() -> None:
 
 
 def test_profile_recovery_actions_are_nvml_order() -> None:
-    assert get_args(RecoveryActionName) == tuple(a.value for a in xid_errors.RecoveryAction)
+    assert get_args(NvmlRecoveryAction) == tuple(a.value for a in xid_errors.RecoveryAction)
 
 
 # --- the simulated probe run -------------------------------------------------------
@@ -93,7 +94,7 @@ def test_listener_spans_a_load_that_runs_after_xid_errors_in_the_list() -> None:
     profile = load_profile(fault("xid-79-under-load"))
     hardware = SimulatedBackend(profile)
     try:
-        run = ProbeRun(
+        run = RunSetup(
             node_name="n",
             context=ProbeContext(node_gpus=NodeGpuCounts(allocatable=8, capacity=8)),
             checks=[BY_NAME["xid_errors"], BY_NAME["throttle_reasons"]],

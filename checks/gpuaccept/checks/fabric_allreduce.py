@@ -34,12 +34,12 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.claims import Claims, busbw_bound
 from gpuaccept.checks.spec import CheckJudgement, ObservedModel, clip
-from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.contract_model import ContractModel
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 CHECK = "fabric_allreduce"
 REASON = "FabricAllreduceFailed"
-Phase = Literal["rendezvous", "allreduce"]
+FabricRunStep = Literal["rendezvous", "allreduce"]
 MAX_NCCL_ENV = 12
 """NCCL_* variables recorded at most (the report must fit the termination message)."""
 
@@ -127,7 +127,7 @@ class FabricAllreduceObserved(ObservedModel):
     algbw_gbps: float | None = Field(default=None, alias="algbwGBps")
     timing: str | None = Field(default=None, max_length=32)
     sweep: list[tuple[int, float]] | None = None  # [bytes, busbw GB/s] per message size
-    phase: Phase | None = None  # how far a run that failed got
+    phase: FabricRunStep | None = None  # how far a run that failed got
     nccl_env: dict[str, str] | None = Field(default=None, alias="ncclEnv")
     # The network transport NCCL used, as its own debug output names it (NCCL_DEBUG=INFO,
     # subsystem NET: "NET/IB : Using ...", "Using network Socket"): IB, Socket, or a

@@ -52,7 +52,7 @@ from gpuaccept.checks.per_gpu_figures import (
 )
 from gpuaccept.checks.phase_estimate import LOAD_RAMP_S, NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "GpuComputeFailed"

@@ -48,7 +48,7 @@ from gpuaccept.checks.spec import (
     clip,
     gpu_list,
 )
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "GpuConfigFailed"
@@ -160,31 +160,51 @@ def _mode_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
     if p.require_persistence and o.persistence_off and o.persistenced_socket is not False:
         out.append(f"persistence mode off on {gpu_list(parse_gpus(o.persistence_off))}")
     unsupported = {item: set(parse_gpus(gpus)) for item, gpus in (o.unsupported or {}).items()}
-    mig_unknown = unsupported.get("mig", set())
+    out += _mig_findings(o, p, unsupported.get("mig", set()))
+    if p.compute_mode is not ComputeModeRequirement.ANY:
+        out += _compute_mode_findings(o, p, unsupported.get("computeMode", set()))
+    return out
+
+
+def _mig_findings(o: GpuConfigObserved, p: GpuConfigPolicy, unknown: set[int]) -> list[str]:
+    """MIG on where the policy wants it off (or off where it wants it on, the GPUs whose
+    mode NVML does not answer left out), and a change pending against it."""
+    out = []
     enabled = set(parse_gpus(o.mig_enabled or "")) if o.mig_enabled else set()
     if p.mig_mode is MigRequirement.DISABLED and enabled:
         out.append(f"MIG enabled on {gpu_list(sorted(enabled))}")
     if p.mig_mode is MigRequirement.ENABLED:
-        disabled = [g for g in range(o.gpus) if g not in enabled and g not in mig_unknown]
+        disabled = [g for g in range(o.gpus) if g not in enabled and g not in unknown]
         if disabled:
             out.append(f"MIG disabled on {gpu_list(disabled)}")
-    if p.mig_mode is not MigRequirement.ANY:
-        pending = [g for g, mode in ungroup(o.mig_pending or {}).items() if mode != p.mig_mode]
-        if pending:
-            out.append(
-                f"MIG {'enable' if p.mig_mode is MigRequirement.DISABLED else 'disable'} "
-                f"pending (at next reset) on {gpu_list(sorted(pending))}"
-            )
-    if p.compute_mode is not ComputeModeRequirement.ANY:
-        unknown = unsupported.get("computeMode", set())
-        modes = ungroup(o.compute_modes or {})
-        wrong: dict[str, list[int]] = {}
-        for gpu in range(o.gpus):
-            mode = modes.get(gpu, "default")
-            if gpu not in unknown and mode != p.compute_mode:
-                wrong.setdefault(mode, []).append(gpu)
-        out += [f"compute mode {mode} on {gpu_list(gpus)}" for mode, gpus in wrong.items()]
-    return out
+    return out + _mig_pending(o, p)
+
+
+def _mig_pending(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
+    """A MIG change pending (at the next reset) against the policy's mode."""
+    if p.mig_mode is MigRequirement.ANY:
+        return []
+    pending = [g for g, mode in ungroup(o.mig_pending or {}).items() if mode != p.mig_mode]
+    if not pending:
+        return []
+    return [
+        f"MIG {'enable' if p.mig_mode is MigRequirement.DISABLED else 'disable'} "
+        f"pending (at next reset) on {gpu_list(sorted(pending))}"
+    ]
+
+
+def _compute_mode_findings(
+    o: GpuConfigObserved, p: GpuConfigPolicy, unknown: set[int]
+) -> list[str]:
+    """The GPUs in another compute mode than the policy's, by mode (the GPUs whose mode
+    NVML does not answer left out)."""
+    modes = ungroup(o.compute_modes or {})
+    wrong: dict[str, list[int]] = {}
+    for gpu in range(o.gpus):
+        mode = modes.get(gpu, "default")
+        if gpu not in unknown and mode != p.compute_mode:
+            wrong.setdefault(mode, []).append(gpu)
+    return [f"compute mode {mode} on {gpu_list(gpus)}" for mode, gpus in wrong.items()]
 
 
 APP_CLOCKS_AT_MAX_FRACTION = 0.95  # a median SM clock this near the max is not held low
@@ -220,18 +240,7 @@ def _clock_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
         out.append(
             f"applications_clocks_setting under load (clocks set or locked) on {gpu_list(held)}"
         )
-    limited = set(parse_gpus(o.limited)) if o.limited else set()
-    if o.sm_clock_fraction is not None:
-        low = [
-            (g, f)
-            for g, f in sorted(ungroup(o.sm_clock_fraction).items())
-            if g not in limited and f < p.min_sm_clock_fraction
-        ]
-    elif o.min_sm_clock_fraction is not None and o.min_sm_clock_gpu is not None:
-        low = [(o.min_sm_clock_gpu, o.min_sm_clock_fraction)]
-        low = [(g, f) for g, f in low if f < p.min_sm_clock_fraction]
-    else:
-        low = []
+    low = _low_sm_clocks(o, p)
     if low:
         worst = min(f for _, f in low)
         out.append(
@@ -239,6 +248,23 @@ def _clock_findings(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[str]:
             f"{gpu_list([g for g, _ in low])}"
         )
     return out
+
+
+def _low_sm_clocks(o: GpuConfigObserved, p: GpuConfigPolicy) -> list[tuple[int, float]]:
+    """(GPU, SM clock / max) under load below the policy's fraction, the GPUs a power or
+    thermal reason held left out (their clock is low for that reason); condensed, only
+    the lowest GPU is known."""
+    limited = set(parse_gpus(o.limited)) if o.limited else set()
+    if o.sm_clock_fraction is not None:
+        return [
+            (g, f)
+            for g, f in sorted(ungroup(o.sm_clock_fraction).items())
+            if g not in limited and f < p.min_sm_clock_fraction
+        ]
+    if o.min_sm_clock_fraction is not None and o.min_sm_clock_gpu is not None:
+        low = [(o.min_sm_clock_gpu, o.min_sm_clock_fraction)]
+        return [(g, f) for g, f in low if f < p.min_sm_clock_fraction]
+    return []
 
 
 def _persistence_unknowable(o: GpuConfigObserved, p: GpuConfigPolicy) -> str | None:

@@ -42,7 +42,7 @@ from gpuaccept.checks.spec import (
     clip,
     gpu_list,
 )
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "GpuNumaFailed"
@@ -172,11 +172,19 @@ def judge(
     }
     if policy.gpus_per_socket is not None:
         expected["gpusPerSocket"] = list(policy.gpus_per_socket)
+    failures = _failures(observed, policy)
+    if failures:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
+    return CheckJudgement(CheckStatus.PASS, expected, clip(_pass_message(observed)))
+
+
+def _failures(observed: GpuNumaObserved, policy: GpuNumaPolicy) -> list[str]:
+    """The GPUs that failed; then the GPUs without a NUMA node on a multi-socket host
+    (when the policy requires one), else the spread over the sockets (all GPUs read)."""
     failures = [f"GPU {g} failed: {what}" for g, what in (observed.failed_gpus or {}).items()]
     numa_node, _socket = observed.columns()
-    no_node = [i for i, n in enumerate(numa_node) if n < 0]
     failed = {int(g) for g in observed.failed_gpus or {}}
-    no_node = [i for i in no_node if i not in failed]
+    no_node = [i for i, n in enumerate(numa_node) if n < 0 and i not in failed]
     if policy.require_numa_node and observed.sockets > 1 and no_node:
         failures.append(
             f"{gpu_list(no_node)}: no NUMA node (numa_node -1) on a {observed.sockets}-socket "
@@ -186,30 +194,28 @@ def judge(
         spread = _spread(observed, policy)
         if spread is not None:
             failures.append(spread)
-    if failures:
-        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
+    return failures
+
+
+def _pass_message(observed: GpuNumaObserved) -> str:
+    """Where the GPUs are: their NUMA nodes and how many on each socket."""
+    numa_node, socket = observed.columns()
     nodes = sorted({n for n in numa_node if n >= 0})
-    if one_node_over_sockets(observed) and any(s < 0 for s in observed.columns()[1]):
-        return CheckJudgement(
-            CheckStatus.PASS,
-            expected,
-            clip(
-                f"{len(numa_node)} GPUs on NUMA node {nodes[0]}, one node over "
-                f"{observed.sockets} sockets (memory interleaved, as AMD NPS0): "
-                "spread over the sockets not judged"
-            ),
+    if one_node_over_sockets(observed) and any(s < 0 for s in socket):
+        return (
+            f"{len(numa_node)} GPUs on NUMA node {nodes[0]}, one node over "
+            f"{observed.sockets} sockets (memory interleaved, as AMD NPS0): "
+            "spread over the sockets not judged"
         )
     per_socket = (
         f"{'+'.join(map(str, _per_socket(observed)))} over {observed.sockets} socket"
         f"{'s' if observed.sockets > 1 else ''}"
     )
     if not nodes and observed.sockets <= 1:  # numa_node -1 on one socket: nothing to place
-        message = f"{len(numa_node)} GPUs, {per_socket}; one NUMA node, so every GPU is local"
-    elif not nodes:
-        message = f"{len(numa_node)} GPUs, {per_socket}; no NUMA node given (not required)"
-    else:
-        message = f"{len(numa_node)} GPUs on NUMA nodes {','.join(map(str, nodes))}; {per_socket}"
-    return CheckJudgement(CheckStatus.PASS, expected, clip(message))
+        return f"{len(numa_node)} GPUs, {per_socket}; one NUMA node, so every GPU is local"
+    if not nodes:
+        return f"{len(numa_node)} GPUs, {per_socket}; no NUMA node given (not required)"
+    return f"{len(numa_node)} GPUs on NUMA nodes {','.join(map(str, nodes))}; {per_socket}"
 
 
 def condense(observed: GpuNumaObserved) -> GpuNumaObserved:

@@ -33,6 +33,7 @@ a few port names per kind, when condensed)::
 most common one.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,7 +42,7 @@ from pydantic import Field, JsonValue
 from gpuaccept.checks.claims import IB_RATE_MAX_GBITS, Claims
 from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "InfinibandPortsFailed"
@@ -237,8 +238,6 @@ def named_ports(
 ) -> IbNamedPorts:
     """The ports worth naming, by kind (``slowest`` among the ports ``scope`` rates)."""
     rated = (compute_ports(ports) if scope == "compute" else None) or ports
-    up_rates = [p.rate_gbps for p in rated if p.up]
-    slowest = min(up_rates) if up_rates and min(up_rates) < max(up_rates) else None
 
     def first(names: list[str]) -> list[str] | None:
         return names[:limit] or None
@@ -246,17 +245,27 @@ def named_ports(
     return IbNamedPorts(
         stuck=first([f"{p.port} {p.state}" for p in ports if p.stuck]),
         down=first([p.port for p in ports if not p.up and not p.stuck]),
-        slowest=first([p.port for p in rated if p.up and p.rate_gbps == slowest]),
+        slowest=first(_slowest(rated)),
         link_downed=first([p.port for p in ports if p.link_downed]),
         symbol_error=first([p.port for p in ports if p.symbol_error]),
-        behind=first(
-            [
-                f"{p.port} {p.lanes or f'{p.rate_gbps:g} Gb/s'}"
-                for p in ports_behind_their_board(ports)
-            ]
-        ),
+        behind=first(_behind(ports)),
         dead=first([p.port for p in ports_down_on_a_live_board(ports)]),
     )
+
+
+def _slowest(rated: list[IbPortObserved]) -> list[str]:
+    """The up ports at the lowest rate, when the up ports' rates differ."""
+    up_rates = [p.rate_gbps for p in rated if p.up]
+    if not up_rates or min(up_rates) == max(up_rates):
+        return []
+    return [p.port for p in rated if p.up and p.rate_gbps == min(up_rates)]
+
+
+def _behind(ports: list[IbPortObserved]) -> list[str]:
+    """The ports behind their board's other HCAs, with their lanes (else their rate)."""
+    return [
+        f"{p.port} {p.lanes or f'{p.rate_gbps:g} Gb/s'}" for p in ports_behind_their_board(ports)
+    ]
 
 
 @dataclass(frozen=True)
@@ -285,22 +294,34 @@ def _facts(observed: InfinibandPortsObserved, policy: InfinibandPortsPolicy) -> 
     chosen: set[str] = {policy.link_layer} if policy.link_layer else set(all_layers)
     layers = [s for name, s in all_layers.items() if name in chosen]
     rates = [r for s in layers if (r := _rated_min(s, policy)) is not None]
-    named = (
-        named_ports(_ports_of(observed, chosen), scope=policy.rate_scope)
-        if observed.ports is not None
-        else observed.named or IbNamedPorts()
-    )
     return _Facts(
         up=sum(s.up for s in layers),
-        stuck=sum(s.stuck or 0 for s in layers),
+        stuck=_total(s.stuck for s in layers),
         min_rate=min(rates) if rates else None,
-        max_link_downed=max((s.max_link_downed or 0 for s in layers), default=0),
-        max_symbol_error=max((s.max_symbol_error or 0 for s in layers), default=0),
-        behind=sum(s.behind or 0 for s in layers),
-        dead=sum(s.dead or 0 for s in layers),
-        named=named,
+        max_link_downed=_highest(s.max_link_downed for s in layers),
+        max_symbol_error=_highest(s.max_symbol_error for s in layers),
+        behind=_total(s.behind for s in layers),
+        dead=_total(s.dead for s in layers),
+        named=_named(observed, policy, chosen),
         label=f"{policy.link_layer} ports" if policy.link_layer else "ports",
     )
+
+
+def _total(counts: Iterable[int | None]) -> int:
+    return sum(count or 0 for count in counts)
+
+
+def _highest(counts: Iterable[int | None]) -> int:
+    return max((count or 0 for count in counts), default=0)
+
+
+def _named(
+    observed: InfinibandPortsObserved, policy: InfinibandPortsPolicy, chosen: set[str]
+) -> IbNamedPorts:
+    """The chosen layers' ports worth naming (from the ports, or as condensed)."""
+    if observed.ports is not None:
+        return named_ports(_ports_of(observed, chosen), scope=policy.rate_scope)
+    return observed.named or IbNamedPorts()
 
 
 def _names(names: list[str] | None) -> str:
@@ -400,6 +421,30 @@ def judge(
     facts = _facts(observed, policy)
     failure, note = _count_problem(observed, policy, facts)
     failures = [failure] if failure else []
+    failures += _port_problems(observed, policy, facts)
+    counter_failures, warnings = _counter_problems(facts, policy)
+    failures.extend(counter_failures)
+    firmware = _firmware_problem(observed) if policy.require_same_firmware else None
+    if firmware:
+        failures.append(firmware)
+    expected = _expected(policy)
+    if failures:
+        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
+    if observed.not_read:
+        warnings.append(
+            "not read: " + ", ".join(f"{port} ({why})" for port, why in observed.not_read.items())
+        )
+    if warnings:
+        return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warnings)))
+    return CheckJudgement(CheckStatus.PASS, expected, clip(_pass_message(observed, facts, note)))
+
+
+def _port_problems(
+    observed: InfinibandPortsObserved, policy: InfinibandPortsPolicy, facts: _Facts
+) -> list[str]:
+    """Ports stuck LinkUp but not ACTIVE, a rate below the policy's, and ports behind or
+    down beside their board's other HCAs."""
+    failures = []
     if facts.stuck:
         failures.append(
             f"{_ports(facts.stuck, facts.label)} LinkUp but not ACTIVE{_names(facts.named.stuck)}"
@@ -415,29 +460,17 @@ def judge(
             f"{facts.label} rate {facts.min_rate:g} < {policy.min_rate_gbps:g} Gb/s"
             f"{_names(facts.named.slowest)}"
         )
-    failures += _sibling_problems(policy, facts)
-    counter_failures, warnings = _counter_problems(facts, policy)
-    failures.extend(counter_failures)
-    firmware = _firmware_problem(observed) if policy.require_same_firmware else None
-    if firmware:
-        failures.append(firmware)
-    expected = _expected(policy)
-    if failures:
-        return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
-    if observed.not_read:
-        warnings.append(
-            "not read: " + ", ".join(f"{port} ({why})" for port, why in observed.not_read.items())
-        )
-    if warnings:
-        return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warnings)))
+    return failures + _sibling_problems(policy, facts)
+
+
+def _pass_message(observed: InfinibandPortsObserved, facts: _Facts, note: str | None) -> str:
     if observed.hcas == 0:
-        message = note or "no InfiniBand/RoCE HCA in /sys/class/infiniband; none expected"
-        return CheckJudgement(CheckStatus.PASS, expected, clip(message))
+        return note or "no InfiniBand/RoCE HCA in /sys/class/infiniband; none expected"
     rate = f", min {facts.min_rate:g} Gb/s" if facts.min_rate is not None else ""
     base = f"{_ports(facts.up, facts.label)} up on {observed.hcas} HCAs{rate}"
     if observed.virtual_functions:
         base += f" ({observed.virtual_functions} SR-IOV virtual functions not judged)"
-    return CheckJudgement(CheckStatus.PASS, expected, clip(f"{base}; {note}" if note else base))
+    return f"{base}; {note}" if note else base
 
 
 def condense(observed: InfinibandPortsObserved) -> InfinibandPortsObserved:

@@ -36,7 +36,7 @@ from gpuaccept.checks.spec import (
     RunbookEntry,
     clip,
 )
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "NcclAllreduceFailed"

@@ -41,7 +41,7 @@ from gpuaccept.checks.spec import (
     clip,
     gpu_list,
 )
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "NvlinkFailed"

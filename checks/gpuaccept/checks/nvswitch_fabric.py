@@ -39,7 +39,7 @@ from gpuaccept.checks.spec import (
     clip,
     gpu_list,
 )
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "NvswitchFabricFailed"
@@ -203,14 +203,19 @@ def _no_fabric(
     )
 
 
+def _fabric_expected(
+    policy: NvswitchFabricPolicy, summary: HardwareSummary, why_not: str | None
+) -> bool:
+    """Whether the GPU model is expected on an NVSwitch fabric: the class says NVSwitch,
+    and the node's PCI bus has the last word (a 4-GPU HGX board has none: ``why_not``)."""
+    return why_not is None and bool(per_model_value(policy.expected_by_model, summary.gpu_model, 0))
+
+
 def judge(
     observed: NvswitchFabricObserved, policy: NvswitchFabricPolicy, summary: HardwareSummary
 ) -> CheckJudgement:
-    # The class says NVSwitch; the node's PCI bus has the last word (a 4-GPU HGX board).
     why_not = without_nvswitch(summary)
-    fabric_expected = why_not is None and bool(
-        per_model_value(policy.expected_by_model, summary.gpu_model, 0)
-    )
+    fabric_expected = _fabric_expected(policy, summary, why_not)
     fail_on = {str(c) for c in policy.fail_on}
     warn_on = {str(c) for c in policy.warn_on} - fail_on
     expected: JsonValue = {"fabric": fabric_expected, "state": "completed"}

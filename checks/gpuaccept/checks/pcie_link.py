@@ -50,7 +50,7 @@ from gpuaccept.checks.spec import (
     clip,
     gpu_list,
 )
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "PcieLinkFailed"
@@ -180,19 +180,7 @@ def _gpus(value: list[int] | str | None) -> list[int]:
 def _facts(o: PcieLinkObserved) -> _Facts:
     # The model validator guarantees one complete form; `or []` / `or 0` only satisfy the types.
     if o.gen is not None:
-        gen, width = o.gen, o.width or []
-        max_gen, max_width = o.max_gen or [], o.max_width or []
-        n = len(gen)
-        return _Facts(
-            gpus=n,
-            min_gen=min(gen),
-            min_width=min(width),
-            below_max_gen=[i for i in range(n) if gen[i] < max_gen[i]],
-            below_max_width=[i for i in range(n) if width[i] < max_width[i]],
-            h2d=list(enumerate(o.h2d_gbps or [])),
-            d2h=list(enumerate(o.d2h_gbps or [])),
-            failed=o.failed_gpus or {},
-        )
+        return _full_facts(o, o.gen)
     min_h2d, min_d2h = o.min_h2d_gbps or 0.0, o.min_d2h_gbps or 0.0
     return _Facts(
         gpus=o.gpus or 0,
@@ -202,6 +190,23 @@ def _facts(o: PcieLinkObserved) -> _Facts:
         below_max_width=_gpus(o.below_max_width),
         h2d=[(i, min_h2d) for i in o.slow_h2d or []],
         d2h=[(i, min_d2h) for i in o.slow_d2h or []],
+        failed=o.failed_gpus or {},
+    )
+
+
+def _full_facts(o: PcieLinkObserved, gen: list[int]) -> _Facts:
+    """The facts of the full form (one column entry per GPU)."""
+    width = o.width or []
+    max_gen, max_width = o.max_gen or [], o.max_width or []
+    n = len(gen)
+    return _Facts(
+        gpus=n,
+        min_gen=min(gen),
+        min_width=min(width),
+        below_max_gen=[i for i in range(n) if gen[i] < max_gen[i]],
+        below_max_width=[i for i in range(n) if width[i] < max_width[i]],
+        h2d=list(enumerate(o.h2d_gbps or [])),
+        d2h=list(enumerate(o.d2h_gbps or [])),
         failed=o.failed_gpus or {},
     )
 
@@ -239,6 +244,12 @@ def _failures(facts: _Facts, p: PcieLinkPolicy, cc_mode: str | None = None) -> l
         failures.append(f"Gen{facts.min_gen} < Gen{p.min_generation}")
     if p.min_width is not None and facts.min_width < p.min_width:
         failures.append(f"x{facts.min_width} < x{p.min_width}")
+    return failures + _copy_failures(facts, p, cc_mode)
+
+
+def _copy_failures(facts: _Facts, p: PcieLinkPolicy, cc_mode: str | None) -> list[str]:
+    """The GPUs whose H2D or D2H copies were below the node's floor, with the worst."""
+    failures = []
     h2d_floor, d2h_floor = _copy_floors(cc_mode, p)
     for label, values, minimum in (
         ("H2D", facts.h2d, h2d_floor),
@@ -263,7 +274,21 @@ def judge(
     failures = _failures(facts, policy, observed.cc_mode)
     if failures:
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failures)))
-    link = f"Gen{facts.min_gen}x{facts.min_width}"
+    link = f"Gen{facts.min_gen}x{facts.min_width}{_capped(observed)}"
+    h2d = min(v for _, v in facts.h2d) if facts.h2d else None
+    d2h = min(v for _, v in facts.d2h) if facts.d2h else None
+    return CheckJudgement(
+        CheckStatus.PASS,
+        expected,
+        clip(
+            f"{facts.gpus} GPUs at {link} under load; min H2D {h2d:g}, D2H {d2h:g} GB/s"
+            f"{_copy_notes(observed, policy)}"
+        ),
+    )
+
+
+def _capped(observed: PcieLinkObserved) -> str:
+    """The GPUs whose link the platform caps below their own maximum generation."""
     capped = [
         i
         for i, (own, best) in enumerate(
@@ -271,31 +296,28 @@ def judge(
         )
         if own > best
     ]
-    if capped:
-        link += (
-            f" ({gpu_list(capped)} capped by the platform at Gen{min(observed.max_gen or [0])}, "
-            f"their own Gen{max(observed.device_max_gen or [0])})"
-        )
+    if not capped:
+        return ""
+    return (
+        f" ({gpu_list(capped)} capped by the platform at Gen{min(observed.max_gen or [0])}, "
+        f"their own Gen{max(observed.device_max_gen or [0])})"
+    )
+
+
+def _copy_notes(observed: PcieLinkObserved, policy: PcieLinkPolicy) -> str:
+    """Copies not on their GPU's NUMA node, and how confidential computing was judged."""
     unpinned = (
         f"; copies of {gpu_list(observed.unpinned)} not on their NUMA node's CPUs"
         if observed.unpinned
         else ""
     )
-    h2d = min(v for _, v in facts.h2d) if facts.h2d else None
-    d2h = min(v for _, v in facts.d2h) if facts.d2h else None
-    if observed.cc_mode in ("on", "devtools"):
-        judged = _copy_floors(observed.cc_mode, policy) != (None, None)
-        unpinned = (
-            f"; confidential computing {observed.cc_mode}: "
-            + ("copies judged by the CC floors" if judged else "H2D/D2H not judged (no CC floor)")
-            + unpinned
-        )
-    return CheckJudgement(
-        CheckStatus.PASS,
-        expected,
-        clip(
-            f"{facts.gpus} GPUs at {link} under load; min H2D {h2d:g}, D2H {d2h:g} GB/s{unpinned}"
-        ),
+    if observed.cc_mode not in ("on", "devtools"):
+        return unpinned
+    judged = _copy_floors(observed.cc_mode, policy) != (None, None)
+    return (
+        f"; confidential computing {observed.cc_mode}: "
+        + ("copies judged by the CC floors" if judged else "H2D/D2H not judged (no CC floor)")
+        + unpinned
     )
 
 

@@ -62,6 +62,7 @@ pair.
 
 import re
 import statistics
+from collections.abc import Sequence, Sized
 from enum import StrEnum
 
 from pydantic import Field, JsonValue, model_validator
@@ -70,7 +71,7 @@ from gpuaccept.checks.claims import Claims, host_copy_bound, peer_bound
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value, without_nvswitch
 from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "PeerBandwidthFailed"
@@ -199,13 +200,9 @@ class PeerBandwidthObserved(ObservedModel):
     @model_validator(mode="after")
     def _well_formed(self) -> "PeerBandwidthObserved":
         for matrix in (self.gbps, self.bidir_gbps):
-            if matrix is not None and (
-                len(matrix) != self.gpus or any(len(row) != self.gpus for row in matrix)
-            ):
+            if matrix is not None and not _square(matrix, self.gpus):
                 raise ValueError("gbps and bidirGBps must be gpus x gpus")
-        if self.paths is not None and (
-            len(self.paths) != self.gpus or any(len(row) != self.gpus for row in self.paths)
-        ):
+        if self.paths is not None and not _square(self.paths, self.gpus):
             raise ValueError("paths must be gpus strings of gpus characters")
         if self.h2d_gbps is not None and len(self.h2d_gbps) != self.gpus:
             raise ValueError("h2dGBps must have one figure per GPU")
@@ -213,6 +210,11 @@ class PeerBandwidthObserved(ObservedModel):
             if any(g >= self.gpus for pair in parse_pairs(text, self.gpus) for g in pair):
                 raise ValueError(f"noPeerAccess names a GPU beyond {self.gpus}: {text[:20]!r}")
         return self
+
+
+def _square(rows: Sequence[Sized], n: int) -> bool:
+    """Whether ``rows`` are ``n`` rows of ``n`` entries each."""
+    return len(rows) == n and all(len(row) == n for row in rows)
 
 
 # --- pairs text -------------------------------------------------------------------------
@@ -316,20 +318,29 @@ def pairs_by_path(
     """(path → its pairs as (GB/s, src, dst), weakest first; path → the median pair), from
     the full form (every measured pair) or the condensed one (the weakest kept)."""
     if o.gbps is not None:
-        no_access = _no_access(o)
-        failed = {int(g) for g in (o.failed_gpus or {})}
-        lost = failed_pairs(o)
-        by_path: dict[str, list[tuple[float, int, int]]] = {}
-        for s, row in enumerate(o.gbps):
-            for d, gbps in enumerate(row):
-                if s == d or s in failed or d in failed or (s, d) in lost:
-                    continue
-                path = path_of(o, (s, d), no_access)
-                by_path.setdefault(path.value, []).append((gbps, s, d))
+        by_path = _full_pairs_by_path(o, o.gbps)
         medians = {p: statistics.median(g for g, _s, _d in v) for p, v in by_path.items()}
         return {p: sorted(v) for p, v in by_path.items()}, medians
     weakest = {p: [(gbps, s, d)] for p, (_m, s, d, gbps) in (o.weakest or {}).items()}
     return weakest, {p: median for p, (median, _s, _d, _g) in (o.weakest or {}).items()}
+
+
+def _full_pairs_by_path(
+    o: PeerBandwidthObserved, gbps_matrix: list[list[float]]
+) -> dict[str, list[tuple[float, int, int]]]:
+    """Path -> its measured pairs as (GB/s, src, dst), the pairs of a failed GPU and the
+    pairs whose copy failed left out."""
+    no_access = _no_access(o)
+    failed = {int(g) for g in (o.failed_gpus or {})}
+    lost = failed_pairs(o)
+    by_path: dict[str, list[tuple[float, int, int]]] = {}
+    for s, row in enumerate(gbps_matrix):
+        for d, gbps in enumerate(row):
+            if s == d or s in failed or d in failed or (s, d) in lost:
+                continue
+            path = path_of(o, (s, d), no_access)
+            by_path.setdefault(path.value, []).append((gbps, s, d))
+    return by_path
 
 
 # --- judging ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ estimate says what it rests on.
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 
 NOT_ON_GPU = "estimate, not measured on a GPU"
 

@@ -20,9 +20,9 @@ from gpuaccept.checks.fabric_allreduce import FabricPolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec, CheckSpec
 from gpuaccept.contracts.api import PENDING_TAINT_KEY
-from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.contract_model import ContractModel
 from gpuaccept.contracts.inservice import InService
-from gpuaccept.contracts.policy import (
+from gpuaccept.contracts.policy_fields import (
     CONTROL_PLANE_ROLE_LABELS,
     MAX_MAP_KEYS,
     CheckSwitch,

@@ -3,7 +3,7 @@
 A check module in :mod:`gpuaccept.checks` is pure (no torch, NVML, Kubernetes
 or I/O). It defines
 
-* its policy section, a :class:`~gpuaccept.contracts.policy.CheckSwitch`
+* its policy section, a :class:`~gpuaccept.contracts.policy_fields.CheckSwitch`
   subclass (the ``ProbePolicy`` field named after the check);
 * its ``Observed`` model: the one shape of its ``observed`` value in a report.
   Condensing (to fit the termination message) returns the same model with
@@ -40,8 +40,8 @@ from pydantic import JsonValue
 
 from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.phase_estimate import PhaseEstimate
-from gpuaccept.contracts.base import ContractModel
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.contract_model import ContractModel
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 MESSAGE_MAX = 240

@@ -45,7 +45,7 @@ from gpuaccept.checks.spec import (
     clip,
     gpu_list,
 )
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "ThrottleReasonsFailed"
@@ -123,26 +123,43 @@ class ThrottleReasonsObserved(ObservedModel):
 
 def _sustained(observed: ThrottleReasonsObserved, limit: float) -> dict[str, str]:
     """reason → where it was sustained (above ``limit``), from whichever form is present."""
-    out: dict[str, str] = {}
     if observed.active_fraction is not None:
-        for reason, fractions in observed.active_fraction.items():
-            over = [i for i, f in enumerate(fractions) if f > limit]
-            if over:
-                worst = max(fractions)
-                out[reason] = f"{reason} {worst:.0%} of samples on {gpu_list(over)}"
+        out = _sustained_per_gpu(observed.active_fraction, limit)
     elif observed.worst is not None:
-        for reason, (worst, gpu) in observed.worst.items():
-            if worst > limit:
-                out[reason] = f"{reason} {worst:.0%} of samples on GPU {gpu}"
+        out = {
+            reason: f"{reason} {worst:.0%} of samples on GPU {gpu}"
+            for reason, (worst, gpu) in observed.worst.items()
+            if worst > limit
+        }
     elif observed.max_active_fraction is not None:
-        worst_gpu = observed.worst_gpu or {}
-        for reason, worst in observed.max_active_fraction.items():
-            if worst > limit:
-                where = f"GPU {worst_gpu[reason]}" if reason in worst_gpu else "a GPU"
-                out[reason] = f"{reason} {worst:.0%} of samples on {where}"
+        out = _sustained_at_most(observed.max_active_fraction, observed.worst_gpu or {}, limit)
+    else:
+        out = {}
     for reason, gpus in (observed.reasons or {}).items():
         where = gpu_list(gpus) if isinstance(gpus, list) else f"{gpus} GPUs"
         out.setdefault(reason, f"{reason} on {where}")
+    return out
+
+
+def _sustained_per_gpu(active_fraction: dict[str, list[float]], limit: float) -> dict[str, str]:
+    """The full form: each reason above ``limit`` on the GPUs it was, and its worst."""
+    out: dict[str, str] = {}
+    for reason, fractions in active_fraction.items():
+        over = [i for i, f in enumerate(fractions) if f > limit]
+        if over:
+            out[reason] = f"{reason} {max(fractions):.0%} of samples on {gpu_list(over)}"
+    return out
+
+
+def _sustained_at_most(
+    max_active_fraction: dict[str, float], worst_gpu: dict[str, int], limit: float
+) -> dict[str, str]:
+    """An earlier condensed form: each reason's largest fraction, and its GPU if known."""
+    out: dict[str, str] = {}
+    for reason, worst in max_active_fraction.items():
+        if worst > limit:
+            where = f"GPU {worst_gpu[reason]}" if reason in worst_gpu else "a GPU"
+            out[reason] = f"{reason} {worst:.0%} of samples on {where}"
     return out
 
 
@@ -165,15 +182,22 @@ def judge(
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing + warning)))
     if warning:
         return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warning)))
-    other = [r for r in sustained if r not in fail_on and r not in warn_on]
-    note = f" (not judged: {', '.join(other)})" if other else ""
     return CheckJudgement(
         CheckStatus.PASS,
         expected,
-        clip(
-            f"no judged clock event reason sustained (> {limit:.0%}) under load "
-            f"in {observed.samples} samples{note}"
-        ),
+        clip(_pass_message(observed, sustained, fail_on + warn_on, limit)),
+    )
+
+
+def _pass_message(
+    observed: ThrottleReasonsObserved, sustained: dict[str, str], judged: list[str], limit: float
+) -> str:
+    """No judged reason sustained; the reasons that were, but are not judged, named."""
+    other = [r for r in sustained if r not in judged]
+    note = f" (not judged: {', '.join(other)})" if other else ""
+    return (
+        f"no judged clock event reason sustained (> {limit:.0%}) under load "
+        f"in {observed.samples} samples{note}"
     )
 
 

@@ -47,7 +47,7 @@ from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.gpu_sets import gpu_label, notes_condensed
 from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
 REASON = "XidErrorsFailed"
@@ -221,20 +221,12 @@ def judge(
     warning = _action_texts(observed, warn_actions) + _xid_texts(by_code, observed, warn_xids)
     unwatched = _unwatched(observed, summary)
     if unwatched and not failing:  # no evidence of "no critical Xid" on them: never a pass
-        why = (observed.not_read or {}).get("events")
-        text = f"Xid events not watched on {gpu_label(format_gpus(unwatched))}"
         return CheckJudgement(
-            CheckStatus.ERROR,
-            expected,
-            clip("; ".join([text + (f" ({why})" if why else "")])),
+            CheckStatus.ERROR, expected, clip(_unwatched_text(observed, unwatched))
         )
     stopped = observed.listener_stopped
     if stopped is not None:
-        during = f" during {stopped.during}" if stopped.during else ""
-        text = (
-            f"the Xid listener stopped after {stopped.at_s:g} s{during}: {stopped.error}; "
-            "no Xid after that was seen"
-        )
+        text = _stopped_text(stopped)
         if stopped.gpu_lost:  # NVML lost a GPU while waiting: the Xid 79 it hides
             failing.append(f"a GPU was lost: {text}")
         elif not failing:  # no evidence of "no critical Xid": an error, never a pass
@@ -243,6 +235,25 @@ def judge(
         return CheckJudgement(CheckStatus.FAIL, expected, clip("; ".join(failing + warning)))
     if warning:
         return CheckJudgement(CheckStatus.WARN, expected, clip("; ".join(warning)))
+    return CheckJudgement(CheckStatus.PASS, expected, clip(_pass_message(observed, by_code)))
+
+
+def _unwatched_text(observed: XidErrorsObserved, unwatched: list[int]) -> str:
+    why = (observed.not_read or {}).get("events")
+    text = f"Xid events not watched on {gpu_label(format_gpus(unwatched))}"
+    return text + (f" ({why})" if why else "")
+
+
+def _stopped_text(stopped: ListenerStop) -> str:
+    during = f" during {stopped.during}" if stopped.during else ""
+    return (
+        f"the Xid listener stopped after {stopped.at_s:g} s{during}: {stopped.error}; "
+        "no Xid after that was seen"
+    )
+
+
+def _pass_message(observed: XidErrorsObserved, by_code: dict[int, list[int]]) -> str:
+    """What was watched, how long; the Xids seen but not judged, the parts not read."""
     seen = list(by_code)
     notes = [f"not judged: Xid {', '.join(str(x) for x in seen)}"] if seen else []
     notes += [f"{part} not read: {why}" for part, why in (observed.not_read or {}).items()]
@@ -251,7 +262,7 @@ def judge(
         if observed.watched and observed.listened_s is not None
         else "no Xid listener ran"
     )
-    return CheckJudgement(CheckStatus.PASS, expected, clip("; ".join([watched, *notes])))
+    return "; ".join([watched, *notes])
 
 
 def _unwatched(observed: XidErrorsObserved, summary: HardwareSummary) -> list[int]:

@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.contract_model import ContractModel
 
 DAY = 86400
 MAX_EVENTS = 20
@@ -39,7 +39,7 @@ GpuUuid = Annotated[str, Field(max_length=64)]
 XidCode = Annotated[int, Field(ge=1, le=65535)]
 
 # What the rules know about an Xid (the classes of NVIDIA's catalogue the rules act on).
-XidClass = Literal["fatal", "repeated", "memory", "application", "other"]
+XidClassName = Literal["fatal", "repeated", "memory", "application", "other"]
 # nvmlDeviceGpuRecoveryAction_t's values other than none (nvml.h, R570+), as the watch
 # reports them (checks.xid_errors.RecoveryAction).
 RecoveryActionName = Literal[
@@ -51,11 +51,15 @@ RecoveryActionName = Literal[
     "bus_reset",
     "system_reboot",
 ]
-NvlinkCounter = Literal["replay", "recovery", "crc"]
+# All of nvmlDeviceGpuRecoveryAction_t, "none" (a healthy GPU) first: what NVML answers,
+# as a hardware profile sets it for the simulated NVML.
+NvmlRecoveryAction = Literal["none", RecoveryActionName]
+# The NVLink error counters the watch reads.
+WatchNvlinkCounter = Literal["replay", "recovery", "crc"]
 # The NVSwitch fabric's health as the watch reports it (nvmlGpuFabricInfo_v2/v3 health
 # mask and summary, as the acceptance check nvswitch_fabric names them), and a
 # registration that completed with an error status.
-FabricCondition = Literal[
+WatchFabricCondition = Literal[
     "degraded_bandwidth",
     "route_recovery",
     "route_unhealthy",
@@ -158,11 +162,11 @@ def _recovery_actions_that_quarantine() -> list[RecoveryActionName]:
     return ["gpu_reset", "node_reboot", "drain_and_reset", "bus_reset", "system_reboot"]
 
 
-def _nvlink_fail_above() -> dict[NvlinkCounter, int]:
+def _nvlink_fail_above() -> dict[WatchNvlinkCounter, int]:
     return {"recovery": 0}
 
 
-def _fabric_fail_on() -> list[FabricCondition]:
+def _fabric_fail_on() -> list[WatchFabricCondition]:
     return [
         "degraded_bandwidth",
         "route_unhealthy",
@@ -189,7 +193,7 @@ class GpuStateRules(ContractModel):
         "quarantines (NVLinkDown). DCGM fails on a link Down (not in MIG mode, whose "
         "links NVML reports down).",
     )
-    nvlink_errors_fail_above: dict[NvlinkCounter, int] = Field(
+    nvlink_errors_fail_above: dict[WatchNvlinkCounter, int] = Field(
         default_factory=_nvlink_fail_above,
         max_length=3,
         description="NVLink error counter -> more errors than this in one window, summed "
@@ -197,7 +201,7 @@ class GpuStateRules(ContractModel):
         "recorded only. Default: any recovery (a link that went down and retrained), as "
         "the acceptance check's failAbove.",
     )
-    fabric_fail_on: list[FabricCondition] = Field(
+    fabric_fail_on: list[WatchFabricCondition] = Field(
         default_factory=_fabric_fail_on,
         max_length=8,
         description="NVSwitch fabric conditions at a window's end that quarantine "
@@ -292,7 +296,7 @@ class XidBurst(ContractModel):
 
     gpu: GpuUuid
     xid: XidCode
-    kind: XidClass
+    kind: XidClassName
     first: datetime
     last: datetime
     events: int = Field(default=1, ge=1)

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StrictInt, model_validator
 
-from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.contract_model import ContractModel
 from gpuaccept.contracts.inservice import InServiceStatus
 from gpuaccept.contracts.report import CheckStatus, ProbeReport
 from gpuaccept.contracts.reverify import Baseline, ReverifyStatus

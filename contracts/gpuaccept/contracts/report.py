@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from gpuaccept.contracts.api import REPORT_KIND, TERMINATION_MESSAGE_MAX_BYTES
-from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.contract_model import ContractModel
 
 
 class CheckStatus(StrEnum):

@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.contract_model import ContractModel
 
 CheckName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
 GpuIndex = Annotated[int, Field(ge=0, le=63)]

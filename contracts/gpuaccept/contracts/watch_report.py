@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from gpuaccept.contracts.api import TERMINATION_MESSAGE_MAX_BYTES
-from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.contract_model import ContractModel
 from gpuaccept.contracts.report import REPORT_CONFIG, ReportTooLargeError, strict_json
 
 WATCH_REPORT_KIND: Final = "WatchReport"
@@ -292,6 +292,21 @@ def fit_watch_report(
     """
     if report.compact_size() <= limit:
         return report
+    current = _without_xids(report, keep_first, limit)
+    current = _without_gpu_detail(current, limit)
+    current = _without_ib_ports(current, limit)
+    current = _without_gpus(current, limit)
+    if current.compact_size() > limit:
+        raise ReportTooLargeError(
+            f"watch report envelope is {current.compact_size()} bytes, over {limit}"
+        )
+    return current
+
+
+def _without_xids(
+    report: WatchReport, keep_first: Callable[[WatchXid], int] | None, limit: int
+) -> WatchReport:
+    """Step 2: Xid bursts left out, lowest-ranked last, until the report fits."""
     seen: set[tuple[int, int]] = set()
     ranked = sorted(
         enumerate(report.xids),
@@ -310,6 +325,11 @@ def fit_watch_report(
                 "xids_dropped": report.xids_dropped + len(report.xids) - len(kept),
             }
         )
+    return current
+
+
+def _without_gpu_detail(current: WatchReport, limit: int) -> WatchReport:
+    """Step 3: the droppable GPU fields left out of every entry, one at a time."""
     dropped = list(current.detail_dropped)
     for name in DROPPABLE_GPU_FIELDS:
         if current.compact_size() <= limit:
@@ -322,6 +342,11 @@ def fit_watch_report(
                 "detail_dropped": list(dropped),
             }
         )
+    return current
+
+
+def _without_ib_ports(current: WatchReport, limit: int) -> WatchReport:
+    """Step 4: the ACTIVE InfiniBand ports left out, then every port."""
     if current.compact_size() > limit and current.ib_ports:
         current = current.model_copy(
             update={
@@ -336,6 +361,11 @@ def fit_watch_report(
                 "not_read": {**current.not_read, "ib": "left out: report size"},
             }
         )
+    return current
+
+
+def _without_gpus(current: WatchReport, limit: int) -> WatchReport:
+    """Step 5: GPU entries with nothing to report left out, then the last entries."""
     gpus = sorted(current.gpus, key=lambda g: (not g.faulty(), g.index))
     left_out = current.gpus_left_out
     while gpus and current.compact_size() > limit:
@@ -347,10 +377,6 @@ def fit_watch_report(
             }
         )
         left_out = current.gpus_left_out
-    if current.compact_size() > limit:
-        raise ReportTooLargeError(
-            f"watch report envelope is {current.compact_size()} bytes, over {limit}"
-        )
     return current
 
 

@@ -42,7 +42,7 @@ from gpuaccept.contracts.api import (
     POLICY_PLURAL,
 )
 from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
-from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
+from gpuaccept.contracts.policy_fields import OWNED_KEY_PREFIX
 from gpuaccept.operator.core.podspec import PROBE_SELECTOR
 from gpuaccept.operator.kube import LEASE_PATH, MERGE, NA_PATH, STRATEGIC, ConflictError, Kube
 from gpuaccept.operator.options import OptionError, owned_key_prefixes
@@ -130,6 +130,11 @@ class NodeCleanup:
         ]
 
 
+def _owned_keys(keys: Mapping[str, Any] | None, recorded: frozenset[str]) -> tuple[str, ...]:
+    """The keys of a label or annotation map that gpuaccept owns."""
+    return tuple(key for key in keys or {} if owned(key, recorded))
+
+
 def node_cleanup(node: Mapping[str, Any], recorded: RecordedKeys) -> NodeCleanup:
     """What gpuaccept left on ``node``: the keys it owns, and its condition."""
     metadata = node.get("metadata") or {}
@@ -140,8 +145,8 @@ def node_cleanup(node: Mapping[str, Any], recorded: RecordedKeys) -> NodeCleanup
         node=metadata["name"],
         resource_version=metadata.get("resourceVersion", ""),
         taints=tuple(dict.fromkeys(t["key"] for t in removed)),
-        labels=tuple(k for k in metadata.get("labels") or {} if owned(k, recorded.labels)),
-        annotations=tuple(k for k in metadata.get("annotations") or {} if owned(k, frozenset())),
+        labels=_owned_keys(metadata.get("labels"), recorded.labels),
+        annotations=_owned_keys(metadata.get("annotations"), frozenset()),
         condition=any(c.get("type") == NODE_CONDITION_TYPE for c in conditions),
         kept_taints=tuple(t for t in taints if t not in removed),
     )

@@ -125,44 +125,25 @@ def _elections(
     return lease, lock
 
 
-def main(argv: Sequence[str]) -> int:
-    try:
-        args = parser().parse_args(list(argv))
-        check_ranges(args)
-        resources, tolerations, fabric = (
-            probe_resources(args.probe_resources),
-            probe_tolerations(args.probe_tolerations),
-            fabric_pods(args.fabric_pods),
-        )
-        labels, annotations, extra_env = (
-            pod_labels(args.probe_pod_labels),
-            pod_annotations(args.probe_pod_annotations),
-            probe_env(args.probe_env),
-        )
-        base_selector = base_node_selector(
-            args.node_selector, allow_control_plane=args.allow_control_plane_nodes
-        )
-        drivers = dra_drivers(args.dra_driver)
-    except OptionError as error:
-        sys.stderr.write(f"gpuaccept operator: {' '.join(str(error).split())}\n")
-        return EXIT_USAGE
-    _setup_logging(args.log_format, args.log_level)
-
-    configuration = _load_credentials(args.kubeconfig)
-    if configuration is None:
-        return EXIT_USAGE
-    configuration.connection_pool_maxsize = args.workers + 4
-    api = kubernetes.client.ApiClient(configuration)
-    kube = Kube(api)
-
-    missing = _wait_for_crds(kube.for_origin(ORIGIN_STARTUP), timeout=args.crd_wait)
-    if missing:
-        sys.stderr.write(
-            f"gpuaccept operator: CRDs not served by the API server: {', '.join(missing)} "
-            "(install them first: kubectl apply -f crds/, or the Helm chart)\n"
-        )
-        return 1
-
+def _options(argv: Sequence[str]) -> tuple[argparse.Namespace, OperatorConfig]:
+    """The command line, checked (OptionError names the flag), and the operator's
+    configuration from it."""
+    args = parser().parse_args(list(argv))
+    check_ranges(args)
+    resources, tolerations, fabric = (
+        probe_resources(args.probe_resources),
+        probe_tolerations(args.probe_tolerations),
+        fabric_pods(args.fabric_pods),
+    )
+    labels, annotations, extra_env = (
+        pod_labels(args.probe_pod_labels),
+        pod_annotations(args.probe_pod_annotations),
+        probe_env(args.probe_env),
+    )
+    base_selector = base_node_selector(
+        args.node_selector, allow_control_plane=args.allow_control_plane_nodes
+    )
+    drivers = dra_drivers(args.dra_driver)
     config = OperatorConfig(
         namespace=args.namespace,
         probe_image=args.probe_image,
@@ -189,6 +170,32 @@ def main(argv: Sequence[str]) -> int:
         dra_drivers=drivers,
         watch_pods=not args.no_watch_pods,
     )
+    return args, config
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args, config = _options(argv)
+    except OptionError as error:
+        sys.stderr.write(f"gpuaccept operator: {' '.join(str(error).split())}\n")
+        return EXIT_USAGE
+    _setup_logging(args.log_format, args.log_level)
+
+    configuration = _load_credentials(args.kubeconfig)
+    if configuration is None:
+        return EXIT_USAGE
+    configuration.connection_pool_maxsize = args.workers + 4
+    api = kubernetes.client.ApiClient(configuration)
+    kube = Kube(api)
+
+    missing = _wait_for_crds(kube.for_origin(ORIGIN_STARTUP), timeout=args.crd_wait)
+    if missing:
+        sys.stderr.write(
+            f"gpuaccept operator: CRDs not served by the API server: {', '.join(missing)} "
+            "(install them first: kubectl apply -f crds/, or the Helm chart)\n"
+        )
+        return 1
+
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     lease, lock = _elections(args, identity)
     runtime = RuntimeSettings(
@@ -200,7 +207,7 @@ def main(argv: Sequence[str]) -> int:
     )
     controller = Controller(kube, config, judge, runtime=runtime, lease=lease)
     node_filters = node_watch_filters(
-        base_selector, allow_control_plane=args.allow_control_plane_nodes
+        config.base_node_selector, allow_control_plane=args.allow_control_plane_nodes
     )
     registry = build_registry(controller, node_filters)
 
@@ -208,6 +215,14 @@ def main(argv: Sequence[str]) -> int:
     def login(**_: Any) -> kopf.ConnectionInfo:
         return _connection_info(configuration)
 
+    return _serve(args, controller, registry, identity)
+
+
+def _serve(
+    args: argparse.Namespace, controller: Controller, registry: kopf.OperatorRegistry, identity: str
+) -> int:
+    """Run kopf with the handlers of ``registry`` (and the metrics and health endpoints)
+    until the process is stopped."""
     if args.metrics_port:  # the per-node series are published by the policy status loop
         start_http_server(args.metrics_port)
     settings = kopf.OperatorSettings()

@@ -132,16 +132,7 @@ class Controller:
             else None
         )
         # None: no lock (one installation assumed); else only while it holds it.
-        self.installation_lock = (
-            InstallationLock(
-                kube.for_origin(ORIGIN_INSTALLATION_LOCK),
-                runtime.installation_lock,
-                leads_installation=lambda: self.leader is None or self.leader.leading,
-                on_change=self.on_installation_lock,
-            )
-            if runtime.installation_lock is not None
-            else None
-        )
+        self.installation_lock = self._installation_lock(runtime.installation_lock)
         self.cache = Cache()
         self.queue = WorkQueue()
         self.executor = ThreadPoolExecutor(max_workers=runtime.workers, thread_name_prefix="kube")
@@ -150,30 +141,8 @@ class Controller:
         )
         self.runner = ActionRunner(self.actions, self.executor, leading=lambda: self.leading)
         self.quarantine_limit = QuarantineLimit(self.cache)
-        self.policy_status = PolicyStatusLoop(
-            StatusWriter(kube.for_origin(ORIGIN_POLICY_STATUS), self.executor, runtime.identity),
-            self.quarantine_limit,
-            wake=self.enqueue,
-            leading=lambda: self.leading,
-            unmatched_grace_seconds=runtime.unmatched_grace_seconds,
-        )
-        self.policy_status.allow_control_plane = config.allow_control_plane
-        self.policy_status.ceiling = config.max_unavailable_ceiling
-        # The fabric loop's own executor on the same API client: the refusals it
-        # remembers per node (create_errors, status_errors) are the probing phase's
-        # evidence against a node's own attempt, never to be set or cleared by a
-        # partner's fabric pod.
-        fabric_actions = KubeExecutor(
-            kube, self.cache, namespace=config.namespace, identity=runtime.identity, loop="fabric"
-        )
-        self.fabric = FabricLoop(
-            self.cache,
-            ActionRunner(
-                fabric_actions, self.executor, leading=lambda: self.leading, who="fabric: "
-            ),
-            config,
-            wake=self.enqueue,
-        )
+        self.policy_status = self._policy_status_loop()
+        self.fabric = self._fabric_loop()
         self.reverify = ReverifyLoop(
             kube.for_origin(ORIGIN_REVERIFY_LIST),
             self.quarantine_limit,
@@ -185,6 +154,51 @@ class Controller:
         self.failures = FailureLog("reconcile")
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
+
+    def _installation_lock(self, lock: LeaseSettings | None) -> InstallationLock | None:
+        if lock is None:
+            return None
+        return InstallationLock(
+            self.kube.for_origin(ORIGIN_INSTALLATION_LOCK),
+            lock,
+            leads_installation=lambda: self.leader is None or self.leader.leading,
+            on_change=self.on_installation_lock,
+        )
+
+    def _policy_status_loop(self) -> PolicyStatusLoop:
+        loop = PolicyStatusLoop(
+            StatusWriter(
+                self.kube.for_origin(ORIGIN_POLICY_STATUS), self.executor, self.runtime.identity
+            ),
+            self.quarantine_limit,
+            wake=self.enqueue,
+            leading=lambda: self.leading,
+            unmatched_grace_seconds=self.runtime.unmatched_grace_seconds,
+        )
+        loop.allow_control_plane = self.config.allow_control_plane
+        loop.ceiling = self.config.max_unavailable_ceiling
+        return loop
+
+    def _fabric_loop(self) -> FabricLoop:
+        """The fabric loop, with its own executor on the same API client: the refusals it
+        remembers per node (create_errors, status_errors) are the probing phase's
+        evidence against a node's own attempt, never to be set or cleared by a
+        partner's fabric pod."""
+        fabric_actions = KubeExecutor(
+            self.kube,
+            self.cache,
+            namespace=self.config.namespace,
+            identity=self.runtime.identity,
+            loop="fabric",
+        )
+        return FabricLoop(
+            self.cache,
+            ActionRunner(
+                fabric_actions, self.executor, leading=lambda: self.leading, who="fabric: "
+            ),
+            self.config,
+            wake=self.enqueue,
+        )
 
     # ------------------------------------------------------------------ events
     @property

@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
-from gpuaccept.contracts.policy import CONTROL_PLANE_ROLE_LABELS
+from gpuaccept.contracts.policy_fields import CONTROL_PLANE_ROLE_LABELS
 from gpuaccept.operator.cache import (
     NAS_INDEX,
     NODES_INDEX,
@@ -62,17 +62,30 @@ def node_watch_filters(
 def build_registry(
     controller: Controller, node_selector: dict[str, Any] | None = None
 ) -> kopf.OperatorRegistry:
-    """kopf handlers for the controller; ``node_selector`` limits the Nodes watched."""
+    """kopf handlers for the controller; ``node_selector`` limits the Nodes watched.
+
+    Every handler is ``async def``: kopf runs a sync handler in a thread pool, and
+    these touch the controller's asyncio work queue and cache, which belong to the
+    event loop (an enqueue from another thread can be lost, or wait for the loop's
+    next I/O). They do no I/O, so the loop is the right place."""
     registry = kopf.OperatorRegistry()
     probe_labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, COMPONENT_LABEL: COMPONENT_VALUE}
     node_labels = node_selector or None
+    _add_indexes(registry, controller, node_labels, probe_labels)
+    _add_event_handlers(registry, controller, node_labels, probe_labels)
+    _watch_resource_slices(controller, registry)  # none without a DRA driver
+    _add_lifecycle(registry, controller)
+    return registry
 
-    # Every handler here is ``async def``: kopf runs a sync handler in a thread
-    # pool, and these touch the controller's asyncio work queue and cache, which
-    # belong to the event loop (an enqueue from another thread can be lost, or
-    # wait for the loop's next I/O). They do no I/O, so the loop is the right place.
 
-    # ---------------------------------------------------------------- indexes
+def _add_indexes(
+    registry: kopf.OperatorRegistry,
+    controller: Controller,
+    node_labels: dict[str, Any] | None,
+    probe_labels: dict[str, str],
+) -> None:
+    """The cache's four kopf indexes: Nodes, NodeAcceptances, policies, probe pods."""
+
     # The function names are the index names (kopf passes them as kwargs).
     async def gpuaccept_nodes(body: kopf.Body, **_: Any) -> dict[str, Any]:
         return index_node(body)
@@ -103,9 +116,16 @@ def build_registry(
         gpuaccept_probe_pods
     )
 
-    # ---------------------------------------------------------------- events
-    # kopf has updated its indexes when these run: each refreshes the fleet's
-    # counts for its object (O(1)), then enqueues.
+
+def _add_event_handlers(
+    registry: kopf.OperatorRegistry,
+    controller: Controller,
+    node_labels: dict[str, Any] | None,
+    probe_labels: dict[str, str],
+) -> None:
+    """kopf has updated its indexes when these run: each refreshes the fleet's counts
+    for its object (O(1)), then enqueues."""
+
     @kopf.on.event("", "v1", "nodes", labels=node_labels, registry=registry)
     async def node_event(name: str, type: str | None, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
@@ -150,9 +170,10 @@ def build_registry(
         if FABRIC_PAIR_LABEL in labels:  # a fabric pair's pod: the pair pass reads it
             controller.fabric.poke()
 
-    _watch_resource_slices(controller, registry)  # none without a DRA driver
 
-    # ---------------------------------------------------------------- lifecycle
+def _add_lifecycle(registry: kopf.OperatorRegistry, controller: Controller) -> None:
+    """The controller starts with kopf (its settings configured) and stops with it."""
+
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
@@ -161,8 +182,6 @@ def build_registry(
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
         await controller.stop()
-
-    return registry
 
 
 def _watch_resource_slices(controller: Controller, registry: kopf.OperatorRegistry) -> None:

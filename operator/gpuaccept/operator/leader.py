@@ -121,21 +121,13 @@ class LeaderElector:
         lease = self.kube.get_lease(self.namespace, self.name)
         now = time.monotonic()
         if lease is None:
-            try:
-                self._written = self.kube.create_lease(self.namespace, self._body(None, 0))
-            except ApiException as error:
-                if error.status == 409:
-                    return False
-                raise
-            self._renewed_at = now
-            return True
+            return self._write(
+                lambda: self.kube.create_lease(self.namespace, self._body(None, 0)), now
+            )
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         self.holder = holder
-        record = (holder, str(spec.get("renewTime") or ""))
-        if record != self._observed_record:
-            self._observed_record = record
-            self._observed_at = now
+        self._observe((holder, str(spec.get("renewTime") or "")), now)
         # A record's own duration is believed up to ours only: holders renew every
         # renew_period, so a live one changes its record long before; a record written
         # once with a duration of years (a tenant's, issue 42) stops us no longer.
@@ -147,10 +139,20 @@ class LeaderElector:
             return False  # someone else holds a live lease
         if holder != self.identity:
             transitions += 1
+        body = self._body(lease, transitions)
+        return self._write(lambda: self.kube.replace_lease(self.namespace, self.name, body), now)
+
+    def _observe(self, record: tuple[str, str], now: float) -> None:
+        """When the Lease's (holder, renewTime) record was first seen as it is."""
+        if record != self._observed_record:
+            self._observed_record = record
+            self._observed_at = now
+
+    def _write(self, write: Callable[[], dict[str, Any]], now: float) -> bool:
+        """Create or replace the Lease, keeping the API server's answer for the next
+        renewal; False when another replica wrote it first (409)."""
         try:
-            self._written = self.kube.replace_lease(
-                self.namespace, self.name, self._body(lease, transitions)
-            )
+            self._written = write()
         except ApiException as error:
             if error.status == 409:
                 return False

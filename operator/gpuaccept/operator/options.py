@@ -12,7 +12,7 @@ import socket
 from typing import Any, NoReturn
 
 from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
-from gpuaccept.contracts.policy import (
+from gpuaccept.contracts.policy_fields import (
     CONTROL_PLANE_ROLE_LABELS,
     OWNED_KEY_PREFIX,
     OWNED_PREFIX_PATTERN,
@@ -120,14 +120,7 @@ _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 def _toleration(item: Any, where: str) -> dict[str, Any]:
     if not isinstance(item, dict):
         raise OptionError(f"{where}: expected a toleration object, got {_json_type(item)}")
-    for name in item:
-        if name not in _TOLERATION_FIELDS:
-            raise OptionError(
-                f"{where}.{name}: unknown field (allowed: {', '.join(_TOLERATION_FIELDS)})"
-            )
-    for name in ("key", "value"):
-        if name in item and not isinstance(item[name], str):
-            raise OptionError(f"{where}.{name}: expected a string, got {_json_type(item[name])}")
+    _toleration_fields(item, where)
     operator = item.get("operator", "Equal")  # the API server's default
     if operator not in _TOLERATION_OPERATORS:
         raise OptionError(f"{where}.operator: must be Exists or Equal (got {operator!r})")
@@ -137,13 +130,7 @@ def _toleration(item: Any, where: str) -> dict[str, Any]:
             f"(got {item['effect']!r})"
         )
     if "tolerationSeconds" in item:
-        seconds = item["tolerationSeconds"]
-        if not isinstance(seconds, int) or isinstance(seconds, bool):
-            raise OptionError(
-                f"{where}.tolerationSeconds: expected an integer, got {_json_type(seconds)}"
-            )
-        if item.get("effect") != "NoExecute":
-            raise OptionError(f"{where}.tolerationSeconds: only valid with effect NoExecute")
+        _toleration_seconds(item, where)
     if operator == "Exists" and item.get("value"):
         raise OptionError(f"{where}.value: must be empty when operator is Exists")
     if not item.get("key"):
@@ -151,6 +138,29 @@ def _toleration(item: Any, where: str) -> dict[str, Any]:
         # pod that tolerated every taint would run on nodes others fenced off.
         raise OptionError(f"{where}.key: required (a toleration without one tolerates every taint)")
     return dict(item)
+
+
+def _toleration_fields(item: dict[str, Any], where: str) -> None:
+    """Only a toleration's fields, its key and value strings."""
+    for name in item:
+        if name not in _TOLERATION_FIELDS:
+            raise OptionError(
+                f"{where}.{name}: unknown field (allowed: {', '.join(_TOLERATION_FIELDS)})"
+            )
+    for name in ("key", "value"):
+        if name in item and not isinstance(item[name], str):
+            raise OptionError(f"{where}.{name}: expected a string, got {_json_type(item[name])}")
+
+
+def _toleration_seconds(item: dict[str, Any], where: str) -> None:
+    """tolerationSeconds: an integer, and only with effect NoExecute."""
+    seconds = item["tolerationSeconds"]
+    if not isinstance(seconds, int) or isinstance(seconds, bool):
+        raise OptionError(
+            f"{where}.tolerationSeconds: expected an integer, got {_json_type(seconds)}"
+        )
+    if item.get("effect") != "NoExecute":
+        raise OptionError(f"{where}.tolerationSeconds: only valid with effect NoExecute")
 
 
 def probe_tolerations(text: str) -> tuple[dict[str, Any], ...]:
@@ -335,11 +345,24 @@ def max_unavailable_ceiling(text: str) -> int | str:
 
 
 def parser() -> argparse.ArgumentParser:
-    env = os.environ.get
     p = _Parser(
         prog="gpuaccept operator",
         description="Probe new GPU nodes and accept or quarantine them (NodeAcceptancePolicy).",
     )
+    _cluster_options(p)
+    _limit_options(p)
+    _high_availability_options(p.add_argument_group("high availability"))
+    _owned_key_options(p)
+    probe = p.add_argument_group("probe pods (never taken from a policy)")
+    _probe_pod_options(probe)
+    _probe_pod_extra_options(probe)
+    _observability_options(p.add_argument_group("observability"))
+    return p
+
+
+def _cluster_options(p: argparse.ArgumentParser) -> None:
+    """The cluster, the nodes watched and the work done on them."""
+    env = os.environ.get
     p.add_argument(
         "--kubeconfig",
         default=env("KUBECONFIG"),
@@ -374,6 +397,11 @@ def parser() -> argparse.ArgumentParser:
         "(node-role.kubernetes.io/control-plane or master); off: they are not watched, "
         "and every pod the operator creates requires a node without those labels",
     )
+
+
+def _limit_options(p: argparse.ArgumentParser) -> None:
+    """Waits and limits: unmatched nodes, the CRDs at start, simulated reports, the ceiling."""
+    env = os.environ.get
     p.add_argument(
         "--dra-driver",
         default=env("GPUACCEPT_DRA_DRIVERS", DEFAULT_DRA_DRIVER),
@@ -419,7 +447,11 @@ def parser() -> argparse.ArgumentParser:
         "matched nodes (no policy's maxQuarantined or quarantineRate, nor all policies "
         "together, go above it; default 100%%: none; the chart sets 50%%)",
     )
-    ha = p.add_argument_group("high availability")
+
+
+def _high_availability_options(ha: argparse._ArgumentGroup) -> None:
+    """Leader election and the installation lock."""
+    env = os.environ.get
     ha.add_argument(
         "--peering",
         "--lease-name",
@@ -447,6 +479,10 @@ def parser() -> argparse.ArgumentParser:
         "the chart's: gpuaccept-installation)",
     )
     ha.add_argument("--priority", type=int, default=0, help=argparse.SUPPRESS)  # kopf-compat
+
+
+def _owned_key_options(p: argparse.ArgumentParser) -> None:
+    """The taint and label key prefixes a policy may name."""
     p.add_argument(
         "--owned-key-prefix",
         dest="owned_key_prefixes",
@@ -456,7 +492,11 @@ def parser() -> argparse.ArgumentParser:
         help=f"a taint and label key prefix policies may name, besides {OWNED_KEY_PREFIX} "
         "(repeatable; e.g. example.com/gpu-): a policy naming any other key is invalid",
     )
-    probe = p.add_argument_group("probe pods (never taken from a policy)")
+
+
+def _probe_pod_options(probe: argparse._ArgumentGroup) -> None:
+    """The probe pods' image, command, account, classes and timeout."""
+    env = os.environ.get
     probe.add_argument(
         "--probe-image", default=env("GPUACCEPT_PROBE_IMAGE", "ghcr.io/gpuaccept/probe:0.1.0")
     )
@@ -488,6 +528,12 @@ def parser() -> argparse.ArgumentParser:
         help="probe timeout (s) for policies that do not set probeRun.timeoutSeconds",
     )
     probe.add_argument("--probe-shm-size", default="16Gi")
+
+
+def _probe_pod_extra_options(probe: argparse._ArgumentGroup) -> None:
+    """What is added to the probe and fabric pods: resources, tolerations, labels,
+    annotations, environment, and the fabric pods' RDMA settings."""
+    env = os.environ.get
     probe.add_argument(
         "--probe-resources",
         default=env("GPUACCEPT_PROBE_RESOURCES", "{}"),
@@ -522,7 +568,10 @@ def parser() -> argparse.ArgumentParser:
         help="JSON: the fabric test pods' RDMA settings (resources, annotations, "
         "capabilities, env, rendezvousPort, rendezvousTimeoutSeconds, timeoutSeconds)",
     )
-    obs = p.add_argument_group("observability")
+
+
+def _observability_options(obs: argparse._ArgumentGroup) -> None:
+    """Metrics, health endpoints and logs."""
     obs.add_argument(
         "--metrics-port", type=int, default=DEFAULT_METRICS_PORT, help="/metrics (0: off)"
     )
@@ -535,7 +584,6 @@ def parser() -> argparse.ArgumentParser:
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"],
     )
-    return p
 
 
 def check_ranges(args: argparse.Namespace) -> None:

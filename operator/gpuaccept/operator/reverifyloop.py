@@ -12,7 +12,7 @@ many; each picked node's running pods are listed once by ``spec.nodeName``
 (``Kube.list_running_pods_on_node``, the call the executor makes before every probe
 pod), the GPU pods among them kept as a :class:`GpuPodSample`, and the node is
 woken. Its reconcile records the list in its status and starts its round when an
-idle window is complete (``core/phases/reverify.py``), under the policy's lock.
+idle window is complete (``core/phases/reverifying.py``), under the policy's lock.
 
 A list not yet recorded is not repeated; a list that fails is dropped (the node is
 picked again in a later pass). Nothing here is state: the samples are recorded in

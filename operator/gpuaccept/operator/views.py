@@ -31,7 +31,7 @@ from gpuaccept.contracts.nodeacceptance import (
     NodeAcceptanceStatus,
     Phase,
 )
-from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
+from gpuaccept.contracts.policy_fields import OWNED_KEY_PREFIX
 from gpuaccept.contracts.probe_invocation import ENV_FABRIC_NONCE
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
 from gpuaccept.operator.core.model import (
@@ -264,6 +264,12 @@ def _readable(wire: str, value: object) -> dict[str, Any]:
     return {name: getattr(alone, name) for name in alone.model_fields_set}
 
 
+def _readable_items(wire: str, name: str, items: list[Any]) -> list[Any]:
+    """The items of the list field ``wire`` that read one by one (field ``name``)."""
+    read = [_readable(wire, [item]).get(name, []) for item in items]
+    return [item for one in read for item in one]
+
+
 def _salvaged(raw: object) -> NodeAcceptanceStatus:
     """A status that cannot be read starts over, but keeps what it must never lose:
     the taint and label keys the operator applied (read raw; else an owned
@@ -280,14 +286,13 @@ def _salvaged(raw: object) -> NodeAcceptanceStatus:
     serial = raw.get("podSerial")
     if isinstance(serial, int) and not isinstance(serial, bool) and serial >= 0:
         keep["pod_serial"] = serial
-    pods = raw.get("ownedPods")
-    if isinstance(pods, list):
-        owned = [_readable("ownedPods", [pod]).get("owned_pods", []) for pod in pods]
-        keep["owned_pods"] = [pod for one in owned for pod in one][:MAX_OWNED_PODS]
-    intents = raw.get("creationIntents")
-    if isinstance(intents, list):
-        read = [_readable("creationIntents", [i]).get("creation_intents", []) for i in intents]
-        keep["creation_intents"] = [i for one in read for i in one][:MAX_CREATION_INTENTS]
+    for wire, name, bound in (
+        ("ownedPods", "owned_pods", MAX_OWNED_PODS),
+        ("creationIntents", "creation_intents", MAX_CREATION_INTENTS),
+    ):
+        items = raw.get(wire)
+        if isinstance(items, list):
+            keep[name] = _readable_items(wire, name, items)[:bound]
     for wire in SALVAGED_FIELDS:
         if wire in raw:
             keep.update(_readable(wire, raw[wire]))
@@ -380,14 +385,19 @@ def _watch_serial(meta: Mapping[str, Any]) -> int | None:
     return int(value) if value.isascii() and value.isdigit() else None
 
 
-def pod_view(body: Mapping[str, Any]) -> PodView:
-    meta = _meta(body)
-    status = body.get("status") or {}
-    serial: int | None
+def _attempt_serial(meta: Mapping[str, Any]) -> int | None:
+    """A probe pod's attempt (its gpuaccept.io/attempt label), else None."""
     try:
-        serial = int((meta.get("labels") or {}).get(ATTEMPT_LABEL, ""))
+        return int((meta.get("labels") or {}).get(ATTEMPT_LABEL, ""))
     except ValueError:
-        serial = None
+        return None
+
+
+def _probe_container_state(
+    status: Mapping[str, Any],
+) -> tuple[Mapping[str, Any] | None, Mapping[str, Any]]:
+    """The probe container's terminated state (None: not terminated) and its waiting
+    state ({}: not waiting)."""
     terminated: Mapping[str, Any] | None = None
     waiting: Mapping[str, Any] = {}
     for cs in status.get("containerStatuses") or ():
@@ -396,35 +406,46 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         state = cs.get("state") or {}
         terminated = state.get("terminated")
         waiting = state.get("waiting") or {}
+    return terminated, waiting
+
+
+def _exit_code(terminated: Mapping[str, Any] | None) -> int | None:
+    return int(terminated["exitCode"]) if terminated and "exitCode" in terminated else None
+
+
+def pod_view(body: Mapping[str, Any]) -> PodView:
+    meta = _meta(body)
+    status = body.get("status") or {}
+    terminated, waiting = _probe_container_state(status)
+    ended: Mapping[str, Any] = terminated or {}
+    spec = body.get("spec") or {}
     return PodView(
         name=str(meta.get("name", "")),
         phase=str(status.get("phase") or "Pending"),
         deleting=bool(meta.get("deletionTimestamp")),
-        serial=serial,
+        serial=_attempt_serial(meta),
         terminated=terminated is not None,
-        exit_code=(
-            int(terminated["exitCode"]) if terminated and "exitCode" in terminated else None
-        ),
+        exit_code=_exit_code(terminated),
         # The pod-level reason (DeadlineExceeded, Evicted) says more than the
         # container's (Error).
-        reason=status.get("reason") or (terminated or {}).get("reason"),
-        message=(terminated or {}).get("message"),
+        reason=status.get("reason") or ended.get("reason"),
+        message=ended.get("message"),
         pod_message=status.get("message"),
         pod_reason=status.get("reason"),
-        container_reason=(terminated or {}).get("reason"),
+        container_reason=ended.get("reason"),
         waiting_reason=waiting.get("reason"),
         waiting_message=waiting.get("message"),
         run_seconds=container_run_seconds(terminated),
         pod_ip=status.get("podIP") or None,
         fabric_nonce=_fabric_nonce(body.get("spec") or {}),
         created=_timestamp(meta.get("creationTimestamp")),
-        finished=_timestamp((terminated or {}).get("finishedAt")),
+        finished=_timestamp(ended.get("finishedAt")),
         fabric=_fabric_labels(meta),
         watch=_watch_serial(meta),
         uid=str(meta.get("uid", "")),
-        node_name=str((body.get("spec") or {}).get("nodeName") or ""),
+        node_name=str(spec.get("nodeName") or ""),
         owner_uid=controller_uid(meta),
-        token=mounts_token(body.get("spec") or {}),
+        token=mounts_token(spec),
         shape=shape_digest(body),
         nonce=str((meta.get("annotations") or {}).get(CREATION_NONCE_ANNOTATION) or "")[:64],
     )

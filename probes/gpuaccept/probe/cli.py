@@ -57,6 +57,9 @@ from gpuaccept.probe.failure import (
     write_termination_log,
 )
 from gpuaccept.probe.hardware.base import HardwareBackend
+from gpuaccept.probe.hardware.profile import load_profile
+from gpuaccept.probe.hardware.real import RealBackend
+from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import (
     InputError,
     default_policy,
@@ -69,7 +72,7 @@ from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
 from gpuaccept.probe.output import CheckProgress, json_output
 from gpuaccept.probe.process_clock import process_age_s
-from gpuaccept.probe.runner import ProbeRun, measuring_order, run_probe
+from gpuaccept.probe.runner import RunSetup, measuring_order, run_probe
 from gpuaccept.probe.watch_cli import main as watch_main
 
 EXIT_ACCEPTED = ProbeExit.ACCEPTED
@@ -220,9 +223,6 @@ def _open_hardware(
     """The backend to measure, and the node's GPU counts (a profile may state them;
     what the operator passed wins)."""
     if profile_path is not None:
-        from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
-        from gpuaccept.probe.hardware.simulated import SimulatedBackend  # noqa: PLC0415
-
         profile = load_profile(profile_path)
         time_scale = sim_time_scale()
         stated = profile.node
@@ -233,7 +233,6 @@ def _open_hardware(
             replicas=node.replicas if node.replicas is not None else stated.gfd_gpu_replicas,
         )
         return SimulatedBackend(profile, time_scale=time_scale), node
-    from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415
 
     sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
     proc = args.proc_root or Path(os.environ.get(ENV_PROC_ROOT) or "/proc")
@@ -250,7 +249,7 @@ def _gpu_count(hardware: HardwareBackend) -> int:
 
 
 def _measure(
-    hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun, err: Console
+    hardware: HardwareBackend, policy: ProbePolicy, run: RunSetup, err: Console
 ) -> ProbeReport:
     """Run the probe, showing on ``err`` each check as it runs or finishes."""
     budget = phase_seconds(policy, max(_gpu_count(hardware), 1))
@@ -288,12 +287,20 @@ def _warn_no_gpu(report: ProbeReport, hardware: HardwareBackend, err: Console) -
         )
 
 
+def _print(output: str, report: ProbeReport, verdict: Verdict, out: Console) -> None:
+    """The report and its verdict on standard output: JSON, or a table."""
+    elapsed = process_age_s()
+    if output == "json":
+        sys.stdout.write(json_output(report, verdict, elapsed))
+    else:
+        render_table(report, verdict, out, elapsed)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == [FABRIC_SUBCOMMAND]:
-        return fabric_main(argv[1:])
-    if argv[:1] == [WATCH_SUBCOMMAND]:
-        return watch_main(argv[1:])
+    subcommands = {FABRIC_SUBCOMMAND: fabric_main, WATCH_SUBCOMMAND: watch_main}
+    if argv[:1] and argv[0] in subcommands:
+        return subcommands[argv[0]](argv[1:])
     err = Console(stderr=True)
     out = Console()
     parser = build_parser()
@@ -321,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # fail safe: hardware that cannot be set up is a failed probe
         return failures.crashed(f"probe failed: {type(exc).__name__}: {exc}", boot_id=None)
 
-    run = ProbeRun(
+    run = RunSetup(
         node_name=failures.node_name,
         boot_id=failures.boot_id,
         context=ProbeContext(node_gpus=node_gpus),
@@ -340,11 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failures.term_log is not None:
         written = write_termination_log(failures.term_log, report, err)
     _warn_no_gpu(report, hardware, err)
-    elapsed = process_age_s()
-    if args.output == "json":
-        sys.stdout.write(json_output(report, verdict, elapsed))
-    else:
-        render_table(report, verdict, out, elapsed)
+    _print(args.output, report, verdict, out)
     if not written:
         return EXIT_QUARANTINED
     return EXIT_ACCEPTED if verdict.accepted else EXIT_QUARANTINED

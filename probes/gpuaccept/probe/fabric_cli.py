@@ -71,8 +71,7 @@ from gpuaccept.contracts.report import (
     ProbeReport,
 )
 from gpuaccept.probe import PROBE_VERSION
-from gpuaccept.probe.allreduce import AllreduceTiming, Backend
-from gpuaccept.probe.fabric import (
+from gpuaccept.probe.fabric_run import (
     FabricError,
     FabricJob,
     FabricMeasurement,
@@ -87,6 +86,7 @@ from gpuaccept.probe.failure import (
     termination_log_from_argv,
     write_termination_log,
 )
+from gpuaccept.probe.hardware.allreduce import AllreduceTiming, Backend
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.inputs import InputError
 from gpuaccept.probe.runner import UNKNOWN_BOOT_ID

@@ -1,6 +1,6 @@
 """One rank of the two-node fabric all-reduce, as its own process (imports torch).
 
-:func:`gpuaccept.probe.fabric.run_fabric` starts one per local GPU as
+:func:`gpuaccept.probe.fabric_run.run_fabric` starts one per local GPU as
 ``python -m gpuaccept.probe.fabric_rank OUT_DIR LOCAL_RANK``; the job is
 ``OUT_DIR/job.json``. The rank leaves its phase (``phase<local rank>``), its
 error (``error<local rank>``) and, on local rank 0, the times averaged over
@@ -20,14 +20,14 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store, TCPStore
 
-from gpuaccept.probe.allreduce import FLOAT_BYTES
-from gpuaccept.probe.fabric import (
+from gpuaccept.probe.fabric_run import (
     JOB_FILE,
     PHASE_ALLREDUCE,
     PHASE_RENDEZVOUS,
     TIMES_FILE,
     FabricJob,
 )
+from gpuaccept.probe.hardware.allreduce import FLOAT_BYTES
 
 
 def _listening_socket(address: str, port: int) -> socket.socket:

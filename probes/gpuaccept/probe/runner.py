@@ -128,7 +128,7 @@ def _age_unknown() -> float | None:
 
 
 @dataclass(frozen=True)
-class ProbeRun:
+class RunSetup:
     """What one probe run reports on and how: the node, its boot ID when known from
     outside, the facts a measurement may need, the checks in order, a callback as
     each check starts, another as each finishes (with its result, the time it reports
@@ -155,7 +155,7 @@ def measuring_order(checks: Sequence[AnyCheckSpec]) -> list[AnyCheckSpec]:
     return sorted(ordered, key=runs_last)  # stable: data order within each group
 
 
-def run_probe(hardware: HardwareBackend, policy: ProbePolicy, run: ProbeRun) -> ProbeReport:
+def run_probe(hardware: HardwareBackend, policy: ProbePolicy, run: RunSetup) -> ProbeReport:
     """Every check in ``run.checks`` (the report lists them in that order);
     ``run.on_check`` is called as each starts, ``run.on_result`` as each finishes
     (in measuring order: :func:`measuring_order`).

@@ -58,6 +58,10 @@ from gpuaccept.probe.failure import (
     default_node_name,
     termination_log_from_argv,
 )
+from gpuaccept.probe.hardware.profile import load_profile
+from gpuaccept.probe.hardware.real import RealBackend
+from gpuaccept.probe.hardware.simulated import SimulatedBackend
+from gpuaccept.probe.hardware.simulated_watch import SimulatedWatch
 from gpuaccept.probe.inputs import InputError, env_count, sim_time_scale
 from gpuaccept.probe.runner import UNKNOWN_BOOT_ID
 from gpuaccept.probe.watch import (
@@ -177,10 +181,6 @@ def _open(args: argparse.Namespace, node_name: str, stop: threading.Event) -> _O
         Path(os.environ[ENV_PROFILE]) if os.environ.get(ENV_PROFILE) else None
     )
     if profile_path is not None:
-        from gpuaccept.probe.hardware.profile import load_profile  # noqa: PLC0415
-        from gpuaccept.probe.hardware.simulated import SimulatedBackend  # noqa: PLC0415
-        from gpuaccept.probe.hardware.simulated_watch import SimulatedWatch  # noqa: PLC0415
-
         profile = load_profile(profile_path)
         scale = sim_time_scale()
         backend = SimulatedBackend(profile)
@@ -188,7 +188,6 @@ def _open(args: argparse.Namespace, node_name: str, stop: threading.Event) -> _O
         node = profile.node
         capacity = physical_gpus(node.gpu_capacity, node.gfd_gpu_count, node.gfd_gpu_replicas)
         return _Opened(backend, watch, watch.no_device_access(), capacity)
-    from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415
 
     sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
     proc = args.proc_root or Path(os.environ.get(ENV_PROC_ROOT) or "/proc")
@@ -227,6 +226,54 @@ def _stop_on_sigterm(stop: threading.Event) -> None:
         signal.signal(signal.SIGTERM, handler)
 
 
+def _settings(args: argparse.Namespace, node_name: str, boot_id: str) -> WatchSettings:
+    """The watch's settings from the command line (UsageError, InputError: bad ones);
+    the GPUs expected, when not given, from the node's capacity in the environment."""
+    if args.expected_gpus is not None and args.expected_gpus < 0:
+        raise UsageError(f"{FLAG_EXPECTED_GPUS} must be >= 0")
+    return WatchSettings(
+        node_name=node_name,
+        boot_id=boot_id,
+        window_s=_window(args.window_s),
+        fatal_xids=parse_fatal_xids(args.fatal_xids),
+        burst_merge_s=_burst_merge(args.burst_merge_s),
+        gpus_expected=(
+            args.expected_gpus
+            if args.expected_gpus is not None
+            else physical_gpus(
+                env_count(ENV_NODE_GPU_CAPACITY),
+                env_count(ENV_GFD_GPU_COUNT),
+                env_count(ENV_GFD_GPU_REPLICAS),
+            )
+        ),
+    )
+
+
+def _filled_in(opened: _Opened, settings: WatchSettings) -> WatchSettings:
+    """The capacity and boot ID the opened hardware states, where the environment left
+    them unknown."""
+    if settings.gpus_expected is None and opened.capacity is not None:
+        settings = replace(settings, gpus_expected=opened.capacity)
+    if not os.environ.get(ENV_BOOT_ID):
+        settings = replace(settings, boot_id=opened.hardware.boot_id() or UNKNOWN_BOOT_ID)
+    return settings
+
+
+def _watch(opened: _Opened, settings: WatchSettings, err: Console) -> WatchReport:
+    """The watch over the opened hardware; ended at once when no GPU is visible."""
+    if opened.hidden:
+        return ended_at_once(
+            settings, opened.hardware.mode, WatchEnd.NO_DEVICE_ACCESS, NO_DEVICE_ACCESS_SIM
+        )
+    err.print(
+        f"gpuaccept probe watch: {settings.node_name}: watching for {settings.window_s:g} s",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    return run_watch(opened.hardware, opened.source, settings)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     err = Console(stderr=True)
@@ -247,27 +294,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         args = build_parser().parse_args(argv)
-        if args.expected_gpus is not None and args.expected_gpus < 0:
-            raise UsageError(f"{FLAG_EXPECTED_GPUS} must be >= 0")
         node_name = (args.node_name or node_name)[:253]
         if args.profile is not None:
             mode = HardwareMode.SIMULATED
-        settings = WatchSettings(
-            node_name=node_name,
-            boot_id=boot_id,
-            window_s=_window(args.window_s),
-            fatal_xids=parse_fatal_xids(args.fatal_xids),
-            burst_merge_s=_burst_merge(args.burst_merge_s),
-            gpus_expected=(
-                args.expected_gpus
-                if args.expected_gpus is not None
-                else physical_gpus(
-                    env_count(ENV_NODE_GPU_CAPACITY),
-                    env_count(ENV_GFD_GPU_COUNT),
-                    env_count(ENV_GFD_GPU_REPLICAS),
-                )
-            ),
-        )
+        settings = _settings(args, node_name, boot_id)
     except (UsageError, InputError) as exc:
         return failed(str(exc), WatchExit.USAGE)
     stop = threading.Event()
@@ -279,23 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a watch that cannot start is no evidence, and says so
         return failed(f"watch failed: {type(exc).__name__}: {exc}", WatchExit.EARLY)
     try:
-        if settings.gpus_expected is None and opened.capacity is not None:
-            settings = replace(settings, gpus_expected=opened.capacity)
-        if not os.environ.get(ENV_BOOT_ID):
-            settings = replace(settings, boot_id=opened.hardware.boot_id() or UNKNOWN_BOOT_ID)
-        if opened.hidden:
-            report = ended_at_once(
-                settings, opened.hardware.mode, WatchEnd.NO_DEVICE_ACCESS, NO_DEVICE_ACCESS_SIM
-            )
-        else:
-            err.print(
-                f"gpuaccept probe watch: {settings.node_name}: watching for "
-                f"{settings.window_s:g} s",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
-            report = run_watch(opened.hardware, opened.source, settings)
+        settings = _filled_in(opened, settings)
+        report = _watch(opened, settings, err)
     except Exception as exc:  # fail safe: a crashed watch reports that it saw nothing
         return failed(f"watch failed: {type(exc).__name__}: {exc}", WatchExit.EARLY)
     finally:

@@ -13,7 +13,7 @@ from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.inputs import load_policy
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
-from gpuaccept.probe.runner import ProbeRun, run_probe
+from gpuaccept.probe.runner import RunSetup, run_probe
 
 REPO = Path(__file__).resolve().parents[3]
 FOUR_GPUS = REPO / "profiles" / "h100-sxm-4gpu-hgx-no-nvswitch.yaml"
@@ -30,7 +30,7 @@ def full_report(profile: Path = FOUR_GPUS) -> ProbeReport:
             labelled=loaded.node.gfd_gpu_count,
             replicas=loaded.node.gfd_gpu_replicas,
         )
-        run = ProbeRun(node_name="gpu-1", boot_id=BOOT, context=ProbeContext(node_gpus=counts))
+        run = RunSetup(node_name="gpu-1", boot_id=BOOT, context=ProbeContext(node_gpus=counts))
         policy = load_policy(REPO / "policies" / "default-h100-h200.yaml")
         report = run_probe(hardware, policy, run)
     finally:

@@ -19,7 +19,7 @@ from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.measure import ProbeContext
 from gpuaccept.probe.measure.context import NodeGpuCounts
-from gpuaccept.probe.runner import ProbeRun, run_probe
+from gpuaccept.probe.runner import RunSetup, run_probe
 
 ROOT = Path(__file__).resolve().parents[3]
 PROFILES = ROOT / "profiles"
@@ -37,7 +37,7 @@ def report_of(profile: Path, node: str) -> ProbeReport:
             capacity=loaded.node.gpu_capacity,
             labelled=loaded.node.gfd_gpu_count,
         )
-        run = ProbeRun(node_name=node, context=ProbeContext(node_gpus=counts))
+        run = RunSetup(node_name=node, context=ProbeContext(node_gpus=counts))
         return run_probe(hardware, DEFAULT_SPEC.probe, run)
     finally:
         hardware.close()

@@ -59,7 +59,7 @@ from gpuaccept.contracts.nodeacceptance import (
     NodeAcceptanceSpec,
     NodeAcceptanceStatus,
 )
-from gpuaccept.contracts.policy import (
+from gpuaccept.contracts.policy_fields import (
     CONTROL_PLANE_ROLE_LABELS,
     RESERVED_KEY_PATTERN,
     QuarantineAction,
@@ -261,14 +261,14 @@ def _map_key_rules(keys: Mapping[str, Any]) -> list[Schema]:
     ]
 
 
-# The most parts a Version has (contracts.policy.Version: ``^\d+(\.\d+){0,3}$``).
+# The most parts a Version has (contracts.policy_fields.Version: ``^\d+(\.\d+){0,3}$``).
 VERSION_PARTS = 4
 
 
 def _version_order_rule() -> Schema:
     """``VersionRange._min_not_above_max`` in CEL: ``min`` truncated to ``max``'s
     precision (a missing part of ``min`` is 0) is at most ``max``, compared part by
-    part as integers (contracts.policy.version_at_most)."""
+    part as integers (contracts.policy_fields.version_at_most)."""
     low, high = "self.min.split('.')", "self.max.split('.')"
 
     def at_most(i: int) -> str:

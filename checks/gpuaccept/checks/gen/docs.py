@@ -38,7 +38,7 @@ from gpuaccept.checks.budget import BUDGET_GPUS, SUITE_LIMIT_S, suite_budget, su
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec
-from gpuaccept.contracts.policy import CheckSwitch
+from gpuaccept.contracts.policy_fields import CheckSwitch
 
 DOCS = (
     "docs/policy.md",

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.contracts.policy import OWNED_KEY_PREFIX, limit_count
+from gpuaccept.contracts.policy_fields import OWNED_KEY_PREFIX, limit_count
 from gpuaccept.operator.core.model import NodeView, QuarantineLimitCounts
 
 # The NodeAcceptance reason of a verdict or a new round the limit holds back.

@@ -17,9 +17,9 @@ from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import NODE_CONDITION_TYPE
-from gpuaccept.contracts.inservice import XidClass
+from gpuaccept.contracts.inservice import XidClassName
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
-from gpuaccept.contracts.policy import OWNED_KEY_PREFIX
+from gpuaccept.contracts.policy_fields import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
 
 # --------------------------------------------------------------------------- observed
@@ -463,7 +463,7 @@ class XidSeen:
 
     gpu: str
     xid: int
-    kind: XidClass
+    kind: XidClassName
     at: datetime
 
 

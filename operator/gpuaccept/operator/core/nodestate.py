@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import ACCEPTANCE_LABEL, REASON_LABEL, REMEDY_LABEL
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
-from gpuaccept.contracts.policy import GPUWaitExpiry
+from gpuaccept.contracts.policy_fields import GPUWaitExpiry
 from gpuaccept.operator.core import ladder
 from gpuaccept.operator.core.model import NodeView, Taint
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, API_VERSION, GPU_RESOURCE, GROUP
-from gpuaccept.contracts.policy import CONTROL_PLANE_ROLE_LABELS
+from gpuaccept.contracts.policy_fields import CONTROL_PLANE_ROLE_LABELS
 from gpuaccept.contracts.probe_invocation import (
     ENV_EXPECTED_GPUS,
     ENV_FABRIC_NONCE,

@@ -45,7 +45,7 @@ from gpuaccept.operator.core.phases.fabric import plan_fabric_phase
 from gpuaccept.operator.core.phases.pending import plan_pending
 from gpuaccept.operator.core.phases.probing import plan_probing
 from gpuaccept.operator.core.phases.released import plan_release, plan_released, unapplied_release
-from gpuaccept.operator.core.phases.reverify import targeted
+from gpuaccept.operator.core.phases.reverifying import targeted
 from gpuaccept.operator.core.phases.unknown import plan_unknown_phase
 from gpuaccept.operator.core.podidentity import PodSplit, split_pods, with_recorded
 from gpuaccept.operator.core.transitions import (

@@ -120,16 +120,10 @@ def _in_service(status: Mapping[str, Any]) -> list[str]:
     ledger = status.get("inService")
     if not isinstance(ledger, Mapping):
         return []
-    out = [f"in service (boot {ledger.get('bootID', '?')}):"]
-    verdict = ledger.get("verdict")
-    if isinstance(verdict, Mapping):
-        held = ", held: a common cause" if verdict.get("commonCause") else ""
-        held = ", pending: settling (not applied yet)" if verdict.get("pending") else held
-        out.append(
-            f"  verdict {verdict.get('reason', '?')}{held}, evidence "
-            f"{verdict.get('windowStart', '?')} .. {verdict.get('windowEnd', '?')}: "
-            f"{verdict.get('message', '')}"
-        )
+    out = [
+        f"in service (boot {ledger.get('bootID', '?')}):",
+        *_in_service_verdict(ledger.get("verdict")),
+    ]
     if ledger.get("unallocatableSince"):
         out.append(f"  GPUs unallocatable since {ledger['unallocatableSince']}")
     if ledger.get("draDevices"):
@@ -146,19 +140,44 @@ def _in_service(status: Mapping[str, Any]) -> list[str]:
         out.append(
             f"  condition {timer.get('type')}={timer.get('status')} since {timer.get('since')}"
         )
-    for suspect in ledger.get("suspects") or []:
+    out += _in_service_suspects(ledger.get("suspects") or [])
+    out += _in_service_events(ledger.get("events") or [])
+    return out if len(out) > 1 else []
+
+
+def _in_service_verdict(verdict: object) -> list[str]:
+    """The in-service verdict (held, or pending), and its evidence window."""
+    if not isinstance(verdict, Mapping):
+        return []
+    held = ", held: a common cause" if verdict.get("commonCause") else ""
+    held = ", pending: settling (not applied yet)" if verdict.get("pending") else held
+    return [
+        f"  verdict {verdict.get('reason', '?')}{held}, evidence "
+        f"{verdict.get('windowStart', '?')} .. {verdict.get('windowEnd', '?')}: "
+        f"{verdict.get('message', '')}"
+    ]
+
+
+def _in_service_suspects(suspects: list[Mapping[str, Any]]) -> list[str]:
+    out = []
+    for suspect in suspects:
         cause = " (a common cause)" if suspect.get("commonCause") else ""
         out.append(
             f"  suspect: Xid {suspect.get('xid')} x{suspect.get('count')} on GPU "
             f"{suspect.get('gpu')} since {suspect.get('since')}{cause}"
         )
-    events = [e for e in ledger.get("events") or [] if isinstance(e, Mapping)]
-    for event in events[-EVENTS_SHOWN:]:
+    return out
+
+
+def _in_service_events(events: list[object]) -> list[str]:
+    """The latest events: what, when, which GPU."""
+    out = []
+    for event in [e for e in events if isinstance(e, Mapping)][-EVENTS_SHOWN:]:
         gpu = f" on GPU {event['gpu']}" if event.get("gpu") else ""
         out.append(
             f"  {event.get('time', '?')} {event.get('what', '?')}{gpu} ({event.get('kind')})"
         )
-    return out if len(out) > 1 else []
+    return out
 
 
 EVENTS_SHOWN = 10

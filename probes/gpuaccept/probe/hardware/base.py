@@ -9,57 +9,21 @@ in :mod:`.sysfs`.
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from gpuaccept.contracts.report import HardwareMode
+
+# The errors are part of this interface: re-exported (`X as X`), a measurement imports
+# them from here.
+from gpuaccept.probe.hardware.errors import GpuFailedError as GpuFailedError  # noqa: PLC0414
+from gpuaccept.probe.hardware.errors import GpuHungError as GpuHungError  # noqa: PLC0414
+from gpuaccept.probe.hardware.errors import NoSuchInterface as NoSuchInterface  # noqa: PLC0414
+from gpuaccept.probe.hardware.errors import PeerCopyFailedError as PeerCopyFailedError  # noqa: PLC0414
+from gpuaccept.probe.hardware.errors import Unavailable as Unavailable  # noqa: PLC0414
 from gpuaccept.probe.hardware.infiniband import InfinibandView
 from gpuaccept.probe.hardware.sysfs import PciNuma
 from gpuaccept.probe.hardware.topology import HostTopology
-
-if TYPE_CHECKING:  # xid_events imports this module's error types
-    from gpuaccept.probe.hardware.xid_events import XidLog
-
-
-class Unavailable(Exception):  # noqa: N818 - reads as "the hardware is unavailable"
-    """The hardware cannot answer this question; the check result is ``skip``."""
-
-
-class NoSuchInterface(Unavailable):
-    """This platform has no such interface at all (no cpufreq driver on a host whose
-    firmware owns the P-states, no NVLink on a PCIe card): a fact about the node,
-    which the measurement records and its judge passes or warns on with the reason;
-    not a read that failed (that is an error, or a partial read)."""
-
-
-class GpuFailedError(Exception):
-    """One GPU failed (NVML ``GPU_IS_LOST``, fallen off the bus...) at one step.
-
-    A measurement records the GPU as failed, by name, and goes on with the others.
-    """
-
-    def __init__(self, gpu: int, step: str, detail: str) -> None:
-        super().__init__(f"GPU {gpu}: {step}: {detail}")
-        self.gpu = gpu
-        self.step = step
-        self.detail = detail
-
-
-class PeerCopyFailedError(Exception):
-    """A copy between one pair of GPUs raised an error that names neither GPU as lost
-    (enabling peer access: cudaErrorTooManyPeers past 8 peers without NVSwitch, ...):
-    that pair's failure, not the whole check's."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-class GpuHungError(GpuFailedError):
-    """A wait on one GPU passed its own deadline (below the probe pod's)."""
-
-    def __init__(self, gpu: int, step: str, deadline_s: float) -> None:
-        super().__init__(gpu, step, f"hung: no completion within {deadline_s:g} s")
-        self.deadline_s = deadline_s
+from gpuaccept.probe.hardware.xid_events import XidLog
 
 
 @dataclass(frozen=True)
@@ -106,7 +70,7 @@ class AllreduceMeasurement:
     # (bytes, seconds per iteration, mean over ranks, algbw GB/s, busbw GB/s)
     sweep: tuple[tuple[int, float, float, float], ...]
     source: str = "measured"  # "measured" | "profile"
-    timing: str = "host-batch-mean"  # nccl-tests' way (see gpuaccept.probe.allreduce)
+    timing: str = "host-batch-mean"  # nccl-tests' way (see gpuaccept.probe.hardware.allreduce)
 
     @property
     def busbw_gbps(self) -> float:
@@ -293,7 +257,7 @@ class HardwareBackend(Protocol):
         """The InfiniBand/RoCE HCAs visible here (``/sys/class/infiniband``) and the
         RDMA netns mode; raises :class:`Unavailable` when sysfs cannot be read."""
 
-    def xid_listener(self) -> AbstractContextManager["XidLog"]:
+    def xid_listener(self) -> AbstractContextManager[XidLog]:
         """Record critical Xids on every GPU inside the ``with`` block (never raises:
         what could not be watched is in the log)."""
 

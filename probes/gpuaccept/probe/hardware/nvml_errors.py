@@ -3,7 +3,7 @@ measurement: one place for every NVML reader (real.py, nvml_links, nvml_health,
 xid_events). The codes are ``nvmlReturn_t`` values of nvml.h (and the installed
 nvidia-ml-py's ``NVML_ERROR_*``)."""
 
-from gpuaccept.probe.hardware.base import GpuFailedError, Unavailable
+from gpuaccept.probe.hardware.errors import GpuFailedError, Unavailable
 
 NVML_SUCCESS = 0
 NVML_ERROR_NOT_SUPPORTED = 3

@@ -144,6 +144,23 @@ def _counters(nvml: ModuleType, handle: Any, gpu: int, count: int, active: list[
     one answered any other error on a link (but GPU_IS_LOST) is listed as not read and
     its counter is not judged on that GPU, the others still are. A judged counter
     (crc = flit + data) is kept while one of its parts is readable."""
+    out, not_supported, not_read = _read_counters(nvml, handle, gpu, count, active)
+    errors = _judged(out, not_supported, not_read)
+    if NVML_NVLINK_ERROR_DL_RECOVERY in not_supported and active:
+        recoveries = _link_recovery_events(nvml, handle, gpu, count, active)
+        if recoveries is not None:
+            errors["recovery"] = recoveries
+            not_supported.discard(NVML_NVLINK_ERROR_DL_RECOVERY)  # read from the field
+    if active and not errors:
+        return _Counters(None, *_parts(not_supported, not_read))
+    return _Counters(errors, *_parts(not_supported, not_read))
+
+
+def _read_counters(
+    nvml: ModuleType, handle: Any, gpu: int, count: int, active: list[int]
+) -> tuple[dict[str, list[int]], set[int], set[int]]:
+    """Per judged counter, each link's count (its parts summed); the NVML counters
+    answered NotSupported, and those answered another error (GPU_IS_LOST raises)."""
     out: dict[str, list[int]] = {name: [0] * count for name in NVLINK_COUNTERS}
     not_supported: set[int] = set()
     not_read: set[int] = set()
@@ -161,23 +178,22 @@ def _counters(nvml: ModuleType, handle: Any, gpu: int, count: int, active: list[
                     if code == NVML_ERROR_GPU_IS_LOST:
                         raise nvml_failure(gpu, f"NVLink {link} error counters", exc) from exc
                     (not_supported if code == NVML_ERROR_NOT_SUPPORTED else not_read).add(counter)
+    return out, not_supported, not_read
+
+
+def _judged(
+    out: dict[str, list[int]], not_supported: set[int], not_read: set[int]
+) -> dict[str, tuple[int, ...]]:
+    """The counters that are judged: a counter with a part not read on some link is not
+    judged at all (a sum without that part would read low); one with a part
+    NotSupported keeps the rest."""
     missing = not_supported | not_read
-    # a judged counter with a part not read on some link is not judged at all (a sum
-    # without that part would read low); one with a part NotSupported keeps the rest
     dropped = {
         name
         for name, counters in NVLINK_COUNTERS.items()
         if set(counters) <= missing or set(counters) & not_read
     }
-    errors = {n: tuple(v) for n, v in out.items() if n not in dropped}
-    if NVML_NVLINK_ERROR_DL_RECOVERY in not_supported and active:
-        recoveries = _link_recovery_events(nvml, handle, gpu, count, active)
-        if recoveries is not None:
-            errors["recovery"] = recoveries
-            not_supported.discard(NVML_NVLINK_ERROR_DL_RECOVERY)  # read from the field
-    if active and not errors:
-        return _Counters(None, *_parts(not_supported, not_read))
-    return _Counters(errors, *_parts(not_supported, not_read))
+    return {n: tuple(v) for n, v in out.items() if n not in dropped}
 
 
 def _parts(not_supported: set[int], not_read: set[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:

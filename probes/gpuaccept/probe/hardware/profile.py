@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 from gpuaccept.checks.budget import START_PHASE
 from gpuaccept.checks.gpu_models import gpu_model_class
 from gpuaccept.checks.registry import BY_NAME
+from gpuaccept.contracts.inservice import NvmlRecoveryAction
 from gpuaccept.probe.clocks import REASON_BITS
 from gpuaccept.probe.hardware.sysfs import parse_cpu_list
 from gpuaccept.probe.inputs import read_structured_file, shorten, validate
@@ -193,16 +194,6 @@ class FabricSpec(ProfileModel):
 
 
 GpuLoss = Literal["before", "under_load", "hangs"]
-RecoveryActionName = Literal[
-    "none",
-    "gpu_reset",
-    "node_reboot",
-    "drain_p2p",
-    "drain_and_reset",
-    "recover_imex_domain",
-    "bus_reset",
-    "system_reboot",
-]
 Count = Annotated[int, Field(ge=0, le=1 << 40)]
 XidCode = Annotated[int, Field(ge=1, le=65535)]
 
@@ -337,7 +328,7 @@ class Gpu(ProfileModel):
         description="Critical Xids NVML's event set delivers for this GPU when the probe "
         "first loads it (a copy, the matmul load or the all-reduce).",
     )
-    recovery_action: RecoveryActionName = Field(
+    recovery_action: NvmlRecoveryAction = Field(
         default="none",
         description="What NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers on R570+ drivers; "
         "on R560-R565 the older reset-status fields answer none, gpu_reset or "
@@ -807,10 +798,10 @@ class InServiceLinkDown(InServiceAt):
 
 
 class InServiceRecovery(InServiceAt):
-    action: RecoveryActionName
+    action: NvmlRecoveryAction
 
 
-class InService(ProfileModel):
+class InServiceTimeline(ProfileModel):
     """The node's life in service, for ``gpuaccept probe watch`` (docs/profile-format.md,
     "In-service timeline"). Times are seconds from the start of each watch window."""
 
@@ -866,7 +857,7 @@ class HardwareProfile(ProfileModel):
         "docs/probe.md's budget table under the policy used.",
     )
     p2p: P2p = Field(default=P2p(), alias="p2p")  # GPU-to-GPU peer copies (peer_bandwidth)
-    in_service: InService | None = Field(
+    in_service: InServiceTimeline | None = Field(
         default=None,
         description="What an in-service watch window sees (absent: a quiet window).",
     )

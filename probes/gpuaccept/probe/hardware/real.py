@@ -29,6 +29,7 @@ from typing import Any
 
 from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe.hardware import persistenced, topology_backend
+from gpuaccept.probe.hardware.allreduce import AllreduceTiming, run_allreduce
 from gpuaccept.probe.hardware.base import (
     AllreduceMeasurement,
     ConfComputeMode,
@@ -528,8 +529,6 @@ class RealBackend:
             raise GpuFailedError(gpu, "load", f"{type(exc).__name__}: {exc}")
 
     def allreduce(self, sizes: list[int], iterations: int, warmup: int) -> AllreduceMeasurement:
-        from gpuaccept.probe.allreduce import AllreduceTiming, run_allreduce  # noqa: PLC0415
-
         torch = self._torch_cuda()
         if not torch.distributed.is_nccl_available():
             raise Unavailable("torch was built without NCCL")

@@ -24,6 +24,7 @@ from typing import get_args
 
 from gpuaccept.checks.gpu_models import NVSWITCH_CLASSES, gpu_model_class
 from gpuaccept.checks.peer_bandwidth import parse_pairs
+from gpuaccept.contracts.inservice import NvmlRecoveryAction
 from gpuaccept.contracts.report import HardwareMode
 from gpuaccept.probe import clocks
 from gpuaccept.probe.hardware import topology_backend
@@ -59,7 +60,6 @@ from gpuaccept.probe.hardware.profile import (
     GpuOverride,
     HardwareProfile,
     Link,
-    RecoveryActionName,
 )
 from gpuaccept.probe.hardware.simulated_throughput import SimulatedTimer, check_figures, triad
 from gpuaccept.probe.hardware.simulated_topology import (
@@ -90,9 +90,9 @@ from gpuaccept.probe.hardware.topology import HostTopology
 from gpuaccept.probe.hardware.xid_events import XidLog
 
 # nvmlDeviceGpuRecoveryAction_t values 0-7, in order
-RECOVERY_ACTIONS: tuple[RecoveryActionName, ...] = get_args(RecoveryActionName)
+RECOVERY_ACTIONS: tuple[NvmlRecoveryAction, ...] = get_args(NvmlRecoveryAction)
 # what NVML_FI_DEV_RESET_STATUS / _DRAIN_AND_RESET_STATUS can say (nvml_health.py)
-RESET_STATUS_ACTIONS: frozenset[RecoveryActionName] = frozenset(
+RESET_STATUS_ACTIONS: frozenset[NvmlRecoveryAction] = frozenset(
     {"none", "gpu_reset", "drain_and_reset"}
 )
 LOST = "NVML: GPU is lost (NVML_ERROR_GPU_IS_LOST)"

@@ -18,10 +18,14 @@ from contextlib import contextmanager
 
 from gpuaccept.probe.hardware.base import GpuInfo
 from gpuaccept.probe.hardware.profile import (
+    Gpu,
+    GpuMemory,
     GpuOverride,
     HardwareProfile,
-    InService,
+    InServiceAt,
+    InServiceTimeline,
     NvlinkCounterName,
+    RemappedRowsSpec,
 )
 from gpuaccept.probe.hardware.simulated import FELL_OFF_BUS_XIDS, SimulatedBackend
 from gpuaccept.probe.hardware.xid_events import XidLog
@@ -42,7 +46,7 @@ def simulated_uuid(node_name: str, index: int) -> str:
 LOST = 0  # in a timeline event: the GPU is lost (no Xid; NVML's wait answers GPU_IS_LOST)
 
 
-def timeline_events(timeline: InService) -> list[tuple[float, int, int]]:
+def timeline_events(timeline: InServiceTimeline) -> list[tuple[float, int, int]]:
     """Every Xid of the timeline as (seconds, GPU, Xid), and every GPU lost as
     (seconds, GPU, :data:`LOST`), in time order."""
     out = [
@@ -70,46 +74,70 @@ def profile_at(base: HardwareProfile, now: float, fallen: frozenset[int]) -> Har
     gpus = base.gpus
     overrides = dict(gpus.overrides)
     for index in range(gpus.count):
-        gpu = gpus.gpu(index)
-        memory, nvlink = gpu.memory, gpu.nvlink
-        update: dict[str, object] = {}
-        rows = memory.remapped_rows
-        if rows is not None:
-            pending = any(t.gpu == index and t.at_s <= now for t in timeline.remap_pending)
-            failed = any(t.gpu == index and t.at_s <= now for t in timeline.remap_failed)
-            if pending or failed:
-                rows = rows.model_copy(
-                    update={"pending": rows.pending or pending, "failed": rows.failed or failed}
-                )
-        mem_update: dict[str, object] = {"remapped_rows": rows}
-        errors = {name: dict(per_link) for name, per_link in nvlink.errors_before.items()}
-        for ramp in timeline.ramps:
-            if ramp.gpu != index:
-                continue
-            added = _ramp_added(ramp.add, ramp.from_s, ramp.to_s, now)
-            if ramp.counter == "eccUncorrected":
-                mem_update["volatile_uncorrected"] = memory.volatile_uncorrected + added
-            elif ramp.counter == "eccCorrected":
-                mem_update["volatile_corrected"] = memory.volatile_corrected + added
-            else:
-                per_link = errors.setdefault(NVLINK_COUNTERS[ramp.counter], {})
-                per_link[ramp.link] = per_link.get(ramp.link, 0) + added
-        update["memory"] = memory.model_copy(update=mem_update)
-        down = {d.link for d in timeline.nvlink_down if d.gpu == index and d.at_s <= now}
-        update["nvlink"] = nvlink.model_copy(
-            update={"inactive": sorted(set(nvlink.inactive) | down), "errors_before": errors}
-        )
-        actions = sorted(
-            (a.at_s, a.action) for a in timeline.recovery_action if a.gpu == index and a.at_s <= now
-        )
-        if actions:
-            update["recovery_action"] = actions[-1][1]
-        lost = index in fallen or any(t.gpu == index and t.at_s <= now for t in timeline.gpus_lost)
-        if lost:
-            update["lost"] = "before"
         override = overrides.get(index) or GpuOverride()
-        overrides[index] = override.model_copy(update=update)
+        overrides[index] = override.model_copy(
+            update=_gpu_at(timeline, gpus.gpu(index), index, now, index in fallen)
+        )
     return base.model_copy(update={"gpus": gpus.model_copy(update={"overrides": overrides})})
+
+
+def _passed(times: list[InServiceAt], gpu: int, now: float) -> bool:
+    """Whether one of the timeline's times for ``gpu`` is at or before ``now``."""
+    return any(t.gpu == gpu and t.at_s <= now for t in times)
+
+
+def _gpu_at(
+    timeline: InServiceTimeline, gpu: Gpu, index: int, now: float, fallen: bool
+) -> dict[str, object]:
+    """One GPU's override fields as the timeline has changed them by ``now``: its memory
+    (rows remapped, ECC counts), its NVLinks (down, error counts), its recovery action,
+    and whether it is lost."""
+    memory, nvlink = gpu.memory, gpu.nvlink
+    mem_update: dict[str, object] = {"remapped_rows": _rows_at(timeline, memory, index, now)}
+    errors = {name: dict(per_link) for name, per_link in nvlink.errors_before.items()}
+    for ramp in timeline.ramps:
+        if ramp.gpu != index:
+            continue
+        added = _ramp_added(ramp.add, ramp.from_s, ramp.to_s, now)
+        if ramp.counter == "eccUncorrected":
+            mem_update["volatile_uncorrected"] = memory.volatile_uncorrected + added
+        elif ramp.counter == "eccCorrected":
+            mem_update["volatile_corrected"] = memory.volatile_corrected + added
+        else:
+            per_link = errors.setdefault(NVLINK_COUNTERS[ramp.counter], {})
+            per_link[ramp.link] = per_link.get(ramp.link, 0) + added
+    down = {d.link for d in timeline.nvlink_down if d.gpu == index and d.at_s <= now}
+    update: dict[str, object] = {
+        "memory": memory.model_copy(update=mem_update),
+        "nvlink": nvlink.model_copy(
+            update={"inactive": sorted(set(nvlink.inactive) | down), "errors_before": errors}
+        ),
+    }
+    actions = sorted(
+        (a.at_s, a.action) for a in timeline.recovery_action if a.gpu == index and a.at_s <= now
+    )
+    if actions:
+        update["recovery_action"] = actions[-1][1]
+    if fallen or _passed(timeline.gpus_lost, index, now):
+        update["lost"] = "before"
+    return update
+
+
+def _rows_at(
+    timeline: InServiceTimeline, memory: GpuMemory, index: int, now: float
+) -> RemappedRowsSpec | None:
+    """The GPU's remapped rows with the pending and failed remaps the timeline has
+    flagged by ``now``."""
+    rows = memory.remapped_rows
+    if rows is None:
+        return None
+    pending = _passed(timeline.remap_pending, index, now)
+    failed = _passed(timeline.remap_failed, index, now)
+    if not (pending or failed):
+        return rows
+    return rows.model_copy(
+        update={"pending": rows.pending or pending, "failed": rows.failed or failed}
+    )
 
 
 class SimulatedWatch:
@@ -128,7 +156,7 @@ class SimulatedWatch:
         self._time_scale = time_scale
         self._stop = stop or threading.Event()
         self._now = 0.0
-        timeline = self._base.in_service or InService()
+        timeline = self._base.in_service or InServiceTimeline()
         self._events = timeline_events(timeline)
         timed = [
             *timeline.remap_pending,

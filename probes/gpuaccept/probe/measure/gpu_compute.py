@@ -78,6 +78,46 @@ def _per_gpu(values: dict[int, float], count: int) -> list[float]:
     return [values.get(gpu, 0.0) for gpu in range(count)]
 
 
+def _bf16_load(
+    hardware: HardwareBackend, policy: GpuComputePolicy, context: ProbeContext
+) -> MatmulLoad:
+    """throttleReasons' load when it timed the GPUs, else a bf16 load of this check's own."""
+    load = context.matmul_load
+    if load is None or not (load.tflops.values or load.tflops.failed):
+        context.progress("bf16 matmuls (throttleReasons did not load the GPUs)")
+        load = _timed_load(hardware, "bf16", policy.own_load_seconds, clocks=True)
+    if not (load.tflops.values or load.tflops.failed):
+        raise Unavailable(f"no GPU timed a matmul ({hardware.gpu_problem() or 'no figure'})")
+    return load
+
+
+def _fp8(
+    hardware: HardwareBackend,
+    policy: GpuComputePolicy,
+    bf16: PerGpuFigures,
+    failed: dict[int, str],
+    count: int,
+) -> tuple[list[float] | None, str | None]:
+    """The fp8 TFLOPS of the ``count`` GPUs (its failures added to ``failed``), or why
+    there are none."""
+    if not policy.fp8:
+        return None, "off in the policy (gpuCompute.fp8)"
+    try:
+        timed = _timed_load(hardware, "fp8", policy.fp8_seconds, clocks=False).tflops
+        everywhere = same_failure_everywhere(timed, bf16)
+        if everywhere is not None:
+            raise Unavailable(f"every GPU failed it: {everywhere}")
+    except Unavailable as exc:
+        return None, str(exc)[:160]
+    _add_failures(failed, timed.failed)
+    return _per_gpu(timed.values, count), None
+
+
+def _add_failures(failed: dict[int, str], more: dict[int, str]) -> None:
+    """Each GPU's first failure is the one kept."""
+    failed.update({g: what for g, what in more.items() if g not in failed})
+
+
 def measure(
     hardware: HardwareBackend, policy: GpuComputePolicy, context: ProbeContext
 ) -> GpuComputeObserved:
@@ -85,29 +125,12 @@ def measure(
     if not infos:
         raise Unavailable("no GPU to time")
     count = len(infos)
-    load = context.matmul_load
-    if load is None or not (load.tflops.values or load.tflops.failed):
-        context.progress("bf16 matmuls (throttleReasons did not load the GPUs)")
-        load = _timed_load(hardware, "bf16", policy.own_load_seconds, clocks=True)
-    if not (load.tflops.values or load.tflops.failed):
-        raise Unavailable(f"no GPU timed a matmul ({hardware.gpu_problem() or 'no figure'})")
+    load = _bf16_load(hardware, policy, context)
     failed = {g.index: g.problem for g in infos if g.problem}
-    failed.update({g: what for g, what in load.tflops.failed.items() if g not in failed})
-    fp8: list[float] | None = None
-    skipped = None
+    _add_failures(failed, load.tflops.failed)
     if policy.fp8:
         context.progress("fp8 matmuls")
-        try:
-            timed = _timed_load(hardware, "fp8", policy.fp8_seconds, clocks=False).tflops
-            everywhere = same_failure_everywhere(timed, load.tflops)
-            if everywhere is not None:
-                raise Unavailable(f"every GPU failed it: {everywhere}")
-            fp8 = _per_gpu(timed.values, count)
-            failed.update({g: what for g, what in timed.failed.items() if g not in failed})
-        except Unavailable as exc:
-            skipped = str(exc)[:160]
-    else:
-        skipped = "off in the policy (gpuCompute.fp8)"
+    fp8, skipped = _fp8(hardware, policy, load.tflops, failed, count)
     clocks = load.sm_clock_mhz
     return GpuComputeObserved(
         source="profile" if hardware.mode is HardwareMode.SIMULATED else "measured",

@@ -43,27 +43,47 @@ def _port(port: IbPort, gpu_local: bool | None = None) -> IbPortObserved:
 
 
 def _layers(ports: list[IbPortObserved]) -> dict[str, IbLayerObserved]:
-    out: dict[str, IbLayerObserved] = {}
-    for layer in sorted({p.link_layer for p in ports}):
-        mine = [p for p in ports if p.link_layer == layer]
-        up_rates = [p.rate_gbps for p in mine if p.up]
-        rails = compute_ports(mine)
-        if rails is not None and len(rails) == len(mine):
-            rails = None  # every port is a compute port: nothing to tell apart
-        rail_rates = [p.rate_gbps for p in rails or [] if p.up]
-        out[layer[:16]] = IbLayerObserved(
-            behind=len(ports_behind_their_board(mine)) or None,
-            dead=len(ports_down_on_a_live_board(mine)) or None,
-            ports=len(mine),
-            up=len(up_rates),
-            stuck=sum(1 for p in mine if p.stuck) or None,
-            min_rate_gbps=min(up_rates) if up_rates else None,
-            compute=len(rails) if rails is not None else None,
-            compute_min_rate_gbps=min(rail_rates) if rail_rates else None,
-            max_link_downed=max((p.link_downed or 0 for p in mine), default=0) or None,
-            max_symbol_error=max((p.symbol_error or 0 for p in mine), default=0) or None,
-        )
-    return out
+    """Per link layer (InfiniBand, Ethernet): its ports summed up."""
+    return {
+        layer[:16]: _layer([p for p in ports if p.link_layer == layer])
+        for layer in sorted({p.link_layer for p in ports})
+    }
+
+
+def _compute_ports(mine: list[IbPortObserved]) -> list[IbPortObserved] | None:
+    """The layer's compute (rail) ports; None when they cannot be told apart, or when
+    every port is one (nothing to tell apart)."""
+    rails = compute_ports(mine)
+    return None if rails is not None and len(rails) == len(mine) else rails
+
+
+def _layer(mine: list[IbPortObserved]) -> IbLayerObserved:
+    """One link layer's ports: how many, up, stuck, behind their board or dead on a live
+    one; the slowest up port (of all and of the compute ports); the worst counters."""
+    up_rates = [p.rate_gbps for p in mine if p.up]
+    rails = _compute_ports(mine)
+    rail_rates = [p.rate_gbps for p in rails or [] if p.up]
+    return IbLayerObserved(
+        behind=len(ports_behind_their_board(mine)) or None,
+        dead=len(ports_down_on_a_live_board(mine)) or None,
+        ports=len(mine),
+        up=len(up_rates),
+        stuck=sum(1 for p in mine if p.stuck) or None,
+        min_rate_gbps=_slowest(up_rates),
+        compute=len(rails) if rails is not None else None,
+        compute_min_rate_gbps=_slowest(rail_rates),
+        max_link_downed=_worst([p.link_downed for p in mine]),
+        max_symbol_error=_worst([p.symbol_error for p in mine]),
+    )
+
+
+def _slowest(rates: list[float]) -> float | None:
+    return min(rates) if rates else None
+
+
+def _worst(counts: list[int | None]) -> int | None:
+    """The highest count (a count not read is none), None when no count is above 0."""
+    return max((count or 0 for count in counts), default=0) or None
 
 
 def _gpu_local(hca: IbHca, gpu_paths: tuple[str, ...]) -> bool | None:

@@ -46,37 +46,63 @@ def _not_read(health: dict[int, GpuMemoryHealth], lost: dict[int, str]) -> dict[
     }
 
 
+def _read(
+    hardware: HardwareBackend, gpus: list[int]
+) -> tuple[dict[int, GpuMemoryHealth], dict[int, str]]:
+    """Each GPU's memory state, and the GPUs lost while reading it (why)."""
+    health: dict[int, GpuMemoryHealth] = {}
+    lost: dict[int, str] = {}
+    for gpu in gpus:
+        try:
+            health[gpu] = hardware.memory_health(gpu)
+        except GpuFailedError as exc:
+            lost[gpu] = exc.detail
+    if not health:
+        raise Unavailable(f"no GPU's memory state readable: {sorted(set(lost.values()))[0]}")
+    return health, lost
+
+
+def _ecc(health: dict[int, GpuMemoryHealth]) -> tuple[str | None, str | None]:
+    """The GPUs with ECC off, and those with ECC on and off pending (from the next boot)."""
+    ecc = {g: h.ecc_mode for g, h in health.items() if h.ecc_mode is not None}
+    off = [g for g, (current, _p) in ecc.items() if not current]
+    pending_off = [g for g, (current, pending) in ecc.items() if current and not pending]
+    return _ranges(off), _ranges(pending_off)
+
+
+def _remaps(
+    health: dict[int, GpuMemoryHealth],
+) -> tuple[str | None, str | None, dict[str, list[int]] | None]:
+    """The GPUs with a row remap pending, those with one failed, and the remapped rows
+    (correctable, uncorrectable) of both."""
+    rows = {g: h.remapped_rows for g, h in health.items() if h.remapped_rows is not None}
+    flagged = [g for g, r in rows.items() if r.pending or r.failed]
+    return (
+        _ranges([g for g, r in rows.items() if r.pending]),
+        _ranges([g for g, r in rows.items() if r.failed]),
+        {str(g): [rows[g].correctable, rows[g].uncorrectable] for g in flagged} or None,
+    )
+
+
 def measure(
     hardware: HardwareBackend, policy: MemoryHealthPolicy, context: ProbeContext
 ) -> MemoryHealthObserved:
     infos = hardware.gpus()
     if not infos:
         raise Unavailable("no GPU to read")
-    health: dict[int, GpuMemoryHealth] = {}
-    lost: dict[int, str] = {}
-    for info in infos:
-        try:
-            health[info.index] = hardware.memory_health(info.index)
-        except GpuFailedError as exc:
-            lost[info.index] = exc.detail
-    if not health:
-        raise Unavailable(f"no GPU's memory state readable: {sorted(set(lost.values()))[0]}")
-    ecc = {g: h.ecc_mode for g, h in health.items() if h.ecc_mode is not None}
-    rows = {g: h.remapped_rows for g, h in health.items() if h.remapped_rows is not None}
-    flagged = [g for g, r in rows.items() if r.pending or r.failed]
+    health, lost = _read(hardware, [info.index for info in infos])
+    ecc_off, ecc_pending_off = _ecc(health)
+    remap_pending, remap_failed, remapped_rows = _remaps(health)
     return MemoryHealthObserved(
         gpus=len(infos),
-        ecc_off=_ranges([g for g, (current, _p) in ecc.items() if not current]),
-        ecc_pending_off=_ranges(
-            [g for g, (current, pending) in ecc.items() if current and not pending]
-        ),
+        ecc_off=ecc_off,
+        ecc_pending_off=ecc_pending_off,
         ecc_unsupported=_ranges([g for g, h in health.items() if _no_ecc(h)]),
         volatile_uncorrected=_counts({g: h.volatile_uncorrected for g, h in health.items()}),
         aggregate_uncorrected=_counts({g: h.aggregate_uncorrected for g, h in health.items()}),
-        remap_pending=_ranges([g for g, r in rows.items() if r.pending]),
-        remap_failed=_ranges([g for g, r in rows.items() if r.failed]),
-        remapped_rows={str(g): [rows[g].correctable, rows[g].uncorrectable] for g in flagged}
-        or None,
+        remap_pending=remap_pending,
+        remap_failed=remap_failed,
+        remapped_rows=remapped_rows,
         retired_pages=_counts({g: h.retired_pages for g, h in health.items()}),
         retire_pending=_ranges([g for g, h in health.items() if h.retire_pending]),
         not_read=_not_read(health, lost) or None,

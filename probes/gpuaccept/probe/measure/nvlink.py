@@ -13,6 +13,8 @@ answers NotSupported, per GPU; ``countersNotRead`` the ones it answers another e
 on some link: those are not judged on that GPU, the others are).
 """
 
+from dataclasses import dataclass, field
+
 from gpuaccept.checks.gpu_ranges import format_gpus, group
 from gpuaccept.checks.nvlink import NvlinkObserved, NvlinkPolicy
 from gpuaccept.probe.hardware.base import (
@@ -70,22 +72,62 @@ def _add_counts(
                 before_probe.setdefault(counter, {})[f"{gpu}:{link}"] = count
 
 
+@dataclass
+class _Tally:
+    """What reading every GPU's links gathers, field by field of :class:`NvlinkObserved`."""
+
+    links: dict[int, int] = field(default_factory=dict)
+    active: dict[int, int] = field(default_factory=dict)
+    inactive: dict[str, list[int]] = field(default_factory=dict)
+    errors: dict[str, dict[str, int]] = field(default_factory=dict)
+    before_probe: dict[str, dict[str, int]] = field(default_factory=dict)
+    unsupported: list[int] = field(default_factory=list)
+    parts_unsupported: dict[str, list[int]] = field(default_factory=dict)
+    parts_not_read: dict[str, list[int]] = field(default_factory=dict)
+    no_baseline: list[int] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def fail(self, gpu: int, exc: GpuFailedError) -> None:
+        self.failed[str(gpu)] = f"{exc.step}: {exc.detail}"[:FAILURE_MAX]
+        self.links[gpu] = self.active[gpu] = 0
+
+    def add(self, gpu: int, state: NvlinkLinks, first: NvlinkLinks | None) -> None:
+        """One GPU's links, its counters judged against ``first`` (its baseline)."""
+        self.links[gpu] = state.count
+        self.active[gpu] = len(state.active)
+        down = [link for link in range(state.count) if link not in state.active]
+        if down:
+            self.inactive[str(gpu)] = down
+        for part in state.not_read:
+            self.parts_not_read.setdefault(part, []).append(gpu)
+        if state.errors is None:
+            self.unsupported.append(gpu)
+            return
+        for part in state.not_supported:
+            self.parts_unsupported.setdefault(part, []).append(gpu)
+        if first is None or first.errors is None:
+            self.no_baseline.append(gpu)
+        _add_counts(gpu, state, first, self.errors, self.before_probe)
+
+    def since_driver_load(self, gpus: list[int], baseline_read: bool) -> str | None:
+        """The GPUs whose counts are judged since the driver loaded: those without a
+        baseline, or every GPU read when no baseline was taken."""
+        if baseline_read:
+            return format_gpus(self.no_baseline) or None
+        return format_gpus([g for g in gpus if str(g) not in self.failed]) or None
+
+
+def _parts(by_part: dict[str, list[int]]) -> dict[str, str] | None:
+    return {part: format_gpus(gpus) for part, gpus in sorted(by_part.items())} or None
+
+
 def measure(
     hardware: HardwareBackend, policy: NvlinkPolicy, context: ProbeContext
 ) -> NvlinkObserved:
     gpus = hardware.gpus()
     if not gpus:
         raise Unavailable("no GPU to read NVLinks of")
-    links: dict[int, int] = {}
-    active: dict[int, int] = {}
-    inactive: dict[str, list[int]] = {}
-    errors: dict[str, dict[str, int]] = {}
-    before_probe: dict[str, dict[str, int]] = {}
-    unsupported: list[int] = []
-    parts_unsupported: dict[str, list[int]] = {}
-    parts_not_read: dict[str, list[int]] = {}
-    no_baseline: list[int] = []
-    failed: dict[str, str] = {}
+    tally = _Tally()
     start = context.nvlink_before
     for gpu in gpus:
         try:
@@ -93,37 +135,18 @@ def measure(
                 raise GpuFailedError(gpu.index, "enumeration", gpu.problem)
             state = hardware.nvlink(gpu.index)
         except GpuFailedError as exc:
-            failed[str(gpu.index)] = f"{exc.step}: {exc.detail}"[:FAILURE_MAX]
-            links[gpu.index] = active[gpu.index] = 0
+            tally.fail(gpu.index, exc)
             continue
-        links[gpu.index] = state.count
-        active[gpu.index] = len(state.active)
-        down = [link for link in range(state.count) if link not in state.active]
-        if down:
-            inactive[str(gpu.index)] = down
-        for part in state.not_read:
-            parts_not_read.setdefault(part, []).append(gpu.index)
-        if state.errors is None:
-            unsupported.append(gpu.index)
-            continue
-        for part in state.not_supported:
-            parts_unsupported.setdefault(part, []).append(gpu.index)
-        first = start.get(gpu.index) if start is not None else None
-        if first is None or first.errors is None:
-            no_baseline.append(gpu.index)
-        _add_counts(gpu.index, state, first, errors, before_probe)
+        tally.add(gpu.index, state, start.get(gpu.index) if start is not None else None)
     return NvlinkObserved(
-        links=group(links),
-        active=group(active),
-        inactive=inactive or None,
-        errors=errors or None,
-        errors_before=before_probe or None,
-        counters_unsupported=format_gpus(unsupported) or None,
-        counters_not_supported={p: format_gpus(g) for p, g in sorted(parts_unsupported.items())}
-        or None,
-        counters_not_read={p: format_gpus(g) for p, g in sorted(parts_not_read.items())} or None,
-        since_driver_load=format_gpus(no_baseline) or None
-        if start is not None
-        else format_gpus([g.index for g in gpus if str(g.index) not in failed]) or None,
-        failed_gpus=failed or None,
+        links=group(tally.links),
+        active=group(tally.active),
+        inactive=tally.inactive or None,
+        errors=tally.errors or None,
+        errors_before=tally.before_probe or None,
+        counters_unsupported=format_gpus(tally.unsupported) or None,
+        counters_not_supported=_parts(tally.parts_unsupported),
+        counters_not_read=_parts(tally.parts_not_read),
+        since_driver_load=tally.since_driver_load([g.index for g in gpus], start is not None),
+        failed_gpus=tally.failed or None,
     )

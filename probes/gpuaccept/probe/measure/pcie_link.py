@@ -6,6 +6,8 @@ affinity). A GPU that fails (NVML lost it, or a copy hung past its deadline)
 is recorded by name with zero columns; the others are still measured.
 """
 
+from dataclasses import dataclass, field
+
 from gpuaccept.checks.pcie_link import PcieLinkObserved, PcieLinkPolicy
 from gpuaccept.probe.hardware.base import (
     CopyMeasurement,
@@ -22,23 +24,47 @@ FAILURE_MAX = 120
 _FAILED = CopyMeasurement(0.0, 0.0, PcieLinkState(0, 0, 0, 0))
 
 
+@dataclass
+class _Columns:
+    """One entry per GPU in each list, in GPU order (zeros for a GPU that failed)."""
+
+    gen: list[int] = field(default_factory=list)
+    width: list[int] = field(default_factory=list)
+    max_gen: list[int] = field(default_factory=list)
+    max_width: list[int] = field(default_factory=list)
+    device_max_gen: list[int] = field(default_factory=list)
+    idle_gen: list[int] = field(default_factory=list)
+    h2d: list[float] = field(default_factory=list)
+    d2h: list[float] = field(default_factory=list)
+    numa: list[int] = field(default_factory=list)
+
+    def add(self, idle: PcieLinkState, copy: CopyMeasurement, numa_node: int | None) -> None:
+        link = copy.link_under_load
+        self.gen.append(link.generation)
+        self.width.append(link.width)
+        self.max_gen.append(link.max_generation)
+        self.max_width.append(link.max_width)
+        self.device_max_gen.append(link.device_max_generation or link.max_generation)
+        self.idle_gen.append(idle.generation)
+        self.h2d.append(round_figure(copy.h2d_gbps))
+        self.d2h.append(round_figure(copy.d2h_gbps))
+        self.numa.append(-1 if numa_node is None else numa_node)
+
+
+def _cc_mode(hardware: HardwareBackend) -> str | None:
+    """The confidential-computing mode when on ("unread" when it could not be read)."""
+    cc = hardware.conf_compute()
+    return "unread" if cc is None else (cc if cc != "off" else None)
+
+
 def measure(
     hardware: HardwareBackend, policy: PcieLinkPolicy, context: ProbeContext
 ) -> PcieLinkObserved:
     gpus = hardware.gpus()
     if not gpus:
         raise Unavailable("no GPU to measure")
-    cc = hardware.conf_compute()
-    cc_mode = "unread" if cc is None else (cc if cc != "off" else None)
-    gen: list[int] = []
-    width: list[int] = []
-    max_gen: list[int] = []
-    max_width: list[int] = []
-    device_max_gen: list[int] = []
-    idle_gen: list[int] = []
-    h2d: list[float] = []
-    d2h: list[float] = []
-    numa: list[int] = []
+    cc_mode = _cc_mode(hardware)
+    columns = _Columns()
     unpinned: list[int] = []
     failed: dict[str, str] = {}
     for gpu in gpus:
@@ -50,34 +76,25 @@ def measure(
             copy = hardware.copy_bandwidth(gpu.index, COPY_BYTES)
         except GpuFailedError as exc:
             failed[str(gpu.index)] = f"{exc.step}: {exc.detail}"[:FAILURE_MAX]
-            idle, copy = _FAILED.link_under_load, _FAILED
-        else:
-            numa.append(-1 if copy.numa_node is None else copy.numa_node)
-            if not copy.pinned_local:
-                unpinned.append(gpu.index)
-        if str(gpu.index) in failed:
-            numa.append(-1)
-        link = copy.link_under_load
-        gen.append(link.generation)
-        width.append(link.width)
-        max_gen.append(link.max_generation)
-        max_width.append(link.max_width)
-        device_max_gen.append(link.device_max_generation or link.max_generation)
-        idle_gen.append(idle.generation)
-        h2d.append(round_figure(copy.h2d_gbps))
-        d2h.append(round_figure(copy.d2h_gbps))
-        if str(gpu.index) not in failed and h2d[-1] > 0:
-            context.h2d_gbps[gpu.index] = h2d[-1]
+            columns.add(_FAILED.link_under_load, _FAILED, None)
+            continue
+        if not copy.pinned_local:
+            unpinned.append(gpu.index)
+        columns.add(idle, copy, copy.numa_node)
+        if columns.h2d[-1] > 0:
+            context.h2d_gbps[gpu.index] = columns.h2d[-1]
     return PcieLinkObserved(
-        gen=gen,
-        width=width,
-        max_gen=max_gen,
-        max_width=max_width,
-        device_max_gen=device_max_gen if device_max_gen != max_gen else None,
-        idle_gen=idle_gen,
-        h2d_gbps=h2d,
-        d2h_gbps=d2h,
-        numa_node=numa,
+        gen=columns.gen,
+        width=columns.width,
+        max_gen=columns.max_gen,
+        max_width=columns.max_width,
+        device_max_gen=columns.device_max_gen
+        if columns.device_max_gen != columns.max_gen
+        else None,
+        idle_gen=columns.idle_gen,
+        h2d_gbps=columns.h2d,
+        d2h_gbps=columns.d2h,
+        numa_node=columns.numa,
         cc_mode=cc_mode,
         unpinned=unpinned or None,
         failed_gpus=failed or None,

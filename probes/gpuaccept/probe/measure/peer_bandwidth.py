@@ -127,39 +127,69 @@ def _both_ways(
     return out
 
 
+def _copies(
+    hardware: HardwareBackend,
+    policy: PeerBandwidthPolicy,
+    ordered: list[Pair],
+    staged: set[Pair],
+    run: PairRun,
+) -> tuple[dict[Pair, float], dict[Pair, float]]:
+    """GB/s of every pair copied one way, and both ways when the policy asks for it."""
+    one_way = _one_way(hardware, policy, ordered, staged, run)
+    if not policy.bidirectional:
+        return one_way, {}
+    return one_way, _both_ways(hardware, policy, ordered, staged, run)
+
+
+def _matrix(figures: dict[Pair, float], n: int, symmetric: bool = False) -> list[list[float]]:
+    """The figures as a matrix (source row, destination column), 0 where none."""
+    matrix = [[0.0] * n for _ in range(n)]
+    for (s, d), value in figures.items():
+        matrix[s][d] = value
+        if symmetric:
+            matrix[d][s] = value
+    return matrix
+
+
+def _failures(run: PairRun, n: int) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+    """The GPUs that failed (why), and the pairs whose copy failed (by error)."""
+    return (
+        {str(g): what for g, what in sorted(run.failed.items())} or None,
+        {what: format_pairs(p, n) for what, p in run.pair_errors.items()} or None,
+    )
+
+
+def _at_least_two(gpus: int) -> None:
+    """One GPU: nothing to measure (a node shape, NoSuchInterface); none: unavailable."""
+    if gpus < 2:
+        raise (NoSuchInterface if gpus == 1 else Unavailable)(
+            f"GPU-to-GPU bandwidth needs at least 2 GPUs ({gpus} visible: no pair to copy between)"
+        )
+
+
 def measure(
     hardware: HardwareBackend, policy: PeerBandwidthPolicy, context: ProbeContext
 ) -> PeerBandwidthObserved:
     gpus = hardware.gpus()
-    if len(gpus) < 2:
-        # one GPU: nothing to measure (a node shape, NoSuchInterface); none: unavailable
-        raise (NoSuchInterface if len(gpus) == 1 else Unavailable)(
-            f"GPU-to-GPU bandwidth needs at least 2 GPUs ({len(gpus)} visible: no pair to copy "
-            "between)"
-        )
+    _at_least_two(len(gpus))
     n = len(gpus)
     run = PairRun({g.index: f"enumeration: {g.problem}"[:FAILURE_MAX] for g in gpus if g.problem})
     ordered = [(s.index, d.index) for s in gpus for d in gpus if s.index != d.index]
     paths, no_access = _access(hardware, ordered, run, n)
     context.progress(f"{len(ordered)} ordered pairs, {policy.buffer_bytes >> 20} MiB copies")
     staged = {pair for pairs in no_access.values() for pair in pairs}
-    gbps = [[0.0] * n for _ in range(n)]
-    for (s, d), value in _one_way(hardware, policy, ordered, staged, run).items():
-        gbps[s][d] = value
-    bidir = [[0.0] * n for _ in range(n)]
-    if policy.bidirectional:
-        for (s, d), value in _both_ways(hardware, policy, ordered, staged, run).items():
-            bidir[s][d] = bidir[d][s] = value
+    one_way, both_ways = _copies(hardware, policy, ordered, staged, run)
+    failed_gpus, failed_pairs = _failures(run, n)
     h2d = context.h2d_gbps
     return PeerBandwidthObserved(
         gpus=n,
         bytes=policy.buffer_bytes,
         paths=["".join(row) for row in paths],
-        gbps=gbps,
-        bidir_gbps=bidir if policy.bidirectional else None,
+        gbps=_matrix(one_way, n),
+        bidir_gbps=_matrix(both_ways, n, symmetric=True) if policy.bidirectional else None,
         staged_bytes=policy.staged_buffer_bytes if staged else None,
         h2d_gbps=[h2d.get(g.index, 0.0) for g in gpus] if h2d else None,
         no_peer_access={w: format_pairs(p, n) for w, p in sorted(no_access.items())} or None,
-        failed_gpus={str(g): what for g, what in sorted(run.failed.items())} or None,
-        failed_pairs={w: format_pairs(p, n) for w, p in run.pair_errors.items()} or None,
+        failed_gpus=failed_gpus,
+        failed_pairs=failed_pairs,
     )

@@ -21,6 +21,7 @@ from gpuaccept.checks.xid_errors import (
     xid_sets,
 )
 from gpuaccept.probe.hardware.base import GpuFailedError, HardwareBackend, Unavailable
+from gpuaccept.probe.hardware.xid_events import XidLog
 from gpuaccept.probe.measure.context import ProbeContext
 
 RUNS_LAST = True
@@ -52,6 +53,47 @@ def _why(not_read: dict[int, str]) -> str:
     return f"{gpu_label(format_gpus(list(not_read)))}: {first}"[: WHY_MAX - len(more)] + more
 
 
+def _events_not_read(log: XidLog | None) -> str | None:
+    """Why events were not read: no listener, or one that could not start, stopped
+    early, or left GPUs out."""
+    if log is None:
+        return "no Xid listener ran (measured outside a probe run)"
+    notes = [log.problem[:WHY_MAX]] if log.problem else []
+    notes += [_why(log.unwatched)] if log.unwatched else []
+    return "; ".join(notes) or None
+
+
+def _listener_stop(log: XidLog | None) -> ListenerStop | None:
+    """When and why the listener stopped before the run's end (None: it did not)."""
+    if log is None or log.died is None:
+        return None
+    at_s, during, error, gpu_lost = log.died
+    return ListenerStop(
+        at_s=at_s, during=during[:64] if during else None, error=error[:160], gpu_lost=gpu_lost
+    )
+
+
+def _not_read(log: XidLog | None, actions_not_read: dict[int, str]) -> dict[str, str]:
+    not_read: dict[str, str] = {}
+    if actions_not_read:
+        not_read["recoveryAction"] = _why(actions_not_read)
+    if (events := _events_not_read(log)) is not None:
+        not_read["events"] = events
+    return not_read
+
+
+def _events(
+    log: XidLog | None,
+) -> tuple[list[XidEventObserved] | None, dict[str, list[int]] | None]:
+    """The events the listener recorded (the first EVENTS_MAX), and every Xid by GPU."""
+    events = log.events() if log is not None else []
+    observed = [
+        XidEventObserved(gpu=e.gpu, xid=e.xid, at_s=e.at_s, during=e.during)
+        for e in events[:EVENTS_MAX]
+    ]
+    return observed or None, xid_sets([(e.gpu, e.xid) for e in events]) or None
+
+
 def measure(
     hardware: HardwareBackend, policy: XidErrorsPolicy, context: ProbeContext
 ) -> XidErrorsObserved:
@@ -61,42 +103,22 @@ def measure(
         raise Unavailable("no GPU to read")
     usable = [g.index for g in listed if g.problem is None]  # a lost one fails elsewhere
     actions, actions_not_read = _recovery_actions(hardware, gpus)
-    not_read: dict[str, str] = {}
-    if actions_not_read:
-        not_read["recoveryAction"] = _why(actions_not_read)
     log = context.xids
-    if log is None:
-        not_read["events"] = "no Xid listener ran (measured outside a probe run)"
-    else:  # a listener that could not start, stopped early, or left GPUs out
-        notes = [log.problem[:WHY_MAX]] if log.problem else []
-        notes += [_why(log.unwatched)] if log.unwatched else []
-        if notes:
-            not_read["events"] = "; ".join(notes)
+    not_read = _not_read(log, actions_not_read)
     listened = log is not None and bool(log.watched)
     if not listened and len(actions_not_read) == len(gpus):
         raise Unavailable(
             f"neither Xid events nor recovery actions readable: {not_read.get('events')}; "
             f"{not_read['recoveryAction']}"
         )
-    events = log.events() if log is not None else []
+    events, xids = _events(log)
     return XidErrorsObserved(
         gpus=format_gpus(usable) or None,
         watched=format_gpus(list(log.watched)) if log is not None and log.watched else None,
         listened_s=log.seconds if listened and log is not None else None,
-        events=[
-            XidEventObserved(gpu=e.gpu, xid=e.xid, at_s=e.at_s, during=e.during)
-            for e in events[:EVENTS_MAX]
-        ]
-        or None,
-        xids=xid_sets([(e.gpu, e.xid) for e in events]) or None,
+        events=events,
+        xids=xids,
         recovery_action=actions or None,
         not_read=not_read or None,
-        listener_stopped=None
-        if log is None or log.died is None
-        else ListenerStop(
-            at_s=log.died[0],
-            during=log.died[1][:64] if log.died[1] else None,
-            error=log.died[2][:160],
-            gpu_lost=log.died[3],
-        ),
+        listener_stopped=_listener_stop(log),
     )

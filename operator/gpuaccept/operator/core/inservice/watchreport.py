@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from gpuaccept.checks.xid_classes import XidClass as Classes
-from gpuaccept.checks.xid_classes import xid_class
-from gpuaccept.contracts.inservice import XidClass
+from gpuaccept.checks.xid_classes import XidClass, xid_class
+from gpuaccept.contracts.inservice import XidClassName
 from gpuaccept.contracts.watch_report import (
     WatchEnd,
     WatchGpu,
@@ -29,12 +28,12 @@ from gpuaccept.operator.core.model import (
     XidSeen,
 )
 
-KIND: dict[Classes, XidClass] = {
-    Classes.FATAL: "fatal",
-    Classes.REPEATED: "repeated",
-    Classes.MEMORY: "memory",
-    Classes.APPLICATION: "application",
-    Classes.UNCLASSIFIED: "other",
+KIND: dict[XidClass, XidClassName] = {
+    XidClass.FATAL: "fatal",
+    XidClass.REPEATED: "repeated",
+    XidClass.MEMORY: "memory",
+    XidClass.APPLICATION: "application",
+    XidClass.UNCLASSIFIED: "other",
 }
 
 

@@ -15,7 +15,7 @@ from gpuaccept.checks.remeasure import remeasure_reason
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import Phase, Reason
-from gpuaccept.contracts.policy import PolicyChangeAction
+from gpuaccept.contracts.policy_fields import PolicyChangeAction
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.acceptance_gate import acceptance_problem
 from gpuaccept.operator.core.capacity import (
@@ -32,7 +32,7 @@ from gpuaccept.operator.core.nodecontext import (
     PlanBuilder,
 )
 from gpuaccept.operator.core.phases.drain import drain_status
-from gpuaccept.operator.core.phases.reverify import plan_reverify
+from gpuaccept.operator.core.phases.reverifying import plan_reverify
 from gpuaccept.operator.core.record import Evidence, failing_verdict, record_verdict, take_out_now
 from gpuaccept.operator.core.report_trust import trusted_report
 from gpuaccept.operator.core.transitions import new_round

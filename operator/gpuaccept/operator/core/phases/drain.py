@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import DrainStatus, NodeAcceptanceStatus, Phase
-from gpuaccept.contracts.policy import TaintEffect
+from gpuaccept.contracts.policy_fields import TaintEffect
 from gpuaccept.operator.core.model import DrainNode, NodePod, Taint
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
 from gpuaccept.operator.core.nodestate import quarantine_taint

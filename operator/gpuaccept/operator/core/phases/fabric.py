@@ -14,7 +14,7 @@ from gpuaccept.checks import fabric_allreduce
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import FabricStatus, KeyFigures, Reason
-from gpuaccept.contracts.policy import PolicyChangeAction
+from gpuaccept.contracts.policy_fields import PolicyChangeAction
 from gpuaccept.operator.core.fabric.membership import is_member
 from gpuaccept.operator.core.model import (
     FabricNoPartner,

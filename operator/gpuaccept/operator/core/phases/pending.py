@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuaccept.contracts.api import GPU_RESOURCE, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import GpuPublishing, NodeAcceptanceStatus
-from gpuaccept.contracts.policy import GPUWaitExpiry
+from gpuaccept.contracts.policy_fields import GPUWaitExpiry
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, adopting, take_out_allowed
 from gpuaccept.operator.core.creationintent import with_nonce
 from gpuaccept.operator.core.gpusharing import REASON_GPU_SHARING, sharing_refusal

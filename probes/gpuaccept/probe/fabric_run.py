@@ -4,7 +4,7 @@ Each node of a pair runs ``gpuaccept probe fabric``; this module starts its
 local ranks (one process per GPU with NCCL; gloo processes in tests and on
 simulated nodes), meets the partner's through a ``torch.distributed`` TCPStore
 at the rendezvous address (the rank-0 pod's IP), and times a sweep of
-all-reduces as :mod:`gpuaccept.probe.allreduce` does, with every rank of both
+all-reduces as :mod:`gpuaccept.probe.hardware.allreduce` does, with every rank of both
 nodes: per rank the host clock over a batch, divided by the iterations; then the
 times are averaged over all ranks with one more all-reduce, so both nodes report
 the same figure (nccl-tests' ``Allreduce(deltaSec, average)``).
@@ -44,18 +44,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.checks.fabric_allreduce import SOCKET_TRANSPORT, Phase, parse_nccl_transport
-from gpuaccept.probe.allreduce import FLOAT_BYTES, AllreduceTiming, Backend, bus_bandwidth
+from gpuaccept.checks.fabric_allreduce import SOCKET_TRANSPORT, FabricRunStep, parse_nccl_transport
+from gpuaccept.probe.hardware.allreduce import FLOAT_BYTES, AllreduceTiming, Backend, bus_bandwidth
 
-PHASE_RENDEZVOUS: Phase = "rendezvous"
-PHASE_ALLREDUCE: Phase = "allreduce"
+PHASE_RENDEZVOUS: FabricRunStep = "rendezvous"
+PHASE_ALLREDUCE: FabricRunStep = "allreduce"
 STOP_GRACE_S = 5.0
 
 
 class FabricError(RuntimeError):
     """The fabric all-reduce did not complete; ``phase`` says how far it got."""
 
-    def __init__(self, message: str, phase: Phase) -> None:
+    def __init__(self, message: str, phase: FabricRunStep) -> None:
         super().__init__(message)
         self.phase = phase
 
@@ -131,7 +131,7 @@ class FabricMeasurement:
         return self.sweep[-1][2] if self.sweep else 0.0
 
 
-def _phase(out: Path, ranks: int) -> Phase:
+def _phase(out: Path, ranks: int) -> FabricRunStep:
     """How far the ranks got: ``allreduce`` once any rank met the partner."""
     for local_rank in range(ranks):
         marker = out / f"phase{local_rank}"
@@ -166,6 +166,40 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
+def _wait(processes: list[subprocess.Popen[bytes]], deadline_s: float) -> bool:
+    """Wait for every rank to exit (or one to fail), then stop them all; True when the
+    deadline passed first."""
+    stop_at = time.monotonic() + deadline_s
+    try:
+        while any(p.poll() is None for p in processes):
+            if any(p.poll() not in (None, 0) for p in processes):
+                return False
+            if time.monotonic() > stop_at:
+                return True
+            time.sleep(0.1)
+        return False
+    finally:
+        _stop(processes)
+
+
+def _failure(
+    job: FabricJob, out: Path, processes: list[subprocess.Popen[bytes]], timeout_s: float | None
+) -> FabricError | None:
+    """The run's failure (a rank's error, a rank's exit code, or the deadline: the
+    timeout then, else None), naming the step it failed in; None when it succeeded."""
+    rdv = job.rendezvous
+    phase = _phase(out, rdv.local_ranks)
+    error = _first_error(out, rdv.local_ranks)
+    if timeout_s is None and error is None and all(p.returncode == 0 for p in processes):
+        return None
+    where = f"with {rdv.endpoint}" if rdv.node_rank else f"at {rdv.endpoint}"
+    step = "meeting the partner" if phase == PHASE_RENDEZVOUS else "the all-reduce"
+    cause = error or f"a rank exited with {[p.returncode for p in processes]}"
+    if timeout_s is not None:
+        cause = f"not finished in {timeout_s:.0f} s"
+    return FabricError(f"fabric all-reduce {where} failed in {step}: {cause}", phase)
+
+
 def run_fabric(job: FabricJob, deadline_s: float) -> FabricMeasurement:
     """Run this node's ranks; raises :class:`FabricError` on failure or at the deadline."""
     rdv = job.rendezvous
@@ -180,27 +214,10 @@ def run_fabric(job: FabricJob, deadline_s: float) -> FabricMeasurement:
             subprocess.Popen([*command, str(local_rank)], stdin=subprocess.DEVNULL, env=env)
             for local_rank in range(rdv.local_ranks)
         ]
-        stop_at = time.monotonic() + deadline_s
-        timed_out = False
-        try:
-            while any(p.poll() is None for p in processes):
-                if any(p.poll() not in (None, 0) for p in processes):
-                    break
-                if time.monotonic() > stop_at:
-                    timed_out = True
-                    break
-                time.sleep(0.1)
-        finally:
-            _stop(processes)
-        phase = _phase(out, rdv.local_ranks)
-        error = _first_error(out, rdv.local_ranks)
-        if timed_out or error is not None or any(p.returncode != 0 for p in processes):
-            where = f"with {rdv.endpoint}" if rdv.node_rank else f"at {rdv.endpoint}"
-            step = "meeting the partner" if phase == PHASE_RENDEZVOUS else "the all-reduce"
-            cause = error or f"a rank exited with {[p.returncode for p in processes]}"
-            if timed_out:
-                cause = f"not finished in {deadline_s:.0f} s"
-            raise FabricError(f"fabric all-reduce {where} failed in {step}: {cause}", phase)
+        timed_out = _wait(processes, deadline_s)
+        failure = _failure(job, out, processes, deadline_s if timed_out else None)
+        if failure is not None:
+            raise failure
         times: list[float] = json.loads((out / TIMES_FILE).read_text())
         transport = nccl_transport(out) if job.backend == "nccl" else None
     sweep = []

@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
 from gpuaccept.contracts.api import GPU_PRESENT_LABEL, GROUP, QUARANTINE_TAINT_KEY
-from gpuaccept.contracts.base import ContractModel
+from gpuaccept.contracts.contract_model import ContractModel
 
 # A dotted numeric version such as "550.54.15", "12.4" or "2.21.5".
 Version = Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+){0,3}$", max_length=32)]
