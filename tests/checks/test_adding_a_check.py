@@ -48,7 +48,7 @@ from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.measure import measurer
 from gpuaccept.probe.measure.context import NodeGpuCounts, ProbeContext
-from gpuaccept.probe.runner import ProbeRun, run_probe
+from gpuaccept.probe.runner import RunSetup, run_probe
 
 REPO = Path(__file__).resolve().parents[2]
 # Sections a generator writes: make docs's, and make captures-table's corpus table (its rows
@@ -156,7 +156,7 @@ def probe_run(profile: Path, _text: str, checks: tuple[AnyCheckSpec, ...]) -> Pr
     node = loaded.node
     counts = NodeGpuCounts(allocatable=node.allocatable, capacity=node.gpu_capacity,
                            labelled=node.gfd_gpu_count, replicas=node.gfd_gpu_replicas)  # fmt: skip
-    run = ProbeRun(
+    run = RunSetup(
         node_name="gpu-1",
         context=ProbeContext(node_gpus=counts),
         checks=in_data_order(checks),
