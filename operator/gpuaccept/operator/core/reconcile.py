@@ -27,10 +27,12 @@ from gpuaccept.contracts.nodeacceptance import (
     Phase,
 )
 from gpuaccept.operator.core.capacity import adopting
+from gpuaccept.operator.core.draclaim import claims_to_delete, without_claims
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
     DeleteNodeAcceptance,
     DeleteProbePod,
+    DeleteResourceClaim,
     Judge,
     NodeSnapshot,
     Plan,
@@ -80,7 +82,12 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     if na is not None and na.unknown_phase is not None:  # a newer release's (a rollback)
         return plan_unknown_phase(ctx, out, na.unknown_phase)
     first = _new_node(ctx, out) if na is None else _record_pods(ctx, out, split)
-    first = first or _crash_window_pods(ctx, out, split) or _before_any_phase(ctx, out)
+    first = (
+        first
+        or _crash_window_pods(ctx, out, split)
+        or _spent_claims(ctx, out)
+        or _before_any_phase(ctx, out)
+    )
     if first is not None:
         return first
     if spec.paused:
@@ -154,6 +161,22 @@ def _crash_window_pods(ctx: NodeContext, out: PlanBuilder, split: PodSplit) -> P
     out.ensure_node(ctx, ctx.status)
     out.wake_in(WAIT_FOR_DELETION_SECONDS)
     return out.build("crash-window pods deleted: " + ", ".join(sorted(names)))
+
+
+def _spent_claims(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """The probe claims on record that no attempt needs any more (core/draclaim.py):
+    deleted (the executor checks each one's nonce first: a claim another creator made
+    under the name is left), then their intents dropped; a crash in between deletes
+    them again."""
+    status = ctx.status
+    names = claims_to_delete(status, ctx.obs.pods)
+    if not names:
+        return None
+    intents = tuple(status.creation_intents)
+    out.actions.extend(DeleteResourceClaim(name, intents) for name in names)
+    out.write_status(status, without_claims(status, names))
+    out.wake_in(1)
+    return out.build("probe claims deleted: " + ", ".join(names))
 
 
 def _new_node(ctx: NodeContext, out: PlanBuilder) -> Plan:

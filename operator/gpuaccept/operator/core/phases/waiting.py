@@ -48,7 +48,7 @@ WAIT_REASONS = frozenset(
         "RuntimeClassMissing",
         "GPUSharing",  # core/gpusharing.py
         "GPUsPublishedTwice",  # core/phases/pending.py (device plugin and DRA at once)
-        "ProbeThroughClaimNotBuilt",  # core/phases/pending.py (a DRA node: no claim yet)
+        "ProbeThroughClaimNotBuilt",  # an earlier release's (a DRA node, before the claim)
     }
 )
 
