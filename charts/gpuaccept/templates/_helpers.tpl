@@ -132,6 +132,7 @@ and is put before the repository otherwise. */}}
 - --allow-control-plane-nodes
 {{- end }}
 - --dra-driver={{ join "," .Values.operator.draDrivers }}
+- --dra-device-class={{ .Values.operator.draDeviceClass }}
 {{- range .Values.operator.ownedKeyPrefixes }}
 - --owned-key-prefix={{ . }}
 {{- end }}

@@ -33,6 +33,7 @@ from gpuaccept.operator.options import (
     OptionError,
     base_node_selector,
     check_ranges,
+    dra_device_class,
     dra_drivers,
     fabric_pods,
     owned_key_prefixes,
@@ -143,6 +144,7 @@ def main(argv: Sequence[str]) -> int:
             args.node_selector, allow_control_plane=args.allow_control_plane_nodes
         )
         drivers = dra_drivers(args.dra_driver)
+        device_class = dra_device_class(args.dra_device_class)
     except OptionError as error:
         sys.stderr.write(f"gpuaccept operator: {' '.join(str(error).split())}\n")
         return EXIT_USAGE
@@ -187,6 +189,7 @@ def main(argv: Sequence[str]) -> int:
         base_node_selector=base_selector,
         allow_control_plane=args.allow_control_plane_nodes,
         dra_drivers=drivers,
+        dra_device_class=device_class,
     )
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     lease, lock = _elections(args, identity)
