@@ -199,7 +199,8 @@ def node_affinity(
 @dataclass(frozen=True)
 class PodKind:
     """What one kind of pod (probe, fabric, watch) sets; :func:`pod_manifest` builds
-    the rest the same for every kind: pinned to the node by ``nodeName``, under the
+    the rest the same for every kind: pinned to the node by ``nodeName`` (a DRA node's
+    probe pod by its node affinity: the scheduler places it), under the
     operator's node affinity, no API token, no host network, what Pod Security
     "restricted" asks, the platform team's labels and annotations first, the
     operator's own after them (so they win), the NodeAcceptance as controller."""
