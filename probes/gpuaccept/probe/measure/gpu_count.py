@@ -14,8 +14,18 @@ def measure(
 ) -> GpuCountObserved:
     problem = hardware.gpu_problem()
     node = context.node_gpus
+    gpus = hardware.gpus()
+    published = node.published_uuids
+    seen = [g.uuid for g in gpus if g.uuid]
+    compared = published is not None and len(seen) == len(gpus)
+    missing = sorted(set(published or ()) - set(seen)) if compared else []
+    unpublished = sorted(set(seen) - set(published or ())) if compared else []
     return GpuCountObserved(
-        visible=len(hardware.gpus()),
+        published=len(published) if published is not None else None,
+        uuids_compared=compared if published is not None else None,
+        missing=missing or None,
+        unpublished=unpublished or None,
+        visible=len(gpus),
         allocatable=node.allocatable,
         capacity=node.capacity,
         labelled=node.labelled,
