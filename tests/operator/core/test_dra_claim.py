@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from world import World, make_report
+from world import World, make_report, spec
 
 from gpuaccept.contracts.api import CREATION_NONCE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import Phase
@@ -27,6 +27,7 @@ from gpuaccept.operator.core.model import (
     DraDevice,
     PatchNAStatus,
     Plan,
+    PolicyView,
     ResourceSliceView,
 )
 from gpuaccept.operator.core.podidentity import REASON_POD_NAME_TAKEN, pinned_node, pod_shape
@@ -290,3 +291,16 @@ def test_deletes_check_the_nonce() -> None:
     deletes = [a for plan in world.log for a in plan.actions if isinstance(a, DeleteResourceClaim)]
     assert [d.name for d in deletes] == [NAME]
     assert NAME in world.claims  # a claim without the nonce is not the operator's: left
+
+
+def test_a_dra_node_under_a_fabric_policy_waits_unprobed() -> None:
+    """Fabric pods get GPUs through nvidia.com/gpu only: a DRA node would fail the
+    test with no GPU. It waits (never accepted without the test, never quarantined)."""
+    world = dra_world()
+    world.policies = [PolicyView(name="default", generation=1, spec=spec(fabric={"enabled": True}))]
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.WAITING, "DRAFabricNotBuilt")
+    assert "fabric" in (st.message or "")
+    assert world.pods == {}
+    assert world.claims == {}
