@@ -304,3 +304,18 @@ def test_a_dra_node_under_a_fabric_policy_waits_unprobed() -> None:
     assert "fabric" in (st.message or "")
     assert world.pods == {}
     assert world.claims == {}
+
+
+def test_a_pod_the_scheduler_never_places_is_not_the_nodes_fault() -> None:
+    """Other claims hold the node's GPUs (or no scheduler runs): the pod stays unbound
+    past the deadline; the node waits, no attempt counted against it, the claim goes."""
+    world = dra_world()
+    world.settle()
+    assert world.pods[NAME].node_name == ""
+    world.advance(world.config.timeout_for(world.policies[0].spec) + 60)  # type: ignore[arg-type]
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.WAITING, "ProbePodUnscheduled")
+    assert "ResourceClaim" in (st.message or "")
+    assert NAME not in world.claims
+    assert NAME not in world.pods

@@ -25,7 +25,12 @@ from gpuaccept.operator.core.phases.startfailure import (
     never_started,
     start_failure,
 )
-from gpuaccept.operator.core.phases.waiting import REASON_EVICTED, REASON_POD_LOST, blocked
+from gpuaccept.operator.core.phases.waiting import (
+    REASON_EVICTED,
+    REASON_POD_LOST,
+    REASON_UNSCHEDULED,
+    blocked,
+)
 from gpuaccept.operator.core.podidentity import (
     REASON_POD_NAME_TAKEN,
     foreign_pod_message,
@@ -172,7 +177,12 @@ def _pod_progress(
 
 
 def _past_deadline(ctx: NodeContext, out: PlanBuilder, pod: PodView, timeout: int) -> Plan:
-    """The pod has not ended by the attempt's deadline: it never started, or it timed out."""
+    """The pod has not ended by the attempt's deadline: it was never placed (a DRA
+    node's pod the scheduler could not bind), never started, or it timed out."""
+    if not pod.node_name and not pod.terminated:
+        return blocked(
+            ctx, out, reason=REASON_UNSCHEDULED, message=unscheduled_message(timeout), pod=pod
+        )
     stalled = never_started(pod, timeout)
     if stalled is not None:
         return _did_not_start(ctx, out, pod, stalled)
@@ -180,6 +190,15 @@ def _past_deadline(ctx: NodeContext, out: PlanBuilder, pod: PodView, timeout: in
     stuck = "; the probe pod is stuck terminating" if pod.deleting else ""
     message = f"no result within {timeout}s{stuck}"
     return attempt_failed(ctx, out, reason="ProbeTimeout", message=message, pod=pod)
+
+
+def unscheduled_message(timeout: int) -> str:
+    return (
+        f"the probe pod was not placed within {timeout}s: the scheduler could not allocate "
+        "its ResourceClaim on the node (other claims hold its GPUs, the DeviceClass "
+        "--dra-device-class is missing, or no scheduler runs; the pod's PodScheduled "
+        "condition and events say which). Not the node's fault: tried again later"
+    )
 
 
 def _did_not_start(ctx: NodeContext, out: PlanBuilder, pod: PodView, failure: StartFailure) -> Plan:
