@@ -121,6 +121,9 @@ def test_a_dra_node_waits_for_its_whole_pool_then_is_accepted_through_a_claim(
     assert sorted(r["device"] for r in results) == [f"gpu-{i}" for i in range(8)]
     assert {r["pool"] for r in results} == {name}
     (pod,) = probe_pods(env, name)
+    assert "nvidia.com/gpu" not in json.dumps(pod["spec"])  # its GPUs come through the claim
+    reserved = claim["status"].get("reservedFor") or []
+    assert [r["uid"] for r in reserved] == [pod["metadata"]["uid"]]
     assert pod["metadata"]["name"] == claim["metadata"]["name"]
     assert pod["spec"]["resourceClaims"][0]["resourceClaimName"] == claim["metadata"]["name"]
     env.wait_phase([name], "Accepted", timeout=180)
