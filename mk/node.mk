@@ -44,6 +44,11 @@ node-packages:
 
 node-tools: $(NODE_BINARIES)
 
+# The integration tests that need claim allocation (tests/integration/test_dra_gate.py)
+# run the real kube-scheduler against the stand-in's control plane
+# (testsupport/scheduler.py): `make test` builds it with the other cluster tools.
+cluster-tools: $(BIN)/kube-scheduler
+
 $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler: $(NODE_MOD)/go.mod $(NODE_MOD)/go.sum
 	@mkdir -p $(BIN)
 	$(call cluster_gobuild,$(NODE_MOD)) -ldflags '$(KUBE_LDFLAGS)' -o $(abspath $@) k8s.io/kubernetes/cmd/$(notdir $@)

@@ -23,6 +23,7 @@ POLICIES = (
     "acceptance-status",
     "probe-pods",
     "probe-pod-shape",
+    "probe-claims",  # with operator.draDrivers, the default
     "node-writes",
     "operator-identity",
     "release-requester",

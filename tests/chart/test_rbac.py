@@ -86,6 +86,9 @@ NAMESPACE_ALLOW: dict[Grant, str] = {
     ("", "pods", "watch", ""): "kopf index/event watch on probe pods",
     ("", "pods", "create", ""): "Kube.create_pod",
     ("", "pods", "delete", ""): "Kube.delete_pod",
+    ("resource.k8s.io", "resourceclaims", "create", ""): "Kube.create_resource_claim (DRA)",
+    ("resource.k8s.io", "resourceclaims", "get", ""): "Kube.get_resource_claim (DRA)",
+    ("resource.k8s.io", "resourceclaims", "delete", ""): "Kube.delete_resource_claim (DRA)",
     ("coordination.k8s.io", "leases", "create", ""): "Kube.create_lease",
     ("coordination.k8s.io", "leases", "get", LEASE): "Kube.get_lease",
     ("coordination.k8s.io", "leases", "update", LEASE): "Kube.replace_lease",
@@ -192,7 +195,7 @@ def test_no_wildcards_no_secrets_cluster_wide_pods_only_listed(values: Any) -> N
     assert pods == {("", "pods", "list", ""), ("", "pods/eviction", "create", "")}
 
 
-def test_without_dra_drivers_resource_slices_are_neither_watched_nor_granted(
+def test_without_dra_drivers_neither_slices_nor_claims_are_granted(
     tmp_path: Path,
 ) -> None:
     values = tmp_path / "no-dra.yaml"
@@ -205,6 +208,10 @@ def test_without_dra_drivers_resource_slices_are_neither_watched_nor_granted(
     assert granted == CLUSTER_ALLOW.keys() - {
         ("resource.k8s.io", "resourceslices", "list", ""),
         ("resource.k8s.io", "resourceslices", "watch", ""),
+    }
+    roles = {r["metadata"]["namespace"]: r for r in by_kind(rendered, "Role")}
+    assert grants(roles[NAMESPACE]) == NAMESPACE_ALLOW.keys() - {
+        ("resource.k8s.io", "resourceclaims", verb, "") for verb in ("create", "get", "delete")
     }
     handlers = importlib.import_module("gpuaccept.operator.handlers")
     controller = MagicMock()

@@ -95,6 +95,24 @@ CASES = [
          CheckStatus.PASS, section={"expected": 4}),
     Case("policy-count-allocatable-short", {"visible": 4, "allocatable": 4, "capacity": 5},
          CheckStatus.FAIL, section={"expected": 4}),
+    # a DRA node: the pool's count as allocatable and capacity, its UUIDs against NVML's
+    Case("dra-pool-seen", {"visible": 8, "allocatable": 8, "capacity": 8, "published": 8,
+                           "uuidsCompared": True},
+         CheckStatus.PASS, "the 8 UUIDs the DRA pool publishes are the GPUs NVML sees"),
+    Case("dra-published-not-seen", {"visible": 8, "allocatable": 8, "capacity": 8,
+                                    "published": 8, "uuidsCompared": True,
+                                    "missing": ["GPU-a"], "unpublished": ["GPU-b"]},
+         CheckStatus.FAIL, "the DRA pool publishes GPU(s) NVML does not see: GPU-a"),
+    Case("dra-seen-not-published", {"visible": 8, "allocatable": 8, "capacity": 8,
+                                    "published": 8, "uuidsCompared": True,
+                                    "unpublished": ["GPU-b"]},
+         CheckStatus.FAIL, "NVML sees GPU(s) the DRA pool does not publish: GPU-b"),
+    Case("dra-uuids-unread", {"visible": 8, "allocatable": 8, "capacity": 8, "published": 8,
+                              "uuidsCompared": False},
+         CheckStatus.PASS, "the DRA pool's UUIDs not compared"),
+    Case("dra-pool-short", {"visible": 7, "allocatable": 7, "capacity": 7, "published": 7,
+                            "uuidsCompared": True, "pciDevices": 8},
+         CheckStatus.FAIL, "7 of 8 GPUs visible (expected from PCI bus)"),
 ]  # fmt: skip
 
 

@@ -28,19 +28,22 @@ from kubernetes.client.exceptions import ApiException
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import (
     ACCEPTANCE_PLURAL,
+    CREATION_NONCE_ANNOTATION,
     GROUP,
     REMEDY_CONDITION_TYPE,
     REPROBE_ANNOTATION,
     VERSION,
 )
 from gpuaccept.operator.core import NodeView, OperatorConfig
-from gpuaccept.operator.core.model import FabricPodLabels, Taint
+from gpuaccept.operator.core.creationintent import with_nonce
+from gpuaccept.operator.core.model import DraDevice, FabricPodLabels, Taint
 from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
     ProbeAttempt,
     WatchPodRequest,
     fabric_pair_nonce,
     fabric_pod_manifest,
+    probe_claim_manifest,
     probe_pod_manifest,
     probe_pod_name,
     watch_pod_manifest,
@@ -122,8 +125,8 @@ INTRUDER = "intruder"
 @pytest.fixture(scope="module")
 def intruder(control_plane: ControlPlane, identity: OperatorIdentity) -> Iterator[k8s.ApiClient]:
     """A ServiceAccount with what the attacks need: write NodeAcceptance status, and
-    create, delete and patch (status too) pods in the release namespace, and request
-    ServiceAccount tokens there."""
+    create, delete and patch (status too) pods in the release namespace, request
+    ServiceAccount tokens there, and write ResourceClaims there."""
     user = f"system:serviceaccount:{NAMESPACE}:{INTRUDER}"
     rbac = [
         {"apiVersion": "v1", "kind": "ServiceAccount",
@@ -142,7 +145,9 @@ def intruder(control_plane: ControlPlane, identity: OperatorIdentity) -> Iterato
          "rules": [{"apiGroups": [""], "resources": ["pods", "pods/status"],
                     "verbs": ["get", "create", "delete", "patch"]},
                    {"apiGroups": [""], "resources": ["serviceaccounts/token"],
-                    "verbs": ["create"]}]},
+                    "verbs": ["create"]},
+                   {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"],
+                    "verbs": ["get", "create", "update", "patch", "delete"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": {"name": "intruder", "namespace": NAMESPACE},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
@@ -162,7 +167,7 @@ class Admission:
     def __init__(self, cp: ControlPlane, rendered: list[dict[str, Any]]) -> None:
         self.cp = cp
         self.objects = [obj for obj in rendered if obj.get("kind") in ADMISSION_KINDS]
-        assert len(self.objects) == 18, [o["metadata"]["name"] for o in self.objects]
+        assert len(self.objects) == 20, [o["metadata"]["name"] for o in self.objects]
         self.applied = False
 
     def install(self) -> None:
@@ -731,6 +736,141 @@ def test_operator_token_creates_only_probe_shaped_pods(
         )
         is not None
     )
+
+
+# --------------------------------------------------------------------------- DRA
+
+
+def _dra_attempt(rendered: list[dict[str, Any]], node: str) -> ProbeAttempt:
+    config = _config(rendered)
+    name = probe_pod_name(config.pod_prefix, node, 1)
+    gpus = tuple(DraDevice(f"gpu-{i}", uuid=f"GPU-{i:08x}", kind="gpu") for i in range(8))
+    return ProbeAttempt(
+        name=name,
+        serial=1,
+        node=NodeView(name=node, boot_id="b"),
+        policy_name="default",
+        spec=NodeAcceptancePolicySpec.model_validate({}),
+        claim=name,
+        dra_gpus=gpus,
+    )
+
+
+def _create_claim(
+    api: k8s.ApiClient, claim: dict[str, Any], *, dry_run: bool = True
+) -> Callable[[], object]:
+    custom = k8s.CustomObjectsApi(api)
+    args = ("resource.k8s.io", "v1", NAMESPACE, "resourceclaims", claim)
+    if dry_run:
+        return lambda: custom.create_namespaced_custom_object(*args, dry_run=DRY_RUN)
+    return lambda: custom.create_namespaced_custom_object(*args)
+
+
+def _other_claim(pod: dict[str, Any]) -> None:
+    pod["spec"]["resourceClaims"][0]["resourceClaimName"] = "someone-elses-claim"
+
+
+def _pinned_with_claim(pod: dict[str, Any]) -> None:
+    pod["spec"]["nodeName"] = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+
+
+def _any_node_by_field(pod: dict[str, Any]) -> None:
+    term = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]
+    term["matchFields"][0]["operator"] = "NotIn"
+
+
+def _other_scheduler(pod: dict[str, Any]) -> None:
+    pod["spec"]["schedulerName"] = "my-scheduler"
+
+
+def _exact_count(claim: dict[str, Any]) -> None:
+    claim["spec"]["devices"]["requests"][0]["exactly"] |= {
+        "allocationMode": "ExactCount",
+        "count": 1,
+    }
+
+
+def _other_class(claim: dict[str, Any]) -> None:
+    claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "other.example.com"
+
+
+def _with_selector(claim: dict[str, Any]) -> None:
+    cel = {"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}
+    claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [cel]
+
+
+def _two_requests(claim: dict[str, Any]) -> None:
+    requests = claim["spec"]["devices"]["requests"]
+    requests.append({**requests[0], "name": "more"})
+
+
+DRA_POD_ATTACKS: list[tuple[Callable[[dict[str, Any]], None], str]] = [
+    (_other_claim, "pinned to its node"),
+    (_pinned_with_claim, "pinned to its node"),
+    (_other_scheduler, "pinned to its node"),
+    (_any_node_by_field, "requires exactly the operator's reach as its node affinity"),
+]
+CLAIM_ATTACKS: list[tuple[Callable[[dict[str, Any]], None], str]] = [
+    (_exact_count, "a probe claim is one request of every device"),
+    (_other_class, "a probe claim is one request of every device"),
+    (_with_selector, "a probe claim is one request of every device"),
+    (_two_requests, "a probe claim is one request of every device"),
+    (_not_a_probe, "a probe claim is one request of every device"),
+]
+
+
+def test_a_dra_probe_pod_and_its_claim_are_the_operators_only(
+    operator_api: k8s.ApiClient,
+    intruder: k8s.ApiClient,
+    rendered: list[dict[str, Any]],
+    admission: Admission,
+    node: str,
+) -> None:
+    """Rule 3 admits a DRA node's probe pod (no nodeName, pinned by matchFields, its
+    claim named as the pod, the default scheduler) and nothing looser; rule 11 lets
+    the operator create only the probe claim's shape, and nobody else a claim that
+    looks like the operator's."""
+    attempt = _dra_attempt(rendered, node)
+    config = _config(rendered)
+    pod = probe_pod_manifest(attempt, config)
+    claim = probe_claim_manifest(attempt, config)
+    assert "nodeName" not in pod["spec"]
+    bad_pods = [(_variant(pod, change), message) for change, message in DRA_POD_ATTACKS]
+    bad_claims = [(_variant(claim, change), message) for change, message in CLAIM_ATTACKS]
+    for bad, _ in bad_pods:
+        eventually_admitted(_create(operator_api, bad))
+    for bad, _ in bad_claims:
+        eventually_admitted(_create_claim(operator_api, bad))
+    eventually_admitted(_create_claim(intruder, claim))
+    admission.install()
+    eventually_refused(_create_claim(intruder, claim), "only the gpuaccept operator")
+    for bad, message in bad_pods:
+        eventually_refused(_create(operator_api, bad), message)
+    for bad, message in bad_claims:
+        eventually_refused(_create_claim(operator_api, bad), message)
+    admitted(_create(operator_api, pod))
+    admitted(_create_claim(operator_api, claim))
+    # a claim of the operator's: nobody else changes its labels or its nonce
+    _create_claim(operator_api, with_nonce(claim, "n" * 32), dry_run=False)()
+    custom = k8s.CustomObjectsApi(intruder)
+    name = claim["metadata"]["name"]
+    patch = {"metadata": {"annotations": {CREATION_NONCE_ANNOTATION: "forged"}}}
+    try:
+        eventually_refused(
+            lambda: custom.patch_namespaced_custom_object(
+                "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", name, patch,
+                dry_run=DRY_RUN,
+            ),
+            "labels and annotations (its creation nonce) are the operator's",
+        )  # fmt: skip
+    finally:
+        k8s.CustomObjectsApi(operator_api).delete_namespaced_custom_object(
+            "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", name
+        )
 
 
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"

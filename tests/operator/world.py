@@ -41,10 +41,13 @@ from gpuaccept.operator.core import (
     Taint,
     reconcile,
 )
+from gpuaccept.operator.core.draclaim import claim_is_intended
 from gpuaccept.operator.core.interpret import ActionInterpreter, interpret
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import (
     CreatedPod,
+    CreateResourceClaim,
+    DeleteResourceClaim,
     DrainNode,
     DrainResult,
     FabricVerdict,
@@ -171,6 +174,8 @@ class World:
     bodies: dict[str, dict[str, Any]] = field(default_factory=dict)  # pods as created
     elsewhere: set[str] = field(default_factory=set)  # pod names taken on other nodes
     pod_name_taken: str | None = None
+    # ResourceClaims in the operator's namespace, by name, as created (a DRA node's)
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # The node's other pods (a drain's), and those a PodDisruptionBudget protects now.
     node_pods: list[NodePod] = field(default_factory=list)
@@ -281,6 +286,22 @@ class World:
 
     def delete_probe_pod(self, action: DeleteProbePod) -> None:
         self.pods.pop(action.name, None)
+
+    def create_resource_claim(self, action: CreateResourceClaim) -> None:
+        """As the executor: a name taken by a claim whose nonce is not on record drops
+        the plan (the pod is not created) and the node hears PodNameTaken."""
+        found = self.claims.get(action.name)
+        if found is None:
+            self.claims[action.name] = dict(action.manifest)
+            return
+        if not claim_is_intended(found, action.intents):
+            self.pod_name_taken = action.name
+            raise StatusRefusedError("claim name taken")
+
+    def delete_resource_claim(self, action: DeleteResourceClaim) -> None:
+        found = self.claims.get(action.name)
+        if found is not None and claim_is_intended(found, action.intents):
+            del self.claims[action.name]
 
     def emit_event(self, action: EmitEvent) -> None:
         self.events.append(action)

@@ -135,6 +135,7 @@ and is put before the repository otherwise. */}}
 {{- if not .Values.operator.watchPods }}
 - --no-watch-pods
 {{- end }}
+- --dra-device-class={{ .Values.operator.draDeviceClass }}
 {{- range .Values.operator.ownedKeyPrefixes }}
 - --owned-key-prefix={{ . }}
 {{- end }}

@@ -20,12 +20,20 @@ node ``nvidia.com/gpu.replicas`` (``GPUACCEPT_GFD_GPU_REPLICAS``) and
 divided by the replicas before they are compared with what NVML sees (a capacity
 that is not a multiple of them fails: the node's counts are inconsistent).
 
+On a node whose GPUs a DRA driver publishes (ResourceSlices, no
+``nvidia.com/gpu``), the operator passes the pool's GPU count as allocatable and
+capacity, and the pool's UUIDs (``GPUACCEPT_EXPECTED_GPU_UUIDS``): a GPU the pool
+publishes that NVML does not see, or one NVML sees that the pool does not publish,
+is a failure (``missing``, ``unpublished``); when NVML gives no UUID for a GPU the
+UUIDs are not compared, and the message says so.
+
 Allocatable below capacity is a failure by itself (the device plugin has
 marked GPUs unhealthy). Every count used is recorded in ``observed`` so
 judging is pure.
 
 observed: ``{"visible": 7, "allocatable": 7, "capacity": 8, "labelled": 8,
-"pciDevices": 8, "problem": "..."}``
+"pciDevices": 8, "problem": "...", "published": 8, "uuidsCompared": true,
+"missing": ["GPU-..."], "unpublished": ["GPU-..."]}``
 """
 
 from pydantic import Field, JsonValue
@@ -58,6 +66,12 @@ class GpuCountObserved(ObservedModel):
     pci_devices: int | None = Field(default=None, ge=0)  # NVIDIA GPUs in /sys/bus/pci
     replicas: int | None = Field(default=None, ge=2)  # GFD label nvidia.com/gpu.replicas
     problem: str | None = None  # why no GPU could be seen, when none was
+    # A DRA node: the GPUs its pool publishes (the UUIDs the operator passed), whether
+    # NVML gave a UUID for every GPU (else they were not compared), and the differences.
+    published: int | None = Field(default=None, ge=0)
+    uuids_compared: bool | None = None
+    missing: list[str] | None = Field(default=None, max_length=64)  # published, not seen
+    unpublished: list[str] | None = Field(default=None, max_length=64)  # seen, not published
 
 
 def _physical(count: int | None, replicas: int | None) -> int | None:
@@ -109,7 +123,24 @@ def _problems(observed: GpuCountObserved, expected: int | None, source: str) -> 
         problems.append(f"the probe was given {allocatable} GPUs but NVML sees {visible}")
     if expected is not None and visible != expected:
         problems.append(f"{visible} of {expected} GPUs visible (expected from {source})")
+    if observed.missing:
+        problems.append(
+            f"the DRA pool publishes GPU(s) NVML does not see: {', '.join(observed.missing)}"
+        )
+    if observed.unpublished:
+        problems.append(
+            "NVML sees GPU(s) the DRA pool does not publish: " + ", ".join(observed.unpublished)
+        )
     return problems
+
+
+def _uuid_note(observed: GpuCountObserved) -> str:
+    """What the pass says of a DRA pool's UUIDs (nothing on a device-plugin node)."""
+    if observed.published is None:
+        return ""
+    if observed.uuids_compared:
+        return f"; the {observed.published} UUIDs the DRA pool publishes are the GPUs NVML sees"
+    return "; the DRA pool's UUIDs not compared (NVML gave no UUID for some GPU)"
 
 
 def judge(
@@ -139,7 +170,10 @@ def judge(
     return CheckJudgement(
         CheckStatus.PASS,
         expectation,
-        clip(f"{visible} of {expected} GPUs visible (expected from {source}){shared}"),
+        clip(
+            f"{visible} of {expected} GPUs visible (expected from {source}){shared}"
+            + _uuid_note(observed)
+        ),
     )
 
 

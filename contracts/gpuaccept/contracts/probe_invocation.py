@@ -16,6 +16,8 @@ ENV_POLICY: Final = "GPUACCEPT_POLICY"  # the ProbePolicy as JSON text
 ENV_EXPECTED_GPUS: Final = "GPUACCEPT_EXPECTED_GPUS"
 # The node's capacity nvidia.com/gpu (healthy and unhealthy devices of the device plugin).
 ENV_NODE_GPU_CAPACITY: Final = "GPUACCEPT_NODE_GPU_CAPACITY"
+# A DRA node: the UUIDs of the GPUs its pool publishes, comma-separated (the claim's).
+ENV_EXPECTED_GPU_UUIDS: Final = "GPUACCEPT_EXPECTED_GPU_UUIDS"
 # The GPU feature discovery label nvidia.com/gpu.count, when the node has it.
 ENV_GFD_GPU_COUNT: Final = "GPUACCEPT_GFD_GPU_COUNT"
 # The GPU feature discovery label nvidia.com/gpu.replicas (time-slicing or MPS sharing:

@@ -39,6 +39,7 @@ from gpuaccept.operator.core.model import (
     ResourceSliceView,
     SignatureSeen,
 )
+from gpuaccept.operator.core.podidentity import pinned_node
 from gpuaccept.operator.views import (
     CachedAcceptance,
     PolicyEntry,
@@ -419,7 +420,8 @@ def index_na(body: Mapping[str, Any]) -> dict[str, tuple[int, CachedAcceptance]]
 
 
 def index_pod(body: Mapping[str, Any]) -> dict[str, tuple[int, PodView]]:
-    node = (body.get("spec") or {}).get("nodeName") or ""
+    # a DRA node's probe pod is the node's before the scheduler binds it
+    node = pinned_node(body.get("spec") or {})
     return {node: (resource_version(body), pod_view(body))} if node else {}
 
 

@@ -33,6 +33,7 @@ from gpuaccept.operator.options import (
     OptionError,
     base_node_selector,
     check_ranges,
+    dra_device_class,
     dra_drivers,
     fabric_pods,
     owned_key_prefixes,
@@ -144,6 +145,7 @@ def _options(argv: Sequence[str]) -> tuple[argparse.Namespace, OperatorConfig]:
         args.node_selector, allow_control_plane=args.allow_control_plane_nodes
     )
     drivers = dra_drivers(args.dra_driver)
+    device_class = dra_device_class(args.dra_device_class)
     config = OperatorConfig(
         namespace=args.namespace,
         probe_image=args.probe_image,
@@ -169,6 +171,7 @@ def _options(argv: Sequence[str]) -> tuple[argparse.Namespace, OperatorConfig]:
         allow_control_plane=args.allow_control_plane_nodes,
         dra_drivers=drivers,
         watch_pods=not args.no_watch_pods,
+        dra_device_class=device_class,
     )
     return args, config
 

@@ -23,14 +23,17 @@ from gpuaccept.contracts.api import (
     REPROBE_ANNOTATION,
 )
 from gpuaccept.operator.cache import Cache
+from gpuaccept.operator.core.draclaim import claim_is_intended
 from gpuaccept.operator.core.interpret import interpret
 from gpuaccept.operator.core.model import (
     Action,
     CreatedPod,
     CreateNodeAcceptance,
     CreateProbePod,
+    CreateResourceClaim,
     DeleteNodeAcceptance,
     DeleteProbePod,
+    DeleteResourceClaim,
     DrainNode,
     DrainResult,
     EmitEvent,
@@ -325,6 +328,45 @@ class _NodeWrites:
         for old in list(created)[:-CREATED_MEMORY]:
             del created[old]
         self.cache.write_pod(node, action.name, resource_version(pod), pod_view(pod))
+
+    def create_resource_claim(self, action: CreateResourceClaim) -> None:
+        """A DRA node's probe claim, before its pod. A name already taken is the
+        operator's own claim of an earlier create (its nonce on record: kept) or
+        another creator's: then the pod is not created (the plan is dropped) and the
+        node waits ``PodNameTaken`` (core/phases/probing.py), the claim left alone."""
+        node, errors = self.observed.node_name, self.executor.create_errors
+        errors.pop(node, None)
+        namespace = self.executor.namespace
+        try:
+            created = self.kube.create_resource_claim(namespace, action.manifest)
+        except ApiException as error:
+            if error.status in (400, 403, 404, 422):
+                errors[node] = api_message(error)[:500]  # refused, not a hiccup
+            raise
+        if created is not None:
+            return
+        found = self.kube.get_resource_claim(namespace, action.name)
+        if found is not None and claim_is_intended(found, action.intents):
+            return  # the operator's own, from a create whose pod did not follow
+        self.executor.name_taken[node] = action.name
+        raise StaleCacheError(f"claim {namespace}/{action.name} is another creator's")
+
+    def delete_resource_claim(self, action: DeleteResourceClaim) -> None:
+        """Delete the probe claim when it is the operator's own (its nonce on record)."""
+        namespace = self.executor.namespace
+        found = self.kube.get_resource_claim(namespace, action.name)
+        if found is None:
+            return
+        if not claim_is_intended(found, action.intents):
+            log.warning(
+                "node=%s claim %s/%s was not created by gpuaccept: left in place",
+                self.observed.node_name,
+                namespace,
+                action.name,
+            )
+            return
+        uid = str((found.get("metadata") or {}).get("uid", ""))
+        self.kube.delete_resource_claim(namespace, action.name, uid)
 
     def _gpu_pods_on_node(self, node: str) -> list[str]:
         """Other pods on ``node`` that hold GPUs (``namespace/name``): the kubelet

@@ -31,6 +31,7 @@ from gpuaccept.operator.cache import (
     index_resource_slice,
 )
 from gpuaccept.operator.controller import Controller
+from gpuaccept.operator.core.podidentity import pinned_node
 from gpuaccept.operator.core.podspec import (
     COMPONENT_LABEL,
     COMPONENT_VALUE,
@@ -166,7 +167,7 @@ def _add_event_handlers(
     ) -> None:
         controller.cache.attach(kwargs)
         controller.cache.saw("pod", name, type, time.monotonic())
-        controller.enqueue(str(spec.get("nodeName") or ""))
+        controller.enqueue(pinned_node(spec))
         if FABRIC_PAIR_LABEL in labels:  # a fabric pair's pod: the pair pass reads it
             controller.fabric.poke()
 

@@ -89,6 +89,7 @@ POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
 # The DRA drivers' ResourceSlices (resource.k8s.io/v1, GA since Kubernetes 1.34).
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+CLAIMS_PATH = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 # The installation lock (leader.py): one Lease per cluster, in "default" (docs/security.md).
 LOCK_NAMESPACE = "default"
 LOCK_LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{LOCK_NAMESPACE}/leases"
@@ -341,6 +342,36 @@ class Kube:
             return self.request("POST", f"/api/v1/namespaces/{namespace}/pods", dict(manifest))
         except ConflictError:
             return None
+
+    # ------------------------------------------------------- resource claims
+    def create_resource_claim(
+        self, namespace: str, manifest: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """The created claim (a DRA node's probe claim), or None when the name is taken."""
+        self._count("resourceclaim.create")
+        try:
+            return self.request("POST", CLAIMS_PATH.format(ns=namespace), dict(manifest))
+        except ConflictError:
+            return None
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._count("resourceclaim.get")
+        try:
+            return self.request("GET", f"{CLAIMS_PATH.format(ns=namespace)}/{name}")
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def delete_resource_claim(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the claim ``name`` if it is still the object ``uid`` (gone: done)."""
+        self._count("resourceclaim.delete")
+        body = {"preconditions": {"uid": uid}}
+        try:
+            self.request("DELETE", f"{CLAIMS_PATH.format(ns=namespace)}/{name}", body)
+        except ApiException as error:
+            if error.status not in (404, 409):  # 409: another object under the name now
+                raise
 
     def list_probe_pod_names(self, namespace: str, selector: str) -> set[str]:
         """The names of the probe pods in ``namespace`` (a relist's check, see cache.py)."""

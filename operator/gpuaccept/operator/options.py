@@ -419,6 +419,12 @@ def _limit_options(p: argparse.ArgumentParser) -> None:
         "NVIDIA_VISIBLE_DEVICES (docs/security.md, GPUs a pod did not request)",
     )
     p.add_argument(
+        "--dra-device-class",
+        default=env("GPUACCEPT_DRA_DEVICE_CLASS", DEFAULT_DRA_DEVICE_CLASS),
+        help="the DeviceClass a DRA node's probe claim asks every device of (NVIDIA's "
+        "chart installs gpu.nvidia.com: its driver's whole GPUs; docs/architecture.md)",
+    )
+    p.add_argument(
         "--unmatched-grace",
         type=float,
         default=float(env("GPUACCEPT_UNMATCHED_GRACE", "900")),
@@ -641,6 +647,15 @@ def owned_key_prefixes(extra: list[str]) -> tuple[str, ...]:
 
 
 DEFAULT_DRA_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver for GPUs
+DEFAULT_DRA_DEVICE_CLASS = "gpu.nvidia.com"  # the DeviceClass NVIDIA's chart installs
+
+
+def dra_device_class(text: str) -> str:
+    """``--dra-device-class``: a DeviceClass name (a DNS subdomain)."""
+    name = text.strip()
+    if not _DNS_SUBDOMAIN.match(name) or len(name) > _MAX_SUBDOMAIN:
+        raise OptionError(f"--dra-device-class: {name!r} is not a DNS subdomain (a class name)")
+    return name
 
 
 def dra_drivers(text: str) -> tuple[str, ...]:

@@ -48,7 +48,12 @@ from gpuaccept.operator.core.model import (
     ResourceSliceView,
     Taint,
 )
-from gpuaccept.operator.core.podidentity import controller_uid, mounts_token, shape_digest
+from gpuaccept.operator.core.podidentity import (
+    claim_names,
+    controller_uid,
+    mounts_token,
+    shape_digest,
+)
 from gpuaccept.operator.core.podspec import (
     ATTEMPT_LABEL,
     CONTAINER_NAME,
@@ -448,6 +453,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         token=mounts_token(spec),
         shape=shape_digest(body),
         nonce=str((meta.get("annotations") or {}).get(CREATION_NONCE_ANNOTATION) or "")[:64],
+        claims=claim_names(body.get("spec") or {}),
     )
 
 

@@ -24,6 +24,7 @@ from gpuaccept.checks.spec import AnyCheckSpec
 from gpuaccept.checks.verdict import Verdict, evaluate
 from gpuaccept.contracts.probe_invocation import (
     ENV_BOOT_ID,
+    ENV_EXPECTED_GPU_UUIDS,
     ENV_EXPECTED_GPUS,
     ENV_GFD_GPU_COUNT,
     ENV_GFD_GPU_REPLICAS,
@@ -78,6 +79,7 @@ from gpuaccept.probe.watch_cli import main as watch_main
 EXIT_ACCEPTED = ProbeExit.ACCEPTED
 EXIT_QUARANTINED = ProbeExit.QUARANTINED
 EXIT_USAGE = ProbeExit.USAGE
+MAX_PUBLISHED_UUIDS = 64  # GpuCountObserved's lists hold at most this many
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,7 +169,22 @@ def _node_gpus(args: argparse.Namespace) -> NodeGpuCounts:
         capacity=env_count(ENV_NODE_GPU_CAPACITY),
         labelled=env_count(ENV_GFD_GPU_COUNT),
         replicas=env_count(ENV_GFD_GPU_REPLICAS),
+        published_uuids=_published_uuids(),
     )
+
+
+def _published_uuids() -> tuple[str, ...] | None:
+    """A DRA node's pool (env GPUACCEPT_EXPECTED_GPU_UUIDS: comma-separated GPU UUIDs)."""
+    text = os.environ.get(ENV_EXPECTED_GPU_UUIDS)
+    if text is None:
+        return None
+    uuids = tuple(part.strip() for part in text.split(",") if part.strip())
+    bad = [u for u in uuids if not u.startswith(("GPU-", "MIG-")) or len(u) > 64]
+    if bad or len(set(uuids)) != len(uuids) or len(uuids) > MAX_PUBLISHED_UUIDS:
+        raise UsageError(
+            f"{ENV_EXPECTED_GPU_UUIDS}: not a list of distinct GPU UUIDs (GPU-...): {text[:120]}"
+        )
+    return uuids
 
 
 def render_table(
@@ -231,6 +248,7 @@ def _open_hardware(
             capacity=node.capacity if node.capacity is not None else stated.gpu_capacity,
             labelled=node.labelled if node.labelled is not None else stated.gfd_gpu_count,
             replicas=node.replicas if node.replicas is not None else stated.gfd_gpu_replicas,
+            published_uuids=node.published_uuids,
         )
         return SimulatedBackend(profile, time_scale=time_scale), node
 

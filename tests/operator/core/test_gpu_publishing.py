@@ -15,7 +15,6 @@ from gpuaccept.operator.core.model import CreateProbePod, DraDevice, NodeView, R
 from gpuaccept.operator.core.phases.pending import (
     REASON_GPUS_PUBLISHED_TWICE,
     REASON_NO_GPUS,
-    REASON_PROBE_THROUGH_CLAIM_NOT_BUILT,
     REASON_WAITING_FOR_RESOURCE_SLICES,
 )
 
@@ -158,7 +157,7 @@ def dra_world(*slices: ResourceSliceView) -> World:
     return world
 
 
-def test_a_dra_node_waits_for_its_pool_then_waits_for_the_claim_probe() -> None:
+def test_a_dra_node_waits_for_its_pool_then_is_probed_through_a_claim() -> None:
     world = dra_world(piece("a", range(4), count=2))
     world.settle()
     st = world.status
@@ -173,15 +172,11 @@ def test_a_dra_node_waits_for_its_pool_then_waits_for_the_claim_probe() -> None:
     world.resource_slices = (piece("a", range(4), count=2), piece("b", range(4, 8), count=2))
     world.settle()
     st = world.status
-    # Complete: never probed through nvidia.com/gpu, never accepted unprobed.
-    assert (st.phase, st.reason, st.attempts) == (
-        Phase.WAITING,
-        REASON_PROBE_THROUGH_CLAIM_NOT_BUILT,
-        0,
-    )
-    assert "8 GPU device(s)" in (st.message or "")
-    assert world.pods == {}
-    assert not any(isinstance(a, CreateProbePod) for plan in world.log for a in plan.actions)
+    # Complete: probed through its claim, never through nvidia.com/gpu.
+    assert (st.phase, st.reason, st.attempts) == (Phase.PROBING, None, 1)
+    (create,) = [a for plan in world.log for a in plan.actions if isinstance(a, CreateProbePod)]
+    assert "nvidia.com/gpu" not in str(create.manifest)
+    assert list(world.claims) == [create.name]
 
 
 def test_an_incomplete_pool_stalls_at_the_wait_for_gpus_deadline() -> None:
@@ -236,8 +231,5 @@ def test_a_stalled_dra_node_leaves_the_gate_once_its_pool_is_complete() -> None:
     assert world.status.phase == Phase.STALLED
     world.resource_slices = (piece("a", range(4), count=2), piece("b", range(4, 8), count=2))
     world.settle()
-    assert (world.status.phase, world.status.reason) == (
-        Phase.WAITING,
-        REASON_PROBE_THROUGH_CLAIM_NOT_BUILT,
-    )
-    assert world.pods == {}
+    assert (world.status.phase, world.status.reason) == (Phase.PROBING, None)
+    assert list(world.pods) == list(world.claims)

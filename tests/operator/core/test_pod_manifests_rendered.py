@@ -1,4 +1,5 @@
-"""The three pod kinds (probe, fabric, watch) render byte for byte as they did when
+"""The three pod kinds (probe, fabric, watch; a DRA node's probe pod and its claim)
+render byte for byte as they did when
 they were three builders: each kind for a few operator configurations and nodes,
 dumped as JSON in key order, against ``pod_manifests.golden.json`` (rendered by the
 three builders before they became one). A change to a pod is a change to that file,
@@ -17,13 +18,14 @@ from typing import Any
 from world import spec
 
 from gpuaccept.operator.core import NodeView, OperatorConfig
-from gpuaccept.operator.core.model import FabricPodConfig, FabricPodLabels
+from gpuaccept.operator.core.model import DraDevice, FabricPodConfig, FabricPodLabels
 from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
     ProbeAttempt,
     WatchPodRequest,
     fabric_pair_nonce,
     fabric_pod_manifest,
+    probe_claim_manifest,
     probe_pod_manifest,
     watch_pod_manifest,
 )
@@ -86,6 +88,14 @@ def _rendered() -> dict[str, Any]:
                     ),
                     config,
                 )  # fmt: skip
+                # a DRA node's probe pod (its claim, placed by the scheduler) and claim
+                dra = ProbeAttempt(
+                    name="p-1", serial=3, node=node, policy_name=policy_name, spec=policy,
+                    applied_taints=("example.com/old",), owner_uid="uid-1", claim="p-1",
+                    dra_gpus=tuple(DraDevice(f"gpu-{i}", uuid=f"GPU-{i}") for i in range(2)),
+                )  # fmt: skip
+                pods[f"probe-dra/{case}"] = probe_pod_manifest(dra, config)
+                pods[f"claim/{case}"] = probe_claim_manifest(dra, config)
                 for rank, address in ((0, None), (1, "10.0.0.9")):
                     pods[f"fabric{rank}/{case}"] = fabric_pod_manifest(
                         FabricPodRequest(
@@ -114,8 +124,9 @@ def render() -> str:
 def test_each_pod_kind_renders_as_before() -> None:
     expected = GOLDEN.read_text(encoding="utf-8").splitlines(keepends=True)
     rendered = render().splitlines(keepends=True)
-    # 2 configurations x 2 nodes x 2 policies x 4 pods (probe, fabric rank 0 and 1, watch)
-    assert len(rendered) == len(expected) == 32
+    # 2 configurations x 2 nodes x 2 policies x 6 objects (probe, DRA probe and its
+    # claim, fabric rank 0 and 1, watch)
+    assert len(rendered) == len(expected) == 48
     for got, want in zip(rendered, expected, strict=True):
         assert got == want
 

@@ -377,6 +377,8 @@ def operator_config(manifests: Iterable[Manifest]) -> OperatorConfig:
     from gpuaccept.operator.core.model import OperatorConfig  # noqa: PLC0415
     from gpuaccept.operator.options import (  # noqa: PLC0415
         base_node_selector,
+        dra_device_class,
+        dra_drivers,
         fabric_pods,
         owned_key_prefixes,
         parser,
@@ -411,6 +413,8 @@ def operator_config(manifests: Iterable[Manifest]) -> OperatorConfig:
             args.node_selector, allow_control_plane=args.allow_control_plane_nodes
         ),
         allow_control_plane=args.allow_control_plane_nodes,
+        dra_drivers=dra_drivers(args.dra_driver),
+        dra_device_class=dra_device_class(args.dra_device_class),
     )
 
 

@@ -18,6 +18,7 @@ pool) or drop a device, and taint devices as the driver's health monitor does
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.probe.hardware.simulated_watch import simulated_uuid
 
+log = logging.getLogger("gpuaccept.testsupport.standin_dra")
 JSON = dict[str, Any]
 DRA_DRIVER = "gpu.nvidia.com"
 GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceslices"
@@ -49,6 +51,35 @@ def driver_taint(event: str, xid: int | None = None, driver: str = DRA_DRIVER) -
         return {"key": f"{driver}/gpu-lost", "effect": "NoSchedule"}
     assert event == "unmonitored", event
     return {"key": f"{driver}/unmonitored", "effect": "None"}
+
+
+CLAIMS = "resourceclaims"
+
+
+def device_class_manifest(name: str = DRA_DRIVER, driver: str = DRA_DRIVER) -> JSON:
+    """The DeviceClass NVIDIA's DRA driver chart installs for whole GPUs
+    (kubernetes-sigs/dra-driver-nvidia-gpu, deployments/helm/.../deviceclass-gpu.yaml):
+    its driver's devices whose ``type`` attribute is ``gpu``."""
+    expression = f"device.driver == '{driver}' && device.attributes['{driver}'].type == 'gpu'"
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def prepared_devices(claim: JSON, pod_uid: str, node_name: str) -> list[str] | None:
+    """What a kubelet's DRA manager prepares for a pod from one of its claims: the
+    devices allocated on ``node_name`` (the pool), once the claim is allocated and
+    reserved for the pod (``status.reservedFor``); None until then."""
+    status = claim.get("status") or {}
+    allocation = status.get("allocation")
+    reserved = {r.get("uid") for r in status.get("reservedFor") or ()}
+    if allocation is None or pod_uid not in reserved:
+        return None
+    results = (allocation.get("devices") or {}).get("results") or ()
+    return [str(r["device"]) for r in results if r.get("pool") == node_name]
 
 
 @dataclass(frozen=True)
@@ -161,6 +192,17 @@ class DraPublisher:
                 GROUP, VERSION, PLURAL, item["metadata"]["name"], item
             )
 
+    def claim(self, namespace: str, name: str) -> JSON | None:
+        """A ResourceClaim as the API server has it now (None: not there)."""
+        try:
+            body = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, CLAIMS, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        assert isinstance(body, dict)
+        return body
+
     def withdraw(self, node_name: str, *, below: int | None = None) -> None:
         """Delete the node's slices (those of a generation below ``below`` only)."""
         listed = self.custom.list_cluster_custom_object(
@@ -186,3 +228,82 @@ def _dated(taint: JSON, before: Sequence[JSON]) -> JSON:
         if same and "timeAdded" in old:
             return {**taint, "timeAdded": old["timeAdded"]}
     return dict(taint)
+
+
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"  # the scheduler adds it
+
+
+class ClaimController:
+    """What kube-controller-manager's resourceclaim controller does for claims that a
+    pod names by name (pkg/controller/resourceclaim/controller.go ``syncClaim``), for a
+    control plane that runs no controller manager: a ``reservedFor`` entry whose pod is
+    gone (or is another object now) is dropped; a claim reserved for nobody is
+    deallocated (``status.allocation`` cleared) and loses the scheduler's
+    ``resource.kubernetes.io/delete-protection`` finalizer, so a deleted claim goes.
+    Polls ``namespace`` every ``every`` seconds in its own thread."""
+
+    def __init__(self, api: k8s.ApiClient, namespace: str, *, every: float = 0.5) -> None:
+        self.custom = k8s.CustomObjectsApi(api)
+        self.core = k8s.CoreV1Api(api)
+        self.namespace = namespace
+        self.every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="claim-controller", daemon=True)
+
+    def __enter__(self) -> ClaimController:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.sync()
+            except ApiException as error:  # a conflict or a claim gone meanwhile: next round
+                log.debug("claim controller: %s", error)
+
+    def _pod_uid(self, name: str) -> str | None:
+        try:
+            pod = self.core.read_namespaced_pod(name, self.namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return str(pod.metadata.uid) if pod.metadata is not None else None
+
+    def sync(self) -> None:
+        listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, CLAIMS)
+        assert isinstance(listed, dict)
+        for claim in listed.get("items", []):
+            self._sync_claim(claim)
+
+    def _sync_claim(self, claim: JSON) -> None:
+        name = claim["metadata"]["name"]
+        status = claim.get("status") or {}
+        reserved = list(status.get("reservedFor") or [])
+        live = [r for r in reserved if self._pod_uid(str(r.get("name"))) == r.get("uid")]
+        if live:
+            if live != reserved:
+                claim["status"] = {**status, "reservedFor": live}
+                self.custom.replace_namespaced_custom_object_status(
+                    GROUP, VERSION, self.namespace, CLAIMS, name, claim
+                )
+            return
+        if status.get("allocation") is not None or reserved:
+            claim["status"] = {
+                k: v for k, v in status.items() if k not in ("allocation", "reservedFor")
+            }
+            answer = self.custom.replace_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, CLAIMS, name, claim
+            )
+            assert isinstance(answer, dict)
+            claim = answer
+        finalizers = list(claim["metadata"].get("finalizers") or [])
+        if DELETE_PROTECTION in finalizers:
+            claim["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION]
+            self.custom.replace_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, CLAIMS, name, claim
+            )

@@ -54,6 +54,7 @@ from gpuaccept.testsupport.standin_containers import (
     log_tail_message,
     truncate_termination_message,
 )
+from gpuaccept.testsupport.standin_dra import prepared_devices
 from gpuaccept.testsupport.standin_nodes import JSON, SimNode, timestamp
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ DIRECT_BEHAVIOURS = (
     SandboxFailure,
 )
 PARTNER_POLL_S = 0.25
+CLAIM_POLL_S = 0.25  # a pod waiting for its ResourceClaims re-reads them this often
 NeverStarts = ImagePullFailure | SandboxFailure
 
 
@@ -165,6 +167,7 @@ class PodRunner:
         self.gone = False  # the pod object no longer exists: no status writes
         self.finalize = False  # deletionTimestamp seen: delete with grace 0 at the end
         self.grace_s: float | None = None
+        self.claim_devices: list[str] = []  # DRA: the devices its claims were allocated
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.pod_ip = standin.allocate_pod_ip()
         self.dir = Path(
@@ -234,6 +237,9 @@ class PodRunner:
         progress = PodProgress(timestamp(), init_containers, containers)
         ads = spec.get("activeDeadlineSeconds")
         deadline = start_mono + float(ads) if ads is not None else None
+        if not self._claims_prepared(deadline):
+            self._finish(progress, deadline_hit=self.kill_reason == "deadline")
+            return
         if self._admission_rejected(progress):
             return
         behaviour = self._behaviour()
@@ -281,6 +287,31 @@ class PodRunner:
                 write_running({c["name"]: t for c in containers})
                 progress.results = self._simulate(behaviour, containers, deadline, progress.running)
         self._finish(progress, deadline_hit=self.kill_reason == "deadline")
+
+    def _claims_prepared(self, deadline: float | None) -> bool:
+        """A pod with ResourceClaims runs only once each is allocated and reserved for
+        it, as a kubelet's DRA manager prepares them (the scheduler does both before it
+        binds the pod); the devices allocated on this node are the pod's
+        (:attr:`claim_devices`). False when the pod was killed or its deadline passed
+        first."""
+        names = [
+            str(c.get("resourceClaimName") or "")
+            for c in self.pod.get("spec", {}).get("resourceClaims") or ()
+        ]
+        devices: list[str] = []
+        for name in names:
+            while True:
+                claim = self.s.dra.claim(self.namespace, name)
+                prepared = (
+                    None if claim is None else prepared_devices(claim, self.uid, self.node.name)
+                )
+                if prepared is not None:
+                    devices += prepared
+                    break
+                if self._wait(deadline, time.monotonic() + CLAIM_POLL_S):
+                    return False
+        self.claim_devices = devices
+        return True
 
     def _admission_rejected(self, progress: PodProgress) -> bool:
         """The kubelet's admission of a pod pinned by nodeName, in its order: the device

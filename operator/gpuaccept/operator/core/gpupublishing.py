@@ -73,7 +73,7 @@ class DraPool:
 
 
 @dataclass(frozen=True)
-class NodeGpus:
+class PublishedGpus:
     """How the node publishes its GPUs, and its DRA pools."""
 
     mode: GpuPublishing | None
@@ -138,14 +138,14 @@ def dra_pools(slices: Iterable[ResourceSliceView], drivers: Iterable[str]) -> tu
 
 def node_gpus(
     node: NodeView, slices: Iterable[ResourceSliceView], drivers: Iterable[str]
-) -> NodeGpus:
+) -> PublishedGpus:
     """How ``node`` publishes its GPUs (the table in the module's docstring)."""
     pools = dra_pools(slices, drivers)
     device_plugin = node.gpu_capacity > 0 or node.gpus > 0
     if device_plugin and pools:
-        return NodeGpus(GpuPublishing.BOTH, pools)
+        return PublishedGpus(GpuPublishing.BOTH, pools)
     if device_plugin:
-        return NodeGpus(GpuPublishing.DEVICE_PLUGIN)
+        return PublishedGpus(GpuPublishing.DEVICE_PLUGIN)
     if pools:
-        return NodeGpus(GpuPublishing.DRA, pools)
-    return NodeGpus(None)
+        return PublishedGpus(GpuPublishing.DRA, pools)
+    return PublishedGpus(None)

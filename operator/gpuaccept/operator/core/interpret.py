@@ -14,8 +14,10 @@ from gpuaccept.operator.core.model import (
     Action,
     CreateNodeAcceptance,
     CreateProbePod,
+    CreateResourceClaim,
     DeleteNodeAcceptance,
     DeleteProbePod,
+    DeleteResourceClaim,
     DrainNode,
     EmitEvent,
     PatchNAStatus,
@@ -35,12 +37,14 @@ class ActionInterpreter(Protocol):
     def remove_reprobe_annotation(self, action: RemoveReprobeAnnotation) -> None: ...
     def create_probe_pod(self, action: CreateProbePod) -> None: ...
     def delete_probe_pod(self, action: DeleteProbePod) -> None: ...
+    def create_resource_claim(self, action: CreateResourceClaim) -> None: ...
+    def delete_resource_claim(self, action: DeleteResourceClaim) -> None: ...
     def delete_node_acceptance(self, action: DeleteNodeAcceptance) -> None: ...
     def emit_event(self, action: EmitEvent) -> None: ...
     def drain_node(self, action: DrainNode) -> None: ...
 
 
-def interpret(interpreter: ActionInterpreter, action: Action) -> None:
+def interpret(interpreter: ActionInterpreter, action: Action) -> None:  # noqa: PLR0912 (one branch per kind)
     """Carry out ``action`` with ``interpreter``; every kind has exactly one branch."""
     match action:
         case CreateNodeAcceptance():
@@ -57,6 +61,10 @@ def interpret(interpreter: ActionInterpreter, action: Action) -> None:
             interpreter.create_probe_pod(action)
         case DeleteProbePod():
             interpreter.delete_probe_pod(action)
+        case CreateResourceClaim():
+            interpreter.create_resource_claim(action)
+        case DeleteResourceClaim():
+            interpreter.delete_resource_claim(action)
         case DeleteNodeAcceptance():
             interpreter.delete_node_acceptance(action)
         case EmitEvent():

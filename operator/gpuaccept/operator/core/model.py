@@ -18,7 +18,7 @@ from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import NODE_CONDITION_TYPE
 from gpuaccept.contracts.inservice import XidClassName
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
+from gpuaccept.contracts.nodeacceptance import CreationIntent, NodeAcceptanceStatus
 from gpuaccept.contracts.policy_fields import OWNED_KEY_PREFIX
 from gpuaccept.contracts.report import ProbeReport
 
@@ -180,6 +180,9 @@ class PodView:
     token: bool = False  # it gets API credentials (automount not false, a token volume)
     shape: str = ""  # podidentity.shape_digest of the pod
     nonce: str = ""  # its gpuaccept.io/creation-nonce annotation (core/creationintent.py)
+    # The ResourceClaims it names (spec.resourceClaims[].resourceClaimName): a DRA
+    # node's probe pod gets its GPUs through one (core/draclaim.py).
+    claims: tuple[str, ...] = ()
 
     @property
     def ended(self) -> bool:
@@ -345,6 +348,10 @@ class OperatorConfig:
     # chart operator.watchPods: false), every policy runs as with inService.watchPods
     # false (docs/security.md).
     watch_pods: bool = True
+    # The DeviceClass a DRA node's probe claim asks for every device of
+    # (--dra-device-class; the chart's operator.draDeviceClass): NVIDIA's chart installs
+    # gpu.nvidia.com, its whole GPUs (core/draclaim.py).
+    dra_device_class: str = "gpu.nvidia.com"
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run
@@ -579,6 +586,27 @@ class CreateProbePod:
 
 
 @dataclass(frozen=True)
+class CreateResourceClaim:
+    """The ResourceClaim a DRA node's probe pod gets its GPUs through, created before
+    the pod (core/draclaim.py). ``intents``: the node's creation intents, so that an
+    AlreadyExists answer is told apart: the operator's own claim of an earlier
+    create (its nonce on record, kept) or another creator's (the pod is not created)."""
+
+    name: str
+    manifest: Mapping[str, Any]
+    intents: tuple[CreationIntent, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeleteResourceClaim:
+    """Delete the probe claim ``name`` when it is the operator's own: its nonce
+    matches one of ``intents`` (a claim another creator made under the name is left)."""
+
+    name: str
+    intents: tuple[CreationIntent, ...] = ()
+
+
+@dataclass(frozen=True)
 class DeleteProbePod:
     name: str
     force: bool = False  # grace period 0 (only for pods that already terminated)
@@ -628,6 +656,8 @@ Action = (
     | PatchNodeCondition
     | CreateProbePod
     | DeleteProbePod
+    | CreateResourceClaim
+    | DeleteResourceClaim
     | PatchNAStatus
     | EmitEvent
     | RemoveReprobeAnnotation

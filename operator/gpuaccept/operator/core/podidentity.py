@@ -20,7 +20,9 @@ UID and its identity fields still match that record:
   and the record, core/creationintent.py), is its own crash-window pod: deleted
   unread (:attr:`PodSplit.crashed`), never a squatter's.
 
-The identity fields (:func:`pod_shape`): the node, the ServiceAccount and whether
+The identity fields (:func:`pod_shape`): the node (``spec.nodeName``, or the node a
+DRA node's probe pod is pinned to by its node affinity: the scheduler binds it), the
+ResourceClaims it names, the ServiceAccount and whether
 a token is mounted, the host namespaces, each container's name, image, command,
 arguments, privilege and added capabilities, the kinds of the volumes, and the
 controller ownerReference.
@@ -92,11 +94,44 @@ def mounts_token(spec: Mapping[str, Any]) -> bool:
     return any(_volume_kind(v) in TOKEN_VOLUME_KINDS for v in volumes)
 
 
+def _affinity_pin(spec: Mapping[str, Any]) -> str:
+    """The node a pod's required node affinity pins it to: one term whose
+    ``matchFields`` is exactly ``metadata.name In [node]`` ("" otherwise)."""
+    affinity = _mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
+    required = _mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    terms = required.get("nodeSelectorTerms") or ()
+    if not isinstance(terms, list | tuple) or len(terms) != 1:
+        return ""
+    fields = _mapping(terms[0]).get("matchFields") or ()
+    if not isinstance(fields, list | tuple) or len(fields) != 1:
+        return ""
+    field = _mapping(fields[0])
+    values = _strings(field.get("values"))
+    if field.get("key") == "metadata.name" and field.get("operator") == "In" and len(values) == 1:
+        return values[0]
+    return ""
+
+
+def pinned_node(spec: Mapping[str, Any]) -> str:
+    """The node a pod is for: the one its node affinity pins it to (a DRA node's probe
+    pod, which the scheduler places and binds), else its ``spec.nodeName``."""
+    return _affinity_pin(spec) or str(spec.get("nodeName") or "")
+
+
+def claim_names(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ResourceClaims a pod names (``spec.resourceClaims[].resourceClaimName``)."""
+    return tuple(
+        str(_mapping(c).get("resourceClaimName") or "") for c in spec.get("resourceClaims") or ()
+    )
+
+
 def pod_shape(body: Mapping[str, Any]) -> dict[str, Any]:
     """The identity fields of a pod (a manifest or the API server's object)."""
     meta, spec = _mapping(body.get("metadata")), _mapping(body.get("spec"))
+    claims = {"claims": list(claim_names(spec))} if spec.get("resourceClaims") else {}
     return {
-        "node": str(spec.get("nodeName") or ""),
+        **claims,
+        "node": pinned_node(spec),
         "serviceAccount": str(spec.get("serviceAccountName") or ""),
         "token": mounts_token(spec),
         "host": [bool(spec.get(k)) for k in ("hostNetwork", "hostPID", "hostIPC")],
@@ -155,7 +190,8 @@ def _why_not_ours(
             else []
         ),
         *(["it mounts API credentials"] if pod.token else []),
-        *([f"it is bound to {pod.node_name!r}"] if pod.node_name != node else []),
+        # a DRA node's pod is bound by the scheduler: unbound ("") until then
+        *([f"it is bound to {pod.node_name!r}"] if pod.node_name not in ("", node) else []),
         *(["its controller is not the node's NodeAcceptance"] if pod.owner_uid != owner else []),
     ]
     if problems:

@@ -22,6 +22,7 @@ from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, API_VERSION, GPU_RESOURCE, GROUP
 from gpuaccept.contracts.policy_fields import CONTROL_PLANE_ROLE_LABELS
 from gpuaccept.contracts.probe_invocation import (
+    ENV_EXPECTED_GPU_UUIDS,
     ENV_EXPECTED_GPUS,
     ENV_FABRIC_NONCE,
     ENV_GFD_GPU_COUNT,
@@ -46,7 +47,8 @@ from gpuaccept.contracts.probe_invocation import (
     TERMINATION_LOG_PATH,
     WATCH_SUBCOMMAND,
 )
-from gpuaccept.operator.core.model import FabricPodLabels, NodeView, OperatorConfig
+from gpuaccept.operator.core.draclaim import CLAIM_COMPONENT, CLAIM_REQUEST, claim_manifest
+from gpuaccept.operator.core.model import DraDevice, FabricPodLabels, NodeView, OperatorConfig
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 # The cluster autoscaler removes a node with this pod on it (else a bare pod with an
@@ -122,6 +124,10 @@ class ProbeAttempt:
     spec: NodeAcceptancePolicySpec
     applied_taints: Sequence[str] = ()
     owner_uid: str = ""  # the node's NodeAcceptance: the pod's controller (drain, GC)
+    # A DRA node: the claim the pod gets its GPUs through (named as the pod), and the
+    # GPUs of the node's complete pool (core/gpupublishing.py), what the probe expects.
+    claim: str = ""
+    dra_gpus: tuple[DraDevice, ...] = ()
 
 
 def _node_gpu_env(node: NodeView) -> list[dict[str, Any]]:
@@ -143,8 +149,11 @@ def _platform_env(config: OperatorConfig) -> list[dict[str, Any]]:
     return [{"name": name, "value": value} for name, value in config.probe_env]
 
 
+NODE_NAME_FIELD = "metadata.name"
+
+
 def node_affinity(
-    config: OperatorConfig, *, include_control_plane: bool = False
+    config: OperatorConfig, *, include_control_plane: bool = False, pin: str = ""
 ) -> dict[str, Any] | None:
     """The required node affinity of every pod the operator creates (probe, fabric, any
     other kind): the operator's base selector (``--node-selector``: ``key=value`` as
@@ -159,7 +168,11 @@ def node_affinity(
     Failed, reason ``NodeAffinity``. The chart's admission rule requires exactly this
     affinity of the operator's pods (charts/gpuaccept/templates/admission.yaml, rule
     3), so a pod that the operator's token pins to a node outside its reach (a
-    control-plane node, a CPU node) is refused by that node's kubelet."""
+    control-plane node, a CPU node) is refused by that node's kubelet.
+
+    ``pin``: a pod the scheduler places (a DRA node's probe pod, whose claim the
+    scheduler allocates) is pinned to its node as a DaemonSet's pod is: the same term
+    also requires ``matchFields metadata.name In [pin]``."""
     expressions: list[dict[str, Any]] = [
         {"key": key, "operator": "Exists"}
         if value is None
@@ -170,9 +183,14 @@ def node_affinity(
         expressions += [
             {"key": label, "operator": "DoesNotExist"} for label in CONTROL_PLANE_ROLE_LABELS
         ]
-    if not expressions:
+    term: dict[str, Any] = {}
+    if pin:
+        term["matchFields"] = [{"key": NODE_NAME_FIELD, "operator": "In", "values": [pin]}]
+    if expressions:
+        term["matchExpressions"] = expressions
+    if not term:
         return None
-    required = {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
+    required = {"nodeSelectorTerms": [term]}
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
 
 
@@ -182,7 +200,8 @@ def node_affinity(
 @dataclass(frozen=True)
 class PodKind:
     """What one kind of pod (probe, fabric, watch) sets; :func:`pod_manifest` builds
-    the rest the same for every kind: pinned to the node by ``nodeName``, under the
+    the rest the same for every kind: pinned to the node by ``nodeName`` (a DRA node's
+    probe pod by its node affinity: the scheduler places it), under the
     operator's node affinity, no API token, no host network, what Pod Security
     "restricted" asks, the platform team's labels and annotations first, the
     operator's own after them (so they win), the NodeAcceptance as controller."""
@@ -202,6 +221,10 @@ class PodKind:
     chart_annotations: Mapping[str, str] = field(default_factory=dict)  # after the platform's
     capabilities: tuple[str, ...] = ()  # added to the container's
     shm: bool = True  # a memory-backed /dev/shm (NCCL, the probe's workloads)
+    # A DRA node's probe pod: the ResourceClaim its GPUs come through (core/draclaim.py).
+    # Such a pod is placed by the scheduler (which allocates the claim), pinned by node
+    # affinity, not by spec.nodeName.
+    claim: str = ""
 
 
 def _container(kind: PodKind, config: OperatorConfig) -> dict[str, Any]:
@@ -217,6 +240,8 @@ def _container(kind: PodKind, config: OperatorConfig) -> dict[str, Any]:
     }
     if kind.shm:
         container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    if kind.claim:
+        container["resources"] = {**kind.resources, "claims": [{"name": CLAIM_REQUEST}]}
     capabilities: dict[str, list[str]] = {"drop": ["ALL"]}
     if kind.capabilities:
         capabilities["add"] = list(kind.capabilities)
@@ -232,8 +257,8 @@ def _container(kind: PodKind, config: OperatorConfig) -> dict[str, Any]:
 
 
 def _pod_spec(kind: PodKind, config: OperatorConfig) -> dict[str, Any]:
-    pod_spec: dict[str, Any] = {
-        "nodeName": kind.node.name,
+    pod_spec: dict[str, Any] = {} if kind.claim else {"nodeName": kind.node.name}
+    pod_spec |= {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "serviceAccountName": config.service_account,
@@ -249,9 +274,15 @@ def _pod_spec(kind: PodKind, config: OperatorConfig) -> dict[str, Any]:
         if config.shm_size:
             shm["sizeLimit"] = config.shm_size
         pod_spec["volumes"] = [{"name": "dshm", "emptyDir": shm}]
-    affinity = node_affinity(config, include_control_plane=kind.spec.include_control_plane)
+    affinity = node_affinity(
+        config,
+        include_control_plane=kind.spec.include_control_plane,
+        pin=kind.node.name if kind.claim else "",
+    )
     if affinity is not None:
         pod_spec["affinity"] = affinity
+    if kind.claim:
+        pod_spec["resourceClaims"] = [{"name": CLAIM_REQUEST, "resourceClaimName": kind.claim}]
     if config.runtime_class:
         pod_spec["runtimeClassName"] = config.runtime_class
     if config.priority_class:
@@ -331,8 +362,47 @@ def _gpu_resources(node: NodeView, config: OperatorConfig) -> dict[str, dict[str
     return {"limits": limits, "requests": requests}
 
 
+def _dra_env(attempt: ProbeAttempt) -> list[dict[str, Any]]:
+    """What a DRA node should have, for gpu_count: its pool's GPUs (their count as the
+    node's GPUs, as allocatable and capacity are on a device-plugin node; their UUIDs)."""
+    count = str(len(attempt.dra_gpus))
+    uuids = ",".join(d.uuid for d in attempt.dra_gpus)
+    return [
+        {"name": ENV_EXPECTED_GPUS, "value": count},
+        {"name": ENV_NODE_GPU_CAPACITY, "value": count},
+        {"name": ENV_EXPECTED_GPU_UUIDS, "value": uuids},
+    ]
+
+
+def _no_gpu_resources(config: OperatorConfig) -> dict[str, dict[str, str]]:
+    """The platform team's requests and limits, no ``nvidia.com/gpu`` (a watch pod; a
+    DRA node's probe pod, whose GPUs come through its claim)."""
+    return {
+        kind: {k: v for k, v in dict(config.resources.get(kind, {})).items() if k != GPU_RESOURCE}
+        for kind in ("limits", "requests")
+    }
+
+
 def _probe_kind(attempt: ProbeAttempt, config: OperatorConfig) -> PodKind:
     policy = json.dumps(attempt.spec.probe.to_wire(), separators=(",", ":"), sort_keys=True)
+    gpu_env = (
+        _dra_env(attempt)
+        if attempt.claim
+        else [
+            {"name": ENV_EXPECTED_GPUS, "value": str(attempt.node.gpus)},
+            *_node_gpu_env(attempt.node),
+        ]
+    )
+    resources = (
+        {
+            kind: {
+                k: v for k, v in dict(config.resources.get(kind, {})).items() if k != GPU_RESOURCE
+            }
+            for kind in ("limits", "requests")
+        }
+        if attempt.claim
+        else _gpu_resources(attempt.node, config)
+    )
     return PodKind(
         name=attempt.name,
         node=attempt.node,
@@ -344,20 +414,34 @@ def _probe_kind(attempt: ProbeAttempt, config: OperatorConfig) -> PodKind:
             *_platform_env(config),
             {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             {"name": ENV_POLICY, "value": policy},
-            {"name": ENV_EXPECTED_GPUS, "value": str(attempt.node.gpus)},
-            *_node_gpu_env(attempt.node),
+            *gpu_env,
         ],
-        resources=_gpu_resources(attempt.node, config),
+        resources=resources,
         active_deadline_seconds=config.timeout_for(attempt.spec),
         tolerations=_tolerations(attempt.spec, attempt.applied_taints, config),
         labels={ATTEMPT_LABEL: str(attempt.serial)},
         annotations={},
+        claim=attempt.claim,
     )
 
 
 def probe_pod_manifest(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
     """The probe pod of ``attempt``, built from the operator's own ``config``."""
     return pod_manifest(_probe_kind(attempt, config), config)
+
+
+def probe_claim_manifest(attempt: ProbeAttempt, config: OperatorConfig) -> dict[str, Any]:
+    """The ResourceClaim of ``attempt`` on a DRA node (``attempt.claim``): the
+    operator's labels, the NodeAcceptance as its controller (core/draclaim.py)."""
+    kind = _probe_kind(attempt, config)
+    labels = {
+        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+        COMPONENT_LABEL: CLAIM_COMPONENT,
+        NODE_LABEL: node_label_value(attempt.node.name),
+        ATTEMPT_LABEL: str(attempt.serial),
+    }
+    owners = _owned_by(kind).get("ownerReferences") or [None]
+    return claim_manifest(attempt.claim, labels=labels, owner=owners[0], config=config)
 
 
 # --------------------------------------------------------------------------- fabric pods
@@ -514,12 +598,7 @@ def _watch_kind(request: WatchPodRequest, config: OperatorConfig) -> PodKind:
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
             *_node_gpu_env(request.node),
         ],
-        resources={
-            kind: {
-                k: v for k, v in dict(config.resources.get(kind, {})).items() if k != GPU_RESOURCE
-            }
-            for kind in ("limits", "requests")
-        },
+        resources=_no_gpu_resources(config),
         active_deadline_seconds=in_service.window_seconds + WATCH_DEADLINE_MARGIN_SECONDS,
         tolerations=[dict(t) for t in config.extra_tolerations],
         labels={WATCH_LABEL: str(request.serial)},

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import OPT_OUT_ANNOTATION, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import (
     Condition,
@@ -27,12 +28,15 @@ from gpuaccept.contracts.nodeacceptance import (
     Phase,
 )
 from gpuaccept.operator.core.capacity import adopting
+from gpuaccept.operator.core.draclaim import claims_to_delete, without_claims
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
     DeleteNodeAcceptance,
     DeleteProbePod,
+    DeleteResourceClaim,
     Judge,
     NodeSnapshot,
+    OperatorConfig,
     Plan,
 )
 from gpuaccept.operator.core.nodecontext import (
@@ -73,9 +77,7 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     spec = policy.spec
     if spec is None:
         return out.build(f"policy {policy.name} invalid: {policy.error}")
-    if spec.in_service.watch_pods and not observed.config.watch_pods:  # --no-watch-pods
-        watchless = spec.in_service.model_copy(update={"watch_pods": False})
-        spec = spec.model_copy(update={"in_service": watchless})
+    spec = _as_configured(spec, observed.config)
     na = observed.na
     status = na.status if na is not None else NodeAcceptanceStatus()
     # during a suspect's re-verification, its policy with only the suspected checks
@@ -83,12 +85,27 @@ def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     if na is not None and na.unknown_phase is not None:  # a newer release's (a rollback)
         return plan_unknown_phase(ctx, out, na.unknown_phase)
     first = _new_node(ctx, out) if na is None else _record_pods(ctx, out, split)
-    first = first or _crash_window_pods(ctx, out, split) or _before_any_phase(ctx, out)
+    first = (
+        first
+        or _crash_window_pods(ctx, out, split)
+        or _spent_claims(ctx, out)
+        or _before_any_phase(ctx, out)
+    )
     if first is not None:
         return first
     if spec.paused:
         return _paused(ctx, out)
     return _by_phase(ctx, out)
+
+
+def _as_configured(
+    spec: NodeAcceptancePolicySpec, config: OperatorConfig
+) -> NodeAcceptancePolicySpec:
+    """The policy as this operator runs it: without watch pods under --no-watch-pods."""
+    if spec.in_service.watch_pods and not config.watch_pods:
+        watchless = spec.in_service.model_copy(update={"watch_pods": False})
+        return spec.model_copy(update={"in_service": watchless})
+    return spec
 
 
 def _by_phase(ctx: NodeContext, out: PlanBuilder) -> Plan:
@@ -157,6 +174,22 @@ def _crash_window_pods(ctx: NodeContext, out: PlanBuilder, split: PodSplit) -> P
     out.ensure_node(ctx, ctx.status)
     out.wake_in(WAIT_FOR_DELETION_SECONDS)
     return out.build("crash-window pods deleted: " + ", ".join(sorted(names)))
+
+
+def _spent_claims(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """The probe claims on record that no attempt needs any more (core/draclaim.py):
+    deleted (the executor checks each one's nonce first: a claim another creator made
+    under the name is left), then their intents dropped; a crash in between deletes
+    them again."""
+    status = ctx.status
+    names = claims_to_delete(status, ctx.obs.pods)
+    if not names:
+        return None
+    intents = tuple(status.creation_intents)
+    out.actions.extend(DeleteResourceClaim(name, intents) for name in names)
+    out.write_status(status, without_claims(status, names))
+    out.wake_in(1)
+    return out.build("probe claims deleted: " + ", ".join(names))
 
 
 def _new_node(ctx: NodeContext, out: PlanBuilder) -> Plan:

@@ -23,6 +23,7 @@ from typing import Any
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import (
     Condition,
+    GpuPublishing,
     NodeAcceptanceStatus,
     Phase,
     ReleaseRecord,
@@ -30,6 +31,7 @@ from gpuaccept.contracts.nodeacceptance import (
 from gpuaccept.contracts.reverify import ReverifyStatus
 from gpuaccept.operator.core.capacity import HELD_ACCEPT, REASON_QUARANTINE_LIMIT, in_service
 from gpuaccept.operator.core.creationintent import POD, creation_nonce, intend
+from gpuaccept.operator.core.draclaim import RESOURCE_CLAIM
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder, cut
 from gpuaccept.operator.core.record import ACCEPTED_MESSAGE, take_out_now
@@ -224,7 +226,9 @@ def probe_started(
     """Phase Probing: an attempt on record (pod ``name``, ``serial``) before its pod
     exists, so a restart in between recreates the same pod name, never a second pod;
     with the intent to create it (core/creationintent.py), and the nonce the pod
-    carries. ``wait_over``: the reason the node waited under is not this attempt's."""
+    carries. ``wait_over``: the reason the node waited under is not this attempt's.
+    A DRA node's attempt has its ResourceClaim (named as the pod, created before it:
+    core/draclaim.py) on record as intended too."""
     st = ctx.status
     new = ctx.stamped(
         st,
@@ -243,7 +247,11 @@ def probe_started(
         node_uid=ctx.node.uid or st.node_uid,
     )
     nonce = creation_nonce(ctx.obs.nonce_seed, POD, name)
-    new = intend(ctx.with_applied_keys(new), POD, name, nonce)
+    new = ctx.with_applied_keys(new)
+    if ctx.gpus.mode == GpuPublishing.DRA:
+        claim_nonce = creation_nonce(ctx.obs.nonce_seed, RESOURCE_CLAIM, name)
+        new = intend(new, RESOURCE_CLAIM, name, claim_nonce)
+    new = intend(new, POD, name, nonce)
     out.write_status(st, new)
     return new, nonce
 

@@ -44,6 +44,9 @@ class NodeGpuCounts:
     # GPUACCEPT_GFD_GPU_REPLICAS (label nvidia.com/gpu.replicas): each GPU is advertised
     # this many times under time-slicing or MPS sharing
     replicas: int | None = None
+    # GPUACCEPT_EXPECTED_GPU_UUIDS: a DRA node's pool, the UUIDs of its GPUs (None: not
+    # a DRA node, or not passed)
+    published_uuids: tuple[str, ...] | None = None
 
 
 @dataclass

@@ -42,7 +42,7 @@ from gpuaccept.contracts.inservice import (
     InServiceStatus,
 )
 from gpuaccept.contracts.nodeacceptance import GpuPublishing
-from gpuaccept.operator.core.gpupublishing import GPU_DEVICE_TYPE, NodeGpus
+from gpuaccept.operator.core.gpupublishing import GPU_DEVICE_TYPE, PublishedGpus
 from gpuaccept.operator.core.inservice.evidence import (
     REASON_GPU_LOST,
     REASON_XID_FATAL,
@@ -61,7 +61,7 @@ TAINT_UNMONITORED = "unmonitored"
 TAINTS = (TAINT_XID, TAINT_GPU_LOST, TAINT_UNMONITORED)
 
 
-def dra_seen(gpus: NodeGpus) -> DraSeen | None:
+def dra_seen(gpus: PublishedGpus) -> DraSeen | None:
     """What a DRA node's pools say now; None when the node publishes no GPU through a
     configured DRA driver (the device plugin's, both, none: its pool withdrawn)."""
     if gpus.mode != GpuPublishing.DRA or not gpus.pools:

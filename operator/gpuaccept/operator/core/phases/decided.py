@@ -134,13 +134,15 @@ def rejudged_verdict(ctx: NodeContext) -> Verdict | Remeasure:
     if remeasure is not None:
         return Remeasure(REASON_REMEASURE, f"the stored report cannot be judged: {remeasure}")
     accept_simulated = ctx.obs.config.accept_simulated_reports
-    report = trusted_report(st.report, ctx.node, accept_simulated=accept_simulated)
+    report = trusted_report(st.report, ctx.counted_node, accept_simulated=accept_simulated)
     if not isinstance(report, ProbeReport):  # e.g. the node's GPU count changed since
         return Remeasure(report.reason, f"the stored report is not trusted now: {report.message}")
     stored = ctx.judge_report(report)
     if isinstance(stored, str):  # the stored report cannot be judged
         return Remeasure(REASON_REMEASURE, f"the stored report cannot be judged: {stored}")
-    problem = acceptance_problem(stored, report, ctx.node, accept_simulated=accept_simulated)
+    problem = acceptance_problem(
+        stored, report, ctx.counted_node, accept_simulated=accept_simulated
+    )
     if problem is not None:  # e.g. 7 of 8 GPUs, with gpuCount off
         return Remeasure(problem.reason, f"the stored report cannot accept: {problem.message}")
     # A fabric conviction rests on pair results, not on this report: re-judging the

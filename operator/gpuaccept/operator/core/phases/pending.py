@@ -10,9 +10,10 @@ from gpuaccept.contracts.api import GPU_RESOURCE, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import GpuPublishing, NodeAcceptanceStatus
 from gpuaccept.contracts.policy_fields import GPUWaitExpiry
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT, adopting, take_out_allowed
-from gpuaccept.operator.core.creationintent import with_nonce
+from gpuaccept.operator.core.creationintent import creation_nonce, with_nonce
+from gpuaccept.operator.core.draclaim import RESOURCE_CLAIM
 from gpuaccept.operator.core.gpusharing import REASON_GPU_SHARING, sharing_refusal
-from gpuaccept.operator.core.model import CreateProbePod, Plan
+from gpuaccept.operator.core.model import CreateProbePod, CreateResourceClaim, Plan
 from gpuaccept.operator.core.nodecontext import (
     REASON_WAITING_FOR_GPUS,
     WAIT_FOR_DELETION_SECONDS,
@@ -28,7 +29,12 @@ from gpuaccept.operator.core.phases.waiting import (
     blocked,
     untolerated_taint,
 )
-from gpuaccept.operator.core.podspec import ProbeAttempt, probe_pod_manifest, probe_pod_name
+from gpuaccept.operator.core.podspec import (
+    ProbeAttempt,
+    probe_claim_manifest,
+    probe_pod_manifest,
+    probe_pod_name,
+)
 from gpuaccept.operator.core.transitions import (
     cordoned,
     probe_started,
@@ -42,15 +48,16 @@ REASON_NO_GPUS = "NoGPUsAdvertised"
 REASON_WAITING_FOR_RESOURCE_SLICES = "WaitingForResourceSlices"
 # Phase Waiting: the device plugin and a DRA driver both publish the node's GPUs.
 REASON_GPUS_PUBLISHED_TWICE = "GPUsPublishedTwice"
-# Phase Waiting: a DRA node whose pool is complete. Its probe pod would have to get the
-# GPUs through a ResourceClaim, which this release does not build yet: never probed
-# through nvidia.com/gpu (it has none), never accepted unprobed.
-REASON_PROBE_THROUGH_CLAIM_NOT_BUILT = "ProbeThroughClaimNotBuilt"
+# Phase Waiting: a DRA node under a policy with the fabric test, whose pods would get
+# no GPU (they request nvidia.com/gpu): never probed into a test it cannot pass.
+REASON_DRA_FABRIC_NOT_BUILT = "DRAFabricNotBuilt"
 
 
-def probe_manifest(ctx: NodeContext, st: NodeAcceptanceStatus) -> dict[str, Any]:
-    """The pod of the attempt recorded in ``st`` (its name and serial)."""
-    attempt = ProbeAttempt(
+def _attempt(ctx: NodeContext, st: NodeAcceptanceStatus) -> ProbeAttempt:
+    """The attempt recorded in ``st`` (its name and serial); on a DRA node, through the
+    claim named as its pod, expecting the pool's GPUs (core/draclaim.py)."""
+    dra = ctx.gpus.mode == GpuPublishing.DRA
+    return ProbeAttempt(
         name=st.probe_pod or "",
         serial=st.pod_serial,
         node=ctx.node,
@@ -58,8 +65,25 @@ def probe_manifest(ctx: NodeContext, st: NodeAcceptanceStatus) -> dict[str, Any]
         spec=ctx.spec,
         applied_taints=st.applied_taints,
         owner_uid=ctx.obs.na.uid if ctx.obs.na is not None else "",
+        claim=(st.probe_pod or "") if dra else "",
+        dra_gpus=ctx.gpus.dra_gpus if dra else (),
     )
-    return probe_pod_manifest(attempt, ctx.obs.config)
+
+
+def probe_manifest(ctx: NodeContext, st: NodeAcceptanceStatus) -> dict[str, Any]:
+    """The pod of the attempt recorded in ``st`` (its name and serial)."""
+    return probe_pod_manifest(_attempt(ctx, st), ctx.obs.config)
+
+
+def claim_create(ctx: NodeContext, st: NodeAcceptanceStatus) -> CreateResourceClaim | None:
+    """A DRA node's claim of the attempt in ``st``, carrying this pass's nonce (its
+    intent must be on record in ``st``); None on a device-plugin node."""
+    attempt = _attempt(ctx, st)
+    if not attempt.claim:
+        return None
+    nonce = creation_nonce(ctx.obs.nonce_seed, RESOURCE_CLAIM, attempt.claim)
+    manifest = with_nonce(probe_claim_manifest(attempt, ctx.obs.config), nonce)
+    return CreateResourceClaim(attempt.claim, manifest, tuple(st.creation_intents))
 
 
 ADOPTION_RETRY_SECONDS = 30
@@ -119,20 +143,34 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
     refusal = sharing_refusal(node)
     if refusal is not None:  # MPS or a renamed resource: the probe cannot be admitted
         return blocked(ctx, out, reason=REASON_GPU_SHARING, message=refusal, pod=None)
-    publishing = ctx.gpus
-    if publishing.mode == GpuPublishing.BOTH:
-        return blocked(ctx, out, reason=REASON_GPUS_PUBLISHED_TWICE, message=_twice(ctx), pod=None)
-    if publishing.mode == GpuPublishing.DRA:
-        if not publishing.ready:
-            return _wait_for_gpus(ctx, out)
-        return blocked(
-            ctx, out, reason=REASON_PROBE_THROUGH_CLAIM_NOT_BUILT, message=_no_claim(ctx), pod=None
-        )
-    if node.gpus <= 0:
-        return _wait_for_gpus(ctx, out)
+    waiting = _publishing_waits(ctx, out)
+    if waiting is not None:
+        return waiting
     waiting = _waits_before_probing(ctx, out)
     if waiting is not None:
         return waiting
+    return _start_attempt(ctx, out)
+
+
+def _publishing_waits(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
+    """A wait for the way the node publishes its GPUs: both ways at once, no GPUs yet
+    (or an incomplete DRA pool), a DRA node under a policy with the fabric test."""
+    publishing = ctx.gpus
+    if publishing.mode == GpuPublishing.BOTH:
+        return blocked(ctx, out, reason=REASON_GPUS_PUBLISHED_TWICE, message=_twice(ctx), pod=None)
+    dra = publishing.mode == GpuPublishing.DRA
+    if (dra and not publishing.ready) or (not dra and ctx.node.gpus <= 0):
+        return _wait_for_gpus(ctx, out)
+    if dra and ctx.spec.fabric.enabled:
+        return blocked(
+            ctx, out, reason=REASON_DRA_FABRIC_NOT_BUILT, message=_no_dra_fabric(ctx), pod=None
+        )
+    return None
+
+
+def _start_attempt(ctx: NodeContext, out: PlanBuilder) -> Plan:
+    """A new attempt: on record first, then a DRA node's claim, then the pod."""
+    st, obs, spec, node = ctx.status, ctx.obs, ctx.spec, ctx.node
     serial = st.pod_serial + 1
     name = probe_pod_name(obs.config.pod_prefix, node.name, serial)
     # The wait is over now: not this attempt's reason.
@@ -144,6 +182,9 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
         *WAIT_REASONS,
     )
     new, nonce = probe_started(ctx, out, serial=serial, name=name, wait_over=waited)
+    claim = claim_create(ctx, new)  # a DRA node's: its claim before its pod
+    if claim is not None:
+        out.actions.append(claim)
     out.actions.append(CreateProbePod(name, with_nonce(probe_manifest(ctx, new), nonce)))
     out.wake_in(obs.config.timeout_for(spec) + obs.config.deadline_grace_seconds)
     return out.build(f"probe attempt {new.attempts}")
@@ -191,11 +232,13 @@ def _twice(ctx: NodeContext) -> str:
     )
 
 
-def _no_claim(ctx: NodeContext) -> str:
+def _no_dra_fabric(ctx: NodeContext) -> str:
     return cut(
-        f"the node publishes its GPUs through DRA ({ctx.gpus.describe()}); its probe pod "
-        f"would get them through a ResourceClaim, which this release does not build yet: "
-        f"it is not probed through {GPU_RESOURCE} (it has none) and never accepted unprobed",
+        f"the node publishes its GPUs through DRA ({ctx.gpus.describe()}) and its policy "
+        f"{ctx.policy.name} asks for the fabric test, whose pods get GPUs through "
+        f"{GPU_RESOURCE} only in this release: a DRA node would fail it with no GPU. It is "
+        "not probed (never accepted without the test, never quarantined by it); turn "
+        "fabric.enabled off for DRA nodes' policy to probe them",
         1000,
     )
 

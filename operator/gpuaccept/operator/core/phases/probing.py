@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from gpuaccept.contracts.nodeacceptance import Reason
+from gpuaccept.contracts.nodeacceptance import GpuPublishing, Reason
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.acceptance_gate import acceptance_problem
-from gpuaccept.operator.core.creationintent import intended_create
+from gpuaccept.operator.core.creationintent import creation_nonce, intend, intended_create
+from gpuaccept.operator.core.draclaim import RESOURCE_CLAIM
 from gpuaccept.operator.core.gpusharing import REASON_GPU_SHARING, admission_refused_by_sharing
 from gpuaccept.operator.core.model import Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
@@ -16,7 +17,7 @@ from gpuaccept.operator.core.nodecontext import (
     PlanBuilder,
     cut,
 )
-from gpuaccept.operator.core.phases.pending import probe_manifest
+from gpuaccept.operator.core.phases.pending import claim_create, probe_manifest
 from gpuaccept.operator.core.phases.startfailure import (
     REASON_REJECTED,
     StartFailure,
@@ -24,7 +25,12 @@ from gpuaccept.operator.core.phases.startfailure import (
     never_started,
     start_failure,
 )
-from gpuaccept.operator.core.phases.waiting import REASON_EVICTED, REASON_POD_LOST, blocked
+from gpuaccept.operator.core.phases.waiting import (
+    REASON_EVICTED,
+    REASON_POD_LOST,
+    REASON_UNSCHEDULED,
+    blocked,
+)
 from gpuaccept.operator.core.podidentity import (
     REASON_POD_NAME_TAKEN,
     foreign_pod_message,
@@ -105,7 +111,13 @@ def _pod_missing(ctx: NodeContext, out: PlanBuilder, remaining: float) -> Plan:
         # A new nonce on record first: the intent of the first create may have served
         # a pod that is gone, or never made (core/creationintent.py).
         new, create = intended_create(st, obs.nonce_seed, st.probe_pod, probe_manifest(ctx, st))
+        if ctx.gpus.mode == GpuPublishing.DRA:  # its claim first, under a new intent too
+            nonce = creation_nonce(obs.nonce_seed, RESOURCE_CLAIM, st.probe_pod)
+            new = intend(new, RESOURCE_CLAIM, st.probe_pod, nonce)
+        claim = claim_create(ctx, new)
         out.write_status(st, new)
+        if claim is not None:
+            out.actions.append(claim)
         out.actions.append(create)
         out.wake_in(remaining)
         return out.build("probe pod (re)created")
@@ -165,7 +177,12 @@ def _pod_progress(
 
 
 def _past_deadline(ctx: NodeContext, out: PlanBuilder, pod: PodView, timeout: int) -> Plan:
-    """The pod has not ended by the attempt's deadline: it never started, or it timed out."""
+    """The pod has not ended by the attempt's deadline: it was never placed (a DRA
+    node's pod the scheduler could not bind), never started, or it timed out."""
+    if not pod.node_name and not pod.terminated:
+        return blocked(
+            ctx, out, reason=REASON_UNSCHEDULED, message=unscheduled_message(timeout), pod=pod
+        )
     stalled = never_started(pod, timeout)
     if stalled is not None:
         return _did_not_start(ctx, out, pod, stalled)
@@ -173,6 +190,15 @@ def _past_deadline(ctx: NodeContext, out: PlanBuilder, pod: PodView, timeout: in
     stuck = "; the probe pod is stuck terminating" if pod.deleting else ""
     message = f"no result within {timeout}s{stuck}"
     return attempt_failed(ctx, out, reason="ProbeTimeout", message=message, pod=pod)
+
+
+def unscheduled_message(timeout: int) -> str:
+    return (
+        f"the probe pod was not placed within {timeout}s: the scheduler could not allocate "
+        "its ResourceClaim on the node (other claims hold its GPUs, the DeviceClass "
+        "--dra-device-class is missing, or no scheduler runs; the pod's PodScheduled "
+        "condition and events say which). Not the node's fault: tried again later"
+    )
 
 
 def _did_not_start(ctx: NodeContext, out: PlanBuilder, pod: PodView, failure: StartFailure) -> Plan:
@@ -191,7 +217,7 @@ def _did_not_start(ctx: NodeContext, out: PlanBuilder, pod: PodView, failure: St
 
 def _pod_finished(ctx: NodeContext, out: PlanBuilder, pod: PodView) -> Plan:
     """The pod ended: its report, judged, if the report and the pod's end can be trusted."""
-    node = ctx.node
+    node = ctx.counted_node  # a DRA node's pool plays nvidia.com/gpu's part
     if pod.message:
         result = trusted_report(
             pod.message, node, accept_simulated=ctx.obs.config.accept_simulated_reports, pod=pod

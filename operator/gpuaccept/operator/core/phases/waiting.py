@@ -33,6 +33,9 @@ REASON_POD_LOST = "ProbePodLost"
 REASON_UNTOLERATED_TAINT = "UntoleratedTaint"
 REASON_CORDONED = "Cordoned"
 REASON_NODE_AFFINITY = "NodeAffinityRefused"
+# A DRA node's probe pod the scheduler did not place by the deadline (its claim not
+# allocated): core/phases/probing.py
+REASON_UNSCHEDULED = "ProbePodUnscheduled"
 WAIT_REASONS = frozenset(
     {
         REASON_IMAGE_UNAVAILABLE,
@@ -43,12 +46,14 @@ WAIT_REASONS = frozenset(
         REASON_UNTOLERATED_TAINT,
         REASON_CORDONED,
         REASON_NODE_AFFINITY,
+        REASON_UNSCHEDULED,
         REASON_POD_NAME_TAKEN,
         REASON_POD_ALTERED,
         "RuntimeClassMissing",
         "GPUSharing",  # core/gpusharing.py
         "GPUsPublishedTwice",  # core/phases/pending.py (device plugin and DRA at once)
-        "ProbeThroughClaimNotBuilt",  # core/phases/pending.py (a DRA node: no claim yet)
+        "DRAFabricNotBuilt",  # core/phases/pending.py (a DRA node under a fabric policy)
+        "ProbeThroughClaimNotBuilt",  # an earlier release's (a DRA node, before the claim)
     }
 )
 
