@@ -46,7 +46,14 @@ from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.gpu_sets import gpu_label, notes_condensed
 from gpuaccept.checks.phase_estimate import fixed_phase
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FailureOwnership,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+)
 from gpuaccept.contracts.policy import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -463,6 +470,13 @@ recoveryActionWarnOn: [recover_imex_domain]
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why=(
+            "not tied to GPUs yet: an Xid names a GPU, but some classes implicate the node "
+            "(NVLink Xids 74, 144-150, the fabric); a per-class attribution is a candidate"
+        ),
+        source="NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors)",
+    ),
     measuring=frozenset(),
     judging=frozenset({"fail_on", "warn_on", "recovery_action_fail_on", "recovery_action_warn_on"}),
     name="xid_errors",

@@ -232,7 +232,8 @@ def _open_hardware(
             labelled=node.labelled if node.labelled is not None else stated.gfd_gpu_count,
             replicas=node.replicas if node.replicas is not None else stated.gfd_gpu_replicas,
         )
-        return SimulatedBackend(profile, time_scale=time_scale), node
+        node_name = args.node_name or default_node_name()
+        return SimulatedBackend(profile, time_scale=time_scale, node_name=node_name), node
     from gpuaccept.probe.hardware.real import RealBackend  # noqa: PLC0415
 
     sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")

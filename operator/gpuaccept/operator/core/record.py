@@ -44,6 +44,11 @@ from gpuaccept.operator.core.capacity import (
     out_of_service,
     take_out_allowed,
 )
+from gpuaccept.operator.core.fencing import (
+    REASON_FENCING_NOT_BUILT,
+    fence_message,
+    fencing_decision,
+)
 from gpuaccept.operator.core.history import (
     Recorded,
     against_history,
@@ -169,6 +174,11 @@ def judged(
     ):
         return _enter_fabric(ctx, verdict, evidence)
     summary = reasons_message(list(verdict.reasons)[:MAX_REASONS])
+    fencing = fencing_decision(verdict, ctx.spec.fencing, ctx.gpus.mode)
+    if fencing.fence:  # the fence is not built: never a bad GPU left in service unfenced
+        summary = f"{fence_message(fencing)}: {summary}"
+    elif fencing.why_node:
+        summary = f"{cut(summary, 700)}; not fenced: {fencing.why_node}"
     if ctx.spec.dry_run:
         if verdict.accepted:
             return Hold(verdict, evidence, REASON_DRY_RUN, "dry run: would accept", HELD_ACCEPT)
@@ -177,6 +187,8 @@ def judged(
     if verdict.accepted:
         return Accept(verdict, evidence, accept_message)
     main = verdict.reasons[0].reason if verdict.reasons else REASON_PROBE_ERROR
+    if fencing.fence:
+        main = REASON_FENCING_NOT_BUILT
     # Already quarantined under this policy: no new slot is taken. Under
     # another policy (the node was relabelled), it takes one here.
     decision = take_out_now(ctx)
@@ -316,10 +328,12 @@ def _evidence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any
         update["probed_sections"] = probed_sections(ctx.spec.probe) if report is not None else None
         # The kubelet's view of the probe's run (None for a pod that never ran).
         update["probe_pod_seconds"] = pod.run_seconds if pod is not None else None
+        update["gpu_verdicts"] = []  # an error verdict names no GPU
     if verdict.checks or report is not None:
         update["checks"] = list(verdict.checks)[:MAX_REASONS]
     if report is not None:  # the figures of the report judged (an error verdict has none)
         update["figures"] = verdict.figures
+        update["gpu_verdicts"] = list(verdict.attribution.gpus)
     if isinstance(outcome, EnterFabric):
         update["fabric"] = FabricStatus(waiting_since=ctx.obs.now, summary="waiting")
     return update
