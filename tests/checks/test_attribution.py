@@ -25,6 +25,7 @@ from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec
 from gpuaccept.checks.verdict import evaluate
+from gpuaccept.checks.xid_errors import SPEC as XID_ERRORS
 from gpuaccept.contracts.report import CheckResult, CheckStatus, HardwareSummary, ProbeReport
 from gpuaccept.probe.hardware.simulated import simulated_uuid
 
@@ -124,6 +125,64 @@ CASES = [
         {"gpus": 8, "volatileUncorrected": {"1": 2, "6": 0}},
         default_policy(),
         frozenset({1}),
+    ),
+    Case(
+        "xid: 79 (fallen off the bus) on GPU 0",
+        XID_ERRORS,
+        {"watched": "0-7", "listenedS": 10.0, "xids": {"0": [79]}},
+        default_policy(),
+        frozenset({0}),
+    ),
+    Case(
+        "xid: 48 on GPU 2, a GPU reset on GPU 6",
+        XID_ERRORS,
+        {
+            "watched": "0-7",
+            "listenedS": 10.0,
+            "xids": {"2": [48]},
+            "recoveryAction": {"gpu_reset": "6"},
+        },
+        default_policy(),
+        frozenset({2, 6}),
+    ),
+    Case(
+        "xid: 74 (NVLink) is the node's, whichever GPU",
+        XID_ERRORS,
+        {"watched": "0-7", "listenedS": 10.0, "xids": {"3": [74, 79]}},
+        default_policy(),
+        None,
+    ),
+    Case(
+        "xid: a node reboot asked is the node's",
+        XID_ERRORS,
+        {"watched": "0-7", "listenedS": 10.0, "recoveryAction": {"node_reboot": "1"}},
+        default_policy(),
+        None,
+    ),
+    Case(
+        "xid: a GPU NVML did not name",
+        XID_ERRORS,
+        {"watched": "0-7", "listenedS": 10.0, "xids": {"-1": [79]}},
+        default_policy(),
+        None,
+    ),
+    Case(
+        "xid: a GPU lost under the listener, which one unsaid",
+        XID_ERRORS,
+        {
+            "watched": "0-7",
+            "listenedS": 10.0,
+            "listenerStopped": {"atS": 5.0, "error": "GPU is lost", "gpuLost": True},
+        },
+        default_policy(),
+        None,
+    ),
+    Case(
+        "xid: one not in failOn is not a failure",
+        XID_ERRORS,
+        {"watched": "0-7", "listenedS": 10.0, "xids": {"3": [13], "5": [79]}},
+        default_policy(),
+        frozenset({5}),
     ),
     Case(
         "memory condensed: a merged count names no GPU",
