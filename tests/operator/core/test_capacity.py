@@ -499,3 +499,21 @@ def test_take_out_allowed_in_gpus(row: GpuRow) -> None:
 )
 def test_gpus_out(status: NodeAcceptanceStatus, out: int) -> None:
     assert gpus_out(status, 8) == out
+
+
+@pytest.mark.parametrize(("fenced_elsewhere", "phase"), [(0, Phase.QUARANTINED), (1, Phase.HELD)])
+def test_a_gpu_fenced_elsewhere_counts_against_a_one_node_limit(
+    fenced_elsewhere: int, phase: Phase
+) -> None:
+    """Ten 8-GPU nodes, maxQuarantined 1 (8 GPUs): one GPU fenced on another node leaves
+    room for 7 GPUs, not for this node's 8; the node counts alone would let it through."""
+    limit = QuarantineLimitCounts(
+        0, 10, matched_gpus=80, unavailable_gpus=fenced_elsewhere, taken_out_recently_gpus=0
+    )
+    world = World(policies=[PolicyView("default", 1, spec(maxQuarantined=1))], limit_counts=limit)
+    world.settle()
+    world.finish_with_report(make_report(failing=["pcie_link"]))
+    world.settle()
+    assert world.status.phase == phase, world.status.message
+    if phase == Phase.HELD:
+        assert "1 GPU(s) of limit 8 out of service, 8 more asked" in (world.status.message or "")

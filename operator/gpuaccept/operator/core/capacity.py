@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy import OWNED_KEY_PREFIX, limit_count
+from gpuaccept.operator.core.gpusharing import replicas
 from gpuaccept.operator.core.model import NodeView, QuarantineLimitCounts
 
 # The NodeAcceptance reason of a verdict or a new round the limit holds back.
@@ -85,6 +86,13 @@ def gpus_out(st: NodeAcceptanceStatus, node_gpus: int) -> int:
     if out_of_service(st):
         return node_gpus
     return min(fenced_gpus(st), node_gpus)
+
+
+def node_gpu_count(node: NodeView) -> int:
+    """The node's physical GPUs as its Node shows them: the device plugin's capacity
+    divided by its replicas (GPU sharing); 0 where the Node does not say (a DRA node:
+    its pool is not on the Node), and then its policy's limit counts nodes."""
+    return -(-node.gpu_capacity // replicas(node)) if node.gpu_capacity > 0 else 0
 
 
 def gpu_limit(node_limit: int, matched: int, matched_gpus: int) -> int:
@@ -161,7 +169,7 @@ def take_out_allowed(
         return TakeOutDecision(True)
     matched = counts.matched
     standing = standing_limit(spec, matched, ceiling)
-    if counts.asked_gpus is not None and counts.matched_gpus is not None:
+    if counts.asked_gpus and counts.matched_gpus is not None:
         return _take_out_gpus(spec, counts, ceiling, new_take_out=new_take_out)
     if counts.unavailable + 1 > standing:
         return TakeOutDecision(

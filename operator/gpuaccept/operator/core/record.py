@@ -17,7 +17,7 @@ spent. Nothing here ever accepts a node on an error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal, assert_never
 
@@ -41,6 +41,7 @@ from gpuaccept.operator.core.capacity import (
     REASON_DRY_RUN,
     TakeOutDecision,
     in_service,
+    node_gpu_count,
     out_of_service,
     take_out_allowed,
 )
@@ -205,9 +206,12 @@ def take_out_now(ctx: NodeContext) -> TakeOutDecision:
     counted out of service under this policy takes no new slot (quarantined, or
     taken out for this round); under another policy (relabelled) it takes one here."""
     st = ctx.status
+    counts = ctx.obs.limit_counts
+    if counts.matched_gpus is not None:  # lost capacity in GPUs: this node's, all of them
+        counts = replace(counts, asked_gpus=node_gpu_count(ctx.node) or None)
     return take_out_allowed(
         ctx.spec,
-        ctx.obs.limit_counts,
+        counts,
         ceiling=ctx.obs.config.max_unavailable_ceiling,
         already_out=out_of_service(st) and st.policy == ctx.policy.name,
         new_take_out=in_service(st),
