@@ -401,6 +401,7 @@ def test_printer_columns() -> None:
         "REASON",
         "HELD",
         "FAILING",
+        "FENCED",
         "BUSBW",
         "PCIE",
         "FABRIC",
@@ -410,6 +411,7 @@ def test_printer_columns() -> None:
     ]
     assert na["HELD"] == ".status.heldAction"
     assert na["FAILING"] == ".status.reasons[0].reason"
+    assert na["FENCED"] == ".status.fenced"  # "1/8": GPUs fenced of the node's (issue 40)
     assert na["PROBED"] == ".status.lastProbeTime"
     assert na["FABRIC"] == ".status.fabric.summary"  # empty unless the policy enables fabric
     # Every printer column points at a field that exists in the schema.

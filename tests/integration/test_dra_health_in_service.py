@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.probe.hardware.simulated_watch import simulated_uuid
+from gpuaccept.probe.hardware.simulated import simulated_uuid
 from gpuaccept.testsupport.operator_env import HEALTHY, Env, suite_id, wait_for, wait_node_side
 from gpuaccept.testsupport.standin_dra import DRA_DRIVER, GROUP, PLURAL, VERSION, driver_taint
 

@@ -20,7 +20,14 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.phase_estimate import fixed_phase
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FailureOwnership,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+)
 from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -134,6 +141,10 @@ requiredGovernor: performance
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why="the host's CPUs feed every GPU",
+        source="kernel `Documentation/admin-guide/pm/cpufreq.rst` (a host policy per CPU)",
+    ),
     measuring=frozenset(),
     judging=frozenset({"required_governor", "without_cpufreq"}),
     name="cpu_governor",

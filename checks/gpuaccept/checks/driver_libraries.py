@@ -37,7 +37,14 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.phase_estimate import fixed_phase
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FailureOwnership,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+)
 from gpuaccept.contracts.policy_fields import (
     CheckSwitch,
     Version,
@@ -293,6 +300,10 @@ requiredCudaMajors: [12]
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why="one kernel module and one set of user-space libraries serve every GPU",
+        source="NVIDIA driver installation guide (the kernel module and libraries are per host)",
+    ),
     measuring=frozenset(),
     judging=frozenset({"driver_versions", "min_cuda_driver_version", "required_cuda_majors"}),
     name="driver_libraries",

@@ -51,7 +51,14 @@ from gpuaccept.checks.per_gpu_figures import (
     without_figure,
 )
 from gpuaccept.checks.phase_estimate import LOAD_RAMP_S, NOT_ON_GPU, PhaseEstimate
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FailureOwnership,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+)
 from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -392,6 +399,13 @@ ownLoadSeconds: 5         # only when throttleReasons did not load the GPUs
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why=(
+            "not tied to GPUs yet: an outlier against the node's median is one GPU's, a whole"
+            " node below the model minimum the node's; a candidate"
+        ),
+        source="the check's own rule (docs above)",
+    ),
     measuring=frozenset({"fp8", "fp8_seconds", "own_load_seconds"}),
     judging=frozenset(
         {

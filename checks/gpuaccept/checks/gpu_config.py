@@ -43,6 +43,7 @@ from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
+    FailureOwnership,
     ObservedModel,
     RunbookEntry,
     clip,
@@ -450,6 +451,14 @@ minSmClockFraction: 0.5
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why=(
+            "not tied to GPUs yet: persistence, power limits and locked clocks are mostly set"
+            " host-wide (nvidia-persistenced, `nvidia-smi -pl` without `-i`); a per-GPU clock"
+            " or power cap is a candidate"
+        ),
+        source="NVML `nvmlDeviceGetPowerManagementLimit` (per device), nvidia-smi manual",
+    ),
     measuring=frozenset(),
     judging=frozenset(
         {

@@ -40,7 +40,14 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.phase_estimate import fixed_phase
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FailureOwnership,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+)
 from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -260,6 +267,10 @@ SHIPPED = """\
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why="a missing GPU has no device left to fence; the count is the node's",
+        source="k8s device plugin (capacity per node); DRA ResourceSlice of the node's pool",
+    ),
     measuring=frozenset(),
     judging=frozenset({"expected"}),
     name="gpu_count",

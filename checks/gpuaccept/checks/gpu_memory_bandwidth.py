@@ -44,7 +44,14 @@ from gpuaccept.checks.per_gpu_figures import (
     without_figure,
 )
 from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FailureOwnership,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+)
 from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -236,6 +243,10 @@ warmupIterations: 3
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why="as `gpu_compute`",
+        source="the check's own rule",
+    ),
     measuring=frozenset({"buffer_bytes", "iterations", "warmup_iterations"}),
     judging=frozenset({"min_gbps", "min_gbps_by_model", "max_below_median_percent"}),
     name="gpu_memory_bandwidth",

@@ -37,6 +37,7 @@ from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
+    FailureOwnership,
     ObservedModel,
     RunbookEntry,
     clip,
@@ -309,6 +310,10 @@ socketSpread: even        # HGX: 4 GPUs per socket on 2-socket hosts (single-soc
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why="the GPUs' NUMA placement is the platform's (BIOS/ACPI SRAT)",
+        source="kernel `Documentation/ABI/testing/sysfs-bus-pci` (`numa_node`)",
+    ),
     measuring=frozenset(),
     judging=frozenset({"require_numa_node", "socket_spread", "gpus_per_socket"}),
     name="gpu_numa",

@@ -41,7 +41,14 @@ from pydantic import Field, JsonValue
 
 from gpuaccept.checks.claims import IB_RATE_MAX_GBITS, Claims
 from gpuaccept.checks.phase_estimate import fixed_phase
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FailureOwnership,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+)
 from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -698,6 +705,13 @@ netnsMode: detect
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why=(
+            "the HCAs are the node's network (GPUDirect RDMA pairs a GPU with a HCA, the job "
+            "uses all)"
+        ),
+        source="rdma-core `ibv_query_port`; kernel `sysfs-class-infiniband`",
+    ),
     measuring=frozenset({"not_active_wait_seconds"}),
     judging=frozenset(
         {

@@ -49,7 +49,14 @@ from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.gpu_sets import gpu_label, merged, notes_condensed
 from gpuaccept.checks.phase_estimate import fixed_phase
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FailureOwnership,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+)
 from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -313,7 +320,42 @@ maxRetiredPages: 60       # page-retirement GPUs: NVIDIA's RMA threshold
 """
 
 
+def failing_gpus(
+    observed: MemoryHealthObserved, policy: MemoryHealthPolicy
+) -> frozenset[int] | None:
+    """The GPUs a failure names: ECC, remapping and retired pages are one GPU's own
+    memory (docs/policy.md, "Per-GPU verdicts"). None where a count over its limit is
+    the condensed form's merge of several GPUs (which of them is over is not kept)."""
+    sets = [observed.remap_failed, observed.remap_pending, observed.retire_pending]
+    if policy.require_ecc:
+        sets += [observed.ecc_off, observed.ecc_pending_off, observed.ecc_unsupported]
+    out = {gpu for text in sets if text for gpu in parse_gpus(text)}
+    for counts, limit in (
+        (observed.volatile_uncorrected, policy.max_volatile_uncorrected),
+        (observed.retired_pages, policy.max_retired_pages),
+    ):
+        for key, count in (counts or {}).items():
+            gpus = parse_gpus(key)
+            if count > limit and len(gpus) > 1:
+                return None
+            if count > limit:
+                out |= set(gpus)
+    return frozenset(out)
+
+
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why=(
+            "ECC mode, uncorrected errors, row remapping and retired pages are one GPU's HBM;"
+            " a pending remap needs that GPU's reset, a remap failure that GPU's replacement."
+            " A merged count of the condensed form (several GPUs, the largest count) is the "
+            "node's"
+        ),
+        source=(
+            "NVML `nvmlDeviceGetRemappedRows`, `nvmlDeviceGetEccMode` (per device); NVIDIA "
+            '"GPU memory error management" (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt)'
+        ),
+    ),
     measuring=frozenset(),
     judging=frozenset(
         {
@@ -332,6 +374,7 @@ SPEC = CheckSpec(
     observed_model=MemoryHealthObserved,
     judge=judge,
     condense=condense,
+    failing_gpus=failing_gpus,
     claims=claims,
     shipped=SHIPPED,
     docs=DOCS,

@@ -30,6 +30,7 @@ from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
+    FailureOwnership,
     FigureColumn,
     FiguresModel,
     ObservedModel,
@@ -283,6 +284,10 @@ warmupIterations: 5
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why="the node's all-reduce as a whole",
+        source="nccl-tests `busbw` (docs/PERFORMANCE.md: one figure for the collective)",
+    ),
     measuring=frozenset({"max_message_bytes", "iterations", "warmup_iterations"}),
     judging=frozenset({"min_busbw_gbps", "min_busbw_gbps_by_model"}),
     name="nccl_allreduce",

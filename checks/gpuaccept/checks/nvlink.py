@@ -36,6 +36,7 @@ from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
+    FailureOwnership,
     ObservedModel,
     RunbookEntry,
     clip,
@@ -389,6 +390,19 @@ failAbove: {recovery: 0}                      # a link that retrained (DCGM: cri
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why=(
+            'a GPU with a link down drops out of NVLink peer-to-peer ("If a GPU fails to '
+            "register with the fabric, it will lose its NVLink peer-to-peer capability and be"
+            ' available for non-peer-to-peer use cases"), and a job spanning it runs its '
+            "collectives at the slowest path: the node's multi-GPU capacity is lost, not one "
+            "GPU's"
+        ),
+        source=(
+            "NVIDIA Fabric Manager user guide "
+            "(docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide)"
+        ),
+    ),
     measuring=frozenset(),
     judging=frozenset({"active_links_by_model", "warn_above", "fail_above"}),
     name="nvlink",

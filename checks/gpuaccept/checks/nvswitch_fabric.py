@@ -34,6 +34,7 @@ from gpuaccept.checks.phase_estimate import fixed_phase
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
+    FailureOwnership,
     ObservedModel,
     RunbookEntry,
     clip,
@@ -372,6 +373,10 @@ warnOn: [route_recovery, access_timeout_recovery, limited_capacity]
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why="the NVSwitches and the fabric state are the baseboard's",
+        source="Fabric Manager user guide",
+    ),
     measuring=frozenset({"in_progress_wait_seconds"}),
     judging=frozenset({"expected_by_model", "fail_on", "warn_on"}),
     name="nvswitch_fabric",

@@ -32,7 +32,7 @@ say; not judged here, ``gpu_numa`` judges placement), and both forms carry
 fails naming it, while the other GPUs are measured).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import Field, JsonValue, model_validator
@@ -43,6 +43,7 @@ from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
+    FailureOwnership,
     FigureColumn,
     FiguresModel,
     ObservedModel,
@@ -518,7 +519,57 @@ minD2HGBps: 40
 """
 
 
+def failing_gpus(observed: PcieLinkObserved, policy: PcieLinkPolicy) -> frozenset[int] | None:
+    """The GPUs a failure names: a PCIe link is one GPU's own (its slot, riser, retimer;
+    docs/policy.md, "Per-GPU verdicts"). None where the condensed form keeps only the
+    node's minimum (a floor under it cannot say which GPUs are below)."""
+    facts = _facts(observed)
+    out = {int(gpu) for gpu in facts.failed}
+    if policy.require_max:
+        out |= set(facts.below_max_width) | set(facts.below_max_gen)
+    if observed.gen is None:  # condensed
+        if _failures(_facts_without_gpus(facts), policy, observed.cc_mode):
+            return None  # a floor the condensed minimum fails: which GPUs is not kept
+        return frozenset(out)
+    return frozenset(out | _under_floors(observed, facts, policy))
+
+
+def _under_floors(observed: PcieLinkObserved, facts: _Facts, policy: PcieLinkPolicy) -> set[int]:
+    """The GPUs of a full (not condensed) report under a policy floor."""
+    out: set[int] = set()
+    for floor, values in (
+        (policy.min_generation, observed.gen or []),
+        (policy.min_width, observed.width or []),
+    ):
+        if floor is not None:
+            out |= {i for i, v in enumerate(values) if v < floor}
+    h2d_floor, d2h_floor = _copy_floors(observed.cc_mode, policy)
+    for minimum, rates in ((h2d_floor, facts.h2d), (d2h_floor, facts.d2h)):
+        if minimum is not None:
+            out |= {i for i, v in rates if v < minimum}
+    return out
+
+
+def _facts_without_gpus(facts: _Facts) -> _Facts:
+    """``facts`` without what names GPUs: the failures left are the node-wide minima's."""
+    return replace(facts, below_max_gen=[], below_max_width=[], failed={})
+
+
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why=(
+            "each GPU trains its own link (its slot, riser, retimer); a GPU not measured is "
+            "that GPU's. In the condensed form (an 8-GPU report travels condensed to fit the "
+            "4096-byte termination message) a failure of a policy floor (`minWidth`, "
+            "`minH2DGBps`...) keeps only the node's minimum and the slowest GPUs, so it is "
+            "the node's; `belowMaxWidth`/`belowMaxGen` still name their GPUs"
+        ),
+        source=(
+            "kernel `Documentation/ABI/testing/sysfs-bus-pci` (`current_link_width`, "
+            "`max_link_width` per PCI device); NVML `nvmlDeviceGetCurrPcieLinkWidth` (per "
+            "device)"
+        ),
+    ),
     measuring=frozenset(),
     judging=frozenset(
         {
@@ -540,6 +591,7 @@ SPEC = CheckSpec(
     observed_model=PcieLinkObserved,
     judge=judge,
     condense=condense,
+    failing_gpus=failing_gpus,
     figures_model=PcieLinkFigures,
     key_figures=key_figures,
     columns=(FigureColumn("PCIe", "pcie", "Weakest PCIe link under load.", position=2),),

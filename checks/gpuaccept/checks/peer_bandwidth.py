@@ -70,7 +70,14 @@ from pydantic import Field, JsonValue, model_validator
 from gpuaccept.checks.claims import Claims, host_copy_bound, peer_bound
 from gpuaccept.checks.gpu_models import gpu_model_class, per_model_value, without_nvswitch
 from gpuaccept.checks.phase_estimate import NOT_ON_GPU, PhaseEstimate
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FailureOwnership,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+)
 from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -672,6 +679,13 @@ allPairsModels: [h100-sxm, h200-sxm, b200]   # HGX: every pair must have peer ac
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why=(
+            "a pair has two ends and the switch or PCIe fabric between them; one slow pair "
+            "does not say which end is bad"
+        ),
+        source="NCCL uses every pair of the node (NCCL `NCCL_P2P_LEVEL`, topology detection)",
+    ),
     measuring=frozenset(
         {"buffer_bytes", "staged_buffer_bytes", "iterations", "warmup_iterations", "bidirectional"}
     ),

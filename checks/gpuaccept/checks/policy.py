@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import Field, create_model, model_validator
 
 from gpuaccept.checks.fabric_allreduce import FabricPolicy
+from gpuaccept.checks.fencing import FencingPolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec, CheckSpec
 from gpuaccept.contracts.api import PENDING_TAINT_KEY
@@ -169,6 +170,11 @@ class NodeAcceptancePolicySpec(ContractModel):
         default_factory=RepeatOffenders,
         description="A node quarantined count times within the window stays quarantined "
         "until a person releases it.",
+    )
+    fencing: FencingPolicy = Field(
+        default_factory=FencingPolicy,
+        description="Whether a failure that belongs to single GPUs fences those GPUs "
+        "(mode gpu, on a DRA node) or quarantines the node (mode node, the default).",
     )
     in_service: InService = Field(
         default_factory=InService,

@@ -40,6 +40,7 @@ from gpuaccept.checks.phase_estimate import LOAD_RAMP_S, PhaseEstimate
 from gpuaccept.checks.spec import (
     CheckJudgement,
     CheckSpec,
+    FailureOwnership,
     ObservedModel,
     RunbookEntry,
     clip,
@@ -388,6 +389,14 @@ maxActiveFraction: 0.1    # a reason counts when active in > 10 % of the judged 
 
 
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why=(
+            "not tied to GPUs yet: a HW power brake is asserted by the system for every GPU "
+            '(NVML `nvmlClocksEventReasonHwPowerBrakeSlowdown`: "External Power Brake '
+            'Assertion"), a thermal slowdown per GPU is a candidate'
+        ),
+        source="NVML reference, clocks event reasons",
+    ),
     measuring=frozenset({"warmup_seconds", "sample_seconds", "max_active_fraction"}),
     judging=frozenset({"fail_on", "warn_on"}),
     name="throttle_reasons",

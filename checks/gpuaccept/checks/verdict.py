@@ -27,10 +27,11 @@ whose ``observed`` cannot be judged counts as an error.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
+from gpuaccept.checks.attribution import Attribution, attribute
 from gpuaccept.checks.policy import ProbePolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec, clip
@@ -49,6 +50,15 @@ class Verdict:
     checks: tuple[CheckSummary, ...]  # one per enabled check, registry order
     figures: KeyFigures
     results: tuple[CheckResult, ...]  # the re-judged results, registry order
+    # Whose each failure is: the GPUs that failed which checks (docs/policy.md,
+    # "Per-GPU verdicts"); a verdict with no new report behind it has none.
+    attribution: Attribution = field(default_factory=Attribution)
+
+    @property
+    def node_reasons(self) -> tuple[Reason, ...]:
+        """The reasons that are the node's, not single GPUs' (all of them but the
+        failures of a check that tied its failure to GPUs)."""
+        return self.attribution.node_reasons(self.reasons)
 
     @property
     def reason(self) -> str | None:
@@ -209,4 +219,5 @@ def evaluate(
         checks=tuple(summaries),
         figures=key_figures(report, checks),
         results=tuple(results),
+        attribution=attribute(results, report.summary, policy, checks),
     )

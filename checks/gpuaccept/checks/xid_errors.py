@@ -46,7 +46,15 @@ from gpuaccept.checks.claims import Claims
 from gpuaccept.checks.gpu_ranges import format_gpus, parse_gpus
 from gpuaccept.checks.gpu_sets import gpu_label, notes_condensed
 from gpuaccept.checks.phase_estimate import fixed_phase
-from gpuaccept.checks.spec import CheckJudgement, CheckSpec, ObservedModel, RunbookEntry, clip
+from gpuaccept.checks.spec import (
+    CheckJudgement,
+    CheckSpec,
+    FailureOwnership,
+    ObservedModel,
+    RunbookEntry,
+    clip,
+)
+from gpuaccept.checks.xid_classes import XidClass, xid_class
 from gpuaccept.contracts.policy_fields import CheckSwitch
 from gpuaccept.contracts.report import CheckStatus, HardwareSummary
 
@@ -473,7 +481,52 @@ recoveryActionWarnOn: [recover_imex_domain]
 """
 
 
+# Whose a failure is (docs/policy.md, "Per-GPU verdicts"): the Xids of one GPU's own
+# memory or of the GPU itself gone (the in-service classes fatal and memory: 48, 63, 64,
+# 79, 94, 95, 140) and the recovery actions that reset that GPU alone are the GPU's; any
+# other (NVLink 74, internal and GSP errors, a reboot, a P2P drain, the IMEX domain) is
+# the node's.
+GPU_XID_CLASSES = frozenset({XidClass.FATAL, XidClass.MEMORY})
+GPU_RECOVERY_ACTIONS = frozenset({RecoveryAction.GPU_RESET, RecoveryAction.DRAIN_AND_RESET})
+
+
+def failing_gpus(observed: XidErrorsObserved, policy: XidErrorsPolicy) -> frozenset[int] | None:
+    """The GPUs a failure names, or None where one is the node's (the table above), names
+    no GPU we know, or is a GPU lost while the listener waited (which one is not said)."""
+    if observed.listener_stopped is not None and observed.listener_stopped.gpu_lost:
+        return None
+    out: set[int] = set()
+    failing_actions = {str(a) for a in policy.recovery_action_fail_on}
+    for action, gpus in (observed.recovery_action or {}).items():
+        if action not in failing_actions:
+            continue
+        if action not in GPU_RECOVERY_ACTIONS:
+            return None
+        out |= set(parse_gpus(gpus))
+    for xid, reporters in xids_by_code(observed).items():
+        if xid not in policy.fail_on:
+            continue
+        if xid_class(xid) not in GPU_XID_CLASSES or -1 in reporters:
+            return None
+        out |= set(reporters)
+    return frozenset(out)
+
+
 SPEC = CheckSpec(
+    ownership=FailureOwnership(
+        why=(
+            "an Xid names its GPU: one of that GPU's memory or of the GPU itself gone (48, 63, "
+            "64, 79, 94, 95, 140: the in-service classes fatal and memory) and a recovery "
+            "action that resets that GPU alone (gpu_reset, drain_and_reset) are the GPU's; "
+            "an NVLink Xid (74: the fabric, the node's all-reduce), an internal or GSP error "
+            "(62, 119, 120), 154, a reboot, a bus reset, a P2P drain or the IMEX domain, an "
+            "Xid of a GPU NVML did not name, or a GPU lost under the listener is the node's"
+        ),
+        source=(
+            "NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors: each Xid's resolution); "
+            "nvml.h nvmlDeviceGpuRecoveryAction_t; docs/policy.md In-service Xid classes"
+        ),
+    ),
     measuring=frozenset(),
     judging=frozenset({"fail_on", "warn_on", "recovery_action_fail_on", "recovery_action_warn_on"}),
     name="xid_errors",
@@ -485,6 +538,7 @@ SPEC = CheckSpec(
     observed_model=XidErrorsObserved,
     judge=judge,
     condense=condense,
+    failing_gpus=failing_gpus,
     claims=claims,
     shipped=SHIPPED,
     docs=DOCS,

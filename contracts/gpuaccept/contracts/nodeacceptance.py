@@ -68,6 +68,24 @@ class Reason(ContractModel):
     message: str = Field(default="", max_length=512)
 
 
+class GpuVerdict(ContractModel):
+    """One GPU's part of a verdict: the checks whose failure belongs to this GPU alone
+    (docs/policy.md, "Per-GPU verdicts"), and whether it is fenced."""
+
+    index: int = Field(ge=0, le=63, description="The GPU's NVML index in the probe.")
+    uuid: str | None = Field(
+        default=None, max_length=64, description="The GPU's NVML UUID (absent: not reported)."
+    )
+    checks: list[Annotated[str, Field(max_length=32)]] = Field(
+        default_factory=list, max_length=32, description="The checks this GPU failed."
+    )
+    fenced: bool = Field(
+        default=False,
+        description="Taken out of service on its own (fencing.mode gpu on a DRA node); "
+        "false: the node's verdict decides (device plugin, fencing.mode node).",
+    )
+
+
 class CheckSummary(ContractModel):
     check: str = Field(max_length=32)
     status: CheckStatus
@@ -310,6 +328,19 @@ class NodeAcceptanceStatus(ContractModel):
         description="How the node publishes its GPUs, as last seen when this status was "
         "written: DevicePlugin (nvidia.com/gpu), DRA (ResourceSlices of a configured DRA "
         "driver) or Both; absent while it publishes none.",
+    )
+    gpu_verdicts: list[GpuVerdict] = Field(
+        default_factory=list,
+        max_length=64,
+        description="The GPUs whose own failures the verdict names (docs/policy.md, "
+        '"Per-GPU verdicts"), by NVML index and UUID: recorded in every fencing mode, so a '
+        "device-plugin node quarantined as a whole still shows which GPU is bad.",
+    )
+    fenced: str | None = Field(
+        default=None,
+        max_length=8,
+        description="Fenced GPUs of the node's, e.g. 1/8 (the FENCED column); absent when "
+        "none is fenced.",
     )
     report: ProbeReport | None = Field(default=None, description="The last valid probe report.")
     fabric: FabricStatus | None = Field(

@@ -8,7 +8,7 @@ import json
 import math
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     ConfigDict,
@@ -70,6 +70,12 @@ class HardwareSummary(ContractModel):
         max_length=16,
         description="The probe image's NCCL (ncclGetVersion of the libnccl it loaded); an "
         "image fact, never judged.",
+    )
+    gpu_uuids: list[Annotated[str, Field(max_length=64)]] | None = Field(
+        default=None,
+        max_length=64,
+        description="Each GPU's NVML UUID, by NVML index (an empty string where NVML did "
+        "not answer): what a per-GPU verdict names the failing GPUs by. null: not read.",
     )
     nvswitch_devices: int | None = Field(
         default=None,

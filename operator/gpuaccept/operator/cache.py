@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaccept.operator.core.capacity import gated
+from gpuaccept.operator.core.capacity import gated, node_gpu_count
 from gpuaccept.operator.core.fabric.membership import fabric_candidate_policy
 from gpuaccept.operator.core.fleetcount import FleetCount
 from gpuaccept.operator.core.inservice.correlation import signatures
@@ -232,6 +232,7 @@ class Cache:
     def _count_node(self, name: str) -> None:
         view = self.node(name)
         labels = view.labels if view is not None else None
+        self.count.set_node_gpus(name, node_gpu_count(view) if view is not None else 0)
         self.count.set_node(
             name,
             labels,

@@ -250,7 +250,8 @@ def _open_hardware(
             replicas=node.replicas if node.replicas is not None else stated.gfd_gpu_replicas,
             published_uuids=node.published_uuids,
         )
-        return SimulatedBackend(profile, time_scale=time_scale), node
+        node_name = args.node_name or default_node_name()
+        return SimulatedBackend(profile, time_scale=time_scale, node_name=node_name), node
 
     sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
     proc = args.proc_root or Path(os.environ.get(ENV_PROC_ROOT) or "/proc")

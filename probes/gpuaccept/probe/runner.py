@@ -45,7 +45,9 @@ def hardware_summary(hardware: HardwareBackend) -> HardwareSummary:
         nvswitches: int | None = min(hardware.pci_nvswitch_count(), 64)
     except Exception:
         nvswitches = None
+    uuids = [gpu.uuid or "" for gpu in gpus][:64]
     return HardwareSummary(
+        gpu_uuids=uuids if any(uuids) else None,
         nvswitch_devices=nvswitches,
         gpu_model=_short(model, 64),
         gpu_count=min(len(gpus), 64),

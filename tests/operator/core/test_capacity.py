@@ -14,7 +14,12 @@ from world import T0, World, make_report, spec
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core import PolicyView, QuarantineLimitCounts
-from gpuaccept.operator.core.capacity import in_service, out_of_service, take_out_allowed
+from gpuaccept.operator.core.capacity import (
+    gpus_out,
+    in_service,
+    out_of_service,
+    take_out_allowed,
+)
 from gpuaccept.operator.core.fleet import FleetSnapshot, tally
 from gpuaccept.operator.core.fleetcount import FleetCount
 from gpuaccept.operator.core.model import NodeView, OperatorConfig
@@ -383,3 +388,132 @@ def test_every_plan_that_takes_a_node_out_holds_the_policy_lock() -> None:
     adopted.apply(adopted.plan())  # its NodeAcceptance is created
     assert adopted.na is not None
     assert adopted.plan().needs_limit_lock  # the adoption takes it out
+
+
+# ------------------------------------------------------------ lost capacity in GPUs (issue 40)
+
+
+def gpu_counts(
+    quarantined: int = 0, *, out_gpus: int, recent_gpus: int = 0, gpus: int = 80, asked: int = 8
+) -> QuarantineLimitCounts:
+    return QuarantineLimitCounts(
+        quarantined,
+        10,
+        0,
+        0,
+        matched_gpus=gpus,
+        unavailable_gpus=out_gpus,
+        taken_out_recently_gpus=recent_gpus,
+        asked_gpus=asked,
+    )
+
+
+@pytest.mark.parametrize("policy", [{"maxQuarantined": 3}, {"maxQuarantined": "30%"}])
+@pytest.mark.parametrize("out_nodes", range(6))
+def test_on_nodes_of_equal_size_gpus_decide_as_nodes_do(
+    policy: dict[str, Any], out_nodes: int
+) -> None:
+    """Ten 8-GPU nodes: a node's take-out in GPUs is allowed exactly when it is in nodes."""
+    nodes = take_out_allowed(spec(**policy), counts(out_nodes))
+    in_gpus = take_out_allowed(spec(**policy), gpu_counts(out_nodes, out_gpus=8 * out_nodes))
+    assert nodes.allowed == in_gpus.allowed == (out_nodes < 3)
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    spec: dict[str, Any]
+    counts: QuarantineLimitCounts
+    gpus: int
+    allowed: bool
+    why: str = ""
+    new_take_out: bool = True
+
+
+GPU_ROWS = {
+    "a fenced GPU is a share of a node: two nodes and seven GPUs out, one GPU more fits": GpuRow(
+        {"maxQuarantined": 3}, gpu_counts(2, out_gpus=23), 1, True
+    ),
+    "but not a whole node": GpuRow(
+        {"maxQuarantined": 3}, gpu_counts(2, out_gpus=23), 8, False, "23 GPU(s) of limit 24"
+    ),
+    "fenced GPUs add up to a node's worth": GpuRow(
+        {"maxQuarantined": 1}, gpu_counts(out_gpus=8), 1, False, "maxQuarantined=1"
+    ),
+    "nodes of unequal size: the limit at the average node": GpuRow(
+        {"maxQuarantined": 2, "quarantineRate": {"maxPerWindow": 2}},
+        gpu_counts(out_gpus=4, gpus=60),
+        8,
+        True,
+    ),
+    "over it": GpuRow(
+        {"maxQuarantined": 2, "quarantineRate": {"maxPerWindow": 2}},
+        gpu_counts(out_gpus=5, gpus=60),
+        8,
+        False,
+        "5 GPU(s) of limit 12",
+    ),
+    "a one-node limit admits a node larger than the average when nothing is out": GpuRow(
+        {"maxQuarantined": 1, "quarantineRate": {"maxPerWindow": 1}},
+        gpu_counts(out_gpus=0, gpus=60),
+        8,
+        True,
+    ),
+    "a zero limit admits nothing": GpuRow(
+        {"maxQuarantined": 0}, gpu_counts(out_gpus=0), 1, False, "0 GPU(s) of limit 0"
+    ),
+    "the rate in GPUs": GpuRow(
+        {"maxQuarantined": 10, "quarantineRate": {"maxPerWindow": 1}},
+        gpu_counts(out_gpus=0, recent_gpus=4),
+        8,
+        False,
+        "4 GPU(s) of limit 8 taken out",
+    ),
+    "the rate counts only a new take-out": GpuRow(
+        {"maxQuarantined": 10, "quarantineRate": {"maxPerWindow": 1}},
+        gpu_counts(out_gpus=0, recent_gpus=8),
+        8,
+        True,
+        new_take_out=False,
+    ),
+}
+
+
+@pytest.mark.parametrize("row", GPU_ROWS.values(), ids=GPU_ROWS.keys())
+def test_take_out_allowed_in_gpus(row: GpuRow) -> None:
+    counts = dataclasses.replace(row.counts, asked_gpus=row.gpus)
+    decision = take_out_allowed(spec(**row.spec), counts, new_take_out=row.new_take_out)
+    assert decision.allowed == row.allowed, decision.why
+    assert row.why in decision.why
+
+
+@pytest.mark.parametrize(
+    ("status", "out"),
+    [
+        (NodeAcceptanceStatus(phase=Phase.QUARANTINED), 8),
+        (NodeAcceptanceStatus(phase=Phase.ACCEPTED), 0),
+        (NodeAcceptanceStatus(phase=Phase.ACCEPTED, fenced="1/8"), 1),
+        (NodeAcceptanceStatus(phase=Phase.ACCEPTED, fenced="9/8"), 8),  # never more than it has
+        (NodeAcceptanceStatus(phase=Phase.ACCEPTED, fenced="one"), 0),
+        (NodeAcceptanceStatus(phase=Phase.PROBING, was_in_service=True), 8),
+    ],
+)
+def test_gpus_out(status: NodeAcceptanceStatus, out: int) -> None:
+    assert gpus_out(status, 8) == out
+
+
+@pytest.mark.parametrize(("fenced_elsewhere", "phase"), [(0, Phase.QUARANTINED), (1, Phase.HELD)])
+def test_a_gpu_fenced_elsewhere_counts_against_a_one_node_limit(
+    fenced_elsewhere: int, phase: Phase
+) -> None:
+    """Ten 8-GPU nodes, maxQuarantined 1 (8 GPUs): one GPU fenced on another node leaves
+    room for 7 GPUs, not for this node's 8; the node counts alone would let it through."""
+    limit = QuarantineLimitCounts(
+        0, 10, matched_gpus=80, unavailable_gpus=fenced_elsewhere, taken_out_recently_gpus=0
+    )
+    world = World(policies=[PolicyView("default", 1, spec(maxQuarantined=1))], limit_counts=limit)
+    world.settle()
+    world.finish_with_report(make_report(failing=["pcie_link"]))
+    world.settle()
+    assert world.status.phase == phase, world.status.message
+    if phase == Phase.HELD:
+        assert "1 GPU(s) of limit 8 out of service, 8 more asked" in (world.status.message or "")

@@ -86,6 +86,9 @@ def _normalised(shares: Mapping[str, PolicyTally]) -> dict[str, PolicyTally]:
             window_seconds=share.window_seconds,
             fleet_matched=share.fleet_matched,
             fleet_unavailable=share.fleet_unavailable,
+            matched_gpus=share.matched_gpus,
+            gpus_out=share.gpus_out,
+            taken_out_gpus=share.taken_out_gpus,
         )
         for name, share in shares.items()
     }
@@ -180,11 +183,15 @@ SEQUENCES: list[Sequence[Step]] = [
     SEQUENCES,
     ids=["lifecycle", "relabel-delete", "policy-change", "policies-come-and-go", "capacity"],
 )
-def test_fleet_count_answers_what_the_snapshot_tally_answers(steps: Sequence[Step]) -> None:
+@pytest.mark.parametrize("gpus", [0, 8], ids=["nodes-of-unknown-size", "8-gpu-nodes"])
+def test_fleet_count_answers_what_the_snapshot_tally_answers(
+    steps: Sequence[Step], gpus: int
+) -> None:
     count = FleetCount()
     policies: tuple[PolicyView, ...] = ()
     nodes: dict[str, NodeView] = {}
     acceptances: dict[str, NAView] = {}
+    exercised = False  # the limit's counts in GPUs were compared (8-GPU nodes)
     for step in steps:
         if isinstance(step, Policies):
             policies = step.views
@@ -192,7 +199,10 @@ def test_fleet_count_answers_what_the_snapshot_tally_answers(steps: Sequence[Ste
         elif isinstance(step, Node):
             nodes.pop(step.name, None)
             if step.labels is not None:
-                nodes[step.name] = NodeView(name=step.name, labels=dict(step.labels))
+                nodes[step.name] = NodeView(
+                    name=step.name, labels=dict(step.labels), gpu_capacity=gpus
+                )
+            count.set_node_gpus(step.name, gpus if step.labels is not None else 0)
             count.set_node(step.name, None if step.labels is None else dict(step.labels))
         else:
             acceptances.pop(step.name, None)
@@ -206,6 +216,7 @@ def test_fleet_count_answers_what_the_snapshot_tally_answers(steps: Sequence[Ste
         )
         expected = _normalised(tally(snapshot))
         assert count.tally() == expected, step
+        exercised |= any(share.matched_gpus is not None for share in expected.values())
         for policy, share in expected.items():
             for node in {*nodes, *acceptances, "absent"}:
                 assert count.limit_counts(policy, node, NOW) == share.limit_counts(node, NOW)
@@ -214,6 +225,7 @@ def test_fleet_count_answers_what_the_snapshot_tally_answers(steps: Sequence[Ste
                     policy,
                     node,
                 )
+    assert exercised == bool(gpus)
 
 
 def test_a_policy_that_selects_no_node_matches_no_node_again() -> None:

@@ -262,3 +262,26 @@ def test_explain_says_how_the_node_publishes_its_gpus(mode: str, says: str) -> N
 def test_explain_says_nothing_of_publishing_where_the_status_does_not() -> None:
     lines = explain_lines(acceptance("gpu-new", None), policy_object())
     assert not any("published" in line for line in lines)
+
+
+def test_explain_names_the_gpus_that_failed_which_checks(pcie_x8: ProbeReport) -> None:
+    """status.gpuVerdicts (issue 40): the verdict's per-GPU part, as the core records it."""
+    stored = acceptance("gpu-x8", pcie_x8)
+    gpus = evaluate(pcie_x8, DEFAULT_SPEC.probe).attribution.gpus
+    assert [(g.index, g.checks) for g in gpus] == [(3, ["pcie_link"])]  # the full form
+    stored["status"]["gpuVerdicts"] = [
+        {"index": 3, "uuid": "GPU-3f1c", "checks": ["pcie_link"], "fenced": False},
+        {"index": 6, "checks": ["memory_health", "pcie_link"], "fenced": True},
+    ]
+    stored["status"]["fenced"] = "1/8"
+    lines = explain_lines(stored, policy_object())
+    at = lines.index("per-GPU verdicts, fenced 1/8:")
+    assert lines[at + 1 : at + 3] == [
+        "  GPU 3 (GPU-3f1c): pcie_link (not fenced)",
+        "  GPU 6: memory_health, pcie_link (fenced)",
+    ]
+
+
+def test_explain_without_per_gpu_verdicts_says_nothing_of_them(healthy: ProbeReport) -> None:
+    lines = explain_lines(acceptance("gpu-good", healthy), policy_object())
+    assert not any(line.startswith("per-GPU verdicts") for line in lines)

@@ -27,7 +27,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from gpuaccept.probe.hardware.simulated_watch import simulated_uuid
+from gpuaccept.probe.hardware.simulated import simulated_uuid
 
 log = logging.getLogger("gpuaccept.testsupport.standin_dra")
 JSON = dict[str, Any]

@@ -635,6 +635,12 @@ def acceptance_crd() -> Schema:
                 "The first reason of the verdict (of a held one too): what a held Quarantine "
                 "would quarantine for.",
             ),
+            _column(
+                "Fenced",
+                ".status.fenced",
+                "string",
+                "GPUs fenced of the node's (fencing.mode gpu on a DRA node), e.g. 1/8.",
+            ),
             *figure_columns(),
             _column(
                 "Fabric",

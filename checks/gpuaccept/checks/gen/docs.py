@@ -117,6 +117,17 @@ def checks_table(checks: Sequence[AnyCheckSpec] = CHECKS) -> str:
     return "\n".join(rows) + "\n"
 
 
+def per_gpu_table(checks: Sequence[AnyCheckSpec] = CHECKS) -> str:
+    """policy.md: whose each check's failures are, a GPU's or the node's, why and the
+    source (each check's ``CheckSpec.ownership`` and ``failing_gpus``)."""
+    rows = ["| check | whose | why | source |", "|-------|-------|-----|--------|"]
+    for check in checks:
+        whose = "GPU" if check.fencible else "node"
+        why, source = _cell(check.ownership.why), _cell(check.ownership.source)
+        rows.append(f"| `{check.name}` | {whose} | {why} | {source} |")
+    return "\n".join(rows) + "\n"
+
+
 def runbook_reasons(checks: Sequence[AnyCheckSpec] = CHECKS) -> str:
     """runbook.md: each check's reasons, what they mean and the usual fix
     (from each check's ``RunbookEntry``)."""
@@ -264,6 +275,7 @@ def check_sections(checks: Sequence[AnyCheckSpec] = CHECKS) -> str:
 
 GENERATORS: dict[str, Generator] = {
     "checks-table": lambda _root: checks_table(),
+    "per-gpu-table": lambda _root: per_gpu_table(),
     "policy-fields": lambda _root: policy_fields(),
     "probe-checks": lambda _root: probe_checks(),
     "observed-shapes": lambda _root: observed_shapes(),

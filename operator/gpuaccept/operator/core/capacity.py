@@ -17,6 +17,14 @@ bounds, the tightest wins:
   nodes together, :func:`fleet_limit`), so that many small policies (one per node,
   where a percentage of one node rounds up to 1) cannot take out more than it allows.
 
+Lost capacity is counted in GPUs where the counts carry them
+(``QuarantineLimitCounts.matched_gpus``; issue 40): a node out of service as all of its
+GPUs, a fenced GPU (``status.fenced``) as one. The standing limit and the rate are then
+node limits turned into GPUs at the policy's average node (``limit * matched GPUs // matched
+nodes``), so that on nodes of equal size they decide as the node counts do, and a
+GPU fenced is a share of a node, not a node (:func:`gpus_out`, :func:`gpu_limit`). The
+operator's ceiling stays a count of nodes.
+
 A brand-new node that registered under the pending taint is not in service: its
 probe takes nothing out, so nothing here holds it back; once quarantined or held
 it counts against the standing limit.
@@ -24,11 +32,13 @@ it counts against the standing limit.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.contracts.policy_fields import OWNED_KEY_PREFIX, limit_count
+from gpuaccept.operator.core.gpusharing import replicas
 from gpuaccept.operator.core.model import NodeView, QuarantineLimitCounts
 
 # The NodeAcceptance reason of a verdict or a new round the limit holds back.
@@ -59,6 +69,36 @@ def out_of_service(st: NodeAcceptanceStatus) -> bool:
     if st.phase == Phase.HELD:  # a dry run changes no taint; the limit holds it pending
         return st.reason != REASON_DRY_RUN and st.was_in_service
     return st.phase in UNDECIDED_OUT and st.was_in_service
+
+
+FENCED_PATTERN = re.compile(r"^(\d+)/(\d+)$")
+
+
+def fenced_gpus(st: NodeAcceptanceStatus) -> int:
+    """The node's fenced GPUs (``status.fenced``, "1/8"); 0 when none."""
+    match = FENCED_PATTERN.match(st.fenced or "")
+    return int(match.group(1)) if match else 0
+
+
+def gpus_out(st: NodeAcceptanceStatus, node_gpus: int) -> int:
+    """The GPUs of a node of ``node_gpus`` GPUs that gpuaccept holds out of service: all
+    of them while the node is (:func:`out_of_service`), else its fenced ones."""
+    if out_of_service(st):
+        return node_gpus
+    return min(fenced_gpus(st), node_gpus)
+
+
+def node_gpu_count(node: NodeView) -> int:
+    """The node's physical GPUs as its Node shows them: the device plugin's capacity
+    divided by its replicas (GPU sharing); 0 where the Node does not say (a DRA node:
+    its pool is not on the Node), and then its policy's limit counts nodes."""
+    return -(-node.gpu_capacity // replicas(node)) if node.gpu_capacity > 0 else 0
+
+
+def gpu_limit(node_limit: int, matched: int, matched_gpus: int) -> int:
+    """A limit of ``node_limit`` nodes in GPUs, at the average node of ``matched`` nodes
+    with ``matched_gpus`` GPUs (exact on nodes of equal size)."""
+    return node_limit * matched_gpus // matched if matched else 0
 
 
 def gated(node: NodeView) -> bool:
@@ -129,19 +169,17 @@ def take_out_allowed(
         return TakeOutDecision(True)
     matched = counts.matched
     standing = standing_limit(spec, matched, ceiling)
+    if counts.asked_gpus and counts.matched_gpus is not None:
+        return _take_out_gpus(spec, counts, ceiling, new_take_out=new_take_out)
     if counts.unavailable + 1 > standing:
         return TakeOutDecision(
             False,
             f"maxQuarantined={spec.max_quarantined}: {counts.unavailable} of limit {standing} "
             "out of service",
         )
-    fleet = fleet_limit(counts, ceiling)
-    if counts.fleet_out + 1 > fleet:
-        return TakeOutDecision(
-            False,
-            f"--max-unavailable-ceiling={ceiling}: {counts.fleet_out} of fleet limit {fleet} "
-            f"out of service (over every policy's {counts.fleet_nodes} node(s))",
-        )
+    fleet = _fleet_ceiling(counts, ceiling)
+    if not fleet.allowed:
+        return fleet
     if new_take_out:
         rate = rate_limit(spec, matched, ceiling)
         if counts.taken_out_recently + 1 > rate:
@@ -150,5 +188,59 @@ def take_out_allowed(
                 False,
                 f"quarantineRate={spec.quarantine_rate.max_per_window}/{window}s: "
                 f"{counts.taken_out_recently} of limit {rate} taken out in the last {window}s",
+            )
+    return TakeOutDecision(True)
+
+
+def _fleet_ceiling(counts: QuarantineLimitCounts, ceiling: int | str) -> TakeOutDecision:
+    fleet = fleet_limit(counts, ceiling)
+    if counts.fleet_out + 1 > fleet:
+        return TakeOutDecision(
+            False,
+            f"--max-unavailable-ceiling={ceiling}: {counts.fleet_out} of fleet limit {fleet} "
+            f"out of service (over every policy's {counts.fleet_nodes} node(s))",
+        )
+    return TakeOutDecision(True)
+
+
+def _fits(out: int, gpus: int, limit: int, node_limit: int) -> bool:
+    """``gpus`` more fit under ``limit`` GPUs with ``out`` out; a limit of one node or more
+    always admits the first take-out, whatever its size (a node larger than the average
+    would else be held by a one-node limit for ever)."""
+    return out + gpus <= limit or (out == 0 and node_limit >= 1)
+
+
+def _take_out_gpus(
+    spec: NodeAcceptancePolicySpec,
+    counts: QuarantineLimitCounts,
+    ceiling: int | str,
+    *,
+    new_take_out: bool,
+) -> TakeOutDecision:
+    """:func:`take_out_allowed` in GPUs: the standing limit and the rate turned into GPUs
+    (:func:`gpu_limit`); the operator's ceiling in nodes."""
+    matched, matched_gpus, gpus = counts.matched, counts.matched_gpus or 0, counts.asked_gpus or 0
+    nodes = standing_limit(spec, matched, ceiling)
+    standing = gpu_limit(nodes, matched, matched_gpus)
+    out = counts.unavailable_gpus or 0
+    if not _fits(out, gpus, standing, nodes):
+        return TakeOutDecision(
+            False,
+            f"maxQuarantined={spec.max_quarantined}: {out} GPU(s) of limit {standing} out of "
+            f"service, {gpus} more asked",
+        )
+    fleet = _fleet_ceiling(counts, ceiling)
+    if not fleet.allowed:
+        return fleet
+    if new_take_out:
+        rate_nodes = rate_limit(spec, matched, ceiling)
+        rate = gpu_limit(rate_nodes, matched, matched_gpus)
+        recent = counts.taken_out_recently_gpus or 0
+        if not _fits(recent, gpus, rate, rate_nodes):
+            window = spec.quarantine_rate.window_seconds
+            return TakeOutDecision(
+                False,
+                f"quarantineRate={spec.quarantine_rate.max_per_window}/{window}s: {recent} "
+                f"GPU(s) of limit {rate} taken out in the last {window}s, {gpus} more asked",
             )
     return TakeOutDecision(True)

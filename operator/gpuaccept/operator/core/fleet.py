@@ -31,7 +31,9 @@ from gpuaccept.operator.core.capacity import (
     HELD_QUARANTINE,
     REASON_QUARANTINE_LIMIT,
     gated,
+    gpus_out,
     lingering,
+    node_gpu_count,
     out_of_service,
     take_out_allowed,
 )
@@ -123,14 +125,32 @@ class PolicyTally:
     # under any policy.
     fleet_matched: int | None = None
     fleet_unavailable: frozenset[str] = frozenset()
+    # Lost capacity in GPUs (issue 40): the GPUs of its nodes (None: a node of unknown
+    # size, capacity.node_gpu_count 0: the limit counts nodes), each NodeAcceptance's GPUs
+    # out of service (capacity.gpus_out; nonzero ones) and the GPUs of each node in
+    # ``taken_out``.
+    matched_gpus: int | None = None
+    gpus_out: Mapping[str, int] = field(default_factory=dict)
+    taken_out_gpus: Mapping[str, int] = field(default_factory=dict)
 
     def limit_counts(self, node: str, now: datetime | None = None) -> QuarantineLimitCounts:
         """The limit's counts as seen by ``node`` (itself excluded) at ``now`` (None:
         the rate's window is not counted)."""
-        recent = 0
+        recent = recent_gpus = 0
         if now is not None:
             since = now - timedelta(seconds=self.window_seconds)
-            recent = sum(1 for t, name in self.taken_out if t >= since and name != node)
+            window = [name for t, name in self.taken_out if t >= since and name != node]
+            recent = len(window)
+            recent_gpus = sum(self.taken_out_gpus.get(name, 0) for name in window)
+        gpus = (
+            {}
+            if self.matched_gpus is None
+            else {
+                "matched_gpus": self.matched_gpus,
+                "unavailable_gpus": sum(self.gpus_out.values()) - self.gpus_out.get(node, 0),
+                "taken_out_recently_gpus": recent_gpus,
+            }
+        )
         return QuarantineLimitCounts(
             quarantined=len(self.quarantined - {node}),
             matched=self.matched,
@@ -142,6 +162,7 @@ class PolicyTally:
                 if self.fleet_matched is None
                 else len(self.fleet_unavailable) - (node in self.fleet_unavailable)
             ),
+            **gpus,
         )
 
 
@@ -216,11 +237,56 @@ def _decided(snapshot: FleetSnapshot, policies: list[PolicyView]) -> dict[str, _
     return out
 
 
+@dataclass
+class _GpuShare:
+    """Per policy, lost capacity in GPUs (see :class:`PolicyTally`)."""
+
+    matched: int = 0
+    unknown: int = 0  # matched nodes of unknown size
+    out: dict[str, int] = field(default_factory=dict)
+    taken_out: dict[str, int] = field(default_factory=dict)
+
+
+def _gpu_shares(snapshot: FleetSnapshot, policies: list[PolicyView]) -> dict[str, _GpuShare]:
+    """Per policy: its nodes' GPUs, and each NodeAcceptance's GPUs out of service."""
+    shares = {p.name: _GpuShare() for p in policies}
+    node_gpus = {node.name: node_gpu_count(node) for node in snapshot.nodes}
+    for node in snapshot.nodes:
+        for policy in matching_policies(snapshot.policies, node.labels):
+            share = shares.get(policy.name)
+            if share is not None:
+                share.matched += node_gpus[node.name]
+                share.unknown += node_gpus[node.name] == 0
+    _gpus_out_of_service(snapshot, shares, node_gpus)
+    return shares
+
+
+def _gpus_out_of_service(
+    snapshot: FleetSnapshot, shares: dict[str, _GpuShare], node_gpus: Mapping[str, int]
+) -> None:
+    """Each policy's NodeAcceptances' GPUs out of service, and those of the nodes taken out."""
+    gates = {node.name for node in snapshot.nodes if gated(node)}
+    for na in snapshot.acceptances:
+        st, gpus = na.status, node_gpus.get(na.name, 0)
+        share = shares.get(st.policy or "")
+        if share is None:
+            continue
+        whole = (
+            st.phase == Phase.QUARANTINED or out_of_service(st) or lingering(st, na.name in gates)
+        )
+        out = gpus if whole else gpus_out(st, gpus)
+        if out:
+            share.out[na.name] = out
+        if st.taken_out_time is not None:
+            share.taken_out[na.name] = gpus
+
+
 def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyTally]:
     """Every policy's (or just ``only``'s) tally, keyed by policy name."""
     policies = [p for p in snapshot.policies if only is None or p.name == only]
     matched, conflicts, fleet = _matched(snapshot, policies)
     decided = _decided(snapshot, policies)
+    gpu_shares = _gpu_shares(snapshot, policies)
     unavailable = fleet_unavailable(snapshot)
     out: dict[str, PolicyTally] = {}
     for policy in policies:
@@ -240,6 +306,11 @@ def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyT
             would_quarantine=share.held_actions[HELD_QUARANTINE],
             fleet_matched=fleet,
             fleet_unavailable=unavailable,
+            matched_gpus=(
+                gpu_shares[name].matched if matched[name] and not gpu_shares[name].unknown else None
+            ),
+            gpus_out=gpu_shares[name].out,
+            taken_out_gpus=gpu_shares[name].taken_out,
         )
     return out
 

@@ -26,6 +26,7 @@ from gpuaccept.operator.core.capacity import (
     HELD_ACCEPT,
     HELD_QUARANTINE,
     REASON_QUARANTINE_LIMIT,
+    gpus_out,
     lingering,
     out_of_service,
 )
@@ -47,17 +48,27 @@ class _Counted:
     out: bool  # out of service because of gpuaccept, not quarantined
     taken_out: datetime | None
     held_action: str | None = None
+    node_gpus: int = 0  # the node's GPUs when counted (0: unknown)
+    gpus_out: int = 0  # of them, out of service because of gpuaccept (capacity.gpus_out)
 
 
-def _counted(status: NodeAcceptanceStatus, node_gated: bool) -> _Counted | None:
+def _counted(status: NodeAcceptanceStatus, node_gated: bool, node_gpus: int = 0) -> _Counted | None:
     if not status.policy:
         return None
     held = status.reason == REASON_QUARANTINE_LIMIT
     out = status.phase != Phase.QUARANTINED and (
         out_of_service(status) or lingering(status, node_gated)
     )
+    whole = out or status.phase == Phase.QUARANTINED
     return _Counted(
-        status.policy, status.phase, held, out, status.taken_out_time, status.held_action
+        status.policy,
+        status.phase,
+        held,
+        out,
+        status.taken_out_time,
+        status.held_action,
+        node_gpus,
+        node_gpus if whole else gpus_out(status, node_gpus),
     )
 
 
@@ -93,6 +104,16 @@ class FleetCount:
         self._taints: dict[str, tuple[frozenset[str], datetime | None]] = {}
         self._pending_keys: frozenset[str] = frozenset({PENDING_TAINT_KEY})
         self._unmatched: dict[str, datetime | None] = {}
+        # Lost capacity in GPUs (issue 40): each node's GPUs (capacity.node_gpu_count; 0:
+        # unknown), those counted in its policies' sums, per policy the GPUs of its nodes,
+        # how many of them are of unknown size (then its limit counts nodes), and per
+        # policy the GPUs out of service by NodeAcceptance.
+        self._node_gpus: dict[str, int] = {}
+        self._added_gpus: dict[str, int] = {}
+        self._matched_gpus: Counter[str] = Counter()
+        self._unknown_gpus: Counter[str] = Counter()
+        self._gpus_out: defaultdict[str, dict[str, int]] = defaultdict(dict)
+        self._gpus_out_total: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ changes
     def set_policies(self, policies: Iterable[PolicyView]) -> None:
@@ -180,13 +201,33 @@ class FleetCount:
             self._by_label[pair].add(name)
         self._add_node(name, labels)
 
+    def set_node_gpus(self, name: str, gpus: int) -> None:
+        """A node's GPUs now (capacity.node_gpu_count; 0: unknown or gone): its policies'
+        GPU sums and its NodeAcceptance's GPUs out follow. Told before :meth:`set_node`."""
+        if self._node_gpus.get(name, 0) == gpus:
+            return
+        if gpus:
+            self._node_gpus[name] = gpus
+        else:
+            self._node_gpus.pop(name, None)
+        labels = self._labels.get(name)
+        if labels is not None:
+            self._unmatch(name)
+            self._add_node(name, labels)
+        if name in self._statuses:
+            self.set_acceptance(name, self._statuses[name])
+
     def set_acceptance(self, name: str, status: NodeAcceptanceStatus | None) -> None:
         """A NodeAcceptance's status now (None: it is gone)."""
         if status is None:
             self._statuses.pop(name, None)
         else:
             self._statuses[name] = status
-        new = _counted(status, name in self._gated) if status is not None else None
+        new = (
+            _counted(status, name in self._gated, self._node_gpus.get(name, 0))
+            if status is not None
+            else None
+        )
         old = self._counted.get(name)
         if old == new:
             return
@@ -218,7 +259,10 @@ class FleetCount:
         self._matching[name] = matching
         self._fleet_matched += bool(matching)
         self._note_unmatched(name)
+        gpus = self._added_gpus[name] = self._node_gpus.get(name, 0)
         for policy in matching:
+            self._matched_gpus[policy] += gpus
+            self._unknown_gpus[policy] += gpus == 0
             self._matched[policy] += 1
             self._members[policy].add(name)
             if len(matching) > 1:
@@ -227,7 +271,10 @@ class FleetCount:
     def _unmatch(self, name: str) -> None:
         matching = self._matching.pop(name, ())
         self._fleet_matched -= bool(matching)
+        gpus = self._added_gpus.pop(name, 0)
         for policy in matching:
+            self._matched_gpus[policy] -= gpus
+            self._unknown_gpus[policy] -= gpus == 0
             self._matched[policy] -= 1
             self._members[policy].discard(name)
             self._conflicts[policy].discard(name)
@@ -246,6 +293,11 @@ class FleetCount:
         self._phases[policy][counted.phase] += step
         if counted.held_action:
             self._held_actions[policy][counted.held_action] += step
+        self._gpus_out_total[policy] += step * counted.gpus_out
+        if counted.gpus_out and step > 0:
+            self._gpus_out[policy][name] = counted.gpus_out
+        elif counted.gpus_out:
+            self._gpus_out[policy].pop(name, None)
         for members, member in (
             (self._quarantined[policy], counted.phase == Phase.QUARANTINED),
             (self._held[policy], counted.held_by_limit),
@@ -295,7 +347,27 @@ class FleetCount:
             taken_out_recently=recent,
             fleet_matched=self._fleet_matched,
             fleet_unavailable=len(self._unavailable) - (node in self._unavailable),
+            **self._gpu_counts(policy, node, now),
         )
+
+    def _gpu_counts(self, policy: str, node: str, now: datetime | None) -> dict[str, int]:
+        """The limit's counts in GPUs for ``node`` (itself excluded): none where a node of
+        the policy is of unknown size (its limit counts nodes); O(nodes taken out within
+        the window)."""
+        if not self._matched.get(policy, 0) or self._unknown_gpus.get(policy, 0):
+            return {}
+        out = self._gpus_out.get(policy, {})
+        recent = 0
+        times = self._taken_out.get(policy)
+        if now is not None and times:
+            since = now - timedelta(seconds=self._window(policy))
+            at = bisect_left(times, (since, ""))
+            recent = sum(self._counted[n].node_gpus for _, n in times[at:] if n != node)
+        return {
+            "matched_gpus": self._matched_gpus[policy],
+            "unavailable_gpus": self._gpus_out_total[policy] - out.get(node, 0),
+            "taken_out_recently_gpus": recent,
+        }
 
     def _window(self, policy: str) -> int:
         spec = next((p.spec for p in self._policies if p.name == policy), None)
@@ -324,5 +396,14 @@ class FleetCount:
                 would_quarantine=self._held_actions[name][HELD_QUARANTINE],
                 fleet_matched=self._fleet_matched,
                 fleet_unavailable=unavailable,
+                matched_gpus=(
+                    self._matched_gpus[name]
+                    if matched and not self._unknown_gpus.get(name, 0)
+                    else None
+                ),
+                gpus_out=dict(self._gpus_out.get(name, {})),
+                taken_out_gpus={
+                    n: self._counted[n].node_gpus for _, n in self._taken_out.get(name, ())
+                },
             )
         return out

@@ -253,6 +253,15 @@ class QuarantineLimitCounts:
     # under any policy. None: this policy's nodes are the whole fleet.
     fleet_matched: int | None = None
     fleet_unavailable: int | None = None
+    # The same in GPUs (issue 40: the limit means lost capacity whether a node or one GPU
+    # is taken out): the GPUs of this policy's nodes, and every other GPU of them out of
+    # service because of gpuaccept (a node out: all its GPUs; a fenced GPU: one) and those
+    # taken out within the rate's window. None: not counted; the limit counts nodes.
+    matched_gpus: int | None = None
+    unavailable_gpus: int | None = None
+    taken_out_recently_gpus: int | None = None
+    # The GPUs the action on this node takes out: all of its own, or the GPUs to fence.
+    asked_gpus: int | None = None
 
     @property
     def unavailable(self) -> int:

@@ -17,7 +17,7 @@ spent. Nothing here ever accepts a node on an error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal, assert_never
 
@@ -41,8 +41,14 @@ from gpuaccept.operator.core.capacity import (
     REASON_DRY_RUN,
     TakeOutDecision,
     in_service,
+    node_gpu_count,
     out_of_service,
     take_out_allowed,
+)
+from gpuaccept.operator.core.fencing import (
+    REASON_FENCING_NOT_BUILT,
+    fence_message,
+    fencing_decision,
 )
 from gpuaccept.operator.core.history import (
     Recorded,
@@ -169,6 +175,11 @@ def judged(
     ):
         return _enter_fabric(ctx, verdict, evidence)
     summary = reasons_message(list(verdict.reasons)[:MAX_REASONS])
+    fencing = fencing_decision(verdict, ctx.spec.fencing, ctx.gpus.mode)
+    if fencing.fence:  # the fence is not built: never a bad GPU left in service unfenced
+        summary = f"{fence_message(fencing)}: {summary}"
+    elif fencing.why_node:
+        summary = f"{cut(summary, 700)}; not fenced: {fencing.why_node}"
     if ctx.spec.dry_run:
         if verdict.accepted:
             return Hold(verdict, evidence, REASON_DRY_RUN, "dry run: would accept", HELD_ACCEPT)
@@ -177,6 +188,8 @@ def judged(
     if verdict.accepted:
         return Accept(verdict, evidence, accept_message)
     main = verdict.reasons[0].reason if verdict.reasons else REASON_PROBE_ERROR
+    if fencing.fence:
+        main = REASON_FENCING_NOT_BUILT
     # Already quarantined under this policy: no new slot is taken. Under
     # another policy (the node was relabelled), it takes one here.
     decision = take_out_now(ctx)
@@ -193,9 +206,12 @@ def take_out_now(ctx: NodeContext) -> TakeOutDecision:
     counted out of service under this policy takes no new slot (quarantined, or
     taken out for this round); under another policy (relabelled) it takes one here."""
     st = ctx.status
+    counts = ctx.obs.limit_counts
+    if counts.matched_gpus is not None:  # lost capacity in GPUs: this node's, all of them
+        counts = replace(counts, asked_gpus=node_gpu_count(ctx.node) or None)
     return take_out_allowed(
         ctx.spec,
-        ctx.obs.limit_counts,
+        counts,
         ceiling=ctx.obs.config.max_unavailable_ceiling,
         already_out=out_of_service(st) and st.policy == ctx.policy.name,
         new_take_out=in_service(st),
@@ -316,10 +332,12 @@ def _evidence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any
         update["probed_sections"] = probed_sections(ctx.spec.probe) if report is not None else None
         # The kubelet's view of the probe's run (None for a pod that never ran).
         update["probe_pod_seconds"] = pod.run_seconds if pod is not None else None
+        update["gpu_verdicts"] = []  # an error verdict names no GPU
     if verdict.checks or report is not None:
         update["checks"] = list(verdict.checks)[:MAX_REASONS]
     if report is not None:  # the figures of the report judged (an error verdict has none)
         update["figures"] = verdict.figures
+        update["gpu_verdicts"] = list(verdict.attribution.gpus)
     if isinstance(outcome, EnterFabric):
         update["fabric"] = FabricStatus(waiting_since=ctx.obs.now, summary="waiting")
     return update

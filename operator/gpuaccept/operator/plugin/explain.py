@@ -105,6 +105,22 @@ def _reasons(status: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _gpu_verdicts(status: Mapping[str, Any]) -> list[str]:
+    """Which GPUs failed which checks (status.gpuVerdicts: the failures that belong to
+    one GPU, docs/policy.md "Per-GPU verdicts"), and how many are fenced."""
+    items = [g for g in status.get("gpuVerdicts") or [] if isinstance(g, Mapping)]
+    if not items:
+        return []
+    fenced = f", fenced {status['fenced']}" if status.get("fenced") else ""
+    out = [f"per-GPU verdicts{fenced}:"]
+    for gpu in items:
+        uuid = f" ({gpu['uuid']})" if gpu.get("uuid") else ""
+        checks = ", ".join(str(c) for c in gpu.get("checks") or [])
+        state = "fenced" if gpu.get("fenced") else "not fenced"
+        out.append(f"  GPU {gpu.get('index', '?')}{uuid}: {checks} ({state})")
+    return out
+
+
 def _fabric(status: Mapping[str, Any]) -> list[str]:
     fabric = status.get("fabric")
     if not isinstance(fabric, Mapping) or not fabric:
@@ -195,6 +211,7 @@ def explain_lines(
     head = [
         *_summary(name, status, policy),
         *_reasons(status),
+        *_gpu_verdicts(status),
         *_fabric(status),
         *_in_service(status),
     ]

@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,6 +100,15 @@ LOST = "NVML: GPU is lost (NVML_ERROR_GPU_IS_LOST)"
 # NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors): Xid 79 "GPU has fallen off
 # the bus"; from then on NVML answers GPU_IS_LOST for it and CUDA cannot use it.
 FELL_OFF_BUS_XIDS = frozenset({79})
+# A fixed namespace: a simulated GPU's UUID is the same for the same node and index.
+SIM_UUID_NAMESPACE = uuid.UUID("6b1f3c52-5a3e-4c1e-9a57-0c6a4f1d9e21")
+
+
+def simulated_uuid(node_name: str, index: int) -> str:
+    """The UUID a simulated GPU has on ``node_name`` (the DRA stand-in publishes it too)."""
+    return f"GPU-{uuid.uuid5(SIM_UUID_NAMESPACE, f'{node_name}/{index}')}"
+
+
 NVML_MISMATCH = "NVML: driver/library version mismatch"
 SIM_IDLE_SM_MHZ = 345  # an idle H100's SM clock
 SIM_DEADLINE_S = 60.0  # the real backend's copy and load deadlines
@@ -184,9 +194,14 @@ class SimulatedBackend:
     mode = HardwareMode.SIMULATED
 
     def __init__(
-        self, profile: HardwareProfile, host_proc_root: Path = Path("/proc"), time_scale: float = 0
+        self,
+        profile: HardwareProfile,
+        host_proc_root: Path = Path("/proc"),
+        time_scale: float = 0,
+        node_name: str | None = None,
     ) -> None:
         self.profile = profile
+        self._node_name = node_name  # names the GPUs' UUIDs (None: NVML answers none)
         self._time_scale = time_scale  # > 0: take the profile's durations x this (seconds)
         self._tmp = Path(tempfile.mkdtemp(prefix="gpuaccept-sim-", dir=_fast_tmp()))
         try:
@@ -235,6 +250,7 @@ class SimulatedBackend:
                 index=i,
                 name=self.profile.gpus.model,
                 bus_id=bus_id(i),
+                uuid=simulated_uuid(self._node_name, i) if self._node_name else None,
                 problem=LOST if self.profile.gpus.gpu(i).lost == "before" else None,
             )
             for i in range(self.profile.gpus.count)

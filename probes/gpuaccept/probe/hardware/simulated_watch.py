@@ -12,7 +12,6 @@ seconds.
 """
 
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -27,20 +26,14 @@ from gpuaccept.probe.hardware.profile import (
     NvlinkCounterName,
     RemappedRowsSpec,
 )
-from gpuaccept.probe.hardware.simulated import FELL_OFF_BUS_XIDS, SimulatedBackend
+from gpuaccept.probe.hardware.simulated import FELL_OFF_BUS_XIDS, SimulatedBackend, simulated_uuid
 from gpuaccept.probe.hardware.xid_events import XidLog
 
-# A fixed namespace: a simulated GPU's UUID is the same for the same node and index.
-SIM_UUID_NAMESPACE = uuid.UUID("6b1f3c52-5a3e-4c1e-9a57-0c6a4f1d9e21")
 NVLINK_COUNTERS: dict[str, NvlinkCounterName] = {
     "nvlinkReplay": "replay",
     "nvlinkRecovery": "recovery",
     "nvlinkCrc": "crc",
 }
-
-
-def simulated_uuid(node_name: str, index: int) -> str:
-    return f"GPU-{uuid.uuid5(SIM_UUID_NAMESPACE, f'{node_name}/{index}')}"
 
 
 LOST = 0  # in a timeline event: the GPU is lost (no Xid; NVML's wait answers GPU_IS_LOST)

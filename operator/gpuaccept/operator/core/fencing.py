@@ -1,0 +1,87 @@
+"""Fence the GPU or quarantine the node (pure): the policy's ``fencing`` section applied
+to a judged verdict on a node that publishes its GPUs one way or the other.
+
+:func:`fencing_decision` answers, for a verdict that does not accept the node:
+
+=======================================================  =================================
+the verdict, the policy, the node                         outcome
+=======================================================  =================================
+``fencing.mode: node`` (the default)                      quarantine the node
+a reason that is the node's (a node-level check, an       quarantine the node
+error, a skip, a failure not tied to GPUs)
+a per-GPU failure of a check not in ``fencing.checks``    quarantine the node
+more failing GPUs than ``fencing.maxFencedGpus``          quarantine the node
+a device-plugin node (no supported way to take one GPU    quarantine the node
+out from outside its plugin)
+``mode: gpu``, a DRA node, every failure per-GPU and      fence those GPUs
+fencible, within the bound
+=======================================================  =================================
+
+In every case the per-GPU verdict (which GPUs failed which checks) is recorded in the
+status (``gpuVerdicts``), so that it shows on a quarantined node too.
+
+The fence itself (a DeviceTaintRule per GPU, issue 40) is not built yet: the runtime has
+no actuator for it. A decision to fence is therefore recorded as a quarantine of the
+node with reason :data:`REASON_FENCING_NOT_BUILT`, naming the GPUs it would fence: a
+bad GPU is never left in service unfenced. When the actuator exists, this is the one
+place that turns a :class:`FencingDecision` with GPUs into an ``Accept`` with fenced GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuaccept.checks.fencing import FencingMode, FencingPolicy
+from gpuaccept.checks.verdict import Verdict
+from gpuaccept.contracts.nodeacceptance import GpuPublishing, GpuVerdict
+
+REASON_FENCING_NOT_BUILT = "FencingNotBuilt"
+
+
+@dataclass(frozen=True)
+class FencingDecision:
+    """The GPUs to fence (empty: the node's verdict stands), and why the node's verdict
+    stands where ``fencing.mode`` is ``gpu`` ("" otherwise)."""
+
+    fence: tuple[GpuVerdict, ...] = ()
+    why_node: str = ""
+
+
+def _gpu_names(gpus: tuple[GpuVerdict, ...]) -> str:
+    return ", ".join(f"GPU {g.index}" + (f" ({g.uuid})" if g.uuid else "") for g in gpus)
+
+
+def fencing_decision(
+    verdict: Verdict, fencing: FencingPolicy, publishing: GpuPublishing | None
+) -> FencingDecision:
+    """Fence single GPUs, or let the node's verdict stand (the table above)."""
+    if verdict.accepted or fencing.mode is FencingMode.NODE:
+        return FencingDecision()
+    node_reasons = verdict.node_reasons
+    if node_reasons:
+        first = node_reasons[0]
+        return FencingDecision(why_node=f"{first.check} ({first.reason}) is the node's")
+    gpus = verdict.attribution.gpus
+    unfenced = sorted({c for g in gpus for c in g.checks if not fencing.fences(c)})
+    if unfenced or not gpus:
+        named = ", ".join(unfenced) or "none"
+        return FencingDecision(why_node=f"checks not in fencing.checks: {named}")
+    if len(gpus) > fencing.max_fenced_gpus:
+        return FencingDecision(
+            why_node=f"{len(gpus)} GPUs failed, over fencing.maxFencedGpus="
+            f"{fencing.max_fenced_gpus}"
+        )
+    if publishing is not GpuPublishing.DRA:
+        how = publishing.value if publishing is not None else "no GPU publishing seen"
+        return FencingDecision(
+            why_node=f"{how} node: a GPU is fenced only through DRA ({_gpu_names(gpus)})"
+        )
+    return FencingDecision(fence=gpus)
+
+
+def fence_message(decision: FencingDecision) -> str:
+    """What a decision to fence records while the fence is not built."""
+    return (
+        f"would fence {_gpu_names(decision.fence)}: fencing through DeviceTaintRules is "
+        "not built yet, so the node is quarantined"
+    )
