@@ -18,7 +18,7 @@ from judge_table import condense_json, default_policy, policy
 from pydantic import JsonValue, ValidationError
 
 from gpuaccept.checks.attribution import attribute
-from gpuaccept.checks.fencing import FENCIBLE_CHECKS, FencingPolicy
+from gpuaccept.checks.fencing_policy import FENCIBLE_CHECKS, FencingPolicy
 from gpuaccept.checks.memory_health import SPEC as MEMORY_HEALTH
 from gpuaccept.checks.pcie_link import SPEC as PCIE_LINK
 from gpuaccept.checks.policy import ProbePolicy

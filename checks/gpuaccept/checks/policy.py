@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import Field, create_model, model_validator
 
 from gpuaccept.checks.fabric_allreduce import FabricPolicy
-from gpuaccept.checks.fencing import FencingPolicy
+from gpuaccept.checks.fencing_policy import FencingPolicy
 from gpuaccept.checks.registry import CHECKS
 from gpuaccept.checks.spec import AnyCheckSpec, CheckSpec
 from gpuaccept.contracts.api import PENDING_TAINT_KEY

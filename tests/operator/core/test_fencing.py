@@ -9,7 +9,7 @@ import pytest
 from world import REPO, World, make_report, probed, spec
 
 from gpuaccept.checks.attribution import Attribution
-from gpuaccept.checks.fencing import FencingMode, FencingPolicy
+from gpuaccept.checks.fencing_policy import FencingMode, FencingPolicy
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import (
     GpuPublishing,

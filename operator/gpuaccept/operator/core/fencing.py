@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuaccept.checks.fencing import FencingMode, FencingPolicy
+from gpuaccept.checks.fencing_policy import FencingMode, FencingPolicy
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import GpuPublishing, GpuVerdict
 
