@@ -360,6 +360,7 @@ def test_acceptance_status_round_trips_and_columns_show(cp: ControlPlane, name: 
         "REASON",
         "HELD",  # the action held back (empty: none), then the verdict's first reason
         "FAILING",
+        "FENCED",  # the fenced GPUs (empty: none fenced), then the key figures'
         "BUSBW",  # the key figures' columns, in their declared display order
         "PCIE",
         "FABRIC",
@@ -368,7 +369,7 @@ def test_acceptance_status_round_trips_and_columns_show(cp: ControlPlane, name: 
         "AGE",
     ]
     row = table[1].split()
-    # HELD is empty here, so FAILING's value follows REASON's
+    # HELD and FENCED are empty here, so FAILING's value follows REASON's
     assert row[:6] == [name, "Quarantined", "LowBusBandwidth", "LowBusBandwidth", "80.5", "Gen5x16"]
     assert row[6:10] == ["failed", "167.5", "GB/s", "550.54.15"]  # the FABRIC column, then DRIVER
     wide = cp.kubectl("get", "na", name, "-o", "wide").stdout.splitlines()
