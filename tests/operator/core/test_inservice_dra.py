@@ -337,3 +337,23 @@ def test_a_taint_from_before_the_acceptance_is_not_new_evidence() -> None:
     assert [(r.gpu, r.key) for r in result.ledger.driver_taints] == [
         ("GPU-1", f"{DRIVER}/unmonitored")
     ]
+
+
+@pytest.mark.parametrize(
+    ("added", "judged"),
+    [
+        (-0.4, True),  # the API server's whole second, truncated: the acceptance's second
+        (-1.9, True),  # within the slack: a second of clock skew on top
+        (-2.5, False),  # older than the slack: from before the acceptance
+        (0, True),
+    ],
+)
+def test_a_taint_dated_in_the_acceptance_s_second_is_judged(added: float, judged: bool) -> None:
+    """timeAdded is whole seconds by the API server's clock, the acceptance microseconds
+    by the operator's: a fatal Xid tainted right after the acceptance may read as a
+    fraction of a second older. It is judged, not dropped as old."""
+    ledger = accepted()
+    result = evaluate(
+        POLICY, ledger, Observed(pool(taints={"GPU-2": (taint("xid", "79", at=added),)}), s(1))
+    )
+    assert bool(result.ledger.driver_taints) is judged

@@ -31,7 +31,7 @@ short; two signals take its place:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpuaccept.checks.xid_classes import xid_class
 from gpuaccept.contracts.inservice import (
@@ -59,6 +59,13 @@ TAINT_XID = "xid"
 TAINT_GPU_LOST = "gpu-lost"
 TAINT_UNMONITORED = "unmonitored"
 TAINTS = (TAINT_XID, TAINT_GPU_LOST, TAINT_UNMONITORED)
+
+# How much older than the acceptance a taint must be dated to count as from before
+# it. The API server dates a taint (``timeAdded``, a metav1.Time) in whole seconds,
+# truncated, by its own clock; the acceptance is dated by the operator's clock to the
+# microsecond. A taint set in the same second as the acceptance, or a clock skew of
+# a second, would otherwise read as older than the acceptance and be dropped unjudged.
+ACCEPTANCE_SLACK = timedelta(seconds=2)
 
 
 def dra_seen(gpus: PublishedGpus) -> DraSeen | None:
@@ -152,7 +159,10 @@ def new_driver_taints(
     before the ledger's acceptance is not new evidence: the acceptance probe came
     after it (the driver keeps a taint until it restarts, so a node re-probed without
     a reboot would otherwise be convicted again by what its probe cleared). An
-    unmonitored GPU is a standing state, whenever it was tainted."""
+    unmonitored GPU is a standing state, whenever it was tainted. "Before" means dated
+    more than :data:`ACCEPTANCE_SLACK` before the acceptance: a taint the API server
+    dated within that is judged (a fatal Xid counted once too often is a probe's
+    question, a dropped one a blind window)."""
     if dra is None:
         return []
     accepted = ledger.accepted_time
@@ -162,7 +172,11 @@ def new_driver_taints(
             name = _name(taint.key, device.driver)
             if name is None:
                 continue
-            before = accepted is not None and taint.added is not None and taint.added < accepted
+            before = (
+                accepted is not None
+                and taint.added is not None
+                and taint.added < accepted - ACCEPTANCE_SLACK
+            )
             if before and name != TAINT_UNMONITORED:
                 continue
             if _recorded((*ledger.driver_taints, *found), device.gpu, taint):
