@@ -350,6 +350,7 @@ def parser() -> argparse.ArgumentParser:
         description="Probe new GPU nodes and accept or quarantine them (NodeAcceptancePolicy).",
     )
     _cluster_options(p)
+    _gpu_publishing_options(p)
     _limit_options(p)
     _high_availability_options(p.add_argument_group("high availability"))
     _owned_key_options(p)
@@ -399,8 +400,8 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _limit_options(p: argparse.ArgumentParser) -> None:
-    """Waits and limits: unmatched nodes, the CRDs at start, simulated reports, the ceiling."""
+def _gpu_publishing_options(p: argparse.ArgumentParser) -> None:
+    """How a node's GPUs are published (the device plugin, DRA) and watched in service."""
     env = os.environ.get
     p.add_argument(
         "--dra-driver",
@@ -424,6 +425,11 @@ def _limit_options(p: argparse.ArgumentParser) -> None:
         help="the DeviceClass a DRA node's probe claim asks every device of (NVIDIA's "
         "chart installs gpu.nvidia.com: its driver's whole GPUs; docs/architecture.md)",
     )
+
+
+def _limit_options(p: argparse.ArgumentParser) -> None:
+    """Waits and limits: unmatched nodes, the CRDs at start, simulated reports, the ceiling."""
+    env = os.environ.get
     p.add_argument(
         "--unmatched-grace",
         type=float,
