@@ -22,12 +22,22 @@ one (profiles/fabric/), the stand-in completes fabric pairs from the two profile
 ``interNode.busbwGBps`` (scale mode), and the result adds the rounds, pairs and
 fabric verdicts. The floor does no fabric test: it accepts those nodes.
 
+With ``--dra-every K`` (the operator arm only) every K-th node publishes its GPUs as
+NVIDIA's DRA driver does (the stand-in's ResourceSlices of ``gpu.nvidia.com``, no
+``nvidia.com/gpu``; 2: half the fleet, the failing nodes shared between both kinds):
+its probe gets the GPUs through a ResourceClaim the operator creates, which the real
+kube-scheduler (``.bin/kube-scheduler``, run for the benchmark as the admin) allocates
+and binds; the harness plays the controller manager's resourceclaim controller
+(testsupport/standin_dra.py), as the admin too. Neither is counted for the arm. The
+result adds the DRA nodes and the operator's DRA requests (claims, slices) per DRA node.
+
 The last stdout line is a machine-readable summary (``--label``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import math
@@ -86,7 +96,9 @@ from gpuaccept.testsupport.kubelet_standin import (
     StandInSettings,
     fabric_pairs_from_profiles,
 )
+from gpuaccept.testsupport.scheduler import kube_scheduler
 from gpuaccept.testsupport.standin_behaviours import reported_wall_s
+from gpuaccept.testsupport.standin_dra import DRA_DRIVER, ClaimController, device_class_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 FINAL = ("Accepted", "Quarantined")
@@ -97,6 +109,8 @@ DAMAGED_PROFILE = REPO / "profiles" / "fabric" / "h100-sxm-8gpu-damaged-cable.ya
 FABRIC_SECTION = {"enabled": True, "minBusbwGBps": 200, "deadlineSeconds": 1800}
 FABRIC_REASON = "FabricAllreduceFailed"
 FABRIC_POD_LABEL = "gpuaccept.io/fabric-pair"
+PROBE_NODE_LABEL = "gpuaccept.io/node"  # a probe pod's node (a DRA node's pod is bound later)
+DRA_RESOURCES = ("resourceclaims", "resourceslices")
 FLOOR_WRITES_PER_PAIR = 6
 # The loops that make requests in every join (bench/accounting.py): the watches, the
 # nodes' reconciles, the leader election and the installation lock (the policy status
@@ -140,6 +154,9 @@ class ArmResult:
     fabric: dict[str, Any] = field(default_factory=dict)
     # with --reverify-seconds (the operator arm): bench/reverify_fleet.py's ReverifyResult
     reverify: dict[str, Any] = field(default_factory=dict)
+    # with --dra-every: {"nodes": DRA nodes, "requests": the arm's claim and slice
+    # requests, "per_dra_node": those per DRA node, "by_call_per_dra_node": by call}
+    dra: dict[str, Any] = field(default_factory=dict)
     # the operator arm's requests of the join by loop and phase, per node (bench/accounting.py);
     # with the floor: the calls above its requests per node
     accounting: dict[str, Any] = field(default_factory=dict)
@@ -220,7 +237,7 @@ class Tracker:
         )
 
     def _on_pod(self, pod: Any) -> None:
-        node = pod.spec.node_name or ""
+        node = (pod.metadata.labels or {}).get(PROBE_NODE_LABEL) or pod.spec.node_name or ""
         if FABRIC_POD_LABEL in (pod.metadata.labels or {}):
             return  # a fabric pair's pod, not a second probe of the node
         with self.lock:
@@ -265,6 +282,7 @@ class Setup:
     # docs/probe.md#time-budget), instead of probe_delay_s
     probe_time_scale: float | None = None
     fabric_slow_every: int = 0  # 0: no fabric test; else every k-th node's fabric is slow
+    dra_every: int = 0  # 0: every node's GPUs through the device plugin; else every k-th's DRA
     reverify: ReverifySettings | None = None  # the re-verification phase after the operator's
 
 
@@ -356,6 +374,13 @@ class ArmRun:
         every = self.setup.fabric_slow_every
         return every > 0 and int(name.rsplit("-", 1)[1]) % every == 1
 
+    def dra(self, name: str) -> bool:
+        """Every ``dra_every``-th node publishes its GPUs through DRA, counted so that the
+        failing nodes (every ``fail_every``-th) alternate between both kinds."""
+        every = self.setup.dra_every
+        index = int(name.rsplit("-", 1)[1])
+        return every > 0 and (index + index // max(self.setup.fail_every, 1)) % every == 0
+
     def _await_watching(self) -> None:
         """The rest of step 2: the arm watches Nodes; the tracker and py-spy start."""
         setup = self.setup
@@ -406,6 +431,8 @@ class ArmRun:
             for i in range(self.n)
         ]
         for node in nodes:  # the profiles only matter to the fabric pairs
+            if self.dra(node.name):
+                node.dra_driver = DRA_DRIVER
             if fabric:
                 slow = self.slow_fabric(node.name)
                 node.profile = str(DAMAGED_PROFILE if slow else HEALTHY_PROFILE)
@@ -558,6 +585,8 @@ class ArmRun:
         result.requests = counts.to_json(n)
         if self.arm == "operator":
             self._account(n)
+        if setup.dra_every:
+            result.dra = dra_requests(counts, sum(1 for name in self.created if self.dra(name)))
         standin_counts = RequestCounts()
         for request in setup.audit.of_user(self.standin_id.user):
             standin_counts.add(request)
@@ -567,6 +596,12 @@ class ArmRun:
             f"dup={result.duplicated} wall={result.wall_s:.1f}s "
             f"req/node={counts.per_node(n):.2f} "
             f"rss={result.peak_rss_mb:.0f}MB cpu={result.cpu_s:.1f}s"
+            + (
+                f" dra_nodes={result.dra['nodes']} "
+                f"dra_req/dra_node={result.dra['per_dra_node']:.2f}"
+                if result.dra
+                else ""
+            )
         )
         return result
 
@@ -582,6 +617,24 @@ class ArmRun:
             f"accounting: {p}"
             for p in accounting.problems(self.result.accounting, required=JOIN_LOOPS)
         ]
+
+
+def dra_requests(counts: RequestCounts, dra_nodes: int) -> dict[str, Any]:
+    """The arm's requests on claims and slices (only DRA nodes cause them), per DRA node."""
+    calls = {
+        call: count
+        for call, count in sorted(counts.by_call.items())
+        if call.split(" ", 1)[1].split("/", 1)[0] in DRA_RESOURCES
+    }
+    total = sum(calls.values())
+    return {
+        "nodes": dra_nodes,
+        "requests": total,
+        "per_dra_node": round(total / dra_nodes, 3) if dra_nodes else 0.0,
+        "by_call_per_dra_node": {
+            call: round(count / dra_nodes, 3) if dra_nodes else 0.0 for call, count in calls.items()
+        },
+    }
 
 
 def _stamp(text: str) -> datetime:
@@ -842,6 +895,8 @@ def summary_line(label: str, results: Sequence[ArmResult]) -> str:
         "rss_mb": f"{op.peak_rss_mb:.0f}" if op else "nan",
         "cpu_s": f"{op.cpu_s:.1f}" if op else "nan",
     }
+    if op and op.dra:
+        fields |= {"dra_nodes": op.dra["nodes"], "dra_req_per_dra_node": op.dra["per_dra_node"]}
     if op and op.fabric:
         fields |= {
             "fabric_rounds": op.fabric["rounds"],
@@ -970,6 +1025,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0,
         help="run the fabric test; every k-th node has a slow fabric (20: 5%%; 0: no fabric)",
     )
+    parser.add_argument(
+        "--dra-every",
+        type=int,
+        default=0,
+        help="every k-th node publishes its GPUs through DRA (2: half; 0: none; the operator "
+        "arm only: the floor places no claim); runs kube-scheduler",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out")
     parser.add_argument(
         "--plot", type=Path, help="PNG path (default OUT/<label>/time-to-verdict.png)"
@@ -1039,6 +1101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(f"fleet benchmark: N={sizes} arms={arms} on {machine}; output in {out}")
 
     reverify = reverify_fleet.settings_from(args)  # a bad value fails before the cluster starts
+    if args.dra_every < 0 or (args.dra_every and arms != ["operator"]):
+        log("[red]--dra-every: a count >= 0, with --arms operator (the floor places no claim)[/]")
+        return 2
     prepared = PreparedReports.from_args(args)
     healthy_profile, fault_profile = prepared.healthy_profile, prepared.fault_profile
     log(
@@ -1058,7 +1123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[ArmResult] = []
     code = 0
     try:
-        with cp.api_client() as admin:
+        with cp.api_client() as admin, contextlib.ExitStack() as dra:
             apply_crds(admin, REPO / "crds")
             ensure_namespace(admin)
             ensure_policy(
@@ -1066,6 +1131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 {GPU_PRESENT_LABEL: "true", BENCH_LABEL: "true"},
                 fabric=FABRIC_SECTION if args.fabric_slow_every else None,
             )
+            if args.dra_every:
+                start_dra(cp, admin, out, dra)
             setup = Setup(
                 cp=cp,
                 admin=admin,
@@ -1085,6 +1152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 py_spy_gil=not args.py_spy_all_threads,
                 probe_time_scale=args.probe_time_scale,
                 fabric_slow_every=args.fabric_slow_every,
+                dra_every=args.dra_every,
                 reverify=reverify,
             )
             results, code = run_arms(setup, sizes, arms)
@@ -1105,6 +1173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "profiles": [str(healthy_profile), str(fault_profile)],
         "fail_every": args.fail_every,
         "fabric_slow_every": args.fabric_slow_every,
+        "dra_every": args.dra_every,
         "results": [asdict(r) for r in results],
     }
     (out / "results.json").write_text(json.dumps(document, indent=2) + "\n")
@@ -1119,6 +1188,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"results: {out / 'results.json'}  plot: {plot}", flush=True)
     print(summary_line(args.label, results), flush=True)
     return 1 if failed(results) else code
+
+
+def start_dra(
+    cp: ControlPlane, admin: client.ApiClient, out: Path, stack: contextlib.ExitStack
+) -> None:
+    """What a DRA node's probe needs beside the operator: NVIDIA's chart's DeviceClass,
+    kube-scheduler (it allocates the claims and binds the pods) and the resourceclaim
+    controller's part (testsupport/standin_dra.py), for the rest of the run."""
+    try:
+        client.CustomObjectsApi(admin).create_cluster_custom_object(
+            "resource.k8s.io", "v1", "deviceclasses", device_class_manifest()
+        )
+    except ApiException as error:
+        if error.status != 409:
+            raise
+    stack.enter_context(kube_scheduler(cp, out))
+    stack.enter_context(ClaimController(admin, NAMESPACE))
+    log(f"DRA: kube-scheduler and the claim controller running (log {out}/kube-scheduler.log)")
 
 
 def failed(results: Sequence[ArmResult]) -> bool:

@@ -15,6 +15,10 @@
 #                      sample 30 s), quarantineRate 1%/60 s, maxQuarantined 2%, every 50th node
 #                      busy; exits 1 if more were out at once, or taken out per window, than allowed;
 #                      binds= on the last line: which of the policy's limits was reached
+#   make bench-dra     the operator's requests per node with DRA-published nodes (issue 39):
+#                      the same fleet at DRA_NODES (100 300), all through the device plugin
+#                      (bench/out/bench-dra-none), then half of it DRA-published
+#                      (bench/out/bench-dra-half; kube-scheduler allocates the probe claims)
 #
 #   BENCH_ARGS=...     extra options, e.g. BENCH_ARGS=--profile-operator (pyinstrument)
 #                      or BENCH_ARGS=--keep-cluster; see `python -m bench.fleet_bench -h`
@@ -23,8 +27,9 @@ BENCH_PY ?= .venv/bin/python
 BENCH_ARGS ?=
 REVERIFY_NODES ?= 5000
 REVERIFY_SECONDS ?= 300
+DRA_NODES ?= 100 300
 
-.PHONY: bench bench-quick bench-5k bench-check bench-reverify
+.PHONY: bench bench-quick bench-5k bench-check bench-reverify bench-dra
 
 bench: venv $(BIN)/controlplane
 	$(BENCH_PY) -m bench.fleet_bench --label bench --nodes 100 --nodes 500 --nodes 2000 $(BENCH_ARGS)
@@ -42,3 +47,9 @@ bench-check: venv $(BIN)/controlplane
 bench-reverify: venv $(BIN)/controlplane
 	$(BENCH_PY) -m bench.fleet_bench --label bench-reverify --arms operator \
 		--nodes $(REVERIFY_NODES) --fail-every 0 --reverify-seconds $(REVERIFY_SECONDS) $(BENCH_ARGS)
+
+bench-dra: venv $(BIN)/controlplane $(BIN)/kube-scheduler
+	$(BENCH_PY) -m bench.fleet_bench --label bench-dra-none --arms operator \
+		$(foreach n,$(DRA_NODES),--nodes $(n)) $(BENCH_ARGS)
+	$(BENCH_PY) -m bench.fleet_bench --label bench-dra-half --arms operator --dra-every 2 \
+		$(foreach n,$(DRA_NODES),--nodes $(n)) $(BENCH_ARGS)

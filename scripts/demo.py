@@ -12,7 +12,13 @@
    "Health in service"): nodes accepted healthy, then watched by token-less watch
    pods playing their profile's in-service timeline: Xid 79 (quarantined in
    service, XidFatal), a quiet window (stays Accepted), Xid 13 twice on one GPU (a
-   suspect, stays Accepted).
+   suspect, stays Accepted); and DRA nodes under the first policy, whose GPUs the
+   stand-in publishes as NVIDIA's DRA driver does (ResourceSlices of driver
+   ``gpu.nvidia.com``, no ``nvidia.com/gpu``): two healthy ones and one with a PCIe
+   link at x8. Their probe pods get the GPUs through a ResourceClaim the operator
+   creates, which the real kube-scheduler (``.bin/kube-scheduler``, a subprocess)
+   allocates; the stand-in also plays the controller manager's resourceclaim
+   controller (the control plane runs none).
 3. Run ``gpuaccept operator`` (a subprocess) and wait until every node is decided.
 4. Print ``kubectl get nodeacceptance``, the nodes with taints and labels, and
    what to try next. Exit 0 only if every node ended where it should.
@@ -50,6 +56,8 @@ from gpuaccept.testsupport.attached import register, stop_attached
 from gpuaccept.testsupport.controlplane import ControlPlane, default_dir, start
 from gpuaccept.testsupport.controlplane import stop as stop_control_plane
 from gpuaccept.testsupport.crd_install import apply_crds
+from gpuaccept.testsupport.scheduler import scheduler_command
+from gpuaccept.testsupport.standin_dra import device_class_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "gpuaccept-system"
@@ -101,7 +109,16 @@ INSERVICE_QUARANTINED = {
 INSERVICE_QUIET = {"gpu-inservice-quiet": "profiles/inservice/quiet.yaml"}
 INSERVICE_SUSPECT = {"gpu-inservice-xid13": ("profiles/inservice/xid13-twice-one-gpu.yaml", 13)}
 INSERVICE_NODES = (*INSERVICE_QUARANTINED, *INSERVICE_QUIET, *INSERVICE_SUSPECT)
-ALL_NODES = (*GOOD, *BAD, *FABRIC_GOOD, *FABRIC_BAD, *REVERIFY_BAD, *INSERVICE_NODES)
+# DRA-published nodes under the first policy, beside its device-plugin nodes (docs/
+# architecture.md, "The probe on a DRA node"): NVIDIA's driver's name, its chart's
+# DeviceClass (testsupport/standin_dra.py).
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_GOOD = {f"gpu-dra-{i}": "profiles/h100-sxm-8gpu-healthy.yaml" for i in (1, 2)}
+DRA_BAD = {"gpu-dra-pcie-x8": ("profiles/faults/pcie-x8.yaml", FAULTS["pcie-x8"])}
+DRA_NODES = (*DRA_GOOD, *DRA_BAD)
+ALL_NODES = (
+    *GOOD, *BAD, *FABRIC_GOOD, *FABRIC_BAD, *REVERIFY_BAD, *INSERVICE_NODES, *DRA_NODES
+)  # fmt: skip
 TIMEOUT_S = 300
 # In <cluster dir>/demo: the demo started the control plane, so demo-down stops it.
 STARTED_CLUSTER = "started-cluster"
@@ -117,6 +134,7 @@ def out(text: str) -> None:
 
 POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
 NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
+SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 def _create(kube: Kube, path: str, body: dict[str, Any]) -> None:
@@ -130,6 +148,7 @@ def _create(kube: Kube, path: str, body: dict[str, Any]) -> None:
 def install(kube: Kube) -> None:
     apply_crds(kube.api)
     _create(kube, "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    _create(kube, "/apis/resource.k8s.io/v1/deviceclasses", device_class_manifest())
     _create(
         kube,
         f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
@@ -140,7 +159,8 @@ def install(kube: Kube) -> None:
         # The default policy: each profile's `expect` is stated against it.
         "probe": yaml.safe_load((ROOT / "policies" / "default-h100-h200.yaml").read_text()),
         "probeRun": {"timeoutSeconds": 120, "retries": 1, "backoffSeconds": 5},
-        "maxQuarantined": len(BAD),  # every fault node is quarantined, none held by the breaker
+        # every fault node is quarantined (the DRA one too), none held by the breaker
+        "maxQuarantined": len(BAD) + len(DRA_BAD),
         "dryRun": False,
         "paused": False,
     }
@@ -233,18 +253,32 @@ def fleet_file(state: Path) -> Path:
         }
         for name, (profile, later, _reason) in REVERIFY_BAD.items()
     ]
+    dra = {**DRA_GOOD, **{name: profile for name, (profile, _r) in DRA_BAD.items()}}
+    nodes += [
+        {
+            "name": name,
+            "profile": str(ROOT / profile),
+            "labels": {"gpuaccept.io/demo": "true"},
+            "taints": [{"key": PENDING_TAINT_KEY, "effect": "NoSchedule"}],
+            "draDriver": DRA_DRIVER,
+        }
+        for name, profile in dra.items()
+    ]
     path = state / "fleet.yaml"
     path.write_text(yaml.safe_dump({"nodes": nodes}, sort_keys=False))
     return path
 
 
 def forget_fleet(kube: Kube) -> None:
-    """Remove what an earlier demo (KEEP=1) left: its nodes and their NodeAcceptances."""
+    """Remove what an earlier demo (KEEP=1) left: its nodes, their NodeAcceptances and
+    the DRA nodes' ResourceSlices."""
     names = list(ALL_NODES)
     for name in names:
         with contextlib.suppress(ApiException):
             kube.request("DELETE", f"/api/v1/nodes/{name}")
         kube.delete_na(name)
+    for name in DRA_NODES:
+        kube.request("DELETE", f"{SLICES_PATH}?fieldSelector=spec.nodeName%3D{name}")
     for name in names:
         for _ in range(30):
             if kube.get_node(name) is None and kube.get_na(name) is None:
@@ -318,6 +352,7 @@ class DemoRun:
     state: Path
     operator: subprocess.Popen[bytes]
     standin: subprocess.Popen[bytes]
+    scheduler: subprocess.Popen[bytes]
 
 
 def start_fleet(cp: ControlPlane, *, keep: bool) -> DemoRun:
@@ -336,15 +371,19 @@ def start_fleet(cp: ControlPlane, *, keep: bool) -> DemoRun:
         f"registering {len(ALL_NODES)} simulated GPU nodes with the pending taint "
         f"({len(FABRIC_GOOD) + len(FABRIC_BAD)} of them under '{FABRIC_POLICY}', which runs "
         f"the fabric test; {len(INSERVICE_NODES)} under '{INSERVICE_POLICY}', watched in "
-        "service once accepted)"
+        f"service once accepted; {len(DRA_NODES)} whose GPUs are published through DRA)"
     )
     standin = spawn(
         [sys.executable, "-m", "gpuaccept.testsupport.kubelet_standin", "--kubeconfig",
-         str(cp.kubeconfig), "--nodes-file", str(fleet_file(state))]
+         str(cp.kubeconfig), "--nodes-file", str(fleet_file(state)),
+         "--claim-controller-namespace", NAMESPACE]
         + ([] if keep else ["--delete-nodes-on-exit"]),
         state / "kubelet-standin.log",
     )  # fmt: skip
     register(cp.dir, "demo-kubelet-standin", standin.pid)
+    say("running kube-scheduler (it allocates the DRA nodes' probe claims)")
+    scheduler = spawn(scheduler_command(cp), state / "kube-scheduler.log")
+    register(cp.dir, "demo-kube-scheduler", scheduler.pid)
     say("running gpuaccept operator")
     operator = spawn(
         [sys.executable, "-m", "gpuaccept.cli", "operator", "--kubeconfig", str(cp.kubeconfig),
@@ -354,7 +393,7 @@ def start_fleet(cp: ControlPlane, *, keep: bool) -> DemoRun:
         state / "operator.log",
     )  # fmt: skip
     register(cp.dir, "demo-operator", operator.pid)
-    return DemoRun(cp, kube, state, operator, standin)
+    return DemoRun(cp, kube, state, operator, standin, scheduler)
 
 
 def wait_for_verdicts(run: DemoRun) -> bool:
@@ -362,8 +401,11 @@ def wait_for_verdicts(run: DemoRun) -> bool:
     deadline = time.monotonic() + TIMEOUT_S
     last = ""
     while time.monotonic() < deadline:
-        if run.operator.poll() is not None or run.standin.poll() is not None:
-            say(f"a process died; see {run.state}/operator.log and kubelet-standin.log")
+        if any(p.poll() is not None for p in (run.operator, run.standin, run.scheduler)):
+            say(
+                f"a process died; see {run.state}/operator.log, kubelet-standin.log and "
+                "kube-scheduler.log"
+            )
             return False
         current = phases(run.kube)
         counts: dict[str, int] = {}
@@ -431,21 +473,42 @@ def unexpected_in_service(current: dict[str, dict[str, Any]]) -> list[str]:
 def unexpected(current: dict[str, dict[str, Any]]) -> list[str]:
     """Every node not where its profile says it must end."""
     problems = unexpected_in_service(current)
-    for name in (*GOOD, *FABRIC_GOOD):
+    for name in (*GOOD, *FABRIC_GOOD, *DRA_GOOD):
         if current.get(name, {}).get("phase") != "Accepted":
             problems.append(f"{name}: expected Accepted, got {current.get(name)}")
     reverify = {name: (profile, reason) for name, (profile, _l, reason) in REVERIFY_BAD.items()}
-    for name, (_profile, reason) in {**BAD, **FABRIC_BAD, **reverify}.items():
+    for name, (_profile, reason) in {**BAD, **FABRIC_BAD, **reverify, **DRA_BAD}.items():
         status = current.get(name, {})
         if status.get("phase") != "Quarantined" or status.get("reason") != reason:
             problems.append(
                 f"{name}: expected Quarantined/{reason}, got "
                 f"{status.get('phase')}/{status.get('reason')}"
             )
+    for name, status in current.items():
+        publishing = "DRA" if name in DRA_NODES else "DevicePlugin"
+        if status.get("gpuPublishing") != publishing:
+            problems.append(
+                f"{name}: expected its GPUs published by {publishing}, got "
+                f"{status.get('gpuPublishing')}"
+            )
     return problems
 
 
-def show(cp: ControlPlane) -> None:
+def publishing_summary(current: dict[str, dict[str, Any]]) -> str:
+    """How many nodes publish their GPUs each way, and how they ended."""
+    counts: dict[tuple[str, str], int] = {}
+    for status in current.values():
+        key = (str(status.get("gpuPublishing")), str(status.get("phase")))
+        counts[key] = counts.get(key, 0) + 1
+    ways = sorted({way for way, _phase in counts})
+    return "; ".join(
+        f"{way}: "
+        + ", ".join(f"{n} {phase}" for (w, phase), n in sorted(counts.items()) if w == way)
+        for way in ways
+    )
+
+
+def show(cp: ControlPlane, kube: Kube) -> None:
     out("")
     time.sleep(3)  # let the policy status catch up (it is written every 2 s)
     out(kubectl(cp, "get", "nodeacceptancepolicy"))
@@ -463,11 +526,18 @@ def show(cp: ControlPlane) -> None:
     )
     out("In service (accepted at the door, then watched):")
     out(kubectl(cp, "get", "nodeacceptance", *INSERVICE_NODES, "-o", columns))
+    columns = (
+        "custom-columns=NODE:.metadata.name,GPUS:.status.gpuPublishing,PHASE:.status.phase,"
+        "REASON:.status.reason,ATTEMPTS:.status.attempts"
+    )
+    out("GPUs published through DRA (ResourceSlices of gpu.nvidia.com; probed through a claim):")
+    out(kubectl(cp, "get", "nodeacceptance", *DRA_NODES, "-o", columns))
     for label in ("gpuaccept.io/demo", FABRIC_LABEL, REVERIFY_LABEL, INSERVICE_LABEL):
         out(kubectl(cp, "get", "nodes", "-l", f"{label}=true", "-o",
                     "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept"
                     "\\.io/acceptance,REASON:.metadata.labels.gpuaccept\\.io/reason,"
                     "TAINTS:.spec.taints[*].key"))  # fmt: skip
+    say(f"GPU publishing: {publishing_summary(phases(kube))}")
 
 
 def next_steps(cp: ControlPlane) -> None:
@@ -481,6 +551,8 @@ def next_steps(cp: ControlPlane) -> None:
     for name in FABRIC_BAD:
         out(f"  kubectl get nodeacceptance {name} -o yaml   # the fabric pairs it failed")
     out("  kubectl gpuaccept explain gpu-inservice-xid79   # in service: the ledger, the Xid 79")
+    out("  kubectl gpuaccept explain gpu-dra-pcie-x8   # a DRA node: its GPUs from its pool")
+    out("  kubectl get resourceslices -o wide          # the DRA nodes' pools")
     out("  kubectl annotate node gpu-healthy-1 gpuaccept.io/reprobe=now   # re-probe")
     out("  kubectl patch nodeacceptancepolicy demo --type merge -p "
         "'{\"spec\":{\"dryRun\":true}}'   # dry run")  # fmt: skip
@@ -491,9 +563,10 @@ def next_steps(cp: ControlPlane) -> None:
 
 
 def tear_down(run: DemoRun) -> None:
-    say("stopping the operator and the kubelet stand-in")
+    say("stopping the operator, the kubelet stand-in and kube-scheduler")
     stop_child(run.operator)
     stop_child(run.standin)
+    stop_child(run.scheduler)
     stop_attached(run.cp.dir)  # removes the registrations
     for policy in (POLICY, FABRIC_POLICY, REVERIFY_POLICY, INSERVICE_POLICY):
         with contextlib.suppress(ApiException):
@@ -514,7 +587,7 @@ def main() -> int:
     ok = False
     try:
         ok = wait_for_verdicts(run)
-        show(run.cp)
+        show(run.cp, run.kube)
         problems = unexpected(phases(run.kube))
         for problem in problems:
             say(f"UNEXPECTED {problem}")

@@ -210,3 +210,24 @@ def test_bench_check_accounts_for_health_in_service(tmp_path: Path) -> None:
     assert account["unit"] == "node-window"
     assert_accounted(account, ("in-service",), output)
     assert "above_floor" in account, output
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_bench_check_decides_a_fleet_half_of_it_dra_published(tmp_path: Path) -> None:
+    """Ten nodes, every second one publishing its GPUs through DRA (issue 39): every
+    node decided as prepared (the failing ones of both kinds), each DRA node probed
+    through one claim, created and deleted once, and every request named its loop."""
+    proc, output = run_bench(
+        tmp_path, "bench-check-dra", *("--arms", "operator", "--dra-every", "2"), nodes=10
+    )
+    assert proc.returncode == 0, output
+    assert re.search(r" dra_nodes=5 dra_req_per_dra_node=\d+\.\d+$", proc.stdout), output
+    results = json.loads((tmp_path / "bench-check-dra" / "results.json").read_text())
+    operator = results["results"][0]
+    assert (operator["decided"], operator["correct"], operator["duplicated"]) == (10, 10, 0)
+    dra = operator["dra"]
+    assert dra["nodes"] == 5, output
+    assert dra["by_call_per_dra_node"]["create resourceclaims"] == 1.0, output
+    assert dra["by_call_per_dra_node"]["delete resourceclaims"] == 1.0, output
+    assert_accounted(operator["accounting"], JOIN_LOOPS, output)

@@ -7,8 +7,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.audit import AuditTail, Request, count_by_user
-from bench.fleet_bench import ArmResult, latency_summary, percentile, summary_line
+from bench.audit import AuditTail, Request, RequestCounts, count_by_user
+from bench.fleet_bench import (
+    ArmResult,
+    dra_requests,
+    latency_summary,
+    percentile,
+    summary_line,
+)
 from bench.floor import judge
 from bench.phases import timeline
 from bench.profile_summary import summarise
@@ -182,3 +188,29 @@ def test_the_benchmark_reports_come_from_the_healthy_h100_and_a_pcie_fault() -> 
     healthy, fault = default_profiles()
     assert healthy.name == "h100-sxm-8gpu-healthy.yaml"
     assert fault.parent.name == "faults"
+
+
+def test_dra_requests_are_the_claim_and_slice_calls_per_dra_node() -> None:
+    counts = RequestCounts()
+    calls = [
+        ("create", "resourceclaims"),
+        ("create", "resourceclaims"),
+        ("delete", "resourceclaims"),
+        ("delete", "resourceclaims"),
+        ("list", "resourceslices"),
+        ("create", "pods"),
+        ("get", ""),
+    ]
+    for i, (verb, resource) in enumerate(calls):
+        counts.add(Request(str(i), "op", verb, resource, "", "ns", "x", 200, ""))
+    assert dra_requests(counts, 2) == {
+        "nodes": 2,
+        "requests": 5,
+        "per_dra_node": 2.5,
+        "by_call_per_dra_node": {
+            "create resourceclaims": 1.0,
+            "delete resourceclaims": 1.0,
+            "list resourceslices": 0.5,
+        },
+    }
+    assert dra_requests(RequestCounts(), 0)["per_dra_node"] == 0.0

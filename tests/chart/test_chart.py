@@ -20,6 +20,7 @@ from gpuaccept.testsupport.chart_rbac import chart_dir, helm, render_chart
 ROOT = Path(__file__).resolve().parents[2]
 CHART = chart_dir()
 HA_VALUES = CHART / "ci" / "ha-values.yaml"
+DRA_VALUES = CHART / "examples" / "dra-values.yaml"
 NAMESPACE = "gpuaccept-system"
 STANDARD_LABELS = (
     "app.kubernetes.io/name",
@@ -73,7 +74,9 @@ def args_of(docs: list[Manifest]) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("values", [None, HA_VALUES], ids=["defaults", "ha-values"])
+@pytest.mark.parametrize(
+    "values", [None, HA_VALUES, DRA_VALUES], ids=["defaults", "ha-values", "dra-values"]
+)
 def test_helm_lint(values: Path | None) -> None:
     args = ["lint", "--strict", str(CHART)]
     if values is not None:
@@ -136,7 +139,9 @@ def test_ha_render(ha_docs: list[Manifest]) -> None:
         assert obj["metadata"]["labels"]["team"] == "gpu-infra", obj["kind"]
 
 
-@pytest.mark.parametrize("values", [None, HA_VALUES], ids=["defaults", "ha-values"])
+@pytest.mark.parametrize(
+    "values", [None, HA_VALUES, DRA_VALUES], ids=["defaults", "ha-values", "dra-values"]
+)
 def test_standard_labels_everywhere(values: Path | None) -> None:
     docs = render_chart(namespace=NAMESPACE, values_files=[values] if values else [])
     for obj in docs:
@@ -501,3 +506,20 @@ def test_a_bad_probe_pull_secret_name_is_refused() -> None:
     )  # fmt: skip
     assert proc.returncode != 0
     assert "probe.imagePullSecrets.0.name" in proc.stderr.replace("/", "."), proc.stderr
+
+
+def test_the_dra_example_values_are_the_charts_defaults_written_out() -> None:
+    """examples/dra-values.yaml (docs/install.md, GPU Operator in DRA mode) names NVIDIA's
+    driver and DeviceClass; the chart renders them as the operator's flags and grants
+    the DRA mode's RBAC."""
+    example = yaml.safe_load(DRA_VALUES.read_text())["operator"]
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())["operator"]
+    assert example == {"draDrivers": ["gpu.nvidia.com"], "draDeviceClass": "gpu.nvidia.com"}
+    assert {k: defaults[k] for k in example} == example
+    docs = render_chart(namespace=NAMESPACE, values_files=[DRA_VALUES])
+    args = args_of(docs)
+    assert args["--dra-driver"] == "gpu.nvidia.com"
+    assert args["--dra-device-class"] == "gpu.nvidia.com"
+    rules = [r for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
+    granted = {res for r in rules if "resource.k8s.io" in r["apiGroups"] for res in r["resources"]}
+    assert granted == {"resourceslices", "resourceclaims"}

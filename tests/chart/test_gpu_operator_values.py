@@ -83,3 +83,40 @@ def test_the_rule_itself() -> None:
         {"key": PENDING_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"}, taint
     )
     assert tolerates({"operator": "Exists"}, taint)
+
+
+# The GPU Operator in DRA mode (issue 39): NVIDIA's DRA driver instead of the device plugin.
+EXAMPLES = VALUES.parent
+DRA_DRIVER_VALUES = EXAMPLES / "dra-driver-values.yaml"
+GPU_OPERATOR_DRA_VALUES = EXAMPLES / "gpu-operator-dra-values.yaml"
+
+
+@pytest.mark.parametrize("taint", PENDING + QUARANTINE, ids=lambda t: f"{t['key']}:{t['effect']}")
+def test_the_dra_drivers_kubelet_plugin_tolerates_gpuaccepts_taints(taint: Taint) -> None:
+    """Its chart tolerates nothing by default: without these the plugin never runs on a
+    node under the pending taint, and the node's pool never appears."""
+    tolerations = yaml.safe_load(DRA_DRIVER_VALUES.read_text())["kubeletPlugin"]["tolerations"]
+    assert any(tolerates(t, taint) for t in tolerations), taint
+    gpu = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    assert any(tolerates(t, gpu) for t in tolerations)
+
+
+def test_the_dra_driver_allocates_gpus_on_the_labelled_nodes() -> None:
+    values = yaml.safe_load(DRA_DRIVER_VALUES.read_text())
+    assert values["gpuResourcesEnabledOverride"] is True
+    assert "resources" not in values  # resources.gpus.enabled keeps its default, true
+    assert values["kubeletPlugin"]["nodeSelector"] == {"nvidia.com/dra-kubelet-plugin": "true"}
+    assert values["nvidiaDriverRoot"] == "/run/nvidia/driver"  # the GPU Operator's driver
+
+
+def test_the_gpu_operator_in_dra_mode_runs_no_device_plugin() -> None:
+    """The DRA values go after gpu-operator-values.yaml (its tolerations) and only turn the
+    device plugin off, whose command line names the DRA driver's node label."""
+    values = yaml.safe_load(GPU_OPERATOR_DRA_VALUES.read_text())
+    assert values == {"devicePlugin": {"enabled": False}}
+    text = GPU_OPERATOR_DRA_VALUES.read_text()
+    assert "-f charts/gpuaccept/examples/gpu-operator-values.yaml" in text
+    label = next(
+        iter(yaml.safe_load(DRA_DRIVER_VALUES.read_text())["kubeletPlugin"]["nodeSelector"])
+    )
+    assert f"driver.manager.env[0].value={label}" in text

@@ -2,6 +2,9 @@
 demo-down`` stops everything the demo started, and ``make cluster-down`` stops a
 demo that runs on the cluster it stops. Each scenario runs the real demo on its
 own control plane in a temp dir, so the shared test cluster is never touched.
+The kept demo's DRA nodes (issue 39) are read back from its API server: published
+through ResourceSlices only, probed through a claim the scheduler allocated, two
+Accepted and the one with a PCIe link at x8 Quarantined.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, VERSION
 from gpuaccept.testsupport import controlplane
 from gpuaccept.testsupport.attached import AttachedProcess, attached, stop_attached
+from gpuaccept.testsupport.controlplane import ControlPlane
 from gpuaccept.testsupport.processes import pid_alive
 
 # The kept demo may take its subprocess's 500 s and `make` its 180 s: the default
@@ -42,11 +47,50 @@ def _kept_demo(cluster: Path) -> tuple[list[AttachedProcess], int]:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     procs = attached(cluster)
-    assert {p.name for p in procs} == {"demo-operator", "demo-kubelet-standin"}
+    assert {p.name for p in procs} == {
+        "demo-operator",
+        "demo-kubelet-standin",
+        "demo-kube-scheduler",
+    }
     assert all(p.running() for p in procs)
     cp_pid = int(json.loads((cluster / "state.json").read_text())["pid"])
     assert pid_alive(cp_pid)
     return procs, cp_pid
+
+
+NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
+DRA_NODES = {
+    "gpu-dra-1": ("Accepted", None),
+    "gpu-dra-2": ("Accepted", None),
+    "gpu-dra-pcie-x8": ("Quarantined", "PcieLinkFailed"),
+}
+
+
+def _dra_nodes_decided(cluster: Path) -> None:
+    """The kept demo's DRA nodes: GPUs in gpu.nvidia.com's slices and nowhere else, each
+    decided as its profile says, with the GPU count judged against its pool."""
+    cp = controlplane.find_running(cluster)
+    assert isinstance(cp, ControlPlane)
+    get = cp.get_raw
+    slices = json.loads(get("/apis/resource.k8s.io/v1/resourceslices"))["items"]
+    for name, (phase, reason) in DRA_NODES.items():
+        node = json.loads(get(f"/api/v1/nodes/{name}"))
+        assert "nvidia.com/gpu" not in node["status"]["capacity"], name
+        pool = [s for s in slices if s["spec"]["nodeName"] == name]
+        assert [s["spec"]["driver"] for s in pool] == ["gpu.nvidia.com"], name
+        assert len(pool[0]["spec"]["devices"]) == 8, name
+        na = json.loads(get(f"{NA_PATH}/{name}"))
+        status = na["status"]
+        assert (status["gpuPublishing"], status["phase"], status.get("reason")) == (
+            "DRA",
+            phase,
+            reason,
+        ), status
+        counted = [c for c in status["report"]["results"] if c["check"] == "gpu_count"]
+        assert counted[0]["status"] == "pass", counted
+        assert counted[0]["observed"]["published"] == 8, counted
+    healthy = json.loads(get(f"{NA_PATH}/gpu-healthy-1"))
+    assert healthy["status"]["gpuPublishing"] == "DevicePlugin"
 
 
 def _make(target: str, cluster: Path) -> None:
@@ -76,6 +120,7 @@ def test_demo_down_stops_the_demo_and_the_cluster_it_started(tmp_path: Path) -> 
     cluster = tmp_path / "cluster"
     try:
         procs, cp_pid = _kept_demo(cluster)
+        _dra_nodes_decided(cluster)
         _make("demo-down", cluster)
         _nothing_left(procs, cp_pid, cluster)
     finally:

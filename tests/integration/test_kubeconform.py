@@ -111,12 +111,14 @@ def kubeconform(schema_dir: Path, manifests: str) -> subprocess.CompletedProcess
 
 
 HA_VALUES = CHART / "gpuaccept" / "ci" / "ha-values.yaml"
+DRA_VALUES = CHART / "gpuaccept" / "examples" / "dra-values.yaml"
 RENDERS: dict[str, tuple[str, ...]] = {
     "gpuaccept-defaults": ("gpuaccept", str(CHART / "gpuaccept")),
     "gpuaccept-every-option": (
         "gpuaccept", str(CHART / "gpuaccept"), "--include-crds", *EVERYTHING_ON
     ),
     "gpuaccept-ha-values": ("gpuaccept", str(CHART / "gpuaccept"), "-f", str(HA_VALUES)),
+    "gpuaccept-dra-values": ("gpuaccept", str(CHART / "gpuaccept"), "-f", str(DRA_VALUES)),
     # the platform knobs: NetworkPolicies, the CRDs as templates, a PodMonitor, another
     # namespace and registry, the critical-pods ResourceQuota and aggregated roles (defaults)
     "gpuaccept-platform-options": (

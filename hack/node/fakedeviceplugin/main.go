@@ -4,7 +4,7 @@
 // (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1), so that the kubelet admits
 // pods that request GPUs. There are no GPUs behind it: the device IDs are
 // FAKE-GPU-<n>, Allocate hands the container only environment variables
-// (NVIDIA_VISIBLE_DEVICES with the fake IDs, GPUACCEPT_FAKE_GPU=true) and no
+// (NVIDIA_VISIBLE_DEVICES with their indices, GPUACCEPT_FAKE_GPU=true) and no
 // device nodes. With -profile FILE it also mounts that hardware profile
 // read-only into the container and sets GPUACCEPT_PROFILE to it, so that
 // `gpuaccept probe` measures the simulated hardware the profile describes (the
@@ -69,7 +69,7 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		log.Printf("allocate %v (fake: no device nodes)", c.DevicesIds)
 		r := &pluginapi.ContainerAllocateResponse{
 			Envs: map[string]string{
-				"NVIDIA_VISIBLE_DEVICES": strings.Join(c.DevicesIds, ","),
+				"NVIDIA_VISIBLE_DEVICES": visibleDevices(c.DevicesIds),
 				"GPUACCEPT_FAKE_GPU":     "true",
 			},
 		}
@@ -80,6 +80,17 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		resp.ContainerResponses = append(resp.ContainerResponses, r)
 	}
 	return resp, nil
+}
+
+// visibleDevices is NVIDIA_VISIBLE_DEVICES for the allocated FAKE-GPU-<n> devices: their
+// indices, as the NVIDIA device plugin hands them with deviceIDStrategy index. The
+// simulated probe shows only these GPUs of its profile (probe/hardware/simulated_visible.py).
+func visibleDevices(ids []string) string {
+	indices := make([]string, 0, len(ids))
+	for _, id := range ids {
+		indices = append(indices, strings.TrimPrefix(id, "FAKE-GPU-"))
+	}
+	return strings.Join(indices, ",")
 }
 
 func (p *plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {

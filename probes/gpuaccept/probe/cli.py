@@ -60,7 +60,13 @@ from gpuaccept.probe.failure import (
 from gpuaccept.probe.hardware.base import HardwareBackend
 from gpuaccept.probe.hardware.profile import load_profile
 from gpuaccept.probe.hardware.real import RealBackend
-from gpuaccept.probe.hardware.simulated import SimulatedBackend
+from gpuaccept.probe.hardware.simulated import SimulatedBackend, simulated_uuid
+from gpuaccept.probe.hardware.simulated_visible import (
+    ENV_VISIBLE_DEVICES,
+    VisibleDevicesError,
+    given_profile,
+    visible_gpus,
+)
 from gpuaccept.probe.inputs import (
     InputError,
     default_policy,
@@ -251,7 +257,18 @@ def _open_hardware(
             published_uuids=node.published_uuids,
         )
         node_name = args.node_name or default_node_name()
-        return SimulatedBackend(profile, time_scale=time_scale, node_name=node_name), node
+        uuids = [simulated_uuid(node_name, i) for i in range(profile.gpus.count)]
+        try:
+            given = visible_gpus(os.environ.get(ENV_VISIBLE_DEVICES), uuids)
+        except VisibleDevicesError as exc:
+            raise InputError(str(exc)) from exc
+        backend = SimulatedBackend(
+            given_profile(profile, given),
+            time_scale=time_scale,
+            node_name=node_name,
+            host_indices=given,
+        )
+        return backend, node
 
     sysfs = args.sysfs_root or Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
     proc = args.proc_root or Path(os.environ.get(ENV_PROC_ROOT) or "/proc")

@@ -98,6 +98,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import copy
 import functools
 import json
@@ -143,7 +144,12 @@ from gpuaccept.testsupport.standin_containers import (
     field_ref,
     truncate_termination_message,
 )
-from gpuaccept.testsupport.standin_dra import DRA_DRIVER, DraPublisher, node_gpus
+from gpuaccept.testsupport.standin_dra import (
+    DRA_DRIVER,
+    ClaimController,
+    DraPublisher,
+    node_gpus,
+)
 from gpuaccept.testsupport.standin_nodes import (
     JSON,
     SimNode,
@@ -824,6 +830,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="simulated probes take their profile's durations x this (1: real time); "
         "prepared reports complete after their wallS x this",
     )
+    ap.add_argument(
+        "--claim-controller-namespace",
+        help="also play kube-controller-manager's resourceclaim controller for the claims "
+        "in this namespace (standin_dra.ClaimController): a control plane without a "
+        "controller manager, whose DRA nodes' probe claims the scheduler allocates",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(
@@ -875,7 +887,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         len(nodes),
         time.monotonic() - t0,
     )
-    stop.wait()
+    with contextlib.ExitStack() as stack:
+        if args.claim_controller_namespace:
+            api = k8s.ApiClient(cfg)
+            api.user_agent = "gpuaccept-standin-claim-controller"
+            stack.enter_context(ClaimController(api, args.claim_controller_namespace))
+        stop.wait()
     log.info("stopping")
     standin.stop(delete_nodes=args.delete_nodes_on_exit)
     return 0

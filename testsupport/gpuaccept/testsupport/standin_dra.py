@@ -101,6 +101,11 @@ class DraGpu:
         }
 
 
+def device_uuid(node_name: str, device: str) -> str:
+    """The UUID of the published device named ``gpu-<index>`` (:meth:`DraGpu.device`)."""
+    return simulated_uuid(node_name, int(device.removeprefix("gpu-")))
+
+
 def node_gpus(node_name: str, count: int, product_name: str) -> list[DraGpu]:
     """The node's GPUs as its DRA driver sees them: the simulated probe's UUIDs."""
     return [DraGpu(i, simulated_uuid(node_name, i), product_name) for i in range(count)]

@@ -261,6 +261,8 @@ def load_fleet(path: str | Path) -> list[SimNode]:
         labels: {topology.kubernetes.io/zone: a}
         taints: [{key: gpuaccept.io/unverified, value: "true", effect: NoSchedule}]
         laterProfile: ../profiles/reverify/h100-sxm-8gpu-drifted.yaml  # probes after the first
+        draDriver: gpu.nvidia.com     # its GPUs published in this DRA driver's ResourceSlices,
+                                      # no nvidia.com/gpu (default: the device plugin's)
         behaviour: run                # run | hang | {complete: {exitCode, message, delaySeconds}}
                                       # | {startError: {message}} | {imagePull: {message}}
                                       # | {sandbox: {message}}
@@ -297,6 +299,7 @@ def load_fleet(path: str | Path) -> list[SimNode]:
                     ],
                     behaviour=behaviour_from_spec(item.get("behaviour")),
                     later_profile=later_profile,
+                    dra_driver=str(item["draDriver"]) if item.get("draDriver") else None,
                 )
             )
     return out

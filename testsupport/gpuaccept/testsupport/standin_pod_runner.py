@@ -27,6 +27,7 @@ from gpuaccept.contracts.probe_invocation import (
     ENV_SIM_TIME_SCALE,
     WATCH_SUBCOMMAND,
 )
+from gpuaccept.probe.hardware.simulated_visible import ENV_VISIBLE_DEVICES
 from gpuaccept.testsupport.standin_affinity import (
     AFFINITY_MESSAGE,
     AFFINITY_REASON,
@@ -54,7 +55,7 @@ from gpuaccept.testsupport.standin_containers import (
     log_tail_message,
     truncate_termination_message,
 )
-from gpuaccept.testsupport.standin_dra import prepared_devices
+from gpuaccept.testsupport.standin_dra import device_uuid, prepared_devices
 from gpuaccept.testsupport.standin_nodes import JSON, SimNode, timestamp
 
 if TYPE_CHECKING:
@@ -492,6 +493,14 @@ class PodRunner:
         # The simulated node's boot ID, which the probe reports (gpuaccept probe
         # reads GPUACCEPT_BOOT_ID in simulation); the operator checks it.
         env.setdefault(ENV_BOOT_ID, self.node.boot_id)
+        if (c.get("resources") or {}).get("claims"):
+            # The GPUs its claims were allocated, and no other: a real container gets
+            # their device nodes through the DRA driver's CDI edits (with
+            # NVIDIA_VISIBLE_DEVICES=void); the simulated probe reads them here, as
+            # the device plugin states them (probe/hardware/simulated_visible.py).
+            env[ENV_VISIBLE_DEVICES] = ",".join(
+                device_uuid(self.node.name, device) for device in self.claim_devices
+            )
         env["GPUACCEPT_TERMINATION_LOG"] = str(msg_file)
         command = list(c.get("command") or [])
         if not command:

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import get_args
@@ -199,9 +199,13 @@ class SimulatedBackend:
         host_proc_root: Path = Path("/proc"),
         time_scale: float = 0,
         node_name: str | None = None,
+        host_indices: Sequence[int] | None = None,
     ) -> None:
         self.profile = profile
         self._node_name = node_name  # names the GPUs' UUIDs (None: NVML answers none)
+        # The host's index of each GPU the container was given (simulated_visible.py):
+        # its UUID's; None: the profile's GPUs are the host's.
+        self._host_indices = tuple(host_indices) if host_indices is not None else None
         self._time_scale = time_scale  # > 0: take the profile's durations x this (seconds)
         self._tmp = Path(tempfile.mkdtemp(prefix="gpuaccept-sim-", dir=_fast_tmp()))
         try:
@@ -250,11 +254,16 @@ class SimulatedBackend:
                 index=i,
                 name=self.profile.gpus.model,
                 bus_id=bus_id(i),
-                uuid=simulated_uuid(self._node_name, i) if self._node_name else None,
+                uuid=simulated_uuid(self._node_name, self._host_index(i))
+                if self._node_name
+                else None,
                 problem=LOST if self.profile.gpus.gpu(i).lost == "before" else None,
             )
             for i in range(self.profile.gpus.count)
         ]
+
+    def _host_index(self, gpu: int) -> int:
+        return self._host_indices[gpu] if self._host_indices is not None else gpu
 
     def _check_lost(self, gpu: int, step: str) -> None:
         """What NVML does for a GPU that fell off the bus: every query fails (a hung
@@ -266,7 +275,11 @@ class SimulatedBackend:
     def gpu_problem(self) -> str | None:
         if self._nvml_mismatch():
             return NVML_MISMATCH
-        return "the profile has no GPU" if self.profile.gpus.count == 0 else None
+        if self.profile.gpus.count:
+            return None
+        if self._host_indices == ():  # the profile has GPUs; the container was given none
+            return "no GPU given to the container (NVIDIA_VISIBLE_DEVICES)"
+        return "the profile has no GPU"
 
     def pcie_link(self, gpu: int) -> PcieLinkState:
         """The GPU's sysfs link; its max generation in this system is NVML's, the lower of
