@@ -19,6 +19,8 @@ import pytest
 from bench.accounting import LOOPS
 from bench.fleet_bench import JOIN_LOOPS
 
+pytestmark = pytest.mark.long  # each runs the benchmark on its own control plane
+
 REPO = Path(__file__).resolve().parents[2]
 NODES = 20
 ARGS = ("--settle", "1", "--out")

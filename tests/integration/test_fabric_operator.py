@@ -388,6 +388,7 @@ def test_taints_stay_while_a_node_waits_for_its_pair(env: Env) -> None:
     assert SUITE_LABEL in env.node(name)["metadata"]["labels"]
 
 
+@pytest.mark.long
 def test_reverification_pairs_nodes_again_and_blames_only_the_degraded_link(env: Env) -> None:
     """Issue 24 item 4: under a fabric policy with re-verification on, an idle accepted
     node is paired again when it is re-verified. A node whose inter-node link degrades

@@ -53,7 +53,7 @@ from gpuaccept.testsupport.operator_env import (
     wait_node_side,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.integration, pytest.mark.long, pytest.mark.timeout(1800)]
 
 FLEET = 50
 LIMIT = 5  # the first policy's maxQuarantined

@@ -301,6 +301,7 @@ def _ended(process: subprocess.Popen[str], term_log: Path) -> tuple[int, ProbeRe
 
 
 @pytest.mark.torchdist
+@pytest.mark.long
 def test_a_peer_without_the_pairs_nonce_never_joins_the_pair(tmp_path: Path) -> None:
     """Issue 42 item 10: the rendezvous port takes any peer. A real peer process
     reaches rank 0's port as rank 1, without the pair's nonce (and one with another
