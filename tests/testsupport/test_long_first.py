@@ -101,3 +101,14 @@ def test_under_xdist_the_marked_tests_run_first_on_each_worker(tmp_path: Path) -
             worker = line.split("]")[0].lstrip("[")
             firsts.setdefault(worker, line.rsplit("::", 1)[1].split()[0])
     assert sorted(firsts.values()) == ["test_long_0", "test_long_1"], proc.stdout
+
+
+def test_the_long_tests_of_one_file_are_dealt_one_file_at_a_time() -> None:
+    items = ["La1", "La2", "La3", "s0", "Lb1", "s1", "Lc1", "Lc2"] + [f"t{i}" for i in range(40)]
+    first = heads(long_first(items, is_long, 4, group=lambda name: name[:2]), 4)
+    assert [[i for i in part if is_long(i)] for part in first] == [
+        ["La1", "Lc2"],
+        ["Lb1", "La3"],
+        ["Lc1"],
+        ["La2"],
+    ]

@@ -9,12 +9,14 @@ the collection into one contiguous slice per worker (as :func:`slices` does), th
 lets an idle worker take the *tail* of the longest queue; a slice's head stays with
 its worker. So the long tests are dealt round-robin to the heads of the slices: every
 worker starts on its share of them, and the short tests behind them are what the
-others steal.
+others steal. They are dealt one file at a time in turn (the long tests of one file
+run the same product, e.g. the benchmark: not all of them at the same moment).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from itertools import zip_longest
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -33,10 +35,26 @@ def slices(count: int, workers: int) -> list[int]:
     return sizes
 
 
-def long_first(items: Sequence[T], is_long: Callable[[T], bool], workers: int) -> list[T]:
-    """``items`` reordered so that the long ones, dealt round-robin in their collection
-    order, head the ``workers`` slices; every other test keeps its relative order."""
-    longs = [item for item in items if is_long(item)]
+def in_turn(items: Sequence[T], group: Callable[[T], Hashable]) -> list[T]:
+    """``items`` taking one of each group in turn (the groups in the order they first
+    appear, each group's items in their order)."""
+    groups: dict[Hashable, list[T]] = {}
+    for item in items:
+        groups.setdefault(group(item), []).append(item)
+    rounds = zip_longest(*groups.values())
+    return [item for one_round in rounds for item in one_round if item is not None]
+
+
+def long_first(
+    items: Sequence[T],
+    is_long: Callable[[T], bool],
+    workers: int,
+    group: Callable[[T], Hashable] = id,
+) -> list[T]:
+    """``items`` reordered so that the long ones, dealt round-robin (one ``group``, a
+    file, at a time in turn), head the ``workers`` slices; every other test keeps its
+    relative order."""
+    longs = in_turn([item for item in items if is_long(item)], group)
     rest = [item for item in items if not is_long(item)]
     if workers <= 1:
         return longs + rest

@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every worker collects the same tests and orders them the same way (xdist
     checks that the collections are identical)."""
     workers = int(os.environ.get(XDIST_WORKER_COUNT) or 1)
-    items[:] = long_first(items, is_long, workers)
+    items[:] = long_first(items, is_long, workers, group=lambda item: item.path)
 
 
 def is_long(item: pytest.Item) -> bool:
