@@ -19,6 +19,8 @@ import pytest
 from bench.accounting import LOOPS
 from bench.fleet_bench import JOIN_LOOPS
 
+pytestmark = pytest.mark.long  # each runs the benchmark on its own control plane
+
 REPO = Path(__file__).resolve().parents[2]
 NODES = 20
 ARGS = ("--settle", "1", "--out")
@@ -182,15 +184,15 @@ def test_bench_check_reverification_starts_as_many_rounds_as_the_policys_rate(
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_bench_check_accounts_for_health_in_service(tmp_path: Path) -> None:
-    """The in-service phase (bench/inservice_fleet.py) at 10 nodes and 20 s windows:
+    """The in-service phase (bench/inservice_fleet.py) at 10 nodes and 10 s windows:
     its requests per node and window by loop, every loop accounted, the in-service
     loop's above the floor named; the fatal node tainted, no false quarantine."""
     command = [sys.executable, "-m", "bench.inservice_fleet", "--label", "bench-check-inservice"]
     proc = subprocess.run(
         [
             *command,
-            *("--nodes", "10", "--window-seconds", "20", "--warmup-windows", "1"),
-            *("--steady-windows", "1.5", "--fatal", "1", "--fatal-timeout", "60"),
+            *("--nodes", "10", "--window-seconds", "10", "--warmup-windows", "1"),
+            *("--steady-windows", "2", "--fatal", "1", "--fatal-timeout", "60"),
             *("--out", str(tmp_path)),
         ],
         cwd=REPO,

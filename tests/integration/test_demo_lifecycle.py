@@ -25,7 +25,7 @@ from gpuaccept.testsupport.processes import pid_alive
 
 # The kept demo may take its subprocess's 500 s and `make` its 180 s: the default
 # 300 s per test would cut a slow run short before either limit speaks.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.long, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,6 +23,7 @@ hold a node accepted through a claim:
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -55,6 +56,10 @@ def _to_dra(env: Env, name: str) -> int:
         60,
     )
     return gpus
+
+
+def _since(record: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(str(record["since"]).replace("Z", "+00:00"))
 
 
 def _slice_taints(env: Env, name: str, device: str) -> list[dict[str, Any]]:
@@ -145,7 +150,10 @@ def test_a_fatal_xid_taint_quarantines_an_application_one_does_not(env: Env) -> 
         lambda: any(e["reason"] == "WatchBlind" for e in env.events(app, "NodeAcceptance")),
         30,
     )
-    time.sleep(20)  # past correlation.settleSeconds (15 s): a verdict would be applied
+    # 20 s past the onset of the app's evidence (its taints' timeAdded, recorded as
+    # since), beyond correlation.settleSeconds (15 s): a verdict would be applied by now
+    onset = max(_since(r) for r in _in_service(env, app)["driverTaints"])
+    time.sleep(max(0.0, (onset + timedelta(seconds=20) - datetime.now(UTC)).total_seconds()))
     kept = env.status(app)
     assert kept["phase"] == "Accepted"
     assert "reason" not in kept

@@ -266,6 +266,7 @@ def test_hostile_probe_results_never_accept(env: Env) -> None:
     wait_for("the probe pods to be gone", lambda: not any(env.pods(n) for n in seen), 60)
 
 
+@pytest.mark.long  # two probe deadlines of 30 s, the policy's least
 def test_deadline_exceeded_is_retried_then_probe_error(env: Env) -> None:
     suite = suite_id("deadline")
     env.policy(suite, probeRun={"timeoutSeconds": 30, "retries": 1, "backoffSeconds": 1})

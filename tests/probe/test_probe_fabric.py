@@ -301,6 +301,7 @@ def _ended(process: subprocess.Popen[str], term_log: Path) -> tuple[int, ProbeRe
 
 
 @pytest.mark.torchdist
+@pytest.mark.long
 def test_a_peer_without_the_pairs_nonce_never_joins_the_pair(tmp_path: Path) -> None:
     """Issue 42 item 10: the rendezvous port takes any peer. A real peer process
     reaches rank 0's port as rank 1, without the pair's nonce (and one with another
@@ -308,16 +309,23 @@ def test_a_peer_without_the_pairs_nonce_never_joins_the_pair(tmp_path: Path) -> 
     Accepted); now neither side meets the other, and both end at the rendezvous, which
     is evidence against neither node. The two pods with the same nonce pass."""
     nonce = secrets.token_hex(16)
+    # both intruders at once, each at its own rendezvous: the pairs wait it out together
+    pairs: dict[str, list[tuple[subprocess.Popen[str], Path]]] = {}
+    ports: set[int] = set()
     for name, intruder in (("none", ""), ("another", secrets.token_hex(16))):
         case = tmp_path / name
         case.mkdir()
         port = free_port("127.0.0.10")
+        while port in ports:  # the first pair's rank 0 may not listen on its port yet
+            port = free_port("127.0.0.10")
+        ports.add(port)
         profiles = [fabric_profile(case, f"node-{r}", HEALTHY_GBPS) for r in (0, 1)]
         wait = ("--rendezvous-timeout-s", "8")
-        pair = [
+        pairs[name] = [
             start_node(0, profiles[0], port, case, *wait, nonce=nonce),
             start_node(1, profiles[1], port, case, *wait, nonce=intruder),
         ]
+    for name, pair in pairs.items():
         for code, report in (_ended(*pod) for pod in pair):
             result = report.results[0]
             assert (code, result.status) == (ProbeExit.QUARANTINED, CheckStatus.ERROR), name

@@ -147,6 +147,7 @@ def _shipped() -> list[HardwareProfile]:
     return [load_profile(path) for path in paths] + [worst_case(8), worst_case(16)]
 
 
+@pytest.mark.long  # the probe on every shipped profile
 def test_condensed_forms_are_judged_as_the_full_ones() -> None:
     """For every shipped profile and the worst case, every check's condensed observed
     value gets the status and reason of its full one (the operator re-judges the
