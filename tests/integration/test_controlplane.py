@@ -8,6 +8,8 @@ stopping it cannot disturb the shared one.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import uuid
@@ -266,3 +268,75 @@ def test_lifecycle_make_up_reuse_refuse_down(tmp_path: Path) -> None:
             assert str(d).encode() not in cmdline
     # Down with nothing running is a no-op, not an error.
     assert _make("cluster-down", f"CLUSTER_DIR={d}").returncode == 0
+
+
+def _down_beside(
+    d: Path, serving_args: list[str]
+) -> tuple[subprocess.CompletedProcess[str], int, int]:
+    """`controlplane down` on a state whose serving process is a stand-in (its own
+    session, listening on the API server's port, ``serving_args`` on its command line)
+    while this test's process holds the etcd client port. Returns the run and the two
+    ports."""
+    d.mkdir()
+    other = socket.socket()
+    other.bind(("127.0.0.1", 0))
+    other.listen()
+    listen = (
+        "import socket, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "print(s.getsockname()[1], flush=True); time.sleep(600)"
+    )
+    serving = subprocess.Popen(
+        ["python3", "-c", listen, *serving_args],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert serving.stdout is not None
+        api_port = int(serving.stdout.readline())
+        state = {
+            "pid": serving.pid,
+            "apiserverPort": api_port,
+            "etcdClientPort": other.getsockname()[1],
+            "etcdPeerPort": 0,
+            "dir": str(d),
+        }
+        (d / "state.json").write_text(json.dumps(state))
+        down = subprocess.run(
+            [str(controlplane.controlplane_binary()), "down", "--dir", str(d), "--timeout", "10s"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        return down, api_port, other.getsockname()[1]
+    finally:
+        other.close()
+        if serving.poll() is None:
+            os.killpg(serving.pid, signal.SIGKILL)
+        serving.wait(timeout=10)
+
+
+def test_down_is_not_fooled_by_a_port_another_process_took(tmp_path: Path) -> None:
+    """Once a control plane's ports are free, another process may take one at once (the
+    tests start control planes side by side on ports the kernel picks): `down` then
+    says so and succeeds."""
+    down, api_port, taken = _down_beside(tmp_path / "cluster", ["serve"])
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "stopped control plane" in down.stdout
+    assert f"port {taken} is listening again, held by another process group" in down.stdout
+    assert not _listening(api_port)
+    assert not (tmp_path / "cluster").exists()
+
+
+def test_down_fails_while_its_own_process_group_holds_a_port(tmp_path: Path) -> None:
+    """A port the control plane's own process group still holds after `down` is an
+    error (here a process `down` does not take for the serving one: no ``serve`` on its
+    command line, so it is not signalled)."""
+    down, api_port, _ = _down_beside(tmp_path / "cluster", [])
+    assert down.returncode == 1, down.stdout + down.stderr
+    assert f"port {api_port} on 127.0.0.1 is still held by the control plane's process group" in (
+        down.stderr
+    )
+    assert (tmp_path / "cluster").exists()
