@@ -31,8 +31,10 @@ from typing import Any
 from gpuaccept.operator.core.capacity import gated, node_gpu_count
 from gpuaccept.operator.core.fabric.membership import fabric_candidate_policy
 from gpuaccept.operator.core.fleetcount import FleetCount
+from gpuaccept.operator.core.gpupublishing import dra_pools
 from gpuaccept.operator.core.inservice.correlation import signatures
 from gpuaccept.operator.core.model import (
+    FenceRuleView,
     NAView,
     NodeView,
     PodView,
@@ -44,6 +46,7 @@ from gpuaccept.operator.views import (
     CachedAcceptance,
     PolicyEntry,
     cached_acceptance,
+    fence_rule_view,
     node_view,
     pod_view,
     policy_entry,
@@ -62,6 +65,9 @@ PODS_INDEX = "gpuaccept_probe_pods"
 # ResourceSlices of the configured DRA drivers, by node (registered only when the
 # operator has DRA drivers: --dra-driver).
 SLICES_INDEX = "gpuaccept_resource_slices"
+# gpuaccept's fence DeviceTaintRules, by the node label's value (registered only when
+# the API server serves them: core/fencerules.py).
+FENCE_RULES_INDEX = "gpuaccept_fence_rules"
 
 
 def _index_values(index: Any, key: str) -> list[Any]:
@@ -148,6 +154,7 @@ class Cache:
                 raise RuntimeError(f"kopf did not pass the index {name!r}")
             self.indexes[name] = kwargs[name]
         self.indexes[SLICES_INDEX] = kwargs.get(SLICES_INDEX)  # absent: no DRA driver
+        self.indexes[FENCE_RULES_INDEX] = kwargs.get(FENCE_RULES_INDEX)  # absent: not served
         self.synced.set()
 
     def write(self, kind: str, key: str, rv: int, value: Any) -> None:
@@ -232,7 +239,8 @@ class Cache:
     def _count_node(self, name: str) -> None:
         view = self.node(name)
         labels = view.labels if view is not None else None
-        self.count.set_node_gpus(name, node_gpu_count(view) if view is not None else 0)
+        gpus = (node_gpu_count(view) or self._dra_gpu_count(name)) if view is not None else 0
+        self.count.set_node_gpus(name, gpus)
         self.count.set_node(
             name,
             labels,
@@ -240,6 +248,13 @@ class Cache:
             taint_keys=frozenset(t.key for t in view.taints) if view is not None else frozenset(),
             created=view.created if view is not None else None,
         )
+
+    def _dra_gpu_count(self, name: str) -> int:
+        """The GPUs of the node's complete DRA pools (0: none): a DRA node's size in
+        the limit's GPU counts, as capacity nvidia.com/gpu is a device-plugin node's."""
+        slices = self.resource_slices(name)
+        pools = dra_pools(slices, {view.driver for view in slices})
+        return sum(len(pool.gpus) for pool in pools if pool.complete)
 
     def _count_na(self, name: str) -> None:
         view = self.na(name)
@@ -380,6 +395,12 @@ class Cache:
                 views.append(view)
         return tuple(sorted(views, key=lambda view: view.name))
 
+    def fence_rules(self, node: str) -> tuple[FenceRuleView, ...]:
+        """gpuaccept's fence rules of ``node`` (kopf's index, at their last watched
+        version), by name."""
+        views = [view for _, view in _index_values(self.indexes.get(FENCE_RULES_INDEX), node)]
+        return tuple(sorted(views, key=lambda view: view.name))
+
     def policies(self) -> list[PolicyEntry]:
         index = self.indexes.get(POLICIES_INDEX)
         if index is None:
@@ -431,6 +452,13 @@ def index_policy(
 ) -> dict[str, tuple[int, PolicyEntry]]:
     entry = policy_entry(body, owned_prefixes)
     return {entry.view.name: (resource_version(body), entry)}
+
+
+def index_fence_rule(body: Mapping[str, Any]) -> dict[str, tuple[int, FenceRuleView]]:
+    """One of gpuaccept's fence rules under its node's label value; any other rule is
+    not kept."""
+    view = fence_rule_view(body)
+    return {view.node: (resource_version(body), view)} if view is not None else {}
 
 
 def slice_node(view: ResourceSliceView) -> str:

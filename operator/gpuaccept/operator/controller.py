@@ -396,6 +396,7 @@ class Controller:
             gpu_pod_sample=self.reverify.sample(name),
             in_service_fleet=self._in_service_fleet(policies, name),
             resource_slices=self.cache.resource_slices(name),
+            fence_rules=self.cache.fence_rules(name),
             nonce_seed=secrets.token_hex(32),  # never stored: core/creationintent.py
         )
 
