@@ -223,8 +223,8 @@ def _watch_fence_rules(controller: Controller, registry: kopf.OperatorRegistry) 
     index, by the operator's labels), and a rule change re-queues its node: a rule
     someone deleted or changed is made again. Not watched where the API server does not
     serve them (the runtime asked its discovery: OperatorConfig.device_taint_rules)."""
-    if not controller.config.device_taint_rules:
-        return
+    if not controller.config.device_taint_rules or not controller.config.dra_drivers:
+        return  # no rules served, or no DRA node to fence a GPU of
     labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, COMPONENT_LABEL: FENCE_COMPONENT}
 
     async def gpuaccept_fence_rules(body: kopf.Body, **_: Any) -> dict[str, Any]:

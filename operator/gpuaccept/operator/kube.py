@@ -315,12 +315,6 @@ class Kube:
             if error.status != 404:
                 raise
 
-    def list_device_taint_rules(self, selector: str) -> list[dict[str, Any]]:
-        """The rules whose labels match ``selector``."""
-        self._count("devicetaintrule.list")
-        body = self.request("GET", DEVICE_TAINT_RULES_PATH, query=[("labelSelector", selector)])
-        return [i for i in body.get("items") or () if isinstance(i, dict)]
-
     # ------------------------------------------------------------- nodes
     def get_node(self, name: str) -> dict[str, Any] | None:
         self._count("node.get")
