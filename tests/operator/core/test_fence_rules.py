@@ -238,11 +238,12 @@ def test_the_limit_counts_the_fenced_gpus_and_holds_a_fence_over_it() -> None:
     assert "8 GPU(s) of limit 8 out of service, 1 more asked" in (st.message or "")
     assert st.phase == Phase.HELD
     assert the_rule(world)["spec"]["taint"]["effect"] == "None"  # type: ignore[index]
+    world.settle()
+    assert world.status.held_action == HELD_FENCE  # still no room: held, not re-judged
     world.limit_counts = QuarantineLimitCounts(
         quarantined=0, matched=2, matched_gpus=16, unavailable_gpus=7
-    )  # room for one GPU: the same verdict now fences
-    world.node = dataclasses.replace(world.node, annotations={REPROBE_ANNOTATION: "1"})  # type: ignore[arg-type]
-    probe(world)
+    )  # room for one GPU: the held verdict now fences, without a new probe
+    world.settle()
     assert (world.status.phase, world.status.fenced) == (Phase.ACCEPTED, "1/8")
     assert the_rule(world)["spec"]["taint"]["effect"] == "NoSchedule"  # type: ignore[index]
 
