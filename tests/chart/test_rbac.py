@@ -79,7 +79,9 @@ CLUSTER_ALLOW: dict[Grant, str] = {
         "kopf index on ResourceSlices (DRA), Kube.list_resource_slice_names"
     ),
     ("resource.k8s.io", "resourceslices", "watch", ""): "kopf index/event watch (DRA)",
-    ("resource.k8s.io", "devicetaintrules", "list", ""): ("kopf index of the fence rules (DRA)"),
+    ("resource.k8s.io", "devicetaintrules", "list", ""): (
+        "kopf index of the fence rules; Kube.list_fence_rule_names (relist check)"
+    ),
     ("resource.k8s.io", "devicetaintrules", "watch", ""): "kopf index/event watch (fences)",
     ("resource.k8s.io", "devicetaintrules", "create", ""): "Kube.create_device_taint_rule",
     ("resource.k8s.io", "devicetaintrules", "patch", ""): "Kube.replace_device_taint_rule_spec",

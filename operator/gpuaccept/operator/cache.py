@@ -108,7 +108,7 @@ class Unlisted:
     """An entry of the cache that the last relist did not show: verified against the
     API server, then dropped (:meth:`Cache.forget`) if it is gone."""
 
-    kind: str  # node | na | pod | policy | slice
+    kind: str  # node | na | pod | policy | slice | rule
     key: str  # the object's name
     rv: int  # the resourceVersion the cache holds
     node: str = ""  # a pod's or a ResourceSlice's node (its index key)
@@ -194,8 +194,10 @@ class Cache:
 
     def _entries(self, kind: str) -> list[Unlisted]:
         """Every entry of ``kind`` in kopf's indexes, at the newest resourceVersion."""
-        if kind in ("pod", "slice"):  # kept by node
-            index = self.indexes.get(PODS_INDEX if kind == "pod" else SLICES_INDEX)
+        if kind in ("pod", "slice", "rule"):  # kept by node
+            index = self.indexes.get(
+                {"pod": PODS_INDEX, "slice": SLICES_INDEX, "rule": FENCE_RULES_INDEX}[kind]
+            )
             return [
                 Unlisted(kind, view.name, rv, node)
                 for node in list(index or ())
@@ -397,8 +399,14 @@ class Cache:
 
     def fence_rules(self, node: str) -> tuple[FenceRuleView, ...]:
         """gpuaccept's fence rules of ``node`` (kopf's index, at their last watched
-        version), by name."""
-        views = [view for _, view in _index_values(self.indexes.get(FENCE_RULES_INDEX), node)]
+        version), by name; a rule a relist showed gone (:meth:`forget`) is left out
+        unless a newer one took its name."""
+        views = []
+        for rv, view in _index_values(self.indexes.get(FENCE_RULES_INDEX), node):
+            with self._lock:
+                gone = self._overlay.get(("rule", view.name))  # a relist showed it gone
+            if gone is None or gone.rv < rv:
+                views.append(view)
         return tuple(sorted(views, key=lambda view: view.name))
 
     def policies(self) -> list[PolicyEntry]:

@@ -220,9 +220,10 @@ def _watch_resource_slices(controller: Controller, registry: kopf.OperatorRegist
 
 def _watch_fence_rules(controller: Controller, registry: kopf.OperatorRegistry) -> None:
     """gpuaccept's fence DeviceTaintRules (core/fencerules.py), kept by node (kopf's
-    index, by the operator's labels), and a rule change re-queues its node: a rule
-    someone deleted or changed is made again. Not watched where the API server does not
-    serve them (the runtime asked its discovery: OperatorConfig.device_taint_rules)."""
+    index, by the operator's labels, checked after each relist like the slices), and a
+    rule change re-queues its node: a rule someone deleted or changed is made again.
+    Not watched where the API server does not serve them (the runtime asked its
+    discovery: OperatorConfig.device_taint_rules)."""
     if not controller.config.device_taint_rules or not controller.config.dra_drivers:
         return  # no rules served, or no DRA node to fence a GPU of
     labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, COMPONENT_LABEL: FENCE_COMPONENT}
@@ -241,10 +242,11 @@ def _watch_fence_rules(controller: Controller, registry: kopf.OperatorRegistry) 
     )(gpuaccept_fence_rules)
 
     @kopf.on.event(RESOURCE_GROUP, RESOURCE_VERSION, RULES_PLURAL, labels=labels, registry=registry)
-    async def fence_rule_event(body: kopf.Body, **kwargs: Any) -> None:
+    async def fence_rule_event(body: kopf.Body, name: str, type: str | None, **kwargs: Any) -> None:
         controller.cache.attach(kwargs)
         view = fence_rule_view(body)
-        if view is not None:
+        if view is not None:  # a deletion: its last state
+            controller.cache.saw("rule", name, type, time.monotonic())
             controller.enqueue(view.node)
 
 

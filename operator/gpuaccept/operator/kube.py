@@ -30,7 +30,9 @@ from gpuaccept.contracts.api import (
     REMEDY_CONDITION_TYPE,
     VERSION,
 )
+from gpuaccept.operator.core.fencerules import FENCE_COMPONENT
 from gpuaccept.operator.core.model import Taint
+from gpuaccept.operator.core.podspec import COMPONENT_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 
 log = logging.getLogger(__name__)
 USER_AGENT = "gpuaccept-operator"
@@ -305,6 +307,14 @@ class Kube:
         self._count("devicetaintrule.patch")
         ops = [{"op": "add", "path": "/spec", "value": dict(spec)}]
         self.request("PATCH", f"{DEVICE_TAINT_RULES_PATH}/{name}", ops, content_type=JSON_PATCH)
+
+    def list_fence_rule_names(self) -> set[str]:
+        """The names of gpuaccept's fence rules that exist (a relist's check, see
+        cache.py): one list by the operator's labels."""
+        self._count("devicetaintrule.list")
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{COMPONENT_LABEL}={FENCE_COMPONENT}"
+        body = self.request("GET", DEVICE_TAINT_RULES_PATH, query=[("labelSelector", selector)])
+        return {str((i.get("metadata") or {}).get("name")) for i in body.get("items") or ()}
 
     def delete_device_taint_rule(self, name: str) -> None:
         """Delete the rule ``name`` (gone: done)."""
