@@ -7,8 +7,9 @@ its device by driver, pool and device name, resolved from its UUID through the n
 ResourceSlices (the attribute ``uuid`` of a device of a complete pool: device names
 are not hardware identity). Its taint is gpuaccept's (:data:`FENCE_TAINT_KEY`), its
 value the fence's reason, its effect the policy's (``fencing.effect``, NoSchedule by
-default). Under dryRun a node held with the action :data:`HELD_FENCE` wants its rules
-with effect ``None``: the taint is shown on the devices and does nothing.
+default). A node held with the action :data:`HELD_FENCE` (dryRun, or the limit at the
+door: phase Held) wants its rules with effect ``None``: the taint is shown on the
+devices and does nothing.
 
 :func:`fence_rule_actions` is level-triggered, as the Node's taints are: every pass
 compares the rules wanted with those the watch shows for the node and plans the
@@ -35,7 +36,7 @@ operator's, and deleting it is safe.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, API_VERSION, FENCE_TAINT_KEY, GROUP
@@ -198,7 +199,7 @@ def fence_rule_actions(
     wanted: Sequence[FenceRuleView],
     unresolved: Sequence[str],
     existing: Iterable[FenceRuleView],
-    manifest: Any,
+    manifest: Callable[[FenceRuleView], dict[str, Any]],
 ) -> tuple[list[Action], list[Action]]:
     """(writes, deletes) that bring ``existing`` (the node's rules with gpuaccept's key)
     in line with ``wanted``: a missing rule created, one that differs patched, one
