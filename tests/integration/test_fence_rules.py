@@ -3,9 +3,11 @@ kubelet stand-in (NVIDIA's driver's ResourceSlices), the real kube-scheduler all
 the probe claims, the operator a subprocess under the chart's RBAC (as test_dra_gate.py).
 
 One bad GPU of eight under ``fencing: gpu`` ends Accepted with exactly one rule selecting
-that device; two bad GPUs over ``maxFencedGpus`` end Quarantined with no rule; dryRun
-makes a rule of effect None; a passing re-probe (its claim tolerating the fence, so the
-scheduler gives it the fenced GPU too) deletes the rule; a deleted node takes its rule.
+that device, and the real scheduler then gives a workload's claim of 7 GPUs exactly the
+other seven and cannot place a claim of 8; two bad GPUs over ``maxFencedGpus`` end
+Quarantined with no rule; dryRun makes a rule of effect None; a passing re-probe (its
+claim tolerating the fence, so the scheduler gives it the fenced GPU too) deletes the
+rule; a deleted node takes its rule.
 """
 
 from __future__ import annotations
@@ -60,6 +62,65 @@ def rules(env: Env, node: str) -> list[dict[str, Any]]:
     return [r for r in items if r["metadata"]["labels"].get("gpuaccept.io/node") == node]
 
 
+def workload(env: Env, node: str, name: str, count: int) -> None:
+    """A workload's claim of ``count`` GPUs of NVIDIA's class (no toleration) and its
+    pod, required on ``node``, placed by the real scheduler."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
+            "count": count}}]}},
+    }  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "serviceAccountName": "gpuaccept-probe",
+            "automountServiceAccountToken": False,
+            "tolerations": [{"operator": "Exists"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
+            "containers": [{"name": "w", "image": "w", "command": ["sleep", "300"],
+                            "resources": {"claims": [{"name": "gpus"}]}}],
+        },
+    }  # fmt: skip
+    env.kube.request("POST", CLAIMS.format(ns=NAMESPACE), claim)
+    env.kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+
+
+def allocated(env: Env, name: str) -> set[str]:
+    claim = env.kube.request("GET", f"{CLAIMS.format(ns=NAMESPACE)}/{name}")
+    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {})
+    return {r["device"] for r in results.get("results") or ()}
+
+
+def unschedulable(env: Env, name: str) -> bool:
+    pod = env.kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(
+        c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions
+    )
+
+
+def gone(env: Env, name: str) -> None:
+    env.kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+    env.kube.request("DELETE", f"{CLAIMS.format(ns=NAMESPACE)}/{name}")
+
+    def absent() -> bool:
+        try:
+            env.kube.request("GET", f"{CLAIMS.format(ns=NAMESPACE)}/{name}")
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+    wait_for(f"the claim {name} gone", absent)
+
+
 def test_one_bad_gpu_of_eight_is_fenced_by_one_rule_and_a_passing_probe_lifts_it(
     env: Env,
 ) -> None:
@@ -82,6 +143,17 @@ def test_one_bad_gpu_of_eight_is_fenced_by_one_rule_and_a_passing_probe_lifts_it
     assert rule["spec"]["taint"]["key"] == FENCE_TAINT_KEY
     assert rule["spec"]["taint"]["effect"] == "NoSchedule"
     assert rule["metadata"]["ownerReferences"][0]["kind"] == "NodeAcceptance"
+
+    # the real scheduler never gives the fenced GPU to a claim that does not tolerate it:
+    # all eight cannot be had, seven are exactly the other seven
+    workload(env, name, f"{name}-eight", 8)
+    wait_for("a claim of 8 GPUs unschedulable", lambda: unschedulable(env, f"{name}-eight"))
+    assert allocated(env, f"{name}-eight") == set()
+    gone(env, f"{name}-eight")
+    workload(env, name, f"{name}-seven", 7)
+    wait_for("a claim of 7 GPUs allocated", lambda: allocated(env, f"{name}-seven"))
+    assert allocated(env, f"{name}-seven") == {f"gpu-{i}" for i in range(8) if i != 5}
+    gone(env, f"{name}-seven")
 
     # repaired: the re-probe's claim tolerates the fence (the scheduler gives it all
     # eight GPUs, the fenced one too), the probe passes, and only then the rule goes
