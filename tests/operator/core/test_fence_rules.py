@@ -170,6 +170,22 @@ def test_one_bad_gpu_of_eight_on_a_dra_node_is_fenced_and_the_node_accepted() ->
     assert not world.settle().actions  # a fixed point
 
 
+def test_a_fence_is_planned_under_the_limit_s_lock() -> None:
+    """Two workers must not both fence into the last share of the limit: the plan that
+    fences is re-made under the policy's lock, as a quarantine's is."""
+    world = dra_world()
+    world.settle()
+    report = probed(REMAP_PENDING)
+    world.finish_with_report(report.model_copy(update=make_report().model_dump(include=IDENTITY)))
+    for _ in range(10):
+        plan = world.plan()
+        if any(isinstance(a, WriteFenceRule) for a in plan.actions):
+            assert plan.needs_limit_lock
+            return
+        world.apply(plan)
+    raise AssertionError("no fence rule written")
+
+
 def test_the_rule_is_written_before_the_node_s_pending_taint_comes_off() -> None:
     world = dra_world()
     world.settle()

@@ -305,6 +305,7 @@ def record(ctx: NodeContext, out: PlanBuilder, outcome: Outcome) -> Plan:
         isinstance(outcome, Quarantine)
         or (isinstance(outcome, Hold) and outcome.reason == REASON_QUARANTINE_LIMIT)
         or (isinstance(outcome, EnterFabric) and in_service(st))
+        or (isinstance(outcome, Accept) and outcome.fenced)  # its GPUs take a share
     ):
         out.needs_limit_lock = True  # takes (or is refused) a slot under the limit
     update = {
