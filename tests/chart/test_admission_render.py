@@ -24,6 +24,7 @@ POLICIES = (
     "probe-pods",
     "probe-pod-shape",
     "probe-claims",  # with operator.draDrivers, the default
+    "fence-rules",  # with operator.draDrivers, the default
     "node-writes",
     "operator-identity",
     "release-requester",

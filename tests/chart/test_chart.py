@@ -115,7 +115,7 @@ def test_default_render(default_docs: list[Manifest]) -> None:
             "Service",
             "Pod",
             # the admission rules (templates/admission.yaml, docs/security.md)
-            *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 10,
+            *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 11,
         ]
     )
     assert one(default_docs, "Deployment")["spec"]["replicas"] == 1

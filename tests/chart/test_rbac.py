@@ -79,6 +79,13 @@ CLUSTER_ALLOW: dict[Grant, str] = {
         "kopf index on ResourceSlices (DRA), Kube.list_resource_slice_names"
     ),
     ("resource.k8s.io", "resourceslices", "watch", ""): "kopf index/event watch (DRA)",
+    ("resource.k8s.io", "devicetaintrules", "list", ""): (
+        "kopf index of the fence rules; Kube.list_fence_rule_names (relist check)"
+    ),
+    ("resource.k8s.io", "devicetaintrules", "watch", ""): "kopf index/event watch (fences)",
+    ("resource.k8s.io", "devicetaintrules", "create", ""): "Kube.create_device_taint_rule",
+    ("resource.k8s.io", "devicetaintrules", "patch", ""): "Kube.replace_device_taint_rule_spec",
+    ("resource.k8s.io", "devicetaintrules", "delete", ""): "Kube.delete_device_taint_rule",
 }
 
 NAMESPACE_ALLOW: dict[Grant, str] = {
@@ -205,10 +212,7 @@ def test_without_dra_drivers_neither_slices_nor_claims_are_granted(
     assert "--dra-driver=" in args
     granted = grants(operator_cluster_role(rendered))
     assert not {g for g in granted if g[0] == "resource.k8s.io"}
-    assert granted == CLUSTER_ALLOW.keys() - {
-        ("resource.k8s.io", "resourceslices", "list", ""),
-        ("resource.k8s.io", "resourceslices", "watch", ""),
-    }
+    assert granted == {g for g in CLUSTER_ALLOW if g[0] != "resource.k8s.io"}
     roles = {r["metadata"]["namespace"]: r for r in by_kind(rendered, "Role")}
     assert grants(roles[NAMESPACE]) == NAMESPACE_ALLOW.keys() - {
         ("resource.k8s.io", "resourceclaims", verb, "") for verb in ("create", "get", "delete")
@@ -216,12 +220,14 @@ def test_without_dra_drivers_neither_slices_nor_claims_are_granted(
     handlers = importlib.import_module("gpuaccept.operator.handlers")
     controller = MagicMock()
     controller.config.dra_drivers = ()
+    controller.config.device_taint_rules = True  # served, but no DRA node to fence
     registry = handlers.build_registry(controller)
     watched = {
         h.selector.plural
         for h in [*registry._indexing.get_all_handlers(), *registry._watching.get_all_handlers()]
     }
     assert "resourceslices" not in watched
+    assert "devicetaintrules" not in watched
 
 
 def test_bindings_point_at_the_operator_only(docs: list[Manifest]) -> None:

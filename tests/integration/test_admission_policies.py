@@ -29,6 +29,7 @@ from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import (
     ACCEPTANCE_PLURAL,
     CREATION_NONCE_ANNOTATION,
+    FENCE_TAINT_KEY,
     GROUP,
     REMEDY_CONDITION_TYPE,
     REPROBE_ANNOTATION,
@@ -36,7 +37,8 @@ from gpuaccept.contracts.api import (
 )
 from gpuaccept.operator.core import NodeView, OperatorConfig
 from gpuaccept.operator.core.creationintent import with_nonce
-from gpuaccept.operator.core.model import DraDevice, FabricPodLabels, Taint
+from gpuaccept.operator.core.fencerules import FENCE_COMPONENT, fence_rule_manifest, rule_name
+from gpuaccept.operator.core.model import DraDevice, FabricPodLabels, FenceRuleView, Taint
 from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
     ProbeAttempt,
@@ -134,7 +136,9 @@ def intruder(control_plane: ControlPlane, identity: OperatorIdentity) -> Iterato
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": f"{RELEASE}-intruder"},
          "rules": [{"apiGroups": [GROUP], "resources": [f"{ACCEPTANCE_PLURAL}/status"],
-                    "verbs": ["get", "patch", "update"]}]},
+                    "verbs": ["get", "patch", "update"]},
+                   {"apiGroups": ["resource.k8s.io"], "resources": ["devicetaintrules"],
+                    "verbs": ["get", "create", "patch", "delete"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": f"{RELEASE}-intruder"},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -167,7 +171,7 @@ class Admission:
     def __init__(self, cp: ControlPlane, rendered: list[dict[str, Any]]) -> None:
         self.cp = cp
         self.objects = [obj for obj in rendered if obj.get("kind") in ADMISSION_KINDS]
-        assert len(self.objects) == 20, [o["metadata"]["name"] for o in self.objects]
+        assert len(self.objects) == 22, [o["metadata"]["name"] for o in self.objects]
         self.applied = False
 
     def install(self) -> None:
@@ -803,6 +807,10 @@ def _with_selector(claim: dict[str, Any]) -> None:
     claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [cel]
 
 
+def _tolerate_every_taint(claim: dict[str, Any]) -> None:
+    claim["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [{"operator": "Exists"}]
+
+
 def _two_requests(claim: dict[str, Any]) -> None:
     requests = claim["spec"]["devices"]["requests"]
     requests.append({**requests[0], "name": "more"})
@@ -819,6 +827,7 @@ CLAIM_ATTACKS: list[tuple[Callable[[dict[str, Any]], None], str]] = [
     (_other_class, "a probe claim is one request of every device"),
     (_with_selector, "a probe claim is one request of every device"),
     (_two_requests, "a probe claim is one request of every device"),
+    (_tolerate_every_taint, "a probe claim is one request of every device"),
     (_not_a_probe, "a probe claim is one request of every device"),
 ]
 
@@ -871,6 +880,76 @@ def test_a_dra_probe_pod_and_its_claim_are_the_operators_only(
         k8s.CustomObjectsApi(operator_api).delete_namespaced_custom_object(
             "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", name
         )
+
+
+def _fence_rule(node: str, *, key: str = FENCE_TAINT_KEY, labels: bool = True) -> dict[str, Any]:
+    view = FenceRuleView(
+        rule_name(node, "GPU-5"), node, "GPU-5", "gpu.nvidia.com", node, "gpu-5", key,
+        "memory_health", "NoSchedule",
+    )  # fmt: skip
+    ours = {
+        "app.kubernetes.io/managed-by": "gpuaccept",
+        "app.kubernetes.io/component": FENCE_COMPONENT,
+        "gpuaccept.io/node": node,
+    }
+    return fence_rule_manifest(view, ours if labels else {"team": "ml"}, None)
+
+
+def _rules(api: k8s.ApiClient) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(api)
+
+
+def _create_rule(
+    api: k8s.ApiClient, rule: dict[str, Any], *, dry_run: bool = True
+) -> Callable[[], object]:
+    args = ("resource.k8s.io", "v1", "devicetaintrules", rule)
+    if dry_run:
+        return lambda: _rules(api).create_cluster_custom_object(*args, dry_run=DRY_RUN)
+    return lambda: _rules(api).create_cluster_custom_object(*args)
+
+
+def _delete_rule(api: k8s.ApiClient, name: str, *, dry_run: bool = True) -> Callable[[], object]:
+    args = ("resource.k8s.io", "v1", "devicetaintrules", name)
+    if dry_run:
+        return lambda: _rules(api).delete_cluster_custom_object(*args, dry_run=DRY_RUN)
+    return lambda: _rules(api).delete_cluster_custom_object(*args)
+
+
+def test_fence_rules_are_the_operators_only(
+    operator_api: k8s.ApiClient,
+    intruder: k8s.ApiClient,
+    admission: Admission,
+) -> None:
+    """Rule 12: nobody but the operator creates, changes or deletes a DeviceTaintRule
+    with gpuaccept's key or fence labels (it could fence a GPU in gpuaccept's name, or
+    lift a fence); the operator writes only its own shape; a rule of someone else's
+    under another key is not gpuaccept's business."""
+    node = f"adm-fence-{uuid.uuid4().hex[:6]}"
+    ours = _fence_rule(node)
+    other_key = _fence_rule(node, key="example.com/broken")
+    theirs = _fence_rule(node, key="example.com/broken", labels=False)
+    eventually_admitted(_create_rule(intruder, ours))
+    eventually_admitted(_create_rule(operator_api, other_key))
+    admission.install()
+    eventually_refused(_create_rule(intruder, ours), "only the gpuaccept operator")
+    eventually_refused(_create_rule(intruder, other_key), "only the gpuaccept operator")
+    eventually_refused(_create_rule(operator_api, other_key), "a fence rule has the taint key")
+    admitted(_create_rule(intruder, theirs))
+    admitted(_create_rule(operator_api, ours))
+    _create_rule(operator_api, ours, dry_run=False)()
+    name = ours["metadata"]["name"]
+    try:
+        eventually_refused(_delete_rule(intruder, name), "only the gpuaccept operator")
+        lift = {"spec": {"taint": {"key": FENCE_TAINT_KEY, "effect": "None"}}}
+        eventually_refused(
+            lambda: _rules(intruder).patch_cluster_custom_object(
+                "resource.k8s.io", "v1", "devicetaintrules", name, lift, dry_run=DRY_RUN
+            ),
+            "only the gpuaccept operator",
+        )
+        admitted(_delete_rule(operator_api, name))
+    finally:
+        _delete_rule(operator_api, name, dry_run=False)()
 
 
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"

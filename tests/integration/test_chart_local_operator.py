@@ -210,9 +210,9 @@ def test_local_operator_under_chart_rbac_decides_nodes(
         "get", "validatingadmissionpolicybindings", "-o", "name",
         "-l", f"app.kubernetes.io/instance={release}",
     )  # fmt: skip
-    assert len(bound.stdout.split()) == 10, (
+    assert len(bound.stdout.split()) == 11, (
         bound.stdout
-    )  # the admission rules, rule 11 and the lock
+    )  # the admission rules, rules 11 (probe claims) and 12 (fence rules), and the lock
     # The level docs/install.md tells you to enforce: the operator's probe pods pass it.
     control_plane.kubectl(
         "label", "namespace", namespace, "--overwrite",

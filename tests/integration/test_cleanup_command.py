@@ -55,6 +55,10 @@ def _lease(cp: ControlPlane, renewed: datetime) -> None:
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(lease))
 
 
+FENCE_RULE = "gpuaccept-fence-cleanup-node"  # a fenced GPU's rule (core/fencerules.py)
+OTHER_RULE = "someone-elses-rule"
+
+
 @pytest.fixture
 def leftovers(control_plane: ControlPlane) -> Iterator[ControlPlane]:
     """A node, NodeAcceptance, Lease and probe pod as an uninstalled gpuaccept leaves them."""
@@ -122,7 +126,20 @@ def leftovers(control_plane: ControlPlane) -> Iterator[ControlPlane]:
         },
     }
     _create(cp, pod)
+    for name, key in ((FENCE_RULE, "gpuaccept.io/fenced"), (OTHER_RULE, "example.com/broken")):
+        cp.kubectl("delete", "devicetaintrule", name, "--ignore-not-found")
+        labels = {"app.kubernetes.io/managed-by": "gpuaccept"} if name == FENCE_RULE else {}
+        if name == FENCE_RULE:
+            labels["app.kubernetes.io/component"] = "gpu-fence"
+        _create(cp, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": NODE,
+                                        "device": "gpu-5"},
+                     "taint": {"key": key, "value": "x", "effect": "NoSchedule"}},
+        })  # fmt: skip
     yield cp
+    cp.kubectl("delete", "devicetaintrule", FENCE_RULE, OTHER_RULE, "--ignore-not-found")
     cp.kubectl("delete", "node", NODE, "--ignore-not-found")
     cp.kubectl("delete", "nodeacceptance", NODE, "--ignore-not-found", check=False)
     # The namespace stays: without a namespace controller it would never finish terminating.
@@ -154,6 +171,7 @@ def test_dry_run_then_cleanup_removes_exactly_what_gpuaccept_left(
         f"would remove annotation gpuaccept.io/reprobe from node {NODE}",
         f"would remove condition GPUAcceptance from node {NODE}",
         f"would remove probe pod {NAMESPACE}/gpuaccept-probe-cleanup-1",
+        f"would remove DeviceTaintRule {FENCE_RULE}",
         f"would remove Lease {NAMESPACE}/{LEASE}",
         f"would remove NodeAcceptance {NODE}",
         f"kept taint {KEPT_TAINT['key']} of node {NODE}: recorded as applied in its "
@@ -179,6 +197,8 @@ def test_dry_run_then_cleanup_removes_exactly_what_gpuaccept_left(
     assert not _exists(cp, "nodeacceptance", NODE)
     assert not _exists(cp, "lease", LEASE, "-n", NAMESPACE)
     assert not _exists(cp, "pod", "gpuaccept-probe-cleanup-1", "-n", NAMESPACE)
+    assert not _exists(cp, "devicetaintrule", FENCE_RULE)  # a fenced GPU back in service
+    assert _exists(cp, "devicetaintrule", OTHER_RULE)  # another's rule: not ours
     assert _exists(cp, "crd", "nodeacceptances.gpuaccept.io")
 
     # Idempotent: nothing of ours is left on this node.

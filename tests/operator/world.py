@@ -47,6 +47,7 @@ from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import (
     CreatedPod,
     CreateResourceClaim,
+    DeleteFenceRule,
     DeleteResourceClaim,
     DrainNode,
     DrainResult,
@@ -57,10 +58,11 @@ from gpuaccept.operator.core.model import (
     ResourceSliceView,
     SignatureSeen,
     WatchEvidence,
+    WriteFenceRule,
 )
 from gpuaccept.operator.core.phases.drain import evictable
 from gpuaccept.operator.core.podidentity import shape_digest
-from gpuaccept.operator.views import pod_view
+from gpuaccept.operator.views import fence_rule_view, pod_view
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BOOT = "boot-1"
@@ -186,6 +188,8 @@ class World:
     in_service_fleet: tuple[SignatureSeen, ...] = ()
     # The node's ResourceSlices (of any driver: the core keeps the configured ones).
     resource_slices: tuple[ResourceSliceView, ...] = ()
+    # The DeviceTaintRules the world holds, by name (as created or patched).
+    fence_rules: dict[str, dict[str, Any]] = field(default_factory=dict)
     passes: int = 0
 
     def restart(self) -> None:
@@ -216,6 +220,9 @@ class World:
             watch_reports=self.watch_reports,
             in_service_fleet=self.in_service_fleet,
             resource_slices=self.resource_slices,
+            fence_rules=tuple(
+                v for v in map(fence_rule_view, self.fence_rules.values()) if v is not None
+            ),
         )
 
     def plan(self) -> Plan:
@@ -302,6 +309,12 @@ class World:
         found = self.claims.get(action.name)
         if found is not None and claim_is_intended(found, action.intents):
             del self.claims[action.name]
+
+    def write_fence_rule(self, action: WriteFenceRule) -> None:
+        self.fence_rules[action.name] = dict(action.manifest)
+
+    def delete_fence_rule(self, action: DeleteFenceRule) -> None:
+        self.fence_rules.pop(action.name, None)
 
     def emit_event(self, action: EmitEvent) -> None:
         self.events.append(action)

@@ -22,6 +22,14 @@ class FencingMode(StrEnum):
     GPU = "gpu"
 
 
+class FenceEffect(StrEnum):
+    """The effect of a fenced GPU's DeviceTaintRule (KEP-5055; ``None``, the third
+    effect, is what dryRun uses)."""
+
+    NO_SCHEDULE = "NoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
 class FencingPolicy(ContractModel):
     """Whether a failure that belongs to single GPUs takes out those GPUs or the node."""
 
@@ -37,6 +45,12 @@ class FencingPolicy(ContractModel):
         ge=1,
         le=64,
         description="The most GPUs of one node fenced; more failing GPUs quarantine the node.",
+    )
+    effect: FenceEffect = Field(
+        default=FenceEffect.NO_SCHEDULE,
+        description="The fence's DeviceTaintRule effect: NoSchedule (no new claim gets the "
+        "GPU; a running pod keeps it) or NoExecute (pods whose claims hold it are evicted "
+        "too). Under dryRun the rule is made with effect None.",
     )
     checks: list[str] | None = Field(
         default=None,

@@ -32,6 +32,9 @@ REASON_LABEL: Final = f"{GROUP}/reason"
 RELEASE_BY_ANNOTATION: Final = f"{GROUP}/release-by"
 RELEASE_AT_ANNOTATION: Final = f"{GROUP}/release-at"
 RELEASE_REASON_ANNOTATION: Final = f"{GROUP}/release-reason"
+# The taint key of gpuaccept's DeviceTaintRules (one per fenced GPU of a DRA node;
+# operator/core/fencerules.py); the value is the fence's reason.
+FENCE_TAINT_KEY: Final = f"{GROUP}/fenced"
 NODE_CONDITION_TYPE: Final = "GPUAcceptance"
 # What a quarantined node needs (its reason: None, ResetGPU, RebootNode, NeedsPerson),
 # and the same rung as a label for selectors (NodeHealthCheck): core/ladder.py.

@@ -31,8 +31,10 @@ from typing import Any
 from gpuaccept.operator.core.capacity import gated, node_gpu_count
 from gpuaccept.operator.core.fabric.membership import fabric_candidate_policy
 from gpuaccept.operator.core.fleetcount import FleetCount
+from gpuaccept.operator.core.gpupublishing import dra_pools
 from gpuaccept.operator.core.inservice.correlation import signatures
 from gpuaccept.operator.core.model import (
+    FenceRuleView,
     NAView,
     NodeView,
     PodView,
@@ -44,6 +46,7 @@ from gpuaccept.operator.views import (
     CachedAcceptance,
     PolicyEntry,
     cached_acceptance,
+    fence_rule_view,
     node_view,
     pod_view,
     policy_entry,
@@ -62,6 +65,9 @@ PODS_INDEX = "gpuaccept_probe_pods"
 # ResourceSlices of the configured DRA drivers, by node (registered only when the
 # operator has DRA drivers: --dra-driver).
 SLICES_INDEX = "gpuaccept_resource_slices"
+# gpuaccept's fence DeviceTaintRules, by the node label's value (registered only when
+# the API server serves them: core/fencerules.py).
+FENCE_RULES_INDEX = "gpuaccept_fence_rules"
 
 
 def _index_values(index: Any, key: str) -> list[Any]:
@@ -102,7 +108,7 @@ class Unlisted:
     """An entry of the cache that the last relist did not show: verified against the
     API server, then dropped (:meth:`Cache.forget`) if it is gone."""
 
-    kind: str  # node | na | pod | policy | slice
+    kind: str  # node | na | pod | policy | slice | rule
     key: str  # the object's name
     rv: int  # the resourceVersion the cache holds
     node: str = ""  # a pod's or a ResourceSlice's node (its index key)
@@ -148,6 +154,7 @@ class Cache:
                 raise RuntimeError(f"kopf did not pass the index {name!r}")
             self.indexes[name] = kwargs[name]
         self.indexes[SLICES_INDEX] = kwargs.get(SLICES_INDEX)  # absent: no DRA driver
+        self.indexes[FENCE_RULES_INDEX] = kwargs.get(FENCE_RULES_INDEX)  # absent: not served
         self.synced.set()
 
     def write(self, kind: str, key: str, rv: int, value: Any) -> None:
@@ -187,8 +194,10 @@ class Cache:
 
     def _entries(self, kind: str) -> list[Unlisted]:
         """Every entry of ``kind`` in kopf's indexes, at the newest resourceVersion."""
-        if kind in ("pod", "slice"):  # kept by node
-            index = self.indexes.get(PODS_INDEX if kind == "pod" else SLICES_INDEX)
+        if kind in ("pod", "slice", "rule"):  # kept by node
+            index = self.indexes.get(
+                {"pod": PODS_INDEX, "slice": SLICES_INDEX, "rule": FENCE_RULES_INDEX}[kind]
+            )
             return [
                 Unlisted(kind, view.name, rv, node)
                 for node in list(index or ())
@@ -232,7 +241,8 @@ class Cache:
     def _count_node(self, name: str) -> None:
         view = self.node(name)
         labels = view.labels if view is not None else None
-        self.count.set_node_gpus(name, node_gpu_count(view) if view is not None else 0)
+        gpus = (node_gpu_count(view) or self._dra_gpu_count(name)) if view is not None else 0
+        self.count.set_node_gpus(name, gpus)
         self.count.set_node(
             name,
             labels,
@@ -240,6 +250,13 @@ class Cache:
             taint_keys=frozenset(t.key for t in view.taints) if view is not None else frozenset(),
             created=view.created if view is not None else None,
         )
+
+    def _dra_gpu_count(self, name: str) -> int:
+        """The GPUs of the node's complete DRA pools (0: none): a DRA node's size in
+        the limit's GPU counts, as capacity nvidia.com/gpu is a device-plugin node's."""
+        slices = self.resource_slices(name)
+        pools = dra_pools(slices, {view.driver for view in slices})
+        return sum(len(pool.gpus) for pool in pools if pool.complete)
 
     def _count_na(self, name: str) -> None:
         view = self.na(name)
@@ -380,6 +397,18 @@ class Cache:
                 views.append(view)
         return tuple(sorted(views, key=lambda view: view.name))
 
+    def fence_rules(self, node: str) -> tuple[FenceRuleView, ...]:
+        """gpuaccept's fence rules of ``node`` (kopf's index, at their last watched
+        version), by name; a rule a relist showed gone (:meth:`forget`) is left out
+        unless a newer one took its name."""
+        views = []
+        for rv, view in _index_values(self.indexes.get(FENCE_RULES_INDEX), node):
+            with self._lock:
+                gone = self._overlay.get(("rule", view.name))  # a relist showed it gone
+            if gone is None or gone.rv < rv:
+                views.append(view)
+        return tuple(sorted(views, key=lambda view: view.name))
+
     def policies(self) -> list[PolicyEntry]:
         index = self.indexes.get(POLICIES_INDEX)
         if index is None:
@@ -431,6 +460,13 @@ def index_policy(
 ) -> dict[str, tuple[int, PolicyEntry]]:
     entry = policy_entry(body, owned_prefixes)
     return {entry.view.name: (resource_version(body), entry)}
+
+
+def index_fence_rule(body: Mapping[str, Any]) -> dict[str, tuple[int, FenceRuleView]]:
+    """One of gpuaccept's fence rules under its node's label value; any other rule is
+    not kept."""
+    view = fence_rule_view(body)
+    return {view.node: (resource_version(body), view)} if view is not None else {}
 
 
 def slice_node(view: ResourceSliceView) -> str:

@@ -13,6 +13,9 @@ operator's ServiceAccount, whose RBAC stays least-privilege):
   named (a forged record must not make an admin's cleanup remove foreign taints);
 - the ``GPUAcceptance`` node condition;
 - probe pods (``app.kubernetes.io/managed-by=gpuaccept,app.kubernetes.io/component=probe``);
+- fence DeviceTaintRules (``app.kubernetes.io/managed-by=gpuaccept,
+  app.kubernetes.io/component=gpu-fence``, taint key ``gpuaccept.io/fenced``): a fenced
+  GPU is back in service once gpuaccept is gone;
 - the Lease ``--lease-name`` in ``--namespace``;
 - every ``NodeAcceptance``;
 - with ``--crds``, both CRDs (and with them every ``NodeAcceptancePolicy``).
@@ -37,14 +40,29 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.api import (
     ACCEPTANCE_PLURAL,
+    FENCE_TAINT_KEY,
     GROUP,
     NODE_CONDITION_TYPE,
     POLICY_PLURAL,
 )
 from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
 from gpuaccept.contracts.policy_fields import OWNED_KEY_PREFIX
-from gpuaccept.operator.core.podspec import PROBE_SELECTOR
-from gpuaccept.operator.kube import LEASE_PATH, MERGE, NA_PATH, STRATEGIC, ConflictError, Kube
+from gpuaccept.operator.core.fencerules import FENCE_COMPONENT
+from gpuaccept.operator.core.podspec import (
+    COMPONENT_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    PROBE_SELECTOR,
+)
+from gpuaccept.operator.kube import (
+    DEVICE_TAINT_RULES_PATH,
+    LEASE_PATH,
+    MERGE,
+    NA_PATH,
+    STRATEGIC,
+    ConflictError,
+    Kube,
+)
 from gpuaccept.operator.options import OptionError, owned_key_prefixes
 
 EXIT_USAGE = 2
@@ -231,6 +249,15 @@ class Cleanup:
             ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
             self._delete(f"/api/v1/namespaces/{ns}/pods/{name}", f"probe pod {ns}/{name}")
 
+    def fence_rules(self) -> None:
+        """gpuaccept's fence DeviceTaintRules (none where the API server serves none)."""
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{COMPONENT_LABEL}={FENCE_COMPONENT}"
+        for rule in self._list(DEVICE_TAINT_RULES_PATH, query=[("labelSelector", selector)]):
+            if ((rule.get("spec") or {}).get("taint") or {}).get("key") != FENCE_TAINT_KEY:
+                continue  # under the operator's labels, but not its key: not its fence
+            name = rule["metadata"]["name"]
+            self._delete(f"{DEVICE_TAINT_RULES_PATH}/{name}", f"DeviceTaintRule {name}")
+
     def lease(self, namespace: str, name: str) -> None:
         if self.kube.get_lease(namespace, name) is not None:
             path = f"{LEASE_PATH.format(ns=namespace)}/{name}"
@@ -258,6 +285,7 @@ class Cleanup:
             self.out.write(f"{line}\n")
         self.nodes(recorded)
         self.probe_pods()
+        self.fence_rules()
         self.lease(namespace, lease_name)
         self.acceptances(acceptances)
         if crds:

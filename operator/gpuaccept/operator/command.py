@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -199,6 +200,9 @@ def main(argv: Sequence[str]) -> int:
         )
         return 1
 
+    # A GPU is fenced (a DeviceTaintRule) only where the API server serves them; else a
+    # decision to fence quarantines the node (FencingUnavailable).
+    config = replace(config, device_taint_rules=_serves_device_taint_rules(kube))
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     lease, lock = _elections(args, identity)
     runtime = RuntimeSettings(
@@ -280,6 +284,20 @@ GC_THRESHOLDS = (20_000, 20, 20)
 def tune_gc() -> None:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+def _serves_device_taint_rules(kube: Kube) -> bool:
+    """Whether the API server serves DeviceTaintRules; an error asking: not served (a
+    fence decision then quarantines the node, never leaves a GPU unfenced)."""
+    try:
+        served = kube.for_origin(ORIGIN_STARTUP).serves_device_taint_rules()
+    except ApiException as error:
+        logging.getLogger("gpuaccept.operator").warning(
+            "could not ask the API server's discovery for devicetaintrules: %s", error.status
+        )
+        return False
+    logging.getLogger("gpuaccept.operator").info("DeviceTaintRules served: %s", served)
+    return served
 
 
 def _wait_for_crds(kube: Kube, *, timeout: float) -> list[str]:

@@ -332,7 +332,7 @@ class Controller:
         self.cache.refresh_policies()
         self.cache.settle()
         for entry in gone:
-            self.enqueue(entry.node if entry.kind in ("pod", "slice") else entry.key)
+            self.enqueue(entry.node if entry.kind in ("pod", "slice", "rule") else entry.key)
         self.policy_seen()  # a policy gone: the nodes it matched
 
     def _gone(self, unlisted: list[Unlisted]) -> list[Unlisted]:
@@ -353,12 +353,14 @@ class Controller:
             if "slice" in kinds
             else set()
         )
+        rules = self.kube.list_fence_rule_names() if "rule" in kinds else set()
         exists = {
             "node": lambda name: self.kube.get_node(name) is not None,
             "na": lambda name: self.kube.get_na(name) is not None,
             "pod": lambda name: name in pods,
             "policy": lambda name: name in policies,
             "slice": lambda name: name in slices,
+            "rule": lambda name: name in rules,
         }
         return [entry for entry in unlisted if not exists[entry.kind](entry.key)]
 
@@ -396,6 +398,7 @@ class Controller:
             gpu_pod_sample=self.reverify.sample(name),
             in_service_fleet=self._in_service_fleet(policies, name),
             resource_slices=self.cache.resource_slices(name),
+            fence_rules=self.cache.fence_rules(name),
             nonce_seed=secrets.token_hex(32),  # never stored: core/creationintent.py
         )
 

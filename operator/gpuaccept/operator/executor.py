@@ -31,6 +31,7 @@ from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
     CreateProbePod,
     CreateResourceClaim,
+    DeleteFenceRule,
     DeleteNodeAcceptance,
     DeleteProbePod,
     DeleteResourceClaim,
@@ -42,6 +43,7 @@ from gpuaccept.operator.core.model import (
     PatchNodeCondition,
     PatchNodeTaintsLabels,
     RemoveReprobeAnnotation,
+    WriteFenceRule,
 )
 from gpuaccept.operator.core.phases.drain import evictable
 from gpuaccept.operator.core.phases.startfailure import NODE_BUSY_PREFIX
@@ -367,6 +369,18 @@ class _NodeWrites:
             return
         uid = str((found.get("metadata") or {}).get("uid", ""))
         self.kube.delete_resource_claim(namespace, action.name, uid)
+
+    def write_fence_rule(self, action: WriteFenceRule) -> None:
+        """A fenced GPU's DeviceTaintRule (core/fencerules.py): created, or its spec set
+        when it exists (a name taken is a rule with gpuaccept's key: only the operator
+        may make one, the admission policy says so)."""
+        spec = action.manifest.get("spec") or {}
+        if not action.exists and self.kube.create_device_taint_rule(action.manifest) is not None:
+            return
+        self.kube.replace_device_taint_rule_spec(action.name, spec)
+
+    def delete_fence_rule(self, action: DeleteFenceRule) -> None:
+        self.kube.delete_device_taint_rule(action.name)
 
     def _gpu_pods_on_node(self, node: str) -> list[str]:
         """Other pods on ``node`` that hold GPUs (``namespace/name``): the kubelet

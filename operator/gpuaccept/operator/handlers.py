@@ -19,11 +19,13 @@ import kopf
 from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, POLICY_PLURAL, VERSION
 from gpuaccept.contracts.policy_fields import CONTROL_PLANE_ROLE_LABELS
 from gpuaccept.operator.cache import (
+    FENCE_RULES_INDEX,
     NAS_INDEX,
     NODES_INDEX,
     PODS_INDEX,
     POLICIES_INDEX,
     SLICES_INDEX,
+    index_fence_rule,
     index_na,
     index_node,
     index_pod,
@@ -31,6 +33,7 @@ from gpuaccept.operator.cache import (
     index_resource_slice,
 )
 from gpuaccept.operator.controller import Controller
+from gpuaccept.operator.core.fencerules import FENCE_COMPONENT
 from gpuaccept.operator.core.podidentity import pinned_node
 from gpuaccept.operator.core.podspec import (
     COMPONENT_LABEL,
@@ -39,11 +42,13 @@ from gpuaccept.operator.core.podspec import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
 )
+from gpuaccept.operator.views import fence_rule_view
 
 log = logging.getLogger(__name__)
 
 # The DRA API whose ResourceSlices publish GPUs (GA since Kubernetes 1.34).
 RESOURCE_GROUP, RESOURCE_VERSION, SLICES_PLURAL = "resource.k8s.io", "v1", "resourceslices"
+RULES_PLURAL = "devicetaintrules"  # gpuaccept's fences (core/fencerules.py)
 
 
 def node_watch_filters(
@@ -75,6 +80,7 @@ def build_registry(
     _add_indexes(registry, controller, node_labels, probe_labels)
     _add_event_handlers(registry, controller, node_labels, probe_labels)
     _watch_resource_slices(controller, registry)  # none without a DRA driver
+    _watch_fence_rules(controller, registry)  # none where the API server serves none
     _add_lifecycle(registry, controller)
     return registry
 
@@ -208,7 +214,40 @@ def _watch_resource_slices(controller: Controller, registry: kopf.OperatorRegist
         controller.cache.attach(kwargs)
         for node in index_resource_slice(body, drivers):  # a deletion: its last state
             controller.cache.saw("slice", name, type, time.monotonic())
+            controller.cache.refresh("node", node)  # a DRA node's size (its pools' GPUs)
             controller.enqueue(node)
+
+
+def _watch_fence_rules(controller: Controller, registry: kopf.OperatorRegistry) -> None:
+    """gpuaccept's fence DeviceTaintRules (core/fencerules.py), kept by node (kopf's
+    index, by the operator's labels, checked after each relist like the slices), and a
+    rule change re-queues its node: a rule someone deleted or changed is made again.
+    Not watched where the API server does not serve them (the runtime asked its
+    discovery: OperatorConfig.device_taint_rules)."""
+    if not controller.config.device_taint_rules or not controller.config.dra_drivers:
+        return  # no rules served, or no DRA node to fence a GPU of
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, COMPONENT_LABEL: FENCE_COMPONENT}
+
+    async def gpuaccept_fence_rules(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return index_fence_rule(body)
+
+    assert gpuaccept_fence_rules.__name__ == FENCE_RULES_INDEX
+    kopf.index(
+        RESOURCE_GROUP,
+        RESOURCE_VERSION,
+        RULES_PLURAL,
+        labels=labels,
+        id=FENCE_RULES_INDEX,
+        registry=registry,
+    )(gpuaccept_fence_rules)
+
+    @kopf.on.event(RESOURCE_GROUP, RESOURCE_VERSION, RULES_PLURAL, labels=labels, registry=registry)
+    async def fence_rule_event(body: kopf.Body, name: str, type: str | None, **kwargs: Any) -> None:
+        controller.cache.attach(kwargs)
+        view = fence_rule_view(body)
+        if view is not None:  # a deletion: its last state
+            controller.cache.saw("rule", name, type, time.monotonic())
+            controller.enqueue(view.node)
 
 
 class NoDiffBaseStorage(kopf.DiffBaseStorage):

@@ -30,7 +30,9 @@ from gpuaccept.contracts.api import (
     REMEDY_CONDITION_TYPE,
     VERSION,
 )
+from gpuaccept.operator.core.fencerules import FENCE_COMPONENT
 from gpuaccept.operator.core.model import Taint
+from gpuaccept.operator.core.podspec import COMPONENT_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 
 log = logging.getLogger(__name__)
 USER_AGENT = "gpuaccept-operator"
@@ -88,6 +90,9 @@ NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
 POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
 # The DRA drivers' ResourceSlices (resource.k8s.io/v1, GA since Kubernetes 1.34).
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+# gpuaccept's fences: DeviceTaintRules (resource.k8s.io/v1, KEP-5055; GA in 1.37).
+RESOURCE_V1_PATH = "/apis/resource.k8s.io/v1"
+DEVICE_TAINT_RULES_PATH = f"{RESOURCE_V1_PATH}/devicetaintrules"
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 CLAIMS_PATH = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 # The installation lock (leader.py): one Lease per cluster, in "default" (docs/security.md).
@@ -274,6 +279,51 @@ class Kube:
             )
             names |= {str((i.get("metadata") or {}).get("name")) for i in body.get("items") or ()}
         return names
+
+    # ------------------------------------------------------- device taint rules
+    def serves_device_taint_rules(self) -> bool:
+        """Whether the API server serves ``resource.k8s.io/v1`` devicetaintrules (its
+        discovery; a 404 or a list without them: not served)."""
+        self._count("discovery.get")
+        try:
+            body = self.request("GET", RESOURCE_V1_PATH)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        names = {str(r.get("name")) for r in body.get("resources") or () if isinstance(r, dict)}
+        return "devicetaintrules" in names
+
+    def create_device_taint_rule(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The created rule, or None when the name is taken."""
+        self._count("devicetaintrule.create")
+        try:
+            return self.request("POST", DEVICE_TAINT_RULES_PATH, dict(manifest))
+        except ConflictError:
+            return None
+
+    def replace_device_taint_rule_spec(self, name: str, spec: Mapping[str, Any]) -> None:
+        """Set the rule's ``spec`` whole (JSON patch)."""
+        self._count("devicetaintrule.patch")
+        ops = [{"op": "add", "path": "/spec", "value": dict(spec)}]
+        self.request("PATCH", f"{DEVICE_TAINT_RULES_PATH}/{name}", ops, content_type=JSON_PATCH)
+
+    def list_fence_rule_names(self) -> set[str]:
+        """The names of gpuaccept's fence rules that exist (a relist's check, see
+        cache.py): one list by the operator's labels."""
+        self._count("devicetaintrule.list")
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{COMPONENT_LABEL}={FENCE_COMPONENT}"
+        body = self.request("GET", DEVICE_TAINT_RULES_PATH, query=[("labelSelector", selector)])
+        return {str((i.get("metadata") or {}).get("name")) for i in body.get("items") or ()}
+
+    def delete_device_taint_rule(self, name: str) -> None:
+        """Delete the rule ``name`` (gone: done)."""
+        self._count("devicetaintrule.delete")
+        try:
+            self.request("DELETE", f"{DEVICE_TAINT_RULES_PATH}/{name}")
+        except ApiException as error:
+            if error.status != 404:
+                raise
 
     # ------------------------------------------------------------- nodes
     def get_node(self, name: str) -> dict[str, Any] | None:

@@ -33,12 +33,14 @@ from gpuaccept.contracts.nodeacceptance import (
 )
 from gpuaccept.contracts.policy_fields import OWNED_KEY_PREFIX
 from gpuaccept.contracts.probe_invocation import ENV_FABRIC_NONCE
+from gpuaccept.operator.core.fencerules import FENCE_COMPONENT, GPU_UUID_ANNOTATION
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
 from gpuaccept.operator.core.model import (
     ConditionSeen,
     DeviceTaintView,
     DraDevice,
     FabricPodLabels,
+    FenceRuleView,
     NAView,
     NodeCondition,
     NodePod,
@@ -56,12 +58,16 @@ from gpuaccept.operator.core.podidentity import (
 )
 from gpuaccept.operator.core.podspec import (
     ATTEMPT_LABEL,
+    COMPONENT_LABEL,
     CONTAINER_NAME,
     FABRIC_FIRST_ANNOTATION,
     FABRIC_PAIR_LABEL,
     FABRIC_RANK_LABEL,
     FABRIC_SECOND_ANNOTATION,
     MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    NODE_LABEL,
+    NODE_NAME_ANNOTATION,
     WATCH_LABEL,
 )
 
@@ -204,6 +210,37 @@ def resource_slice_view(body: Mapping[str, Any]) -> ResourceSliceView:
         node_name=str(spec.get("nodeName") or ""),
         devices=tuple(d for d in map(_dra_device, devices) if d is not None),
         resource_version=str(meta.get("resourceVersion", "")),
+    )
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def fence_rule_view(body: Mapping[str, Any]) -> FenceRuleView | None:
+    """One of gpuaccept's fence DeviceTaintRules (core/fencerules.py) as the core reads
+    it; None for any other rule (not the operator's labels, or no node). A field of the
+    wrong shape reads as absent."""
+    meta = _meta(body)
+    labels = _mapping(meta.get("labels"))
+    if (
+        labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE
+        or labels.get(COMPONENT_LABEL) != FENCE_COMPONENT
+        or not labels.get(NODE_LABEL)
+    ):
+        return None
+    spec = _mapping(body.get("spec"))
+    selector, taint = _mapping(spec.get("deviceSelector")), _mapping(spec.get("taint"))
+    return FenceRuleView(
+        name=str(meta.get("name", "")),
+        node=str(_mapping(meta.get("annotations")).get(NODE_NAME_ANNOTATION) or labels[NODE_LABEL]),
+        gpu_uuid=str(_mapping(meta.get("annotations")).get(GPU_UUID_ANNOTATION, "")),
+        driver=str(selector.get("driver") or ""),
+        pool=str(selector.get("pool") or ""),
+        device=str(selector.get("device") or ""),
+        key=str(taint.get("key") or ""),
+        value=str(taint.get("value") or ""),
+        effect=str(taint.get("effect") or ""),
     )
 
 

@@ -88,7 +88,7 @@ def test_the_claim_is_created_before_the_pod_both_intended_first() -> None:
     assert claim.name == NAME
 
 
-def test_the_claim_asks_for_every_device_of_the_class() -> None:
+def test_the_claim_asks_for_every_device_of_the_class_fenced_ones_too() -> None:
     world = dra_world()
     claim = next(a for a in to_the_creates(world).actions if isinstance(a, CreateResourceClaim))
     manifest = claim.manifest
@@ -101,7 +101,12 @@ def test_the_claim_asks_for_every_device_of_the_class() -> None:
             "requests": [
                 {
                     "name": "gpus",
-                    "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"},
+                    "exactly": {
+                        "deviceClassName": "gpu.nvidia.com",
+                        "allocationMode": "All",
+                        # a fenced GPU is tested again (core/fencerules.py)
+                        "tolerations": [{"key": "gpuaccept.io/fenced", "operator": "Exists"}],
+                    },
                 }
             ]
         }

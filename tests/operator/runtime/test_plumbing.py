@@ -17,6 +17,12 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.nodeacceptance import Phase
+from gpuaccept.operator.cache import (
+    FENCE_RULES_INDEX,
+    SLICES_INDEX,
+    index_fence_rule,
+    index_resource_slice,
+)
 from gpuaccept.operator.controller import (
     NAS_INDEX,
     NODES_INDEX,
@@ -29,7 +35,9 @@ from gpuaccept.operator.controller import (
     index_pod,
 )
 from gpuaccept.operator.core import OperatorConfig, Taint
+from gpuaccept.operator.core.fencerules import fence_rule_manifest
 from gpuaccept.operator.core.judge import judge
+from gpuaccept.operator.core.model import FenceRuleView
 from gpuaccept.operator.handlers import (
     NoDiffBaseStorage,
     NoProgressStorage,
@@ -226,6 +234,80 @@ def test_cache_counts_follow_watch_events_and_our_writes() -> None:
     cache.refresh("node", "gpu-1")
     share = cache.count.tally()["default"]
     assert (share.matched, share.counts.quarantined, cache.acceptances()) == (0, 0, ())
+
+
+def _dra_slice(node: str, count: int, *, generation: int = 1) -> dict[str, Any]:
+    devices = [
+        {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": f"U{i}"}}}
+        for i in range(count)
+    ]
+    return {
+        "metadata": {"name": f"{node}-s", "resourceVersion": "3"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def test_a_dra_node_counts_its_pool_s_gpus_and_a_fenced_gpu_as_one() -> None:
+    """The limit in GPUs (issue 40) on a DRA node: its size is its complete pool's GPUs
+    (nothing on the Node says it), and a fenced GPU (status.fenced) is one GPU out."""
+    policy = policy_entry(
+        {
+            "metadata": {"name": "default", "resourceVersion": "1"},
+            "spec": {"nodeSelector": {"a": "b"}, "maxQuarantined": 5},
+        }
+    )
+    dra_node = {**NODE, "status": {**NODE["status"], "allocatable": {}}}
+    fenced = _na_body("gpu-1", 6, "Accepted")
+    fenced["status"]["fenced"] = "1/8"
+    drivers = frozenset({"gpu.nvidia.com"})
+    pool = list(index_resource_slice(_dra_slice("gpu-1", 8), drivers).values())
+    cache = _cache(
+        **{
+            POLICIES_INDEX: {"default": [(1, policy)]},
+            NODES_INDEX: {"gpu-1": list(index_node(dra_node).values())},
+            NAS_INDEX: {"gpu-1": list(index_na(fenced).values())},
+            SLICES_INDEX: {"gpu-1": pool},
+        }
+    )
+    cache.refresh_policies()
+    cache.refresh("node", "gpu-1")
+    cache.refresh("na", "gpu-1")
+    counts = cache.count.limit_counts("default", "gpu-2")
+    assert (counts.matched_gpus, counts.unavailable_gpus) == (8, 1)
+    # the pool incomplete (a second slice announced, not there): size unknown, nodes counted
+    cache.indexes[SLICES_INDEX]["gpu-1"] = list(
+        index_resource_slice(
+            {**_dra_slice("gpu-1", 8), "spec": {**_dra_slice("gpu-1", 8)["spec"], "pool": {
+                "name": "gpu-1", "generation": 1, "resourceSliceCount": 2}}},
+            drivers,
+        ).values()
+    )  # fmt: skip
+    cache.refresh("node", "gpu-1")
+    assert cache.count.limit_counts("default", "gpu-2").matched_gpus is None
+
+
+def test_the_fence_rule_index_keeps_the_operator_s_rules_by_node() -> None:
+    ours = fence_rule_manifest(
+        FenceRuleView("r1", "gpu-1", "U5", "gpu.nvidia.com", "gpu-1", "gpu-5",
+                      "gpuaccept.io/fenced", "memory_health", "NoSchedule"),
+        {"app.kubernetes.io/managed-by": "gpuaccept",
+         "app.kubernetes.io/component": "gpu-fence", "gpuaccept.io/node": "gpu-1"},
+        None,
+    )  # fmt: skip
+    ours["metadata"]["resourceVersion"] = "4"
+    theirs = {**ours, "metadata": {"name": "r2", "labels": {"team": "ml"}}}
+    assert index_fence_rule(theirs) == {}
+    cache = _cache(**{FENCE_RULES_INDEX: {"gpu-1": list(index_fence_rule(ours).values())}})
+    (view,) = cache.fence_rules("gpu-1")
+    assert (view.name, view.node, view.gpu_uuid, view.device, view.effect) == (
+        "r1", "gpu-1", "U5", "gpu-5", "NoSchedule",
+    )  # fmt: skip
+    assert cache.fence_rules("gpu-2") == ()
 
 
 def test_cache_keeps_the_nodeacceptances_with_a_fabric_test_by_policy() -> None:

@@ -17,6 +17,7 @@ from kubernetes import client as k8s
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.cache import (
+    FENCE_RULES_INDEX,
     NAS_INDEX,
     NODES_INDEX,
     PODS_INDEX,
@@ -29,6 +30,7 @@ from gpuaccept.operator.controller import Controller
 from gpuaccept.operator.core import OperatorConfig
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import (
+    FenceRuleView,
     NAView,
     NodeView,
     PodView,
@@ -50,9 +52,11 @@ class ApiServer(Kube):
         pods: set[str],
         policies: set[str],
         slices: frozenset[str] = frozenset(),
+        rules: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(k8s.ApiClient())
         self.nodes, self.pods, self.policies, self.slices = nodes, pods, policies, slices
+        self.rules = rules
 
     def get_node(self, name: str) -> dict[str, Any] | None:
         return {"metadata": {"name": name}} if name in self.nodes else None
@@ -68,6 +72,9 @@ class ApiServer(Kube):
 
     def list_resource_slice_names(self, drivers: Any) -> set[str]:
         return set(self.slices)
+
+    def list_fence_rule_names(self) -> set[str]:
+        return set(self.rules)
 
 
 def _indexes(nodes: list[str]) -> dict[str, Any]:
@@ -180,4 +187,29 @@ def test_a_resource_slice_deleted_during_a_watch_gap_leaves_the_node_pool() -> N
     assert [(u.kind, u.key, u.node) for u in unlisted] == [("slice", "a-g1", "a")]
     controller.forget(controller._gone(unlisted))
     assert [s.name for s in cache.resource_slices("a")] == ["a-g2"]
+    assert "a" in controller.queue._queued
+
+
+def _rule(node: str, name: str) -> FenceRuleView:
+    return FenceRuleView(
+        name, node, "U5", "gpu.nvidia.com", node, "gpu-5", "gpuaccept.io/fenced", "x",
+        "NoSchedule",
+    )  # fmt: skip
+
+
+def test_a_fence_rule_deleted_during_a_watch_gap_is_dropped_and_its_node_reconciled() -> None:
+    """A fence rule deleted while the watch was gone (only the exempt groups may): the
+    relist does not show it, the check finds it gone, the index forgets it and its node
+    is reconciled, so that the operator makes it again."""
+    api = ApiServer(nodes={"a"}, pods={"probe-a"}, policies={"p"}, rules=frozenset({"r2"}))
+    controller = _controller(api, ["a"])
+    cache = controller.cache
+    cache.indexes[FENCE_RULES_INDEX] = {"a": [(9, _rule("a", "r1")), (10, _rule("a", "r2"))]}
+    cache.saw("rule", "r1", None, 0.0)
+    cache.saw("rule", "r1", "MODIFIED", 1.0)
+    cache.saw("rule", "r2", None, 100.0)  # the relist after a 410 Gone
+    unlisted = cache.unlisted(100.0 + RELIST_QUIET_SECONDS)
+    assert [(u.kind, u.key, u.node) for u in unlisted] == [("rule", "r1", "a")]
+    controller.forget(controller._gone(unlisted))
+    assert [r.name for r in cache.fence_rules("a")] == ["r2"]
     assert "a" in controller.queue._queued

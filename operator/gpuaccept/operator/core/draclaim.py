@@ -10,7 +10,9 @@ creates one claim, named as the attempt's pod, in its own namespace, before the 
 * one request (:data:`CLAIM_REQUEST`), ``exactly`` every device of the configured
   DeviceClass (``allocationMode: All``; NVIDIA's chart installs ``gpu.nvidia.com``,
   whose selector is its driver's whole GPUs): the scheduler allocates all of them on
-  the node the pod is placed on, or none (the pod stays unschedulable);
+  the node the pod is placed on, or none (the pod stays unschedulable); it tolerates
+  gpuaccept's fence taint (``gpuaccept.io/fenced``, any effect), so that a fenced GPU
+  is tested again (core/fencerules.py);
 * the operator's labels (managed-by, component :data:`CLAIM_COMPONENT`, the node),
   the creation nonce (core/creationintent.py, kind :data:`RESOURCE_CLAIM`) and the
   NodeAcceptance as its controller (the garbage collector deletes it with it).
@@ -28,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpuaccept.contracts.api import CREATION_NONCE_ANNOTATION
+from gpuaccept.contracts.api import CREATION_NONCE_ANNOTATION, FENCE_TAINT_KEY
 from gpuaccept.contracts.nodeacceptance import CreationIntent, NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core.creationintent import intended
 from gpuaccept.operator.core.model import OperatorConfig, PodView
@@ -63,7 +65,13 @@ def claim_manifest(
         meta["ownerReferences"] = [owner]
     request = {
         "name": CLAIM_REQUEST,
-        "exactly": {"deviceClassName": config.dra_device_class, "allocationMode": "All"},
+        "exactly": {
+            "deviceClassName": config.dra_device_class,
+            "allocationMode": "All",
+            # A fenced GPU is re-tested: the probe gets it despite gpuaccept's own taint
+            # (core/fencerules.py); only a passing probe lifts the fence.
+            "tolerations": [{"key": FENCE_TAINT_KEY, "operator": "Exists"}],
+        },
     }
     return {
         "apiVersion": API_VERSION,

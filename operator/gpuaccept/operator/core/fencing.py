@@ -20,11 +20,12 @@ fencible, within the bound
 In every case the per-GPU verdict (which GPUs failed which checks) is recorded in the
 status (``gpuVerdicts``), so that it shows on a quarantined node too.
 
-The fence itself (a DeviceTaintRule per GPU, issue 40) is not built yet: the runtime has
-no actuator for it. A decision to fence is therefore recorded as a quarantine of the
-node with reason :data:`REASON_FENCING_NOT_BUILT`, naming the GPUs it would fence: a
-bad GPU is never left in service unfenced. When the actuator exists, this is the one
-place that turns a :class:`FencingDecision` with GPUs into an ``Accept`` with fenced GPUs.
+A decision to fence is carried out by core/record.py (the node ``Accepted`` with those
+GPUs fenced, after dryRun and the limit) and core/fencerules.py (one DeviceTaintRule per
+fenced GPU). Where it cannot be (the API server serves no DeviceTaintRules, or a GPU is
+not one device of the node's ResourceSlices), the node is quarantined with reason
+:data:`REASON_FENCING_UNAVAILABLE`, naming the GPUs: a bad GPU is never left in service
+unfenced.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from gpuaccept.checks.fencing_policy import FencingMode, FencingPolicy
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import GpuPublishing, GpuVerdict
 
-REASON_FENCING_NOT_BUILT = "FencingNotBuilt"
+REASON_FENCING_UNAVAILABLE = "FencingUnavailable"
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class FencingDecision:
     why_node: str = ""
 
 
-def _gpu_names(gpus: tuple[GpuVerdict, ...]) -> str:
+def gpu_names(gpus: tuple[GpuVerdict, ...]) -> str:
     return ", ".join(f"GPU {g.index}" + (f" ({g.uuid})" if g.uuid else "") for g in gpus)
 
 
@@ -74,14 +75,6 @@ def fencing_decision(
     if publishing is not GpuPublishing.DRA:
         how = publishing.value if publishing is not None else "no GPU publishing seen"
         return FencingDecision(
-            why_node=f"{how} node: a GPU is fenced only through DRA ({_gpu_names(gpus)})"
+            why_node=f"{how} node: a GPU is fenced only through DRA ({gpu_names(gpus)})"
         )
     return FencingDecision(fence=gpus)
-
-
-def fence_message(decision: FencingDecision) -> str:
-    """What a decision to fence records while the fence is not built."""
-    return (
-        f"would fence {_gpu_names(decision.fence)}: fencing through DeviceTaintRules is "
-        "not built yet, so the node is quarantined"
-    )

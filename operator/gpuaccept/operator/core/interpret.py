@@ -15,6 +15,7 @@ from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
     CreateProbePod,
     CreateResourceClaim,
+    DeleteFenceRule,
     DeleteNodeAcceptance,
     DeleteProbePod,
     DeleteResourceClaim,
@@ -24,6 +25,7 @@ from gpuaccept.operator.core.model import (
     PatchNodeCondition,
     PatchNodeTaintsLabels,
     RemoveReprobeAnnotation,
+    WriteFenceRule,
 )
 
 
@@ -39,6 +41,8 @@ class ActionInterpreter(Protocol):
     def delete_probe_pod(self, action: DeleteProbePod) -> None: ...
     def create_resource_claim(self, action: CreateResourceClaim) -> None: ...
     def delete_resource_claim(self, action: DeleteResourceClaim) -> None: ...
+    def write_fence_rule(self, action: WriteFenceRule) -> None: ...
+    def delete_fence_rule(self, action: DeleteFenceRule) -> None: ...
     def delete_node_acceptance(self, action: DeleteNodeAcceptance) -> None: ...
     def emit_event(self, action: EmitEvent) -> None: ...
     def drain_node(self, action: DrainNode) -> None: ...
@@ -65,6 +69,10 @@ def interpret(interpreter: ActionInterpreter, action: Action) -> None:  # noqa: 
             interpreter.create_resource_claim(action)
         case DeleteResourceClaim():
             interpreter.delete_resource_claim(action)
+        case WriteFenceRule():
+            interpreter.write_fence_rule(action)
+        case DeleteFenceRule():
+            interpreter.delete_fence_rule(action)
         case DeleteNodeAcceptance():
             interpreter.delete_node_acceptance(action)
         case EmitEvent():

@@ -122,6 +122,22 @@ class ResourceSliceView:
 
 
 @dataclass(frozen=True)
+class FenceRuleView:
+    """A ``resource.k8s.io/v1`` DeviceTaintRule: one fenced GPU of a node
+    (core/fencerules.py), wanted or as the watch shows one of gpuaccept's (its labels)."""
+
+    name: str
+    node: str  # the node it fences a GPU of (label gpuaccept.io/node's node)
+    gpu_uuid: str  # the GPU it was resolved from (annotation gpuaccept.io/gpu-uuid)
+    driver: str  # spec.deviceSelector.driver
+    pool: str  # spec.deviceSelector.pool
+    device: str  # spec.deviceSelector.device
+    key: str  # spec.taint.key
+    value: str  # spec.taint.value: the fence's reason
+    effect: str  # spec.taint.effect: NoSchedule, NoExecute, None (dryRun)
+
+
+@dataclass(frozen=True)
 class NAView:
     """The node's NodeAcceptance object (status parsed with the contract)."""
 
@@ -361,6 +377,11 @@ class OperatorConfig:
     # (--dra-device-class; the chart's operator.draDeviceClass): NVIDIA's chart installs
     # gpu.nvidia.com, its whole GPUs (core/draclaim.py).
     dra_device_class: str = "gpu.nvidia.com"
+    # The API server serves resource.k8s.io/v1 devicetaintrules (the runtime asks its
+    # discovery at start; KEP-5055, GA and on by default in 1.37): only then is a GPU
+    # fenced (core/fencerules.py); otherwise a decision to fence quarantines the node
+    # with reason FencingUnavailable.
+    device_taint_rules: bool = False
 
     def timeout_for(self, spec: NodeAcceptancePolicySpec) -> int:
         run = spec.probe_run
@@ -557,6 +578,8 @@ class NodeSnapshot:
     # The node's ResourceSlices of the configured DRA drivers (``spec.nodeName`` or,
     # for a slice that names no node, its pool is the node; core/gpupublishing.py).
     resource_slices: tuple[ResourceSliceView, ...] = ()
+    # gpuaccept's DeviceTaintRules fencing GPUs of this node (core/fencerules.py).
+    fence_rules: tuple[FenceRuleView, ...] = ()
 
 
 # --------------------------------------------------------------------------- actions
@@ -616,6 +639,24 @@ class DeleteResourceClaim:
 
 
 @dataclass(frozen=True)
+class WriteFenceRule:
+    """Create the DeviceTaintRule ``manifest`` (``exists`` False), or patch its spec
+    to ``manifest``'s (the pool republished under other device names, the effect
+    changed): core/fencerules.py."""
+
+    name: str
+    manifest: Mapping[str, Any]
+    exists: bool = False
+
+
+@dataclass(frozen=True)
+class DeleteFenceRule:
+    """Delete gpuaccept's DeviceTaintRule ``name`` (its reason is gone)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class DeleteProbePod:
     name: str
     force: bool = False  # grace period 0 (only for pods that already terminated)
@@ -667,6 +708,8 @@ Action = (
     | DeleteProbePod
     | CreateResourceClaim
     | DeleteResourceClaim
+    | WriteFenceRule
+    | DeleteFenceRule
     | PatchNAStatus
     | EmitEvent
     | RemoveReprobeAnnotation

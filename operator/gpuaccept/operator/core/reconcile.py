@@ -29,6 +29,7 @@ from gpuaccept.contracts.nodeacceptance import (
 )
 from gpuaccept.operator.core.capacity import adopting
 from gpuaccept.operator.core.draclaim import claims_to_delete, without_claims
+from gpuaccept.operator.core.fencerules import with_fence_rules
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
     DeleteNodeAcceptance,
@@ -63,7 +64,20 @@ __all__ = ["reconcile"]
 
 
 def reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
-    """Plan the writes that bring the cluster in line for one node."""
+    """Plan the writes that bring the cluster in line for one node: its phase's, and
+    its fenced GPUs' DeviceTaintRules in line with the status it leaves
+    (core/fencerules.py)."""
+    return with_fence_rules(observed, _reconcile(observed, judge), _fence_effect(observed))
+
+
+def _fence_effect(observed: NodeSnapshot) -> str | None:
+    """The node's policy's fence effect; None without a single valid policy."""
+    if len(observed.policies) != 1 or observed.policies[0].spec is None:
+        return None
+    return observed.policies[0].spec.fencing.effect.value
+
+
+def _reconcile(observed: NodeSnapshot, judge: Judge) -> Plan:
     split = _own_pods(observed)
     observed = replace(observed, pods=split.ours)
     out = PlanBuilder(observed)

@@ -27,6 +27,7 @@ from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import (
     CheckSummary,
     FabricStatus,
+    GpuVerdict,
     KeyFigures,
     NodeAcceptanceStatus,
     Phase,
@@ -40,15 +41,18 @@ from gpuaccept.operator.core.capacity import (
     HELD_QUARANTINE,
     REASON_DRY_RUN,
     TakeOutDecision,
+    fenced_gpus,
     in_service,
     node_gpu_count,
     out_of_service,
     take_out_allowed,
 )
+from gpuaccept.operator.core.fencerules import HELD_FENCE, resolve_gpu
 from gpuaccept.operator.core.fencing import (
-    REASON_FENCING_NOT_BUILT,
-    fence_message,
+    REASON_FENCING_UNAVAILABLE,
+    FencingDecision,
     fencing_decision,
+    gpu_names,
 )
 from gpuaccept.operator.core.history import (
     Recorded,
@@ -92,6 +96,9 @@ class Accept:
     verdict: Verdict
     evidence: Evidence
     message: str = ACCEPTED_MESSAGE
+    # Accepted with these GPUs fenced (core/fencing.py, core/fencerules.py): the
+    # verdict failed on them alone, and each is taken out by its DeviceTaintRule.
+    fenced: tuple[GpuVerdict, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -176,8 +183,11 @@ def judged(
         return _enter_fabric(ctx, verdict, evidence)
     summary = reasons_message(list(verdict.reasons)[:MAX_REASONS])
     fencing = fencing_decision(verdict, ctx.spec.fencing, ctx.gpus.mode)
-    if fencing.fence:  # the fence is not built: never a bad GPU left in service unfenced
-        summary = f"{fence_message(fencing)}: {summary}"
+    unavailable = _fence_unavailable(ctx, fencing)
+    if fencing.fence and not unavailable:
+        return _fence(ctx, verdict, evidence, fencing.fence, summary)
+    if unavailable:
+        summary = f"would fence {gpu_names(fencing.fence)}, but {unavailable}: {summary}"
     elif fencing.why_node:
         summary = f"{cut(summary, 700)}; not fenced: {fencing.why_node}"
     if ctx.spec.dry_run:
@@ -188,8 +198,8 @@ def judged(
     if verdict.accepted:
         return Accept(verdict, evidence, accept_message)
     main = verdict.reasons[0].reason if verdict.reasons else REASON_PROBE_ERROR
-    if fencing.fence:
-        main = REASON_FENCING_NOT_BUILT
+    if unavailable:
+        main = REASON_FENCING_UNAVAILABLE
     # Already quarantined under this policy: no new slot is taken. Under
     # another policy (the node was relabelled), it takes one here.
     decision = take_out_now(ctx)
@@ -201,19 +211,67 @@ def judged(
     )
 
 
-def take_out_now(ctx: NodeContext) -> TakeOutDecision:
-    """The limit's answer for taking this node out of service now. A node already
-    counted out of service under this policy takes no new slot (quarantined, or
-    taken out for this round); under another policy (relabelled) it takes one here."""
+def _fence_unavailable(ctx: NodeContext, fencing: FencingDecision) -> str:
+    """Why a decision to fence cannot be carried out on this node now ("" when it can):
+    the API server serves no DeviceTaintRules, or a GPU to fence is not a device of the
+    node's complete pools (no UUID reported, or none published under it)."""
+    if not fencing.fence:
+        return ""
+    if not ctx.obs.config.device_taint_rules:
+        return (
+            "this API server does not serve resource.k8s.io/v1 devicetaintrules "
+            "(KEP-5055), so the node is quarantined"
+        )
+    pools = ctx.gpus.pools
+    lost = [g for g in fencing.fence if not g.uuid or resolve_gpu(g.uuid, pools) is None]
+    if lost:
+        return (
+            f"{gpu_names(tuple(lost))} is not one device of the node's ResourceSlices, "
+            "so the node is quarantined"
+        )
+    return ""
+
+
+def _fence(
+    ctx: NodeContext,
+    verdict: Verdict,
+    evidence: Evidence,
+    gpus: tuple[GpuVerdict, ...],
+    summary: str,
+) -> VerdictOutcome:
+    """Accepted with ``gpus`` fenced, after dryRun (a rule of effect None, the fence
+    held) and the limit (the fenced GPUs counted as GPUs out of service)."""
+    st = ctx.status
+    names = gpu_names(gpus)
+    if ctx.spec.dry_run:
+        message = f"dry run: would fence {names}: {summary}"
+        return Hold(verdict, evidence, REASON_DRY_RUN, message, HELD_FENCE)
+    decision = take_out_now(ctx, asked_gpus=len(gpus), fence=True)
+    if not decision.allowed:
+        message = f"quarantine limit: {decision.why}; would fence {names}: {summary}"
+        return Hold(verdict, evidence, REASON_QUARANTINE_LIMIT, message, HELD_FENCE, in_service(st))
+    return Accept(verdict, evidence, f"fenced {names}: {summary}", fenced=gpus)
+
+
+def take_out_now(
+    ctx: NodeContext, *, asked_gpus: int | None = None, fence: bool = False
+) -> TakeOutDecision:
+    """The limit's answer for taking this node out of service now (``fence``: only
+    ``asked_gpus`` of its GPUs). A node already counted out of service under this
+    policy takes no new slot (quarantined, or taken out for this round; for a fence, as
+    many GPUs fenced already); under another policy (relabelled) it takes one here."""
     st = ctx.status
     counts = ctx.obs.limit_counts
-    if counts.matched_gpus is not None:  # lost capacity in GPUs: this node's, all of them
-        counts = replace(counts, asked_gpus=node_gpu_count(ctx.node) or None)
+    if counts.matched_gpus is not None:  # lost capacity in GPUs: this node's, or the fence's
+        node_gpus = node_gpu_count(ctx.node) or len(ctx.gpus.dra_gpus)
+        counts = replace(counts, asked_gpus=asked_gpus or node_gpus or None)
+    mine = st.policy == ctx.policy.name
+    already = fenced_gpus(st) >= (asked_gpus or 0) if fence else out_of_service(st)
     return take_out_allowed(
         ctx.spec,
         counts,
         ceiling=ctx.obs.config.max_unavailable_ceiling,
-        already_out=out_of_service(st) and st.policy == ctx.policy.name,
+        already_out=already and mine,
         new_take_out=in_service(st),
     )
 
@@ -247,6 +305,7 @@ def record(ctx: NodeContext, out: PlanBuilder, outcome: Outcome) -> Plan:
         isinstance(outcome, Quarantine)
         or (isinstance(outcome, Hold) and outcome.reason == REASON_QUARANTINE_LIMIT)
         or (isinstance(outcome, EnterFabric) and in_service(st))
+        or (isinstance(outcome, Accept) and outcome.fenced)  # its GPUs take a share
     ):
         out.needs_limit_lock = True  # takes (or is refused) a slot under the limit
     update = {
@@ -294,7 +353,7 @@ def _recorded(outcome: VerdictOutcome, phase: Phase, reason: str | None) -> Reco
     return Recorded(
         phase=phase,
         reason=reason,
-        accepted=isinstance(outcome, Accept),
+        accepted=isinstance(outcome, Accept) and not outcome.fenced,
         report=evidence.report,
         fabric_busbw=fabric if isinstance(outcome, Accept) else None,
         compare=not evidence.rejudged,
@@ -333,14 +392,28 @@ def _evidence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any
         # The kubelet's view of the probe's run (None for a pod that never ran).
         update["probe_pod_seconds"] = pod.run_seconds if pod is not None else None
         update["gpu_verdicts"] = []  # an error verdict names no GPU
+        update["fenced"] = None
     if verdict.checks or report is not None:
         update["checks"] = list(verdict.checks)[:MAX_REASONS]
     if report is not None:  # the figures of the report judged (an error verdict has none)
         update["figures"] = verdict.figures
-        update["gpu_verdicts"] = list(verdict.attribution.gpus)
+        update.update(_fence_fields(ctx, outcome))
     if isinstance(outcome, EnterFabric):
         update["fabric"] = FabricStatus(waiting_since=ctx.obs.now, summary="waiting")
     return update
+
+
+def _fence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]:
+    """The per-GPU verdicts of a new report, those fenced marked, and the FENCED column
+    (fenced of the node's GPUs, e.g. 1/8; absent when none is)."""
+    fenced = outcome.fenced if isinstance(outcome, Accept) else ()
+    indices = {g.index for g in fenced}
+    gpus = [
+        g.model_copy(update={"fenced": True}) if g.index in indices else g
+        for g in outcome.verdict.attribution.gpus
+    ]
+    total = node_gpu_count(ctx.node) or len(ctx.gpus.dra_gpus)
+    return {"gpu_verdicts": gpus, "fenced": f"{len(fenced)}/{total}" if fenced else None}
 
 
 def _service_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]:

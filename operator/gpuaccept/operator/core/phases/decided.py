@@ -23,6 +23,7 @@ from gpuaccept.operator.core.capacity import (
     HELD_QUARANTINE,
 )
 from gpuaccept.operator.core.fabric.membership import is_member
+from gpuaccept.operator.core.fencerules import HELD_FENCE
 from gpuaccept.operator.core.inservice.phase import keeps_watch_pod, plan_in_service
 from gpuaccept.operator.core.model import Plan
 from gpuaccept.operator.core.nodecontext import (
@@ -86,10 +87,17 @@ def plan_decided(ctx: NodeContext, out: PlanBuilder) -> Plan:
 
 
 def _held_by_limit(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
-    """A verdict or a fabric test the limit held back, once there is room."""
+    """A verdict, a fence or a fabric test the limit held back, once there is room."""
     st = ctx.status
     held_by_limit = st.reason == REASON_QUARANTINE_LIMIT and not ctx.spec.dry_run
     if held_by_limit and st.held_action == HELD_FABRIC:  # a fabric test the limit deferred
+        rejudged = rejudged_verdict(ctx)
+        if isinstance(rejudged, Remeasure):
+            return new_round(ctx, out, reason=rejudged.reason, message=rejudged.message)
+        return record_verdict(ctx, out, rejudged, Evidence(st.report, rejudged=True))
+    if held_by_limit and st.held_action == HELD_FENCE:  # a fence: once its GPUs fit
+        if not take_out_now(ctx, asked_gpus=len(st.gpu_verdicts) or None, fence=True).allowed:
+            return None
         rejudged = rejudged_verdict(ctx)
         if isinstance(rejudged, Remeasure):
             return new_round(ctx, out, reason=rejudged.reason, message=rejudged.message)

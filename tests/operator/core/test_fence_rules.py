@@ -1,0 +1,304 @@
+"""A fenced GPU is a DeviceTaintRule (issue 40; core/fencerules.py): the rules a status
+wants against the rules that exist, as a table, and the whole path through the core on a
+DRA node: accepted with one rule, dryRun a rule of effect None, the limit, an API server
+without DeviceTaintRules, a republished pool, a passing re-probe and a deleted node."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import pytest
+from world import REPO, World, make_report, probed, spec
+
+from gpuaccept.contracts.api import FENCE_TAINT_KEY, REPROBE_ANNOTATION
+from gpuaccept.contracts.nodeacceptance import GpuVerdict, NodeAcceptanceStatus, Phase
+from gpuaccept.operator.core.fencerules import (
+    HELD_FENCE,
+    fence_rule_actions,
+    resolve_gpu,
+    rule_name,
+    wanted_fence_rules,
+)
+from gpuaccept.operator.core.gpupublishing import dra_pools
+from gpuaccept.operator.core.model import (
+    DeleteFenceRule,
+    DraDevice,
+    FenceRuleView,
+    OperatorConfig,
+    PolicyView,
+    QuarantineLimitCounts,
+    ResourceSliceView,
+    WriteFenceRule,
+)
+from gpuaccept.probe.hardware.simulated import simulated_uuid
+
+DRIVER = "gpu.nvidia.com"
+IDENTITY = {"node_name", "boot_id", "started_at", "finished_at"}
+REMAP_PENDING = REPO / "profiles" / "faults" / "row-remap-pending.yaml"  # GPU 5
+UUIDS = [simulated_uuid("gpu-0000", i) for i in range(8)]  # the probed report's GPUs
+
+
+def pool(
+    names: str = "gpu-{}", generation: int = 1, count: int = 8
+) -> tuple[ResourceSliceView, ...]:
+    devices = tuple(DraDevice(names.format(i), uuid=UUIDS[i], kind="gpu") for i in range(count))
+    return (ResourceSliceView("s", DRIVER, "gpu-1", generation, 1, "gpu-1", devices),)
+
+
+# --------------------------------------------------------------------------- the table
+GPU5 = GpuVerdict(index=5, uuid=UUIDS[5], checks=["memory_health"], fenced=True)
+GPU5_UNFENCED = GpuVerdict(index=5, uuid=UUIDS[5], checks=["memory_health"])
+
+
+def rule(device: str = "gpu-5", effect: str = "NoSchedule", uuid: str = UUIDS[5]) -> FenceRuleView:
+    return FenceRuleView(
+        rule_name("gpu-1", uuid),
+        "gpu-1",
+        uuid,
+        DRIVER,
+        "gpu-1",
+        device,
+        FENCE_TAINT_KEY,
+        "memory_health",
+        effect,
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    status: NodeAcceptanceStatus | None
+    slices: tuple[ResourceSliceView, ...]
+    existing: tuple[FenceRuleView, ...]
+    writes: tuple[tuple[str, bool], ...]  # (device, exists)
+    deletes: int
+
+
+ACCEPTED = NodeAcceptanceStatus(phase=Phase.ACCEPTED, gpu_verdicts=[GPU5], fenced="1/8")
+DRY = NodeAcceptanceStatus(phase=Phase.HELD, held_action=HELD_FENCE, gpu_verdicts=[GPU5_UNFENCED])
+PASSED = NodeAcceptanceStatus(phase=Phase.ACCEPTED)
+QUARANTINED = NodeAcceptanceStatus(phase=Phase.QUARANTINED, gpu_verdicts=[GPU5_UNFENCED])
+PROBING = ACCEPTED.model_copy(update={"phase": Phase.PROBING})
+
+CASES = [
+    Case("a fenced GPU, no rule: created", ACCEPTED, pool(), (), (("gpu-5", False),), 0),
+    Case("its rule as wanted: nothing", ACCEPTED, pool(), (rule(),), (), 0),
+    Case("re-probed, still fenced: kept", PROBING, pool(), (rule(),), (), 0),
+    Case(
+        "the pool republished under other names: patched",
+        ACCEPTED,
+        pool("dev-{}", generation=2),
+        (rule(),),
+        (("dev-5", True),),
+        0,
+    ),
+    Case("the pool incomplete: kept as it is", ACCEPTED, pool(count=4), (rule(),), (), 0),
+    Case("dryRun: effect None", DRY, pool(), (), (("gpu-5", False),), 0),
+    Case("a passing probe: deleted", PASSED, pool(), (rule(),), (), 1),
+    Case("the node quarantined: deleted", QUARANTINED, pool(), (rule(),), (), 1),
+    Case("no NodeAcceptance: deleted", None, pool(), (rule(),), (), 1),
+    Case(
+        "another key under the operator's labels: left alone",
+        PASSED,
+        pool(),
+        (dataclasses.replace(rule(), key="example.com/other"),),
+        (),
+        0,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_fence_rule_plan(case: Case) -> None:
+    pools = dra_pools(case.slices, (DRIVER,))
+    wanted, unresolved = wanted_fence_rules("gpu-1", case.status, pools, "NoSchedule")
+    writes, deletes = fence_rule_actions(wanted, unresolved, case.existing, lambda r: {"r": r})
+    got = tuple((a.manifest["r"].device, a.exists) for a in writes if isinstance(a, WriteFenceRule))
+    assert got == case.writes
+    assert len(deletes) == case.deletes
+    assert all(isinstance(a, DeleteFenceRule) for a in deletes)
+    if case.status is DRY:
+        assert [r.effect for r in wanted] == ["None"]
+
+
+def test_a_gpu_is_resolved_only_in_a_complete_pool_and_only_once() -> None:
+    assert resolve_gpu(UUIDS[5], dra_pools(pool(), (DRIVER,))) == (DRIVER, "gpu-1", "gpu-5")
+    assert resolve_gpu(UUIDS[5], dra_pools(pool(count=4), (DRIVER,))) is None  # not in it
+    twice = (*pool(), dataclasses.replace(pool()[0], name="t", pool="other"))
+    assert resolve_gpu(UUIDS[5], dra_pools(twice, (DRIVER,))) is None  # ambiguous
+
+
+# --------------------------------------------------------------------------- the core
+def dra_world(**policy: object) -> World:
+    world = World(
+        resource_slices=pool(),
+        policies=[PolicyView("default", 1, spec(fencing={"mode": "gpu"}, **policy))],
+        config=OperatorConfig(accept_simulated_reports=True, device_taint_rules=True),
+    )
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, gpus=0, gpu_capacity=0)
+    return world
+
+
+def probe(world: World, profile: object = REMAP_PENDING) -> None:
+    world.settle()
+    report = probed(REMAP_PENDING) if profile is REMAP_PENDING else make_report()
+    world.finish_with_report(report.model_copy(update=make_report().model_dump(include=IDENTITY)))
+    world.settle()
+
+
+def the_rule(world: World) -> dict[str, object]:
+    (body,) = world.fence_rules.values()
+    return body
+
+
+def test_one_bad_gpu_of_eight_on_a_dra_node_is_fenced_and_the_node_accepted() -> None:
+    world = dra_world()
+    probe(world)
+    st = world.status
+    assert (st.phase, st.reason, st.fenced) == (Phase.ACCEPTED, None, "1/8")
+    (gpu,) = st.gpu_verdicts
+    assert (gpu.index, gpu.uuid, gpu.fenced) == (5, UUIDS[5], True)
+    assert "fenced GPU 5" in (st.message or "")
+    assert world.taint_keys() == []  # the node is in service, its bad GPU is not
+    body = the_rule(world)
+    assert body["spec"] == {
+        "deviceSelector": {"driver": DRIVER, "pool": "gpu-1", "device": "gpu-5"},
+        "taint": {"key": FENCE_TAINT_KEY, "value": "memory_health", "effect": "NoSchedule"},
+    }
+    assert not world.settle().actions  # a fixed point
+
+
+def test_a_fence_is_planned_under_the_limit_s_lock() -> None:
+    """Two workers must not both fence into the last share of the limit: the plan that
+    fences is re-made under the policy's lock, as a quarantine's is."""
+    world = dra_world()
+    world.settle()
+    report = probed(REMAP_PENDING)
+    world.finish_with_report(report.model_copy(update=make_report().model_dump(include=IDENTITY)))
+    for _ in range(10):
+        plan = world.plan()
+        if any(isinstance(a, WriteFenceRule) for a in plan.actions):
+            assert plan.needs_limit_lock
+            return
+        world.apply(plan)
+    raise AssertionError("no fence rule written")
+
+
+def test_the_rule_is_written_before_the_node_s_pending_taint_comes_off() -> None:
+    world = dra_world()
+    world.settle()
+    report = probed(REMAP_PENDING)
+    world.finish_with_report(report.model_copy(update=make_report().model_dump(include=IDENTITY)))
+    for _ in range(10):
+        plan = world.plan()
+        kinds = [type(a).__name__ for a in plan.actions]
+        if "WriteFenceRule" in kinds:
+            assert kinds[0] == "WriteFenceRule", kinds
+            return
+        world.apply(plan)
+    raise AssertionError("no fence rule written")
+
+
+def test_no_execute_when_the_policy_says_so() -> None:
+    world = dra_world()
+    world.policies = [
+        PolicyView("default", 1, spec(fencing={"mode": "gpu", "effect": "NoExecute"}))
+    ]
+    probe(world)
+    assert the_rule(world)["spec"]["taint"]["effect"] == "NoExecute"  # type: ignore[index]
+
+
+def test_dry_run_makes_a_rule_of_effect_none_and_holds_the_fence() -> None:
+    world = dra_world(dryRun=True)
+    probe(world)
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.HELD, "DryRun", HELD_FENCE)
+    assert st.fenced is None  # nothing out of service
+    assert "dry run: would fence GPU 5" in (st.message or "")
+    assert the_rule(world)["spec"]["taint"]["effect"] == "None"  # type: ignore[index]
+
+
+def test_an_api_server_without_device_taint_rules_quarantines_the_node() -> None:
+    world = dra_world()
+    world.config = OperatorConfig(accept_simulated_reports=True, device_taint_rules=False)
+    probe(world)
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "FencingUnavailable")
+    assert "does not serve resource.k8s.io/v1 devicetaintrules" in (st.message or "")
+    assert world.fence_rules == {}
+    assert [g.fenced for g in st.gpu_verdicts] == [False]
+
+
+def test_a_gpu_the_pool_does_not_publish_quarantines_the_node() -> None:
+    world = dra_world()
+    world.resource_slices = (dataclasses.replace(pool()[0], devices=tuple(
+        dataclasses.replace(d, uuid=f"GPU-other-{i}") for i, d in enumerate(pool()[0].devices)
+    )),)  # fmt: skip
+    probe(world)
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "FencingUnavailable")
+    assert "is not one device of the node's ResourceSlices" in (st.message or "")
+
+
+def test_the_limit_counts_the_fenced_gpus_and_holds_a_fence_over_it() -> None:
+    world = dra_world(maxQuarantined=1)
+    # 2 nodes of 8 GPUs: a limit of 1 node is 8 GPUs; 8 already out, 1 more asked
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=1, matched=2, matched_gpus=16, unavailable_gpus=8
+    )
+    probe(world)
+    st = world.status
+    assert (st.reason, st.held_action) == ("BreakerOpen", HELD_FENCE)
+    assert "8 GPU(s) of limit 8 out of service, 1 more asked" in (st.message or "")
+    assert st.phase == Phase.HELD
+    assert the_rule(world)["spec"]["taint"]["effect"] == "None"  # type: ignore[index]
+    world.settle()
+    assert world.status.held_action == HELD_FENCE  # still no room: held, not re-judged
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=0, matched=2, matched_gpus=16, unavailable_gpus=7
+    )  # room for one GPU: the held verdict now fences, without a new probe
+    world.settle()
+    assert (world.status.phase, world.status.fenced) == (Phase.ACCEPTED, "1/8")
+    assert the_rule(world)["spec"]["taint"]["effect"] == "NoSchedule"  # type: ignore[index]
+
+
+def test_a_republished_pool_moves_the_rule_to_the_device_the_gpu_is_now() -> None:
+    world = dra_world()
+    probe(world)
+    world.resource_slices = pool("dev-{}", generation=2)
+    world.settle()
+    assert the_rule(world)["spec"]["deviceSelector"]["device"] == "dev-5"  # type: ignore[index]
+    assert world.status.fenced == "1/8"
+
+
+def test_a_passing_re_probe_deletes_the_rule_and_only_then() -> None:
+    world = dra_world()
+    probe(world)
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, annotations={REPROBE_ANNOTATION: "1"})
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+    assert len(world.fence_rules) == 1  # the fence stands while the GPU is re-tested
+    (claim,) = world.claims.values()
+    tolerations = claim["spec"]["devices"]["requests"][0]["exactly"]["tolerations"]
+    assert tolerations == [{"key": FENCE_TAINT_KEY, "operator": "Exists"}]
+    world.finish_with_report(make_report())
+    world.settle()
+    st = world.status
+    assert (st.phase, st.fenced, st.gpu_verdicts) == (Phase.ACCEPTED, None, [])
+    assert world.fence_rules == {}
+
+
+def test_a_deleted_node_and_a_deleted_node_acceptance_take_their_rules() -> None:
+    world = dra_world()
+    probe(world)
+    world.na = None  # its NodeAcceptance deleted
+    plan = world.plan()
+    assert [a for a in plan.actions if isinstance(a, DeleteFenceRule)]
+    world = dra_world()
+    probe(world)
+    world.node = None
+    world.settle()
+    assert world.fence_rules == {}
