@@ -511,7 +511,7 @@ def test_a_bad_probe_pull_secret_name_is_refused() -> None:
 def test_the_dra_example_values_are_the_charts_defaults_written_out() -> None:
     """examples/dra-values.yaml (docs/install.md, GPU Operator in DRA mode) names NVIDIA's
     driver and DeviceClass; the chart renders them as the operator's flags and grants
-    the DRA mode's RBAC."""
+    the DRA mode's RBAC (the slices read, the probe claims, the fence rules)."""
     example = yaml.safe_load(DRA_VALUES.read_text())["operator"]
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())["operator"]
     assert example == {"draDrivers": ["gpu.nvidia.com"], "draDeviceClass": "gpu.nvidia.com"}
@@ -522,4 +522,4 @@ def test_the_dra_example_values_are_the_charts_defaults_written_out() -> None:
     assert args["--dra-device-class"] == "gpu.nvidia.com"
     rules = [r for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
     granted = {res for r in rules if "resource.k8s.io" in r["apiGroups"] for res in r["resources"]}
-    assert granted == {"resourceslices", "resourceclaims"}
+    assert granted == {"resourceslices", "resourceclaims", "devicetaintrules"}
