@@ -33,6 +33,7 @@ from gpuaccept.contracts.api import GROUP, VERSION
 from gpuaccept.testsupport.chart_rbac import (
     ChartRelease,
     apply_chart_rbac,
+    apply_crds,
     apply_manifests,
     operator_args,
     remove_chart_rbac,
@@ -68,6 +69,8 @@ def fleet(control_plane: ControlPlane) -> Iterator[tuple[str, str, str]]:
     label = {"gpuaccept.io/reach-test": suffix, "kubernetes.io/os": "linux"}
     policy = f"reach-{suffix}"
     cpu, gpu = f"reach-cpu-{suffix}", f"reach-gpu-{suffix}"
+    # The policy needs its CRD, whichever test ran on this worker's control plane first.
+    apply_crds(control_plane)
     apply_manifests(
         control_plane,
         [
