@@ -18,10 +18,14 @@
    link at x8. Their probe pods get the GPUs through a ResourceClaim the operator
    creates, which the real kube-scheduler (``.bin/kube-scheduler``, a subprocess)
    allocates; the stand-in also plays the controller manager's resourceclaim
-   controller (the control plane runs none).
+   controller (the control plane runs none). One more DRA node, under a policy with
+   ``fencing: {mode: gpu}`` (docs/policy.md "Fencing"), has one bad GPU of eight (a
+   row remap pending on GPU 5): it is Accepted with that GPU fenced by one
+   DeviceTaintRule, where the same profile quarantines a device-plugin node whole
+   under the first policy.
 3. Run ``gpuaccept operator`` (a subprocess) and wait until every node is decided.
-4. Print ``kubectl get nodeacceptance``, the nodes with taints and labels, and
-   what to try next. Exit 0 only if every node ended where it should.
+4. Print ``kubectl get nodeacceptance``, the nodes with taints and labels, the
+   fence's DeviceTaintRule and what to try next. Exit 0 only if every node ended where it should.
 5. Stop everything it started, unless ``KEEP=1``: then everything keeps running
    and the kubeconfig is printed. ``make demo-down`` stops what the demo
    started (the control plane too, if the demo started it); ``make
@@ -45,11 +49,13 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.api import (
     ACCEPTANCE_PLURAL,
+    FENCE_TAINT_KEY,
     GROUP,
     PENDING_TAINT_KEY,
     POLICY_PLURAL,
     VERSION,
 )
+from gpuaccept.operator.core.podspec import NODE_LABEL, node_label_value
 from gpuaccept.operator.kube import Kube
 from gpuaccept.probe.hardware.profile import expected_fabric_reasons, expected_fault_reasons
 from gpuaccept.testsupport.attached import register, stop_attached
@@ -115,7 +121,16 @@ INSERVICE_NODES = (*INSERVICE_QUARANTINED, *INSERVICE_QUIET, *INSERVICE_SUSPECT)
 DRA_DRIVER = "gpu.nvidia.com"
 DRA_GOOD = {f"gpu-dra-{i}": "profiles/h100-sxm-8gpu-healthy.yaml" for i in (1, 2)}
 DRA_BAD = {"gpu-dra-pcie-x8": ("profiles/faults/pcie-x8.yaml", FAULTS["pcie-x8"])}
-DRA_NODES = (*DRA_GOOD, *DRA_BAD)
+# GPU fencing (docs/policy.md "Fencing"): a DRA node with one bad GPU of eight under a
+# policy with `fencing: {mode: gpu}` ends Accepted with that GPU alone out of service,
+# by one DeviceTaintRule with gpuaccept's key on its device; the same profile on a
+# device-plugin node under the first policy (gpu-row-remap-pending) is quarantined whole.
+FENCE_POLICY = "demo-fencing"
+FENCE_LABEL = "gpuaccept.io/demo-fencing"
+FENCE_SECTION = {"mode": "gpu", "maxFencedGpus": 1}
+FENCE_EFFECT = "NoSchedule"  # fencing.effect's default
+FENCED = {"gpu-dra-row-remap-pending": ("profiles/faults/row-remap-pending.yaml", 5)}  # GPU 5
+DRA_NODES = (*DRA_GOOD, *DRA_BAD, *FENCED)
 ALL_NODES = (
     *GOOD, *BAD, *FABRIC_GOOD, *FABRIC_BAD, *REVERIFY_BAD, *INSERVICE_NODES, *DRA_NODES
 )  # fmt: skip
@@ -135,6 +150,7 @@ def out(text: str) -> None:
 POLICY_PATH = f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}"
 NA_PATH = f"/apis/{GROUP}/{VERSION}/{ACCEPTANCE_PLURAL}"
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+RULES_PATH = "/apis/resource.k8s.io/v1/devicetaintrules"
 
 
 def _create(kube: Kube, path: str, body: dict[str, Any]) -> None:
@@ -186,11 +202,18 @@ def install(kube: Kube) -> None:
         "maxQuarantined": len(INSERVICE_QUARANTINED),
         "inService": INSERVICE_SECTION,
     }
+    fence_spec = {
+        **spec,
+        "nodeSelector": {"nvidia.com/gpu.present": "true", FENCE_LABEL: "true"},
+        "maxQuarantined": 1,
+        "fencing": FENCE_SECTION,
+    }
     for name, body in (
         (POLICY, spec),
         (FABRIC_POLICY, fabric_spec),
         (REVERIFY_POLICY, reverify_spec),
         (INSERVICE_POLICY, inservice_spec),
+        (FENCE_POLICY, fence_spec),
     ):
         apply_policy(kube, name, body)
 
@@ -253,25 +276,38 @@ def fleet_file(state: Path) -> Path:
         }
         for name, (profile, later, _reason) in REVERIFY_BAD.items()
     ]
-    dra = {**DRA_GOOD, **{name: profile for name, (profile, _r) in DRA_BAD.items()}}
+    dra = {
+        **{name: (profile, "gpuaccept.io/demo") for name, profile in DRA_GOOD.items()},
+        **{name: (profile, "gpuaccept.io/demo") for name, (profile, _r) in DRA_BAD.items()},
+        **{name: (profile, FENCE_LABEL) for name, (profile, _gpu) in FENCED.items()},
+    }
     nodes += [
         {
             "name": name,
             "profile": str(ROOT / profile),
-            "labels": {"gpuaccept.io/demo": "true"},
+            "labels": {label: "true"},
             "taints": [{"key": PENDING_TAINT_KEY, "effect": "NoSchedule"}],
             "draDriver": DRA_DRIVER,
         }
-        for name, profile in dra.items()
+        for name, (profile, label) in dra.items()
     ]
     path = state / "fleet.yaml"
     path.write_text(yaml.safe_dump({"nodes": nodes}, sort_keys=False))
     return path
 
 
+def delete_fence_rules(kube: Kube) -> None:
+    """Delete the DRA nodes' fence rules (the operator deletes a rule whose node is gone
+    on its next pass, and the garbage collector with its NodeAcceptance: once the demo's
+    operator is stopped, and with no controller manager, neither runs)."""
+    for name in DRA_NODES:
+        selector = f"{NODE_LABEL}%3D{node_label_value(name)}"
+        kube.request("DELETE", f"{RULES_PATH}?labelSelector={selector}")
+
+
 def forget_fleet(kube: Kube) -> None:
-    """Remove what an earlier demo (KEEP=1) left: its nodes, their NodeAcceptances and
-    the DRA nodes' ResourceSlices."""
+    """Remove what an earlier demo (KEEP=1) left: its nodes, their NodeAcceptances, the
+    DRA nodes' ResourceSlices and their fence rules."""
     names = list(ALL_NODES)
     for name in names:
         with contextlib.suppress(ApiException):
@@ -279,6 +315,7 @@ def forget_fleet(kube: Kube) -> None:
         kube.delete_na(name)
     for name in DRA_NODES:
         kube.request("DELETE", f"{SLICES_PATH}?fieldSelector=spec.nodeName%3D{name}")
+    delete_fence_rules(kube)
     for name in names:
         for _ in range(30):
             if kube.get_node(name) is None and kube.get_na(name) is None:
@@ -371,7 +408,8 @@ def start_fleet(cp: ControlPlane, *, keep: bool) -> DemoRun:
         f"registering {len(ALL_NODES)} simulated GPU nodes with the pending taint "
         f"({len(FABRIC_GOOD) + len(FABRIC_BAD)} of them under '{FABRIC_POLICY}', which runs "
         f"the fabric test; {len(INSERVICE_NODES)} under '{INSERVICE_POLICY}', watched in "
-        f"service once accepted; {len(DRA_NODES)} whose GPUs are published through DRA)"
+        f"service once accepted; {len(DRA_NODES)} whose GPUs are published through DRA, "
+        f"{len(FENCED)} of them under '{FENCE_POLICY}', which fences a bad GPU alone)"
     )
     standin = spawn(
         [sys.executable, "-m", "gpuaccept.testsupport.kubelet_standin", "--kubeconfig",
@@ -420,11 +458,79 @@ def wait_for_verdicts(run: DemoRun) -> bool:
         # a re-verification node is decided once its re-verification found it
         decided -= {n for n in REVERIFY_BAD if current.get(n, {}).get("phase") != "Quarantined"}
         decided -= {n for n in INSERVICE_NODES if not in_service_done(n, current.get(n, {}))}
+        decided -= {n for n in FENCED if not fence_done(run.kube, n, current.get(n, {}))}
         if decided == set(ALL_NODES):
             return True
         time.sleep(1)
     say(f"not every node was decided within {TIMEOUT_S}s")
     return False
+
+
+def fence_done(kube: Kube, name: str, status: dict[str, Any]) -> bool:
+    """A node under the fencing policy is decided once Quarantined, or Accepted with its
+    pending taint off (its fence rules are made before the taint comes off)."""
+    if status.get("phase") != "Accepted":
+        return status.get("phase") == "Quarantined"
+    node = kube.get_node(name) or {}
+    taints = (node.get("spec") or {}).get("taints") or ()
+    return not any(t.get("key") == PENDING_TAINT_KEY for t in taints)
+
+
+def fence_rules(kube: Kube) -> list[dict[str, Any]]:
+    """Every DeviceTaintRule with gpuaccept's fence key, the demo's or not."""
+    items = kube.request("GET", RULES_PATH)["items"]
+    return [r for r in items if (r["spec"].get("taint") or {}).get("key") == FENCE_TAINT_KEY]
+
+
+def gpu_device(kube: Kube, node: str, gpu_uuid: str) -> tuple[str, str, str] | None:
+    """(driver, pool, device) that publishes the GPU ``gpu_uuid`` in ``node``'s slices."""
+    slices = kube.request("GET", f"{SLICES_PATH}?fieldSelector=spec.nodeName%3D{node}")["items"]
+    found = [
+        (s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"])
+        for s in slices
+        for d in s["spec"].get("devices") or ()
+        if ((d.get("attributes") or {}).get("uuid") or {}).get("string") == gpu_uuid
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def unexpected_fences(kube: Kube, current: dict[str, dict[str, Any]]) -> list[str]:
+    """Each node under the fencing policy Accepted with exactly its bad GPU fenced, by
+    exactly one rule with gpuaccept's key, on that GPU's device; no other such rule."""
+    problems = []
+    rules = fence_rules(kube)
+    for name, (_profile, index) in FENCED.items():
+        status = current.get(name, {})
+        fenced = [g for g in status.get("gpuVerdicts") or () if g.get("fenced")]
+        if (status.get("phase"), status.get("fenced"), [g.get("index") for g in fenced]) != (
+            "Accepted",
+            "1/8",
+            [index],
+        ):
+            problems.append(
+                f"{name}: expected Accepted with GPU {index} fenced (FENCED 1/8), got "
+                f"{status.get('phase')}/{status.get('reason')} FENCED {status.get('fenced')}, "
+                f"GPU verdicts {status.get('gpuVerdicts')}"
+            )
+            continue
+        where = gpu_device(kube, name, str(fenced[0].get("uuid")))
+        want = None
+        if where is not None:
+            want = {"driver": where[0], "pool": where[1], "device": where[2]}
+        label = node_label_value(name)
+        mine = [r for r in rules if r["metadata"].get("labels", {}).get(NODE_LABEL) == label]
+        got = [(r["spec"]["deviceSelector"], r["spec"]["taint"]["effect"]) for r in mine]
+        if want is None or got != [(want, FENCE_EFFECT)]:
+            problems.append(
+                f"{name}: expected one rule on the device of GPU {index} {want} with effect "
+                f"{FENCE_EFFECT}, got {got}"
+            )
+    if len(rules) != len(FENCED):
+        problems.append(
+            f"expected {len(FENCED)} DeviceTaintRule(s) with key {FENCE_TAINT_KEY}, got "
+            f"{[r['metadata']['name'] for r in rules]}"
+        )
+    return problems
 
 
 def in_service_done(name: str, status: dict[str, Any]) -> bool:
@@ -470,9 +576,9 @@ def unexpected_in_service(current: dict[str, dict[str, Any]]) -> list[str]:
     return problems
 
 
-def unexpected(current: dict[str, dict[str, Any]]) -> list[str]:
+def unexpected(kube: Kube, current: dict[str, dict[str, Any]]) -> list[str]:
     """Every node not where its profile says it must end."""
-    problems = unexpected_in_service(current)
+    problems = unexpected_in_service(current) + unexpected_fences(kube, current)
     for name in (*GOOD, *FABRIC_GOOD, *DRA_GOOD):
         if current.get(name, {}).get("phase") != "Accepted":
             problems.append(f"{name}: expected Accepted, got {current.get(name)}")
@@ -528,16 +634,48 @@ def show(cp: ControlPlane, kube: Kube) -> None:
     out(kubectl(cp, "get", "nodeacceptance", *INSERVICE_NODES, "-o", columns))
     columns = (
         "custom-columns=NODE:.metadata.name,GPUS:.status.gpuPublishing,PHASE:.status.phase,"
-        "REASON:.status.reason,ATTEMPTS:.status.attempts"
+        "REASON:.status.reason,FENCED:.status.fenced,POLICY:.status.policy,"
+        "ATTEMPTS:.status.attempts"
     )
     out("GPUs published through DRA (ResourceSlices of gpu.nvidia.com; probed through a claim):")
     out(kubectl(cp, "get", "nodeacceptance", *DRA_NODES, "-o", columns))
-    for label in ("gpuaccept.io/demo", FABRIC_LABEL, REVERIFY_LABEL, INSERVICE_LABEL):
+    show_fences(cp, kube)
+    for label in ("gpuaccept.io/demo", FABRIC_LABEL, REVERIFY_LABEL, INSERVICE_LABEL, FENCE_LABEL):
         out(kubectl(cp, "get", "nodes", "-l", f"{label}=true", "-o",
                     "custom-columns=NODE:.metadata.name,ACCEPTANCE:.metadata.labels.gpuaccept"
                     "\\.io/acceptance,REASON:.metadata.labels.gpuaccept\\.io/reason,"
                     "TAINTS:.spec.taints[*].key"))  # fmt: skip
     say(f"GPU publishing: {publishing_summary(phases(kube))}")
+
+
+def show_fences(cp: ControlPlane, kube: Kube) -> None:
+    """The fenced GPUs of the fencing policy's nodes, and their DeviceTaintRules."""
+    out(f"GPUs fenced under '{FENCE_POLICY}' (fencing.mode gpu), one DeviceTaintRule each:")
+    columns = (
+        "custom-columns=RULE:.metadata.name,DRIVER:.spec.deviceSelector.driver,"
+        "POOL:.spec.deviceSelector.pool,DEVICE:.spec.deviceSelector.device,"
+        "KEY:.spec.taint.key,VALUE:.spec.taint.value,EFFECT:.spec.taint.effect"
+    )
+    nodes = ",".join(node_label_value(name) for name in FENCED)
+    out(kubectl(cp, "get", "devicetaintrules", "-l", f"{NODE_LABEL} in ({nodes})", "-o", columns))
+    by_node = {r["metadata"].get("labels", {}).get(NODE_LABEL): r for r in fence_rules(kube)}
+    for name in FENCED:
+        status = kube.get_na(name) or {}
+        for gpu in (status.get("status") or {}).get("gpuVerdicts") or ():
+            if not gpu.get("fenced"):
+                continue
+            rule = by_node.get(node_label_value(name))
+            if rule is None:
+                say(f"{name}: GPU {gpu.get('index')} ({gpu.get('uuid')}) fenced, but no rule")
+                continue
+            where = rule["spec"]["deviceSelector"]
+            taint = rule["spec"]["taint"]
+            say(
+                f"{name}: GPU {gpu.get('index')} ({gpu.get('uuid')}, {', '.join(gpu['checks'])}) "
+                f"fenced by DeviceTaintRule {rule['metadata']['name']} on device "
+                f"{where['driver']}/{where['pool']}/{where['device']} "
+                f"({taint['key']}={taint.get('value', '')}:{taint['effect']})"
+            )
 
 
 def next_steps(cp: ControlPlane) -> None:
@@ -553,6 +691,9 @@ def next_steps(cp: ControlPlane) -> None:
     out("  kubectl gpuaccept explain gpu-inservice-xid79   # in service: the ledger, the Xid 79")
     out("  kubectl gpuaccept explain gpu-dra-pcie-x8   # a DRA node: its GPUs from its pool")
     out("  kubectl get resourceslices -o wide          # the DRA nodes' pools")
+    for name in FENCED:
+        out(f"  kubectl gpuaccept explain {name}   # a fenced GPU: its verdict")
+    out("  kubectl get devicetaintrules -o yaml        # the fence: its device, its taint")
     out("  kubectl annotate node gpu-healthy-1 gpuaccept.io/reprobe=now   # re-probe")
     out("  kubectl patch nodeacceptancepolicy demo --type merge -p "
         "'{\"spec\":{\"dryRun\":true}}'   # dry run")  # fmt: skip
@@ -568,11 +709,12 @@ def tear_down(run: DemoRun) -> None:
     stop_child(run.standin)
     stop_child(run.scheduler)
     stop_attached(run.cp.dir)  # removes the registrations
-    for policy in (POLICY, FABRIC_POLICY, REVERIFY_POLICY, INSERVICE_POLICY):
+    for policy in (POLICY, FABRIC_POLICY, REVERIFY_POLICY, INSERVICE_POLICY, FENCE_POLICY):
         with contextlib.suppress(ApiException):
             run.kube.request("DELETE", f"{POLICY_PATH}/{policy}")
     for name in ALL_NODES:
         run.kube.delete_na(name)
+    delete_fence_rules(run.kube)
     if run.cp.owned:
         say("stopping the control plane")
         run.cp.stop()
@@ -588,7 +730,7 @@ def main() -> int:
     try:
         ok = wait_for_verdicts(run)
         show(run.cp, run.kube)
-        problems = unexpected(phases(run.kube))
+        problems = unexpected(run.kube, phases(run.kube))
         for problem in problems:
             say(f"UNEXPECTED {problem}")
         ok = ok and not problems

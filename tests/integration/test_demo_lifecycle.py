@@ -4,7 +4,9 @@ demo that runs on the cluster it stops. Each scenario runs the real demo on its
 own control plane in a temp dir, so the shared test cluster is never touched.
 The kept demo's DRA nodes (issue 39) are read back from its API server: published
 through ResourceSlices only, probed through a claim the scheduler allocated, two
-Accepted and the one with a PCIe link at x8 Quarantined.
+Accepted and the one with a PCIe link at x8 Quarantined; and the one under the
+fencing policy (issue 40), its GPU 5's row remap pending, Accepted with FENCED 1/8
+and exactly one DeviceTaintRule with gpuaccept's key, on that GPU's device.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, GROUP, VERSION
+from gpuaccept.contracts.api import ACCEPTANCE_PLURAL, FENCE_TAINT_KEY, GROUP, VERSION
 from gpuaccept.testsupport import controlplane
 from gpuaccept.testsupport.attached import AttachedProcess, attached, stop_attached
 from gpuaccept.testsupport.controlplane import ControlPlane
@@ -63,7 +67,9 @@ DRA_NODES = {
     "gpu-dra-1": ("Accepted", None),
     "gpu-dra-2": ("Accepted", None),
     "gpu-dra-pcie-x8": ("Quarantined", "PcieLinkFailed"),
+    "gpu-dra-row-remap-pending": ("Accepted", None),
 }
+FENCED = "gpu-dra-row-remap-pending"  # under demo-fencing: GPU 5 fenced alone
 
 
 def _dra_nodes_decided(cluster: Path) -> None:
@@ -91,6 +97,34 @@ def _dra_nodes_decided(cluster: Path) -> None:
         assert counted[0]["observed"]["published"] == 8, counted
     healthy = json.loads(get(f"{NA_PATH}/gpu-healthy-1"))
     assert healthy["status"]["gpuPublishing"] == "DevicePlugin"
+    _one_gpu_fenced(get, slices)
+
+
+def _one_gpu_fenced(get: Callable[[str], str], slices: list[dict[str, Any]]) -> None:
+    """The fencing policy's node: GPU 5 alone fenced, by the one rule with gpuaccept's
+    key in the cluster, selecting the device whose uuid is that GPU's in its pool."""
+    status = json.loads(get(f"{NA_PATH}/{FENCED}"))["status"]
+    assert (status["phase"], status["fenced"]) == ("Accepted", "1/8"), status
+    assert [(g["index"], g["fenced"]) for g in status["gpuVerdicts"]] == [(5, True)], status
+    uuid = status["gpuVerdicts"][0]["uuid"]
+    (device,) = [
+        (s["spec"]["pool"]["name"], d["name"])
+        for s in slices
+        if s["spec"]["nodeName"] == FENCED
+        for d in s["spec"]["devices"]
+        if d["attributes"]["uuid"]["string"] == uuid
+    ]
+    rules = json.loads(get("/apis/resource.k8s.io/v1/devicetaintrules"))["items"]
+    (rule,) = [r for r in rules if r["spec"]["taint"]["key"] == FENCE_TAINT_KEY]
+    assert rule["spec"]["deviceSelector"] == {
+        "driver": "gpu.nvidia.com",
+        "pool": device[0],
+        "device": device[1],
+    }
+    assert rule["spec"]["taint"]["effect"] == "NoSchedule"
+    assert rule["metadata"]["labels"]["gpuaccept.io/node"] == FENCED
+    node = json.loads(get(f"/api/v1/nodes/{FENCED}"))
+    assert not node["spec"].get("taints"), node["spec"]  # the node in service
 
 
 def _make(target: str, cluster: Path) -> None:
