@@ -45,6 +45,7 @@ from gpuaccept.operator.core.model import (
     DraDevice,
     OperatorConfig,
     PolicyView,
+    QuarantineLimitCounts,
     ResourceSliceView,
 )
 from gpuaccept.probe.hardware.simulated import simulated_uuid
@@ -323,3 +324,27 @@ def test_a_re_judge_of_the_stored_report_keeps_the_in_service_fence() -> None:
         assert rules(world) == {"gpu-2": "NoSchedule"}
     st = world.status
     assert (st.phase, st.fenced, st.policy_generation) == (Phase.ACCEPTED, "1/8", 2)
+
+
+def test_the_limit_holds_an_in_service_fence_in_service_until_its_gpu_fits() -> None:
+    world = in_service(maxQuarantined=1)
+    # 2 nodes of 8 GPUs: a limit of 1 node is 8 GPUs; 8 already out, 1 more asked
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=1, matched=2, matched_gpus=16, unavailable_gpus=8
+    )
+    taint_and_settle(world, {2: (xid("79", world),)})
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.ACCEPTED, "BreakerOpen", HELD_FENCE)
+    assert "8 GPU(s) of limit 8 out of service, 1 more asked" in (st.message or "")
+    assert (st.fenced, rules(world)) == (None, {})  # held: nothing out of service
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=0, matched=2, matched_gpus=16, unavailable_gpus=7
+    )  # room for one GPU
+    world.advance(30)
+    world.settle()
+    assert (world.status.phase, world.status.reason, world.status.fenced) == (
+        Phase.ACCEPTED,
+        None,
+        "1/8",
+    )
+    assert rules(world) == {"gpu-2": "NoSchedule"}
