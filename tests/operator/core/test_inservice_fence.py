@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
-from world import World, make_report, spec
+from world import REPO, World, make_report, probed, spec
 
 from gpuaccept.checks.attribution import Attribution
 from gpuaccept.contracts.api import FENCE_TAINT_KEY, REPROBE_ANNOTATION
@@ -53,6 +53,7 @@ from gpuaccept.probe.hardware.simulated import simulated_uuid
 T = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 UUIDS = [simulated_uuid("gpu-0000", i) for i in range(8)]  # the probed report's GPUs
 DRIVER = "gpu.nvidia.com"
+IDENTITY = {"node_name", "boot_id", "started_at", "finished_at"}
 
 
 def finding(reason: str, gpu: str | None = UUIDS[2]) -> Finding:
@@ -117,6 +118,12 @@ CASES = [
         (NEW_2.model_copy(update={"fenced": True}), NEW_6),
     ),
     Case(
+        "a node-level finding beside a fence: the node's, the fence carried",
+        (finding(REASON_GPU_LOST),),
+        (ACCEPTANCE_FENCE, NEW_6),
+        (),
+    ),
+    Case(
         "a GPU failed but not fenced (a dry run's) is not a fence to keep",
         (finding(REASON_XID_FATAL),),
         (ACCEPTANCE_FENCE.model_copy(update={"fenced": False}),),
@@ -128,12 +135,13 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_in_service_attribution(case: Case) -> None:
     got = in_service_attribution(case.findings, case.gpus, UUIDS)
-    assert got.gpus == case.want
-    if case.want:  # every reason the GPUs' own: none is the node's
+    if case.want:
+        assert got.gpus == case.want  # every reason the GPUs' own: none is the node's
         assert IN_SERVICE_CHECK in got.per_gpu_checks
         assert got.per_gpu_checks == frozenset(c for g in case.want for c in g.checks)
-    else:
-        assert got == Attribution()
+    else:  # the node's: no check per-GPU, the fences that stand carried as they are
+        assert got == Attribution(gpus=tuple(g for g in case.gpus if g.fenced))
+        assert got.per_gpu_checks == frozenset()
 
 
 def test_every_reason_is_decided() -> None:
@@ -348,3 +356,59 @@ def test_the_limit_holds_an_in_service_fence_in_service_until_its_gpu_fits() -> 
         "1/8",
     )
     assert rules(world) == {"gpu-2": "NoSchedule"}
+
+
+def test_a_node_level_verdict_the_limit_holds_keeps_the_fences_that_stand() -> None:
+    """The node's quarantine held in service (the limit) leaves it as it is: its fenced
+    GPU stays fenced (only the quarantine itself, or a passing probe, ends a fence)."""
+    world = in_service(maxQuarantined=1)
+    taint_and_settle(world, {2: (xid("79", world),)})
+    assert rules(world) == {"gpu-2": "NoSchedule"}
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=1, matched=2, matched_gpus=16, unavailable_gpus=8
+    )
+    world.advance(60)
+    lost = DeviceTaintView(f"{DRIVER}/gpu-lost", "", "NoSchedule", world.now)
+    taint_and_settle(world, {2: (xid("79", world), lost), 4: (lost,)})
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.ACCEPTED, "BreakerOpen")
+    assert "would quarantine" in (st.message or "")
+    assert (st.fenced, rules(world)) == ("1/8", {"gpu-2": "NoSchedule"})
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=0, matched=2, matched_gpus=16, unavailable_gpus=0
+    )
+    world.advance(30)
+    world.settle()
+    assert (world.status.phase, world.status.reason) == (Phase.QUARANTINED, "GPULost")
+    assert rules(world) == {}  # the node's taint keeps every GPU out
+
+
+def test_an_in_service_hold_keeps_the_acceptance_s_fence() -> None:
+    """A node accepted with GPU 5 fenced (a pending row remap at the door): a node-level
+    in-service verdict the limit holds, or a common cause, leaves GPU 5 fenced."""
+    fencing = {"mode": "gpu"}
+    section = {"enabled": True, "watchPods": False}
+    world = World(
+        resource_slices=pool(),
+        policies=[
+            PolicyView("default", 1, spec(fencing=fencing, inService=section, maxQuarantined=1))
+        ],
+        config=OperatorConfig(accept_simulated_reports=True, device_taint_rules=True),
+    )
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, gpus=0, gpu_capacity=0)
+    world.settle()
+    report = probed(REPO / "profiles" / "faults" / "row-remap-pending.yaml")
+    world.finish_with_report(report.model_copy(update=make_report().model_dump(include=IDENTITY)))
+    world.settle()
+    assert (world.status.phase, world.status.fenced) == (Phase.ACCEPTED, "1/8")
+    assert rules(world) == {"gpu-5": "NoSchedule"}
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=1, matched=2, matched_gpus=16, unavailable_gpus=8
+    )
+    world.advance(60)
+    lost = DeviceTaintView(f"{DRIVER}/gpu-lost", "", "NoSchedule", world.now)
+    taint_and_settle(world, {i: (lost,) for i in range(8)})
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.ACCEPTED, "BreakerOpen")
+    assert (st.fenced, rules(world)) == ("1/8", {"gpu-5": "NoSchedule"})

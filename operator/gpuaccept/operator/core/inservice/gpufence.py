@@ -36,7 +36,8 @@ acceptance or an earlier in-service fence) and the new ones, check
 :data:`~gpuaccept.operator.core.model.IN_SERVICE_CHECK`. The one fencing decision
 (core/fencing.py) then fences them all within ``maxFencedGpus`` (the GPUs fenced already
 counted) or quarantines the node, and core/record.py applies it after dryRun and the
-limit. Fences accumulate: a fence is never dropped for a newer one.
+limit. Fences accumulate: a fence is never dropped for a newer one, nor by a verdict of
+the node's that is held (:func:`standing_fences`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ def fenced_uuids(gpus: Iterable[GpuVerdict]) -> frozenset[str]:
     return frozenset(g.uuid for g in gpus if g.fenced and g.uuid)
 
 
+def standing_fences(gpus: Iterable[GpuVerdict]) -> Attribution:
+    """A verdict that is the node's (no check of it per-GPU) carrying the fences that
+    stand: a hold of it (dryRun, the limit, a common cause) leaves them as they are,
+    and a quarantine ends them (core/record.py), the node's taint taking over."""
+    return Attribution(gpus=tuple(g for g in gpus if g.fenced))
+
+
 def _one_gpu_s(finding: Finding, known: Mapping[str, int]) -> bool:
     """``finding`` belongs to one GPU that the acceptance report names."""
     return finding.reason in FENCIBLE_REASONS and finding.gpu is not None and finding.gpu in known
@@ -75,12 +83,13 @@ def in_service_attribution(
     findings: Sequence[Finding], gpus: Sequence[GpuVerdict], report_uuids: Sequence[str | None]
 ) -> Attribution:
     """The GPUs ``findings`` fence beside those fenced already (``gpus`` marked fenced),
-    by their index in the acceptance report (``report_uuids``); an empty attribution
-    (the node's) when any finding is not one GPU's or names a GPU the report does not."""
+    by their index in the acceptance report (``report_uuids``); the node's verdict
+    (:func:`standing_fences`) when any finding is not one GPU's or names a GPU the
+    report does not."""
     index = {uuid: i for i, uuid in enumerate(report_uuids) if uuid}
-    if not findings or not all(_one_gpu_s(f, index) for f in findings):
-        return Attribution()
     kept = [g for g in gpus if g.fenced]
+    if not findings or not all(_one_gpu_s(f, index) for f in findings):
+        return standing_fences(gpus)
     have = {g.uuid for g in kept}
     named = sorted({f.gpu for f in findings if f.gpu is not None} - have)
     new = [GpuVerdict(index=index[u], uuid=u, checks=[IN_SERVICE_CHECK]) for u in named]

@@ -34,7 +34,11 @@ from gpuaccept.operator.core.creationintent import intended_create
 from gpuaccept.operator.core.inservice.correlation import Fleet
 from gpuaccept.operator.core.inservice.dra import dra_seen, unmonitored
 from gpuaccept.operator.core.inservice.evidence import REASON_COMMON_CAUSE, NodeSignals
-from gpuaccept.operator.core.inservice.gpufence import fenced_uuids, in_service_attribution
+from gpuaccept.operator.core.inservice.gpufence import (
+    fenced_uuids,
+    in_service_attribution,
+    standing_fences,
+)
 from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
 from gpuaccept.operator.core.inservice.watchreport import watch_evidence
 from gpuaccept.operator.core.model import (
@@ -328,10 +332,12 @@ def _suspect_event(
 
 def _attribution(ctx: NodeContext, result: Evaluation) -> Attribution:
     """Whose the verdict's findings are under ``fencing.mode: gpu`` (the GPUs to fence,
-    those fenced already kept: core/inservice/gpufence.py); the node's otherwise."""
-    report = ctx.status.report
-    if ctx.spec.fencing.mode is not FencingMode.GPU or report is None:
-        return Attribution()
+    those fenced already kept: core/inservice/gpufence.py); the node's otherwise, the
+    fences that stand carried (a hold leaves them, a quarantine ends them)."""
+    report, found = ctx.status.report, result.verdict
+    common = found is not None and found.common_cause
+    if ctx.spec.fencing.mode is not FencingMode.GPU or report is None or common:
+        return standing_fences(ctx.status.gpu_verdicts)
     uuids = report.summary.gpu_uuids or []
     return in_service_attribution(result.findings, ctx.status.gpu_verdicts, uuids)
 
