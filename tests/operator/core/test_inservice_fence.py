@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from world import REPO, World, make_report, probed, spec
@@ -17,6 +17,7 @@ from world import REPO, World, make_report, probed, spec
 from gpuaccept.checks.attribution import Attribution
 from gpuaccept.contracts.api import FENCE_TAINT_KEY, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import GpuVerdict, Phase
+from gpuaccept.contracts.watch_report import WatchReport, encode_watch_message
 from gpuaccept.operator.core.fencerules import HELD_FENCE
 from gpuaccept.operator.core.inservice.evidence import (
     REASON_CONDITION,
@@ -412,3 +413,53 @@ def test_an_in_service_hold_keeps_the_acceptance_s_fence() -> None:
     st = world.status
     assert (st.phase, st.reason) == (Phase.ACCEPTED, "BreakerOpen")
     assert (st.fenced, rules(world)) == ("1/8", {"gpu-5": "NoSchedule"})
+
+
+def test_a_fatal_xid_in_a_watch_report_fences_its_gpu() -> None:
+    """The watch pod's report of Xid 79 on GPU 3 (by its UUID) fences GPU 3; the next
+    window's watch pod starts (the watch goes on)."""
+    window = 60
+    fencing = {"mode": "gpu"}
+    section = {"enabled": True, "windowSeconds": window}
+    world = World(
+        resource_slices=pool(),
+        policies=[PolicyView("default", 1, spec(fencing=fencing, inService=section))],
+        config=OperatorConfig(accept_simulated_reports=True, device_taint_rules=True),
+    )
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, gpus=0, gpu_capacity=0)
+    world.settle()
+    world.finish_with_report(make_report())
+    world.settle()
+    (pod,) = [p for p in world.pods.values() if p.watch is not None]
+    world.advance(window)
+    body = {
+        "node_name": "gpu-1",
+        "boot_id": "boot-1",
+        "probe_version": "0.1.0",
+        "simulated": True,
+        "started_at": world.now - timedelta(seconds=window),
+        "ended_at": world.now,
+        "window_s": float(window),
+        "watched_s": float(window),
+        "end_reason": "window",
+        "ended_early": False,
+        "gpus_expected": 8,
+        "gpus_seen": 8,
+        "xids": [{"gpu": 3, "uuid": UUIDS[3], "xid": 79, "firstS": 30.0, "lastS": 30.0}],
+    }
+    message = encode_watch_message(WatchReport.model_validate(body))
+    world.pods[pod.name] = dataclasses.replace(
+        pod, phase="Succeeded", terminated=True, exit_code=0, message=message, finished=world.now
+    )
+    world.settle()
+    world.advance(20)  # past correlation.settleSeconds
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.fenced) == (Phase.ACCEPTED, None, "1/8")
+    assert "Xid 79 (fatal) on GPU " + UUIDS[3] in (st.message or "")
+    assert rules(world) == {"gpu-3": "NoSchedule"}
+    world.advance(window)
+    world.settle()
+    assert live_watch_pods(world)  # the next window watches the other GPUs
+    assert world.status.fenced == "1/8"
