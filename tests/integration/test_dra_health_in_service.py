@@ -17,7 +17,10 @@ hold a node accepted through a claim:
   XidFatal; an application-class one (xid=13, None): recorded, stays Accepted; an
   unmonitored GPU: a WatchBlind Warning, stays Accepted;
 * dryRun: a lost GPU's taint (gpu.nvidia.com/gpu-lost) is held, the quarantine it
-  would apply recorded, the Node untouched.
+  would apply recorded, the Node untouched;
+* under ``fencing: {mode: gpu, maxFencedGpus: 2}`` (issue 40 item 6) the fatal Xid taint
+  on GPU 2 fences that GPU (one DeviceTaintRule, value in_service) and the node stays
+  Accepted; a fatal Xid taint on GPU 6 then adds its own rule beside the first.
 """
 
 from __future__ import annotations
@@ -187,4 +190,51 @@ def test_dry_run_holds_a_dra_driver_s_gpu_lost(env: Env) -> None:
     assert (status["phase"], status["reason"]) == ("Held", "DryRun")
     assert status["reasons"][0]["reason"] == "GPULost"
     assert "would quarantine" in status["message"]
+    assert QUARANTINE_TAINT not in env.taint_keys(name)
+
+
+def _fence_rules(env: Env, name: str) -> dict[str, tuple[str, str, str]]:
+    """The node's fence rules: device -> the taint's key, value and effect."""
+    items = env.kube.request("GET", "/apis/resource.k8s.io/v1/devicetaintrules")["items"]
+    return {
+        r["spec"]["deviceSelector"]["device"]: (
+            r["spec"]["taint"]["key"],
+            r["spec"]["taint"].get("value", ""),
+            r["spec"]["taint"]["effect"],
+        )
+        for r in items
+        if r["metadata"]["labels"].get("gpuaccept.io/node") == name
+    }
+
+
+def test_under_gpu_fencing_a_fatal_xid_taint_fences_its_gpu_and_fences_add_up(env: Env) -> None:
+    """Issue 40 item 6: the driver's fatal Xid taint on one GPU fences that GPU with one
+    DeviceTaintRule and the node stays Accepted; one on another GPU adds its fence."""
+    suite = suite_id("dra-fence")
+    env.policy(suite, inService=SIGNALS_ONLY, fencing={"mode": "gpu", "maxFencedGpus": 2})
+    (name,) = env.nodes(suite, {"f": HEALTHY})
+    env.wait_phase([name], "Accepted")
+    gpus = _to_dra(env, name)
+    fence = ("gpuaccept.io/fenced", "in_service", "NoSchedule")
+
+    env.standin.taint_gpus(name, {2: [driver_taint("xid", 79)]})
+    wait_for(f"{name}'s GPU 2 fenced", lambda: env.status(name).get("fenced") == f"1/{gpus}", 90)
+    wait_for(f"{name}'s rule", lambda: _fence_rules(env, name) == {"gpu-2": fence}, 30)
+    status = env.status(name)
+    assert (status["phase"], status.get("reason")) == ("Accepted", None)
+    assert [(g["index"], g["uuid"], g["fenced"]) for g in status["gpuVerdicts"]] == [
+        (2, simulated_uuid(name, 2), True)
+    ]
+    assert QUARANTINE_TAINT not in env.taint_keys(name)
+
+    env.standin.taint_gpus(name, {2: [driver_taint("xid", 79)], 6: [driver_taint("xid", 48)]})
+    wait_for(
+        f"{name}'s GPU 6 fenced too", lambda: env.status(name).get("fenced") == f"2/{gpus}", 90
+    )
+    wait_for(
+        f"{name}'s two rules",
+        lambda: _fence_rules(env, name) == {"gpu-2": fence, "gpu-6": fence},
+        30,
+    )
+    assert env.status(name)["phase"] == "Accepted"
     assert QUARANTINE_TAINT not in env.taint_keys(name)

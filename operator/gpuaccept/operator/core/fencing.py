@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from gpuaccept.checks.fencing_policy import FencingMode, FencingPolicy
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import GpuPublishing, GpuVerdict
+from gpuaccept.operator.core.model import IN_SERVICE_CHECK
 
 REASON_FENCING_UNAVAILABLE = "FencingUnavailable"
 
@@ -63,7 +64,11 @@ def fencing_decision(
         first = node_reasons[0]
         return FencingDecision(why_node=f"{first.check} ({first.reason}) is the node's")
     gpus = verdict.attribution.gpus
-    unfenced = sorted({c for g in gpus for c in g.checks if not fencing.fences(c)})
+    # An in-service GPU verdict is attributed only where its reason is one GPU's
+    # (core/inservice/gpufence.py): fencing.checks names the probe's checks.
+    unfenced = sorted(
+        {c for g in gpus for c in g.checks if c != IN_SERVICE_CHECK and not fencing.fences(c)}
+    )
     if unfenced or not gpus:
         named = ", ".join(unfenced) or "none"
         return FencingDecision(why_node=f"checks not in fencing.checks: {named}")

@@ -61,7 +61,7 @@ from gpuaccept.operator.core.history import (
     history_fields,
     keeps_evidence,
 )
-from gpuaccept.operator.core.model import Plan, PodView
+from gpuaccept.operator.core.model import IN_SERVICE_CHECK, Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
     REASON_PROBE_ERROR,
     REASON_QUARANTINE_LIMIT,
@@ -404,16 +404,31 @@ def _evidence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any
 
 
 def _fence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]:
-    """The per-GPU verdicts of a new report, those fenced marked, and the FENCED column
-    (fenced of the node's GPUs, e.g. 1/8; absent when none is)."""
+    """The per-GPU verdicts of the verdict, those fenced marked, and the FENCED column
+    (fenced of the node's GPUs, e.g. 1/8; absent when none is). A GPU the verdict
+    carries as fenced already (an in-service verdict keeps the fences that stand:
+    core/inservice/gpufence.py) stays fenced, unless the node is quarantined."""
     fenced = outcome.fenced if isinstance(outcome, Accept) else ()
     indices = {g.index for g in fenced}
+    found = list(outcome.verdict.attribution.gpus)
+    if outcome.evidence.rejudged:  # the stored report knows no in-service fence
+        seen = {g.index for g in found}
+        found += [g for g in _in_service_fences(ctx.status) if g.index not in seen]
     gpus = [
-        g.model_copy(update={"fenced": True}) if g.index in indices else g
-        for g in outcome.verdict.attribution.gpus
+        g.model_copy(update={"fenced": g.index in indices or g.fenced})
+        if not isinstance(outcome, Quarantine)
+        else g.model_copy(update={"fenced": False})
+        for g in sorted(found, key=lambda g: g.index)
     ]
+    count = sum(g.fenced for g in gpus)
     total = node_gpu_count(ctx.node) or len(ctx.gpus.dra_gpus)
-    return {"gpu_verdicts": gpus, "fenced": f"{len(fenced)}/{total}" if fenced else None}
+    return {"gpu_verdicts": gpus, "fenced": f"{count}/{total}" if count else None}
+
+
+def _in_service_fences(st: NodeAcceptanceStatus) -> list[GpuVerdict]:
+    """The GPUs fenced in service (core/inservice/gpufence.py): a re-judge of the stored
+    report keeps them; only a new probe (or the node's quarantine) ends them."""
+    return [g for g in st.gpu_verdicts if g.fenced and IN_SERVICE_CHECK in g.checks]
 
 
 def _service_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]:

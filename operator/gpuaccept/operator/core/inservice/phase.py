@@ -19,12 +19,13 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from gpuaccept.checks.attribution import Attribution
+from gpuaccept.checks.fencing_policy import FencingMode
 from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.inservice import (
     InService,
     InServiceStatus,
     InServiceSuspect,
-    InServiceVerdict,
 )
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.reverify import ReverifyStatus, Suspicion
@@ -33,6 +34,11 @@ from gpuaccept.operator.core.creationintent import intended_create
 from gpuaccept.operator.core.inservice.correlation import Fleet
 from gpuaccept.operator.core.inservice.dra import dra_seen, unmonitored
 from gpuaccept.operator.core.inservice.evidence import REASON_COMMON_CAUSE, NodeSignals
+from gpuaccept.operator.core.inservice.gpufence import (
+    fenced_uuids,
+    in_service_attribution,
+    standing_fences,
+)
 from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
 from gpuaccept.operator.core.inservice.watchreport import watch_evidence
 from gpuaccept.operator.core.model import (
@@ -51,6 +57,7 @@ from gpuaccept.operator.core.nodecontext import (
 )
 from gpuaccept.operator.core.podspec import WatchPodRequest, watch_pod_manifest, watch_pod_name
 from gpuaccept.operator.core.record import (
+    Accept,
     Evidence,
     Hold,
     failing_verdict,
@@ -112,7 +119,8 @@ def _evaluation(ctx: NodeContext, reports: tuple[WatchEvidence, ...]) -> Evaluat
     st, obs = ctx.status, ctx.obs
     fleet = Fleet(obs.in_service_fleet, obs.limit_counts.matched + 1)
     found = (*obs.watch_reports, *reports)
-    observed = Observed(node_signals(ctx), obs.now, found, ctx.node.name, fleet)
+    fenced = fenced_uuids(st.gpu_verdicts)
+    observed = Observed(node_signals(ctx), obs.now, found, ctx.node.name, fleet, fenced)
     ledger = ledger_for(st.in_service, ctx.node.boot_id, st.last_probe_time)
     return evaluate(ctx.spec.in_service, ledger, observed)
 
@@ -281,8 +289,7 @@ def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     # the ledger only: the node stays as it is until it settles (result.wake_in)
     pending = result.verdict is not None and result.verdict.pending
     if result.verdict is not None and not pending:
-        _stop_watching(ctx, out)
-        plan = _verdict(ctx, replace(ctx, status=kept), out, result.verdict)
+        plan = _verdict(ctx, replace(ctx, status=kept), out, result)
         return _then_delete(out, ended, plan)
     if not pending and ours(st) and st.reason in HELD_REASONS:
         return _then_delete(out, ended, hold_lifted(ctx, out, kept))
@@ -323,14 +330,31 @@ def _suspect_event(
         out.event(ACCEPTANCE_KIND, "Warning", EVENT_SUSPECT, f"suspected in service: {names}")
 
 
-def _verdict(
-    ctx: NodeContext, inner: NodeContext, out: PlanBuilder, found: InServiceVerdict
-) -> Plan:
-    """``found`` through the one verdict path (dryRun, the limit), or held in service
-    as a common cause."""
+def _attribution(ctx: NodeContext, result: Evaluation) -> Attribution:
+    """Whose the verdict's findings are under ``fencing.mode: gpu`` (the GPUs to fence,
+    those fenced already kept: core/inservice/gpufence.py); the node's otherwise, the
+    fences that stand carried (a hold leaves them, a quarantine ends them)."""
+    report, found = ctx.status.report, result.verdict
+    common = found is not None and found.common_cause
+    if ctx.spec.fencing.mode is not FencingMode.GPU or report is None or common:
+        return standing_fences(ctx.status.gpu_verdicts)
+    uuids = report.summary.gpu_uuids or []
+    return in_service_attribution(result.findings, ctx.status.gpu_verdicts, uuids)
+
+
+def _verdict(ctx: NodeContext, inner: NodeContext, out: PlanBuilder, result: Evaluation) -> Plan:
+    """The verdict of ``result`` through the one verdict path (dryRun, the limit, a
+    fence of single GPUs under ``fencing.mode: gpu``), or held in service as a common
+    cause. The watch stops unless the node stays in service with GPUs fenced (the
+    watch goes on for its other GPUs)."""
     st = inner.status
+    found = result.verdict
+    assert found is not None
     reason = Reason(check=IN_SERVICE_CHECK, reason=found.reason, message=cut(found.message, 512))
-    verdict = failing_verdict((reason,), checks=tuple(st.checks), figures=st.figures)
+    verdict = replace(
+        failing_verdict((reason,), checks=tuple(st.checks), figures=st.figures),
+        attribution=_attribution(inner, result),
+    )
     evidence = Evidence(st.report, rejudged=True)
     if found.common_cause:
         message = f"held, not quarantined: {found.message}"
@@ -339,6 +363,8 @@ def _verdict(
         )
     else:
         outcome = judged(inner, verdict, evidence)
+    if not (isinstance(outcome, Accept) and outcome.fenced):
+        _stop_watching(ctx, out)
     if isinstance(outcome, Hold):
         out.wake_in(HOLD_RETRY_SECONDS)
     plan = record(inner, out, outcome)

@@ -44,13 +44,15 @@ from gpuaccept.operator.core.model import SignatureSeen, WatchEvidence
 @dataclass(frozen=True)
 class Observed:
     """What the rules read besides the ledger: the Node's signals, the new watch
-    reports, the time, this node's name and the fleet it is correlated with."""
+    reports, the time, this node's name, the fleet it is correlated with, and the GPUs
+    fenced already (their findings are left out: core/inservice/gpufence.py)."""
 
     signals: NodeSignals
     now: datetime
     reports: tuple[WatchEvidence, ...] = ()
     node: str = ""
     fleet: Fleet = field(default_factory=Fleet)
+    fenced: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class Evaluation:
     verdict: InServiceVerdict | None  # None: the node stays in service
     suspects: tuple[InServiceSuspect, ...]
     wake_in: float | None  # seconds until a running timer expires or a verdict settles
+    # every finding the verdict rests on (its main one first), the fenced GPUs' left out
+    findings: tuple[Finding, ...] = ()
 
 
 def ledger_for(
@@ -172,8 +176,13 @@ def evaluate(policy: InService, ledger: InServiceStatus, obs: Observed) -> Evalu
     )
     findings = xid_findings(ledger, policy.xid, now) + state_findings(ledger, policy.gpu_state)
     findings += signal_findings(ledger, policy, signals, now) + taint_findings(ledger)
-    verdict = _verdict(_kept(ledger.verdict, findings), ledger.verdict, obs, policy)
-    found = _suspects(suspects(ledger, policy.xid, now), obs, policy)
+    # A fenced GPU is out of service already: its findings neither fence it again nor
+    # take the node out (only a passing probe ends its fence).
+    live = [f for f in _kept(ledger.verdict, findings) if f.gpu not in obs.fenced]
+    verdict = _verdict(live, ledger.verdict, obs, policy)
+    unfenced = [s for s in suspects(ledger, policy.xid, now) if s.gpu not in obs.fenced]
+    found = _suspects(unfenced, obs, policy)
     ledger = ledger.model_copy(update={"verdict": verdict, "suspects": found})
     wake_in = _wake_in(verdict, next_expiry(ledger, policy, now), now, policy)
-    return Evaluation(ledger, verdict, tuple(found), wake_in)
+    ordered = tuple(sorted(live, key=lambda f: f.rank))
+    return Evaluation(ledger, verdict, tuple(found), wake_in, ordered)
