@@ -18,6 +18,7 @@ from world import spec
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core import NAView, NodeView, PolicyView, Taint
+from gpuaccept.operator.core.capacity import take_out_allowed
 from gpuaccept.operator.core.fleet import FleetSnapshot, PolicyTally, tally
 from gpuaccept.operator.core.fleetcount import FleetCount
 
@@ -283,3 +284,53 @@ def test_an_accepted_node_whose_taint_is_still_on_counts_as_out_of_service() -> 
     count.set_acceptance("n1", _status("a", Phase.QUARANTINED))  # counted as quarantined
     assert count.limit_counts("a", "n2").out_of_service == 0
     assert count.limit_counts("a", "n2").quarantined == 1
+
+
+@dataclass(frozen=True)
+class FenceRow:
+    unknown_size: bool  # one matched node's GPU count is unknown (its pool not published)
+    fenced: int  # of the other nodes, how many have a GPU fenced
+    out_of_service: int  # the node counts the limit is given, this node excluded
+    allowed: bool  # may this node be taken out (maxQuarantined 1 of 10)
+
+
+FENCE_ROWS = {
+    "a node of unknown size: each fenced node counts as one node out": FenceRow(
+        unknown_size=True, fenced=8, out_of_service=8, allowed=False
+    ),
+    "a node of unknown size, no fence: the first take-out fits": FenceRow(
+        unknown_size=True, fenced=0, out_of_service=0, allowed=True
+    ),
+    "a node of unknown size, one fence: it takes the one node's slot": FenceRow(
+        unknown_size=True, fenced=1, out_of_service=1, allowed=False
+    ),
+}
+
+
+@pytest.mark.parametrize("row", FENCE_ROWS.values(), ids=FENCE_ROWS.keys())
+def test_a_fenced_node_counts_as_one_node_out_when_the_limit_counts_nodes(row: FenceRow) -> None:
+    """Issue 40 review: where one matched node's size is unknown (a DRA node whose pool
+    is not complete yet, every new node of a scale-up) the limit counts nodes; a fenced
+    node is Accepted, so it was neither quarantined nor out, and every new fence or
+    quarantine asked for "one more node" against a count without the earlier fences.
+    Ten nodes, maxQuarantined 1: the fences must count, in the policy's count and in the
+    operator's ceiling, incrementally and in the snapshot tally alike."""
+    policy = PolicyView("a", 1, spec(fencing={"mode": "gpu"}, maxQuarantined=1))
+    count = FleetCount()
+    count.set_policies([policy])
+    nodes, acceptances = [], []
+    for number in range(10):
+        name, gpus = f"n{number}", 0 if row.unknown_size and number == 0 else 8
+        count.set_node_gpus(name, gpus)
+        count.set_node(name, GPU)
+        nodes.append(NodeView(name, labels=GPU, gpu_capacity=gpus))
+        if 1 <= number <= row.fenced:
+            fenced = NodeAcceptanceStatus(phase=Phase.ACCEPTED, policy="a", fenced="1/8")
+            count.set_acceptance(name, fenced)
+            acceptances.append(NAView(name, fenced))
+    snapshot = FleetSnapshot(policies=(policy,), nodes=tuple(nodes), acceptances=tuple(acceptances))
+    for limit in (count.limit_counts("a", "n9"), tally(snapshot)["a"].limit_counts("n9")):
+        assert limit.matched_gpus is None  # counted in nodes
+        assert (limit.unavailable, limit.fleet_out) == (row.out_of_service, row.out_of_service)
+        assert take_out_allowed(policy.spec, limit).allowed == row.allowed
+        assert take_out_allowed(policy.spec, limit, ceiling=1).allowed == (row.fenced == 0)

@@ -117,6 +117,18 @@ def lingering(st: NodeAcceptanceStatus, node_gated: bool) -> bool:
     return node_gated and st.phase == Phase.ACCEPTED
 
 
+def counted_out(st: NodeAcceptanceStatus, node_gated: bool) -> bool:
+    """Whether a node that is not quarantined counts as one node out in the limit's node
+    counts (``QuarantineLimitCounts.out_of_service`` and the operator's ceiling): out of
+    service (:func:`out_of_service`, :func:`lingering`), or with a GPU fenced. A fenced
+    node stays Accepted; counted in nodes, its fences take the node's slot, else where
+    a policy's limit counts nodes (a node of unknown size) each new fence or quarantine
+    would ask for one more node against a count without the earlier fences (issue 40)."""
+    return st.phase != Phase.QUARANTINED and (
+        out_of_service(st) or lingering(st, node_gated) or fenced_gpus(st) > 0
+    )
+
+
 def in_service(st: NodeAcceptanceStatus) -> bool:
     """A decided node that takes workloads: accepted, released by a person, or held by a
     dry run (untouched)."""

@@ -30,6 +30,7 @@ from gpuaccept.operator.core.capacity import (
     HELD_ACCEPT,
     HELD_QUARANTINE,
     REASON_QUARANTINE_LIMIT,
+    counted_out,
     gated,
     gpus_out,
     lingering,
@@ -112,7 +113,8 @@ class PolicyTally:
     quarantined: frozenset[str] = frozenset()
     held_by_limit: tuple[str, ...] = ()  # verdicts and new rounds the limit holds back
     limit: int = 0  # maxQuarantined as a node count; 0 for an invalid spec
-    # Out of service because of gpuaccept, but not quarantined (capacity.out_of_service).
+    # Counted as a node out but not quarantined: out of service because of gpuaccept, or
+    # with a GPU fenced (capacity.counted_out).
     out_of_service: frozenset[str] = frozenset()
     # When gpuaccept last took each node out of service, oldest first.
     taken_out: tuple[tuple[datetime, str], ...] = ()
@@ -193,11 +195,7 @@ def fleet_unavailable(snapshot: FleetSnapshot) -> frozenset[str]:
         na.name
         for na in snapshot.acceptances
         if na.status.policy
-        and (
-            na.status.phase == Phase.QUARANTINED
-            or out_of_service(na.status)
-            or lingering(na.status, na.name in gates)
-        )
+        and (na.status.phase == Phase.QUARANTINED or counted_out(na.status, na.name in gates))
     )
 
 
@@ -226,7 +224,7 @@ def _decided(snapshot: FleetSnapshot, policies: list[PolicyView]) -> dict[str, _
         share.phases[st.phase] += 1
         if st.phase == Phase.QUARANTINED:
             share.quarantined.add(na.name)
-        elif out_of_service(st) or lingering(st, na.name in gates):
+        elif counted_out(st, na.name in gates):
             share.out.add(na.name)
         if st.reason == REASON_QUARANTINE_LIMIT:
             share.held.append(na.name)

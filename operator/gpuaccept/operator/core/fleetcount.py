@@ -26,6 +26,7 @@ from gpuaccept.operator.core.capacity import (
     HELD_ACCEPT,
     HELD_QUARANTINE,
     REASON_QUARANTINE_LIMIT,
+    counted_out,
     gpus_out,
     lingering,
     out_of_service,
@@ -45,7 +46,7 @@ class _Counted:
     policy: str
     phase: Phase
     held_by_limit: bool
-    out: bool  # out of service because of gpuaccept, not quarantined
+    out: bool  # counted as a node out (capacity.counted_out), not quarantined
     taken_out: datetime | None
     held_action: str | None = None
     node_gpus: int = 0  # the node's GPUs when counted (0: unknown)
@@ -56,15 +57,14 @@ def _counted(status: NodeAcceptanceStatus, node_gated: bool, node_gpus: int = 0)
     if not status.policy:
         return None
     held = status.reason == REASON_QUARANTINE_LIMIT
-    out = status.phase != Phase.QUARANTINED and (
+    whole = status.phase == Phase.QUARANTINED or (
         out_of_service(status) or lingering(status, node_gated)
     )
-    whole = out or status.phase == Phase.QUARANTINED
     return _Counted(
         status.policy,
         status.phase,
         held,
-        out,
+        counted_out(status, node_gated),
         status.taken_out_time,
         status.held_action,
         node_gpus,
