@@ -202,7 +202,16 @@ def main(argv: Sequence[str]) -> int:
 
     # A GPU is fenced (a DeviceTaintRule) only where the API server serves them; else a
     # decision to fence quarantines the node (FencingUnavailable).
-    config = replace(config, device_taint_rules=_serves_device_taint_rules(kube))
+    try:
+        served = _serves_device_taint_rules(kube, timeout=args.crd_wait)
+    except ApiException as error:
+        sys.stderr.write(
+            "gpuaccept operator: the API server's discovery did not say whether it serves "
+            f"devicetaintrules.resource.k8s.io within --crd-wait={args.crd_wait:g}s: "
+            f"{error.status} {error.reason}\n"
+        )
+        return 1
+    config = replace(config, device_taint_rules=served)
     identity = f"{args.identity}_{uuid.uuid4().hex[:6]}"
     lease, lock = _elections(args, identity)
     runtime = RuntimeSettings(
@@ -286,18 +295,36 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def _serves_device_taint_rules(kube: Kube) -> bool:
-    """Whether the API server serves DeviceTaintRules; an error asking: not served (a
-    fence decision then quarantines the node, never leaves a GPU unfenced)."""
-    try:
-        served = kube.for_origin(ORIGIN_STARTUP).serves_device_taint_rules()
-    except ApiException as error:
-        logging.getLogger("gpuaccept.operator").warning(
-            "could not ask the API server's discovery for devicetaintrules: %s", error.status
-        )
-        return False
-    logging.getLogger("gpuaccept.operator").info("DeviceTaintRules served: %s", served)
-    return served
+def _serves_device_taint_rules(
+    kube: Kube, *, timeout: float, first_delay: float = 1.0, max_delay: float = 10.0
+) -> bool:
+    """Whether the API server serves DeviceTaintRules (its discovery, asked once at start:
+    the rule watch is registered only then). Only a 404 or a list without them means not
+    served (a fence decision then quarantines the node); any other error is retried with
+    backoff for ``timeout`` seconds, then raised: taking an outage for "not served" would
+    run the process without a rule watch, never deleting a rule (issue 40 review)."""
+    log = logging.getLogger("gpuaccept.operator")
+    deadline = time.monotonic() + timeout
+    delay = first_delay
+    while True:
+        try:
+            served = kube.for_origin(ORIGIN_STARTUP).serves_device_taint_rules()
+        except ApiException as error:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            log.warning(
+                "could not ask the API server's discovery for devicetaintrules (%s %s); "
+                "asking again in %.1fs",
+                error.status,
+                error.reason,
+                min(delay, left),
+            )
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, max_delay)
+            continue
+        log.info("DeviceTaintRules served: %s", served)
+        return served
 
 
 def _wait_for_crds(kube: Kube, *, timeout: float) -> list[str]:

@@ -442,7 +442,8 @@ def _limit_options(p: argparse.ArgumentParser) -> None:
         "--crd-wait",
         type=float,
         default=30.0,
-        help="seconds to wait at start for the CRDs to be served, then exit 1",
+        help="seconds to wait at start for the CRDs to be served, and for the API "
+        "server's discovery to say whether it serves DeviceTaintRules, then exit 1",
     )
     p.add_argument(
         "--accept-simulated-reports",
