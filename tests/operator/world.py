@@ -127,6 +127,10 @@ class StatusRefusedError(Exception):
     """The world's API server refused a status write."""
 
 
+class FenceRuleRefusedError(Exception):
+    """The world's API server refused a DeviceTaintRule write (``World.refuse_fence_rule``)."""
+
+
 @dataclass
 class World:
     node: NodeView | None = field(
@@ -190,6 +194,11 @@ class World:
     resource_slices: tuple[ResourceSliceView, ...] = ()
     # The DeviceTaintRules the world holds, by name (as created or patched).
     fence_rules: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The API server's answer to a DeviceTaintRule write: why it refuses it (a 403 or
+    # 422: RBAC, an admission policy), or None to take it. A refusal is remembered as
+    # the executor remembers it, and the rest of the plan is dropped.
+    refuse_fence_rule: str | None = None
+    fence_rule_write_error: str | None = None
     passes: int = 0
 
     def restart(self) -> None:
@@ -223,6 +232,7 @@ class World:
             fence_rules=tuple(
                 v for v in map(fence_rule_view, self.fence_rules.values()) if v is not None
             ),
+            fence_rule_write_error=self.fence_rule_write_error,
         )
 
     def plan(self) -> Plan:
@@ -237,7 +247,7 @@ class World:
         for action in plan.actions:
             try:
                 interpret(self, action)
-            except StatusRefusedError:
+            except (StatusRefusedError, FenceRuleRefusedError):
                 return  # as the controller does: drop the plan, re-plan
 
     # ---- the ActionInterpreter protocol, in memory
@@ -311,6 +321,10 @@ class World:
             del self.claims[action.name]
 
     def write_fence_rule(self, action: WriteFenceRule) -> None:
+        if self.refuse_fence_rule is not None:
+            self.fence_rule_write_error = self.refuse_fence_rule
+            raise FenceRuleRefusedError(self.refuse_fence_rule)
+        self.fence_rule_write_error = None
         self.fence_rules[action.name] = dict(action.manifest)
 
     def delete_fence_rule(self, action: DeleteFenceRule) -> None:

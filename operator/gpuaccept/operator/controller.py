@@ -394,6 +394,7 @@ class Controller:
             pod_name_taken=self.actions.name_taken.get(name),
             drain=self.actions.drains.get(name),
             status_write_error=self.actions.status_error(name),
+            fence_rule_write_error=self.actions.fence_rule_error(name),
             fabric_verdict=self.fabric.verdict(name, fabric.waiting_since) if fabric else None,
             gpu_pod_sample=self.reverify.sample(name),
             in_service_fleet=self._in_service_fleet(policies, name),

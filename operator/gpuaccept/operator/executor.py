@@ -24,6 +24,7 @@ from gpuaccept.contracts.api import (
 )
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.draclaim import claim_is_intended
+from gpuaccept.operator.core.fencing import FENCE_RULE_REFUSED_RETRY_SECONDS
 from gpuaccept.operator.core.interpret import interpret
 from gpuaccept.operator.core.model import (
     Action,
@@ -169,6 +170,18 @@ class KubeExecutor:
         self.drains: dict[str, DrainResult] = {}  # node -> its last drain (core/phases/drain.py)
         self.status_errors: dict[str, str] = {}  # node -> why its last status write was refused
         self.status_refused_at: dict[str, float] = {}  # node -> when (monotonic)
+        # node -> why its last DeviceTaintRule write was refused, and when (monotonic)
+        self.fence_rule_errors: dict[str, str] = {}
+        self.fence_rule_refused_at: dict[str, float] = {}
+
+    def fence_rule_error(self, node: str) -> str | None:
+        """Why ``node``'s last DeviceTaintRule write was refused (fencing is unavailable
+        there), for :data:`FENCE_RULE_REFUSED_RETRY_SECONDS`; then a fence tries again."""
+        at = self.fence_rule_refused_at.get(node)
+        if at is not None and time.monotonic() - at >= FENCE_RULE_REFUSED_RETRY_SECONDS:
+            self.fence_rule_errors.pop(node, None)
+            self.fence_rule_refused_at.pop(node, None)
+        return self.fence_rule_errors.get(node)
 
     def status_error(self, node: str) -> str | None:
         """Why ``node``'s last status write was refused, for as long as the core holds
@@ -189,6 +202,8 @@ class KubeExecutor:
             self.create_errors,
             self.status_errors,
             self.status_refused_at,
+            self.fence_rule_errors,
+            self.fence_rule_refused_at,
             self.created,
             self.name_taken,
             self.drains,
@@ -373,11 +388,25 @@ class _NodeWrites:
     def write_fence_rule(self, action: WriteFenceRule) -> None:
         """A fenced GPU's DeviceTaintRule (core/fencerules.py): created, or its spec set
         when it exists (a name taken is a rule with gpuaccept's key: only the operator
-        may make one, the admission policy says so)."""
-        spec = action.manifest.get("spec") or {}
-        if not action.exists and self.kube.create_device_taint_rule(action.manifest) is not None:
-            return
-        self.kube.replace_device_taint_rule_spec(action.name, spec)
+        may make one, the admission policy says so). A refusal (400/403/422: RBAC, an
+        admission policy such as Kyverno's or Gatekeeper's) is remembered for the core,
+        which then quarantines the node (FencingUnavailable), and raised: the plan, whose
+        status write would record a fence that is not there, is dropped. A conflict or an
+        outage is raised unremembered: a retry."""
+        node, executor, manifest = self.observed.node_name, self.executor, action.manifest
+        spec = manifest.get("spec") or {}
+        try:
+            created = None if action.exists else self.kube.create_device_taint_rule(manifest)
+            if created is not None:
+                executor.fence_rule_errors.pop(node, None)
+                return
+            self.kube.replace_device_taint_rule_spec(action.name, spec)
+        except ApiException as error:
+            if error.status in (400, 403, 422):
+                executor.fence_rule_errors[node] = f"{error.status} {api_message(error)}"[:500]
+                executor.fence_rule_refused_at[node] = time.monotonic()
+            raise
+        executor.fence_rule_errors.pop(node, None)
 
     def delete_fence_rule(self, action: DeleteFenceRule) -> None:
         self.kube.delete_device_taint_rule(action.name)

@@ -22,8 +22,9 @@ status (``gpuVerdicts``), so that it shows on a quarantined node too.
 
 A decision to fence is carried out by core/record.py (the node ``Accepted`` with those
 GPUs fenced, after dryRun and the limit) and core/fencerules.py (one DeviceTaintRule per
-fenced GPU). Where it cannot be (the API server serves no DeviceTaintRules, or a GPU is
-not one device of the node's ResourceSlices), the node is quarantined with reason
+fenced GPU). Where it cannot be (the API server serves no DeviceTaintRules or refused
+the node's rule write, or a GPU is not one device of the node's ResourceSlices), the
+node is quarantined with reason
 :data:`REASON_FENCING_UNAVAILABLE`, naming the GPUs: a bad GPU is never left in service
 unfenced.
 """
@@ -38,6 +39,10 @@ from gpuaccept.contracts.nodeacceptance import GpuPublishing, GpuVerdict
 from gpuaccept.operator.core.model import IN_SERVICE_CHECK
 
 REASON_FENCING_UNAVAILABLE = "FencingUnavailable"
+# How long the runtime holds a refused DeviceTaintRule write (400/403/422: RBAC, an
+# admission policy) against the node (NodeSnapshot.fence_rule_write_error): meanwhile
+# a decision to fence quarantines it; then a new fence tries the write again.
+FENCE_RULE_REFUSED_RETRY_SECONDS = 300.0
 
 
 @dataclass(frozen=True)

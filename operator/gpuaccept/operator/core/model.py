@@ -580,6 +580,11 @@ class NodeSnapshot:
     resource_slices: tuple[ResourceSliceView, ...] = ()
     # gpuaccept's DeviceTaintRules fencing GPUs of this node (core/fencerules.py).
     fence_rules: tuple[FenceRuleView, ...] = ()
+    # The API server refused this node's last DeviceTaintRule write (a 400/403/422:
+    # RBAC, an admission policy), not a conflict or an outage: fencing is unavailable
+    # on the node (core/record.py quarantines it, FencingUnavailable) until the runtime
+    # forgets the refusal (core/fencing.py FENCE_RULE_REFUSED_RETRY_SECONDS).
+    fence_rule_write_error: str | None = None
 
 
 # --------------------------------------------------------------------------- actions

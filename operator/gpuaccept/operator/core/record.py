@@ -213,14 +213,20 @@ def judged(
 
 def _fence_unavailable(ctx: NodeContext, fencing: FencingDecision) -> str:
     """Why a decision to fence cannot be carried out on this node now ("" when it can):
-    the API server serves no DeviceTaintRules, or a GPU to fence is not a device of the
-    node's complete pools (no UUID reported, or none published under it)."""
+    the API server serves no DeviceTaintRules, or refused this node's last rule write
+    (RBAC, an admission policy), or a GPU to fence is not a device of the node's
+    complete pools (no UUID reported, or none published under it)."""
     if not fencing.fence:
         return ""
     if not ctx.obs.config.device_taint_rules:
         return (
             "this API server does not serve resource.k8s.io/v1 devicetaintrules "
             "(KEP-5055), so the node is quarantined"
+        )
+    if ctx.obs.fence_rule_write_error:
+        return (
+            f"the API server refused its DeviceTaintRule ({ctx.obs.fence_rule_write_error}), "
+            "so the node is quarantined"
         )
     pools = ctx.gpus.pools
     lost = [g for g in fencing.fence if not g.uuid or resolve_gpu(g.uuid, pools) is None]
