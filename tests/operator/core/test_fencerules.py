@@ -13,6 +13,7 @@ from world import REPO, World, make_report, probed, spec
 
 from gpuaccept.contracts.api import FENCE_TAINT_KEY, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import GpuVerdict, NodeAcceptanceStatus, Phase
+from gpuaccept.contracts.reverify import ReverifyRound, ReverifyStatus
 from gpuaccept.operator.core.fencerules import (
     HELD_FENCE,
     fence_rule_actions,
@@ -133,7 +134,7 @@ def test_a_gpu_is_resolved_only_in_a_complete_pool_and_only_once() -> None:
 def dra_world(**policy: object) -> World:
     world = World(
         resource_slices=pool(),
-        policies=[PolicyView("default", 1, spec(fencing={"mode": "gpu"}, **policy))],
+        policies=[PolicyView("default", 1, spec(**{"fencing": {"mode": "gpu"}, **policy}))],
         config=OperatorConfig(accept_simulated_reports=True, device_taint_rules=True),
     )
     assert world.node is not None
@@ -301,4 +302,56 @@ def test_a_deleted_node_and_a_deleted_node_acceptance_take_their_rules() -> None
     probe(world)
     world.node = None
     world.settle()
+    assert world.fence_rules == {}
+
+
+PCIE_X8 = REPO / "profiles" / "faults" / "pcie-x8.yaml"  # GPU 3's link at x8: pcie_link
+
+
+def targeted_round_fails_on_gpu_3(world: World) -> None:
+    """A targeted re-verification of ``pcie_link`` alone (a suspect's round) whose
+    report fails it on GPU 3."""
+    assert world.na is not None
+    round_ = ReverifyRound(cause="Suspect", started=world.now, checks=["pcie_link"])
+    st = world.status.model_copy(
+        update={
+            "phase": Phase.PENDING,
+            "was_in_service": True,
+            "reverify": ReverifyStatus(round=round_),
+        }
+    )
+    world.na = dataclasses.replace(world.na, status=st)
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+    report = probed(PCIE_X8)
+    world.finish_with_report(report.model_copy(update=make_report().model_dump(include=IDENTITY)))
+    world.settle()
+
+
+def test_a_failing_targeted_round_keeps_the_fences_it_did_not_re_test() -> None:
+    """GPU 5 fenced at acceptance (memory_health); a targeted round of pcie_link fails
+    on GPU 3: GPU 5 was not re-tested, so its fence stands beside GPU 3's."""
+    world = dra_world(fencing={"mode": "gpu", "maxFencedGpus": 2})
+    probe(world)
+    targeted_round_fails_on_gpu_3(world)
+    st = world.status
+    assert (st.phase, st.fenced) == (Phase.ACCEPTED, "2/8")
+    assert [(g.index, g.checks, g.fenced) for g in st.gpu_verdicts] == [
+        (3, ["pcie_link"], True),
+        (5, ["memory_health"], True),
+    ]
+    devices = sorted(r["spec"]["deviceSelector"]["device"] for r in world.fence_rules.values())  # type: ignore[index]
+    assert devices == ["gpu-3", "gpu-5"]
+
+
+def test_a_failing_targeted_round_counts_the_standing_fences_in_the_bound() -> None:
+    """maxFencedGpus 1, GPU 5 fenced: a second bad GPU is over the bound, the node is
+    quarantined (its taint takes over from the fences)."""
+    world = dra_world()
+    probe(world)
+    targeted_round_fails_on_gpu_3(world)
+    st = world.status
+    assert (st.phase, st.fenced) == (Phase.QUARANTINED, None)
+    assert "2 GPUs failed, over fencing.maxFencedGpus=1" in (st.message or "")
+    assert [(g.index, g.fenced) for g in st.gpu_verdicts] == [(3, False), (5, False)]
     assert world.fence_rules == {}

@@ -53,6 +53,7 @@ from gpuaccept.operator.core.fencing import (
     FencingDecision,
     fencing_decision,
     gpu_names,
+    with_standing_fences,
 )
 from gpuaccept.operator.core.history import (
     Recorded,
@@ -60,6 +61,7 @@ from gpuaccept.operator.core.history import (
     history_events,
     history_fields,
     keeps_evidence,
+    reverifying,
 )
 from gpuaccept.operator.core.model import IN_SERVICE_CHECK, Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
@@ -182,6 +184,7 @@ def judged(
     ):
         return _enter_fabric(ctx, verdict, evidence)
     summary = reasons_message(list(verdict.reasons)[:MAX_REASONS])
+    verdict = _with_untested_fences(ctx, verdict, evidence)
     fencing = fencing_decision(verdict, ctx.spec.fencing, ctx.gpus.mode)
     unavailable = _fence_unavailable(ctx, fencing)
     if fencing.fence and not unavailable:
@@ -209,6 +212,19 @@ def judged(
     return Hold(
         verdict, evidence, REASON_QUARANTINE_LIMIT, message, HELD_QUARANTINE, in_service(st)
     )
+
+
+def _with_untested_fences(ctx: NodeContext, verdict: Verdict, evidence: Evidence) -> Verdict:
+    """A failing verdict of a targeted re-verification (a new report of some checks
+    only) with the fences that stand beside its own GPUs: the round did not re-test
+    them, so they stay, and its decision counts them against ``maxFencedGpus`` (as an
+    in-service verdict does: core/inservice/gpufence.py). A full probe, or a re-judge of
+    the stored report, decides the fences on its own."""
+    round_ = reverifying(ctx.status)
+    if verdict.accepted or round_ is None or not round_.checks or not evidence.new_probe:
+        return verdict
+    joined = with_standing_fences(verdict.attribution, ctx.status.gpu_verdicts)
+    return replace(verdict, attribution=joined)
 
 
 def _fence_unavailable(ctx: NodeContext, fencing: FencingDecision) -> str:
