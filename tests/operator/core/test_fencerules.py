@@ -355,3 +355,40 @@ def test_a_failing_targeted_round_counts_the_standing_fences_in_the_bound() -> N
     assert "2 GPUs failed, over fencing.maxFencedGpus=1" in (st.message or "")
     assert [(g.index, g.fenced) for g in st.gpu_verdicts] == [(3, False), (5, False)]
     assert world.fence_rules == {}
+
+
+def test_a_held_quarantine_on_a_re_judge_keeps_the_acceptance_fence() -> None:
+    """GPU 5 fenced; the policy turned to ``mode: node`` while the limit is full: the
+    node's quarantine is held in service, and a held verdict changes no fence."""
+    world = dra_world(maxQuarantined=1)
+    probe(world)
+    world.limit_counts = QuarantineLimitCounts(quarantined=1, matched=2)
+    world.policies = [PolicyView("default", 2, spec(fencing={"mode": "node"}, maxQuarantined=1))]
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.ACCEPTED, "BreakerOpen", "Quarantine")
+    assert st.fenced == "1/8"
+    assert [(g.index, g.fenced) for g in st.gpu_verdicts] == [(5, True)]
+    assert the_rule(world)["spec"]["taint"]["effect"] == "NoSchedule"  # type: ignore[index]
+    assert world.taint_keys() == []
+
+
+def test_a_held_probe_error_keeps_the_fence() -> None:
+    """Under dryRun a re-probe of the fenced node that errors (its retries spent) is a
+    quarantine held: the fence stands, as the node would keep a taint it has."""
+    world = dra_world()
+    probe(world)
+    world.policies = [PolicyView("default", 2, spec(fencing={"mode": "gpu"}, dryRun=True))]
+    world.settle()
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, annotations={REPROBE_ANNOTATION: "1"})
+    world.settle()
+    while world.pods:
+        world.finish_pod(None, exit_code=2, phase="Failed")
+        world.settle()
+        world.advance(600)
+        world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.HELD, "DryRun", "Quarantine")
+    assert [(g.index, g.fenced) for g in st.gpu_verdicts] == [(5, True)]
+    assert (st.fenced, len(world.fence_rules)) == ("1/8", 1)
