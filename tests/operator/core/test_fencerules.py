@@ -81,6 +81,9 @@ DRY = NodeAcceptanceStatus(phase=Phase.HELD, held_action=HELD_FENCE, gpu_verdict
 PASSED = NodeAcceptanceStatus(phase=Phase.ACCEPTED)
 QUARANTINED = NodeAcceptanceStatus(phase=Phase.QUARANTINED, gpu_verdicts=[GPU5_UNFENCED])
 PROBING = ACCEPTED.model_copy(update={"phase": Phase.PROBING})
+GPU3_HELD = GpuVerdict(index=3, uuid=UUIDS[3], checks=["pcie_link"])
+# dryRun turned on after GPU 5 was fenced, then a fence of GPU 3 held
+DRY_AFTER_FENCE = DRY.model_copy(update={"gpu_verdicts": [GPU3_HELD, GPU5], "fenced": "1/8"})
 
 CASES = [
     Case("a fenced GPU, no rule: created", ACCEPTED, pool(), (), (("gpu-5", False),), 0),
@@ -96,6 +99,14 @@ CASES = [
     ),
     Case("the pool incomplete: kept as it is", ACCEPTED, pool(count=4), (rule(),), (), 0),
     Case("dryRun: effect None", DRY, pool(), (), (("gpu-5", False),), 0),
+    Case(
+        "dryRun after a fence: the fence keeps its effect, the held one None",
+        DRY_AFTER_FENCE,
+        pool(),
+        (rule(),),
+        (("gpu-3", False),),
+        0,
+    ),
     Case("a passing probe: deleted", PASSED, pool(), (rule(),), (), 1),
     Case("the node quarantined: deleted", QUARANTINED, pool(), (rule(),), (), 1),
     Case("no NodeAcceptance: deleted", None, pool(), (rule(),), (), 1),
@@ -121,6 +132,11 @@ def test_fence_rule_plan(case: Case) -> None:
     assert all(isinstance(a, DeleteFenceRule) for a in deletes)
     if case.status is DRY:
         assert [r.effect for r in wanted] == ["None"]
+    if case.status is DRY_AFTER_FENCE:
+        assert [(r.device, r.effect) for r in wanted] == [
+            ("gpu-3", "None"),
+            ("gpu-5", "NoSchedule"),
+        ]
 
 
 def test_a_gpu_is_resolved_only_in_a_complete_pool_and_only_once() -> None:
@@ -392,3 +408,17 @@ def test_a_held_probe_error_keeps_the_fence() -> None:
     assert (st.phase, st.reason, st.held_action) == (Phase.HELD, "DryRun", "Quarantine")
     assert [(g.index, g.fenced) for g in st.gpu_verdicts] == [(5, True)]
     assert (st.fenced, len(world.fence_rules)) == ("1/8", 1)
+
+
+def test_dry_run_turned_on_after_a_fence_leaves_the_fence_as_it_is() -> None:
+    """dryRun changes nothing it already did (a quarantined node keeps its taint): the
+    re-judge under dryRun holds the fence it would make, and the rule already made
+    keeps its effect, the bad GPU out of service."""
+    world = dra_world()
+    probe(world)
+    world.policies = [PolicyView("default", 2, spec(fencing={"mode": "gpu"}, dryRun=True))]
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.HELD, "DryRun", HELD_FENCE)
+    assert st.fenced == "1/8"
+    assert the_rule(world)["spec"]["taint"]["effect"] == "NoSchedule"  # type: ignore[index]

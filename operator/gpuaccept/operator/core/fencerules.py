@@ -7,9 +7,10 @@ its device by driver, pool and device name, resolved from its UUID through the n
 ResourceSlices (the attribute ``uuid`` of a device of a complete pool: device names
 are not hardware identity). Its taint is gpuaccept's (:data:`FENCE_TAINT_KEY`), its
 value the fence's reason, its effect the policy's (``fencing.effect``, NoSchedule by
-default). A node held with the action :data:`HELD_FENCE` (dryRun, or the limit at the
-door: phase Held) wants its rules with effect ``None``: the taint is shown on the
-devices and does nothing.
+default). A fence held with the action :data:`HELD_FENCE` (dryRun, or the limit at the
+door: phase Held) wants its rule with effect ``None``: the taint is shown on the
+device and does nothing. A GPU fenced before the hold keeps the policy's effect: dryRun
+and the limit change nothing already done, as a quarantined node keeps its taint.
 
 :func:`fence_rule_actions` is level-triggered, as the Node's taints are: every pass
 compares the rules wanted with those the watch shows for the node and plans the
@@ -111,14 +112,15 @@ def _reason_value(gpu: GpuVerdict) -> str:
     return value.strip("-_.") or "failed"
 
 
-def wanted_effect(status: NodeAcceptanceStatus, policy_effect: str) -> str | None:
-    """The effect the node's fences want: the policy's while the fence stands (the node
-    accepted, or re-probed with its GPUs still fenced); ``None`` in a dryRun or a limit
-    hold of a fence; no effect (None) when the status wants no fence."""
-    if status.held_action == HELD_FENCE and status.phase == Phase.HELD:
-        return EFFECT_NONE
-    if any(g.fenced for g in status.gpu_verdicts):
+def wanted_effect(status: NodeAcceptanceStatus, gpu: GpuVerdict, policy_effect: str) -> str | None:
+    """The effect ``gpu``'s fence wants: the policy's while it is fenced (the node
+    accepted, re-probed, or its verdict held: dryRun and the limit change no fence made
+    before them); ``None`` for a new fence held at the door (dryRun, the limit: phase
+    Held); no rule (None) otherwise."""
+    if gpu.fenced:
         return policy_effect
+    if status.held_action == HELD_FENCE and status.phase == Phase.HELD and gpu.checks:
+        return EFFECT_NONE
     return None
 
 
@@ -132,13 +134,12 @@ def wanted_fence_rules(
     UUIDs of the fenced GPUs that do not resolve now (their rules are kept as they are)."""
     if status is None:
         return (), ()
-    effect = wanted_effect(status, policy_effect)
-    if effect is None:
-        return (), ()
-    gpus = [g for g in status.gpu_verdicts if g.fenced or (effect == EFFECT_NONE and g.checks)]
     rules: list[FenceRuleView] = []
     unresolved: list[str] = []
-    for gpu in gpus:
+    for gpu in status.gpu_verdicts:
+        effect = wanted_effect(status, gpu, policy_effect)
+        if effect is None:
+            continue
         where = resolve_gpu(gpu.uuid, pools) if gpu.uuid else None
         if where is None:
             unresolved.append(gpu.uuid or f"GPU {gpu.index}")
