@@ -47,6 +47,19 @@ def pool(
     return (ResourceSliceView("s", DRIVER, "gpu-1", generation, 1, "gpu-1", devices),)
 
 
+def half_published() -> tuple[ResourceSliceView, ...]:
+    """The pool being republished: the first of its 2 slices seen, GPUs 0 to 3."""
+    return (dataclasses.replace(pool(count=4)[0], generation=2, slice_count=2),)
+
+
+def without_gpu_5() -> tuple[ResourceSliceView, ...]:
+    """The pool republished complete with 7 GPUs, GPU 5 gone: the names shifted, so
+    ``gpu-5`` is now the GPU that was GPU 6."""
+    uuids = [u for i, u in enumerate(UUIDS) if i != 5]
+    devices = tuple(DraDevice(f"gpu-{j}", uuid=u, kind="gpu") for j, u in enumerate(uuids))
+    return (dataclasses.replace(pool()[0], generation=2, devices=devices),)
+
+
 # --------------------------------------------------------------------------- the table
 GPU5 = GpuVerdict(index=5, uuid=UUIDS[5], checks=["memory_health"], fenced=True)
 GPU5_UNFENCED = GpuVerdict(index=5, uuid=UUIDS[5], checks=["memory_health"])
@@ -97,7 +110,16 @@ CASES = [
         (("dev-5", True),),
         0,
     ),
-    Case("the pool incomplete: kept as it is", ACCEPTED, pool(count=4), (rule(),), (), 0),
+    Case("the pool incomplete: kept as it is", ACCEPTED, half_published(), (rule(),), (), 0),
+    Case("no pool published now: kept as it is", ACCEPTED, (), (rule(),), (), 0),
+    Case(
+        "the pool complete without the GPU (gone; gpu-5 now another GPU): deleted",
+        ACCEPTED,
+        without_gpu_5(),
+        (rule(),),
+        (),
+        1,
+    ),
     Case("dryRun: effect None", DRY, pool(), (), (("gpu-5", False),), 0),
     Case(
         "dryRun after a fence: the fence keeps its effect, the held one None",

@@ -22,7 +22,10 @@ what the node's status and facts say         the node's rules
 fenced GPUs, each resolved in the pool       one rule each (created, or patched to
                                              the device the pool names now)
 a fenced GPU not resolved now (the pool      its rule kept as it is
-being republished, incomplete)
+being republished, incomplete; none
+published)
+a fenced GPU no complete pool publishes,     its rule deleted: its device name may
+every pool complete (the GPU gone)           now be another GPU's
 a new verdict without the GPU fenced (a      its rule deleted
 passing probe, a quarantine of the node)
 no NodeAcceptance, no Node                   every rule of the node deleted
@@ -68,6 +71,7 @@ __all__ = [
     "RULE_KIND",
     "fence_rule_actions",
     "fence_rule_manifest",
+    "gone_from_pools",
     "resolve_gpu",
     "rule_name",
     "wanted_fence_rules",
@@ -105,6 +109,19 @@ def resolve_gpu(gpu_uuid: str, pools: Iterable[DraPool]) -> tuple[str, str, str]
     return found[0] if len(found) == 1 else None
 
 
+def gone_from_pools(gpu_uuid: str, pools: Sequence[DraPool]) -> bool:
+    """The GPU ``gpu_uuid`` is gone from the node's pools: there is a pool, every one is
+    complete, and no device of any carries that UUID. Its rule must go, for its device
+    name may now be another GPU's; health in service sees the GPU gone from the pool
+    (``GPUsUnallocatable``). A pool incomplete or none published (being republished) is
+    not a GPU gone."""
+    return (
+        bool(pools)
+        and all(pool.complete for pool in pools)
+        and not any(device.uuid == gpu_uuid for pool in pools for device in pool.devices)
+    )
+
+
 def _reason_value(gpu: GpuVerdict) -> str:
     """The taint's value: the GPU's failed checks, as a label value."""
     text = "-".join(gpu.checks) or "failed"
@@ -131,7 +148,9 @@ def wanted_fence_rules(
     policy_effect: str,
 ) -> tuple[tuple[FenceRuleView, ...], tuple[str, ...]]:
     """The rules ``status`` wants for ``node`` whose GPUs resolve in ``pools``, and the
-    UUIDs of the fenced GPUs that do not resolve now (their rules are kept as they are)."""
+    UUIDs of the fenced GPUs that do not resolve now but may again (their rules are kept
+    as they are); a GPU gone from the pools (:func:`gone_from_pools`) is in neither, so
+    its rule is deleted."""
     if status is None:
         return (), ()
     rules: list[FenceRuleView] = []
@@ -142,7 +161,8 @@ def wanted_fence_rules(
             continue
         where = resolve_gpu(gpu.uuid, pools) if gpu.uuid else None
         if where is None:
-            unresolved.append(gpu.uuid or f"GPU {gpu.index}")
+            if not (gpu.uuid and gone_from_pools(gpu.uuid, pools)):
+                unresolved.append(gpu.uuid or f"GPU {gpu.index}")
             continue
         driver, pool, device = where
         rules.append(
