@@ -13,6 +13,7 @@ from world import REPO, World, make_report, probed, spec
 
 from gpuaccept.contracts.api import FENCE_TAINT_KEY, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import GpuVerdict, NodeAcceptanceStatus, Phase
+from gpuaccept.contracts.reverify import ReverifyRound, ReverifyStatus
 from gpuaccept.operator.core.fencerules import (
     HELD_FENCE,
     fence_rule_actions,
@@ -44,6 +45,19 @@ def pool(
 ) -> tuple[ResourceSliceView, ...]:
     devices = tuple(DraDevice(names.format(i), uuid=UUIDS[i], kind="gpu") for i in range(count))
     return (ResourceSliceView("s", DRIVER, "gpu-1", generation, 1, "gpu-1", devices),)
+
+
+def half_published() -> tuple[ResourceSliceView, ...]:
+    """The pool being republished: the first of its 2 slices seen, GPUs 0 to 3."""
+    return (dataclasses.replace(pool(count=4)[0], generation=2, slice_count=2),)
+
+
+def without_gpu_5() -> tuple[ResourceSliceView, ...]:
+    """The pool republished complete with 7 GPUs, GPU 5 gone: the names shifted, so
+    ``gpu-5`` is now the GPU that was GPU 6."""
+    uuids = [u for i, u in enumerate(UUIDS) if i != 5]
+    devices = tuple(DraDevice(f"gpu-{j}", uuid=u, kind="gpu") for j, u in enumerate(uuids))
+    return (dataclasses.replace(pool()[0], generation=2, devices=devices),)
 
 
 # --------------------------------------------------------------------------- the table
@@ -80,6 +94,9 @@ DRY = NodeAcceptanceStatus(phase=Phase.HELD, held_action=HELD_FENCE, gpu_verdict
 PASSED = NodeAcceptanceStatus(phase=Phase.ACCEPTED)
 QUARANTINED = NodeAcceptanceStatus(phase=Phase.QUARANTINED, gpu_verdicts=[GPU5_UNFENCED])
 PROBING = ACCEPTED.model_copy(update={"phase": Phase.PROBING})
+GPU3_HELD = GpuVerdict(index=3, uuid=UUIDS[3], checks=["pcie_link"])
+# dryRun turned on after GPU 5 was fenced, then a fence of GPU 3 held
+DRY_AFTER_FENCE = DRY.model_copy(update={"gpu_verdicts": [GPU3_HELD, GPU5], "fenced": "1/8"})
 
 CASES = [
     Case("a fenced GPU, no rule: created", ACCEPTED, pool(), (), (("gpu-5", False),), 0),
@@ -93,8 +110,25 @@ CASES = [
         (("dev-5", True),),
         0,
     ),
-    Case("the pool incomplete: kept as it is", ACCEPTED, pool(count=4), (rule(),), (), 0),
+    Case("the pool incomplete: kept as it is", ACCEPTED, half_published(), (rule(),), (), 0),
+    Case("no pool published now: kept as it is", ACCEPTED, (), (rule(),), (), 0),
+    Case(
+        "the pool complete without the GPU (gone; gpu-5 now another GPU): deleted",
+        ACCEPTED,
+        without_gpu_5(),
+        (rule(),),
+        (),
+        1,
+    ),
     Case("dryRun: effect None", DRY, pool(), (), (("gpu-5", False),), 0),
+    Case(
+        "dryRun after a fence: the fence keeps its effect, the held one None",
+        DRY_AFTER_FENCE,
+        pool(),
+        (rule(),),
+        (("gpu-3", False),),
+        0,
+    ),
     Case("a passing probe: deleted", PASSED, pool(), (rule(),), (), 1),
     Case("the node quarantined: deleted", QUARANTINED, pool(), (rule(),), (), 1),
     Case("no NodeAcceptance: deleted", None, pool(), (rule(),), (), 1),
@@ -120,6 +154,11 @@ def test_fence_rule_plan(case: Case) -> None:
     assert all(isinstance(a, DeleteFenceRule) for a in deletes)
     if case.status is DRY:
         assert [r.effect for r in wanted] == ["None"]
+    if case.status is DRY_AFTER_FENCE:
+        assert [(r.device, r.effect) for r in wanted] == [
+            ("gpu-3", "None"),
+            ("gpu-5", "NoSchedule"),
+        ]
 
 
 def test_a_gpu_is_resolved_only_in_a_complete_pool_and_only_once() -> None:
@@ -133,7 +172,7 @@ def test_a_gpu_is_resolved_only_in_a_complete_pool_and_only_once() -> None:
 def dra_world(**policy: object) -> World:
     world = World(
         resource_slices=pool(),
-        policies=[PolicyView("default", 1, spec(fencing={"mode": "gpu"}, **policy))],
+        policies=[PolicyView("default", 1, spec(**{"fencing": {"mode": "gpu"}, **policy}))],
         config=OperatorConfig(accept_simulated_reports=True, device_taint_rules=True),
     )
     assert world.node is not None
@@ -302,3 +341,106 @@ def test_a_deleted_node_and_a_deleted_node_acceptance_take_their_rules() -> None
     world.node = None
     world.settle()
     assert world.fence_rules == {}
+
+
+PCIE_X8 = REPO / "profiles" / "faults" / "pcie-x8.yaml"  # GPU 3's link at x8: pcie_link
+
+
+def targeted_round_fails_on_gpu_3(world: World) -> None:
+    """A targeted re-verification of ``pcie_link`` alone (a suspect's round) whose
+    report fails it on GPU 3."""
+    assert world.na is not None
+    round_ = ReverifyRound(cause="Suspect", started=world.now, checks=["pcie_link"])
+    st = world.status.model_copy(
+        update={
+            "phase": Phase.PENDING,
+            "was_in_service": True,
+            "reverify": ReverifyStatus(round=round_),
+        }
+    )
+    world.na = dataclasses.replace(world.na, status=st)
+    world.settle()
+    assert world.status.phase == Phase.PROBING
+    report = probed(PCIE_X8)
+    world.finish_with_report(report.model_copy(update=make_report().model_dump(include=IDENTITY)))
+    world.settle()
+
+
+def test_a_failing_targeted_round_keeps_the_fences_it_did_not_re_test() -> None:
+    """GPU 5 fenced at acceptance (memory_health); a targeted round of pcie_link fails
+    on GPU 3: GPU 5 was not re-tested, so its fence stands beside GPU 3's."""
+    world = dra_world(fencing={"mode": "gpu", "maxFencedGpus": 2})
+    probe(world)
+    targeted_round_fails_on_gpu_3(world)
+    st = world.status
+    assert (st.phase, st.fenced) == (Phase.ACCEPTED, "2/8")
+    assert [(g.index, g.checks, g.fenced) for g in st.gpu_verdicts] == [
+        (3, ["pcie_link"], True),
+        (5, ["memory_health"], True),
+    ]
+    devices = sorted(r["spec"]["deviceSelector"]["device"] for r in world.fence_rules.values())  # type: ignore[index]
+    assert devices == ["gpu-3", "gpu-5"]
+
+
+def test_a_failing_targeted_round_counts_the_standing_fences_in_the_bound() -> None:
+    """maxFencedGpus 1, GPU 5 fenced: a second bad GPU is over the bound, the node is
+    quarantined (its taint takes over from the fences)."""
+    world = dra_world()
+    probe(world)
+    targeted_round_fails_on_gpu_3(world)
+    st = world.status
+    assert (st.phase, st.fenced) == (Phase.QUARANTINED, None)
+    assert "2 GPUs failed, over fencing.maxFencedGpus=1" in (st.message or "")
+    assert [(g.index, g.fenced) for g in st.gpu_verdicts] == [(3, False), (5, False)]
+    assert world.fence_rules == {}
+
+
+def test_a_held_quarantine_on_a_re_judge_keeps_the_acceptance_fence() -> None:
+    """GPU 5 fenced; the policy turned to ``mode: node`` while the limit is full: the
+    node's quarantine is held in service, and a held verdict changes no fence."""
+    world = dra_world(maxQuarantined=1)
+    probe(world)
+    world.limit_counts = QuarantineLimitCounts(quarantined=1, matched=2)
+    world.policies = [PolicyView("default", 2, spec(fencing={"mode": "node"}, maxQuarantined=1))]
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.ACCEPTED, "BreakerOpen", "Quarantine")
+    assert st.fenced == "1/8"
+    assert [(g.index, g.fenced) for g in st.gpu_verdicts] == [(5, True)]
+    assert the_rule(world)["spec"]["taint"]["effect"] == "NoSchedule"  # type: ignore[index]
+    assert world.taint_keys() == []
+
+
+def test_a_held_probe_error_keeps_the_fence() -> None:
+    """Under dryRun a re-probe of the fenced node that errors (its retries spent) is a
+    quarantine held: the fence stands, as the node would keep a taint it has."""
+    world = dra_world()
+    probe(world)
+    world.policies = [PolicyView("default", 2, spec(fencing={"mode": "gpu"}, dryRun=True))]
+    world.settle()
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, annotations={REPROBE_ANNOTATION: "1"})
+    world.settle()
+    while world.pods:
+        world.finish_pod(None, exit_code=2, phase="Failed")
+        world.settle()
+        world.advance(600)
+        world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.HELD, "DryRun", "Quarantine")
+    assert [(g.index, g.fenced) for g in st.gpu_verdicts] == [(5, True)]
+    assert (st.fenced, len(world.fence_rules)) == ("1/8", 1)
+
+
+def test_dry_run_turned_on_after_a_fence_leaves_the_fence_as_it_is() -> None:
+    """dryRun changes nothing it already did (a quarantined node keeps its taint): the
+    re-judge under dryRun holds the fence it would make, and the rule already made
+    keeps its effect, the bad GPU out of service."""
+    world = dra_world()
+    probe(world)
+    world.policies = [PolicyView("default", 2, spec(fencing={"mode": "gpu"}, dryRun=True))]
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.HELD, "DryRun", HELD_FENCE)
+    assert st.fenced == "1/8"
+    assert the_rule(world)["spec"]["taint"]["effect"] == "NoSchedule"  # type: ignore[index]

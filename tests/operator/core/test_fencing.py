@@ -19,7 +19,7 @@ from gpuaccept.contracts.nodeacceptance import (
     Reason,
 )
 from gpuaccept.operator.core import PolicyView
-from gpuaccept.operator.core.fencing import fencing_decision
+from gpuaccept.operator.core.fencing import fencing_decision, with_standing_fences
 
 IDENTITY = {"node_name", "boot_id", "started_at", "finished_at"}
 
@@ -139,6 +139,42 @@ def test_fencing_decision(case: Case) -> None:
         assert decision.why_node == ""
     if not case.verdict.accepted and case.fencing.mode is FencingMode.GPU:
         assert bool(decision.fence) != bool(decision.why_node)  # one or the other, said
+
+
+FENCED_5 = GPU5.model_copy(update={"fenced": True})
+XID_5 = GpuVerdict(index=5, uuid="GPU-5", checks=["xid_errors"])
+JOIN_CASES = [
+    # (name, the new verdict's GPUs, the status's gpuVerdicts, the joined (index, checks, fenced))
+    ("no fence stands: the verdict's own", (GPU3,), (GPU5,), ((3, ["pcie_link"], False),)),
+    (
+        "a standing fence joins the new GPU",
+        (GPU3,),
+        (FENCED_5,),
+        ((3, ["pcie_link"], False), (5, ["memory_health"], True)),
+    ),
+    (
+        "a fenced GPU failing again keeps its fence, checks added",
+        (XID_5,),
+        (FENCED_5,),
+        ((5, ["memory_health", "xid_errors"], True),),
+    ),
+    ("a node verdict: the fences alone", (), (FENCED_5,), ((5, ["memory_health"], True),)),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "new", "status", "want"), JOIN_CASES, ids=[c[0] for c in JOIN_CASES]
+)
+def test_with_standing_fences(
+    name: str,
+    new: tuple[GpuVerdict, ...],
+    status: tuple[GpuVerdict, ...],
+    want: tuple[tuple[int, list[str], bool], ...],
+) -> None:
+    own = verdict((PCIE,), new).attribution
+    joined = with_standing_fences(own, status)
+    assert tuple((g.index, g.checks, g.fenced) for g in joined.gpus) == want, name
+    assert joined.per_gpu_checks == own.per_gpu_checks  # whose a failure is: the new report's
 
 
 def quarantined(**policy: object) -> dict[str, object]:

@@ -463,3 +463,22 @@ def test_a_fatal_xid_in_a_watch_report_fences_its_gpu() -> None:
     world.settle()
     assert live_watch_pods(world)  # the next window watches the other GPUs
     assert world.status.fenced == "1/8"
+
+
+def test_a_fenced_gpu_gone_from_its_pool_loses_its_rule_and_the_node_is_judged() -> None:
+    """GPU 2 fenced; the driver republishes its pool complete without it, the names
+    shifted (``gpu-2`` is now the GPU that was GPU 3): the rule goes at once, so that it
+    fences no healthy GPU, and past the grace the GPU gone quarantines the node."""
+    world = in_service()
+    taint_and_settle(world, {2: (xid("79", world),)})
+    assert rules(world) == {"gpu-2": "NoSchedule"}
+    rest = [u for i, u in enumerate(UUIDS) if i != 2]
+    devices = tuple(DraDevice(f"gpu-{j}", uuid=u, kind="gpu") for j, u in enumerate(rest))
+    world.resource_slices = (ResourceSliceView("s", DRIVER, "gpu-1", 2, 1, "gpu-1", devices),)
+    world.settle()
+    assert rules(world) == {}
+    world.advance(301)  # past inService.allocatableGraceSeconds
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "GPUsUnallocatable")
+    assert UUIDS[2] in (st.message or "")

@@ -7,9 +7,10 @@ its device by driver, pool and device name, resolved from its UUID through the n
 ResourceSlices (the attribute ``uuid`` of a device of a complete pool: device names
 are not hardware identity). Its taint is gpuaccept's (:data:`FENCE_TAINT_KEY`), its
 value the fence's reason, its effect the policy's (``fencing.effect``, NoSchedule by
-default). A node held with the action :data:`HELD_FENCE` (dryRun, or the limit at the
-door: phase Held) wants its rules with effect ``None``: the taint is shown on the
-devices and does nothing.
+default). A fence held with the action :data:`HELD_FENCE` (dryRun, or the limit at the
+door: phase Held) wants its rule with effect ``None``: the taint is shown on the
+device and does nothing. A GPU fenced before the hold keeps the policy's effect: dryRun
+and the limit change nothing already done, as a quarantined node keeps its taint.
 
 :func:`fence_rule_actions` is level-triggered, as the Node's taints are: every pass
 compares the rules wanted with those the watch shows for the node and plans the
@@ -21,7 +22,10 @@ what the node's status and facts say         the node's rules
 fenced GPUs, each resolved in the pool       one rule each (created, or patched to
                                              the device the pool names now)
 a fenced GPU not resolved now (the pool      its rule kept as it is
-being republished, incomplete)
+being republished, incomplete; none
+published)
+a fenced GPU no complete pool publishes,     its rule deleted: its device name may
+every pool complete (the GPU gone)           now be another GPU's
 a new verdict without the GPU fenced (a      its rule deleted
 passing probe, a quarantine of the node)
 no NodeAcceptance, no Node                   every rule of the node deleted
@@ -67,6 +71,7 @@ __all__ = [
     "RULE_KIND",
     "fence_rule_actions",
     "fence_rule_manifest",
+    "gone_from_pools",
     "resolve_gpu",
     "rule_name",
     "wanted_fence_rules",
@@ -104,6 +109,19 @@ def resolve_gpu(gpu_uuid: str, pools: Iterable[DraPool]) -> tuple[str, str, str]
     return found[0] if len(found) == 1 else None
 
 
+def gone_from_pools(gpu_uuid: str, pools: Sequence[DraPool]) -> bool:
+    """The GPU ``gpu_uuid`` is gone from the node's pools: there is a pool, every one is
+    complete, and no device of any carries that UUID. Its rule must go, for its device
+    name may now be another GPU's; health in service sees the GPU gone from the pool
+    (``GPUsUnallocatable``). A pool incomplete or none published (being republished) is
+    not a GPU gone."""
+    return (
+        bool(pools)
+        and all(pool.complete for pool in pools)
+        and not any(device.uuid == gpu_uuid for pool in pools for device in pool.devices)
+    )
+
+
 def _reason_value(gpu: GpuVerdict) -> str:
     """The taint's value: the GPU's failed checks, as a label value."""
     text = "-".join(gpu.checks) or "failed"
@@ -111,14 +129,15 @@ def _reason_value(gpu: GpuVerdict) -> str:
     return value.strip("-_.") or "failed"
 
 
-def wanted_effect(status: NodeAcceptanceStatus, policy_effect: str) -> str | None:
-    """The effect the node's fences want: the policy's while the fence stands (the node
-    accepted, or re-probed with its GPUs still fenced); ``None`` in a dryRun or a limit
-    hold of a fence; no effect (None) when the status wants no fence."""
-    if status.held_action == HELD_FENCE and status.phase == Phase.HELD:
-        return EFFECT_NONE
-    if any(g.fenced for g in status.gpu_verdicts):
+def wanted_effect(status: NodeAcceptanceStatus, gpu: GpuVerdict, policy_effect: str) -> str | None:
+    """The effect ``gpu``'s fence wants: the policy's while it is fenced (the node
+    accepted, re-probed, or its verdict held: dryRun and the limit change no fence made
+    before them); ``None`` for a new fence held at the door (dryRun, the limit: phase
+    Held); no rule (None) otherwise."""
+    if gpu.fenced:
         return policy_effect
+    if status.held_action == HELD_FENCE and status.phase == Phase.HELD and gpu.checks:
+        return EFFECT_NONE
     return None
 
 
@@ -129,19 +148,21 @@ def wanted_fence_rules(
     policy_effect: str,
 ) -> tuple[tuple[FenceRuleView, ...], tuple[str, ...]]:
     """The rules ``status`` wants for ``node`` whose GPUs resolve in ``pools``, and the
-    UUIDs of the fenced GPUs that do not resolve now (their rules are kept as they are)."""
+    UUIDs of the fenced GPUs that do not resolve now but may again (their rules are kept
+    as they are); a GPU gone from the pools (:func:`gone_from_pools`) is in neither, so
+    its rule is deleted."""
     if status is None:
         return (), ()
-    effect = wanted_effect(status, policy_effect)
-    if effect is None:
-        return (), ()
-    gpus = [g for g in status.gpu_verdicts if g.fenced or (effect == EFFECT_NONE and g.checks)]
     rules: list[FenceRuleView] = []
     unresolved: list[str] = []
-    for gpu in gpus:
+    for gpu in status.gpu_verdicts:
+        effect = wanted_effect(status, gpu, policy_effect)
+        if effect is None:
+            continue
         where = resolve_gpu(gpu.uuid, pools) if gpu.uuid else None
         if where is None:
-            unresolved.append(gpu.uuid or f"GPU {gpu.index}")
+            if not (gpu.uuid and gone_from_pools(gpu.uuid, pools)):
+                unresolved.append(gpu.uuid or f"GPU {gpu.index}")
             continue
         driver, pool, device = where
         rules.append(

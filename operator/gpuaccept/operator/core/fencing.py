@@ -31,8 +31,10 @@ unfenced.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
+from gpuaccept.checks.attribution import Attribution
 from gpuaccept.checks.fencing_policy import FencingMode, FencingPolicy
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.nodeacceptance import GpuPublishing, GpuVerdict
@@ -56,6 +58,29 @@ class FencingDecision:
 
 def gpu_names(gpus: tuple[GpuVerdict, ...]) -> str:
     return ", ".join(f"GPU {g.index}" + (f" ({g.uuid})" if g.uuid else "") for g in gpus)
+
+
+def with_standing_fences(attribution: Attribution, gpus: Iterable[GpuVerdict]) -> Attribution:
+    """``attribution`` with the GPUs fenced among ``gpus`` (the status's
+    ``gpuVerdicts``) beside its own: the verdict of a targeted re-verification, which
+    re-tested only some checks, so that its fencing decision counts the fences that stand
+    (``maxFencedGpus``) and keeps them. A fenced GPU the verdict names again keeps its
+    fence's checks and adds the new ones. ``per_gpu_checks`` stays the verdict's: a
+    check's failure is the node's or the GPUs' by what the new report shows."""
+    standing = {g.index: g for g in gpus if g.fenced}
+    if not standing:
+        return attribution
+    joined = dict(standing)
+    for gpu in attribution.gpus:
+        old = standing.get(gpu.index)
+        joined[gpu.index] = (
+            gpu
+            if old is None
+            else old.model_copy(
+                update={"checks": [*old.checks, *(c for c in gpu.checks if c not in old.checks)]}
+            )
+        )
+    return replace(attribution, gpus=tuple(joined[i] for i in sorted(joined)))
 
 
 def fencing_decision(

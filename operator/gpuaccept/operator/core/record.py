@@ -53,6 +53,7 @@ from gpuaccept.operator.core.fencing import (
     FencingDecision,
     fencing_decision,
     gpu_names,
+    with_standing_fences,
 )
 from gpuaccept.operator.core.history import (
     Recorded,
@@ -60,6 +61,7 @@ from gpuaccept.operator.core.history import (
     history_events,
     history_fields,
     keeps_evidence,
+    reverifying,
 )
 from gpuaccept.operator.core.model import IN_SERVICE_CHECK, Plan, PodView
 from gpuaccept.operator.core.nodecontext import (
@@ -182,6 +184,7 @@ def judged(
     ):
         return _enter_fabric(ctx, verdict, evidence)
     summary = reasons_message(list(verdict.reasons)[:MAX_REASONS])
+    verdict = _with_untested_fences(ctx, verdict, evidence)
     fencing = fencing_decision(verdict, ctx.spec.fencing, ctx.gpus.mode)
     unavailable = _fence_unavailable(ctx, fencing)
     if fencing.fence and not unavailable:
@@ -209,6 +212,19 @@ def judged(
     return Hold(
         verdict, evidence, REASON_QUARANTINE_LIMIT, message, HELD_QUARANTINE, in_service(st)
     )
+
+
+def _with_untested_fences(ctx: NodeContext, verdict: Verdict, evidence: Evidence) -> Verdict:
+    """A failing verdict of a targeted re-verification (a new report of some checks
+    only) with the fences that stand beside its own GPUs: the round did not re-test
+    them, so they stay, and its decision counts them against ``maxFencedGpus`` (as an
+    in-service verdict does: core/inservice/gpufence.py). A full probe, or a re-judge of
+    the stored report, decides the fences on its own."""
+    round_ = reverifying(ctx.status)
+    if verdict.accepted or round_ is None or not round_.checks or not evidence.new_probe:
+        return verdict
+    joined = with_standing_fences(verdict.attribution, ctx.status.gpu_verdicts)
+    return replace(verdict, attribution=joined)
 
 
 def _fence_unavailable(ctx: NodeContext, fencing: FencingDecision) -> str:
@@ -403,6 +419,7 @@ def _evidence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any
         update["checks"] = list(verdict.checks)[:MAX_REASONS]
     if report is not None:  # the figures of the report judged (an error verdict has none)
         update["figures"] = verdict.figures
+    if report is not None or isinstance(outcome, Hold):  # a held error keeps the fences
         update.update(_fence_fields(ctx, outcome))
     if isinstance(outcome, EnterFabric):
         update["fabric"] = FabricStatus(waiting_since=ctx.obs.now, summary="waiting")
@@ -413,13 +430,15 @@ def _fence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]:
     """The per-GPU verdicts of the verdict, those fenced marked, and the FENCED column
     (fenced of the node's GPUs, e.g. 1/8; absent when none is). A GPU the verdict
     carries as fenced already (an in-service verdict keeps the fences that stand:
-    core/inservice/gpufence.py) stays fenced, unless the node is quarantined."""
+    core/inservice/gpufence.py) stays fenced, unless the node is quarantined. A held
+    verdict (dryRun, the limit) changes no fence: every GPU fenced in the status stays
+    fenced, whatever the verdict held would do."""
     fenced = outcome.fenced if isinstance(outcome, Accept) else ()
-    indices = {g.index for g in fenced}
     found = list(outcome.verdict.attribution.gpus)
-    if outcome.evidence.rejudged:  # the stored report knows no in-service fence
-        seen = {g.index for g in found}
-        found += [g for g in _in_service_fences(ctx.status) if g.index not in seen]
+    standing = _kept_fences(ctx.status, outcome)
+    seen = {g.index for g in found}
+    found += [g for g in standing if g.index not in seen]
+    indices = {g.index for g in (*fenced, *standing)}
     gpus = [
         g.model_copy(update={"fenced": g.index in indices or g.fenced})
         if not isinstance(outcome, Quarantine)
@@ -429,6 +448,17 @@ def _fence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]:
     count = sum(g.fenced for g in gpus)
     total = node_gpu_count(ctx.node) or len(ctx.gpus.dra_gpus)
     return {"gpu_verdicts": gpus, "fenced": f"{count}/{total}" if count else None}
+
+
+def _kept_fences(st: NodeAcceptanceStatus, outcome: VerdictOutcome) -> list[GpuVerdict]:
+    """The GPUs fenced in ``st`` that stay fenced whatever ``outcome``'s verdict says
+    (unless it quarantines the node): all of them under a held verdict, the in-service
+    fences under a re-judge of the stored report, none under a new probe's verdict."""
+    if isinstance(outcome, Hold):
+        return [g for g in st.gpu_verdicts if g.fenced]
+    if outcome.evidence.rejudged:  # the stored report knows no in-service fence
+        return _in_service_fences(st)
+    return []
 
 
 def _in_service_fences(st: NodeAcceptanceStatus) -> list[GpuVerdict]:
