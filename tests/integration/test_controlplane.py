@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,17 @@ def test_service_account_token_from_token_request(
                 }
             )
         try:
-            k8s.CoreV1Api(api).list_node()
+            # The authorizer reads RBAC through an informer: a new binding counts
+            # within moments, not at once, so wait for it (and fail if it never does).
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    k8s.CoreV1Api(api).list_node()
+                    break
+                except ApiException as error:
+                    if error.status != 403 or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
         finally:
             with control_plane.api_client() as admin:
                 rbac = k8s.RbacAuthorizationV1Api(admin)
