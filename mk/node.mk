@@ -5,7 +5,8 @@
 #
 #   make node-packages   the Debian packages it needs (apt-get; root)
 #   make node-tools      .bin/kubelet, .bin/kube-controller-manager, .bin/kube-scheduler,
-#                        .bin/fakedeviceplugin (hack/node, same k8s.io/kubernetes as the apiserver),
+#                        .bin/fakedeviceplugin, .bin/fakedraplugin (hack/node, same k8s.io/kubernetes
+#                        as the apiserver),
 #                        .bin/coredns (hack/coredns: CoreDNS with the plugins the node needs)
 #   make node-up         start (or reuse) the control plane, its controllers and the node
 #   make node-down       stop the node (containers, mounts, cgroups, bridge, iptables) and its cluster
@@ -13,6 +14,8 @@
 #   make node-test       the stand-in vs kubelet comparison and the end-to-end test (root, minutes)
 #
 #   NODE_GPUS=8 NODE_PROFILE=profiles/h100-sxm-8gpu-healthy.yaml make node-up
+#   NODE_DRA=1 make node-up   the GPUs published by the FAKE DRA driver instead (gpu.nvidia.com
+#                             ResourceSlices, claims prepared through CDI; no nvidia.com/gpu)
 #
 # Not part of `make test`: it needs root, Debian packages and the images
 # (debootstrap + PyPI, 6.7 GB for the probe). Its last run is in docs/realnode.md.
@@ -22,10 +25,11 @@ NODE_CLUSTER_DIR ?= .cluster-node
 NODE_NAME ?= gpuaccept-node
 NODE_GPUS ?= 8
 NODE_PROFILE ?= profiles/h100-sxm-8gpu-healthy.yaml
+NODE_DRA ?=
 NODE_MOD := hack/node
 COREDNS_MOD := hack/coredns
 NODE_BINARIES := $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler \
-  $(BIN)/fakedeviceplugin $(BIN)/coredns
+  $(BIN)/fakedeviceplugin $(BIN)/fakedraplugin $(BIN)/coredns
 # containerd 1.6 (Debian 12) speaks CRI v1, which kubelet 1.37 requires; it has no
 # RuntimeConfig RPC, so the kubelet takes cgroupDriver from its own config
 # (kubelet 1.38 will need containerd >= 2.0: docs/realnode.md).
@@ -57,6 +61,10 @@ $(BIN)/fakedeviceplugin: $(wildcard $(NODE_MOD)/fakedeviceplugin/*.go) $(NODE_MO
 	@mkdir -p $(BIN)
 	$(call cluster_gobuild,$(NODE_MOD)) -ldflags '-s -w' -o $(abspath $@) ./fakedeviceplugin
 
+$(BIN)/fakedraplugin: $(wildcard $(NODE_MOD)/fakedraplugin/*.go) $(NODE_MOD)/go.mod $(NODE_MOD)/go.sum
+	@mkdir -p $(BIN)
+	$(call cluster_gobuild,$(NODE_MOD)) -ldflags '-s -w' -o $(abspath $@) ./fakedraplugin
+
 $(BIN)/coredns: $(wildcard $(COREDNS_MOD)/*.go) $(COREDNS_MOD)/go.mod $(COREDNS_MOD)/go.sum
 	@mkdir -p $(BIN)
 	$(call cluster_gobuild,$(COREDNS_MOD)) -ldflags '-s -w' -o $(abspath $@) .
@@ -64,7 +72,7 @@ $(BIN)/coredns: $(wildcard $(COREDNS_MOD)/*.go) $(COREDNS_MOD)/go.mod $(COREDNS_
 node-up: node-packages node-tools $(BIN)/controlplane $(BIN)/kubectl
 	$(NODE_PYTHON) -m gpuaccept.testsupport.realnode up --node-dir $(NODE_DIR) \
 	  --cluster-dir $(NODE_CLUSTER_DIR) --name $(NODE_NAME) --gpus $(NODE_GPUS) \
-	  $(if $(NODE_PROFILE),--profile $(NODE_PROFILE))
+	  $(if $(NODE_PROFILE),--profile $(NODE_PROFILE)) $(if $(NODE_DRA),--dra)
 
 node-down:
 	$(NODE_PYTHON) -m gpuaccept.testsupport.realnode down --node-dir $(NODE_DIR) \
@@ -82,5 +90,7 @@ $(IMAGES_BUILD_DIR)/probe.json: probes/Dockerfile requirements/probe.txt $(NODE_
 	$(BUILD_IMAGE) build --dockerfile probes/Dockerfile --work $(IMAGES_BUILD_DIR) --tag probe
 
 node-test: node-packages node-tools node-images $(BIN)/controlplane $(BIN)/kubectl $(BIN)/helm
+	$(GO) -C $(NODE_MOD) vet ./fakedeviceplugin ./fakedraplugin
+	$(GO) -C $(NODE_MOD) test ./fakedraplugin
 	GPUACCEPT_REALNODE=1 GPUACCEPT_IMAGES_DIR=$(abspath $(IMAGES_BUILD_DIR)) \
 	  $(NODE_PYTHON) -m pytest -m realnode tests/realnode
