@@ -58,6 +58,9 @@ class NodeSettings:
     name: str = "gpuaccept-node"
     gpu_count: int = 8
     profile: Path | None = None  # the hardware profile the FAKE GPUs present (GPUACCEPT_PROFILE)
+    # How the FAKE GPUs are published: False, the FAKE device plugin (nvidia.com/gpu);
+    # True, the FAKE DRA driver (gpu.nvidia.com ResourceSlices, claims through CDI).
+    dra: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[str, ...] = ()  # kubelet --register-with-taints entries, key=value:Effect
     bridge: str = "gpuacc0"
@@ -95,6 +98,11 @@ class NodeLayout:
     @property
     def containerd_socket(self) -> Path:
         return self.root / "containerd.sock"
+
+    @property
+    def cdi_dir(self) -> Path:
+        """CDI specs (``*.json``, ``*.yaml``) that containerd reads: the node's own /etc/cdi."""
+        return self.root / "cdi"
 
     @property
     def cni_conf_dir(self) -> Path:
