@@ -23,10 +23,6 @@ const (
 	// prepared claim, named after the claim's UID (never reused: the helper's advice
 	// against stale CDI caches).
 	cdiVendorClass = "gpuaccept.io/fakegpu"
-	// cdiVersion is the CDI specification version of the spec files: 0.3.0 has
-	// containerEdits with env and mounts, everything written here (the oldest
-	// version that does is the one the most runtimes read).
-	cdiVersion = "0.3.0"
 	// profilePath is where a container that gets FAKE GPUs finds the node's hardware
 	// profile (GPUACCEPT_PROFILE), as with hack/node/fakedeviceplugin.
 	profilePath = "/etc/gpuaccept/fake-gpu-profile.yaml"
@@ -47,7 +43,7 @@ func (d *driver) specPath(claim types.UID) string {
 }
 
 // claimSpec is the CDI spec of one claim whose devices on this node are indices.
-func (d *driver) claimSpec(claim types.UID, indices []int) cdispec.Spec {
+func (d *driver) claimSpec(claim types.UID, indices []int) (cdispec.Spec, error) {
 	visible := make([]string, len(indices))
 	for i, index := range indices {
 		visible[i] = strconv.Itoa(index)
@@ -64,11 +60,20 @@ func (d *driver) claimSpec(claim types.UID, indices []int) cdispec.Spec {
 			Options:       []string{"ro", "nosuid", "nodev", "bind"},
 		}}
 	}
-	return cdispec.Spec{
-		Version: cdiVersion,
+	spec := cdispec.Spec{
 		Kind:    cdiVendorClass,
 		Devices: []cdispec.Device{{Name: string(claim), ContainerEdits: edits}},
 	}
+	// The oldest CDI version that has what the spec uses, as the CDI library
+	// computes it: a device name that starts with a digit (most UIDs) needs 0.5.0;
+	// containerd 2 refuses a spec that declares less ("the spec version must be at
+	// least v0.5.0") and leaves the device unresolvable.
+	version, err := cdispec.MinimumRequiredVersion(&spec)
+	if err != nil {
+		return spec, err
+	}
+	spec.Version = version
+	return spec, nil
 }
 
 // writeSpec writes the spec atomically (a runtime never reads half a file).
@@ -103,7 +108,11 @@ func (d *driver) prepare(claim *resourceapi.ResourceClaim) kubeletplugin.Prepare
 		indices = append(indices, index)
 	}
 	sort.Ints(indices)
-	if err := writeSpec(d.specPath(claim.UID), d.claimSpec(claim.UID, indices)); err != nil {
+	spec, err := d.claimSpec(claim.UID, indices)
+	if err == nil {
+		err = writeSpec(d.specPath(claim.UID), spec)
+	}
+	if err != nil {
 		return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: CDI spec: %w", claim.Namespace, claim.Name, err)}
 	}
 	id := cdiVendorClass + "=" + string(claim.UID)

@@ -64,7 +64,7 @@ func allocated(uid string, devices ...string) *resourceapi.ResourceClaim {
 func TestPrepareWritesTheClaimsCDISpecAndUnprepareRemovesIt(t *testing.T) {
 	dir := t.TempDir()
 	d := &driver{name: "gpu.nvidia.com", pool: "gpuaccept-node", cdiDir: dir, profile: "/node/fake-gpu-profile.yaml"}
-	claim := allocated("0b6c", "gpu-5", "gpu-2")
+	claim := allocated("0b6c", "gpu-5", "gpu-2") // a UID that starts with a digit
 	results, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
 	if err != nil || results["0b6c"].Err != nil {
 		t.Fatalf("prepare: %v %v", err, results["0b6c"].Err)
@@ -81,6 +81,9 @@ func TestPrepareWritesTheClaimsCDISpecAndUnprepareRemovesIt(t *testing.T) {
 	var spec cdispec.Spec
 	if err := json.Unmarshal(data, &spec); err != nil {
 		t.Fatal(err)
+	}
+	if err := cdispec.ValidateVersion(&spec); err != nil || spec.Version != "0.5.0" {
+		t.Errorf("version %s: %v (a name that starts with a digit needs 0.5.0)", spec.Version, err)
 	}
 	edits := spec.Devices[0].ContainerEdits
 	want := []string{"NVIDIA_VISIBLE_DEVICES=2,5", "GPUACCEPT_FAKE_GPU=true", "GPUACCEPT_PROFILE=/etc/gpuaccept/fake-gpu-profile.yaml"}
