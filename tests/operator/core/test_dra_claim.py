@@ -298,16 +298,19 @@ def test_deletes_check_the_nonce() -> None:
     assert NAME in world.claims  # a claim without the nonce is not the operator's: left
 
 
-def test_a_dra_node_under_a_fabric_policy_waits_unprobed() -> None:
-    """Fabric pods get GPUs through nvidia.com/gpu only: a DRA node would fail the
-    test with no GPU. It waits (never accepted without the test, never quarantined)."""
+def test_a_dra_node_under_a_fabric_policy_is_probed_then_waits_for_its_pair() -> None:
+    """Fabric pairs are built on DRA nodes too (their pods through claims,
+    core/fabric/policypass.py): the node is probed through its claim, and waits for
+    its fabric verdict in phase Fabric, its probe claim gone."""
     world = dra_world()
     world.policies = [PolicyView(name="default", generation=1, spec=spec(fabric={"enabled": True}))]
     world.settle()
-    st = world.status
-    assert (st.phase, st.reason) == (Phase.WAITING, "DRAFabricNotBuilt")
-    assert "fabric" in (st.message or "")
-    assert world.pods == {}
+    assert world.status.phase == Phase.PROBING
+    assert NAME in world.claims
+    bound(world)
+    world.finish_with_report(make_report())
+    world.settle()
+    assert world.status.phase == Phase.FABRIC, world.status.message
     assert world.claims == {}
 
 
