@@ -19,6 +19,7 @@ from gpuaccept.contracts.api import FENCE_TAINT_KEY, REPROBE_ANNOTATION
 from gpuaccept.contracts.nodeacceptance import GpuVerdict, Phase
 from gpuaccept.contracts.watch_report import WatchReport, encode_watch_message
 from gpuaccept.operator.core.fencerules import HELD_FENCE
+from gpuaccept.operator.core.fleet import FleetSnapshot, tally
 from gpuaccept.operator.core.inservice.evidence import (
     REASON_CONDITION,
     REASON_ECC_UNCORRECTED,
@@ -44,6 +45,7 @@ from gpuaccept.operator.core.model import (
     IN_SERVICE_CHECK,
     DeviceTaintView,
     DraDevice,
+    NodeView,
     OperatorConfig,
     PolicyView,
     QuarantineLimitCounts,
@@ -482,3 +484,54 @@ def test_a_fenced_gpu_gone_from_its_pool_loses_its_rule_and_the_node_is_judged()
     st = world.status
     assert (st.phase, st.reason) == (Phase.QUARANTINED, "GPUsUnallocatable")
     assert UUIDS[2] in (st.message or "")
+
+
+# --------------------------------------------------------------- the rate (issue 40 item 4)
+def test_an_in_service_fence_counts_in_the_rate_as_its_gpus() -> None:
+    """A fence of a GPU in service takes capacity out as a quarantine does: it is
+    recorded in the rate's window (``takenOutTime``) as the GPUs it took out
+    (``takenOutGpus``), a later fence within the window adding its own; the fleet's
+    counts then see one GPU taken out, or one node where the limit counts nodes."""
+    world = in_service()
+    assert world.status.taken_out_time is None  # a new node's acceptance took nothing out
+    taint_and_settle(world, {2: (xid("79", world),)})
+    st = world.status
+    assert (st.fenced, st.taken_out_time, st.taken_out_gpus) == ("1/8", world.now, 1)
+    fenced_at = world.now
+    world.advance(60)
+    taint_and_settle(world, {2: (xid("79", world),), 6: (xid("95", world),)})
+    st = world.status
+    assert (st.fenced, st.taken_out_time, st.taken_out_gpus) == ("2/8", world.now, 2)
+    assert world.na is not None
+    assert world.node is not None
+    for gpus in (8, 0):  # counted in GPUs; a node of unknown size: in nodes
+        node = NodeView(name="gpu-1", labels=dict(world.node.labels), gpu_capacity=gpus)
+        other = NodeView(name="gpu-2", labels=dict(world.node.labels), gpu_capacity=gpus)
+        snapshot = FleetSnapshot((world.policies[0],), (node, other), (world.na,))
+        counts = tally(snapshot)["default"].limit_counts("gpu-2", world.now)
+        assert counts.taken_out_recently == 1
+        assert counts.taken_out_recently_gpus == (2 if gpus else None)
+        late = tally(snapshot)["default"].limit_counts("gpu-2", fenced_at + timedelta(seconds=400))
+        assert late.taken_out_recently == 0
+
+
+def test_a_fence_the_rate_holds_waits_in_service() -> None:
+    """One 8-GPU node's worth per window (``maxPerWindow: 1`` of 2 nodes): 8 GPUs taken
+    out elsewhere within it hold the fence, the node in service as it is."""
+    world = in_service(quarantineRate={"maxPerWindow": 1})
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=0, matched=2, matched_gpus=16, unavailable_gpus=0, taken_out_recently_gpus=8
+    )
+    taint_and_settle(world, {2: (xid("79", world),)})
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.ACCEPTED, "BreakerOpen", HELD_FENCE)
+    assert "quarantineRate=1/300s: 8 GPU(s) of limit 8" in (st.message or "")
+    assert (st.fenced, st.taken_out_time) == (None, None)
+
+
+def test_a_dry_run_fence_is_not_counted_in_the_rate() -> None:
+    world = in_service(dryRun=True)
+    taint_and_settle(world, {2: (xid("79", world),)})
+    st = world.status
+    assert (st.phase, st.held_action) == (Phase.HELD, HELD_FENCE)
+    assert (st.taken_out_time, st.taken_out_gpus) == (None, None)

@@ -278,6 +278,10 @@ class QuarantineLimitCounts:
     taken_out_recently_gpus: int | None = None
     # The GPUs the action on this node takes out: all of its own, or the GPUs to fence.
     asked_gpus: int | None = None
+    # What the action asks of the rate in GPUs: this node's take-outs within the window
+    # once it is done (a fence: its new GPUs and the node's earlier fences in the window).
+    # None: ``asked_gpus``.
+    asked_recent_gpus: int | None = None
 
     @property
     def unavailable(self) -> int:

@@ -25,6 +25,7 @@ from gpuaccept.checks.remeasure import probed_sections
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import (
+    MAX_NODE_GPUS,
     CheckSummary,
     FabricStatus,
     GpuVerdict,
@@ -41,11 +42,11 @@ from gpuaccept.operator.core.capacity import (
     HELD_QUARANTINE,
     REASON_DRY_RUN,
     TakeOutDecision,
-    fenced_gpus,
     in_service,
     node_gpu_count,
     out_of_service,
     take_out_allowed,
+    window_gpus,
 )
 from gpuaccept.operator.core.fencerules import HELD_FENCE, resolve_gpu
 from gpuaccept.operator.core.fencing import (
@@ -53,6 +54,7 @@ from gpuaccept.operator.core.fencing import (
     FencingDecision,
     fencing_decision,
     gpu_names,
+    new_fences,
     with_standing_fences,
 )
 from gpuaccept.operator.core.history import (
@@ -268,27 +270,46 @@ def _fence(
     if ctx.spec.dry_run:
         message = f"dry run: would fence {names}: {summary}"
         return Hold(verdict, evidence, REASON_DRY_RUN, message, HELD_FENCE)
-    decision = take_out_now(ctx, asked_gpus=len(gpus), fence=True)
+    decision = take_out_now(ctx, fence=gpus)
     if not decision.allowed:
         message = f"quarantine limit: {decision.why}; would fence {names}: {summary}"
         return Hold(verdict, evidence, REASON_QUARANTINE_LIMIT, message, HELD_FENCE, in_service(st))
     return Accept(verdict, evidence, f"fenced {names}: {summary}", fenced=gpus)
 
 
+def fence_window_gpus(ctx: NodeContext, new: int) -> int:
+    """This node's take-outs in the rate's window once a fence takes ``new`` more of its
+    GPUs out: its earlier take-out within the window (capacity.window_gpus: the whole
+    node, or its earlier fences) and these, never more than its GPUs."""
+    st = ctx.status
+    total = node_gpu_count(ctx.node) or len(ctx.gpus.dra_gpus) or MAX_NODE_GPUS
+    since = ctx.obs.now - timedelta(seconds=ctx.spec.quarantine_rate.window_seconds)
+    recent = st.taken_out_time is not None and st.taken_out_time >= since
+    earlier = window_gpus(st, total) if recent else 0
+    return min(earlier + new, total)
+
+
 def take_out_now(
-    ctx: NodeContext, *, asked_gpus: int | None = None, fence: bool = False
+    ctx: NodeContext, *, fence: tuple[GpuVerdict, ...] | None = None
 ) -> TakeOutDecision:
-    """The limit's answer for taking this node out of service now (``fence``: only
-    ``asked_gpus`` of its GPUs). A node already counted out of service under this
-    policy takes no new slot (quarantined, or taken out for this round; for a fence, as
-    many GPUs fenced already); under another policy (relabelled) it takes one here."""
+    """The limit's answer for taking this node out of service now (``fence``: only those
+    GPUs, the node's fences after it). A node already counted out of service under this
+    policy takes no new slot (quarantined, or taken out for this round; for a fence, no
+    GPU that is not fenced already); under another policy (relabelled) it takes one
+    here. A fence asks the rate for the GPUs it adds to the node's take-outs within the
+    window (:func:`fence_window_gpus`), not for the fences that stand."""
     st = ctx.status
     counts = ctx.obs.limit_counts
+    added = new_fences(st.gpu_verdicts, fence or ())
     if counts.matched_gpus is not None:  # lost capacity in GPUs: this node's, or the fence's
         node_gpus = node_gpu_count(ctx.node) or len(ctx.gpus.dra_gpus)
-        counts = replace(counts, asked_gpus=asked_gpus or node_gpus or None)
+        counts = replace(
+            counts,
+            asked_gpus=len(fence or ()) or node_gpus or None,
+            asked_recent_gpus=fence_window_gpus(ctx, len(added)) if fence else None,
+        )
     mine = st.policy == ctx.policy.name
-    already = fenced_gpus(st) >= (asked_gpus or 0) if fence else out_of_service(st)
+    already = not added if fence is not None else out_of_service(st)
     return take_out_allowed(
         ctx.spec,
         counts,
@@ -469,14 +490,20 @@ def _in_service_fences(st: NodeAcceptanceStatus) -> list[GpuVerdict]:
 
 def _service_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]:
     """Whether the node counts as out of service after ``outcome``, and when
-    gpuaccept last took it out (the rate's window)."""
+    gpuaccept last took it out (the rate's window): a quarantine or a fabric test of a
+    node in service as the whole node, a fence of GPUs in service as those GPUs."""
     st = ctx.status
     if isinstance(outcome, Accept):
-        return {"was_in_service": False}
+        added = new_fences(st.gpu_verdicts, outcome.fenced)
+        if not (added and in_service(st)):
+            return {"was_in_service": False}
+        # a fence of GPUs in service: counted in the rate's window as those GPUs
+        gpus = fence_window_gpus(ctx, len(added))
+        return {"was_in_service": False, "taken_out_time": ctx.obs.now, "taken_out_gpus": gpus}
     taken_out = isinstance(outcome, Quarantine | EnterFabric) and in_service(st)
     if not taken_out:
         return {}
-    return {"taken_out_time": ctx.obs.now, "was_in_service": in_service(st)}
+    return {"taken_out_time": ctx.obs.now, "taken_out_gpus": None, "was_in_service": True}
 
 
 def _events(out: PlanBuilder, new: NodeAcceptanceStatus, outcome: VerdictOutcome) -> None:
