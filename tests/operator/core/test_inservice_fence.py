@@ -16,7 +16,8 @@ from world import REPO, World, make_report, probed, spec
 
 from gpuaccept.checks.attribution import Attribution
 from gpuaccept.contracts.api import FENCE_TAINT_KEY, REPROBE_ANNOTATION
-from gpuaccept.contracts.nodeacceptance import GpuVerdict, Phase
+from gpuaccept.contracts.nodeacceptance import GpuVerdict, Phase, Reason
+from gpuaccept.contracts.reverify import GpuFence, ReverifyStatus
 from gpuaccept.contracts.watch_report import WatchReport, encode_watch_message
 from gpuaccept.operator.core.fencerules import HELD_FENCE
 from gpuaccept.operator.core.fleet import FleetSnapshot, tally
@@ -535,3 +536,131 @@ def test_a_dry_run_fence_is_not_counted_in_the_rate() -> None:
     st = world.status
     assert (st.phase, st.held_action) == (Phase.HELD, HELD_FENCE)
     assert (st.taken_out_time, st.taken_out_gpus) == (None, None)
+
+
+# ------------------------------------------------ repeat offenders (issue 40 item 5)
+def reprobe_passes(world: World) -> None:
+    """The driver restarted (its taints gone) and a person asked for a re-probe, which
+    passes on every GPU."""
+    world.resource_slices = pool()
+    world.settle()
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, annotations={REPROBE_ANNOTATION: "1"})
+    world.settle()
+    world.finish_with_report(make_report())
+    world.settle()
+
+
+def test_a_gpu_fenced_again_and_again_escalates_to_the_node() -> None:
+    """``repeatOffenders`` (3 within 7 days) per GPU: GPU 2 fenced in service, its fence
+    lifted by a passing probe, fenced again, lifted again: its third fence quarantines
+    the node (``RepeatedFence``, remedy a person) instead, and a passing probe keeps it
+    quarantined until a person releases it."""
+    world = in_service()
+    for _ in range(2):
+        world.advance(3600)
+        taint_and_settle(world, {2: (xid("79", world),)})
+        st = world.status
+        assert (st.phase, st.fenced) == (Phase.ACCEPTED, "1/8"), st.message
+        world.advance(3600)
+        reprobe_passes(world)
+        assert (world.status.phase, world.status.fenced) == (Phase.ACCEPTED, None)
+    assert world.status.reverify is not None
+    assert [f.uuid for f in world.status.reverify.gpu_fences] == [UUIDS[2], UUIDS[2]]
+    world.advance(3600)
+    taint_and_settle(world, {2: (xid("79", world),)})
+    st = world.status
+    assert (st.phase, st.reason, st.fenced) == (Phase.QUARANTINED, "RepeatedFence", None)
+    assert f"GPU {UUIDS[2]} fenced 3 times within 7 days" in (st.message or "")
+    assert st.reasons[0].check == "repeat_offenders"
+    assert rules(world) == {}
+    assert world.taint_keys() != []
+    world.advance(3600)
+    reprobe_passes(world)  # the repair passes the probe, and still:
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "RepeatedFence")
+    assert "a person must look at it and release it" in (st.message or "")
+
+
+def test_fences_of_different_gpus_do_not_add_up() -> None:
+    """Each GPU's fences are its own history: GPUs 2, 6 and 0 fenced once each (a passing
+    probe between) leave the node accepted with the last one fenced."""
+    world = in_service()
+    for gpu in (2, 6, 0):
+        world.advance(3600)
+        taint_and_settle(world, {gpu: (xid("79", world),)})
+        assert (world.status.phase, world.status.fenced) == (Phase.ACCEPTED, "1/8")
+        if gpu != 0:
+            world.advance(3600)
+            reprobe_passes(world)
+    assert rules(world) == {"gpu-0": "NoSchedule"}
+
+
+def test_a_dry_run_records_no_fence_in_the_history() -> None:
+    world = in_service(dryRun=True)
+    taint_and_settle(world, {2: (xid("79", world),)})
+    assert world.status.held_action == HELD_FENCE
+    assert world.status.reverify is None or world.status.reverify.gpu_fences == []
+
+
+def test_a_repeat_offender_s_quarantine_the_limit_holds_is_counted_when_applied() -> None:
+    """The limit holds the escalated quarantine in service (its would-be action
+    recorded); applied once there is room, the GPU's third fence is in its history, so
+    a passing probe still does not bring the node back."""
+    world = in_service(maxQuarantined=1)
+    for _ in range(2):
+        world.advance(3600)
+        taint_and_settle(world, {2: (xid("79", world),)})
+        world.advance(3600)
+        reprobe_passes(world)
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=1, matched=2, matched_gpus=16, unavailable_gpus=8
+    )
+    world.advance(3600)
+    taint_and_settle(world, {2: (xid("79", world),)})
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.ACCEPTED, "BreakerOpen", "Quarantine")
+    assert st.reasons[0].reason == "RepeatedFence"
+    assert st.fenced is None  # nor fenced: its fence is what escalated
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=0, matched=2, matched_gpus=16, unavailable_gpus=0
+    )
+    world.advance(30)
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "RepeatedFence")
+    assert st.reverify is not None
+    assert [f.uuid for f in st.reverify.gpu_fences] == [UUIDS[2]] * 3
+    world.advance(3600)
+    reprobe_passes(world)
+    assert (world.status.phase, world.status.reason) == (Phase.QUARANTINED, "RepeatedFence")
+
+
+def test_a_held_repeat_fence_applied_from_its_status_is_counted() -> None:
+    """The same held quarantine applied from the status alone (its finding gone by then:
+    the driver restarted): the GPUs the held verdict would have fenced go into the
+    history, so that the node stays a repeat offender."""
+    world = in_service(maxQuarantined=1)
+    assert world.na is not None
+    held = world.status.model_copy(
+        update={
+            "reason": "BreakerOpen",
+            "held_action": "Quarantine",
+            "reasons": [
+                Reason(check="repeat_offenders", reason="RepeatedFence", message="GPU 2 ..."),
+                Reason(check=IN_SERVICE_CHECK, reason=REASON_XID_FATAL, message="Xid 79"),
+            ],
+            "gpu_verdicts": [NEW_2],
+            "reverify": ReverifyStatus(
+                gpu_fences=[
+                    GpuFence(uuid=UUIDS[2], time=world.now - timedelta(hours=h)) for h in (1, 2)
+                ]
+            ),
+        }
+    )
+    world.na = dataclasses.replace(world.na, status=held)
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "RepeatedFence")
+    assert st.reverify is not None
+    assert [f.uuid for f in st.reverify.gpu_fences] == [UUIDS[2]] * 3

@@ -74,6 +74,12 @@ from gpuaccept.operator.core.nodecontext import (
     cut,
     reasons_message,
 )
+from gpuaccept.operator.core.offenders import (
+    REASON_REPEATED_FENCE,
+    REPEAT_CHECK,
+    last_release,
+    repeat_fence,
+)
 
 REASON_FABRIC_WAITING = "FabricPending"
 ACCEPTED_MESSAGE = "all required checks passed"
@@ -111,6 +117,9 @@ class Quarantine:
     evidence: Evidence
     reason: str  # the first reason's word (the condition's and the column's)
     summary: str  # every reason, for the message and the Events
+    # The UUIDs of the GPUs whose fence this quarantine takes the place of (a repeat
+    # offender's, RepeatedFence): the fence history counts them.
+    escalated: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -189,12 +198,14 @@ def judged(
     verdict = _with_untested_fences(ctx, verdict, evidence)
     fencing = fencing_decision(verdict, ctx.spec.fencing, ctx.gpus.mode)
     unavailable = _fence_unavailable(ctx, fencing)
-    if fencing.fence and not unavailable:
+    repeat = None if unavailable else _repeat_fence(ctx, fencing.fence)
+    if fencing.fence and not unavailable and repeat is None:
         return _fence(ctx, verdict, evidence, fencing.fence, summary)
-    if unavailable:
-        summary = f"would fence {gpu_names(fencing.fence)}, but {unavailable}: {summary}"
-    elif fencing.why_node:
-        summary = f"{cut(summary, 700)}; not fenced: {fencing.why_node}"
+    escalated: tuple[str, ...] = ()
+    if repeat is not None:  # a repeat offender's fence: the node is quarantined instead
+        verdict, summary, escalated = _escalated(ctx, verdict, fencing.fence, repeat, summary)
+    else:
+        summary = _not_fenced(fencing, unavailable, summary)
     if ctx.spec.dry_run:
         if verdict.accepted:
             return Hold(verdict, evidence, REASON_DRY_RUN, "dry run: would accept", HELD_ACCEPT)
@@ -209,11 +220,33 @@ def judged(
     # another policy (the node was relabelled), it takes one here.
     decision = take_out_now(ctx)
     if decision.allowed:
-        return Quarantine(verdict, evidence, main, summary)
+        return Quarantine(verdict, evidence, main, summary, escalated)
     message = f"quarantine limit: {decision.why}; would quarantine: {summary}"
     return Hold(
         verdict, evidence, REASON_QUARANTINE_LIMIT, message, HELD_QUARANTINE, in_service(st)
     )
+
+
+def _not_fenced(fencing: FencingDecision, unavailable: str, summary: str) -> str:
+    """The summary of a verdict that fences nothing: why not, where it would have."""
+    if unavailable:
+        return f"would fence {gpu_names(fencing.fence)}, but {unavailable}: {summary}"
+    if fencing.why_node:
+        return f"{cut(summary, 700)}; not fenced: {fencing.why_node}"
+    return summary
+
+
+def _escalated(
+    ctx: NodeContext, verdict: Verdict, fence: tuple[GpuVerdict, ...], repeat: str, summary: str
+) -> tuple[Verdict, str, tuple[str, ...]]:
+    """A repeat offender's fence (:func:`_repeat_fence`) as the node's verdict: reason
+    ``RepeatedFence`` first, its summary, and the UUIDs of the GPUs it would have newly
+    fenced (for the fence history)."""
+    added = new_fences(ctx.status.gpu_verdicts, fence)
+    why = Reason(check=REPEAT_CHECK, reason=REASON_REPEATED_FENCE, message=cut(repeat, 512))
+    summary = f"{repeat}; would fence {gpu_names(fence)}: {cut(summary, 300)}"
+    uuids = tuple(g.uuid for g in added if g.uuid)
+    return replace(verdict, reasons=(why, *verdict.reasons)), summary, uuids
 
 
 def _with_untested_fences(ctx: NodeContext, verdict: Verdict, evidence: Evidence) -> Verdict:
@@ -227,6 +260,18 @@ def _with_untested_fences(ctx: NodeContext, verdict: Verdict, evidence: Evidence
         return verdict
     joined = with_standing_fences(verdict.attribution, ctx.status.gpu_verdicts)
     return replace(verdict, attribution=joined)
+
+
+def _repeat_fence(ctx: NodeContext, fence: tuple[GpuVerdict, ...]) -> str | None:
+    """Why fencing ``fence`` quarantines the node instead (None: it does not): a GPU it
+    newly fences is a repeat offender (core/offenders.py ``repeat_fence``)."""
+    added = new_fences(ctx.status.gpu_verdicts, fence)
+    if not added:
+        return None
+    st = ctx.status
+    history = st.reverify.gpu_fences if st.reverify is not None else []
+    uuids = [g.uuid for g in added if g.uuid]
+    return repeat_fence(uuids, history, last_release(st), ctx.spec.repeat_offenders, ctx.obs.now)
 
 
 def _fence_unavailable(ctx: NodeContext, fencing: FencingDecision) -> str:
@@ -359,7 +404,7 @@ def record(ctx: NodeContext, out: PlanBuilder, outcome: Outcome) -> Plan:
         "held_action": held_action,
         **_evidence_fields(ctx, outcome),
         **_service_fields(ctx, outcome),
-        **history_fields(ctx, _recorded(outcome, phase, reason)),
+        **history_fields(ctx, _recorded(st, outcome, phase, reason)),
     }
     new = ctx.with_applied_keys(ctx.stamped(st, **update))
     out.write_status(st, new)
@@ -390,7 +435,9 @@ def _phase_of(outcome: VerdictOutcome) -> tuple[Phase, str | None, str, str | No
     assert_never(outcome)
 
 
-def _recorded(outcome: VerdictOutcome, phase: Phase, reason: str | None) -> Recorded:
+def _recorded(
+    st: NodeAcceptanceStatus, outcome: VerdictOutcome, phase: Phase, reason: str | None
+) -> Recorded:
     evidence = outcome.evidence
     fabric = evidence.fabric.busbw_gbps if evidence.fabric is not None else None
     return Recorded(
@@ -400,7 +447,24 @@ def _recorded(outcome: VerdictOutcome, phase: Phase, reason: str | None) -> Reco
         report=evidence.report,
         fabric_busbw=fabric if isinstance(outcome, Accept) else None,
         compare=not evidence.rejudged,
+        fenced=_fenced_now(st, outcome),
     )
+
+
+def _fenced_now(st: NodeAcceptanceStatus, outcome: VerdictOutcome) -> tuple[str, ...]:
+    """The UUIDs of the GPUs ``outcome`` fences that were not fenced, or whose fence its
+    quarantine takes the place of (a repeat offender's: the verdict's, or, for such a
+    quarantine the limit held and applies now, the GPUs the held verdict would have
+    fenced, unfenced in ``st``)."""
+    if isinstance(outcome, Accept):
+        return tuple(g.uuid for g in new_fences(st.gpu_verdicts, outcome.fenced) if g.uuid)
+    if not isinstance(outcome, Quarantine) or outcome.reason != REASON_REPEATED_FENCE:
+        return ()
+    if outcome.escalated:
+        return outcome.escalated
+    if st.reason == REASON_QUARANTINE_LIMIT and st.held_action == HELD_QUARANTINE:
+        return tuple(g.uuid for g in st.gpu_verdicts if g.uuid and not g.fenced)
+    return ()
 
 
 def _reasons(verdict: Verdict) -> list[Reason]:
