@@ -24,7 +24,10 @@ hold a node accepted through a claim:
 * the fence is a take-out in the quarantine rate (issue 40 item 4): one node's fence in
   service takes one GPU of a rate of one node per window, so another node's in-service
   quarantine (all its GPUs) waits in service (BreakerOpen); before, the fence took
-  nothing from the rate.
+  nothing from the rate;
+* a fenced GPU put in MIG mode (the driver republishes it as MIG devices naming it their
+  ``parentUUID``) stays fenced: its rule moves onto each MIG device, and back onto the
+  GPU when it is whole again.
 """
 
 from __future__ import annotations
@@ -281,3 +284,33 @@ def test_an_in_service_fence_counts_in_the_quarantine_rate(env: Env) -> None:
     assert (status["phase"], status["reason"]) == ("Accepted", "BreakerOpen")
     assert "quarantineRate=1/3600s: 1 GPU(s) of limit 8 taken out" in status["message"]
     assert QUARANTINE_TAINT not in env.taint_keys(lost)
+
+
+def test_a_fenced_gpu_cut_into_mig_devices_stays_fenced_on_them(env: Env) -> None:
+    """Issue 40: GPU 2 fenced in service, then put in MIG mode: NVIDIA's driver
+    republishes the pool with MIG devices in place of ``gpu-2``, each naming GPU 2's UUID
+    as ``parentUUID``; the fence's rules select those MIG devices (none lifted), the node
+    stays Accepted past the grace, and a GPU whole again gets its own rule back."""
+    suite = suite_id("dra-fence-mig")
+    env.policy(suite, inService=SIGNALS_ONLY, fencing={"mode": "gpu"})
+    (name,) = env.nodes(suite, {"m": HEALTHY})
+    env.wait_phase([name], "Accepted")
+    gpus = _to_dra(env, name)
+    fence = ("gpuaccept.io/fenced", "in_service", "NoSchedule")
+    env.standin.taint_gpus(name, {2: [driver_taint("xid", 79)]})
+    wait_for(f"{name}'s rule", lambda: _fence_rules(env, name) == {"gpu-2": fence}, 90)
+
+    env.standin.publish_pool(name, mig=(2,))
+    on_migs = {"gpu-2-mig-3g40gb-9-0": fence, "gpu-2-mig-3g40gb-9-4": fence}
+    wait_for(
+        f"{name}'s rules on GPU 2's MIG devices", lambda: _fence_rules(env, name) == on_migs, 60
+    )
+    time.sleep(GRACE + 4)  # past allocatableGraceSeconds: a repartition is no loss
+    status = env.status(name)
+    assert (status["phase"], status.get("fenced")) == ("Accepted", f"1/{gpus}"), status
+    assert _fence_rules(env, name) == on_migs
+
+    env.standin.publish_pool(name)
+    wait_for(
+        f"{name}'s rule back on gpu-2", lambda: _fence_rules(env, name) == {"gpu-2": fence}, 60
+    )

@@ -664,3 +664,32 @@ def test_a_held_repeat_fence_applied_from_its_status_is_counted() -> None:
     assert (st.phase, st.reason) == (Phase.QUARANTINED, "RepeatedFence")
     assert st.reverify is not None
     assert [f.uuid for f in st.reverify.gpu_fences] == [UUIDS[2]] * 3
+
+
+# ------------------------------------------------ a fenced GPU cut into MIG devices
+def test_a_fenced_gpu_cut_into_mig_devices_stays_fenced_on_them() -> None:
+    """GPU 2 fenced; the GPU is put in MIG mode and the driver republishes its pool with
+    two MIG devices naming GPU 2 their parent (``parentUUID``) instead of ``gpu-2``: the
+    fence moves onto both MIG devices, the node stays Accepted with GPU 2 fenced, and a
+    GPU back to whole gets its own rule again."""
+    world = in_service()
+    taint_and_settle(world, {2: (xid("79", world),)})
+    assert rules(world) == {"gpu-2": "NoSchedule"}
+    whole = tuple(d for d in pool()[0].devices if d.name != "gpu-2")
+    cut = tuple(
+        DraDevice(f"gpu-2-mig-3g40gb-9-{p}", uuid=f"MIG-{p}", kind="mig", parent_uuid=UUIDS[2])
+        for p in (0, 4)
+    )
+    world.resource_slices = (ResourceSliceView("s", DRIVER, "gpu-1", 2, 1, "gpu-1", whole + cut),)
+    world.settle()
+    assert rules(world) == {
+        "gpu-2-mig-3g40gb-9-0": "NoSchedule",
+        "gpu-2-mig-3g40gb-9-4": "NoSchedule",
+    }
+    world.advance(301)  # past inService.allocatableGraceSeconds: a repartition is no loss
+    world.settle()
+    st = world.status
+    assert (st.phase, st.fenced) == (Phase.ACCEPTED, "1/8"), st.message
+    world.resource_slices = pool()
+    world.settle()
+    assert rules(world) == {"gpu-2": "NoSchedule"}

@@ -104,6 +104,7 @@ class DraDevice:
     index: int | None = None  # attribute index, where the driver publishes one
     kind: str = ""  # attribute type: gpu, mig, vfio (NVIDIA's driver); "" when absent
     taints: tuple[DeviceTaintView, ...] = ()  # the driver's own (its health monitor's)
+    parent_uuid: str = ""  # attribute parentUUID of a MIG device: the GPU it is cut from
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from gpuaccept.operator.core.capacity import (
     take_out_allowed,
     window_gpus,
 )
-from gpuaccept.operator.core.fencerules import HELD_FENCE, resolve_gpu
+from gpuaccept.operator.core.fencerules import HELD_FENCE, fence_targets
 from gpuaccept.operator.core.fencing import (
     REASON_FENCING_UNAVAILABLE,
     FencingDecision,
@@ -292,7 +292,7 @@ def _fence_unavailable(ctx: NodeContext, fencing: FencingDecision) -> str:
             "so the node is quarantined"
         )
     pools = ctx.gpus.pools
-    lost = [g for g in fencing.fence if not g.uuid or resolve_gpu(g.uuid, pools) is None]
+    lost = [g for g in fencing.fence if not g.uuid or not fence_targets(g.uuid, pools)]
     if lost:
         return (
             f"{gpu_names(tuple(lost))} is not one device of the node's ResourceSlices, "
