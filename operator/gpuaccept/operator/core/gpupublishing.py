@@ -39,6 +39,7 @@ from gpuaccept.operator.core.model import DraDevice, NodeView, ResourceSliceView
 
 # Attribute ``type`` of NVIDIA's driver: a whole GPU ("gpu"), or a MIG or VFIO device.
 GPU_DEVICE_TYPE = "gpu"
+MIG_DEVICE_TYPE = "mig"  # a MIG device; attribute parentUUID names its GPU
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,12 @@ def _adopt(ctx: NodeContext, out: PlanBuilder) -> Plan:
         out.wake_in(ADOPTION_RETRY_SECONDS)
         return out.build("adoption deferred by the limit")
     adopted = ctx.stamped(
-        st, was_in_service=True, taken_out_time=obs.now, reason=None, held_action=None
+        st,
+        was_in_service=True,
+        taken_out_time=obs.now,
+        taken_out_gpus=None,  # the whole node
+        reason=None,
+        held_action=None,
     )
     adopted = adopted.model_copy(update={"message": None})
     out.write_status(st, adopted)
