@@ -43,8 +43,10 @@ from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
     ProbeAttempt,
     WatchPodRequest,
+    fabric_claim_manifest,
     fabric_pair_nonce,
     fabric_pod_manifest,
+    fabric_pod_name,
     probe_claim_manifest,
     probe_pod_manifest,
     probe_pod_name,
@@ -760,6 +762,23 @@ def _dra_attempt(rendered: list[dict[str, Any]], node: str) -> ProbeAttempt:
     )
 
 
+def _dra_fabric_request(
+    rendered: list[dict[str, Any]], node: str, gpus: tuple[DraDevice, ...]
+) -> FabricPodRequest:
+    """The rank-0 fabric pod of a pair on the DRA node ``node``, through its claim."""
+    config = _config(rendered)
+    return FabricPodRequest(
+        labels=FabricPodLabels(pair="abc123", rank=0, first=node, second="other"),
+        node=NodeView(name=node, boot_id="b"),
+        policy_name="default",
+        spec=NodeAcceptancePolicySpec.model_validate({"fabric": {"enabled": True}}),
+        rendezvous_address=None,
+        nonce=fabric_pair_nonce(bytes(32), "abc123"),
+        claim=fabric_pod_name(config.pod_prefix, "abc123", 0),
+        dra_gpus=gpus,
+    )
+
+
 def _create_claim(
     api: k8s.ApiClient, claim: dict[str, Any], *, dry_run: bool = True
 ) -> Callable[[], object]:
@@ -863,6 +882,10 @@ def test_a_dra_probe_pod_and_its_claim_are_the_operators_only(
         eventually_refused(_create_claim(operator_api, bad), message)
     admitted(_create(operator_api, pod))
     admitted(_create_claim(operator_api, claim))
+    # a fabric pod on a DRA node and its claim: the same shapes, the same rules
+    fabric = _dra_fabric_request(rendered, node, attempt.dra_gpus)
+    admitted(_create(operator_api, fabric_pod_manifest(fabric, config)))
+    admitted(_create_claim(operator_api, fabric_claim_manifest(fabric, config)))
     # a claim of the operator's: nobody else changes its labels or its nonce
     _create_claim(operator_api, with_nonce(claim, "n" * 32), dry_run=False)()
     custom = k8s.CustomObjectsApi(intruder)

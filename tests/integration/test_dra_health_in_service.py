@@ -20,7 +20,14 @@ hold a node accepted through a claim:
   would apply recorded, the Node untouched;
 * under ``fencing: {mode: gpu, maxFencedGpus: 2}`` (issue 40 item 6) the fatal Xid taint
   on GPU 2 fences that GPU (one DeviceTaintRule, value in_service) and the node stays
-  Accepted; a fatal Xid taint on GPU 6 then adds its own rule beside the first.
+  Accepted; a fatal Xid taint on GPU 6 then adds its own rule beside the first;
+* the fence is a take-out in the quarantine rate (issue 40 item 4): one node's fence in
+  service takes one GPU of a rate of one node per window, so another node's in-service
+  quarantine (all its GPUs) waits in service (BreakerOpen); before, the fence took
+  nothing from the rate;
+* a fenced GPU put in MIG mode (the driver republishes it as MIG devices naming it their
+  ``parentUUID``) stays fenced: its rule moves onto each MIG device, and back onto the
+  GPU when it is whole again.
 """
 
 from __future__ import annotations
@@ -238,3 +245,72 @@ def test_under_gpu_fencing_a_fatal_xid_taint_fences_its_gpu_and_fences_add_up(en
     )
     assert env.status(name)["phase"] == "Accepted"
     assert QUARANTINE_TAINT not in env.taint_keys(name)
+
+
+def test_an_in_service_fence_counts_in_the_quarantine_rate(env: Env) -> None:
+    """Issue 40 item 4: a fence of a GPU in service is recorded in the rate's window
+    (``takenOutTime``, ``takenOutGpus`` 1): with a rate of one node per window (8 GPUs
+    of two 8-GPU nodes), the fence's GPU leaves room for 7, so the next node's
+    in-service quarantine (8 GPUs) waits in service, its would-be action recorded."""
+    suite = suite_id("dra-fence-rate")
+    env.policy(
+        suite,
+        inService=SIGNALS_ONLY,
+        fencing={"mode": "gpu"},
+        maxQuarantined=2,
+        quarantineRate={"maxPerWindow": 1, "windowSeconds": 3600},
+    )
+    fenced, lost = env.nodes(suite, {"fen": HEALTHY, "lost": HEALTHY})
+    env.wait_phase([fenced, lost], "Accepted")
+    gpus = _to_dra(env, fenced)
+    _to_dra(env, lost)
+    assert "takenOutTime" not in env.status(fenced)  # its acceptance took nothing out
+
+    env.standin.taint_gpus(fenced, {2: [driver_taint("xid", 79)]})
+    wait_for(
+        f"{fenced}'s GPU 2 fenced", lambda: env.status(fenced).get("fenced") == f"1/{gpus}", 90
+    )
+    status = env.status(fenced)
+    assert (status["phase"], status.get("takenOutGpus")) == ("Accepted", 1)
+    assert status["takenOutTime"]
+
+    env.standin.taint_gpus(lost, {4: [driver_taint("gpu-lost")]})
+    wait_for(
+        f"{lost}'s quarantine held by the rate",
+        lambda: env.status(lost).get("heldAction") == "Quarantine",
+        90,
+    )
+    status = env.status(lost)
+    assert (status["phase"], status["reason"]) == ("Accepted", "BreakerOpen")
+    assert "quarantineRate=1/3600s: 1 GPU(s) of limit 8 taken out" in status["message"]
+    assert QUARANTINE_TAINT not in env.taint_keys(lost)
+
+
+def test_a_fenced_gpu_cut_into_mig_devices_stays_fenced_on_them(env: Env) -> None:
+    """Issue 40: GPU 2 fenced in service, then put in MIG mode: NVIDIA's driver
+    republishes the pool with MIG devices in place of ``gpu-2``, each naming GPU 2's UUID
+    as ``parentUUID``; the fence's rules select those MIG devices (none lifted), the node
+    stays Accepted past the grace, and a GPU whole again gets its own rule back."""
+    suite = suite_id("dra-fence-mig")
+    env.policy(suite, inService=SIGNALS_ONLY, fencing={"mode": "gpu"})
+    (name,) = env.nodes(suite, {"m": HEALTHY})
+    env.wait_phase([name], "Accepted")
+    gpus = _to_dra(env, name)
+    fence = ("gpuaccept.io/fenced", "in_service", "NoSchedule")
+    env.standin.taint_gpus(name, {2: [driver_taint("xid", 79)]})
+    wait_for(f"{name}'s rule", lambda: _fence_rules(env, name) == {"gpu-2": fence}, 90)
+
+    env.standin.publish_pool(name, mig=(2,))
+    on_migs = {"gpu-2-mig-3g40gb-9-0": fence, "gpu-2-mig-3g40gb-9-4": fence}
+    wait_for(
+        f"{name}'s rules on GPU 2's MIG devices", lambda: _fence_rules(env, name) == on_migs, 60
+    )
+    time.sleep(GRACE + 4)  # past allocatableGraceSeconds: a repartition is no loss
+    status = env.status(name)
+    assert (status["phase"], status.get("fenced")) == ("Accepted", f"1/{gpus}"), status
+    assert _fence_rules(env, name) == on_migs
+
+    env.standin.publish_pool(name)
+    wait_for(
+        f"{name}'s rule back on gpu-2", lambda: _fence_rules(env, name) == {"gpu-2": fence}, 60
+    )

@@ -7,7 +7,9 @@ that device, and the real scheduler then gives a workload's claim of 7 GPUs exac
 other seven and cannot place a claim of 8; two bad GPUs over ``maxFencedGpus`` end
 Quarantined with no rule; dryRun makes a rule of effect None; a passing re-probe (its
 claim tolerating the fence, so the scheduler gives it the fenced GPU too) deletes the
-rule; a deleted node takes its rule.
+rule; a deleted node takes its rule; a GPU fenced again after a passing probe lifted its
+fence, its ``repeatOffenders.count``-th time, quarantines the node (RepeatedFence) and a
+passing probe then keeps it quarantined.
 """
 
 from __future__ import annotations
@@ -213,3 +215,56 @@ def test_dry_run_makes_a_rule_of_effect_none_and_a_deleted_node_takes_it(env: En
     assert rule["spec"]["deviceSelector"]["device"] == "gpu-5"
     env.standin.delete_nodes([name])
     wait_for("the deleted node's rule gone", lambda: not rules(env, name), 120)
+
+
+def _reprobe(env: Env, name: str, profile: str, done: Any, what: str) -> None:
+    """The node re-probed on ``profile`` (the annotation) until ``done`` holds."""
+    env.standin.node(name).profile = profile
+    env.core.patch_node(name, {"metadata": {"annotations": {REPROBE_ANNOTATION: what}}})
+    wait_for(what, done, 300)
+
+
+def test_a_gpu_fenced_again_after_its_fence_was_lifted_escalates_to_the_node(env: Env) -> None:
+    """Issue 40 item 5 under ``repeatOffenders: {count: 2}``: GPU 5 fenced at the door, a
+    passing probe lifts the fence, GPU 5 fails the next probe: its second fence
+    quarantines the node instead (RepeatedFence, no rule), and a passing probe keeps it
+    quarantined until a person releases it."""
+    suite = suite_id("fence-repeat")
+    env.policy(suite, fencing=GPU, repeatOffenders={"count": 2})
+    (name,) = env.dra_nodes(suite, {"r": REMAP_PENDING})
+    env.wait_phase([name], "Accepted", timeout=240)
+    assert env.status(name)["fenced"] == "1/8", env.describe([name])
+    uuid = simulated_uuid(name, 5)
+    assert [f["uuid"] for f in env.status(name)["reverify"]["gpuFences"]] == [uuid]
+
+    _reprobe(
+        env,
+        name,
+        HEALTHY,
+        lambda: "fenced" not in env.status(name) and not rules(env, name),
+        "the passing re-probe lifts the fence",
+    )
+    _reprobe(
+        env,
+        name,
+        REMAP_PENDING,
+        lambda: env.status(name).get("reason") == "RepeatedFence",
+        "GPU 5 failing again quarantines the node",
+    )
+    status = env.status(name)
+    assert status["phase"] == "Quarantined", env.describe([name])
+    assert f"GPU {uuid} fenced 2 times within 7 days" in status["message"]
+    assert rules(env, name) == []
+    assert [f["uuid"] for f in status["reverify"]["gpuFences"]] == [uuid, uuid]
+    assert status["reverify"].get("quarantines", []) == []  # the node's own count: untouched
+
+    _reprobe(
+        env,
+        name,
+        HEALTHY,
+        lambda: env.status(name).get("lastProbeTime") != status.get("lastProbeTime"),
+        "the repair passes its probe",
+    )
+    after = env.status(name)
+    assert (after["phase"], after["reason"]) == ("Quarantined", "RepeatedFence")
+    assert "a person must look at it and release it" in after["message"]

@@ -68,6 +68,9 @@ class Reason(ContractModel):
     message: str = Field(default="", max_length=512)
 
 
+MAX_NODE_GPUS = 64  # a node's GPUs at most: NVML indices 0..63
+
+
 class GpuVerdict(ContractModel):
     """One GPU's part of a verdict: the checks whose failure belongs to this GPU alone
     (docs/policy.md, "Per-GPU verdicts"), and whether it is fenced."""
@@ -369,7 +372,16 @@ class NodeAcceptanceStatus(ContractModel):
     taken_out_time: datetime | None = Field(
         default=None,
         description="When gpuaccept last took this node out of service (a quarantine, or a "
-        "new round of an in-service node): the quarantine rate's window counts these.",
+        "new round of an in-service node, a fence of a GPU in service): the quarantine "
+        "rate's window counts these.",
+    )
+    taken_out_gpus: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_NODE_GPUS,
+        description="The GPUs gpuaccept took out of this node at takenOutTime and before it "
+        "within the quarantine rate's window, where only fences took them out (each GPU "
+        "fenced in service counts as one); absent: the whole node was taken out.",
     )
     blocked_since: datetime | None = Field(
         default=None,

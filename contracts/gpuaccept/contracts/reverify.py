@@ -102,10 +102,16 @@ class RepeatOffenders(ContractModel):
     enabled: bool = Field(
         default=True,
         description="Keep a node quarantined (RepeatedQuarantine) once it was quarantined "
-        "count times within windowSeconds, until a person releases it.",
+        "count times within windowSeconds, and quarantine it (RepeatedFence) instead of "
+        "fencing one of its GPUs the count-th time within windowSeconds, until a person "
+        "releases it.",
     )
     count: int = Field(
-        default=3, ge=2, le=100, description="Quarantines within the window that make it so."
+        default=3,
+        ge=2,
+        le=100,
+        description="Quarantines of the node, or fences of one GPU, within the window that "
+        "make it so.",
     )
     window_seconds: int = Field(
         default=7 * DAY, ge=60, le=90 * DAY, description="The sliding window, in seconds."
@@ -156,6 +162,15 @@ class DriftFinding(ContractModel):
 
 MAX_DRIFT = 16
 MAX_HISTORY = 16
+MAX_FENCE_HISTORY = 32
+
+
+class GpuFence(ContractModel):
+    """One GPU's fence: when gpuaccept fenced it, or escalated its fence to
+    the node's quarantine (``repeatOffenders``)."""
+
+    uuid: str = Field(max_length=64, description="The GPU's NVML UUID.")
+    time: datetime
 
 
 class ReverifyStatus(ContractModel):
@@ -185,6 +200,12 @@ class ReverifyStatus(ContractModel):
         max_length=MAX_HISTORY,
         description="When the node was quarantined (the latest ones): the repeat-offender "
         "rule counts them.",
+    )
+    gpu_fences: list[GpuFence] = Field(
+        default_factory=list,
+        max_length=MAX_FENCE_HISTORY,
+        description="When each GPU was fenced, or its fence escalated to the node's "
+        "quarantine (the latest ones): the repeat-offender rule counts them per GPU.",
     )
 
 

@@ -34,6 +34,7 @@ from gpuaccept.operator.core.fabric.policypass import (
     FabricSnapshot,
     plan_fabric_pass,
 )
+from gpuaccept.operator.core.gpupublishing import node_gpus
 from gpuaccept.operator.core.model import (
     Action,
     CreateProbePod,
@@ -135,7 +136,8 @@ class FabricLoop:
     def observe(self, policy: PolicyView, now: datetime) -> FabricSnapshot:
         """The nodes of ``policy`` that take part: waiting (phase Fabric), and decided
         ones that have fabric results; with ``idleAcceptedPartners`` every decided
-        one (the only case that walks the policy's NodeAcceptances)."""
+        one (the only case that walks the policy's NodeAcceptances); each with how it
+        publishes its GPUs (its ResourceSlices)."""
         spec = policy.spec
         assert spec is not None
         self.cache.settle()
@@ -151,7 +153,9 @@ class FabricLoop:
             # The slim view (no evidence parsed): a pass reads neither report nor checks;
             # the few statuses it writes get theirs back in :meth:`with_evidence`.
             if node is not None and is_member(na.status, policy.name, spec, node.labels):
-                members.append(FabricMember(node, na, self.cache.pods(name)))
+                slices = self.cache.resource_slices(name)
+                gpus = node_gpus(node, slices, self.config.dra_drivers)
+                members.append(FabricMember(node, na, self.cache.pods(name), gpus))
         actions = self.runner.actions
         names = [m.node.name for m in members]
         return FabricSnapshot(

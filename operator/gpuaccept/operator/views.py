@@ -188,6 +188,7 @@ def _dra_device(raw: object) -> DraDevice | None:
         index=index if isinstance(index, int) and not isinstance(index, bool) else None,
         kind=str(_attribute(attributes, "type") or ""),
         taints=tuple(t for t in map(_device_taint, taints) if t is not None),
+        parent_uuid=str(_attribute(attributes, "parentUUID") or ""),
     )
 
 

@@ -19,6 +19,7 @@ from gpuaccept.operator.core.capacity import (
     in_service,
     out_of_service,
     take_out_allowed,
+    window_gpus,
 )
 from gpuaccept.operator.core.fleet import FleetSnapshot, tally
 from gpuaccept.operator.core.fleetcount import FleetCount
@@ -475,6 +476,20 @@ GPU_ROWS = {
         True,
         new_take_out=False,
     ),
+    "a fence asks the rate for the GPUs it adds to its node's window, not the fences "
+    "that stand": GpuRow(
+        {"maxQuarantined": 10, "quarantineRate": {"maxPerWindow": 1}},
+        dataclasses.replace(gpu_counts(out_gpus=0, recent_gpus=7), asked_recent_gpus=1),
+        3,
+        True,
+    ),
+    "a fence over the rate's GPUs is held": GpuRow(
+        {"maxQuarantined": 10, "quarantineRate": {"maxPerWindow": 1}},
+        dataclasses.replace(gpu_counts(out_gpus=0, recent_gpus=7), asked_recent_gpus=2),
+        3,
+        False,
+        "7 GPU(s) of limit 8 taken out in the last 300s, 2 more asked",
+    ),
 }
 
 
@@ -499,6 +514,21 @@ def test_take_out_allowed_in_gpus(row: GpuRow) -> None:
 )
 def test_gpus_out(status: NodeAcceptanceStatus, out: int) -> None:
     assert gpus_out(status, 8) == out
+
+
+@pytest.mark.parametrize(
+    ("status", "gpus"),
+    [
+        (NodeAcceptanceStatus(phase=Phase.QUARANTINED, taken_out_time=T0), 8),  # the node
+        (NodeAcceptanceStatus(phase=Phase.ACCEPTED, taken_out_time=T0, taken_out_gpus=1), 1),
+        (NodeAcceptanceStatus(phase=Phase.ACCEPTED, taken_out_time=T0, taken_out_gpus=9), 8),
+        (NodeAcceptanceStatus(phase=Phase.ACCEPTED), 0),  # never taken out
+    ],
+)
+def test_taken_out_gpus_counts_a_fence_as_its_gpus(status: NodeAcceptanceStatus, gpus: int) -> None:
+    """The rate's window counts a node's last take-out as all of its GPUs, a fence as the
+    GPUs it took out (issue 40 item 4)."""
+    assert window_gpus(status, 8) == gpus
 
 
 @pytest.mark.parametrize(("fenced_elsewhere", "phase"), [(0, Phase.QUARANTINED), (1, Phase.HELD)])

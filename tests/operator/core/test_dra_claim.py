@@ -18,8 +18,8 @@ from gpuaccept.contracts.probe_invocation import (
     ENV_EXPECTED_GPUS,
     ENV_NODE_GPU_CAPACITY,
 )
-from gpuaccept.operator.core.creationintent import intended
-from gpuaccept.operator.core.draclaim import RESOURCE_CLAIM
+from gpuaccept.operator.core.creationintent import intend, intended
+from gpuaccept.operator.core.draclaim import FABRIC_CLAIM, RESOURCE_CLAIM
 from gpuaccept.operator.core.model import (
     CreateProbePod,
     CreateResourceClaim,
@@ -298,16 +298,19 @@ def test_deletes_check_the_nonce() -> None:
     assert NAME in world.claims  # a claim without the nonce is not the operator's: left
 
 
-def test_a_dra_node_under_a_fabric_policy_waits_unprobed() -> None:
-    """Fabric pods get GPUs through nvidia.com/gpu only: a DRA node would fail the
-    test with no GPU. It waits (never accepted without the test, never quarantined)."""
+def test_a_dra_node_under_a_fabric_policy_is_probed_then_waits_for_its_pair() -> None:
+    """Fabric pairs are built on DRA nodes too (their pods through claims,
+    core/fabric/policypass.py): the node is probed through its claim, and waits for
+    its fabric verdict in phase Fabric, its probe claim gone."""
     world = dra_world()
     world.policies = [PolicyView(name="default", generation=1, spec=spec(fabric={"enabled": True}))]
     world.settle()
-    st = world.status
-    assert (st.phase, st.reason) == (Phase.WAITING, "DRAFabricNotBuilt")
-    assert "fabric" in (st.message or "")
-    assert world.pods == {}
+    assert world.status.phase == Phase.PROBING
+    assert NAME in world.claims
+    bound(world)
+    world.finish_with_report(make_report())
+    world.settle()
+    assert world.status.phase == Phase.FABRIC, world.status.message
     assert world.claims == {}
 
 
@@ -324,3 +327,25 @@ def test_a_pod_the_scheduler_never_places_is_not_the_nodes_fault() -> None:
     assert "ResourceClaim" in (st.message or "")
     assert NAME not in world.claims
     assert NAME not in world.pods
+
+
+def test_a_fabric_claim_is_its_pass_s_while_the_node_is_a_member_then_its_own() -> None:
+    """A fabric pod's claim on record (core/draclaim.py): while the node is a member of
+    its policy's fabric pass (waiting in phase Fabric) the pass alone deletes it; once
+    it is not (the policy no longer runs the fabric test), its own reconcile does."""
+    fabric = "gpuaccept-probe-fabric-abc-0"
+    world = dra_world()
+    world.policies = [PolicyView(name="default", generation=1, spec=spec(fabric={"enabled": True}))]
+    world.settle()
+    bound(world)
+    world.finish_with_report(make_report())
+    world.settle()
+    assert world.status.phase == Phase.FABRIC
+    assert world.na is not None
+    world.na = dataclasses.replace(world.na, status=intend(world.status, FABRIC_CLAIM, fabric, "n"))
+    assert not any(isinstance(a, DeleteResourceClaim) for a in world.plan().actions)
+    world.policies = [PolicyView(name="default", generation=2, spec=spec())]
+    plan = world.plan()
+    assert [a.name for a in plan.actions if isinstance(a, DeleteResourceClaim)] == [fabric]
+    world.apply(plan)
+    assert not any(e.kind == FABRIC_CLAIM for e in world.status.creation_intents)

@@ -17,6 +17,8 @@ from gpuaccept.contracts.reverify import ReverifyRound, ReverifyStatus
 from gpuaccept.operator.core.fencerules import (
     HELD_FENCE,
     fence_rule_actions,
+    fence_targets,
+    gone_from_pools,
     resolve_gpu,
     rule_name,
     wanted_fence_rules,
@@ -58,6 +60,39 @@ def without_gpu_5() -> tuple[ResourceSliceView, ...]:
     uuids = [u for i, u in enumerate(UUIDS) if i != 5]
     devices = tuple(DraDevice(f"gpu-{j}", uuid=u, kind="gpu") for j, u in enumerate(uuids))
     return (dataclasses.replace(pool()[0], generation=2, devices=devices),)
+
+
+def mig_uuid(gpu: int, part: int) -> str:
+    return f"MIG-{gpu}{part}" + UUIDS[gpu][6:]
+
+
+def migs(gpu: int, parent: str | None) -> tuple[DraDevice, ...]:
+    """GPU ``gpu`` cut into two MIG devices, as NVIDIA's driver publishes them
+    (kubernetes-sigs/dra-driver-nvidia-gpu, cmd/gpu-kubelet-plugin/mig.go
+    ``CommonAttributesMig``, ``ToCanonicalName``): type ``mig``, their own uuid, their
+    parent GPU's uuid (``parent``; None: a driver that names none)."""
+    return tuple(
+        DraDevice(
+            f"gpu-{gpu}-mig-1g10gb-19-{part}",
+            uuid=mig_uuid(gpu, part),
+            kind="mig",
+            parent_uuid=parent or "",
+        )
+        for part in range(2)
+    )
+
+
+def repartitioned(gpu: int = 5, parent: str | None = UUIDS[5]) -> tuple[ResourceSliceView, ...]:
+    """The pool republished complete with GPU ``gpu`` in MIG mode: its whole-GPU device
+    gone, two MIG devices in its place."""
+    whole = tuple(d for d in pool()[0].devices if d.name != f"gpu-{gpu}")
+    return (dataclasses.replace(pool()[0], generation=2, devices=(*whole, *migs(gpu, parent))),)
+
+
+def mig_rule(part: int) -> FenceRuleView:
+    return dataclasses.replace(
+        rule(f"gpu-5-mig-1g10gb-19-{part}"), name=rule_name("gpu-1", mig_uuid(5, part))
+    )
 
 
 # --------------------------------------------------------------------------- the table
@@ -120,6 +155,50 @@ CASES = [
         (),
         1,
     ),
+    Case(
+        "the fenced GPU cut into MIG devices: a rule on each, the GPU's rule deleted",
+        ACCEPTED,
+        repartitioned(),
+        (rule(),),
+        (("gpu-5-mig-1g10gb-19-0", False), ("gpu-5-mig-1g10gb-19-1", False)),
+        1,
+    ),
+    Case(
+        "its MIG devices' rules as wanted: nothing",
+        ACCEPTED,
+        repartitioned(),
+        (mig_rule(0), mig_rule(1)),
+        (),
+        0,
+    ),
+    Case(
+        "whole again: the GPU's rule, the MIG devices' deleted",
+        ACCEPTED,
+        pool(generation=3),
+        (mig_rule(0), mig_rule(1)),
+        (("gpu-5", False),),
+        2,
+    ),
+    Case(
+        "another GPU cut into MIG devices, the fenced one gone: deleted",
+        ACCEPTED,
+        (
+            dataclasses.replace(
+                without_gpu_5()[0], devices=(*without_gpu_5()[0].devices, *migs(2, UUIDS[2]))
+            ),
+        ),
+        (rule(),),
+        (),
+        1,
+    ),
+    Case(
+        "MIG devices that name no parent: the GPU not found (deleted, as gone)",
+        ACCEPTED,
+        repartitioned(parent=None),
+        (rule(),),
+        (),
+        1,
+    ),
     Case("dryRun: effect None", DRY, pool(), (), (("gpu-5", False),), 0),
     Case(
         "dryRun after a fence: the fence keeps its effect, the held one None",
@@ -159,6 +238,19 @@ def test_fence_rule_plan(case: Case) -> None:
             ("gpu-3", "None"),
             ("gpu-5", "NoSchedule"),
         ]
+
+
+def test_a_gpu_cut_into_mig_devices_resolves_to_them_in_a_complete_pool() -> None:
+    pools = dra_pools(repartitioned(), (DRIVER,))
+    assert resolve_gpu(UUIDS[5], pools) is None  # no whole-GPU device
+    assert fence_targets(UUIDS[5], pools) == (
+        (DRIVER, "gpu-1", "gpu-5-mig-1g10gb-19-0", mig_uuid(5, 0)),
+        (DRIVER, "gpu-1", "gpu-5-mig-1g10gb-19-1", mig_uuid(5, 1)),
+    )
+    assert fence_targets(UUIDS[4], pools) == ((DRIVER, "gpu-1", "gpu-4", UUIDS[4]),)
+    assert not gone_from_pools(UUIDS[5], pools)
+    half = (dataclasses.replace(repartitioned()[0], slice_count=2),)
+    assert fence_targets(UUIDS[5], dra_pools(half, (DRIVER,))) == ()  # not complete
 
 
 def test_a_gpu_is_resolved_only_in_a_complete_pool_and_only_once() -> None:

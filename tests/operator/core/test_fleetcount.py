@@ -68,6 +68,13 @@ def _status(
     )
 
 
+def _fenced(policy: str, taken_out: int, fenced: int) -> NodeAcceptanceStatus:
+    """Accepted with ``fenced`` GPUs fenced in service ``taken_out`` seconds after T0."""
+    return _status(policy, Phase.ACCEPTED, taken_out=taken_out).model_copy(
+        update={"fenced": f"{fenced}/8", "taken_out_gpus": fenced}
+    )
+
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NOW = T0 + timedelta(seconds=400)  # the window (300 s) holds what was taken out after 100 s
 
@@ -175,6 +182,10 @@ SEQUENCES: list[Sequence[Step]] = [
         Acceptance("n2", _status("a", Phase.ACCEPTED, "BreakerOpen", taken_out=150)),
         Acceptance("n1", _status("a", Phase.HELD, "DryRun", taken_out=50)),
         Acceptance("n3", None),
+        # fences of GPUs in service: counted in the window as their GPUs (issue 40)
+        Acceptance("n3", _fenced("a", taken_out=250, fenced=1)),
+        Acceptance("n3", _fenced("a", taken_out=350, fenced=2)),
+        Acceptance("n1", _fenced("a", taken_out=20, fenced=1)),  # before the window
     ],
 ]
 

@@ -16,9 +16,11 @@ from world import REPO, World, make_report, probed, spec
 
 from gpuaccept.checks.attribution import Attribution
 from gpuaccept.contracts.api import FENCE_TAINT_KEY, REPROBE_ANNOTATION
-from gpuaccept.contracts.nodeacceptance import GpuVerdict, Phase
+from gpuaccept.contracts.nodeacceptance import GpuVerdict, Phase, Reason
+from gpuaccept.contracts.reverify import GpuFence, ReverifyStatus
 from gpuaccept.contracts.watch_report import WatchReport, encode_watch_message
 from gpuaccept.operator.core.fencerules import HELD_FENCE
+from gpuaccept.operator.core.fleet import FleetSnapshot, tally
 from gpuaccept.operator.core.inservice.evidence import (
     REASON_CONDITION,
     REASON_ECC_UNCORRECTED,
@@ -44,6 +46,7 @@ from gpuaccept.operator.core.model import (
     IN_SERVICE_CHECK,
     DeviceTaintView,
     DraDevice,
+    NodeView,
     OperatorConfig,
     PolicyView,
     QuarantineLimitCounts,
@@ -482,3 +485,211 @@ def test_a_fenced_gpu_gone_from_its_pool_loses_its_rule_and_the_node_is_judged()
     st = world.status
     assert (st.phase, st.reason) == (Phase.QUARANTINED, "GPUsUnallocatable")
     assert UUIDS[2] in (st.message or "")
+
+
+# --------------------------------------------------------------- the rate (issue 40 item 4)
+def test_an_in_service_fence_counts_in_the_rate_as_its_gpus() -> None:
+    """A fence of a GPU in service takes capacity out as a quarantine does: it is
+    recorded in the rate's window (``takenOutTime``) as the GPUs it took out
+    (``takenOutGpus``), a later fence within the window adding its own; the fleet's
+    counts then see one GPU taken out, or one node where the limit counts nodes."""
+    world = in_service()
+    assert world.status.taken_out_time is None  # a new node's acceptance took nothing out
+    taint_and_settle(world, {2: (xid("79", world),)})
+    st = world.status
+    assert (st.fenced, st.taken_out_time, st.taken_out_gpus) == ("1/8", world.now, 1)
+    fenced_at = world.now
+    world.advance(60)
+    taint_and_settle(world, {2: (xid("79", world),), 6: (xid("95", world),)})
+    st = world.status
+    assert (st.fenced, st.taken_out_time, st.taken_out_gpus) == ("2/8", world.now, 2)
+    assert world.na is not None
+    assert world.node is not None
+    for gpus in (8, 0):  # counted in GPUs; a node of unknown size: in nodes
+        node = NodeView(name="gpu-1", labels=dict(world.node.labels), gpu_capacity=gpus)
+        other = NodeView(name="gpu-2", labels=dict(world.node.labels), gpu_capacity=gpus)
+        snapshot = FleetSnapshot((world.policies[0],), (node, other), (world.na,))
+        counts = tally(snapshot)["default"].limit_counts("gpu-2", world.now)
+        assert counts.taken_out_recently == 1
+        assert counts.taken_out_recently_gpus == (2 if gpus else None)
+        late = tally(snapshot)["default"].limit_counts("gpu-2", fenced_at + timedelta(seconds=400))
+        assert late.taken_out_recently == 0
+
+
+def test_a_fence_the_rate_holds_waits_in_service() -> None:
+    """One 8-GPU node's worth per window (``maxPerWindow: 1`` of 2 nodes): 8 GPUs taken
+    out elsewhere within it hold the fence, the node in service as it is."""
+    world = in_service(quarantineRate={"maxPerWindow": 1})
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=0, matched=2, matched_gpus=16, unavailable_gpus=0, taken_out_recently_gpus=8
+    )
+    taint_and_settle(world, {2: (xid("79", world),)})
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.ACCEPTED, "BreakerOpen", HELD_FENCE)
+    assert "quarantineRate=1/300s: 8 GPU(s) of limit 8" in (st.message or "")
+    assert (st.fenced, st.taken_out_time) == (None, None)
+
+
+def test_a_dry_run_fence_is_not_counted_in_the_rate() -> None:
+    world = in_service(dryRun=True)
+    taint_and_settle(world, {2: (xid("79", world),)})
+    st = world.status
+    assert (st.phase, st.held_action) == (Phase.HELD, HELD_FENCE)
+    assert (st.taken_out_time, st.taken_out_gpus) == (None, None)
+
+
+# ------------------------------------------------ repeat offenders (issue 40 item 5)
+def reprobe_passes(world: World) -> None:
+    """The driver restarted (its taints gone) and a person asked for a re-probe, which
+    passes on every GPU."""
+    world.resource_slices = pool()
+    world.settle()
+    assert world.node is not None
+    world.node = dataclasses.replace(world.node, annotations={REPROBE_ANNOTATION: "1"})
+    world.settle()
+    world.finish_with_report(make_report())
+    world.settle()
+
+
+def test_a_gpu_fenced_again_and_again_escalates_to_the_node() -> None:
+    """``repeatOffenders`` (3 within 7 days) per GPU: GPU 2 fenced in service, its fence
+    lifted by a passing probe, fenced again, lifted again: its third fence quarantines
+    the node (``RepeatedFence``, remedy a person) instead, and a passing probe keeps it
+    quarantined until a person releases it."""
+    world = in_service()
+    for _ in range(2):
+        world.advance(3600)
+        taint_and_settle(world, {2: (xid("79", world),)})
+        st = world.status
+        assert (st.phase, st.fenced) == (Phase.ACCEPTED, "1/8"), st.message
+        world.advance(3600)
+        reprobe_passes(world)
+        assert (world.status.phase, world.status.fenced) == (Phase.ACCEPTED, None)
+    assert world.status.reverify is not None
+    assert [f.uuid for f in world.status.reverify.gpu_fences] == [UUIDS[2], UUIDS[2]]
+    world.advance(3600)
+    taint_and_settle(world, {2: (xid("79", world),)})
+    st = world.status
+    assert (st.phase, st.reason, st.fenced) == (Phase.QUARANTINED, "RepeatedFence", None)
+    assert f"GPU {UUIDS[2]} fenced 3 times within 7 days" in (st.message or "")
+    assert st.reasons[0].check == "repeat_offenders"
+    assert rules(world) == {}
+    assert world.taint_keys() != []
+    world.advance(3600)
+    reprobe_passes(world)  # the repair passes the probe, and still:
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "RepeatedFence")
+    assert "a person must look at it and release it" in (st.message or "")
+
+
+def test_fences_of_different_gpus_do_not_add_up() -> None:
+    """Each GPU's fences are its own history: GPUs 2, 6 and 0 fenced once each (a passing
+    probe between) leave the node accepted with the last one fenced."""
+    world = in_service()
+    for gpu in (2, 6, 0):
+        world.advance(3600)
+        taint_and_settle(world, {gpu: (xid("79", world),)})
+        assert (world.status.phase, world.status.fenced) == (Phase.ACCEPTED, "1/8")
+        if gpu != 0:
+            world.advance(3600)
+            reprobe_passes(world)
+    assert rules(world) == {"gpu-0": "NoSchedule"}
+
+
+def test_a_dry_run_records_no_fence_in_the_history() -> None:
+    world = in_service(dryRun=True)
+    taint_and_settle(world, {2: (xid("79", world),)})
+    assert world.status.held_action == HELD_FENCE
+    assert world.status.reverify is None or world.status.reverify.gpu_fences == []
+
+
+def test_a_repeat_offender_s_quarantine_the_limit_holds_is_counted_when_applied() -> None:
+    """The limit holds the escalated quarantine in service (its would-be action
+    recorded); applied once there is room, the GPU's third fence is in its history, so
+    a passing probe still does not bring the node back."""
+    world = in_service(maxQuarantined=1)
+    for _ in range(2):
+        world.advance(3600)
+        taint_and_settle(world, {2: (xid("79", world),)})
+        world.advance(3600)
+        reprobe_passes(world)
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=1, matched=2, matched_gpus=16, unavailable_gpus=8
+    )
+    world.advance(3600)
+    taint_and_settle(world, {2: (xid("79", world),)})
+    st = world.status
+    assert (st.phase, st.reason, st.held_action) == (Phase.ACCEPTED, "BreakerOpen", "Quarantine")
+    assert st.reasons[0].reason == "RepeatedFence"
+    assert st.fenced is None  # nor fenced: its fence is what escalated
+    world.limit_counts = QuarantineLimitCounts(
+        quarantined=0, matched=2, matched_gpus=16, unavailable_gpus=0
+    )
+    world.advance(30)
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "RepeatedFence")
+    assert st.reverify is not None
+    assert [f.uuid for f in st.reverify.gpu_fences] == [UUIDS[2]] * 3
+    world.advance(3600)
+    reprobe_passes(world)
+    assert (world.status.phase, world.status.reason) == (Phase.QUARANTINED, "RepeatedFence")
+
+
+def test_a_held_repeat_fence_applied_from_its_status_is_counted() -> None:
+    """The same held quarantine applied from the status alone (its finding gone by then:
+    the driver restarted): the GPUs the held verdict would have fenced go into the
+    history, so that the node stays a repeat offender."""
+    world = in_service(maxQuarantined=1)
+    assert world.na is not None
+    held = world.status.model_copy(
+        update={
+            "reason": "BreakerOpen",
+            "held_action": "Quarantine",
+            "reasons": [
+                Reason(check="repeat_offenders", reason="RepeatedFence", message="GPU 2 ..."),
+                Reason(check=IN_SERVICE_CHECK, reason=REASON_XID_FATAL, message="Xid 79"),
+            ],
+            "gpu_verdicts": [NEW_2],
+            "reverify": ReverifyStatus(
+                gpu_fences=[
+                    GpuFence(uuid=UUIDS[2], time=world.now - timedelta(hours=h)) for h in (1, 2)
+                ]
+            ),
+        }
+    )
+    world.na = dataclasses.replace(world.na, status=held)
+    world.settle()
+    st = world.status
+    assert (st.phase, st.reason) == (Phase.QUARANTINED, "RepeatedFence")
+    assert st.reverify is not None
+    assert [f.uuid for f in st.reverify.gpu_fences] == [UUIDS[2]] * 3
+
+
+# ------------------------------------------------ a fenced GPU cut into MIG devices
+def test_a_fenced_gpu_cut_into_mig_devices_stays_fenced_on_them() -> None:
+    """GPU 2 fenced; the GPU is put in MIG mode and the driver republishes its pool with
+    two MIG devices naming GPU 2 their parent (``parentUUID``) instead of ``gpu-2``: the
+    fence moves onto both MIG devices, the node stays Accepted with GPU 2 fenced, and a
+    GPU back to whole gets its own rule again."""
+    world = in_service()
+    taint_and_settle(world, {2: (xid("79", world),)})
+    assert rules(world) == {"gpu-2": "NoSchedule"}
+    whole = tuple(d for d in pool()[0].devices if d.name != "gpu-2")
+    cut = tuple(
+        DraDevice(f"gpu-2-mig-3g40gb-9-{p}", uuid=f"MIG-{p}", kind="mig", parent_uuid=UUIDS[2])
+        for p in (0, 4)
+    )
+    world.resource_slices = (ResourceSliceView("s", DRIVER, "gpu-1", 2, 1, "gpu-1", whole + cut),)
+    world.settle()
+    assert rules(world) == {
+        "gpu-2-mig-3g40gb-9-0": "NoSchedule",
+        "gpu-2-mig-3g40gb-9-4": "NoSchedule",
+    }
+    world.advance(301)  # past inService.allocatableGraceSeconds: a repartition is no loss
+    world.settle()
+    st = world.status
+    assert (st.phase, st.fenced) == (Phase.ACCEPTED, "1/8"), st.message
+    world.resource_slices = pool()
+    world.settle()
+    assert rules(world) == {"gpu-2": "NoSchedule"}

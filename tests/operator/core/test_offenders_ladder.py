@@ -8,9 +8,15 @@ import pytest
 from world import T0
 
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
-from gpuaccept.contracts.reverify import RepeatOffenders
+from gpuaccept.contracts.reverify import MAX_FENCE_HISTORY, GpuFence, RepeatOffenders
 from gpuaccept.operator.core.ladder import Rung, reason_rung, remedy
-from gpuaccept.operator.core.offenders import repeat_offence, with_quarantine
+from gpuaccept.operator.core.offenders import (
+    fence_offence,
+    repeat_fence,
+    repeat_offence,
+    with_fences,
+    with_quarantine,
+)
 
 POLICY = RepeatOffenders()  # 3 within 7 days
 NOW = T0 + timedelta(days=30)
@@ -120,3 +126,74 @@ def test_the_rung_of_each_fault_profile(profile: str, rung: Rung) -> None:
     assert not verdict.accepted
     st = NodeAcceptanceStatus(phase=Phase.QUARANTINED, reasons=list(verdict.reasons), report=report)
     assert remedy(st) == rung
+
+
+# ------------------------------------------------ repeated fences of one GPU (issue 40 item 5)
+A, B = "GPU-aaaa", "GPU-bbbb"
+
+
+def fences(*entries: tuple[str, float]) -> list[GpuFence]:
+    return [GpuFence(uuid=uuid, time=ago(days)) for uuid, days in entries]
+
+
+FENCE_OFFENCES = {
+    "fenced once before: the second fence is a fence": ((A,), fences((A, 1)), None, False),
+    "fenced twice before: the third escalates": ((A,), fences((A, 1), (A, 2)), None, True),
+    "one of them older than the window": ((A,), fences((A, 1), (A, 8)), None, False),
+    "released by a person after the first": ((A,), fences((A, 1), (A, 3)), ago(2), False),
+    "released before both": ((A,), fences((A, 1), (A, 3)), ago(4), True),
+    "another GPU's fences are its own": ((A,), fences((B, 1), (B, 2)), None, False),
+    "two GPUs at once, one of them a repeat offender": (
+        (B, A),
+        fences((A, 1), (A, 2), (B, 3)),
+        None,
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("uuids", "history", "released", "escalates"),
+    FENCE_OFFENCES.values(),
+    ids=list(FENCE_OFFENCES),
+)
+def test_repeat_fence(
+    uuids: tuple[str, ...], history: list[GpuFence], released: datetime | None, escalates: bool
+) -> None:
+    """The repeat-offender rule per GPU: its ``count``-th fence within the window, after
+    the last release, quarantines the node instead."""
+    found = repeat_fence(uuids, history, released, POLICY, NOW)
+    assert (found is not None) is escalates
+    if found is not None:
+        assert f"GPU {A} fenced 3 times within 7 days" in found
+        assert "the node is quarantined" in found
+
+
+def test_a_repeat_fence_is_off_with_the_rule() -> None:
+    off = POLICY.model_copy(update={"enabled": False})
+    assert repeat_fence((A,), fences((A, 1), (A, 2)), None, off, NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("history", "released", "held"),
+    [
+        (fences((A, 1), (A, 2), (A, 3)), None, True),  # its third fence escalated
+        (fences((A, 1), (A, 2), (B, 3)), None, False),
+        (fences((A, 1), (A, 2), (A, 3)), ago(0.5), False),  # a person released it since
+    ],
+)
+def test_fence_offence_keeps_the_node_until_a_person_releases_it(
+    history: list[GpuFence], released: datetime | None, held: bool
+) -> None:
+    found = fence_offence(history, released, POLICY, NOW)
+    assert (found is not None) is held
+    if found is not None:
+        assert "a person must look at it and release it" in found
+
+
+def test_the_fence_history_keeps_the_latest() -> None:
+    history: list[GpuFence] = []
+    for n in range(40):
+        history = with_fences(history, (A, B) if n % 2 else (A,), ago(40 - n))
+    assert len(history) == MAX_FENCE_HISTORY
+    assert history[-1].time == ago(1)

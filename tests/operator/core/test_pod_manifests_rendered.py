@@ -1,4 +1,5 @@
-"""The three pod kinds (probe, fabric, watch; a DRA node's probe pod and its claim)
+"""The three pod kinds (probe, fabric, watch; a DRA node's probe and fabric pods and
+their claims)
 render byte for byte as they did when
 they were three builders: each kind for a few operator configurations and nodes,
 dumped as JSON in key order, against ``pod_manifests.golden.json`` (rendered by the
@@ -23,6 +24,7 @@ from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
     ProbeAttempt,
     WatchPodRequest,
+    fabric_claim_manifest,
     fabric_pair_nonce,
     fabric_pod_manifest,
     probe_claim_manifest,
@@ -106,6 +108,17 @@ def _rendered() -> dict[str, Any]:
                         ),
                         config,
                     )  # fmt: skip
+                # a DRA node's fabric pod (through its claim, placed by the scheduler)
+                # and its claim
+                dra_fabric = FabricPodRequest(
+                    labels=FabricPodLabels(pair="abc", rank=1, first="a", second="b"),
+                    node=node, policy_name=policy_name, spec=policy,
+                    rendezvous_address="10.0.0.9", owner_uid="uid-2",
+                    nonce=fabric_pair_nonce(b"golden-render-key", "abc"), claim="f-1",
+                    dra_gpus=dra.dra_gpus,
+                )  # fmt: skip
+                pods[f"fabric-dra/{case}"] = fabric_pod_manifest(dra_fabric, config)
+                pods[f"fabric-claim/{case}"] = fabric_claim_manifest(dra_fabric, config)
                 pods[f"watch/{case}"] = watch_pod_manifest(
                     WatchPodRequest(
                         name="w-1", serial=2, node=node, policy_name=policy_name, spec=policy,
@@ -124,9 +137,9 @@ def render() -> str:
 def test_each_pod_kind_renders_as_before() -> None:
     expected = GOLDEN.read_text(encoding="utf-8").splitlines(keepends=True)
     rendered = render().splitlines(keepends=True)
-    # 2 configurations x 2 nodes x 2 policies x 6 objects (probe, DRA probe and its
-    # claim, fabric rank 0 and 1, watch)
-    assert len(rendered) == len(expected) == 48
+    # 2 configurations x 2 nodes x 2 policies x 8 objects (probe, DRA probe and its
+    # claim, fabric rank 0 and 1, DRA fabric pod and its claim, watch)
+    assert len(rendered) == len(expected) == 64
     for got, want in zip(rendered, expected, strict=True):
         assert got == want
 

@@ -123,3 +123,24 @@ def test_the_view_reads_the_driver_s_device_taints() -> None:
         ),
         DeviceTaintView("gpu.nvidia.com/unmonitored", "", "None", None),
     )
+
+
+def test_the_view_reads_a_mig_device_s_parent_gpu() -> None:
+    """A MIG device as NVIDIA's driver publishes it (kubernetes-sigs/dra-driver-nvidia-gpu,
+    cmd/gpu-kubelet-plugin/mig.go ``CommonAttributesMig``): type ``mig``, its own uuid,
+    and ``parentUUID``, the GPU it was cut from."""
+    mig = {
+        "name": "gpu-0-mig-1g10gb-19-0",
+        "attributes": {
+            "type": {"string": "mig"},
+            "uuid": {"string": "MIG-1f6f8f8e-1d2b-4c3a-9e8f-000000000000"},
+            "parentUUID": {"string": "GPU-0f6f8f8e-1d2b-4c3a-9e8f-000000000000"},
+            "profile": {"string": "1g.10gb"},
+        },
+    }
+    (device,) = resource_slice_view(nvidia_slice(devices=[mig])).devices
+    assert (device.kind, device.uuid, device.parent_uuid) == (
+        "mig",
+        "MIG-1f6f8f8e-1d2b-4c3a-9e8f-000000000000",
+        "GPU-0f6f8f8e-1d2b-4c3a-9e8f-000000000000",
+    )

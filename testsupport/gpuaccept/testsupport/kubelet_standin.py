@@ -113,7 +113,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -390,16 +390,18 @@ class KubeletStandIn:
         slices: int = 1,
         leave_out: Iterable[int] = (),
         drop: Iterable[int] = (),
+        mig: Iterable[int] = (),
     ) -> int:
         """Publish the DRA node's pool under its next generation, as NVIDIA's driver
         does: its GPUs (the profile's count and product) in ``slices`` slices, the slices
         numbered in ``leave_out`` not published (an incomplete pool), the GPUs indexed in
-        ``drop`` left out (a GPU the driver lost). Returns the generation."""
+        ``drop`` left out (a GPU the driver lost), those in ``mig`` in MIG mode (published
+        as their MIG devices, ``standin_dra.DraGpu.devices``). Returns the generation."""
         with self._lock:
             n = self._nodes[node_name]
-        dropped = set(drop)
+        dropped, cut = set(drop), set(mig)
         gpus = [
-            gpu
+            replace(gpu, mig=gpu.index in cut)
             for gpu in node_gpus(n.name, n.gpu_counts().capacity, n.gpu_product.replace("-", " "))
             if gpu.index not in dropped
         ]

@@ -215,7 +215,7 @@ class Env:
         self.standin.add_nodes(sims)
         return [s.name for s in sims]
 
-    def dra_nodes(
+    def dra_nodes(  # noqa: PLR0913 (each a separate knob of the simulated driver)
         self,
         suite: str,
         profiles: dict[str, str],
@@ -223,10 +223,12 @@ class Env:
         driver: str = DRA_DRIVER,
         slices: int = 1,
         left_out: tuple[int, ...] = (),
+        behaviour: Behaviour | BehaviourHook | None = None,
     ) -> list[str]:
         """Register nodes ``<suite>-<key>`` under the pending taint whose GPUs ``driver``
         publishes in ResourceSlices (``slices`` of them, those numbered in ``left_out``
-        not yet), not as nvidia.com/gpu (testsupport/standin_dra.py)."""
+        not yet), not as nvidia.com/gpu (testsupport/standin_dra.py); their pods do
+        ``behaviour`` (None: run their commands)."""
         sims = [
             SimNode(
                 name=f"{suite}-{key}",
@@ -236,6 +238,7 @@ class Env:
                 dra_driver=driver,
                 dra_slices=slices,
                 dra_left_out=left_out,
+                behaviour=behaviour,
             )
             for key, profile in profiles.items()
         ]

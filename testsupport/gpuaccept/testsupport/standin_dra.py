@@ -82,11 +82,40 @@ def prepared_devices(claim: JSON, pod_uid: str, node_name: str) -> list[str] | N
     return [str(r["device"]) for r in results if r.get("pool") == node_name]
 
 
+# A GPU in MIG mode is published as these MIG devices (start of each placement) of
+# profile 3g.40gb, GPU instance profile 9, instead of its own device.
+MIG_PLACEMENTS = (0, 4)
+
+
 @dataclass(frozen=True)
 class DraGpu:
     index: int
     uuid: str
     product_name: str
+    mig: bool = False  # in MIG mode: published as its MIG devices
+
+    def devices(self) -> list[JSON]:
+        """What NVIDIA's driver publishes for this GPU: its own device, or in MIG mode
+        one device per MIG device, named ``gpu-<minor>-mig-<profile>-<profile id>-<start>``
+        with attributes type ``mig``, its own uuid and ``parentUUID`` the GPU's
+        (kubernetes-sigs/dra-driver-nvidia-gpu, cmd/gpu-kubelet-plugin/mig.go
+        ``CommonAttributesMig``, ``ToCanonicalName``)."""
+        if not self.mig:
+            return [self.device()]
+        return [
+            {
+                "name": f"gpu-{self.index}-mig-3g40gb-9-{start}",
+                "attributes": {
+                    "type": {"string": "mig"},
+                    "uuid": {"string": f"MIG-{start}{self.uuid.removeprefix('GPU-')[1:]}"},
+                    "parentUUID": {"string": self.uuid},
+                    "profile": {"string": "3g.40gb"},
+                    "productName": {"string": self.product_name},
+                },
+                "capacity": {"memory": {"value": "40Gi"}},
+            }
+            for start in MIG_PLACEMENTS
+        ]
 
     def device(self) -> JSON:
         return {
@@ -120,7 +149,7 @@ def slice_manifests(
     driver: str = DRA_DRIVER,
 ) -> list[JSON]:
     """The pool's ``slices`` ResourceSlices at ``generation`` (devices dealt in order)."""
-    devices = [gpu.device() for gpu in gpus]
+    devices = [device for gpu in gpus for device in gpu.devices()]
     per = -(-len(devices) // slices) if devices else 0
     return [
         {

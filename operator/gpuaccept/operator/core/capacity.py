@@ -25,6 +25,13 @@ nodes``), so that on nodes of equal size they decide as the node counts do, and 
 GPU fenced is a share of a node, not a node (:func:`gpus_out`, :func:`gpu_limit`). The
 operator's ceiling stays a count of nodes.
 
+A fence of a GPU in service is a take-out too (core/record.py): it counts in the rate's
+window as the GPUs it took out (:func:`window_gpus`, ``status.takenOutGpus``), the node's
+earlier fences within the window added, and where the limit counts nodes as one node
+taken out (as :func:`counted_out` counts a fenced node as one node out). Its ask of the
+rate is the GPUs it adds to its node's window (``asked_recent_gpus``), not the fences
+that stand.
+
 A brand-new node that registered under the pending taint is not in service: its
 probe takes nothing out, so nothing here holds it back; once quarantined or held
 it counts against the standing limit.
@@ -86,6 +93,18 @@ def gpus_out(st: NodeAcceptanceStatus, node_gpus: int) -> int:
     if out_of_service(st):
         return node_gpus
     return min(fenced_gpus(st), node_gpus)
+
+
+def window_gpus(st: NodeAcceptanceStatus, node_gpus: int) -> int:
+    """The GPUs of a node of ``node_gpus`` GPUs that its last take-out (``takenOutTime``)
+    counts in the rate's window: all of them for a node taken out, the GPUs its fences
+    took out (``takenOutGpus``) where only fences did, never more than it has; 0 when
+    it was never taken out."""
+    if st.taken_out_time is None:
+        return 0
+    if st.taken_out_gpus is None:
+        return node_gpus
+    return min(st.taken_out_gpus, node_gpus)
 
 
 def node_gpu_count(node: NodeView) -> int:
@@ -248,11 +267,12 @@ def _take_out_gpus(
         rate_nodes = rate_limit(spec, matched, ceiling)
         rate = gpu_limit(rate_nodes, matched, matched_gpus)
         recent = counts.taken_out_recently_gpus or 0
-        if not _fits(recent, gpus, rate, rate_nodes):
+        asked = gpus if counts.asked_recent_gpus is None else counts.asked_recent_gpus
+        if not _fits(recent, asked, rate, rate_nodes):
             window = spec.quarantine_rate.window_seconds
             return TakeOutDecision(
                 False,
                 f"quarantineRate={spec.quarantine_rate.max_per_window}/{window}s: {recent} "
-                f"GPU(s) of limit {rate} taken out in the last {window}s, {gpus} more asked",
+                f"GPU(s) of limit {rate} taken out in the last {window}s, {asked} more asked",
             )
     return TakeOutDecision(True)

@@ -21,6 +21,9 @@ what the node's status and facts say         the node's rules
 ==========================================  ======================================
 fenced GPUs, each resolved in the pool       one rule each (created, or patched to
                                              the device the pool names now)
+a fenced GPU cut into MIG devices (its       one rule per MIG device naming it its
+own device gone, MIG devices naming it       parent (``parentUUID``); the GPU's own
+their parent), every pool complete           rule deleted
 a fenced GPU not resolved now (the pool      its rule kept as it is
 being republished, incomplete; none
 published)
@@ -45,7 +48,7 @@ from typing import Any
 
 from gpuaccept.contracts.api import ACCEPTANCE_KIND, API_VERSION, FENCE_TAINT_KEY, GROUP
 from gpuaccept.contracts.nodeacceptance import GpuVerdict, NodeAcceptanceStatus, Phase
-from gpuaccept.operator.core.gpupublishing import DraPool, dra_pools
+from gpuaccept.operator.core.gpupublishing import MIG_DEVICE_TYPE, DraPool, dra_pools
 from gpuaccept.operator.core.model import (
     Action,
     DeleteFenceRule,
@@ -71,6 +74,7 @@ __all__ = [
     "RULE_KIND",
     "fence_rule_actions",
     "fence_rule_manifest",
+    "fence_targets",
     "gone_from_pools",
     "resolve_gpu",
     "rule_name",
@@ -109,16 +113,47 @@ def resolve_gpu(gpu_uuid: str, pools: Iterable[DraPool]) -> tuple[str, str, str]
     return found[0] if len(found) == 1 else None
 
 
+def mig_devices_of(
+    gpu_uuid: str, pools: Sequence[DraPool]
+) -> tuple[tuple[str, str, str, str], ...]:
+    """(driver, pool, device name, MIG UUID) of each MIG device cut from the GPU
+    ``gpu_uuid`` (attribute ``parentUUID``), once every pool of the node is complete
+    (none while one is being republished)."""
+    if not pools or not all(pool.complete for pool in pools):
+        return ()
+    return tuple(
+        (pool.driver, pool.name, device.name, device.uuid)
+        for pool in pools
+        for device in pool.devices
+        if device.kind == MIG_DEVICE_TYPE and device.parent_uuid == gpu_uuid and device.uuid
+    )
+
+
+def fence_targets(gpu_uuid: str, pools: Sequence[DraPool]) -> tuple[tuple[str, str, str, str], ...]:
+    """(driver, pool, device name, device UUID) of each device a fence of the GPU
+    ``gpu_uuid`` selects: the GPU's own device (:func:`resolve_gpu`), or, where the GPU
+    is cut into MIG devices (its own device gone, MIG devices naming it their parent),
+    each of those; () when neither resolves now."""
+    where = resolve_gpu(gpu_uuid, pools)
+    if where is not None:
+        return ((*where, gpu_uuid),)
+    return mig_devices_of(gpu_uuid, pools)
+
+
 def gone_from_pools(gpu_uuid: str, pools: Sequence[DraPool]) -> bool:
     """The GPU ``gpu_uuid`` is gone from the node's pools: there is a pool, every one is
-    complete, and no device of any carries that UUID. Its rule must go, for its device
-    name may now be another GPU's; health in service sees the GPU gone from the pool
-    (``GPUsUnallocatable``). A pool incomplete or none published (being republished) is
-    not a GPU gone."""
+    complete, and no device of any carries that UUID nor names it its parent (a MIG
+    device). Its rule must go, for its device name may now be another GPU's; health in
+    service sees the GPU gone from the pool (``GPUsUnallocatable``). A pool incomplete
+    or none published (being republished) is not a GPU gone."""
     return (
         bool(pools)
         and all(pool.complete for pool in pools)
-        and not any(device.uuid == gpu_uuid for pool in pools for device in pool.devices)
+        and not any(
+            gpu_uuid in (device.uuid, device.parent_uuid)
+            for pool in pools
+            for device in pool.devices
+        )
     )
 
 
@@ -159,15 +194,14 @@ def wanted_fence_rules(
         effect = wanted_effect(status, gpu, policy_effect)
         if effect is None:
             continue
-        where = resolve_gpu(gpu.uuid, pools) if gpu.uuid else None
-        if where is None:
+        targets = fence_targets(gpu.uuid, pools) if gpu.uuid else ()
+        if not targets:
             if not (gpu.uuid and gone_from_pools(gpu.uuid, pools)):
                 unresolved.append(gpu.uuid or f"GPU {gpu.index}")
             continue
-        driver, pool, device = where
-        rules.append(
+        rules.extend(
             FenceRuleView(
-                name=rule_name(node, gpu.uuid or ""),
+                name=rule_name(node, device_uuid),  # the GPU's UUID, or its MIG device's
                 node=node,
                 gpu_uuid=gpu.uuid or "",
                 driver=driver,
@@ -177,6 +211,7 @@ def wanted_fence_rules(
                 value=_reason_value(gpu),
                 effect=effect,
             )
+            for driver, pool, device, device_uuid in targets
         )
     return tuple(rules), tuple(unresolved)
 

@@ -60,6 +60,15 @@ def gpu_names(gpus: tuple[GpuVerdict, ...]) -> str:
     return ", ".join(f"GPU {g.index}" + (f" ({g.uuid})" if g.uuid else "") for g in gpus)
 
 
+def new_fences(
+    standing: Iterable[GpuVerdict], fence: Iterable[GpuVerdict]
+) -> tuple[GpuVerdict, ...]:
+    """The GPUs of ``fence`` not fenced among ``standing`` (the status's ``gpuVerdicts``),
+    by UUID where the GPU has one, else by index: the fence takes them out now."""
+    fenced = {g.uuid or g.index for g in standing if g.fenced}
+    return tuple(g for g in fence if (g.uuid or g.index) not in fenced)
+
+
 def with_standing_fences(attribution: Attribution, gpus: Iterable[GpuVerdict]) -> Attribution:
     """``attribution`` with the GPUs fenced among ``gpus`` (the status's
     ``gpuVerdicts``) beside its own: the verdict of a targeted re-verification, which

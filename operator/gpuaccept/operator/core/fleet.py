@@ -37,6 +37,7 @@ from gpuaccept.operator.core.capacity import (
     node_gpu_count,
     out_of_service,
     take_out_allowed,
+    window_gpus,
 )
 from gpuaccept.operator.core.model import NAView, NodeView, PolicyView, QuarantineLimitCounts
 
@@ -276,7 +277,7 @@ def _gpus_out_of_service(
         if out:
             share.out[na.name] = out
         if st.taken_out_time is not None:
-            share.taken_out[na.name] = gpus
+            share.taken_out[na.name] = window_gpus(st, gpus)
 
 
 def tally(snapshot: FleetSnapshot, only: str | None = None) -> dict[str, PolicyTally]:

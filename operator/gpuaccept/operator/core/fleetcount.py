@@ -30,6 +30,7 @@ from gpuaccept.operator.core.capacity import (
     gpus_out,
     lingering,
     out_of_service,
+    window_gpus,
 )
 from gpuaccept.operator.core.fleet import (
     PolicyTally,
@@ -49,8 +50,8 @@ class _Counted:
     out: bool  # counted as a node out (capacity.counted_out), not quarantined
     taken_out: datetime | None
     held_action: str | None = None
-    node_gpus: int = 0  # the node's GPUs when counted (0: unknown)
-    gpus_out: int = 0  # of them, out of service because of gpuaccept (capacity.gpus_out)
+    gpus_out: int = 0  # of its GPUs, out of service because of gpuaccept (capacity.gpus_out)
+    window_gpus: int = 0  # of its GPUs, what its last take-out counts (capacity.window_gpus)
 
 
 def _counted(status: NodeAcceptanceStatus, node_gated: bool, node_gpus: int = 0) -> _Counted | None:
@@ -67,8 +68,8 @@ def _counted(status: NodeAcceptanceStatus, node_gated: bool, node_gpus: int = 0)
         counted_out(status, node_gated),
         status.taken_out_time,
         status.held_action,
-        node_gpus,
         node_gpus if whole else gpus_out(status, node_gpus),
+        window_gpus(status, node_gpus),
     )
 
 
@@ -362,7 +363,7 @@ class FleetCount:
         if now is not None and times:
             since = now - timedelta(seconds=self._window(policy))
             at = bisect_left(times, (since, ""))
-            recent = sum(self._counted[n].node_gpus for _, n in times[at:] if n != node)
+            recent = sum(self._counted[n].window_gpus for _, n in times[at:] if n != node)
         return {
             "matched_gpus": self._matched_gpus[policy],
             "unavailable_gpus": self._gpus_out_total[policy] - out.get(node, 0),
@@ -403,7 +404,7 @@ class FleetCount:
                 ),
                 gpus_out=dict(self._gpus_out.get(name, {})),
                 taken_out_gpus={
-                    n: self._counted[n].node_gpus for _, n in self._taken_out.get(name, ())
+                    n: self._counted[n].window_gpus for _, n in self._taken_out.get(name, ())
                 },
             )
         return out

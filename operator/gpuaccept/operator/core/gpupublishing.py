@@ -32,13 +32,14 @@ pool are inconsistent: the pool is not complete, and says why.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuaccept.contracts.nodeacceptance import GpuPublishing
 from gpuaccept.operator.core.model import DraDevice, NodeView, ResourceSliceView
 
 # Attribute ``type`` of NVIDIA's driver: a whole GPU ("gpu"), or a MIG or VFIO device.
 GPU_DEVICE_TYPE = "gpu"
+MIG_DEVICE_TYPE = "mig"  # a MIG device; attribute parentUUID names its GPU
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,9 @@ class PublishedGpus:
         return text
 
 
+NO_GPUS_PUBLISHED = PublishedGpus(None)  # neither way (yet)
+
+
 def _pool(driver: str, name: str, slices: list[ResourceSliceView]) -> DraPool:
     generation = max(s.generation for s in slices)
     current = [s for s in slices if s.generation == generation]
@@ -148,4 +152,14 @@ def node_gpus(
         return PublishedGpus(GpuPublishing.DEVICE_PLUGIN)
     if pools:
         return PublishedGpus(GpuPublishing.DRA, pools)
-    return PublishedGpus(None)
+    return NO_GPUS_PUBLISHED
+
+
+def counted_node(node: NodeView, gpus: PublishedGpus) -> NodeView:
+    """``node`` as a report is held to and a pod is sized by: on a DRA node (``gpus``)
+    its complete pools' GPUs play allocatable's and capacity's part, as
+    ``nvidia.com/gpu`` does on a device-plugin node; any other node as it is."""
+    if gpus.mode != GpuPublishing.DRA:
+        return node
+    count = len(gpus.dra_gpus)
+    return replace(node, gpus=count, gpu_capacity=count)

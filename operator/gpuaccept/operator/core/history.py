@@ -3,10 +3,11 @@
 
 * :func:`against_history` (from ``core/record.py`` ``judged``): a verdict that
   would accept is held to the node's baseline (``reverify.drift``: a figure too
-  far below it fails, ``BaselineDriftFailed``) and to its quarantines
-  (``repeatOffenders``: ``RepeatedQuarantine``).
-* :func:`history_fields` records the baseline, the drift, the quarantines and the
-  end of a re-verification round; :func:`history_events` its Warning Event.
+  far below it fails, ``BaselineDriftFailed``) and to its quarantines and its GPUs'
+  fences (``repeatOffenders``: ``RepeatedQuarantine``, ``RepeatedFence``).
+* :func:`history_fields` records the baseline, the drift, the quarantines, the GPUs'
+  fences and the end of a re-verification round; :func:`history_events` its Warning
+  Event.
 * :func:`reverifying` and :func:`keeps_evidence`: the round under way, and whether a
   targeted round that passed keeps the evidence the node was accepted on.
 """
@@ -31,10 +32,13 @@ from gpuaccept.contracts.reverify import (
 )
 from gpuaccept.operator.core.nodecontext import NodeContext, PlanBuilder
 from gpuaccept.operator.core.offenders import (
+    REASON_REPEATED_FENCE,
     REASON_REPEATED_QUARANTINE,
     REPEAT_CHECK,
+    fence_offence,
     last_release,
     repeat_offence,
+    with_fences,
     with_quarantine,
 )
 
@@ -92,13 +96,16 @@ def against_history(
         if f.level == "fail"
     ]
     rv = ctx.status.reverify or ReverifyStatus()
-    offence = repeat_offence(
-        rv.quarantines, last_release(ctx.status), ctx.spec.repeat_offenders, ctx.obs.now
-    )
+    released, policy, now = last_release(ctx.status), ctx.spec.repeat_offenders, ctx.obs.now
+    offence = repeat_offence(rv.quarantines, released, policy, now)
     if offence is not None:
         reasons.append(
             Reason(check=REPEAT_CHECK, reason=REASON_REPEATED_QUARANTINE, message=offence[:512])
         )
+    fenced = fence_offence(rv.gpu_fences, released, policy, now)
+    if fenced is not None:
+        why = Reason(check=REPEAT_CHECK, reason=REASON_REPEATED_FENCE, message=fenced[:512])
+        reasons.append(why)
     if not reasons:
         return verdict
     return replace(verdict, accepted=False, reasons=tuple(reasons))
@@ -165,6 +172,9 @@ class Recorded:
     report: ProbeReport | None
     fabric_busbw: float | None = None
     compare: bool = True  # new evidence (not a re-judge): compared with the baseline
+    # The UUIDs of the GPUs newly fenced, or whose fence is escalated to the node's
+    # quarantine (repeatOffenders per GPU): the fence history counts them.
+    fenced: tuple[str, ...] = ()
 
 
 def history_fields(ctx: NodeContext, rec: Recorded) -> dict[str, Any]:
@@ -175,8 +185,11 @@ def history_fields(ctx: NodeContext, rec: Recorded) -> dict[str, Any]:
     rv = st.reverify or ReverifyStatus()
     changes: dict[str, Any] = {}
     quarantined = rec.phase == Phase.QUARANTINED and st.phase != Phase.QUARANTINED
-    if quarantined and rec.reason != REASON_REPEATED_QUARANTINE:
+    repeated = (REASON_REPEATED_QUARANTINE, REASON_REPEATED_FENCE)
+    if quarantined and rec.reason not in repeated:
         changes["quarantines"] = with_quarantine(rv.quarantines, now)
+    if rec.fenced:
+        changes["gpu_fences"] = with_fences(rv.gpu_fences, rec.fenced, now)
     found = None
     if rec.fabric_busbw is not None:
         found = _fabric_drift(ctx, rec.fabric_busbw)

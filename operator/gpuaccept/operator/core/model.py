@@ -104,6 +104,7 @@ class DraDevice:
     index: int | None = None  # attribute index, where the driver publishes one
     kind: str = ""  # attribute type: gpu, mig, vfio (NVIDIA's driver); "" when absent
     taints: tuple[DeviceTaintView, ...] = ()  # the driver's own (its health monitor's)
+    parent_uuid: str = ""  # attribute parentUUID of a MIG device: the GPU it is cut from
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,10 @@ class QuarantineLimitCounts:
     taken_out_recently_gpus: int | None = None
     # The GPUs the action on this node takes out: all of its own, or the GPUs to fence.
     asked_gpus: int | None = None
+    # What the action asks of the rate in GPUs: this node's take-outs within the window
+    # once it is done (a fence: its new GPUs and the node's earlier fences in the window).
+    # None: ``asked_gpus``.
+    asked_recent_gpus: int | None = None
 
     @property
     def unavailable(self) -> int:

@@ -8,7 +8,7 @@ phase decides and turns them into an ordered :class:`Plan`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
@@ -16,7 +16,6 @@ from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import REMEDY_CONDITION_TYPE
 from gpuaccept.contracts.nodeacceptance import (
-    GpuPublishing,
     NodeAcceptanceStatus,
     Phase,
     Reason,
@@ -25,7 +24,7 @@ from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core import ladder, nodestate
 from gpuaccept.operator.core.capacity import REASON_QUARANTINE_LIMIT
 from gpuaccept.operator.core.conditions import with_accepted_condition
-from gpuaccept.operator.core.gpupublishing import PublishedGpus, node_gpus
+from gpuaccept.operator.core.gpupublishing import PublishedGpus, counted_node, node_gpus
 from gpuaccept.operator.core.model import (
     Action,
     DeleteProbePod,
@@ -83,10 +82,7 @@ class NodeContext:
         """The node as a report is held to: on a DRA node its complete pools' GPUs
         play allocatable's and capacity's part (what its probe pod was passed,
         core/podspec.py), as ``nvidia.com/gpu`` does on a device-plugin node."""
-        if self.gpus.mode != GpuPublishing.DRA:
-            return self.node
-        count = len(self.gpus.dra_gpus)
-        return replace(self.node, gpus=count, gpu_capacity=count)
+        return counted_node(self.node, self.gpus)
 
     def judge_report(self, report: ProbeReport) -> Verdict | str:
         """The judge's verdict, or why it failed. A report can pass the contract and

@@ -170,8 +170,8 @@ def node_affinity(
     3), so a pod that the operator's token pins to a node outside its reach (a
     control-plane node, a CPU node) is refused by that node's kubelet.
 
-    ``pin``: a pod the scheduler places (a DRA node's probe pod, whose claim the
-    scheduler allocates) is pinned to its node as a DaemonSet's pod is: the same term
+    ``pin``: a pod the scheduler places (a DRA node's probe or fabric pod, whose claim
+    the scheduler allocates) is pinned to its node as a DaemonSet's pod is: the same term
     also requires ``matchFields metadata.name In [pin]``."""
     expressions: list[dict[str, Any]] = [
         {"key": key, "operator": "Exists"}
@@ -201,7 +201,7 @@ def node_affinity(
 class PodKind:
     """What one kind of pod (probe, fabric, watch) sets; :func:`pod_manifest` builds
     the rest the same for every kind: pinned to the node by ``nodeName`` (a DRA node's
-    probe pod by its node affinity: the scheduler places it), under the
+    probe or fabric pod by its node affinity: the scheduler places it), under the
     operator's node affinity, no API token, no host network, what Pod Security
     "restricted" asks, the platform team's labels and annotations first, the
     operator's own after them (so they win), the NodeAcceptance as controller."""
@@ -221,7 +221,8 @@ class PodKind:
     chart_annotations: Mapping[str, str] = field(default_factory=dict)  # after the platform's
     capabilities: tuple[str, ...] = ()  # added to the container's
     shm: bool = True  # a memory-backed /dev/shm (NCCL, the probe's workloads)
-    # A DRA node's probe pod: the ResourceClaim its GPUs come through (core/draclaim.py).
+    # A DRA node's probe or fabric pod: the ResourceClaim its GPUs come through
+    # (core/draclaim.py).
     # Such a pod is placed by the scheduler (which allocates the claim), pinned by node
     # affinity, not by spec.nodeName.
     claim: str = ""
@@ -476,6 +477,10 @@ class FabricPodRequest:
     applied_taints: Sequence[str] = ()
     owner_uid: str = ""  # the node's NodeAcceptance: the pod's controller (drain, GC)
     nonce: str = ""  # the pair's secret (fabric_pair_nonce; rank 1: rank 0's)
+    # A DRA node: the claim the pod gets its GPUs through (named as the pod), and the
+    # GPUs of the node's complete pool (core/gpupublishing.py), one rank each.
+    claim: str = ""
+    dra_gpus: tuple[DraDevice, ...] = ()
 
 
 def _fabric_args(request: FabricPodRequest, config: OperatorConfig) -> list[str]:
@@ -507,7 +512,9 @@ def _fabric_args(request: FabricPodRequest, config: OperatorConfig) -> list[str]
 
 def _fabric_kind(request: FabricPodRequest, config: OperatorConfig) -> PodKind:
     labels, node, fabric = request.labels, request.node, config.fabric
-    resources = _gpu_resources(node, config)
+    # On a DRA node its GPUs come through its claim, as the probe pod's do.
+    resources = _no_gpu_resources(config) if request.claim else _gpu_resources(node, config)
+    gpus = len(request.dra_gpus) if request.claim else node.gpus
     for name, quantity in fabric.resources.items():
         resources["limits"][name] = quantity
         resources["requests"][name] = quantity
@@ -524,7 +531,7 @@ def _fabric_kind(request: FabricPodRequest, config: OperatorConfig) -> PodKind:
             *({"name": name, "value": value} for name, value in fabric.env),
             {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            {"name": ENV_EXPECTED_GPUS, "value": str(node.gpus)},
+            {"name": ENV_EXPECTED_GPUS, "value": str(gpus)},
             *([{"name": ENV_FABRIC_NONCE, "value": request.nonce}] if request.nonce else []),
         ],
         resources=resources,
@@ -537,14 +544,32 @@ def _fabric_kind(request: FabricPodRequest, config: OperatorConfig) -> PodKind:
         },
         chart_annotations=fabric.annotations,
         capabilities=fabric.capabilities,
+        claim=request.claim,
     )
 
 
 def fabric_pod_manifest(request: FabricPodRequest, config: OperatorConfig) -> dict[str, Any]:
     """One pod of a fabric pair, built from the operator's own ``config`` (the chart's
-    RDMA settings included): all of the node's GPUs, the pending taint tolerated,
-    pinned to the node, no API credentials, the pod IP from the downward API."""
+    RDMA settings included): all of the node's GPUs (a DRA node's through its claim),
+    the pending taint tolerated, pinned to the node, no API credentials, the pod IP
+    from the downward API."""
     return pod_manifest(_fabric_kind(request, config), config)
+
+
+def fabric_claim_manifest(request: FabricPodRequest, config: OperatorConfig) -> dict[str, Any]:
+    """The ResourceClaim of a fabric pod on a DRA node (``request.claim``, named as the
+    pod): the probe claim's shape (core/draclaim.py), the operator's labels and the
+    pair's, the NodeAcceptance as its controller."""
+    kind = _fabric_kind(request, config)
+    labels = {
+        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+        COMPONENT_LABEL: CLAIM_COMPONENT,
+        NODE_LABEL: node_label_value(request.node.name),
+        FABRIC_PAIR_LABEL: request.labels.pair,
+        FABRIC_RANK_LABEL: str(request.labels.rank),
+    }
+    owners = _owned_by(kind).get("ownerReferences") or [None]
+    return claim_manifest(request.claim, labels=labels, owner=owners[0], config=config)
 
 
 # --------------------------------------------------------------------------- watch pods

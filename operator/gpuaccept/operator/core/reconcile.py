@@ -29,6 +29,7 @@ from gpuaccept.contracts.nodeacceptance import (
 )
 from gpuaccept.operator.core.capacity import adopting
 from gpuaccept.operator.core.draclaim import claims_to_delete, without_claims
+from gpuaccept.operator.core.fabric.membership import is_member
 from gpuaccept.operator.core.fencerules import with_fence_rules
 from gpuaccept.operator.core.model import (
     CreateNodeAcceptance,
@@ -191,12 +192,14 @@ def _crash_window_pods(ctx: NodeContext, out: PlanBuilder, split: PodSplit) -> P
 
 
 def _spent_claims(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
-    """The probe claims on record that no attempt needs any more (core/draclaim.py):
+    """The probe claims on record that no attempt needs any more, and the fabric pods'
+    claims of a node that is no longer a member of its fabric pass (core/draclaim.py):
     deleted (the executor checks each one's nonce first: a claim another creator made
     under the name is left), then their intents dropped; a crash in between deletes
     them again."""
     status = ctx.status
-    names = claims_to_delete(status, ctx.obs.pods)
+    member = is_member(status, ctx.policy.name, ctx.spec, ctx.node.labels)
+    names = claims_to_delete(status, ctx.obs.pods, fabric_member=member)
     if not names:
         return None
     intents = tuple(status.creation_intents)

@@ -25,6 +25,7 @@ from gpuaccept.checks.remeasure import probed_sections
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import ACCEPTANCE_KIND
 from gpuaccept.contracts.nodeacceptance import (
+    MAX_NODE_GPUS,
     CheckSummary,
     FabricStatus,
     GpuVerdict,
@@ -41,18 +42,19 @@ from gpuaccept.operator.core.capacity import (
     HELD_QUARANTINE,
     REASON_DRY_RUN,
     TakeOutDecision,
-    fenced_gpus,
     in_service,
     node_gpu_count,
     out_of_service,
     take_out_allowed,
+    window_gpus,
 )
-from gpuaccept.operator.core.fencerules import HELD_FENCE, resolve_gpu
+from gpuaccept.operator.core.fencerules import HELD_FENCE, fence_targets
 from gpuaccept.operator.core.fencing import (
     REASON_FENCING_UNAVAILABLE,
     FencingDecision,
     fencing_decision,
     gpu_names,
+    new_fences,
     with_standing_fences,
 )
 from gpuaccept.operator.core.history import (
@@ -71,6 +73,12 @@ from gpuaccept.operator.core.nodecontext import (
     PlanBuilder,
     cut,
     reasons_message,
+)
+from gpuaccept.operator.core.offenders import (
+    REASON_REPEATED_FENCE,
+    REPEAT_CHECK,
+    last_release,
+    repeat_fence,
 )
 
 REASON_FABRIC_WAITING = "FabricPending"
@@ -109,6 +117,9 @@ class Quarantine:
     evidence: Evidence
     reason: str  # the first reason's word (the condition's and the column's)
     summary: str  # every reason, for the message and the Events
+    # The UUIDs of the GPUs whose fence this quarantine takes the place of (a repeat
+    # offender's, RepeatedFence): the fence history counts them.
+    escalated: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,12 +198,14 @@ def judged(
     verdict = _with_untested_fences(ctx, verdict, evidence)
     fencing = fencing_decision(verdict, ctx.spec.fencing, ctx.gpus.mode)
     unavailable = _fence_unavailable(ctx, fencing)
-    if fencing.fence and not unavailable:
+    repeat = None if unavailable else _repeat_fence(ctx, fencing.fence)
+    if fencing.fence and not unavailable and repeat is None:
         return _fence(ctx, verdict, evidence, fencing.fence, summary)
-    if unavailable:
-        summary = f"would fence {gpu_names(fencing.fence)}, but {unavailable}: {summary}"
-    elif fencing.why_node:
-        summary = f"{cut(summary, 700)}; not fenced: {fencing.why_node}"
+    escalated: tuple[str, ...] = ()
+    if repeat is not None:  # a repeat offender's fence: the node is quarantined instead
+        verdict, summary, escalated = _escalated(ctx, verdict, fencing.fence, repeat, summary)
+    else:
+        summary = _not_fenced(fencing, unavailable, summary)
     if ctx.spec.dry_run:
         if verdict.accepted:
             return Hold(verdict, evidence, REASON_DRY_RUN, "dry run: would accept", HELD_ACCEPT)
@@ -207,11 +220,33 @@ def judged(
     # another policy (the node was relabelled), it takes one here.
     decision = take_out_now(ctx)
     if decision.allowed:
-        return Quarantine(verdict, evidence, main, summary)
+        return Quarantine(verdict, evidence, main, summary, escalated)
     message = f"quarantine limit: {decision.why}; would quarantine: {summary}"
     return Hold(
         verdict, evidence, REASON_QUARANTINE_LIMIT, message, HELD_QUARANTINE, in_service(st)
     )
+
+
+def _not_fenced(fencing: FencingDecision, unavailable: str, summary: str) -> str:
+    """The summary of a verdict that fences nothing: why not, where it would have."""
+    if unavailable:
+        return f"would fence {gpu_names(fencing.fence)}, but {unavailable}: {summary}"
+    if fencing.why_node:
+        return f"{cut(summary, 700)}; not fenced: {fencing.why_node}"
+    return summary
+
+
+def _escalated(
+    ctx: NodeContext, verdict: Verdict, fence: tuple[GpuVerdict, ...], repeat: str, summary: str
+) -> tuple[Verdict, str, tuple[str, ...]]:
+    """A repeat offender's fence (:func:`_repeat_fence`) as the node's verdict: reason
+    ``RepeatedFence`` first, its summary, and the UUIDs of the GPUs it would have newly
+    fenced (for the fence history)."""
+    added = new_fences(ctx.status.gpu_verdicts, fence)
+    why = Reason(check=REPEAT_CHECK, reason=REASON_REPEATED_FENCE, message=cut(repeat, 512))
+    summary = f"{repeat}; would fence {gpu_names(fence)}: {cut(summary, 300)}"
+    uuids = tuple(g.uuid for g in added if g.uuid)
+    return replace(verdict, reasons=(why, *verdict.reasons)), summary, uuids
 
 
 def _with_untested_fences(ctx: NodeContext, verdict: Verdict, evidence: Evidence) -> Verdict:
@@ -225,6 +260,18 @@ def _with_untested_fences(ctx: NodeContext, verdict: Verdict, evidence: Evidence
         return verdict
     joined = with_standing_fences(verdict.attribution, ctx.status.gpu_verdicts)
     return replace(verdict, attribution=joined)
+
+
+def _repeat_fence(ctx: NodeContext, fence: tuple[GpuVerdict, ...]) -> str | None:
+    """Why fencing ``fence`` quarantines the node instead (None: it does not): a GPU it
+    newly fences is a repeat offender (core/offenders.py ``repeat_fence``)."""
+    added = new_fences(ctx.status.gpu_verdicts, fence)
+    if not added:
+        return None
+    st = ctx.status
+    history = st.reverify.gpu_fences if st.reverify is not None else []
+    uuids = [g.uuid for g in added if g.uuid]
+    return repeat_fence(uuids, history, last_release(st), ctx.spec.repeat_offenders, ctx.obs.now)
 
 
 def _fence_unavailable(ctx: NodeContext, fencing: FencingDecision) -> str:
@@ -245,7 +292,7 @@ def _fence_unavailable(ctx: NodeContext, fencing: FencingDecision) -> str:
             "so the node is quarantined"
         )
     pools = ctx.gpus.pools
-    lost = [g for g in fencing.fence if not g.uuid or resolve_gpu(g.uuid, pools) is None]
+    lost = [g for g in fencing.fence if not g.uuid or not fence_targets(g.uuid, pools)]
     if lost:
         return (
             f"{gpu_names(tuple(lost))} is not one device of the node's ResourceSlices, "
@@ -268,27 +315,46 @@ def _fence(
     if ctx.spec.dry_run:
         message = f"dry run: would fence {names}: {summary}"
         return Hold(verdict, evidence, REASON_DRY_RUN, message, HELD_FENCE)
-    decision = take_out_now(ctx, asked_gpus=len(gpus), fence=True)
+    decision = take_out_now(ctx, fence=gpus)
     if not decision.allowed:
         message = f"quarantine limit: {decision.why}; would fence {names}: {summary}"
         return Hold(verdict, evidence, REASON_QUARANTINE_LIMIT, message, HELD_FENCE, in_service(st))
     return Accept(verdict, evidence, f"fenced {names}: {summary}", fenced=gpus)
 
 
+def fence_window_gpus(ctx: NodeContext, new: int) -> int:
+    """This node's take-outs in the rate's window once a fence takes ``new`` more of its
+    GPUs out: its earlier take-out within the window (capacity.window_gpus: the whole
+    node, or its earlier fences) and these, never more than its GPUs."""
+    st = ctx.status
+    total = node_gpu_count(ctx.node) or len(ctx.gpus.dra_gpus) or MAX_NODE_GPUS
+    since = ctx.obs.now - timedelta(seconds=ctx.spec.quarantine_rate.window_seconds)
+    recent = st.taken_out_time is not None and st.taken_out_time >= since
+    earlier = window_gpus(st, total) if recent else 0
+    return min(earlier + new, total)
+
+
 def take_out_now(
-    ctx: NodeContext, *, asked_gpus: int | None = None, fence: bool = False
+    ctx: NodeContext, *, fence: tuple[GpuVerdict, ...] | None = None
 ) -> TakeOutDecision:
-    """The limit's answer for taking this node out of service now (``fence``: only
-    ``asked_gpus`` of its GPUs). A node already counted out of service under this
-    policy takes no new slot (quarantined, or taken out for this round; for a fence, as
-    many GPUs fenced already); under another policy (relabelled) it takes one here."""
+    """The limit's answer for taking this node out of service now (``fence``: only those
+    GPUs, the node's fences after it). A node already counted out of service under this
+    policy takes no new slot (quarantined, or taken out for this round; for a fence, no
+    GPU that is not fenced already); under another policy (relabelled) it takes one
+    here. A fence asks the rate for the GPUs it adds to the node's take-outs within the
+    window (:func:`fence_window_gpus`), not for the fences that stand."""
     st = ctx.status
     counts = ctx.obs.limit_counts
+    added = new_fences(st.gpu_verdicts, fence or ())
     if counts.matched_gpus is not None:  # lost capacity in GPUs: this node's, or the fence's
         node_gpus = node_gpu_count(ctx.node) or len(ctx.gpus.dra_gpus)
-        counts = replace(counts, asked_gpus=asked_gpus or node_gpus or None)
+        counts = replace(
+            counts,
+            asked_gpus=len(fence or ()) or node_gpus or None,
+            asked_recent_gpus=fence_window_gpus(ctx, len(added)) if fence else None,
+        )
     mine = st.policy == ctx.policy.name
-    already = fenced_gpus(st) >= (asked_gpus or 0) if fence else out_of_service(st)
+    already = not added if fence is not None else out_of_service(st)
     return take_out_allowed(
         ctx.spec,
         counts,
@@ -338,7 +404,7 @@ def record(ctx: NodeContext, out: PlanBuilder, outcome: Outcome) -> Plan:
         "held_action": held_action,
         **_evidence_fields(ctx, outcome),
         **_service_fields(ctx, outcome),
-        **history_fields(ctx, _recorded(outcome, phase, reason)),
+        **history_fields(ctx, _recorded(st, outcome, phase, reason)),
     }
     new = ctx.with_applied_keys(ctx.stamped(st, **update))
     out.write_status(st, new)
@@ -369,7 +435,9 @@ def _phase_of(outcome: VerdictOutcome) -> tuple[Phase, str | None, str, str | No
     assert_never(outcome)
 
 
-def _recorded(outcome: VerdictOutcome, phase: Phase, reason: str | None) -> Recorded:
+def _recorded(
+    st: NodeAcceptanceStatus, outcome: VerdictOutcome, phase: Phase, reason: str | None
+) -> Recorded:
     evidence = outcome.evidence
     fabric = evidence.fabric.busbw_gbps if evidence.fabric is not None else None
     return Recorded(
@@ -379,7 +447,24 @@ def _recorded(outcome: VerdictOutcome, phase: Phase, reason: str | None) -> Reco
         report=evidence.report,
         fabric_busbw=fabric if isinstance(outcome, Accept) else None,
         compare=not evidence.rejudged,
+        fenced=_fenced_now(st, outcome),
     )
+
+
+def _fenced_now(st: NodeAcceptanceStatus, outcome: VerdictOutcome) -> tuple[str, ...]:
+    """The UUIDs of the GPUs ``outcome`` fences that were not fenced, or whose fence its
+    quarantine takes the place of (a repeat offender's: the verdict's, or, for such a
+    quarantine the limit held and applies now, the GPUs the held verdict would have
+    fenced, unfenced in ``st``)."""
+    if isinstance(outcome, Accept):
+        return tuple(g.uuid for g in new_fences(st.gpu_verdicts, outcome.fenced) if g.uuid)
+    if not isinstance(outcome, Quarantine) or outcome.reason != REASON_REPEATED_FENCE:
+        return ()
+    if outcome.escalated:
+        return outcome.escalated
+    if st.reason == REASON_QUARANTINE_LIMIT and st.held_action == HELD_QUARANTINE:
+        return tuple(g.uuid for g in st.gpu_verdicts if g.uuid and not g.fenced)
+    return ()
 
 
 def _reasons(verdict: Verdict) -> list[Reason]:
@@ -469,14 +554,20 @@ def _in_service_fences(st: NodeAcceptanceStatus) -> list[GpuVerdict]:
 
 def _service_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]:
     """Whether the node counts as out of service after ``outcome``, and when
-    gpuaccept last took it out (the rate's window)."""
+    gpuaccept last took it out (the rate's window): a quarantine or a fabric test of a
+    node in service as the whole node, a fence of GPUs in service as those GPUs."""
     st = ctx.status
     if isinstance(outcome, Accept):
-        return {"was_in_service": False}
+        added = new_fences(st.gpu_verdicts, outcome.fenced)
+        if not (added and in_service(st)):
+            return {"was_in_service": False}
+        # a fence of GPUs in service: counted in the rate's window as those GPUs
+        gpus = fence_window_gpus(ctx, len(added))
+        return {"was_in_service": False, "taken_out_time": ctx.obs.now, "taken_out_gpus": gpus}
     taken_out = isinstance(outcome, Quarantine | EnterFabric) and in_service(st)
     if not taken_out:
         return {}
-    return {"taken_out_time": ctx.obs.now, "was_in_service": in_service(st)}
+    return {"taken_out_time": ctx.obs.now, "taken_out_gpus": None, "was_in_service": True}
 
 
 def _events(out: PlanBuilder, new: NodeAcceptanceStatus, outcome: VerdictOutcome) -> None:

@@ -112,6 +112,7 @@ def new_round(
         # a new node that never was in service.
         was_in_service=st.was_in_service or st.phase in DECIDED or taking_out,
         taken_out_time=ctx.obs.now if taking_out else st.taken_out_time,
+        taken_out_gpus=None if taking_out else st.taken_out_gpus,  # the whole node
     )
     new = ctx.with_applied_keys(new)
     out.write_status(st, new)

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from gpuaccept.checks import fabric_allreduce
 from gpuaccept.checks.fabric_allreduce import CHECK
@@ -26,11 +25,17 @@ from gpuaccept.contracts.nodeacceptance import (
     MAX_FABRIC_PAIRS,
     FabricPairRecord,
     FabricStatus,
+    GpuPublishing,
     NodeAcceptanceStatus,
     Phase,
 )
 from gpuaccept.contracts.report import ProbeReport
 from gpuaccept.operator.core.creationintent import intended_create
+from gpuaccept.operator.core.draclaim import (
+    fabric_claims_to_delete,
+    intended_claim,
+    without_claims,
+)
 from gpuaccept.operator.core.fabric.membership import (
     can_take_fabric_pod,
     is_idle_partner,
@@ -45,10 +50,12 @@ from gpuaccept.operator.core.fabric.pairing import (
     plan_fabric,
     pod_outcome,
 )
+from gpuaccept.operator.core.gpupublishing import NO_GPUS_PUBLISHED, PublishedGpus, counted_node
 from gpuaccept.operator.core.model import (
     Action,
     CreatedPod,
     DeleteProbePod,
+    DeleteResourceClaim,
     EmitEvent,
     FabricPodLabels,
     FabricVerdict,
@@ -67,6 +74,7 @@ from gpuaccept.operator.core.podidentity import (
 )
 from gpuaccept.operator.core.podspec import (
     FabricPodRequest,
+    fabric_claim_manifest,
     fabric_pair_id,
     fabric_pair_nonce,
     fabric_pod_manifest,
@@ -89,6 +97,19 @@ class FabricMember:
     node: NodeView
     na: NAView
     pods: tuple[PodView, ...] = ()  # every probe pod on the node
+    # How it publishes its GPUs (core/gpupublishing.py): a DRA node's fabric pods get
+    # them through a claim each, as its probe pod does (core/draclaim.py).
+    gpus: PublishedGpus = NO_GPUS_PUBLISHED
+
+    @property
+    def dra(self) -> bool:
+        return self.gpus.mode == GpuPublishing.DRA
+
+    @property
+    def counted(self) -> NodeView:
+        """The node as its pods are sized and its reports held to (a DRA node's
+        complete pools' GPUs as its nvidia.com/gpu)."""
+        return counted_node(self.node, self.gpus)
 
 
 @dataclass(frozen=True)
@@ -174,7 +195,7 @@ def _pod_result(pod: PodView, member: FabricMember | None, obs: FabricSnapshot) 
     if member is None or not pod.message:
         return PodResult(PairOutcome.INCOMPLETE, None, f"pod {pod.name}: no report")
     report = trusted_report(
-        pod.message, member.node, accept_simulated=obs.config.accept_simulated_reports, pod=pod
+        pod.message, member.counted, accept_simulated=obs.config.accept_simulated_reports, pod=pod
     )
     if not isinstance(report, ProbeReport):
         return PodResult(PairOutcome.INCOMPLETE, None, f"pod {pod.name}: {report.message}")
@@ -212,21 +233,46 @@ class _PassBuilder:
     running: list[NodePair] = field(default_factory=list)
     deletes: list[tuple[str, PodView]] = field(default_factory=list)
     foreign: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> pod names
+    creating: dict[str, set[str]] = field(default_factory=dict)  # node -> pods created now
+    claim_deletes: list[tuple[str, DeleteResourceClaim]] = field(default_factory=list)
 
     def name_taken(self, node: str, name: str) -> bool:
         """A pod the operator did not create holds ``name`` on ``node``, or the create
         of ``name`` was answered AlreadyExists."""
         return name in self.foreign.get(node, ()) or self.obs.names_taken.get(node) == name
 
-    def create(self, node: str, name: str, manifest: Mapping[str, Any]) -> None:
-        """The pod ``name`` on ``node``: the intent to create it into the node's status
-        (written before every create of the pass), then its create
-        (core/creationintent.py)."""
+    def create(self, request: FabricPodRequest) -> None:
+        """The pod of ``request`` on its node: the intent to create it (and, on a DRA
+        node, its claim's) into the node's status (written before every create of the
+        pass), then the claim's create, then the pod's (core/creationintent.py)."""
+        node, obs = request.node.name, self.obs
         st = self.status(node)
         if st is None:
             return
-        self.statuses[node], create = intended_create(st, self.obs.nonce_seed, name, manifest)
+        name = fabric_pod_name(obs.config.pod_prefix, request.labels.pair, request.labels.rank)
+        if request.claim:
+            claim_manifest = fabric_claim_manifest(request, obs.config)
+            st, claim = intended_claim(st, obs.nonce_seed, claim_manifest, fabric=True)
+            self.writes.append((node, claim))
+        manifest = fabric_pod_manifest(request, obs.config)
+        self.statuses[node], create = intended_create(st, obs.nonce_seed, name, manifest)
         self.writes.append((node, create))
+        self.creating.setdefault(node, set()).add(name)
+
+    def spent_claims(self) -> None:
+        """The fabric claims on record that no pod of a member needs (core/draclaim.py):
+        deleted first of the pass's writes, then their intents dropped with its
+        statuses (a restart in between deletes them again)."""
+        for node, member in sorted(self.members.items()):
+            st = self.status(node)
+            if st is None:
+                continue
+            names = fabric_claims_to_delete(st, member.pods, self.creating.get(node, ()))
+            if not names:
+                continue
+            intents = tuple(st.creation_intents)
+            self.claim_deletes += [(node, DeleteResourceClaim(n, intents)) for n in names]
+            self.statuses[node] = without_claims(st, names)
 
     def status(self, node: str) -> NodeAcceptanceStatus | None:
         member = self.members.get(node)
@@ -277,7 +323,31 @@ def _running_summary(pairs: list[FabricPairRecord]) -> str:
 
 
 def _can_take_pod(member: FabricMember | None) -> bool:
-    return member is not None and can_take_fabric_pod(member.node, member.pods)
+    return member is not None and can_take_fabric_pod(member.counted, member.pods)
+
+
+def _request(
+    obs: FabricSnapshot,
+    member: FabricMember,
+    labels: FabricPodLabels,
+    rendezvous_address: str | None,
+    nonce: str,
+) -> FabricPodRequest:
+    """The pod of rank ``labels.rank`` on ``member``: on a DRA node through the claim
+    named as the pod, one rank per GPU of its complete pools."""
+    name = fabric_pod_name(obs.config.pod_prefix, labels.pair, labels.rank)
+    return FabricPodRequest(
+        labels=labels,
+        node=member.node,
+        policy_name=obs.policy.name,
+        spec=obs.spec,
+        rendezvous_address=rendezvous_address,
+        applied_taints=member.na.status.applied_taints,
+        owner_uid=member.na.uid,
+        nonce=nonce,
+        claim=name if member.dra else "",
+        dra_gpus=member.gpus.dra_gpus if member.dra else (),
+    )
 
 
 def _incomplete(why: str) -> PodResult:
@@ -323,17 +393,8 @@ def _second_pod_due(
         b.finish(pods, _incomplete("the partner pod was never created"))
         return
     if rank0.pod_ip and second is not None:
-        request = FabricPodRequest(
-            labels=FabricPodLabels(labels.pair, 1, labels.first, labels.second),
-            node=second.node,
-            policy_name=obs.policy.name,
-            spec=obs.spec,
-            rendezvous_address=rank0.pod_ip,
-            applied_taints=second.na.status.applied_taints,
-            owner_uid=second.na.uid,
-            nonce=rank0.fabric_nonce,
-        )
-        b.create(labels.second, name, fabric_pod_manifest(request, obs.config))
+        rank1 = FabricPodLabels(labels.pair, 1, labels.first, labels.second)
+        b.create(_request(obs, second, rank1, rank0.pod_ip, rank0.fabric_nonce))
     b.running.append(pods.pair)
 
 
@@ -449,6 +510,7 @@ def plan_fabric_pass(obs: FabricSnapshot) -> FabricStep:
     started = () if obs.spec.paused else plan.next_pairs
     for pair in started:
         _first_pod(b, members[pair.first], pair)
+    b.spent_claims()
     writes = _ordered_writes(b)
     wake = _wake_in(obs, situation.waiting, params_deadline=obs.spec.fabric.deadline_seconds)
     if b.running or started:
@@ -476,7 +538,7 @@ def _situation(obs: FabricSnapshot, b: _PassBuilder) -> FabricSituation:
             # 0) is never paired, but still judged and given its verdict at the deadline.
             if name not in busy and not _can_take_pod(m):
                 unavailable.add(name)
-        if name not in busy and is_idle_partner(st, m.node, m.pods):
+        if name not in busy and is_idle_partner(st, m.counted, m.pods):
             idle.add(name)
     return FabricSituation(
         waiting=tuple(waiting),
@@ -490,9 +552,11 @@ def _situation(obs: FabricSnapshot, b: _PassBuilder) -> FabricSituation:
 
 
 def _ordered_writes(b: _PassBuilder) -> list[tuple[str, Action]]:
-    """Results first (both statuses), then the read pods go, then pods start: a restart
-    between any two writes finds what it needs in the API server."""
-    writes: list[tuple[str, Action]] = [
+    """Spent claims go first, then results (both statuses), then the read pods go,
+    then pods start (a DRA node's claim before its pod): a restart between any two
+    writes finds what it needs in the API server."""
+    writes: list[tuple[str, Action]] = list(b.claim_deletes)
+    writes += [
         (node, PatchNAStatus(b.members[node].na.name, b.members[node].na.resource_version, st))
         for node, st in sorted(b.statuses.items())
     ]
@@ -507,18 +571,7 @@ def _first_pod(b: _PassBuilder, first: FabricMember, pair: NodePair) -> None:
     labels = FabricPodLabels(
         fabric_pair_id(pair.first, pair.second, planned_at), 0, pair.first, pair.second
     )
-    request = FabricPodRequest(
-        labels=labels,
-        node=first.node,
-        policy_name=obs.policy.name,
-        spec=obs.spec,
-        rendezvous_address=None,
-        applied_taints=first.na.status.applied_taints,
-        owner_uid=first.na.uid,
-        nonce=fabric_pair_nonce(obs.pair_key, labels.pair),
-    )
-    name = fabric_pod_name(obs.config.pod_prefix, labels.pair, 0)
-    b.create(pair.first, name, fabric_pod_manifest(request, obs.config))
+    b.create(_request(obs, first, labels, None, fabric_pair_nonce(obs.pair_key, labels.pair)))
 
 
 def _wake_in(

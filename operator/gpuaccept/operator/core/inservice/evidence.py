@@ -63,7 +63,8 @@ class DraSeen:
     gpus: tuple[str, ...]  # the whole GPUs (uuid) of the complete pools
     devices: tuple[DeviceSeen, ...] = ()  # every device of the pools' latest generation
     # MIG or VFIO devices in the pools: a GPU repartitioned is published under another
-    # uuid (NVIDIA's driver names no parent GPU in a MIG device's attributes)
+    # uuid (a MIG device names its GPU in attribute parentUUID, which a fence follows:
+    # core/fencerules.py fence_targets; this ledger does not judge such a pool)
     repartitioned: bool = False
     describe: str = ""  # what the pools say, for a message
 

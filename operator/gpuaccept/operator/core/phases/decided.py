@@ -96,7 +96,7 @@ def _held_by_limit(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
             return new_round(ctx, out, reason=rejudged.reason, message=rejudged.message)
         return record_verdict(ctx, out, rejudged, Evidence(st.report, rejudged=True))
     if held_by_limit and st.held_action == HELD_FENCE:  # a fence: once its GPUs fit
-        if not take_out_now(ctx, asked_gpus=len(st.gpu_verdicts) or None, fence=True).allowed:
+        if not take_out_now(ctx, fence=tuple(st.gpu_verdicts)).allowed:
             return None
         rejudged = rejudged_verdict(ctx)
         if isinstance(rejudged, Remeasure):

@@ -48,9 +48,6 @@ REASON_NO_GPUS = "NoGPUsAdvertised"
 REASON_WAITING_FOR_RESOURCE_SLICES = "WaitingForResourceSlices"
 # Phase Waiting: the device plugin and a DRA driver both publish the node's GPUs.
 REASON_GPUS_PUBLISHED_TWICE = "GPUsPublishedTwice"
-# Phase Waiting: a DRA node under a policy with the fabric test, whose pods would get
-# no GPU (they request nvidia.com/gpu): never probed into a test it cannot pass.
-REASON_DRA_FABRIC_NOT_BUILT = "DRAFabricNotBuilt"
 
 
 def _attempt(ctx: NodeContext, st: NodeAcceptanceStatus) -> ProbeAttempt:
@@ -113,7 +110,12 @@ def _adopt(ctx: NodeContext, out: PlanBuilder) -> Plan:
         out.wake_in(ADOPTION_RETRY_SECONDS)
         return out.build("adoption deferred by the limit")
     adopted = ctx.stamped(
-        st, was_in_service=True, taken_out_time=obs.now, reason=None, held_action=None
+        st,
+        was_in_service=True,
+        taken_out_time=obs.now,
+        taken_out_gpus=None,  # the whole node
+        reason=None,
+        held_action=None,
     )
     adopted = adopted.model_copy(update={"message": None})
     out.write_status(st, adopted)
@@ -154,17 +156,13 @@ def plan_pending(ctx: NodeContext, out: PlanBuilder) -> Plan:
 
 def _publishing_waits(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     """A wait for the way the node publishes its GPUs: both ways at once, no GPUs yet
-    (or an incomplete DRA pool), a DRA node under a policy with the fabric test."""
+    (or an incomplete DRA pool)."""
     publishing = ctx.gpus
     if publishing.mode == GpuPublishing.BOTH:
         return blocked(ctx, out, reason=REASON_GPUS_PUBLISHED_TWICE, message=_twice(ctx), pod=None)
     dra = publishing.mode == GpuPublishing.DRA
     if (dra and not publishing.ready) or (not dra and ctx.node.gpus <= 0):
         return _wait_for_gpus(ctx, out)
-    if dra and ctx.spec.fabric.enabled:
-        return blocked(
-            ctx, out, reason=REASON_DRA_FABRIC_NOT_BUILT, message=_no_dra_fabric(ctx), pod=None
-        )
     return None
 
 
@@ -228,17 +226,6 @@ def _twice(ctx: NodeContext) -> str:
         f"ResourceSlices of a DRA driver ({ctx.gpus.describe()}): the same GPUs could be "
         "handed out twice, and the probe cannot tell which way workloads get them. Run one "
         "of the two on this node (or leave the driver out of the operator's --dra-driver)",
-        1000,
-    )
-
-
-def _no_dra_fabric(ctx: NodeContext) -> str:
-    return cut(
-        f"the node publishes its GPUs through DRA ({ctx.gpus.describe()}) and its policy "
-        f"{ctx.policy.name} asks for the fabric test, whose pods get GPUs through "
-        f"{GPU_RESOURCE} only in this release: a DRA node would fail it with no GPU. It is "
-        "not probed (never accepted without the test, never quarantined by it); turn "
-        "fabric.enabled off for DRA nodes' policy to probe them",
         1000,
     )
 

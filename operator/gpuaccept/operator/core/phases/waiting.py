@@ -52,8 +52,10 @@ WAIT_REASONS = frozenset(
         "RuntimeClassMissing",
         "GPUSharing",  # core/gpusharing.py
         "GPUsPublishedTwice",  # core/phases/pending.py (device plugin and DRA at once)
-        "DRAFabricNotBuilt",  # core/phases/pending.py (a DRA node under a fabric policy)
-        "ProbeThroughClaimNotBuilt",  # an earlier release's (a DRA node, before the claim)
+        # An earlier release's (a DRA node, before the probe's claim; before fabric
+        # pairs through claims): a node upgraded while it waited under one
+        "ProbeThroughClaimNotBuilt",
+        "DRAFabricNotBuilt",
     }
 )
 
