@@ -64,7 +64,11 @@ def test_containerd_keeps_everything_under_the_node_dir() -> None:
     assert runtime["cdi_spec_dirs"] == [str(NODE_DIR / "cdi")]
     runc = runtime["containerd"]["runtimes"]["runc"]
     assert runc["runtime_path"] == str(SHIM)  # not a containerd 1.x shim on PATH
-    assert runc["options"] == {"SystemdCgroup": False, "BinaryName": "/usr/sbin/runc"}
+    assert runc["options"] == {
+        "SystemdCgroup": False,
+        "BinaryName": "/usr/sbin/runc",
+        "Root": str(NODE_DIR / "containerd/state/runc"),  # not /run/containerd/runc
+    }
     images = config["plugins"]["io.containerd.cri.v1.images"]
     assert images["pinned_images"]["sandbox"] == SANDBOX_IMAGE
     # NRI's socket would be /var/run/nri/nri.sock on the host.

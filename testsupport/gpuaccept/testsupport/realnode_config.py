@@ -187,9 +187,10 @@ def containerd_config(layout: NodeLayout, *, shim: Path, runc: str = "/usr/sbin/
     CDI is always on in containerd 2 (``enable_cdi`` is gone,
     plugins/cri/runtime/plugin.go); its spec directory is the node's own.
     ``shim`` is run by path (``runtime_path``): a containerd 1.x shim on PATH is
-    never taken for it. The shims' sockets go under the node directory when its
-    path is short enough, otherwise to containerd's default ``/run/containerd/s``
-    (where containerd 1.6 always put them).
+    never taken for it; runc keeps its state under the node's state directory
+    (the shim's default is ``/run/containerd/runc``). The shims' sockets go under
+    the node directory when its path is short enough, otherwise to containerd's
+    default ``/run/containerd/s`` (where containerd 1.6 always put them).
     """
     q = json.dumps  # TOML basic strings are JSON strings for the paths used here
     images = "plugins.'io.containerd.cri.v1.images'"
@@ -236,6 +237,7 @@ def containerd_config(layout: NodeLayout, *, shim: Path, runc: str = "/usr/sbin/
             f"[{runtime}.containerd.runtimes.runc.options]",
             "  SystemdCgroup = false",
             f"  BinaryName = {q(runc)}",
+            f"  Root = {q(str(layout.containerd_state / 'runc'))}",
             f"[{runtime}.cni]",
             '  bin_dirs = ["/usr/lib/cni"]',
             f"  conf_dir = {q(str(layout.cni_conf_dir))}",
