@@ -7,7 +7,9 @@
 #   make node-tools      .bin/kubelet, .bin/kube-controller-manager, .bin/kube-scheduler,
 #                        .bin/fakedeviceplugin, .bin/fakedraplugin (hack/node, same k8s.io/kubernetes
 #                        as the apiserver),
-#                        .bin/coredns (hack/coredns: CoreDNS with the plugins the node needs)
+#                        .bin/coredns (hack/coredns: CoreDNS with the plugins the node needs),
+#                        .bin/containerd2, .bin/containerd2-shim-runc-v2, .bin/ctr2
+#                        (hack/containerd: containerd 2 from its Go module, static)
 #   make node-up         start (or reuse) the control plane, its controllers and the node
 #   make node-down       stop the node (containers, mounts, cgroups, bridge, iptables) and its cluster
 #   make node-images     the operator and probe images (hack/images/build_image.py, as images-check)
@@ -28,12 +30,17 @@ NODE_PROFILE ?= profiles/h100-sxm-8gpu-healthy.yaml
 NODE_DRA ?=
 NODE_MOD := hack/node
 COREDNS_MOD := hack/coredns
+CONTAINERD_MOD := hack/containerd
+# containerd 2 (CDI always on, the RuntimeConfig RPC that kubelet 1.38 requires), built
+# from its Go module as upstream's static release is (CGO_ENABLED=0: no btrfs snapshotter),
+# under names of its own so that Debian's containerd 1.6 on PATH is never taken for it.
+CONTAINERD_VERSION := $(shell awk '$$1=="github.com/containerd/containerd/v2"{print $$2; exit}' $(CONTAINERD_MOD)/go.mod)
+CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)
+CONTAINERD_BINARIES := $(BIN)/containerd2 $(BIN)/containerd2-shim-runc-v2 $(BIN)/ctr2
 NODE_BINARIES := $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler \
-  $(BIN)/fakedeviceplugin $(BIN)/fakedraplugin $(BIN)/coredns
-# containerd 1.6 (Debian 12) speaks CRI v1, which kubelet 1.37 requires; it has no
-# RuntimeConfig RPC, so the kubelet takes cgroupDriver from its own config
-# (kubelet 1.38 will need containerd >= 2.0: docs/realnode.md).
-NODE_DEBIAN_PACKAGES := containerd runc containernetworking-plugins iptables busybox-static gcc libc6-dev
+  $(BIN)/fakedeviceplugin $(BIN)/fakedraplugin $(BIN)/coredns $(CONTAINERD_BINARIES)
+# runc stays Debian's (it needs cgo and libseccomp); containerd 2 runs it by path.
+NODE_DEBIAN_PACKAGES := runc containernetworking-plugins iptables busybox-static gcc libc6-dev
 NODE_PYTHON ?= $(CLUSTER_PYTHON)
 
 .PHONY: node-packages node-tools node-up node-down node-images node-test
@@ -68,6 +75,13 @@ $(BIN)/fakedraplugin: $(wildcard $(NODE_MOD)/fakedraplugin/*.go) $(NODE_MOD)/go.
 $(BIN)/coredns: $(wildcard $(COREDNS_MOD)/*.go) $(COREDNS_MOD)/go.mod $(COREDNS_MOD)/go.sum
 	@mkdir -p $(BIN)
 	$(call cluster_gobuild,$(COREDNS_MOD)) -ldflags '-s -w' -o $(abspath $@) .
+
+# .bin/containerd2 <- cmd/containerd, .bin/containerd2-shim-runc-v2 <- cmd/containerd-shim-runc-v2,
+# .bin/ctr2 <- cmd/ctr
+$(CONTAINERD_BINARIES): $(CONTAINERD_MOD)/go.mod $(CONTAINERD_MOD)/go.sum
+	@mkdir -p $(BIN)
+	$(call cluster_gobuild,$(CONTAINERD_MOD)) -ldflags '$(CONTAINERD_LDFLAGS)' -o $(abspath $@) \
+	  github.com/containerd/containerd/v2/cmd/$(subst containerd2,containerd,$(subst ctr2,ctr,$(notdir $@)))
 
 node-up: node-packages node-tools $(BIN)/controlplane $(BIN)/kubectl
 	$(NODE_PYTHON) -m gpuaccept.testsupport.realnode up --node-dir $(NODE_DIR) \

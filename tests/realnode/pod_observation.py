@@ -45,10 +45,15 @@ class Observation:
 
 
 def comparable(view: PodView) -> PodView:
-    """The view without what differs between two runs of the same pod."""
+    """The view without what differs between two runs of the same pod: names, UIDs,
+    times, IPs, and the node (the stand-in's or the real one; the pod's shape digest
+    covers its ``nodeName``)."""
     return replace(
         view,
         name="",
+        uid="",
+        node_name="",
+        shape="",
         created=None,
         finished=None,
         pod_ip="set" if view.pod_ip else None,

@@ -54,18 +54,40 @@ def _paths(value: object) -> list[str]:
     return []
 
 
+SHIM = Path("/work/x/.bin/containerd2-shim-runc-v2")
+
+
 def test_containerd_keeps_everything_under_the_node_dir() -> None:
-    config = tomllib.loads(containerd_config(LAYOUT))
-    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
-    assert cri["restrict_oom_score_adj"] is True  # no CAP_SYS_RESOURCE on this machine
-    assert cri["sandbox_image"] == SANDBOX_IMAGE
-    assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
-    outside = [
-        p
-        for p in _paths(config)
-        if not p.startswith(str(NODE_DIR)) and p not in ("/usr/lib/cni", "/usr/sbin/runc")
-    ]
+    config = tomllib.loads(containerd_config(LAYOUT, shim=SHIM))
+    assert config["version"] == 4
+    assert config["imports"] == []  # never /etc/containerd/conf.d
+    runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["restrict_oom_score_adj"] is True  # no CAP_SYS_RESOURCE on this machine
+    assert runtime["cdi_spec_dirs"] == [str(NODE_DIR / "cdi")]
+    runc = runtime["containerd"]["runtimes"]["runc"]
+    assert runc["runtime_path"] == str(SHIM)  # not a containerd 1.x shim on PATH
+    assert runc["options"] == {
+        "SystemdCgroup": False,
+        "BinaryName": "/usr/sbin/runc",
+        "Root": str(NODE_DIR / "containerd/state/runc"),  # not /run/containerd/runc
+    }
+    images = config["plugins"]["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == SANDBOX_IMAGE
+    # NRI's socket would be /var/run/nri/nri.sock on the host.
+    assert "io.containerd.nri.v1.nri" in config["disabled_plugins"]
+    manager = config["plugins"]["io.containerd.shim.v1.manager"]
+    assert manager["socket_dir"] == str(NODE_DIR / "containerd/s")
+    allowed = ("/usr/lib/cni", "/usr/sbin/runc", str(SHIM))
+    outside = [p for p in _paths(config) if not p.startswith(str(NODE_DIR)) and p not in allowed]
     assert outside == []
+
+
+def test_shim_sockets_too_long_for_the_node_dir_go_to_containerds_default() -> None:
+    """containerd 2 refuses a socket_dir over 42 characters (socket_linux.go)."""
+    deep = NodeLayout(Path("/work/a-checkout-with-a-long-name/.node"))
+    assert len(str(deep.shim_socket_dir)) > 42
+    config = tomllib.loads(containerd_config(deep, shim=SHIM))
+    assert "io.containerd.shim.v1.manager" not in config["plugins"]
 
 
 def test_the_kubelet_runs_on_cgroup_v1_with_its_files_under_the_node_dir() -> None:

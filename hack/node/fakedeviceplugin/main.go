@@ -8,11 +8,15 @@
 // device nodes. With -profile FILE it also mounts that hardware profile
 // read-only into the container and sets GPUACCEPT_PROFILE to it, so that
 // `gpuaccept probe` measures the simulated hardware the profile describes (the
-// report says "simulated"). Test support only; never install it on a real node.
+// report says "simulated"). With -cdi KIND (vendor/class) Allocate also names
+// each device as the CDI device KIND=<device ID> (ContainerAllocateResponse
+// CDIDevices): the kubelet passes the names to the runtime, which applies the
+// edits of a CDI spec for KIND that must be in its spec directories, or the
+// container fails to start. Test support only; never install it on a real node.
 //
-// It registers with the kubelet at DIR/kubelet.sock, serves on
-// DIR/gpuaccept-fake-gpu.sock, and registers again when the kubelet restarts
-// (the kubelet removes plugin sockets when it starts).
+// It registers with the kubelet at DIR/kubelet.sock, serves on DIR/SOCKET
+// (-socket, default gpuaccept-fake-gpu.sock), and registers again when the
+// kubelet restarts (the kubelet removes plugin sockets when it starts).
 package main
 
 import (
@@ -33,12 +37,11 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
-const socketName = "gpuaccept-fake-gpu.sock"
-
 type plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 	devices []*pluginapi.Device
 	profile string // host path of a hardware profile for the probe's simulated backend, or ""
+	cdiKind string // CDI vendor/class the devices are named in, or "" (no CDI devices)
 }
 
 // profilePath is where a container that gets FAKE GPUs finds the node's
@@ -77,6 +80,11 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 			r.Envs["GPUACCEPT_PROFILE"] = profilePath
 			r.Mounts = []*pluginapi.Mount{{ContainerPath: profilePath, HostPath: p.profile, ReadOnly: true}}
 		}
+		if p.cdiKind != "" {
+			for _, id := range c.DevicesIds {
+				r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: p.cdiKind + "=" + id})
+			}
+		}
 		resp.ContainerResponses = append(resp.ContainerResponses, r)
 	}
 	return resp, nil
@@ -97,7 +105,7 @@ func (p *plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
-func serve(dir string, p *plugin) (*grpc.Server, error) {
+func serve(dir, socketName string, p *plugin) (*grpc.Server, error) {
 	path := filepath.Join(dir, socketName)
 	_ = os.Remove(path)
 	listener, err := net.Listen("unix", path)
@@ -110,7 +118,7 @@ func serve(dir string, p *plugin) (*grpc.Server, error) {
 	return server, nil
 }
 
-func register(dir, resource string) error {
+func register(dir, socketName, resource string) error {
 	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "kubelet.sock"),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -129,11 +137,11 @@ func register(dir, resource string) error {
 }
 
 // start serves and registers, retrying until the kubelet answers.
-func start(dir, resource string, p *plugin, stop <-chan os.Signal) (*grpc.Server, bool) {
+func start(dir, socketName, resource string, p *plugin, stop <-chan os.Signal) (*grpc.Server, bool) {
 	for {
-		server, err := serve(dir, p)
+		server, err := serve(dir, socketName, p)
 		if err == nil {
-			if err = register(dir, resource); err == nil {
+			if err = register(dir, socketName, resource); err == nil {
 				log.Printf("registered %s with the kubelet: %d FAKE devices", resource, len(p.devices))
 				return server, true
 			}
@@ -153,17 +161,19 @@ func main() {
 	resource := flag.String("resource", "nvidia.com/gpu", "extended resource name to advertise")
 	count := flag.Int("count", 8, "number of FAKE devices")
 	profile := flag.String("profile", "", "hardware profile (host path) handed to containers as GPUACCEPT_PROFILE")
+	socketName := flag.String("socket", "gpuaccept-fake-gpu.sock", "socket name in the plugin directory")
+	cdiKind := flag.String("cdi", "", "CDI kind (vendor/class): name each allocated device KIND=<device ID> in CDIDevices")
 	flag.Parse()
 	log.SetPrefix("fakedeviceplugin: ")
-	p := &plugin{profile: *profile}
+	p := &plugin{profile: *profile, cdiKind: *cdiKind}
 	for i := 0; i < *count; i++ {
 		p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprintf("FAKE-GPU-%d", i), Health: pluginapi.Healthy})
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	path := filepath.Join(*dir, socketName)
+	path := filepath.Join(*dir, *socketName)
 	for {
-		server, ok := start(*dir, *resource, p, stop)
+		server, ok := start(*dir, *socketName, *resource, p, stop)
 		if !ok {
 			return
 		}

@@ -137,6 +137,36 @@ def test_mig_and_vfio_devices_are_not_counted_as_gpus() -> None:
     assert [d.name for d in pool.gpus] == ["gpu-0"]
 
 
+def mig(parent: int, part: int, *, named: bool = True) -> DraDevice:
+    return DraDevice(
+        f"gpu-{parent}-mig-3g40gb-9-{part}",
+        uuid=f"MIG-{parent}-{part}",
+        kind="mig",
+        parent_uuid=f"GPU-{parent:08x}" if named else "",
+    )
+
+
+@pytest.mark.parametrize(
+    ("devices", "whole", "physical"),
+    [
+        ((gpu(0), gpu(1)), 2, 2),
+        # GPU 1 cut into two MIG devices: one GPU still, not zero and not two
+        ((gpu(0), mig(1, 0), mig(1, 4)), 1, 2),
+        # a GPU in MIG mode that still publishes its own device counts once
+        ((gpu(0), gpu(1), mig(1, 0)), 2, 2),
+        # MIG devices that name no parent cannot be counted as a GPU
+        ((gpu(0), mig(1, 0, named=False)), 1, 1),
+        ((mig(0, 0), mig(1, 0), mig(2, 0)), 0, 3),
+    ],
+)
+def test_the_gpus_a_pool_holds_count_a_gpu_cut_into_mig_devices_once(
+    devices: tuple[DraDevice, ...], whole: int, physical: int
+) -> None:
+    sliced = dataclasses.replace(piece("a", []), devices=devices)
+    gpus = node_gpus(BARE, [sliced], DRIVERS)
+    assert (len(gpus.dra_gpus), gpus.physical_gpus) == (whole, physical)
+
+
 def test_each_driver_and_pool_is_its_own_pool() -> None:
     slices = [
         piece("a", range(8)),

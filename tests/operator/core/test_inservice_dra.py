@@ -15,7 +15,7 @@ import pytest
 from gpuaccept.contracts.inservice import InService, InServiceStatus
 from gpuaccept.contracts.nodeacceptance import GpuPublishing
 from gpuaccept.operator.core.gpupublishing import node_gpus
-from gpuaccept.operator.core.inservice.dra import dra_seen, unmonitored
+from gpuaccept.operator.core.inservice.dra import dra_seen, new_driver_taints, unmonitored
 from gpuaccept.operator.core.inservice.evidence import DeviceSeen, DraSeen, NodeSignals
 from gpuaccept.operator.core.inservice.rules import Observed, evaluate, ledger_for
 from gpuaccept.operator.core.model import (
@@ -300,6 +300,7 @@ def test_dra_seen_from_the_node_s_slices() -> None:
         DraDevice("gpu-0", uuid="GPU-0", kind="gpu", taints=(lost,)),
         DraDevice("gpu-1", uuid="GPU-1", kind="gpu"),
         DraDevice("gpu-2-mig-1g", uuid="MIG-2", kind="mig"),
+        DraDevice("gpu-3-mig-1g", uuid="MIG-3", kind="mig", parent_uuid="GPU-3"),
     )
     slices = [ResourceSliceView("s", DRIVER, "n1", 1, 1, "n1", devices)]
     gpus = node_gpus(NodeView(name="n1"), slices, [DRIVER])
@@ -308,7 +309,8 @@ def test_dra_seen_from_the_node_s_slices() -> None:
     assert seen is not None
     assert (seen.complete, seen.gpus, seen.repartitioned) == (True, ("GPU-0", "GPU-1"), True)
     assert seen.devices[0] == DeviceSeen("GPU-0", DRIVER, (lost,))
-    assert [d.gpu for d in seen.devices] == ["GPU-0", "GPU-1", "MIG-2"]
+    # a MIG device's taints are its GPU's (parentUUID), where the driver names it
+    assert [d.gpu for d in seen.devices] == ["GPU-0", "GPU-1", "MIG-2", "GPU-3"]
     plugin = node_gpus(NodeView(name="n1", gpu_capacity=8, gpus=8), [], [DRIVER])
     assert dra_seen(plugin) is None
 
@@ -357,3 +359,22 @@ def test_a_taint_dated_in_the_acceptance_s_second_is_judged(added: float, judged
         POLICY, ledger, Observed(pool(taints={"GPU-2": (taint("xid", "79", at=added),)}), s(1))
     )
     assert bool(result.ledger.driver_taints) is judged
+
+
+def test_a_fatal_xid_on_a_mig_device_is_recorded_against_its_gpu() -> None:
+    """NVIDIA's DRA driver publishes a MIG device with attribute parentUUID: an Xid 79
+    tainted on it is evidence about that GPU, and is recorded and judged as the GPU's
+    (so that under ``fencing: gpu`` the GPU, not the node, is fenced)."""
+    xid = DeviceTaintView(f"{DRIVER}/xid", "79", "NoSchedule", s(5))
+    devices = (
+        DraDevice("gpu-0", uuid="GPU-0", kind="gpu"),
+        DraDevice("gpu-1-mig-3g-1-0", uuid="MIG-1a", kind="mig", parent_uuid="GPU-1"),
+        DraDevice(
+            "gpu-1-mig-3g-2-4", uuid="MIG-1b", kind="mig", parent_uuid="GPU-1", taints=(xid,)
+        ),
+    )
+    slices = [ResourceSliceView("s", DRIVER, "n1", 1, 1, "n1", devices)]
+    seen = dra_seen(node_gpus(NodeView(name="n1"), slices, [DRIVER]))
+    assert seen is not None
+    found = new_driver_taints(accepted(), seen, s(10))
+    assert [(r.gpu, r.value) for r in found] == [("GPU-1", "79")]

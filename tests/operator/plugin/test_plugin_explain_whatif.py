@@ -3,6 +3,7 @@ NodeAcceptances (as the API server returns them) in, lines out."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,9 @@ import yaml
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.checks.verdict import evaluate
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.contracts.reverify import GpuFence, ReverifyStatus
 from gpuaccept.operator.plugin.explain import explain_lines
 from gpuaccept.operator.plugin.kubectl import PluginError, load_candidate, parser
 from gpuaccept.operator.plugin.whatif import ACCEPT, QUARANTINE, UNKNOWN, what_if, what_if_lines
@@ -285,3 +288,43 @@ def test_explain_names_the_gpus_that_failed_which_checks(pcie_x8: ProbeReport) -
 def test_explain_without_per_gpu_verdicts_says_nothing_of_them(healthy: ProbeReport) -> None:
     lines = explain_lines(acceptance("gpu-good", healthy), policy_object())
     assert not any(line.startswith("per-GPU verdicts") for line in lines)
+
+
+def test_explain_shows_the_fences_on_record_and_what_the_rate_counts(healthy: ProbeReport) -> None:
+    """status.reverify.gpuFences and takenOutTime/takenOutGpus, written as the contract
+    writes them: each GPU with its count and last time, and the GPUs the rate counts."""
+    at = [datetime(2026, 12, 5, h, tzinfo=UTC) for h in (1, 2, 3)]
+    status = NodeAcceptanceStatus(
+        reverify=ReverifyStatus(
+            gpu_fences=[
+                GpuFence(uuid="GPU-aaaa", time=at[0]),
+                GpuFence(uuid="GPU-bbbb", time=at[1]),
+                GpuFence(uuid="GPU-aaaa", time=at[2]),
+            ]
+        ),
+        taken_out_time=at[2],
+        taken_out_gpus=2,
+    ).model_dump(mode="json", by_alias=True, exclude_none=True)
+    stored = acceptance("gpu-fenced", healthy)
+    stored["status"].update(status)
+    lines = explain_lines(stored, policy_object(), width=200)
+    first = lines.index("fences on record (repeatOffenders counts them per GPU):")
+    assert lines[first + 1 : first + 3] == [
+        f"  GPU-aaaa: 2 time(s), last at {status['reverify']['gpuFences'][2]['time']}",
+        f"  GPU-bbbb: 1 time(s), last at {status['reverify']['gpuFences'][1]['time']}",
+    ]
+    assert lines[first + 3] == (
+        f"last taken out of service at {status['takenOutTime']}: 2 GPU(s) fenced "
+        "(the quarantine rate counts it)"
+    )
+    whole = acceptance("gpu-out", healthy)
+    whole["status"]["takenOutTime"] = status["takenOutTime"]
+    assert any(
+        line.endswith("the whole node (the quarantine rate counts it)")
+        for line in explain_lines(whole, policy_object(), width=200)
+    )
+
+
+def test_explain_without_fences_or_take_outs_says_nothing_of_them(healthy: ProbeReport) -> None:
+    lines = explain_lines(acceptance("gpu-good", healthy), policy_object())
+    assert not any("fences on record" in line or "taken out" in line for line in lines)

@@ -17,7 +17,8 @@
   attached processes of the control plane, so that Deployments get pods,
   pods get nodes, Services get EndpointSlices and namespaces get their
   ``default`` ServiceAccount and ``kube-root-ca.crt``;
-* one node: containerd + runc (Debian's packages), the CNI bridge plugin,
+* one node: containerd 2 (``hack/containerd``, CDI specs from the node
+  directory) + runc (Debian's package), the CNI bridge plugin,
   the kubelet, and a FAKE device plugin that advertises ``--gpus`` devices of
   ``nvidia.com/gpu`` or, with ``--dra``, a FAKE DRA kubelet plugin that
   publishes them as devices of a ``gpu.nvidia.com`` ResourceSlice and prepares
@@ -98,7 +99,12 @@ KUBE_MODULE = "k8s.io/kubernetes"
 SUPERVISOR = "realnode"  # its name in the control plane's attached/ directory
 CONTROLLERS = ("kube-controller-manager", "kube-scheduler")
 DNAT_COMMENT = "gpuaccept-realnode"
-HOST_TOOLS = ("containerd", "ctr", "runc", "unshare", "iptables", "ip", "openssl", "gcc")
+HOST_TOOLS = ("runc", "unshare", "iptables", "ip", "openssl", "gcc")
+# containerd 2 and its shim and client, built from its Go module (make node-tools); named
+# apart from Debian's containerd 1.6, which may be installed too.
+CONTAINERD = "containerd2"
+CONTAINERD_SHIM = "containerd2-shim-runc-v2"
+CTR = "ctr2"
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
 
 
@@ -118,7 +124,8 @@ class RealNode:
         return NodeLayout(self.settings.node_dir)
 
     def ctr(self, *args: str, input: bytes | None = None) -> str:
-        cmd = ["ctr", "--address", str(self.layout.containerd_socket), "-n", "k8s.io", *args]
+        cmd = [str(bin_dir() / CTR), "--address", str(self.layout.containerd_socket)]
+        cmd += ["-n", "k8s.io", *args]
         done = subprocess.run(cmd, input=input, capture_output=True, check=False)
         if done.returncode != 0:
             raise RealNodeError(f"{' '.join(cmd)}: {done.stderr.decode().strip()}")
@@ -151,6 +158,9 @@ def missing_prerequisites() -> list[str]:
         "fakedeviceplugin",
         "fakedraplugin",
         "coredns",
+        CONTAINERD,
+        CONTAINERD_SHIM,
+        CTR,
     ):
         if not (bin_dir() / name).exists():
             missing.append(f".bin/{name} (make node-tools)")
@@ -204,7 +214,7 @@ def busybox_files() -> list[ImageFile]:
 
 def import_archive(node: RealNode, write: Any) -> None:
     """Stream an OCI archive (``write(out)`` writes it) into containerd's k8s.io namespace."""
-    cmd = ["ctr", "--address", str(node.layout.containerd_socket), "-n", "k8s.io"]
+    cmd = [str(bin_dir() / CTR), "--address", str(node.layout.containerd_socket), "-n", "k8s.io"]
     cmd += ["images", "import", "-"]
     with subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         stdin: IO[bytes] = proc.stdin  # type: ignore[assignment]
@@ -328,9 +338,15 @@ def kubelet_command(settings: NodeSettings, layout: NodeLayout) -> list[str]:
 
 def write_node_files(settings: NodeSettings, cp: ControlPlane, cluster_dns: str | None) -> None:
     layout = NodeLayout(settings.node_dir)
-    for path in (layout.containerd_root, layout.cni_conf_dir, layout.pod_logs, layout.logs_dir):
+    for path in (
+        layout.containerd_root,
+        layout.cdi_dir,
+        layout.cni_conf_dir,
+        layout.pod_logs,
+        layout.logs_dir,
+    ):
         path.mkdir(parents=True, exist_ok=True)
-    layout.containerd_config.write_text(containerd_config(layout))
+    layout.containerd_config.write_text(containerd_config(layout, shim=bin_dir() / CONTAINERD_SHIM))
     (layout.cni_conf_dir / "10-gpuaccept.conflist").write_text(
         json.dumps(cni_config(settings, layout), indent=2) + "\n"
     )
@@ -349,7 +365,7 @@ def write_node_files(settings: NodeSettings, cp: ControlPlane, cluster_dns: str 
         "server": cp.server,
         "containerd_socket": str(layout.containerd_socket),
         "commands": {
-            "containerd": ["containerd", "--config", str(layout.containerd_config)],
+            "containerd": [str(bin_dir() / CONTAINERD), "--config", str(layout.containerd_config)],
             "kubelet": kubelet_command(settings, layout),
             plugin: plugin_command,
         },

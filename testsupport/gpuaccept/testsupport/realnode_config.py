@@ -1,11 +1,12 @@
 """What the local real node is made of, as files — test support, not shipped.
 
 Pure functions from :class:`NodeSettings` to the configuration files of the
-node's parts (docs/realnode.md): containerd's ``config.toml`` (CRI plugin,
-runc, the locally built sandbox image), the CNI network (one bridge, host-local
-addresses), the kubelet's ``KubeletConfiguration`` and kubeconfig. Every path
-lives under the node directory, so that a node is removed with its directory
-and never touches ``/var/lib/kubelet`` or ``/var/lib/containerd``.
+node's parts (docs/realnode.md): containerd 2's ``config.toml`` (CRI plugin,
+runc, the locally built sandbox image, CDI specs from the node directory), the
+CNI network (one bridge, host-local addresses), the kubelet's
+``KubeletConfiguration`` and kubeconfig. Every path lives under the node
+directory, so that a node is removed with its directory and never touches
+``/var/lib/kubelet``, ``/var/lib/containerd`` or ``/etc/cdi``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,21 @@ KUBELET_SYSCTLS = {
     "kernel/keys/root_maxkeys": 1000000,
     "kernel/keys/root_maxbytes": 25000000,
 }
+
+# containerd 2 refuses a shim socket directory longer than this (core/runtime/v2/socket_linux.go:
+# a unix socket's path has 108 bytes, the socket's own name takes the rest).
+SHIM_SOCKET_DIR_MAX = 42
+# Plugins the node has no use for. NRI would listen on /var/run/nri/nri.sock on the host
+# (the CRI plugin runs without it: "NRI service not found, NRI support disabled").
+CONTAINERD_DISABLED_PLUGINS = (
+    "io.containerd.nri.v1.nri",
+    "io.containerd.snapshotter.v1.zfs",
+    "io.containerd.snapshotter.v1.devmapper",
+    "io.containerd.snapshotter.v1.erofs",
+    "io.containerd.snapshotter.v1.blockfile",
+    "io.containerd.tracing.processor.v1.otlp",
+    "io.containerd.internal.v1.tracing",
+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +114,10 @@ class NodeLayout:
     @property
     def containerd_socket(self) -> Path:
         return self.root / "containerd.sock"
+
+    @property
+    def shim_socket_dir(self) -> Path:
+        return self.root / "containerd/s"
 
     @property
     def cdi_dir(self) -> Path:
@@ -161,49 +181,68 @@ class NodeLayout:
         return self.root / "state.json"
 
 
-def containerd_config(layout: NodeLayout, *, runc: str = "/usr/sbin/runc") -> str:
-    """containerd 1.6/1.7 ``config.toml`` (version 2) for the CRI plugin.
+def containerd_config(layout: NodeLayout, *, shim: Path, runc: str = "/usr/sbin/runc") -> str:
+    """containerd 2.3+ ``config.toml`` (version 4, what ``containerd config default`` writes).
 
     ``restrict_oom_score_adj``: the kubelet asks for negative oom_score_adj (the
     sandbox: -998), which needs CAP_SYS_RESOURCE; this machine's bounding set
     lacks it, so containerd clamps to its own score (as for rootless nodes).
+    CDI is always on in containerd 2 (``enable_cdi`` is gone,
+    plugins/cri/runtime/plugin.go); its spec directory is the node's own.
+    ``shim`` is run by path (``runtime_path``): a containerd 1.x shim on PATH is
+    never taken for it; runc keeps its state under the node's state directory
+    (the shim's default is ``/run/containerd/runc``). The shims' sockets go under
+    the node directory when its path is short enough, otherwise to containerd's
+    default ``/run/containerd/s`` (where containerd 1.6 always put them).
     """
     q = json.dumps  # TOML basic strings are JSON strings for the paths used here
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    images = "plugins.'io.containerd.cri.v1.images'"
+    runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    socket_dir = str(layout.shim_socket_dir)
+    shim_manager = (
+        ["[plugins.'io.containerd.shim.v1.manager']", f"  socket_dir = {q(socket_dir)}"]
+        if len(socket_dir) <= SHIM_SOCKET_DIR_MAX
+        else []
+    )
     return "\n".join(
         [
-            "version = 2",
+            "version = 4",
             f"root = {q(str(layout.containerd_root))}",
             f"state = {q(str(layout.containerd_state))}",
+            f"temp = {q(str(layout.root / 'containerd' / 'tmp'))}",
+            "imports = []",
             "oom_score = 0",
-            'disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", '
-            '"io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", '
-            '"io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp", '
-            '"io.containerd.internal.v1.tracing"]',
-            "[grpc]",
+            "disabled_plugins = [" + ", ".join(q(p) for p in CONTAINERD_DISABLED_PLUGINS) + "]",
+            "[plugins.'io.containerd.server.v1.grpc']",
             f"  address = {q(str(layout.containerd_socket))}",
-            "[ttrpc]",
+            "[plugins.'io.containerd.server.v1.ttrpc']",
             f"  address = {q(str(layout.containerd_socket) + '.ttrpc')}",
-            "[debug]",
+            "[plugins.'io.containerd.server.v1.debug']",
             '  address = ""',
-            '[plugins."io.containerd.internal.v1.opt"]',
+            "[plugins.'io.containerd.internal.v1.opt']",
             f"  path = {q(str(layout.root / 'containerd' / 'opt'))}",
-            f"[{cri}]",
-            f"  sandbox_image = {q(SANDBOX_IMAGE)}",
+            *shim_manager,
+            f"[{images}]",
+            '  snapshotter = "overlayfs"',
+            f"[{images}.pinned_images]",
+            f"  sandbox = {q(SANDBOX_IMAGE)}",
+            f"[{runtime}]",
             "  restrict_oom_score_adj = true",
             "  enable_selinux = false",
             "  disable_apparmor = true",
             "  netns_mounts_under_state_dir = true",
-            f"[{cri}.containerd]",
-            '  snapshotter = "overlayfs"',
+            f"  cdi_spec_dirs = [{q(str(layout.cdi_dir))}]",
+            f"[{runtime}.containerd]",
             '  default_runtime_name = "runc"',
-            f"[{cri}.containerd.runtimes.runc]",
+            f"[{runtime}.containerd.runtimes.runc]",
             '  runtime_type = "io.containerd.runc.v2"',
-            f"[{cri}.containerd.runtimes.runc.options]",
+            f"  runtime_path = {q(str(shim))}",
+            f"[{runtime}.containerd.runtimes.runc.options]",
             "  SystemdCgroup = false",
             f"  BinaryName = {q(runc)}",
-            f"[{cri}.cni]",
-            '  bin_dir = "/usr/lib/cni"',
+            f"  Root = {q(str(layout.containerd_state / 'runc'))}",
+            f"[{runtime}.cni]",
+            '  bin_dirs = ["/usr/lib/cni"]',
             f"  conf_dir = {q(str(layout.cni_conf_dir))}",
             "",
         ]

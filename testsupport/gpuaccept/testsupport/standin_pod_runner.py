@@ -79,11 +79,12 @@ def exec_error(command: str) -> str:
 
 
 def runtime_start_error(cause: str) -> str:
-    """The container's terminated message when containerd 1.6 + runc cannot start it
-    (seen on the real node, tests/realnode/test_standin_vs_kubelet.py)."""
+    """The container's terminated message when containerd 2.4 + runc cannot start it
+    (seen on the real node, tests/realnode/test_standin_vs_kubelet.py; containerd 1.6
+    ended it with the gRPC code, ``: unknown``)."""
     return (
         "failed to create containerd task: failed to create shim task: OCI runtime create "
-        f"failed: runc create failed: unable to start container process: {cause}: unknown"
+        f"failed: runc create failed: unable to start container process: {cause}"
     )
 
 

@@ -90,6 +90,21 @@ class PublishedGpus:
         return tuple(d for p in self.pools if p.complete for d in p.gpus)
 
     @property
+    def physical_gpus(self) -> int:
+        """How many GPUs the complete pools hold: the whole GPUs, and each GPU cut into
+        MIG devices once (the distinct ``parentUUID`` of its MIG devices that no whole
+        GPU device carries)."""
+        whole = {d.uuid or d.name for d in self.dra_gpus}
+        cut = {
+            d.parent_uuid
+            for p in self.pools
+            if p.complete
+            for d in p.devices
+            if d.kind == MIG_DEVICE_TYPE and d.parent_uuid
+        }
+        return len(whole | cut)
+
+    @property
     def ready(self) -> bool:
         """A DRA node that may be probed: every pool complete, at least one GPU."""
         return self.mode == GpuPublishing.DRA and self.pools_complete and bool(self.dra_gpus)

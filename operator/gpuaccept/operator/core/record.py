@@ -327,7 +327,7 @@ def fence_window_gpus(ctx: NodeContext, new: int) -> int:
     GPUs out: its earlier take-out within the window (capacity.window_gpus: the whole
     node, or its earlier fences) and these, never more than its GPUs."""
     st = ctx.status
-    total = node_gpu_count(ctx.node) or len(ctx.gpus.dra_gpus) or MAX_NODE_GPUS
+    total = node_gpu_count(ctx.node) or ctx.gpus.physical_gpus or MAX_NODE_GPUS
     since = ctx.obs.now - timedelta(seconds=ctx.spec.quarantine_rate.window_seconds)
     recent = st.taken_out_time is not None and st.taken_out_time >= since
     earlier = window_gpus(st, total) if recent else 0
@@ -347,7 +347,7 @@ def take_out_now(
     counts = ctx.obs.limit_counts
     added = new_fences(st.gpu_verdicts, fence or ())
     if counts.matched_gpus is not None:  # lost capacity in GPUs: this node's, or the fence's
-        node_gpus = node_gpu_count(ctx.node) or len(ctx.gpus.dra_gpus)
+        node_gpus = node_gpu_count(ctx.node) or ctx.gpus.physical_gpus
         counts = replace(
             counts,
             asked_gpus=len(fence or ()) or node_gpus or None,
@@ -531,7 +531,7 @@ def _fence_fields(ctx: NodeContext, outcome: VerdictOutcome) -> dict[str, Any]:
         for g in sorted(found, key=lambda g: g.index)
     ]
     count = sum(g.fenced for g in gpus)
-    total = node_gpu_count(ctx.node) or len(ctx.gpus.dra_gpus)
+    total = node_gpu_count(ctx.node) or ctx.gpus.physical_gpus
     return {"gpu_verdicts": gpus, "fenced": f"{count}/{total}" if count else None}
 
 

@@ -121,6 +121,30 @@ def _gpu_verdicts(status: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _fence_history(status: Mapping[str, Any]) -> list[str]:
+    """The GPUs fenced before, each with how many times and when last
+    (status.reverify.gpuFences: the repeat-offender rule counts them per GPU), and
+    what the quarantine rate counts for this node (status.takenOutTime, takenOutGpus)."""
+    out: list[str] = []
+    reverify = status.get("reverify")
+    raw = reverify.get("gpuFences") if isinstance(reverify, Mapping) else None
+    fences = [f for f in raw or [] if isinstance(f, Mapping) and f.get("uuid")]
+    if fences:
+        times: dict[str, list[str]] = {}
+        for fence in fences:
+            times.setdefault(str(fence["uuid"]), []).append(str(fence.get("time", "?")))
+        out.append("fences on record (repeatOffenders counts them per GPU):")
+        out += [
+            f"  {uuid}: {len(at)} time(s), last at {max(at)}" for uuid, at in sorted(times.items())
+        ]
+    taken = status.get("takenOutTime")
+    if taken:
+        gpus = status.get("takenOutGpus")
+        what = f"{gpus} GPU(s) fenced" if gpus else "the whole node"
+        out.append(f"last taken out of service at {taken}: {what} (the quarantine rate counts it)")
+    return out
+
+
 def _fabric(status: Mapping[str, Any]) -> list[str]:
     fabric = status.get("fabric")
     if not isinstance(fabric, Mapping) or not fabric:
@@ -212,6 +236,7 @@ def explain_lines(
         *_summary(name, status, policy),
         *_reasons(status),
         *_gpu_verdicts(status),
+        *_fence_history(status),
         *_fabric(status),
         *_in_service(status),
     ]

@@ -42,7 +42,7 @@ from gpuaccept.contracts.inservice import (
     InServiceStatus,
 )
 from gpuaccept.contracts.nodeacceptance import GpuPublishing
-from gpuaccept.operator.core.gpupublishing import GPU_DEVICE_TYPE, PublishedGpus
+from gpuaccept.operator.core.gpupublishing import GPU_DEVICE_TYPE, MIG_DEVICE_TYPE, PublishedGpus
 from gpuaccept.operator.core.inservice.evidence import (
     REASON_GPU_LOST,
     REASON_XID_FATAL,
@@ -51,7 +51,7 @@ from gpuaccept.operator.core.inservice.evidence import (
     Finding,
 )
 from gpuaccept.operator.core.inservice.watchreport import KIND
-from gpuaccept.operator.core.model import DeviceTaintView
+from gpuaccept.operator.core.model import DeviceTaintView, DraDevice
 
 # NVIDIA's driver's taint keys, under its driver name (TaintKeyXID, TaintKeyGPULost,
 # TaintKeyUnmonitored: DriverName + "/xid", "/gpu-lost", "/unmonitored").
@@ -74,7 +74,7 @@ def dra_seen(gpus: PublishedGpus) -> DraSeen | None:
     if gpus.mode != GpuPublishing.DRA or not gpus.pools:
         return None
     devices = tuple(
-        DeviceSeen(d.uuid or d.name, p.driver, d.taints) for p in gpus.pools for d in p.devices
+        DeviceSeen(_physical_gpu(d), p.driver, d.taints) for p in gpus.pools for d in p.devices
     )
     return DraSeen(
         complete=gpus.pools_complete,
@@ -85,6 +85,16 @@ def dra_seen(gpus: PublishedGpus) -> DraSeen | None:
         ),
         describe=gpus.describe(),
     )
+
+
+def _physical_gpu(device: DraDevice) -> str:
+    """The GPU a device's taints are evidence about: a MIG device's parent
+    (attribute ``parentUUID``: an Xid on a MIG instance is its GPU's, and a fence
+    follows the GPU to its MIG devices, core/fencerules.py), else the device's own
+    uuid (its name without one)."""
+    if device.kind == MIG_DEVICE_TYPE and device.parent_uuid:
+        return device.parent_uuid
+    return device.uuid or device.name
 
 
 def baseline(ledger: InServiceStatus, dra: DraSeen | None) -> list[str]:
