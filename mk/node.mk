@@ -105,6 +105,6 @@ $(IMAGES_BUILD_DIR)/probe.json: probes/Dockerfile requirements/probe.txt $(NODE_
 
 node-test: node-packages node-tools node-images $(BIN)/controlplane $(BIN)/kubectl $(BIN)/helm
 	$(GO) -C $(NODE_MOD) vet ./fakedeviceplugin ./fakedraplugin
-	$(GO) -C $(NODE_MOD) test ./fakedraplugin
+	$(GO) -C $(NODE_MOD) test ./fakedeviceplugin ./fakedraplugin
 	GPUACCEPT_REALNODE=1 GPUACCEPT_IMAGES_DIR=$(abspath $(IMAGES_BUILD_DIR)) \
 	  $(NODE_PYTHON) -m pytest -m realnode tests/realnode
