@@ -5,7 +5,8 @@
 #
 #   make node-packages   the Debian packages it needs (apt-get; root)
 #   make node-tools      .bin/kubelet, .bin/kube-controller-manager, .bin/kube-scheduler,
-#                        .bin/fakedeviceplugin (hack/node, same k8s.io/kubernetes as the apiserver),
+#                        .bin/fakedeviceplugin, .bin/fakedraplugin (hack/node, same k8s.io/kubernetes
+#                        as the apiserver),
 #                        .bin/coredns (hack/coredns: CoreDNS with the plugins the node needs),
 #                        .bin/containerd2, .bin/containerd2-shim-runc-v2, .bin/ctr2
 #                        (hack/containerd: containerd 2 from its Go module, static)
@@ -15,6 +16,8 @@
 #   make node-test       the stand-in vs kubelet comparison and the end-to-end test (root, minutes)
 #
 #   NODE_GPUS=8 NODE_PROFILE=profiles/h100-sxm-8gpu-healthy.yaml make node-up
+#   NODE_DRA=1 make node-up   the GPUs published by the FAKE DRA driver instead (gpu.nvidia.com
+#                             ResourceSlices, claims prepared through CDI; no nvidia.com/gpu)
 #
 # Not part of `make test`: it needs root, Debian packages and the images
 # (debootstrap + PyPI, 6.7 GB for the probe). Its last run is in docs/realnode.md.
@@ -24,6 +27,7 @@ NODE_CLUSTER_DIR ?= .cluster-node
 NODE_NAME ?= gpuaccept-node
 NODE_GPUS ?= 8
 NODE_PROFILE ?= profiles/h100-sxm-8gpu-healthy.yaml
+NODE_DRA ?=
 NODE_MOD := hack/node
 COREDNS_MOD := hack/coredns
 CONTAINERD_MOD := hack/containerd
@@ -34,7 +38,7 @@ CONTAINERD_VERSION := $(shell awk '$$1=="github.com/containerd/containerd/v2"{pr
 CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)
 CONTAINERD_BINARIES := $(BIN)/containerd2 $(BIN)/containerd2-shim-runc-v2 $(BIN)/ctr2
 NODE_BINARIES := $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler \
-  $(BIN)/fakedeviceplugin $(BIN)/coredns $(CONTAINERD_BINARIES)
+  $(BIN)/fakedeviceplugin $(BIN)/fakedraplugin $(BIN)/coredns $(CONTAINERD_BINARIES)
 # runc stays Debian's (it needs cgo and libseccomp); containerd 2 runs it by path.
 NODE_DEBIAN_PACKAGES := runc containernetworking-plugins iptables busybox-static gcc libc6-dev
 NODE_PYTHON ?= $(CLUSTER_PYTHON)
@@ -64,6 +68,10 @@ $(BIN)/fakedeviceplugin: $(wildcard $(NODE_MOD)/fakedeviceplugin/*.go) $(NODE_MO
 	@mkdir -p $(BIN)
 	$(call cluster_gobuild,$(NODE_MOD)) -ldflags '-s -w' -o $(abspath $@) ./fakedeviceplugin
 
+$(BIN)/fakedraplugin: $(wildcard $(NODE_MOD)/fakedraplugin/*.go) $(NODE_MOD)/go.mod $(NODE_MOD)/go.sum
+	@mkdir -p $(BIN)
+	$(call cluster_gobuild,$(NODE_MOD)) -ldflags '-s -w' -o $(abspath $@) ./fakedraplugin
+
 $(BIN)/coredns: $(wildcard $(COREDNS_MOD)/*.go) $(COREDNS_MOD)/go.mod $(COREDNS_MOD)/go.sum
 	@mkdir -p $(BIN)
 	$(call cluster_gobuild,$(COREDNS_MOD)) -ldflags '-s -w' -o $(abspath $@) .
@@ -78,7 +86,7 @@ $(CONTAINERD_BINARIES): $(CONTAINERD_MOD)/go.mod $(CONTAINERD_MOD)/go.sum
 node-up: node-packages node-tools $(BIN)/controlplane $(BIN)/kubectl
 	$(NODE_PYTHON) -m gpuaccept.testsupport.realnode up --node-dir $(NODE_DIR) \
 	  --cluster-dir $(NODE_CLUSTER_DIR) --name $(NODE_NAME) --gpus $(NODE_GPUS) \
-	  $(if $(NODE_PROFILE),--profile $(NODE_PROFILE))
+	  $(if $(NODE_PROFILE),--profile $(NODE_PROFILE)) $(if $(NODE_DRA),--dra)
 
 node-down:
 	$(NODE_PYTHON) -m gpuaccept.testsupport.realnode down --node-dir $(NODE_DIR) \
@@ -96,5 +104,7 @@ $(IMAGES_BUILD_DIR)/probe.json: probes/Dockerfile requirements/probe.txt $(NODE_
 	$(BUILD_IMAGE) build --dockerfile probes/Dockerfile --work $(IMAGES_BUILD_DIR) --tag probe
 
 node-test: node-packages node-tools node-images $(BIN)/controlplane $(BIN)/kubectl $(BIN)/helm
+	$(GO) -C $(NODE_MOD) vet ./fakedeviceplugin ./fakedraplugin
+	$(GO) -C $(NODE_MOD) test ./fakedeviceplugin ./fakedraplugin
 	GPUACCEPT_REALNODE=1 GPUACCEPT_IMAGES_DIR=$(abspath $(IMAGES_BUILD_DIR)) \
 	  $(NODE_PYTHON) -m pytest -m realnode tests/realnode

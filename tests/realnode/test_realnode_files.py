@@ -9,6 +9,7 @@ import io
 import json
 import tarfile
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from gpuaccept.testsupport.oci_archive import (
 )
 from gpuaccept.testsupport.realnode import (
     corefile,
+    gpu_plugin_command,
     kubelet_command,
     settings_from_json,
     settings_to_json,
@@ -128,8 +130,33 @@ def test_settings_survive_the_state_file() -> None:
         profile=Path("/p.yaml"),
         labels={"a": "b"},
         taints=("k=v:NoSchedule",),
+        dra=True,
     )
     assert settings_from_json(json.loads(json.dumps(settings_to_json(settings)))) == settings
+
+
+def test_the_gpus_are_published_by_one_plugin_the_mode_names() -> None:
+    profile = Path("/p.yaml")
+    name, command = gpu_plugin_command(replace(SETTINGS, profile=profile), LAYOUT)
+    assert name == "fakedeviceplugin"
+    assert "--plugin-dir=/var/lib/kubelet/device-plugins" in command
+    assert f"--profile={LAYOUT.fake_gpu_profile}" in command
+
+    name, command = gpu_plugin_command(replace(SETTINGS, profile=profile, dra=True), LAYOUT)
+    assert name == "fakedraplugin"
+    flags = dict(arg.removeprefix("--").split("=", 1) for arg in command[1:])
+    assert flags == {
+        # The node's own credentials: the Node authorizer lets it publish its slices.
+        "kubeconfig": str(LAYOUT.kubelet_kubeconfig),
+        "node-name": SETTINGS.name,
+        # plugins_registry follows the kubelet's --root-dir (unlike device-plugins).
+        "kubelet-dir": str(LAYOUT.kubelet_root),
+        "cdi-dir": str(LAYOUT.cdi_dir),
+        "driver": "gpu.nvidia.com",
+        "count": "8",
+        "profile": str(LAYOUT.fake_gpu_profile),
+    }
+    assert all(p.startswith(str(NODE_DIR)) for p in _paths(flags))
 
 
 def _archive(files: list[ImageFile], name: str = "localhost/t/busy:1") -> tuple[bytes, str]:

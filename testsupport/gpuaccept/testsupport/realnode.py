@@ -4,6 +4,7 @@
 
     python -m gpuaccept.testsupport.realnode up   [--node-dir .node] [--cluster-dir .cluster-node]
                                                   [--gpus 8] [--profile FILE] [--label K=V ...]
+                                                  [--dra]
     python -m gpuaccept.testsupport.realnode down [--node-dir .node] [--cluster-dir .cluster-node]
     python -m gpuaccept.testsupport.realnode import-image --layout DIR --tag TAG --name NAME
 
@@ -19,8 +20,12 @@
 * one node: containerd 2 (``hack/containerd``, CDI specs from the node
   directory) + runc (Debian's package), the CNI bridge plugin,
   the kubelet, and a FAKE device plugin that advertises ``--gpus`` devices of
-  ``nvidia.com/gpu`` (:mod:`gpuaccept.testsupport.realnode_supervisor` runs
-  them in their own mount namespace);
+  ``nvidia.com/gpu`` or, with ``--dra``, a FAKE DRA kubelet plugin that
+  publishes them as devices of a ``gpu.nvidia.com`` ResourceSlice and prepares
+  claims through CDI (plus the driver's DeviceClass, as NVIDIA's chart
+  installs it) (:mod:`gpuaccept.testsupport.realnode_supervisor` runs them in
+  their own mount namespace; :func:`switch` restarts the node in the other
+  mode on the same control plane);
 * the ``kubernetes`` Service reachable from pods: an iptables DNAT rule on the
   node's bridge sends 10.96.0.1:443 to the apiserver on 127.0.0.1, as
   kube-proxy would;
@@ -44,7 +49,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -74,6 +79,7 @@ from gpuaccept.testsupport.realnode_config import (
     kubelet_kubeconfig,
 )
 from gpuaccept.testsupport.realnode_supervisor import HOST_MNTNS_ENV
+from gpuaccept.testsupport.standin_dra import DRA_DRIVER, device_class_manifest
 
 __all__ = [
     "BUSYBOX_IMAGE",
@@ -83,6 +89,8 @@ __all__ = [
     "ensure_layout_image",
     "import_archive",
     "import_layout_image",
+    "node_slices",
+    "switch",
     "up",
 ]
 
@@ -148,6 +156,7 @@ def missing_prerequisites() -> list[str]:
         "kube-controller-manager",
         "kube-scheduler",
         "fakedeviceplugin",
+        "fakedraplugin",
         "coredns",
         CONTAINERD,
         CONTAINERD_SHIM,
@@ -348,11 +357,9 @@ def write_node_files(settings: NodeSettings, cp: ControlPlane, cluster_dns: str 
     )
     layout.resolv_conf.write_text(resolv_conf(cluster_dns))
     write_kubelet_credentials(settings, cp)
-    plugin = [str(bin_dir() / "fakedeviceplugin"), f"--plugin-dir={DEVICE_PLUGIN_DIR}"]
-    plugin += [f"--count={settings.gpu_count}"]
     if settings.profile is not None:
         install_profile(layout, settings.profile)
-        plugin.append(f"--profile={layout.fake_gpu_profile}")
+    plugin, plugin_command = gpu_plugin_command(settings, layout)
     state = {
         "settings": settings_to_json(settings),
         "server": cp.server,
@@ -360,10 +367,36 @@ def write_node_files(settings: NodeSettings, cp: ControlPlane, cluster_dns: str 
         "commands": {
             "containerd": [str(bin_dir() / CONTAINERD), "--config", str(layout.containerd_config)],
             "kubelet": kubelet_command(settings, layout),
-            "fakedeviceplugin": plugin,
+            plugin: plugin_command,
         },
     }
     layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
+
+
+def gpu_plugin_command(settings: NodeSettings, layout: NodeLayout) -> tuple[str, list[str]]:
+    """The FAKE GPUs' plugin (its name in the supervisor, its command): the device
+    plugin, or with ``settings.dra`` the DRA kubelet plugin (its sockets under the
+    kubelet's root directory, its CDI specs in the directory containerd reads, the
+    node's credentials: a node may publish its own ResourceSlices and read the
+    claims of its pods, Node authorizer)."""
+    profile = [f"--profile={layout.fake_gpu_profile}"] if settings.profile is not None else []
+    if settings.dra:
+        return "fakedraplugin", [
+            str(bin_dir() / "fakedraplugin"),
+            f"--kubeconfig={layout.kubelet_kubeconfig}",
+            f"--node-name={settings.name}",
+            f"--kubelet-dir={layout.kubelet_root}",
+            f"--cdi-dir={layout.cdi_dir}",
+            f"--driver={DRA_DRIVER}",
+            f"--count={settings.gpu_count}",
+            *profile,
+        ]
+    return "fakedeviceplugin", [
+        str(bin_dir() / "fakedeviceplugin"),
+        f"--plugin-dir={DEVICE_PLUGIN_DIR}",
+        f"--count={settings.gpu_count}",
+        *profile,
+    ]
 
 
 def settings_to_json(settings: NodeSettings) -> dict[str, Any]:
@@ -517,10 +550,35 @@ def start_supervisor(settings: NodeSettings, cp: ControlPlane) -> None:
         time.sleep(0.3)
 
 
+def node_slices(node: RealNode) -> list[dict[str, Any]]:
+    """The node's ResourceSlices of the FAKE DRA driver, as the API server has them."""
+    got = node.control_plane.kubectl(
+        "get",
+        "resourceslices",
+        "--field-selector",
+        f"spec.nodeName={node.settings.name},spec.driver={DRA_DRIVER}",
+        "-o",
+        "json",
+        check=False,
+    )
+    return list(json.loads(got.stdout)["items"]) if got.returncode == 0 else []
+
+
+def gpus_published(node: RealNode, status: dict[str, Any]) -> bool:
+    """The node's FAKE GPUs are all published, the one way its mode says, and only that
+    way: allocatable ``nvidia.com/gpu``, or the devices of its DRA pool."""
+    want = node.settings.gpu_count
+    plugin_gpus = status.get("allocatable", {}).get("nvidia.com/gpu")
+    devices = sum(len(s["spec"].get("devices") or ()) for s in node_slices(node))
+    if node.settings.dra:
+        return plugin_gpus in (None, "0") and devices == want
+    return plugin_gpus == str(want) and devices == 0
+
+
 def wait_node_ready(node: RealNode, timeout_s: float) -> dict[str, Any]:
-    """The Node object once Ready with its FAKE GPUs allocatable."""
+    """The Node object once Ready with its FAKE GPUs allocatable (published)."""
     deadline = time.monotonic() + timeout_s
-    want = str(node.settings.gpu_count)
+    want = f"{node.settings.gpu_count} {'DRA devices' if node.settings.dra else 'nvidia.com/gpu'}"
     last: dict[str, Any] = {}
     while time.monotonic() < deadline:
         got = node.control_plane.kubectl(
@@ -529,15 +587,14 @@ def wait_node_ready(node: RealNode, timeout_s: float) -> dict[str, Any]:
         if got.returncode == 0:
             last = json.loads(got.stdout)
             ready = [c for c in last["status"].get("conditions", []) if c["type"] == "Ready"]
-            gpus = last["status"].get("allocatable", {}).get("nvidia.com/gpu")
-            if ready and ready[0]["status"] == "True" and gpus == want:
+            if ready and ready[0]["status"] == "True" and gpus_published(node, last["status"]):
                 return last
         if supervisor_pid(node.settings.cluster_dir) is None:
             break
         time.sleep(1)
     log = node.layout.logs_dir / "kubelet.log"
     raise RealNodeError(
-        f"node {node.settings.name} not Ready with {want} nvidia.com/gpu within {timeout_s:.0f}s "
+        f"node {node.settings.name} not Ready with {want} within {timeout_s:.0f}s "
         f"(last status: {json.dumps(last.get('status', {}).get('conditions', []))}); "
         f"{log}:\n{_tail(log)}"
     )
@@ -606,8 +663,39 @@ def up(settings: NodeSettings, *, timeout_s: float = 180.0) -> RealNode:
         start_supervisor(settings, cp)
     import_base_images(node)
     start_dns(settings, cp)
+    if settings.dra:  # what NVIDIA's DRA driver chart installs with the driver
+        cp.kubectl("apply", "-f", "-", input=json.dumps(device_class_manifest()))
     wait_node_ready(node, timeout_s)
     return node
+
+
+def switch(node: RealNode, *, dra: bool, timeout_s: float = 180.0) -> RealNode:
+    """The node in the other publishing mode (device plugin or DRA), on the same
+    control plane and with the same containerd images: the node's processes stop, the
+    Node object goes (with it the ResourceSlices it owns; a new registration carries no
+    ``nvidia.com/gpu`` of the old mode), the kubelet's device and claim checkpoints
+    go, and the node starts again with the other plugin."""
+    if node.settings.dra == dra:
+        return node
+    settings = replace(node.settings, dra=dra)
+    stop_supervisor(settings.cluster_dir)
+    cp = node.control_plane
+    cp.kubectl("delete", "node", settings.name, "--ignore-not-found", "--wait=true", check=False)
+    cp.kubectl(
+        "delete",
+        "resourceslices",
+        "--field-selector",
+        f"spec.nodeName={settings.name}",
+        "--ignore-not-found",
+        check=False,
+    )
+    layout = NodeLayout(settings.node_dir)
+    for checkpoint in (
+        settings.node_dir / "device-plugins" / "kubelet_internal_checkpoint",
+        layout.kubelet_root / "dra_manager_state",
+    ):
+        checkpoint.unlink(missing_ok=True)
+    return up(settings, timeout_s=timeout_s)
 
 
 def running(node_dir: Path, cluster_dir: Path) -> RealNode:
@@ -676,6 +764,11 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--profile", type=Path)
             cmd.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
             cmd.add_argument("--taint", action="append", default=[], metavar="KEY=VALUE:EFFECT")
+            cmd.add_argument(
+                "--dra",
+                action="store_true",
+                help="publish the FAKE GPUs through the FAKE DRA driver, not the device plugin",
+            )
         if name == "import-image":
             cmd.add_argument("--layout", type=Path, required=True)
             cmd.add_argument("--tag", required=True)
@@ -697,9 +790,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 profile=args.profile.resolve() if args.profile else None,
                 labels=labels,
                 taints=tuple(args.taint),
+                dra=args.dra,
             )
             node = up(settings)
-            print(f"node {settings.name} Ready with {settings.gpu_count} FAKE nvidia.com/gpu")
+            published = f"in {DRA_DRIVER} ResourceSlices" if settings.dra else "nvidia.com/gpu"
+            print(f"node {settings.name} Ready with {settings.gpu_count} FAKE {published}")
             print(f"kubeconfig: {node.control_plane.kubeconfig}")
         elif args.command == "down":
             down(node_dir, cluster_dir)

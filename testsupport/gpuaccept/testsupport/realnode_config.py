@@ -74,6 +74,9 @@ class NodeSettings:
     name: str = "gpuaccept-node"
     gpu_count: int = 8
     profile: Path | None = None  # the hardware profile the FAKE GPUs present (GPUACCEPT_PROFILE)
+    # How the FAKE GPUs are published: False, the FAKE device plugin (nvidia.com/gpu);
+    # True, the FAKE DRA driver (gpu.nvidia.com ResourceSlices, claims through CDI).
+    dra: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[str, ...] = ()  # kubelet --register-with-taints entries, key=value:Effect
     bridge: str = "gpuacc0"

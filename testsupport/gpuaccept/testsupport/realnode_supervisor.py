@@ -8,11 +8,12 @@
    rewrite on the host (``KUBELET_SYSCTLS``: overcommit, panic on oops, ...),
    so that the kubelet reads the values it wants and the shared machine keeps
    its own;
-2. starts containerd, the kubelet and the FAKE device plugin (their arguments
-   are in ``NODE_DIR/state.json``, written by ``realnode up``), logs in
+2. starts containerd, the kubelet and the FAKE GPUs' plugin, the device plugin
+   or the DRA kubelet plugin (:data:`GPU_PLUGINS`; their arguments are in
+   ``NODE_DIR/state.json``, written by ``realnode up``), logs in
    ``NODE_DIR/logs/``;
 3. waits for SIGTERM/SIGINT (``realnode down``) or for one of them to exit;
-4. tears the node down: the device plugin and the kubelet stop, every process
+4. tears the node down: the GPUs' plugin and the kubelet stop, every process
    in the kubelet's ``kubepods`` cgroups is killed (the containers), containerd
    stops, the shims left in this namespace are killed, and the empty
    ``kubepods`` cgroups are removed. The namespace, and every mount made in it
@@ -34,12 +35,14 @@ from types import FrameType
 
 from gpuaccept.testsupport.realnode_config import DEVICE_PLUGIN_DIR, KUBELET_SYSCTLS
 
-__all__ = ["HOST_MNTNS_ENV", "kubepods_cgroups", "main"]
+__all__ = ["GPU_PLUGINS", "HOST_MNTNS_ENV", "kubepods_cgroups", "main"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
 STOP_TIMEOUT_S = 20.0
 HOST_MNTNS_ENV = "GPUACCEPT_HOST_MNTNS"
+# The FAKE GPUs' plugins (hack/node): one of them runs, the one state.json names.
+GPU_PLUGINS = ("fakedeviceplugin", "fakedraplugin")
 
 
 def log(message: str) -> None:
@@ -180,7 +183,8 @@ def run(node_dir: Path) -> int:
     started: list[tuple[str, subprocess.Popen[bytes]]] = []
     code = 0
     try:
-        for name in ("containerd", "kubelet", "fakedeviceplugin"):
+        plugins = [name for name in GPU_PLUGINS if name in commands]
+        for name in ("containerd", "kubelet", *plugins):
             with (logs / f"{name}.log").open("ab") as out:
                 process = subprocess.Popen(commands[name], stdout=out, stderr=subprocess.STDOUT)
             started.append((name, process))
@@ -209,7 +213,7 @@ def run(node_dir: Path) -> int:
 
 def teardown(started: Sequence[tuple[str, subprocess.Popen[bytes]]]) -> None:
     by_name = dict(started)
-    for name in ("fakedeviceplugin", "kubelet"):
+    for name in (*GPU_PLUGINS, "kubelet"):
         if name in by_name:
             stop(by_name[name], name)
     log(f"killed {kill_pods()} container processes")
