@@ -21,6 +21,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from gpuaccept.contracts.api import FENCE_TAINT_KEY, REPROBE_ANNOTATION
+from gpuaccept.operator.plugin.kubectl import explain
 from gpuaccept.probe.hardware.simulated import simulated_uuid
 from gpuaccept.testsupport.controlplane import ControlPlane
 from gpuaccept.testsupport.operator_env import (
@@ -213,6 +214,26 @@ def test_dry_run_makes_a_rule_of_effect_none_and_a_deleted_node_takes_it(env: En
     (rule,) = wait_for("the dry run's rule", lambda: rules(env, name))
     assert rule["spec"]["taint"]["effect"] == "None"
     assert rule["spec"]["deviceSelector"]["device"] == "gpu-5"
+    # The feedback kube-controller-manager's device taint controller gives a rule of
+    # effect None (k8s.io/api resource/v1 DeviceTaintRuleStatus), as it writes it, and
+    # `kubectl gpuaccept explain` shows it beside the held fence.
+    feedback = "2 pods would be evicted if the effect was NoExecute"
+    condition = {
+        "type": "EvictionInProgress", "status": "False", "reason": "NoEffect",
+        "message": feedback, "lastTransitionTime": "2026-12-06T00:00:00Z",
+        "observedGeneration": rule["metadata"].get("generation", 1),
+    }  # fmt: skip
+    env.kube.request(
+        "PATCH",
+        f"{RULES}/{rule['metadata']['name']}/status",
+        {"status": {"conditions": [condition]}},
+        content_type="application/merge-patch+json",
+    )
+    lines = explain(env.kube, name)
+    at = lines.index("fence rules:")
+    assert lines[at + 1].startswith(f"  {rule['metadata']['name']}: ")
+    assert lines[at + 1].endswith("/gpu-5 effect None")
+    assert lines[at + 2] == f"    EvictionInProgress=False: {feedback}"
     env.standin.delete_nodes([name])
     wait_for("the deleted node's rule gone", lambda: not rules(env, name), 120)
 

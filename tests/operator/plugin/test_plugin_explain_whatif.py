@@ -328,3 +328,33 @@ def test_explain_shows_the_fences_on_record_and_what_the_rate_counts(healthy: Pr
 def test_explain_without_fences_or_take_outs_says_nothing_of_them(healthy: ProbeReport) -> None:
     lines = explain_lines(acceptance("gpu-good", healthy), policy_object())
     assert not any("fences on record" in line or "taken out" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("rules", "expected"),
+    [
+        (None, []),
+        ("the API server serves no DeviceTaintRules", [
+            "fence rules: not shown (the API server serves no DeviceTaintRules)"]),
+        ([], ["fence rules: none"]),
+        ([{"metadata": {"name": "r1"},
+           "spec": {"deviceSelector": {"pool": "n1", "device": "gpu-5"},
+                    "taint": {"effect": "NoSchedule"}}}],
+         ["fence rules:", "  r1: n1/gpu-5 effect NoSchedule"]),
+        ([{"metadata": {"name": "r2"},
+           "spec": {"deviceSelector": {"pool": "n1", "device": "gpu-3"},
+                    "taint": {"effect": "None"}},
+           "status": {"conditions": [
+               {"type": "Other", "status": "True", "message": "not shown"},
+               {"type": "EvictionInProgress", "status": "False",
+                "message": "1 pod would be evicted"}]}}],
+         ["fence rules:", "  r2: n1/gpu-3 effect None",
+          "    EvictionInProgress=False: 1 pod would be evicted"]),
+    ],
+)  # fmt: skip
+def test_explain_shows_the_fence_rules_and_their_eviction_feedback(
+    healthy: ProbeReport, rules: Any, expected: list[str]
+) -> None:
+    lines = explain_lines(acceptance("gpu-f", healthy), policy_object(), rules=rules, width=200)
+    shown = [line for line in lines if line.startswith(("fence rules", "  r", "    Evic"))]
+    assert shown == expected

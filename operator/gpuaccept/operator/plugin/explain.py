@@ -8,7 +8,7 @@ the policy the node is governed by, so the thresholds shown are that policy's.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -17,6 +17,8 @@ from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.checks.report_table import TABLE_WIDTH, table_lines
 from gpuaccept.checks.verdict import evaluate
 from gpuaccept.contracts.report import ProbeReport
+
+EVICTION_CONDITION = "EvictionInProgress"  # DeviceTaintRuleStatus's one defined condition
 
 
 def _report(status: Mapping[str, Any]) -> ProbeReport | None:
@@ -145,6 +147,36 @@ def _fence_history(status: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _fence_rules(rules: Sequence[Mapping[str, Any]] | str | None) -> list[str]:
+    """The node's fence DeviceTaintRules as the API server has them: each with the
+    device it taints and its effect, and the eviction feedback the API server's device
+    taint controller writes in its status (condition ``EvictionInProgress``: for effect
+    ``None``, a dryRun fence, what ``NoExecute`` would evict; ``k8s.io/api``
+    ``resource/v1`` ``DeviceTaintRuleStatus``). ``rules`` a string: why they could not
+    be read; None: not asked (the node has no per-GPU verdict)."""
+    if rules is None:
+        return []
+    if isinstance(rules, str):
+        return [f"fence rules: not shown ({rules})"]
+    if not rules:
+        return ["fence rules: none"]
+    out = ["fence rules:"]
+    for rule in sorted(rules, key=lambda r: str((r.get("metadata") or {}).get("name", ""))):
+        spec = rule.get("spec") or {}
+        selector, taint = spec.get("deviceSelector") or {}, spec.get("taint") or {}
+        out.append(
+            f"  {(rule.get('metadata') or {}).get('name', '?')}: {selector.get('pool', '?')}/"
+            f"{selector.get('device', '?')} effect {taint.get('effect', '?')}"
+        )
+        for condition in (rule.get("status") or {}).get("conditions") or []:
+            if isinstance(condition, Mapping) and condition.get("type") == EVICTION_CONDITION:
+                out.append(
+                    f"    {EVICTION_CONDITION}={condition.get('status', '?')}: "
+                    f"{condition.get('message', '')}"
+                )
+    return out
+
+
 def _fabric(status: Mapping[str, Any]) -> list[str]:
     fabric = status.get("fabric")
     if not isinstance(fabric, Mapping) or not fabric:
@@ -227,9 +259,11 @@ def explain_lines(
     acceptance: Mapping[str, Any],
     policy: Mapping[str, Any] | None,
     *,
+    rules: Sequence[Mapping[str, Any]] | str | None = None,
     width: int = TABLE_WIDTH,
 ) -> list[str]:
-    """What ``explain`` prints for one NodeAcceptance (and its policy, when found)."""
+    """What ``explain`` prints for one NodeAcceptance (and its policy, when found; its
+    fence rules, when read: :func:`_fence_rules`)."""
     name = str((acceptance.get("metadata") or {}).get("name", "?"))
     status: Mapping[str, Any] = acceptance.get("status") or {}
     head = [
@@ -237,6 +271,7 @@ def explain_lines(
         *_reasons(status),
         *_gpu_verdicts(status),
         *_fence_history(status),
+        *_fence_rules(rules),
         *_fabric(status),
         *_in_service(status),
     ]

@@ -41,7 +41,15 @@ from gpuaccept.contracts.api import (
     REPROBE_ANNOTATION,
 )
 from gpuaccept.contracts.cli_help import DefaultsHelpFormatter
-from gpuaccept.operator.kube import MERGE, NA_PATH, POLICY_PATH, Kube
+from gpuaccept.operator.core.fencerules import FENCE_COMPONENT
+from gpuaccept.operator.core.podspec import (
+    COMPONENT_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    NODE_LABEL,
+    node_label_value,
+)
+from gpuaccept.operator.kube import DEVICE_TAINT_RULES_PATH, MERGE, NA_PATH, POLICY_PATH, Kube
 from gpuaccept.operator.plugin.explain import explain_lines
 from gpuaccept.operator.plugin.release import (
     SELF_SUBJECT_REVIEW_PATHS,
@@ -121,9 +129,34 @@ def explain(kube: Kube, node: str) -> list[str]:
             f"no NodeAcceptance {node}: no policy governs that node (or it does not exist)",
             EXIT_NOT_FOUND,
         )
-    policy_name = (acceptance.get("status") or {}).get("policy")
+    status = acceptance.get("status") or {}
+    policy_name = status.get("policy")
     policy = _get(kube, f"{POLICY_PATH}/{policy_name}") if policy_name else None
-    return explain_lines(acceptance, policy)
+    rules = _fence_rules(kube, node) if status.get("gpuVerdicts") else None
+    return explain_lines(acceptance, policy, rules=rules)
+
+
+def _fence_rules(kube: Kube, node: str) -> list[Mapping[str, Any]] | str:
+    """The node's fence DeviceTaintRules as the API server has them (their status too:
+    the eviction feedback of a dryRun rule), or why they cannot be read."""
+    selector = ",".join(
+        f"{k}={v}"
+        for k, v in (
+            (MANAGED_BY_LABEL, MANAGED_BY_VALUE),
+            (COMPONENT_LABEL, FENCE_COMPONENT),
+            (NODE_LABEL, node_label_value(node)),
+        )
+    )
+    try:
+        body = kube.request("GET", DEVICE_TAINT_RULES_PATH, query=[("labelSelector", selector)])
+    except ApiException as error:
+        if error.status == 404:
+            return "the API server serves no DeviceTaintRules"
+        if error.status == 403:
+            return "you may not list DeviceTaintRules"
+        raise
+    items = body.get("items")
+    return [r for r in items if isinstance(r, Mapping)] if isinstance(items, list) else []
 
 
 def reprobe(kube: Kube, node: str, now: Callable[[], float] = time.time) -> list[str]:
