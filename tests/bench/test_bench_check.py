@@ -212,6 +212,15 @@ def test_bench_check_accounts_for_health_in_service(tmp_path: Path) -> None:
     assert account["unit"] == "node-window"
     assert_accounted(account, ("in-service",), output)
     assert "above_floor" in account, output
+    # Per watch pod: one create, one delete and two status writes (the report counted
+    # with the next pod's serial and intent; the new pod's UID on record), one above
+    # the floor of 3 (docs/benchmarks.md, "One status write per window"). A change
+    # that folds the UID into the ledger's write makes this 1; a third write fails it.
+    cycle = account["loops"]["in-service"]["phases"]["Accepted"]["by_call"]
+    pods = cycle["create pods"]
+    assert pods > 0, output
+    assert cycle["delete pods"] == pytest.approx(pods, rel=0.15), output
+    assert cycle["patch nodeacceptances/status"] / pods == pytest.approx(2.0, rel=0.1), output
 
 
 @pytest.mark.integration
