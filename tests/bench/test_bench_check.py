@@ -212,6 +212,14 @@ def test_bench_check_accounts_for_health_in_service(tmp_path: Path) -> None:
     assert account["unit"] == "node-window"
     assert_accounted(account, ("in-service",), output)
     assert "above_floor" in account, output
+    # Per watch pod the floor: one create, one status write (the ended pod's report,
+    # the new pod's UID, the next serial reserved) and one delete (docs/benchmarks.md,
+    # "One status write per window"); a second write per pod fails this.
+    cycle = account["loops"]["in-service"]["phases"]["Accepted"]["by_call"]
+    pods = cycle["create pods"]
+    assert pods > 0, output
+    assert cycle["delete pods"] == pytest.approx(pods, rel=0.15), output
+    assert cycle["patch nodeacceptances/status"] / pods == pytest.approx(1.0, rel=0.15), output
 
 
 @pytest.mark.integration

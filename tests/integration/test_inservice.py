@@ -24,16 +24,23 @@ Graces and durations are seconds here (the defaults are minutes).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from gpuaccept.contracts.api import CREATION_NONCE_ANNOTATION
 from gpuaccept.testsupport.operator_env import (
     HEALTHY,
+    NAMESPACE,
     ROOT,
     Env,
+    Operator,
+    operator_ports,
     suite_id,
     wait_for,
     wait_node_side,
@@ -345,3 +352,119 @@ def test_the_quarantine_limit_holds_it_in_service(env: Env) -> None:
     wait_node_side(env, name, "Accepted")
     assert QUARANTINE_TAINT not in _taints(env, name)
     assert any(e["reason"] == "BreakerOpen" for e in env.events(name, "Node"))
+
+
+def _serial(pod_name: str) -> int:
+    return int(pod_name.rsplit("-", 1)[1])
+
+
+def _reserved(status: dict[str, Any]) -> str | None:
+    """The watch pod name the status reserved (its intent on record), if any."""
+    ledger = status.get("inService") or {}
+    serial = ledger.get("watchSerial", 0)
+    names = [i["name"] for i in status.get("creationIntents") or [] if i["kind"] == "Pod"]
+    return next((n for n in names if n.endswith(f"-{serial + 1}")), None)
+
+
+def _made_in_the_crash_window(env: Env, name: str, ended: dict[str, Any], reserved: str) -> str:
+    """The API server as an operator killed between the create of the reserved pod and
+    the status write that records it leaves it: the pod there, carrying the nonce of
+    the intent on record (its digest replaced by one the test knows), no UID on record."""
+    nonce = uuid.uuid4().hex
+    status = env.status(name)
+    intents = [
+        {**i, "nonceDigest": hashlib.sha256(nonce.encode()).hexdigest()}
+        if i["name"] == reserved
+        else i
+        for i in status["creationIntents"]
+    ]
+    env.cp.kubectl(
+        "patch", "nodeacceptance", name, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"creationIntents": intents}}),
+    )  # fmt: skip
+    meta = ended["metadata"]
+    annotations = {**(meta.get("annotations") or {}), CREATION_NONCE_ANNOTATION: nonce}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": reserved,
+            "labels": meta.get("labels") or {},
+            "annotations": annotations,
+            "ownerReferences": meta.get("ownerReferences") or [],
+        },
+        "spec": ended["spec"],
+    }
+    env.core.create_namespaced_pod(NAMESPACE, body)
+    return reserved
+
+
+@pytest.mark.parametrize("step", ["create", "write"])
+def test_an_operator_killed_at_each_step_of_a_watch_window_loses_no_report(
+    env: Env, step: str
+) -> None:
+    """Issue 41 item 2: a window is create (the pod under the serial the last write
+    reserved), one status write (the ended pod's report, the new pod's UID, the next
+    reservation), delete. Killed (SIGKILL) before the create, or between the create and
+    the write: the restarted operator counts the ended pod's
+    report, deletes a pod it made but never recorded unread, passes over the serial
+    the dead process reserved, and watches on under a new one. (Between the write and
+    the delete: tests/operator/core/test_inservice_one_write.py.)"""
+    suite = suite_id(f"watchkill-{step}")
+    env.policy(suite, inService={"enabled": True, "windowSeconds": 10})
+    lease = f"optest-watchkill-{uuid.uuid4().hex[:6]}"
+    env.operator.stop()
+    first = Operator(env.cp, env.log_dir, lease=lease, name=f"watchkill-{step}-1").start()
+    try:
+        (name,) = env.nodes(suite, {"n": HEALTHY})
+        env.wait_phase([name], "Accepted")
+        wait_for(
+            "a window run with its next serial reserved",
+            lambda: (
+                _in_service(env, name).get("watchSerial", 0) >= 2
+                and _reserved(env.status(name)) is not None
+            ),
+            120,
+        )
+        first.kill()
+        status = env.status(name)
+        current, reserved = status["inService"]["watchPod"], _reserved(status)
+        assert reserved is not None, status
+
+        def ended() -> dict[str, Any] | None:
+            pods = [p for p in _watch_pods(env, name) if p["metadata"]["name"] == current]
+            done = [p for p in pods if p["status"].get("phase") in ("Succeeded", "Failed")]
+            return done[0] if done else None
+
+        wait_for(f"{current} ended", lambda: ended() is not None, 60)
+        pod = ended()
+        assert pod is not None
+        uid = pod["metadata"]["uid"]
+        made = {p["metadata"]["name"] for p in _watch_pods(env, name)}
+        if step == "write" and reserved not in made:  # else killed there already
+            _made_in_the_crash_window(env, name, pod, reserved)
+        second = Operator(env.cp, env.log_dir, lease=lease, name=f"watchkill-{step}-2").start()
+        try:
+
+            def watching_past() -> bool:
+                ledger = env.status(name).get("inService") or {}
+                return _serial(ledger.get("watchPod") or "x-0") > _serial(reserved)
+
+            wait_for("a watch pod past the reserved serial", watching_past, 120)
+            wait_for(f"{current} deleted", lambda: ended() is None, 60)
+            status = env.status(name)
+            assert status["phase"] == "Accepted", status
+            ledger = status["inService"]
+            assert any(k.startswith(f"{uid}/") for k in ledger["reports"]), ledger
+            owned = {o["name"] for o in status.get("ownedPods") or []}
+            assert reserved not in owned, status  # never recorded, never read
+            wait_for(
+                f"{reserved} gone",
+                lambda: reserved not in {p["metadata"]["name"] for p in _watch_pods(env, name)},
+                60,
+            )
+        finally:
+            second.stop()
+    finally:
+        first.kill()
+        env.operator.start(**operator_ports())

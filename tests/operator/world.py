@@ -200,17 +200,23 @@ class World:
     refuse_fence_rule: str | None = None
     fence_rule_write_error: str | None = None
     passes: int = 0
+    restarts: int = 0
+    # Pod names whose create this process sent without an answer (the executor's memory).
+    unanswered: set[str] = field(default_factory=set)
 
     def restart(self) -> None:
-        """A new operator process: what the executor remembered is gone."""
+        """A new operator process: what the executor remembered is gone, and its nonce
+        seed is another."""
+        self.restarts += 1
         self.created.clear()
+        self.unanswered.clear()
         self.pod_name_taken = None
         self.drain = None
 
     def observe(self) -> NodeSnapshot:
-        self.passes += 1  # each pass its own seed, as the controller draws one
+        self.passes += 1
         return NodeSnapshot(
-            nonce_seed=f"world-seed-{self.passes}",
+            nonce_seed=f"world-seed-{self.restarts}",  # one a process, as the controller's
             node_name="gpu-1",
             now=self.now,
             node=self.node,
@@ -225,6 +231,7 @@ class World:
             pod_create_error=self.pod_create_error,
             created_pods=dict(self.created),
             pod_name_taken=self.pod_name_taken,
+            pod_creates_unanswered=frozenset(self.unanswered),
             drain=self.drain,
             watch_reports=self.watch_reports,
             in_service_fleet=self.in_service_fleet,

@@ -133,6 +133,10 @@ class Controller:
         )
         # None: no lock (one installation assumed); else only while it holds it.
         self.installation_lock = self._installation_lock(runtime.installation_lock)
+        # The seed of the nonces of this process's creates (core/creationintent.py):
+        # drawn once, so a watch pod's intent recorded a window before its create
+        # matches it (core/inservice/phase.py); never stored.
+        self.nonce_seed = secrets.token_hex(32)
         self.cache = Cache()
         self.queue = WorkQueue()
         self.executor = ThreadPoolExecutor(max_workers=runtime.workers, thread_name_prefix="kube")
@@ -392,6 +396,7 @@ class Controller:
                 **self.actions.created_pods(name),
             },
             pod_name_taken=self.actions.name_taken.get(name),
+            pod_creates_unanswered=self.actions.pod_creates_unanswered(name),
             drain=self.actions.drains.get(name),
             status_write_error=self.actions.status_error(name),
             fence_rule_write_error=self.actions.fence_rule_error(name),
@@ -400,7 +405,7 @@ class Controller:
             in_service_fleet=self._in_service_fleet(policies, name),
             resource_slices=self.cache.resource_slices(name),
             fence_rules=self.cache.fence_rules(name),
-            nonce_seed=secrets.token_hex(32),  # never stored: core/creationintent.py
+            nonce_seed=self.nonce_seed,  # never stored: core/creationintent.py
         )
 
     def _in_service_fleet(

@@ -166,6 +166,8 @@ class KubeExecutor:
         # node -> {pod name: the create's answer}: the pods this process created, until
         # the status records them (core/podidentity.py); the newest few per node
         self.created: dict[str, dict[str, CreatedPod]] = {}
+        # node -> pod names whose create got no answer (never sent again under the name)
+        self.unanswered: dict[str, list[str]] = {}
         self.name_taken: dict[str, str] = {}  # node -> a pod name its create found taken
         self.drains: dict[str, DrainResult] = {}  # node -> its last drain (core/phases/drain.py)
         self.status_errors: dict[str, str] = {}  # node -> why its last status write was refused
@@ -196,6 +198,10 @@ class KubeExecutor:
         """The pods this process created on ``node`` (the create's answers)."""
         return dict(self.created.get(node, {}))
 
+    def pod_creates_unanswered(self, node: str) -> frozenset[str]:
+        """The pod names this process's creates on ``node`` got no answer for."""
+        return frozenset(self.unanswered.get(node, ()))
+
     def forget(self, node: str) -> None:
         """Drop what is remembered about ``node`` (its NodeAcceptance is gone)."""
         memories: tuple[dict[str, Any], ...] = (
@@ -205,6 +211,7 @@ class KubeExecutor:
             self.fence_rule_errors,
             self.fence_rule_refused_at,
             self.created,
+            self.unanswered,
             self.name_taken,
             self.drains,
         )
@@ -332,6 +339,8 @@ class _NodeWrites:
             # no answer: not in flight any more (a pod made all the same, its answer
             # lost, is then the crash window's: deleted unread)
             created.pop(action.name, None)
+            tried = self.executor.unanswered.setdefault(node, [])
+            tried[:] = [*tried, action.name][-CREATED_MEMORY:]
             if isinstance(error, ApiException) and error.status in (400, 403, 404, 422):
                 errors[node] = api_message(error)[:500]  # refused, not a hiccup
             raise

@@ -76,6 +76,7 @@ class FabricLoop:
         self.leading = runner.leading
         self._verdicts: dict[str, _Given] = {}
         self._pair_key = secrets.token_bytes(32)  # each new pair's nonce is derived from it
+        self._nonce_seed = secrets.token_hex(32)  # one a process: core/creationintent.py
         self._poked = asyncio.Event()
         # A pass created pods: the next pass runs at once and records their UIDs, so
         # a crash in between (which would leave pods it cannot tell from a squatter's)
@@ -166,7 +167,7 @@ class FabricLoop:
             self.config,
             created_pods={n: actions.created_pods(n) for n in names if n in actions.created},
             names_taken={n: actions.name_taken[n] for n in names if n in actions.name_taken},
-            nonce_seed=secrets.token_hex(32),  # never stored: core/creationintent.py
+            nonce_seed=self._nonce_seed,  # never stored: core/creationintent.py
             pair_key=self._pair_key,
         )
 

@@ -233,9 +233,9 @@ def test_a_simulated_report_is_refused_where_the_operator_takes_none() -> None:
     assert world.status.phase == Phase.ACCEPTED
 
 
-def test_the_report_is_counted_before_its_pod_goes_and_the_next_pod_is_named() -> None:
+def test_the_report_is_counted_before_its_pod_goes_and_the_next_pod_is_reserved() -> None:
     """A refused status write must not lose a report (its pod deleted first) nor
-    create a pod the status does not name."""
+    create a pod under a serial the status did not reserve (its intent on record)."""
     from gpuaccept.operator.core.model import (  # noqa: PLC0415
         CreateProbePod,
         DeleteProbePod,
@@ -245,9 +245,13 @@ def test_the_report_is_counted_before_its_pod_goes_and_the_next_pod_is_named() -
     world = accepted()
     world.advance(WINDOW)
     end_watch(world, report(world, (13, 5.0)))
+    first = world.plan()
+    (create,) = [a for a in first.actions if isinstance(a, CreateProbePod)]
+    assert not [a for a in first.actions if isinstance(a, PatchNAStatus | DeleteProbePod)]
+    assert create.name in {e.name for e in world.status.creation_intents}
+    world.apply(first)
     kinds = [type(a) for a in world.plan().actions]
     assert kinds.index(PatchNAStatus) < kinds.index(DeleteProbePod)
-    assert kinds.index(PatchNAStatus) < kinds.index(CreateProbePod)
     world.settle()
     world.advance(WINDOW)
     end_watch(world, report(world, (79, 5.0)))

@@ -9,9 +9,10 @@ So before each create the node's status records the intent
 (``status.creationIntents``: the kind, the name, the SHA-256 digest of a nonce), and
 the object carries the nonce itself (annotation ``gpuaccept.io/creation-nonce``):
 
-* the nonce is drawn from a random seed the runtime gives each pass
+* the nonce is drawn from a random seed the runtime draws once per process
   (:func:`creation_nonce`), never stored in plain text: whoever reads the status
-  sees only its digest, and cannot make an object that matches it;
+  sees only its digest, and cannot make an object that matches it (a watch pod's
+  intent is recorded a window before its create: core/inservice/phase.py);
 * after a restart, an object under a recorded name with no UID on record whose
   nonce matches (:func:`intended`) is the operator's own crash-window object: it is
   deleted unread (never adopted: its fields were not checked against a create's
@@ -51,9 +52,9 @@ POD = "Pod"
 
 
 def creation_nonce(seed: str, kind: str, name: str) -> str:
-    """The nonce of ``kind/name`` in the pass whose random seed is ``seed``
+    """The nonce of ``kind/name`` in the process whose random seed is ``seed``
     (HMAC-SHA256, 32 hex digits: a label-safe value). One seed serves every object of
-    a pass; an empty seed (a test's) gives a guessable nonce, so the runtime never
+    a process; an empty seed (a test's) gives a guessable nonce, so the runtime never
     passes one."""
     message = f"{kind}/{name}".encode()
     return hmac.new(seed.encode(), message, hashlib.sha256).hexdigest()[:32]

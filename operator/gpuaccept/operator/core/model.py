@@ -567,9 +567,14 @@ class NodeSnapshot:
     # The probe pods this process created on the node whose UID the status may not
     # record yet, by name (the create's answer; core/podidentity.py).
     created_pods: Mapping[str, CreatedPod] = field(default_factory=dict)
-    # A random value drawn by the runtime for this pass: the seed of the nonces of
-    # the objects it creates (core/creationintent.py). Never stored.
+    # A random value the runtime draws once per process: the seed of the nonces of
+    # the objects it creates (core/creationintent.py). Never stored: an intent on
+    # record from an earlier process cannot be matched by this one.
     nonce_seed: str = ""
+    # Pod names whose create this process sent without an answer (a timeout, a
+    # refusal): never created again under the same name (a pod made all the same is
+    # the crash window's; core/inservice/phase.py).
+    pod_creates_unanswered: frozenset[str] = frozenset()
     # The last probe pod create for this node was answered AlreadyExists: that name.
     pod_name_taken: str | None = None
     # The last drain of the node through the Eviction API (core/phases/drain.py).

@@ -30,7 +30,14 @@ from gpuaccept.contracts.inservice import (
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase, Reason
 from gpuaccept.contracts.reverify import ReverifyStatus, Suspicion
 from gpuaccept.operator.core.capacity import HELD_ACCEPT, HELD_QUARANTINE, REASON_DRY_RUN
-from gpuaccept.operator.core.creationintent import intended_create
+from gpuaccept.operator.core.creationintent import (
+    POD,
+    creation_nonce,
+    intend,
+    intended,
+    intended_create,
+    with_nonce,
+)
 from gpuaccept.operator.core.inservice.correlation import Fleet
 from gpuaccept.operator.core.inservice.dra import dra_seen, unmonitored
 from gpuaccept.operator.core.inservice.evidence import REASON_COMMON_CAUSE, NodeSignals
@@ -212,25 +219,13 @@ def _due(ledger: InServiceStatus, section: InService) -> tuple[datetime | None, 
     return started + min(window, timedelta(seconds=backoff)), True
 
 
-def _next_watch(
-    ctx: NodeContext, out: PlanBuilder, st: NodeAcceptanceStatus
-) -> tuple[NodeAcceptanceStatus, CreateProbePod | None]:
-    """``st`` with the next watch pod, and its create, when none is live and its window
-    is due (:func:`_due`). The create goes after the status that names the pod (its
-    serial is never used twice)."""
-    section, obs, ledger = ctx.spec.in_service, ctx.obs, st.in_service
-    if not section.watch_pods or ledger is None:
-        _stop_watching(ctx, out)
-        return st, None
-    if any(p.watch is not None and not p.ended and not p.deleting for p in obs.pods):
-        return st, None
-    due, early = _due(ledger, section)
-    if due is not None and obs.now < due:
-        out.wake_in((due - obs.now).total_seconds())
-        return st, None
-    serial = ledger.watch_serial + 1
-    name = watch_pod_name(obs.config.pod_prefix, ctx.node.name, serial)
-    request = WatchPodRequest(
+def _watch_name(ctx: NodeContext, serial: int) -> str:
+    return watch_pod_name(ctx.obs.config.pod_prefix, ctx.node.name, serial)
+
+
+def _watch_request(ctx: NodeContext, name: str, serial: int) -> WatchPodRequest:
+    obs = ctx.obs
+    return WatchPodRequest(
         name=name,
         serial=serial,
         node=ctx.node,
@@ -238,6 +233,115 @@ def _next_watch(
         spec=ctx.spec,
         owner_uid=obs.na.uid if obs.na is not None else "",
     )
+
+
+def _name_taken(ctx: NodeContext, name: str) -> bool:
+    """A pod under ``name`` is (or may be) there, or its create was sent without an
+    answer: the name is never created again."""
+    obs = ctx.obs
+    return (
+        name in obs.pod_creates_unanswered
+        or any(p.name == name for p in obs.pods)
+        or any(f.pod.name == name for f in ctx.foreign_pods)
+    )
+
+
+def _intent_on_record(st: NodeAcceptanceStatus, name: str) -> bool:
+    return any(e.kind == POD and e.name == name for e in st.creation_intents)
+
+
+def _named(ctx: NodeContext, ledger: InServiceStatus) -> InServiceStatus:
+    """``ledger`` naming the watch pod created under its reserved serial (created
+    before the status write that names it and records its UID: one write a window)."""
+    serial = ledger.watch_serial + 1
+    name = _watch_name(ctx, serial)
+    if not any(p.name == name and p.watch is not None for p in ctx.obs.pods):
+        return ledger
+    _, early = _due(ledger, ctx.spec.in_service)
+    update = {
+        "watch_serial": serial,
+        "watch_pod": name,
+        "watch_started": ctx.obs.now,
+        "watch_ended": None,
+        "early_starts": ledger.early_starts + 1 if early else 0,
+    }
+    return ledger.model_copy(update=update)
+
+
+def _reserved(ctx: NodeContext, st: NodeAcceptanceStatus) -> NodeAcceptanceStatus:
+    """``st`` with the next watch pod's serial reserved: its intent on record under
+    this process's nonce, written with the window's ledger, so the next pod is
+    created before the write that counts this one's report (docs/benchmarks.md, "One
+    status write per window"). A name with any intent on record is left as it is."""
+    ledger = st.in_service
+    if ledger is None or ledger.watch_pod is None:
+        return st
+    name = _watch_name(ctx, ledger.watch_serial + 1)
+    if _intent_on_record(st, name) or _name_taken(ctx, name):
+        return st
+    return intend(st, POD, name, creation_nonce(ctx.obs.nonce_seed, POD, name))
+
+
+def _reserved_create(ctx: NodeContext, ledger: InServiceStatus) -> CreateProbePod | None:
+    """The create of the next watch pod under its reserved serial, when this process
+    recorded its intent (its nonce matches) and the name was never tried: no status
+    write before it. Else None (the name is passed over: :func:`_free_serial`)."""
+    serial = ledger.watch_serial + 1
+    name = _watch_name(ctx, serial)
+    nonce = creation_nonce(ctx.obs.nonce_seed, POD, name)
+    st = ctx.status
+    if not intended(st.creation_intents, POD, name, nonce) or _name_taken(ctx, name):
+        return None
+    manifest = watch_pod_manifest(_watch_request(ctx, name, serial), ctx.obs.config)
+    return CreateProbePod(name, with_nonce(manifest, nonce))
+
+
+def _free_serial(ctx: NodeContext, st: NodeAcceptanceStatus, serial: int) -> int:
+    """The first serial from ``serial`` whose name no intent on record holds (an
+    earlier process's reservation, a pod it may have made) and no pod or unanswered
+    create took: a serial is never used twice."""
+    while _intent_on_record(st, _watch_name(ctx, serial)) or _name_taken(
+        ctx, _watch_name(ctx, serial)
+    ):
+        serial += 1
+    return serial
+
+
+def _created_first(ctx: NodeContext, out: PlanBuilder, create: CreateProbePod) -> Plan:
+    """The pod under its reserved serial, alone: the next pass writes the ledger
+    (the ended pod's report), the new pod's UID and the next reservation in one
+    status write, then deletes the ended pod. A restart in between finds the pod
+    with the intent's nonce and no UID on record: deleted unread
+    (core/creationintent.py)."""
+    alone = PlanBuilder(ctx.obs)
+    alone.remove_annotation = out.remove_annotation
+    alone.actions.append(create)
+    return alone.build("in service: watch pod created under its reserved serial")
+
+
+def _next_watch(
+    ctx: NodeContext, out: PlanBuilder, st: NodeAcceptanceStatus
+) -> tuple[NodeAcceptanceStatus, CreateProbePod | None, CreateProbePod | None]:
+    """``st`` with the next watch pod reserved, and its create when none is live and
+    its window is due (:func:`_due`): third, when its intent was recorded with the
+    last window's ledger under this process's nonce (it goes before any status
+    write); second, after the status that names the pod and records its intent (the
+    first window, and the first after a restart)."""
+    section, obs, ledger = ctx.spec.in_service, ctx.obs, st.in_service
+    if not section.watch_pods or ledger is None:
+        _stop_watching(ctx, out)
+        return st, None, None
+    if any(p.watch is not None and not p.ended and not p.deleting for p in obs.pods):
+        return _reserved(ctx, st), None, None
+    due, early = _due(ledger, section)
+    if due is not None and obs.now < due:
+        out.wake_in((due - obs.now).total_seconds())
+        return _reserved(ctx, st), None, None
+    reserved = _reserved_create(ctx, ledger)
+    if reserved is not None:
+        return st, None, reserved
+    serial = _free_serial(ctx, st, ledger.watch_serial + 1)
+    name = _watch_name(ctx, serial)
     update = {
         "watch_serial": serial,
         "watch_pod": name,
@@ -245,7 +349,9 @@ def _next_watch(
         "early_starts": ledger.early_starts + 1 if early else 0,
     }
     watching = st.model_copy(update={"in_service": ledger.model_copy(update=update)})
-    return intended_create(watching, obs.nonce_seed, name, watch_pod_manifest(request, obs.config))
+    manifest = watch_pod_manifest(_watch_request(ctx, name, serial), obs.config)
+    named, create = intended_create(watching, obs.nonce_seed, name, manifest)
+    return named, create, None
 
 
 def _suspicion(suspect: InServiceSuspect) -> Suspicion:
@@ -283,7 +389,7 @@ def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
     _unmonitored_event(out, st.in_service, result.ledger)
     if result.wake_in is not None:
         out.wake_in(result.wake_in)
-    ledger = _seen_ended(result.ledger, ended, ctx.obs.now)
+    ledger = _seen_ended(_named(ctx, result.ledger), ended, ctx.obs.now)
     kept = st.model_copy(update={"in_service": ledger, **_suspicions(ctx, result.suspects)})
     # a pending verdict (evidence newer than correlation.settleSeconds) is recorded in
     # the ledger only: the node stays as it is until it settles (result.wake_in)
@@ -293,7 +399,9 @@ def plan_in_service(ctx: NodeContext, out: PlanBuilder) -> Plan | None:
         return _then_delete(out, ended, plan)
     if not pending and ours(st) and st.reason in HELD_REASONS:
         return _then_delete(out, ended, hold_lifted(ctx, out, kept))
-    kept, create = _next_watch(ctx, out, kept)
+    kept, create, reserved = _next_watch(ctx, out, kept)
+    if reserved is not None:
+        return _created_first(ctx, out, reserved)
     if kept == st and not out.actions and not ended:
         return None
     out.write_status(st, kept)
