@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 import uuid
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ from typing import Any
 import pytest
 
 from gpuaccept.contracts.api import CREATION_NONCE_ANNOTATION
+from gpuaccept.testsupport.kubelet_standin import Behaviour, BehaviourHook
 from gpuaccept.testsupport.operator_env import (
     HEALTHY,
     NAMESPACE,
@@ -45,6 +47,7 @@ from gpuaccept.testsupport.operator_env import (
     wait_for,
     wait_node_side,
 )
+from gpuaccept.testsupport.standin_behaviours import PodInfo, RunProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -399,6 +402,27 @@ def _made_in_the_crash_window(env: Env, name: str, ended: dict[str, Any], reserv
     return reserved
 
 
+def _second_window_waits_for(gate: threading.Event) -> BehaviourHook:
+    """The node's second watch pod starts only once ``gate`` is set (the first operator
+    dead): else that operator could read it and delete it before the kill (a simulated
+    window ends in well under a second)."""
+
+    def hook(pod: PodInfo) -> Behaviour:
+        watch = "gpuaccept.io/watch" in (pod.pod["metadata"].get("labels") or {})
+        if watch and _serial(pod.name) == 2:
+            gate.wait(120)
+        return RunProcess()
+
+    return hook
+
+
+def _let_windows_run(env: Env, gate: threading.Event, suite: str) -> None:
+    gate.set()
+    for node in env.standin.nodes:
+        if node.startswith(suite):
+            env.standin.set_behaviour(node, None)
+
+
 @pytest.mark.parametrize("step", ["create", "write"])
 def test_an_operator_killed_at_each_step_of_a_watch_window_loses_no_report(
     env: Env, step: str
@@ -415,8 +439,10 @@ def test_an_operator_killed_at_each_step_of_a_watch_window_loses_no_report(
     lease = f"optest-watchkill-{uuid.uuid4().hex[:6]}"
     env.operator.stop()
     first = Operator(env.cp, env.log_dir, lease=lease, name=f"watchkill-{step}-1").start()
+    gate = threading.Event()
     try:
         (name,) = env.nodes(suite, {"n": HEALTHY})
+        env.standin.set_behaviour(name, _second_window_waits_for(gate))
         env.wait_phase([name], "Accepted")
         wait_for(
             "a window run with its next serial reserved",
@@ -427,9 +453,11 @@ def test_an_operator_killed_at_each_step_of_a_watch_window_loses_no_report(
             120,
         )
         first.kill()
+        gate.set()
         status = env.status(name)
         current, reserved = status["inService"]["watchPod"], _reserved(status)
         assert reserved is not None, status
+        assert _serial(current) == 2, status
 
         def ended() -> dict[str, Any] | None:
             pods = [p for p in _watch_pods(env, name) if p["metadata"]["name"] == current]
@@ -466,5 +494,6 @@ def test_an_operator_killed_at_each_step_of_a_watch_window_loses_no_report(
         finally:
             second.stop()
     finally:
+        _let_windows_run(env, gate, suite)
         first.kill()
         env.operator.start(**operator_ports())

@@ -393,6 +393,18 @@ class World:
             self.apply(plan)
         raise AssertionError(f"no fixed point after {rounds} rounds: {self.log[-1]}")
 
+    def settle_ticking(self, rounds: int = 10, tick_s: float = 0.01) -> Plan:
+        """:meth:`settle` on a clock that moves ``tick_s`` with each write, as on a real
+        API server: a plan that writes the clock rather than a change into the status
+        never reaches a fixed point here (each write wakes the next pass at once)."""
+        for _ in range(rounds):
+            plan = self.plan()
+            if not plan.actions:
+                return plan
+            self.apply(plan)
+            self.now += timedelta(seconds=tick_s)
+        raise AssertionError(f"no fixed point after {rounds} rounds: {self.log[-1]}")
+
     # ---- simulated kubelet
     def current_pod(self) -> PodView:
         assert len(self.pods) == 1, self.pods

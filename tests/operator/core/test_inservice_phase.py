@@ -154,6 +154,26 @@ def test_the_limit_holds_in_service_then_lets_it_through() -> None:
     assert world.status.phase == Phase.QUARANTINED
 
 
+def test_each_pass_while_a_verdict_settles_is_a_fixed_point_on_a_moving_clock() -> None:
+    """Between the evidence and its settling (correlation.settleSeconds), passes a
+    moment apart write nothing: each write would wake the next pass at once."""
+    world = accepted(inService={**SIGNALS_ONLY, "allocatableGraceSeconds": 2})
+    set_node(world, gpus=7)
+    world.settle_ticking()
+    world.advance(2)  # past the grace, within the settle delay (15 s from the onset)
+    world.settle_ticking()  # the verdict is recorded pending once, then stays put
+    ledger = world.status.in_service
+    assert ledger is not None
+    assert ledger.verdict is not None
+    assert ledger.verdict.pending
+    world.advance(5)
+    assert not world.settle_ticking().actions
+    assert world.status.in_service == ledger
+    world.advance(10)  # settled: quarantined
+    world.settle_ticking()
+    assert world.status.phase == Phase.QUARANTINED
+
+
 def test_a_held_verdict_whose_evidence_is_gone_is_lifted() -> None:
     world = accepted(inService=SIGNALS_ONLY)
     world.limit_counts = QuarantineLimitCounts(quarantined=5, matched=10)

@@ -561,6 +561,23 @@ def test_a_pending_verdict_wakes_the_node_when_it_settles() -> None:
     assert "settling" in first.verdict.message
 
 
+def test_a_pending_verdict_is_the_same_ledger_at_each_pass_while_it_settles() -> None:
+    """A pass while the verdict settles changes nothing: the ledger a pass later is the
+    one on record (no status write), so the written status does not wake the next pass
+    at once; only the settling changes it."""
+    first = evaluate(
+        POLICY, ledger(), Observed(healthy(), s(41), (report("a", (40, 79, "fatal")),))
+    )
+    assert first.verdict is not None
+    assert first.verdict.pending
+    for at in (41.5, 47, 54.9):
+        again = evaluate(POLICY, first.ledger, Observed(healthy(), s(at)))
+        assert again.ledger == first.ledger, at
+    settled = evaluate(POLICY, first.ledger, Observed(healthy(), s(55)))
+    assert settled.verdict is not None
+    assert not settled.verdict.pending
+
+
 def test_a_restart_during_the_settle_delay_resumes_from_the_status() -> None:
     """The operator restarts: the ledger read back from the status is all it has; the
     verdict is still pending until its onset plus the delay, then applied once."""

@@ -117,11 +117,13 @@ def _verdict(
         message = f"common cause: {main.signature} on {shared} nodes; {message}"[:512]
     elif pending:
         message = f"settling (correlation): {message}"[:512]
+    # the same verdict keeps its window_end: a pending one too, else every pass while
+    # it settles would write a new status (and wake the next pass at once)
     same = old is not None and (old.reason, old.signature, old.window_start, old.pending) == (
         main.reason,
         main.signature,
         main.start,
-        False,
+        pending,
     )
     return InServiceVerdict(
         reason=main.reason,
