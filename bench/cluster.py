@@ -153,19 +153,26 @@ def identity(cp: ControlPlane, name: str, out_dir: Path, namespace: str = NAMESP
 
 
 def ensure_policy(
-    api: client.ApiClient, selector: dict[str, str], *, fabric: dict[str, Any] | None = None
+    api: client.ApiClient,
+    selector: dict[str, str],
+    *,
+    fabric: dict[str, Any] | None = None,
+    sections: dict[str, Any] | None = None,
 ) -> NodeAcceptancePolicySpec:
     """The benchmark's policy: the shipped default policy, with a breaker that never
     holds here.
 
     10% of the fleet fails on purpose, and the default ``maxQuarantined`` (10%)
     would hold some of them (``Held``) instead of quarantining them; the
-    benchmark measures the quarantine path, so the limit is 100%.
+    benchmark measures the quarantine path, so the limit is 100%. ``sections``: more
+    of the spec's sections (wire names), e.g. ``inService`` and ``reverify`` on.
     """
     probe = ProbePolicy.model_validate(yaml.safe_load(DEFAULT_POLICY.read_text()))
     spec = NodeAcceptancePolicySpec(node_selector=selector, max_quarantined="100%", probe=probe)
     if fabric is not None:  # the fabric test too (fleet_bench --fabric-slow-every)
         spec = spec.model_copy(update={"fabric": FabricPolicy.model_validate(fabric)})
+    if sections:  # validated as the API's schema would
+        spec = NodeAcceptancePolicySpec.model_validate({**spec.to_wire(), **sections})
     body = {
         "apiVersion": API_VERSION,
         "kind": POLICY_KIND,

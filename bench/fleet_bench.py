@@ -22,6 +22,14 @@ one (profiles/fabric/), the stand-in completes fabric pairs from the two profile
 ``interNode.busbwGBps`` (scale mode), and the result adds the rounds, pairs and
 fabric verdicts. The floor does no fabric test: it accepts those nodes.
 
+With ``--full-policy`` the policy also watches accepted nodes in service and
+re-verifies them (``inService`` and ``reverify`` on with their defaults: watch pods
+of 1800 s windows, re-verification after 3600 s idle at most once a week). Each
+accepted node then gets its first watch pod during the join; the stand-in runs it
+(phase Running) past the join's end, as a real one runs its window. The join's
+accounting adds those loops' requests; the floor does neither (its numbers are the
+plain join's).
+
 With ``--dra-every K`` (the operator arm only) every K-th node publishes its GPUs as
 NVIDIA's DRA driver does (the stand-in's ResourceSlices of ``gpu.nvidia.com``, no
 ``nvidia.com/gpu``; 2: half the fleet, the failing nodes shared between both kinds):
@@ -85,11 +93,14 @@ from gpuaccept.contracts.api import (
 )
 from gpuaccept.contracts.probe_invocation import ProbeExit
 from gpuaccept.contracts.report import ProbeReport
+from gpuaccept.operator.core.podspec import WATCH_LABEL
 from gpuaccept.testsupport.controlplane import ControlPlane
 from gpuaccept.testsupport.crd_install import apply_crds
 from gpuaccept.testsupport.kubelet_standin import (
     Behaviour,
+    BehaviourHook,
     Complete,
+    Hang,
     KubeletStandIn,
     PodInfo,
     SimNode,
@@ -116,6 +127,13 @@ FLOOR_WRITES_PER_PAIR = 6
 # nodes' reconciles, the leader election and the installation lock (the policy status
 # writes once per --status-interval at most: a small fleet can be decided before it).
 JOIN_LOOPS = ("kopf", "reconcile", "leader-election", "installation-lock")
+# --full-policy: in service and re-verification on, as shipped (their defaults); the
+# in-service loop then makes requests in every join (the first watch pod of a node)
+FULL_POLICY_SECTIONS: dict[str, Any] = {
+    "inService": {"enabled": True},
+    "reverify": {"enabled": True},
+}
+FULL_POLICY_LOOPS = (*JOIN_LOOPS, "in-service")
 
 console = Console(stderr=True, highlight=False, width=160)
 
@@ -238,8 +256,9 @@ class Tracker:
 
     def _on_pod(self, pod: Any) -> None:
         node = (pod.metadata.labels or {}).get(PROBE_NODE_LABEL) or pod.spec.node_name or ""
-        if FABRIC_POD_LABEL in (pod.metadata.labels or {}):
-            return  # a fabric pair's pod, not a second probe of the node
+        labels = pod.metadata.labels or {}
+        if FABRIC_POD_LABEL in labels or WATCH_LABEL in labels:
+            return  # a fabric pair's or a watch pod, not a second probe of the node
         with self.lock:
             self.pods.setdefault(node, set()).add(pod.metadata.uid)
 
@@ -284,6 +303,7 @@ class Setup:
     fabric_slow_every: int = 0  # 0: no fabric test; else every k-th node's fabric is slow
     dra_every: int = 0  # 0: every node's GPUs through the device plugin; else every k-th's DRA
     reverify: ReverifySettings | None = None  # the re-verification phase after the operator's
+    full_policy: bool = False  # in service and re-verification on (FULL_POLICY_SECTIONS)
 
 
 def arm_command(setup: Setup, arm: str, kubeconfig: Path, tag: str) -> list[str]:
@@ -415,6 +435,8 @@ class ArmRun:
             self.standin.default_behaviour = fabric_pairs_from_profiles(
                 self.standin.inter_node_busbw, complete
             )
+        if setup.full_policy:
+            self.standin.default_behaviour = watch_pods_run(self.standin.default_behaviour)
         self.standin.start()
         return self.standin
 
@@ -613,10 +635,22 @@ class ArmRun:
             if until is None or (request.received and _stamp(request.received) < until):
                 joined.add(request)
         self.result.accounting = accounting.accounting(joined, n, "node")
+        required = FULL_POLICY_LOOPS if self.setup.full_policy else JOIN_LOOPS
         self.result.problems += [
             f"accounting: {p}"
-            for p in accounting.problems(self.result.accounting, required=JOIN_LOOPS)
+            for p in accounting.problems(self.result.accounting, required=required)
         ]
+
+
+def watch_pods_run(previous: Behaviour | BehaviourHook) -> BehaviourHook:
+    """A watch pod runs (its window outlasts the join); every other pod as before."""
+
+    def behaviour(pod: PodInfo) -> Behaviour:
+        if WATCH_LABEL in ((pod.pod.get("metadata") or {}).get("labels") or {}):
+            return Hang()
+        return previous(pod) if callable(previous) else previous
+
+    return behaviour
 
 
 def dra_requests(counts: RequestCounts, dra_nodes: int) -> dict[str, Any]:
@@ -1032,6 +1066,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="every k-th node publishes its GPUs through DRA (2: half; 0: none; the operator "
         "arm only: the floor places no claim); runs kube-scheduler",
     )
+    parser.add_argument(
+        "--full-policy",
+        action="store_true",
+        help="in service (watch pods) and re-verification on in the policy, with their "
+        "defaults; the join's accounting adds their requests",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out")
     parser.add_argument(
         "--plot", type=Path, help="PNG path (default OUT/<label>/time-to-verdict.png)"
@@ -1130,6 +1170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 admin,
                 {GPU_PRESENT_LABEL: "true", BENCH_LABEL: "true"},
                 fabric=FABRIC_SECTION if args.fabric_slow_every else None,
+                sections=FULL_POLICY_SECTIONS if args.full_policy else None,
             )
             if args.dra_every:
                 start_dra(cp, admin, out, dra)
@@ -1154,6 +1195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 fabric_slow_every=args.fabric_slow_every,
                 dra_every=args.dra_every,
                 reverify=reverify,
+                full_policy=args.full_policy,
             )
             results, code = run_arms(setup, sizes, arms)
     finally:
@@ -1174,6 +1216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fail_every": args.fail_every,
         "fabric_slow_every": args.fabric_slow_every,
         "dra_every": args.dra_every,
+        "full_policy": args.full_policy,
         "results": [asdict(r) for r in results],
     }
     (out / "results.json").write_text(json.dumps(document, indent=2) + "\n")

@@ -7,6 +7,9 @@
 #   make bench-5k      N=500, 5000 (the design target; ~6.5 min on 2 cores, nothing
 #                      else running), then the CPU-per-node plot over the runs of these targets in
 #                      bench/out/bench*/ (bench/out/cpu-per-node.png)
+#   make bench-full    the join with the full policy: in service (watch pods) and
+#                      re-verification on, at their defaults (--full-policy), at FULL_NODES
+#                      (500 5000); the join's accounting adds the in-service loop
 #   make bench-check   N=10-30, correctness and the per-loop request accounting of the join,
 #                      re-verification and in service (what `make test` runs, via tests/bench)
 #   make bench-reverify  the re-verification phase (issue 24; bench/reverify_fleet.py): the
@@ -28,8 +31,9 @@ BENCH_ARGS ?=
 REVERIFY_NODES ?= 5000
 REVERIFY_SECONDS ?= 300
 DRA_NODES ?= 100 300
+FULL_NODES ?= 500 5000
 
-.PHONY: bench bench-quick bench-5k bench-check bench-reverify bench-dra
+.PHONY: bench bench-quick bench-5k bench-full bench-check bench-reverify bench-dra
 
 bench: venv $(BIN)/controlplane
 	$(BENCH_PY) -m bench.fleet_bench --label bench --nodes 100 --nodes 500 --nodes 2000 $(BENCH_ARGS)
@@ -37,6 +41,10 @@ bench: venv $(BIN)/controlplane
 bench-5k: venv $(BIN)/controlplane
 	$(BENCH_PY) -m bench.fleet_bench --label bench-5k --nodes 500 --nodes 5000 $(BENCH_ARGS)
 	$(BENCH_PY) -m bench.plot bench/out/cpu-per-node.png bench/out/bench*/results.json
+
+bench-full: venv $(BIN)/controlplane
+	$(BENCH_PY) -m bench.fleet_bench --label bench-full --full-policy \
+		$(foreach n,$(FULL_NODES),--nodes $(n)) $(BENCH_ARGS)
 
 bench-quick: venv $(BIN)/controlplane
 	$(BENCH_PY) -m bench.fleet_bench --label bench-quick --nodes 100 $(BENCH_ARGS)

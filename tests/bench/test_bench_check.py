@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from bench.accounting import LOOPS
-from bench.fleet_bench import JOIN_LOOPS
+from bench.fleet_bench import FULL_POLICY_LOOPS, JOIN_LOOPS
 
 pytestmark = pytest.mark.long  # each runs the benchmark on its own control plane
 
@@ -241,3 +241,34 @@ def test_bench_check_decides_a_fleet_half_of_it_dra_published(tmp_path: Path) ->
     assert dra["by_call_per_dra_node"]["create resourceclaims"] == 1.0, output
     assert dra["by_call_per_dra_node"]["delete resourceclaims"] == 1.0, output
     assert_accounted(operator["accounting"], JOIN_LOOPS, output)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_bench_check_the_join_under_the_full_policy_watches_each_node_at_one_write(
+    tmp_path: Path,
+) -> None:
+    """The join with in service and re-verification on (``--full-policy``, their
+    defaults): every node decided, its watch pod not taken for a second probe, and the
+    in-service loop's first window at a create and one status write per accepted node
+    (the ledger and the first reservation ride on the verdict's write); no
+    re-verification list before a node's period."""
+    proc, output = run_bench(
+        tmp_path,
+        "bench-check-full",
+        *("--arms", "operator", "--fail-every", "0", "--full-policy", "--settle", "5"),
+        nodes=10,
+    )
+    assert proc.returncode == 0, output
+    results = json.loads((tmp_path / "bench-check-full" / "results.json").read_text())
+    assert results["full_policy"] is True
+    operator = results["results"][0]
+    assert operator["decided"] == operator["correct"] == 10, output
+    assert operator["duplicated"] == 0, output
+    assert_accounted(operator["accounting"], FULL_POLICY_LOOPS, output)
+    loops = operator["accounting"]["loops"]
+    in_service = loops["in-service"]["phases"]
+    assert set(in_service) == {"Accepted"}, output
+    calls = in_service["Accepted"]["by_call"]
+    assert calls == {"create pods": 1.0, "patch nodeacceptances/status": 1.0}, output
+    assert loops["reverify"]["requests"] == 0, output

@@ -85,3 +85,19 @@ def test_remeasure_or_judge_again(row: Row) -> None:
 def test_a_disabled_check_is_not_stored_as_measured() -> None:
     assert "cpu_governor" not in probed_sections(policy(**OFF))
     assert "cpu_governor" in probed_sections(policy())
+
+
+def test_a_policys_digests_are_its_contents_whatever_was_asked_before() -> None:
+    """The digests are kept per policy object (every verdict stores them): each policy
+    still gets its own, equal ones for equal policies built apart, different ones where
+    a measuring setting differs, also once more policies were asked than are kept."""
+    sizes = [1 << n for n in range(10, 22)]  # more policies than the memo keeps
+    policies = [policy(ncclAllreduce={"maxMessageBytes": size}) for size in sizes]
+    first = [probed_sections(p) for p in policies]
+    again = [probed_sections(policy(ncclAllreduce={"maxMessageBytes": s})) for s in sizes]
+    assert first == again
+    assert [probed_sections(p) for p in policies] == first
+    nccl = [digests["nccl_allreduce"] for digests in first]
+    assert len({d.measured for d in nccl}) == len(sizes)
+    others = {d["pcie_link"] for d in first}
+    assert len(others) == 1  # a section that did not change keeps its digest

@@ -21,9 +21,10 @@ from gpuaccept.contracts.inservice import InService
 from gpuaccept.contracts.probe_invocation import WATCH_SUBCOMMAND
 from gpuaccept.contracts.watch_report import decode_watch_message
 from gpuaccept.operator.core.inservice.evidence import NodeSignals
-from gpuaccept.operator.core.inservice.rules import Observed, evaluate, ledger_for
+from gpuaccept.operator.core.inservice.rules import Observed, evaluate
 from gpuaccept.operator.core.inservice.watchreport import watch_evidence
 from gpuaccept.operator.core.model import NodeView, PodView, WatchEvidence
+from gpuaccept.operator.core.watchreservation import ledger_for
 from gpuaccept.probe.hardware.profile import GpuOverride, load_profile
 from gpuaccept.probe.hardware.simulated import SimulatedBackend
 from gpuaccept.probe.hardware.simulated_watch import SimulatedWatch

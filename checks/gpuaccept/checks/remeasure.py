@@ -32,11 +32,35 @@ def _digest(values: Mapping[str, object]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
 
 
+MEMO_POLICIES = 8  # the policies whose digests are kept (a fleet has a few)
+# id(policy) -> (the policy, its digests by check): a policy is frozen, so the same
+# object has the same digests; holding it keeps its id from being reused
+_MEMO: dict[int, tuple[ProbePolicy, dict[tuple[str, tuple[str, ...]], ProbedSection]]] = {}
+
+
+def _digests_of(policy: ProbePolicy) -> dict[tuple[str, tuple[str, ...]], ProbedSection]:
+    entry = _MEMO.get(id(policy))
+    if entry is not None and entry[0] is policy:
+        return entry[1]
+    if len(_MEMO) >= MEMO_POLICIES:
+        _MEMO.pop(next(iter(_MEMO)), None)  # the oldest
+    digests: dict[tuple[str, tuple[str, ...]], ProbedSection] = {}
+    _MEMO[id(policy)] = (policy, digests)
+    return digests
+
+
 def section_digests(check: AnyCheckSpec, policy: ProbePolicy) -> ProbedSection:
-    """Digests of ``check``'s section in ``policy``: its measuring fields, and all of it."""
-    dumped = policy.section(check).model_dump(mode="json")
-    measured = {name: dumped[name] for name in sorted(check.measuring)}
-    return ProbedSection(measured=_digest(measured), section=_digest(dumped))
+    """Digests of ``check``'s section in ``policy``: its measuring fields, and all of it
+    (computed once per policy object and check: every verdict stores them)."""
+    key = (check.name, tuple(sorted(check.measuring)))
+    digests = _digests_of(policy)
+    found = digests.get(key)
+    if found is None:
+        dumped = policy.section(check).model_dump(mode="json")
+        measured = {name: dumped[name] for name in key[1]}
+        found = ProbedSection(measured=_digest(measured), section=_digest(dumped))
+        digests[key] = found
+    return found
 
 
 def probed_sections(

@@ -17,13 +17,14 @@ from gpuaccept.contracts.nodeacceptance import GpuPublishing
 from gpuaccept.operator.core.gpupublishing import node_gpus
 from gpuaccept.operator.core.inservice.dra import dra_seen, new_driver_taints, unmonitored
 from gpuaccept.operator.core.inservice.evidence import DeviceSeen, DraSeen, NodeSignals
-from gpuaccept.operator.core.inservice.rules import Observed, evaluate, ledger_for
+from gpuaccept.operator.core.inservice.rules import Observed, evaluate
 from gpuaccept.operator.core.model import (
     DeviceTaintView,
     DraDevice,
     NodeView,
     ResourceSliceView,
 )
+from gpuaccept.operator.core.watchreservation import ledger_for
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BOOT = "boot-1"

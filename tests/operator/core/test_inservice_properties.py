@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from gpuaccept.contracts.inservice import InService, InServiceStatus, XidRules
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
 from gpuaccept.operator.core.inservice.evidence import NodeSignals
-from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
+from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate
 from gpuaccept.operator.core.model import GpuStateSeen, WatchEvidence, XidSeen
+from gpuaccept.operator.core.watchreservation import ledger_for
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BOOT = "boot-1"

@@ -13,7 +13,7 @@ import pytest
 from gpuaccept.contracts.inservice import InService, InServiceStatus, UnhealthyCondition
 from gpuaccept.operator.core.inservice.correlation import Fleet, bar, signatures
 from gpuaccept.operator.core.inservice.evidence import NodeSignals
-from gpuaccept.operator.core.inservice.rules import Observed, evaluate, ledger_for
+from gpuaccept.operator.core.inservice.rules import Observed, evaluate
 from gpuaccept.operator.core.inservice.xids import with_xid
 from gpuaccept.operator.core.model import (
     ConditionSeen,
@@ -22,6 +22,7 @@ from gpuaccept.operator.core.model import (
     WatchEvidence,
     XidSeen,
 )
+from gpuaccept.operator.core.watchreservation import ledger_for
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BOOT = "boot-1"

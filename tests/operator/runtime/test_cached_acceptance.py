@@ -15,7 +15,7 @@ from gpuaccept.contracts.nodeacceptance import (
     Reason,
 )
 from gpuaccept.operator.cache import NAS_INDEX, Cache, index_na
-from gpuaccept.operator.views import cached_acceptance
+from gpuaccept.operator.views import PARSED_EVIDENCE, cached_acceptance
 
 
 def _decided_wire(failing: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -93,3 +93,33 @@ def test_unreadable_evidence_starts_over_as_an_unreadable_status_does() -> None:
     assert cached_acceptance(_body(broken)).with_evidence().status == NodeAcceptanceStatus()
     bad_checks = {**wire, "checks": [{"check": "x", "status": "Bogus"}]}
     assert cached_acceptance(_body(bad_checks)).with_evidence().status == NodeAcceptanceStatus()
+
+
+def _with_report_field(wire: dict[str, Any], name: str, value: object) -> dict[str, Any]:
+    return {**wire, "report": {**wire["report"], name: value}}
+
+
+def test_evidence_read_again_is_each_nodes_own_as_parsed_at_once() -> None:
+    """A node's passes read its evidence again and again (kept parsed a while): each
+    read is the status as parsed at once, whichever nodes were read in between and
+    however many (more than are kept), and a read never hands out another's."""
+    wires = [_decided_wire(failing) for failing in ((), ("nccl_allreduce",), ("pcie_link",))]
+    nodes = [cached_acceptance(_body(wire)) for wire in wires]
+    others = [
+        cached_acceptance(_body(_with_report_field(wires[0], "nodeName", f"gpu-{n}")))
+        for n in range(2, 2 + PARSED_EVIDENCE.size + 1)
+    ]
+    for _ in range(3):
+        for cached, wire in zip(nodes, wires, strict=True):
+            assert cached.with_evidence().status == NodeAcceptanceStatus.model_validate(wire)
+        for cached in others:
+            assert cached.with_evidence().status.report is not None
+    reports = {id(c.with_evidence().status.report) for c in nodes}
+    assert len(reports) == len(nodes)
+
+
+def test_unreadable_evidence_read_again_starts_over_again() -> None:
+    wire = _decided_wire()
+    broken = cached_acceptance(_body({**wire, "report": {**wire["report"], "results": 1}}))
+    for _ in range(2):
+        assert broken.with_evidence().status == NodeAcceptanceStatus()

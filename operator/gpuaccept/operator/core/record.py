@@ -80,6 +80,7 @@ from gpuaccept.operator.core.offenders import (
     last_release,
     repeat_fence,
 )
+from gpuaccept.operator.core.watchreservation import first_window
 
 REASON_FABRIC_WAITING = "FabricPending"
 ACCEPTED_MESSAGE = "all required checks passed"
@@ -406,7 +407,9 @@ def record(ctx: NodeContext, out: PlanBuilder, outcome: Outcome) -> Plan:
         **_service_fields(ctx, outcome),
         **history_fields(ctx, _recorded(st, outcome, phase, reason)),
     }
-    new = ctx.with_applied_keys(ctx.stamped(st, **update))
+    # an acceptance into service starts the in-service ledger and reserves the first
+    # watch pod's serial in this write (the pod's create needs none of its own)
+    new = first_window(ctx, ctx.with_applied_keys(ctx.stamped(st, **update)))
     out.write_status(st, new)
     if (new.phase, new.reason) != (st.phase, st.reason):
         _events(out, new, outcome)

@@ -33,7 +33,6 @@ from gpuaccept.operator.core.capacity import HELD_ACCEPT, HELD_QUARANTINE, REASO
 from gpuaccept.operator.core.creationintent import (
     POD,
     creation_nonce,
-    intend,
     intended,
     intended_create,
     with_nonce,
@@ -46,7 +45,7 @@ from gpuaccept.operator.core.inservice.gpufence import (
     in_service_attribution,
     standing_fences,
 )
-from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate, ledger_for
+from gpuaccept.operator.core.inservice.rules import Evaluation, Observed, evaluate
 from gpuaccept.operator.core.inservice.watchreport import watch_evidence
 from gpuaccept.operator.core.model import (
     IN_SERVICE_CHECK,
@@ -62,7 +61,7 @@ from gpuaccept.operator.core.nodecontext import (
     PlanBuilder,
     cut,
 )
-from gpuaccept.operator.core.podspec import WatchPodRequest, watch_pod_manifest, watch_pod_name
+from gpuaccept.operator.core.podspec import WatchPodRequest, watch_pod_manifest
 from gpuaccept.operator.core.record import (
     Accept,
     Evidence,
@@ -72,6 +71,13 @@ from gpuaccept.operator.core.record import (
     record,
 )
 from gpuaccept.operator.core.transitions import hold_lifted
+from gpuaccept.operator.core.watchreservation import (
+    intent_on_record,
+    ledger_for,
+    name_taken,
+    reserved,
+    watch_name,
+)
 
 HOLD_RETRY_SECONDS = 30.0  # a held in-service verdict looks again (the limit, the fleet)
 EVENT_SUSPECT = "InServiceSuspect"
@@ -219,10 +225,6 @@ def _due(ledger: InServiceStatus, section: InService) -> tuple[datetime | None, 
     return started + min(window, timedelta(seconds=backoff)), True
 
 
-def _watch_name(ctx: NodeContext, serial: int) -> str:
-    return watch_pod_name(ctx.obs.config.pod_prefix, ctx.node.name, serial)
-
-
 def _watch_request(ctx: NodeContext, name: str, serial: int) -> WatchPodRequest:
     obs = ctx.obs
     return WatchPodRequest(
@@ -235,26 +237,11 @@ def _watch_request(ctx: NodeContext, name: str, serial: int) -> WatchPodRequest:
     )
 
 
-def _name_taken(ctx: NodeContext, name: str) -> bool:
-    """A pod under ``name`` is (or may be) there, or its create was sent without an
-    answer: the name is never created again."""
-    obs = ctx.obs
-    return (
-        name in obs.pod_creates_unanswered
-        or any(p.name == name for p in obs.pods)
-        or any(f.pod.name == name for f in ctx.foreign_pods)
-    )
-
-
-def _intent_on_record(st: NodeAcceptanceStatus, name: str) -> bool:
-    return any(e.kind == POD and e.name == name for e in st.creation_intents)
-
-
 def _named(ctx: NodeContext, ledger: InServiceStatus) -> InServiceStatus:
     """``ledger`` naming the watch pod created under its reserved serial (created
     before the status write that names it and records its UID: one write a window)."""
     serial = ledger.watch_serial + 1
-    name = _watch_name(ctx, serial)
+    name = watch_name(ctx, serial)
     if not any(p.name == name and p.watch is not None for p in ctx.obs.pods):
         return ledger
     _, early = _due(ledger, ctx.spec.in_service)
@@ -269,17 +256,12 @@ def _named(ctx: NodeContext, ledger: InServiceStatus) -> InServiceStatus:
 
 
 def _reserved(ctx: NodeContext, st: NodeAcceptanceStatus) -> NodeAcceptanceStatus:
-    """``st`` with the next watch pod's serial reserved: its intent on record under
-    this process's nonce, written with the window's ledger, so the next pod is
-    created before the write that counts this one's report (docs/benchmarks.md, "One
-    status write per window"). A name with any intent on record is left as it is."""
+    """``st`` with the next watch pod's serial reserved while a window is under way
+    (core/inservice/reservation.py; the first window's is the verdict's)."""
     ledger = st.in_service
     if ledger is None or ledger.watch_pod is None:
         return st
-    name = _watch_name(ctx, ledger.watch_serial + 1)
-    if _intent_on_record(st, name) or _name_taken(ctx, name):
-        return st
-    return intend(st, POD, name, creation_nonce(ctx.obs.nonce_seed, POD, name))
+    return reserved(ctx, st)
 
 
 def _reserved_create(ctx: NodeContext, ledger: InServiceStatus) -> CreateProbePod | None:
@@ -287,10 +269,10 @@ def _reserved_create(ctx: NodeContext, ledger: InServiceStatus) -> CreateProbePo
     recorded its intent (its nonce matches) and the name was never tried: no status
     write before it. Else None (the name is passed over: :func:`_free_serial`)."""
     serial = ledger.watch_serial + 1
-    name = _watch_name(ctx, serial)
+    name = watch_name(ctx, serial)
     nonce = creation_nonce(ctx.obs.nonce_seed, POD, name)
     st = ctx.status
-    if not intended(st.creation_intents, POD, name, nonce) or _name_taken(ctx, name):
+    if not intended(st.creation_intents, POD, name, nonce) or name_taken(ctx, name):
         return None
     manifest = watch_pod_manifest(_watch_request(ctx, name, serial), ctx.obs.config)
     return CreateProbePod(name, with_nonce(manifest, nonce))
@@ -300,9 +282,7 @@ def _free_serial(ctx: NodeContext, st: NodeAcceptanceStatus, serial: int) -> int
     """The first serial from ``serial`` whose name no intent on record holds (an
     earlier process's reservation, a pod it may have made) and no pod or unanswered
     create took: a serial is never used twice."""
-    while _intent_on_record(st, _watch_name(ctx, serial)) or _name_taken(
-        ctx, _watch_name(ctx, serial)
-    ):
+    while intent_on_record(st, watch_name(ctx, serial)) or name_taken(ctx, watch_name(ctx, serial)):
         serial += 1
     return serial
 
@@ -341,7 +321,7 @@ def _next_watch(
     if reserved is not None:
         return st, None, reserved
     serial = _free_serial(ctx, st, ledger.watch_serial + 1)
-    name = _watch_name(ctx, serial)
+    name = watch_name(ctx, serial)
     update = {
         "watch_serial": serial,
         "watch_pod": name,

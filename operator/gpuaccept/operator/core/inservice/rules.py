@@ -65,17 +65,6 @@ class Evaluation:
     findings: tuple[Finding, ...] = ()
 
 
-def ledger_for(
-    old: InServiceStatus | None, boot_id: str, accepted: datetime | None
-) -> InServiceStatus:
-    """``old`` if it is about this boot and this acceptance, else a new ledger."""
-    if old is not None and old.boot_id == boot_id and old.accepted_time == accepted:
-        return old
-    # the watch pods' serial goes on: a new pod never takes an old one's name
-    serial = old.watch_serial if old is not None else 0
-    return InServiceStatus(boot_id=boot_id, accepted_time=accepted, watch_serial=serial)
-
-
 def _signal_events(ledger: InServiceStatus) -> list[InServiceEvent]:
     """A history entry for each running signal timer, at its start."""
     events = []
