@@ -257,7 +257,7 @@ def _named(ctx: NodeContext, ledger: InServiceStatus) -> InServiceStatus:
 
 def _reserved(ctx: NodeContext, st: NodeAcceptanceStatus) -> NodeAcceptanceStatus:
     """``st`` with the next watch pod's serial reserved while a window is under way
-    (core/inservice/reservation.py; the first window's is the verdict's)."""
+    (core/watchreservation.py; the first window's is the verdict's)."""
     ledger = st.in_service
     if ledger is None or ledger.watch_pod is None:
         return st
