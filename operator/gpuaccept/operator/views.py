@@ -245,10 +245,17 @@ def fence_rule_view(body: Mapping[str, Any]) -> FenceRuleView | None:
     )
 
 
-EVIDENCE_FIELDS = ("report", "checks", "baseline")
+EVIDENCE_FIELDS = ("report", "checks", "baseline", "probed_sections")
 """The status fields a NodeAcceptance's cache entry keeps as compressed JSON:
-the stored probe report and the per-check summaries, the evidence a decision
-re-reads (re-judging, releasing a held verdict) and writes back."""
+the stored probe report, the per-check summaries, the baseline and the digests of
+the policy sections the report was measured under (``probedSections``: ~1.3 KB of
+JSON that parses into some 11 KB, read only with the report), the evidence a
+decision re-reads (re-judging, releasing a held verdict) and writes back."""
+
+_EVIDENCE_WIRE = tuple(
+    NodeAcceptanceStatus.model_fields[name].alias or name for name in EVIDENCE_FIELDS
+)
+"""The same fields as the status's JSON names them."""
 
 
 @dataclass(frozen=True)
@@ -258,13 +265,14 @@ class CachedAcceptance:
     ``view`` holds the status without its evidence (:data:`EVIDENCE_FIELDS`):
     what the counts, the metrics and the status loop read. The evidence (the
     probe's results with their observed values: ~7 KB of JSON that parses into
-    some 130 objects) stays as its compact wire JSON, zlib-compressed, parsed by
+    some 130 objects; the section digests) stays as its compact wire JSON,
+    zlib-compressed, parsed by
     :meth:`with_evidence` only for a decision, which reads it and writes it back
     with every status (a status write replaces the status whole).
     """
 
     view: NAView
-    evidence_json: bytes | None = None  # zlib of {"report": …, "checks": …}; None: neither
+    evidence_json: bytes | None = None  # zlib of {"report": …, "checks": …, …}; None: none
 
     def with_evidence(self) -> NAView:
         """The view with its evidence parsed into the status, as the core reads it.
@@ -348,9 +356,9 @@ def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
     meta = _meta(body)
     raw = body.get("status") or {}
     evidence_json = None
-    if isinstance(raw, Mapping) and any(raw.get(name) for name in EVIDENCE_FIELDS):
-        evidence = {name: raw[name] for name in EVIDENCE_FIELDS if raw.get(name)}
-        raw = {key: value for key, value in raw.items() if key not in EVIDENCE_FIELDS}
+    if isinstance(raw, Mapping) and any(raw.get(name) for name in _EVIDENCE_WIRE):
+        evidence = {name: raw[name] for name in _EVIDENCE_WIRE if raw.get(name)}
+        raw = {key: value for key, value in raw.items() if key not in _EVIDENCE_WIRE}
         try:
             text = json.dumps(evidence, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as error:  # no status could carry it
