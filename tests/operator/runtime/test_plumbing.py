@@ -39,6 +39,7 @@ from gpuaccept.operator.core.fencerules import fence_rule_manifest
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import FenceRuleView
 from gpuaccept.operator.handlers import (
+    LIST_PAGE,
     NoDiffBaseStorage,
     NoProgressStorage,
     build_registry,
@@ -640,6 +641,9 @@ def test_kopf_settings_persist_nothing_and_let_idle_workers_go_soon() -> None:
     assert not settings.posting.enabled
     # an idle per-object worker keeps its object's last body alive until it exits
     assert settings.queueing.idle_timeout <= 1.0
+    # a relist comes in pages: never the whole fleet's bodies decoded at once
+    assert settings.watching.chunk_size == LIST_PAGE
+    assert 0 < LIST_PAGE <= 1000
 
 
 def test_the_limit_lock_is_one_for_the_whole_fleet() -> None:
