@@ -104,6 +104,16 @@ def _owned_annotations(meta: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def _shared_labels(labels: object) -> dict[str, str]:
+    """A Node's labels with their keys and values interned: every node's copy of
+    ``kubernetes.io/hostname`` or ``nvidia.com/gpu.product`` and most values
+    (``true``, a product name, a driver version) is then one string, not one per
+    node and watch event (the cache keeps every node's labels)."""
+    if not isinstance(labels, Mapping):
+        return {}
+    return {sys.intern(str(key)): sys.intern(str(value)) for key, value in labels.items()}
+
+
 def node_view(body: Mapping[str, Any]) -> NodeView:
     meta = _meta(body)
     spec = body.get("spec") or {}
@@ -132,7 +142,7 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
         name=str(meta.get("name", "")),
         resource_version=str(meta.get("resourceVersion", "")),
         uid=str(meta.get("uid", "")),
-        labels=dict(meta.get("labels") or {}),
+        labels=_shared_labels(meta.get("labels")),
         # Only our own: the core reads the reprobe annotation, and a real node
         # carries kilobytes of others' (kubeadm, CNI, CSI) that the cache would keep.
         annotations=_owned_annotations(meta),

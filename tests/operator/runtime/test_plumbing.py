@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import sys
 import threading
 import time
@@ -99,6 +100,25 @@ def test_node_view_keeps_other_tools_conditions_without_their_messages() -> None
     beat = {**npd, "lastHeartbeatTime": "2026-12-01T12:10:00Z"}
     later = node_view({**NODE, "status": {**status, "conditions": [beat]}})
     assert later.conditions == view.conditions
+
+
+def test_node_views_share_their_label_strings() -> None:
+    """Each watch event is a fresh decoded body; the cache keeps one string per label
+    key and value, not one per node."""
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "kubernetes.io/os": "linux"}
+    first, second = (
+        node_view(
+            json.loads(json.dumps({**NODE, "metadata": {**NODE["metadata"], "labels": labels}}))
+        )
+        for _ in range(2)
+    )
+    assert first.labels == second.labels == labels
+    for (key1, value1), (key2, value2) in zip(
+        first.labels.items(), second.labels.items(), strict=True
+    ):
+        assert key1 is key2
+        assert value1 is value2
+    assert node_view({**NODE, "metadata": {**NODE["metadata"], "labels": None}}).labels == {}
 
 
 def test_pod_view_prefers_pod_reason_and_reads_termination() -> None:
