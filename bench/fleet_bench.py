@@ -116,6 +116,9 @@ FLOOR_WRITES_PER_PAIR = 6
 # nodes' reconciles, the leader election and the installation lock (the policy status
 # writes once per --status-interval at most: a small fleet can be decided before it).
 JOIN_LOOPS = ("kopf", "reconcile", "leader-election", "installation-lock")
+# The operator arm's environment on top of this process's: as the chart's Deployment
+# runs it (charts/gpuaccept/templates/deployment.yaml; tests/bench checks they agree).
+OPERATOR_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 console = Console(stderr=True, highlight=False, width=160)
 
@@ -363,7 +366,12 @@ class ArmRun:
         log(f"{tag}: starting {shlex.join(cmd)}")
         with log_path.open("wb") as log_file:
             self.proc = subprocess.Popen(
-                cmd, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
+                cmd,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                start_new_session=True,
+                env={**os.environ, **OPERATOR_ENV} if self.arm == "operator" else None,
             )
 
     def fails(self, name: str) -> bool:
