@@ -6,6 +6,10 @@ function kopf calls (``cache.index_na``), keeps what it returns, and prints the
 bytes (tracemalloc) and gc-tracked objects that stay per node. No cluster.
 
     python -m bench.cache_memory --nodes 2000
+
+``--nodeacceptances FILE`` (``kubectl get nodeacceptances -o json``, e.g. from a
+benchmark's control plane) measures the real bodies instead, and what each status
+field the entry keeps parsed costs (the entry's bytes less those without it).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import gc
 import json
 import tracemalloc
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from bench import reports
@@ -47,10 +52,48 @@ def decided_status() -> dict[str, Any]:
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def kept_bytes(wires: list[str]) -> float:
+    """Bytes that stay per body once passed through the index function (tracemalloc)."""
+    gc.collect()
+    tracemalloc.start()
+    before, _ = tracemalloc.get_traced_memory()
+    kept = [index_na(json.loads(wire)) for wire in wires]
+    gc.collect()
+    after, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del kept
+    return (after - before) / max(1, len(wires))
+
+
+def measure_listed(path: Path) -> None:
+    """The real NodeAcceptances of ``path``: bytes per entry, and per parsed field."""
+    items = [item for item in json.loads(path.read_text())["items"] if item.get("status")]
+    wires = [json.dumps(item) for item in items]
+    entry = kept_bytes(wires)
+    print(
+        f"cache_memory: nodeacceptances={len(items)} "
+        f"body_json_bytes={sum(map(len, wires)) / max(1, len(wires)):.0f} "
+        f"kept_bytes_per_entry={entry:.0f}"
+    )
+    fields = sorted({key for item in items for key in item["status"]})
+    for name in fields:
+        without = [
+            json.dumps({**item, "status": {k: v for k, v in item["status"].items() if k != name}})
+            for item in items
+        ]
+        cost = entry - kept_bytes(without)
+        if cost >= 100:
+            print(f"  status.{name}: {cost:.0f} bytes per entry")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--nodeacceptances", type=Path, help="kubectl get … -o json output")
     args = parser.parse_args()
+    if args.nodeacceptances is not None:
+        measure_listed(args.nodeacceptances)
+        return
     wire = json.dumps(decided_status())
     gc.collect()
     tracemalloc.start()

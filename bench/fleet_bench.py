@@ -134,6 +134,9 @@ FULL_POLICY_SECTIONS: dict[str, Any] = {
     "reverify": {"enabled": True},
 }
 FULL_POLICY_LOOPS = (*JOIN_LOOPS, "in-service")
+# The operator arm's environment on top of this process's: as the chart's Deployment
+# runs it (charts/gpuaccept/templates/deployment.yaml; tests/bench checks they agree).
+OPERATOR_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 console = Console(stderr=True, highlight=False, width=160)
 
@@ -160,7 +163,10 @@ class ArmResult:
     requests: dict[str, Any] = field(default_factory=dict)
     standin_requests: dict[str, Any] = field(default_factory=dict)
     apiserver_delta_by_verb: dict[str, int] = field(default_factory=dict)
-    peak_rss_mb: float = 0.0
+    peak_rss_mb: float = 0.0  # VmHWM when the arm is stopped: over the whole run
+    # at the join's end (after the settle): VmRSS then and VmHWM then (the join's own peak)
+    join_end_rss_mb: float = 0.0
+    join_peak_rss_mb: float = 0.0
     cpu_s: float = 0.0
     # CPU seconds spent between the first node's creation and the last verdict, by
     # process: the arm, kube-apiserver+etcd, and this harness with the in-process stand-in.
@@ -380,7 +386,12 @@ class ArmRun:
         log(f"{tag}: starting {shlex.join(cmd)}")
         with log_path.open("wb") as log_file:
             self.proc = subprocess.Popen(
-                cmd, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
+                cmd,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                start_new_session=True,
+                env={**os.environ, **OPERATOR_ENV} if self.arm == "operator" else None,
             )
 
     def fails(self, name: str) -> bool:
@@ -517,6 +528,9 @@ class ArmRun:
         self.sampler_stop.set()
         sampler.join()
         self.last = procstat.sample(self.proc.pid) or (self.samples[-1] if self.samples else None)
+        if self.last is not None:
+            self.result.join_end_rss_mb = round(self.last.rss_mb, 1)
+            self.result.join_peak_rss_mb = round(self.last.peak_rss_mb, 1)
 
     def _tally(self, expected: dict[str, str]) -> None:
         """Latency, decided, held and duplicated nodes, as the tracker saw them."""
@@ -617,7 +631,8 @@ class ArmRun:
             f"{self.tag}: decided={result.decided}/{n} lost={result.lost} "
             f"dup={result.duplicated} wall={result.wall_s:.1f}s "
             f"req/node={counts.per_node(n):.2f} "
-            f"rss={result.peak_rss_mb:.0f}MB cpu={result.cpu_s:.1f}s"
+            f"rss={result.peak_rss_mb:.0f}MB (at the join's end {result.join_end_rss_mb:.0f}MB, "
+            f"its peak {result.join_peak_rss_mb:.0f}MB) cpu={result.cpu_s:.1f}s"
             + (
                 f" dra_nodes={result.dra['nodes']} "
                 f"dra_req/dra_node={result.dra['per_dra_node']:.2f}"

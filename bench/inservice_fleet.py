@@ -205,7 +205,11 @@ class InServiceResult:
     accounting: dict[str, Any] = field(default_factory=dict)
     cpu_s: float = 0.0
     cpu_ms_per_node_window: float = 0.0
-    peak_rss_mb: float = 0.0
+    peak_rss_mb: float = 0.0  # VmHWM at the end: over the whole run, the join included
+    # the operator's memory over the run (MB): VmRSS at the join's end, at the start and
+    # end of the steady windows and at the end, and VmHWM at the join's end (its own peak)
+    # and at the end; where the peak was made, and whether RSS grows in service
+    memory: dict[str, float] = field(default_factory=dict)
     fatal_nodes: int = 0
     fatal_tainted: int = 0
     fatal_to_taint: dict[str, float] = field(default_factory=dict)
@@ -254,6 +258,9 @@ def measure_steady(run: ArmRun, seconds: float, result: InServiceResult) -> None
     log(f"in service: measuring steady state for {seconds:.0f}s")
     time.sleep(seconds)
     cpu1, t1 = procstat.sample(run.proc.pid), datetime.now(UTC)
+    if cpu0 is not None and cpu1 is not None:
+        result.memory["steady_start_rss_mb"] = round(cpu0.rss_mb, 1)
+        result.memory["steady_end_rss_mb"] = round(cpu1.rss_mb, 1)
     time.sleep(2.0)  # let the audit log catch up with the interval's last requests
     audit.poll()
     counts = RequestCounts()
@@ -331,6 +338,10 @@ def run_phase(run: ArmRun, settings: PhaseSettings) -> InServiceResult:
     accepted = sorted(set(run.created) - taints.baseline)
     window = float(settings.window_s)
     result = InServiceResult(nodes=run.n, watched_nodes=len(accepted), window_s=window)
+    result.memory = {
+        "join_end_rss_mb": run.result.join_end_rss_mb,
+        "join_peak_rss_mb": run.result.join_peak_rss_mb,
+    }
     plan = FatalPlan(after_s=settings.fatal_after_s)
     standin.default_behaviour = watch_behaviour(standin.default_behaviour, window, plan)
     section = enable(run.setup.admin, settings)
@@ -344,6 +355,10 @@ def run_phase(run: ArmRun, settings: PhaseSettings) -> InServiceResult:
         taints.stop.set()
     final = procstat.sample(run.proc.pid)
     result.peak_rss_mb = round(final.peak_rss_mb, 1) if final else 0.0
+    if final is not None:
+        result.memory["end_rss_mb"] = round(final.rss_mb, 1)
+        result.memory["peak_rss_mb"] = round(final.peak_rss_mb, 1)
+    log(f"in service: operator memory (MB) {result.memory}")
     return result
 
 
@@ -455,6 +470,10 @@ def summary_line(label: str, r: InServiceResult) -> str:
         "ratio": r.ratio_to_floor,
         "cpu_ms_per_node_window": r.cpu_ms_per_node_window,
         "rss_mb": r.peak_rss_mb,
+        "join_peak_rss_mb": r.memory.get("join_peak_rss_mb"),
+        "steady_rss_mb": "{}->{}".format(
+            r.memory.get("steady_start_rss_mb"), r.memory.get("steady_end_rss_mb")
+        ),
         "fatal_tainted": f"{r.fatal_tainted}/{r.fatal_nodes}",
         "p50_s": r.fatal_to_taint.get("p50_s"),
         "p95_s": r.fatal_to_taint.get("p95_s"),

@@ -208,6 +208,12 @@ def test_bench_check_accounts_for_health_in_service(tmp_path: Path) -> None:
     phase = results["in_service"]
     assert phase["fatal_tainted"] == 1, output
     assert phase["other_tainted"] == 0, output
+    # the operator's memory over the run: where its peak was made, whether RSS grows
+    memory = phase["memory"]
+    keys = ("join_end_rss_mb", "join_peak_rss_mb", "steady_start_rss_mb", "steady_end_rss_mb")
+    assert all(memory[key] > 0 for key in (*keys, "end_rss_mb", "peak_rss_mb")), memory
+    assert memory["join_end_rss_mb"] <= memory["join_peak_rss_mb"] <= memory["peak_rss_mb"]
+    assert memory["peak_rss_mb"] == phase["peak_rss_mb"], memory
     account = phase["accounting"]
     assert account["unit"] == "node-window"
     assert_accounted(account, ("in-service",), output)

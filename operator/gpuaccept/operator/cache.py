@@ -8,7 +8,8 @@ them once the first handler runs.
 
 A NodeAcceptance is kept as a
 :class:`~gpuaccept.operator.views.CachedAcceptance`: its status without the
-evidence (stored probe report, check summaries), which stays compressed JSON
+evidence (stored probe report, check summaries, baseline, the policy sections the
+report was measured under: ``views.EVIDENCE_FIELDS``), which stays compressed JSON
 until a decision asks for it (:meth:`Cache.na_with_evidence`).
 
 The fleet's counts (:class:`~gpuaccept.operator.core.fleetcount.FleetCount`:
@@ -331,7 +332,8 @@ class Cache:
         return view if isinstance(view, NodeView) else None
 
     def na(self, name: str) -> NAView | None:
-        """The NodeAcceptance without its evidence (``status.report`` None, no ``checks``)."""
+        """The NodeAcceptance without its evidence (``views.EVIDENCE_FIELDS``: ``status.report``
+        and ``probed_sections`` None, no ``checks``)."""
         cached = self._pick("na", NAS_INDEX, name)
         return cached.view if isinstance(cached, CachedAcceptance) else None
 

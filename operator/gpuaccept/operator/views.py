@@ -106,6 +106,16 @@ def _owned_annotations(meta: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def _shared_labels(labels: object) -> dict[str, str]:
+    """A Node's labels with their keys and values interned: every node's copy of
+    ``kubernetes.io/hostname`` or ``nvidia.com/gpu.product`` and most values
+    (``true``, a product name, a driver version) is then one string, not one per
+    node and watch event (the cache keeps every node's labels)."""
+    if not isinstance(labels, Mapping):
+        return {}
+    return {sys.intern(str(key)): sys.intern(str(value)) for key, value in labels.items()}
+
+
 def node_view(body: Mapping[str, Any]) -> NodeView:
     meta = _meta(body)
     spec = body.get("spec") or {}
@@ -134,7 +144,7 @@ def node_view(body: Mapping[str, Any]) -> NodeView:
         name=str(meta.get("name", "")),
         resource_version=str(meta.get("resourceVersion", "")),
         uid=str(meta.get("uid", "")),
-        labels=dict(meta.get("labels") or {}),
+        labels=_shared_labels(meta.get("labels")),
         # Only our own: the core reads the reprobe annotation, and a real node
         # carries kilobytes of others' (kubeadm, CNI, CSI) that the cache would keep.
         annotations=_owned_annotations(meta),
@@ -247,10 +257,17 @@ def fence_rule_view(body: Mapping[str, Any]) -> FenceRuleView | None:
     )
 
 
-EVIDENCE_FIELDS = ("report", "checks", "baseline")
+EVIDENCE_FIELDS = ("report", "checks", "baseline", "probed_sections")
 """The status fields a NodeAcceptance's cache entry keeps as compressed JSON:
-the stored probe report and the per-check summaries, the evidence a decision
-re-reads (re-judging, releasing a held verdict) and writes back."""
+the stored probe report, the per-check summaries, the baseline and the digests of
+the policy sections the report was measured under (``probedSections``: ~1.3 KB of
+JSON that parses into some 11 KB, read only with the report), the evidence a
+decision re-reads (re-judging, releasing a held verdict) and writes back."""
+
+_EVIDENCE_WIRE = tuple(
+    NodeAcceptanceStatus.model_fields[name].alias or name for name in EVIDENCE_FIELDS
+)
+"""The same fields as the status's JSON names them."""
 
 
 @dataclass(frozen=True)
@@ -260,13 +277,14 @@ class CachedAcceptance:
     ``view`` holds the status without its evidence (:data:`EVIDENCE_FIELDS`):
     what the counts, the metrics and the status loop read. The evidence (the
     probe's results with their observed values: ~7 KB of JSON that parses into
-    some 130 objects) stays as its compact wire JSON, zlib-compressed, parsed by
+    some 130 objects; the section digests) stays as its compact wire JSON,
+    zlib-compressed, parsed by
     :meth:`with_evidence` only for a decision, which reads it and writes it back
     with every status (a status write replaces the status whole).
     """
 
     view: NAView
-    evidence_json: bytes | None = None  # zlib of {"report": …, "checks": …}; None: neither
+    evidence_json: bytes | None = None  # zlib of {"report": …, "checks": …, …}; None: none
 
     def with_evidence(self) -> NAView:
         """The view with its evidence parsed into the status, as the core reads it.
@@ -383,9 +401,9 @@ def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
     meta = _meta(body)
     raw = body.get("status") or {}
     evidence_json = None
-    if isinstance(raw, Mapping) and any(raw.get(name) for name in EVIDENCE_FIELDS):
-        evidence = {name: raw[name] for name in EVIDENCE_FIELDS if raw.get(name)}
-        raw = {key: value for key, value in raw.items() if key not in EVIDENCE_FIELDS}
+    if isinstance(raw, Mapping) and any(raw.get(name) for name in _EVIDENCE_WIRE):
+        evidence = {name: raw[name] for name in _EVIDENCE_WIRE if raw.get(name)}
+        raw = {key: value for key, value in raw.items() if key not in _EVIDENCE_WIRE}
         try:
             text = json.dumps(evidence, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as error:  # no status could carry it

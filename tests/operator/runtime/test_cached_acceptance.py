@@ -12,6 +12,7 @@ from gpuaccept.contracts.nodeacceptance import (
     CheckSummary,
     NodeAcceptanceStatus,
     Phase,
+    ProbedSection,
     Reason,
 )
 from gpuaccept.operator.cache import NAS_INDEX, Cache, index_na
@@ -30,6 +31,11 @@ def _decided_wire(failing: tuple[str, ...] = ()) -> dict[str, Any]:
         last_probe_time=T0,
         probed_boot_id=BOOT,
         report=report,
+        # the policy sections the report was measured under, read only with the report
+        probed_sections={
+            r.check: ProbedSection(measured=f"{i:016x}", section=f"{i + 1:016x}")
+            for i, r in enumerate(report.results)
+        },
     )
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
@@ -56,7 +62,7 @@ def test_the_cache_entry_keeps_no_parsed_evidence() -> None:
     wire = _decided_wire()
     ((_, cached),) = index_na(_body(wire)).values()
     slim = cached.view.status
-    assert (slim.report, slim.checks) == (None, [])
+    assert (slim.report, slim.checks, slim.probed_sections) == (None, [], None)
     assert (slim.phase, slim.policy, slim.probed_boot_id) == (Phase.ACCEPTED, "default", BOOT)
     assert isinstance(cached.evidence_json, bytes)
     assert len(cached.evidence_json) < len(json.dumps(wire["report"])) // 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import sys
 import threading
 import time
@@ -39,6 +40,7 @@ from gpuaccept.operator.core.fencerules import fence_rule_manifest
 from gpuaccept.operator.core.judge import judge
 from gpuaccept.operator.core.model import FenceRuleView
 from gpuaccept.operator.handlers import (
+    LIST_PAGE,
     NoDiffBaseStorage,
     NoProgressStorage,
     build_registry,
@@ -98,6 +100,25 @@ def test_node_view_keeps_other_tools_conditions_without_their_messages() -> None
     beat = {**npd, "lastHeartbeatTime": "2026-12-01T12:10:00Z"}
     later = node_view({**NODE, "status": {**status, "conditions": [beat]}})
     assert later.conditions == view.conditions
+
+
+def test_node_views_share_their_label_strings() -> None:
+    """Each watch event is a fresh decoded body; the cache keeps one string per label
+    key and value, not one per node."""
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "kubernetes.io/os": "linux"}
+    first, second = (
+        node_view(
+            json.loads(json.dumps({**NODE, "metadata": {**NODE["metadata"], "labels": labels}}))
+        )
+        for _ in range(2)
+    )
+    assert first.labels == second.labels == labels
+    for (key1, value1), (key2, value2) in zip(
+        first.labels.items(), second.labels.items(), strict=True
+    ):
+        assert key1 is key2
+        assert value1 is value2
+    assert node_view({**NODE, "metadata": {**NODE["metadata"], "labels": None}}).labels == {}
 
 
 def test_pod_view_prefers_pod_reason_and_reads_termination() -> None:
@@ -640,6 +661,9 @@ def test_kopf_settings_persist_nothing_and_let_idle_workers_go_soon() -> None:
     assert not settings.posting.enabled
     # an idle per-object worker keeps its object's last body alive until it exits
     assert settings.queueing.idle_timeout <= 1.0
+    # a relist comes in pages: never the whole fleet's bodies decoded at once
+    assert settings.watching.chunk_size == LIST_PAGE
+    assert 0 < LIST_PAGE <= 1000
 
 
 def test_the_limit_lock_is_one_for_the_whole_fleet() -> None:
