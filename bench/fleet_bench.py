@@ -134,9 +134,6 @@ FULL_POLICY_SECTIONS: dict[str, Any] = {
     "reverify": {"enabled": True},
 }
 FULL_POLICY_LOOPS = (*JOIN_LOOPS, "in-service")
-# The operator arm's environment on top of this process's: as the chart's Deployment
-# runs it (charts/gpuaccept/templates/deployment.yaml; tests/bench checks they agree).
-OPERATOR_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 console = Console(stderr=True, highlight=False, width=160)
 
@@ -386,12 +383,7 @@ class ArmRun:
         log(f"{tag}: starting {shlex.join(cmd)}")
         with log_path.open("wb") as log_file:
             self.proc = subprocess.Popen(
-                cmd,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-                start_new_session=True,
-                env={**os.environ, **OPERATOR_ENV} if self.arm == "operator" else None,
+                cmd, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
             )
 
     def fails(self, name: str) -> bool:

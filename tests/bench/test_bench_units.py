@@ -9,7 +9,6 @@ from pathlib import Path
 
 from bench.audit import AuditTail, Request, RequestCounts, count_by_user
 from bench.fleet_bench import (
-    OPERATOR_ENV,
     ArmResult,
     dra_requests,
     latency_summary,
@@ -29,7 +28,6 @@ from gpuaccept.contracts.report import (
     HardwareSummary,
     ProbeReport,
 )
-from gpuaccept.testsupport.chart_rbac import render_chart
 
 ARM = "system:serviceaccount:gpuaccept-bench:operator-n2"
 STANDIN = "system:serviceaccount:gpuaccept-bench:standin-operator-n2"
@@ -216,13 +214,3 @@ def test_dra_requests_are_the_claim_and_slice_calls_per_dra_node() -> None:
         },
     }
     assert dra_requests(RequestCounts(), 0)["per_dra_node"] == 0.0
-
-
-def test_the_operator_arm_runs_with_the_charts_malloc_settings() -> None:
-    """The benchmark measures the operator's RSS as the chart runs it."""
-    docs = render_chart(namespace="gpuaccept-system")
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    assert OPERATOR_ENV
-    assert {name: env.get(name) for name in OPERATOR_ENV} == OPERATOR_ENV

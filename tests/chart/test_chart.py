@@ -274,12 +274,6 @@ def test_lease_name_matches_the_role(ha_docs: list[Manifest]) -> None:
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
 
-def test_the_operator_runs_with_two_malloc_arenas(default_docs: list[Manifest]) -> None:
-    """glibc's per-thread arenas keep what the API threads freed (docs/benchmarks.md)."""
-    env = {e["name"]: e.get("value") for e in container(default_docs)["env"]}
-    assert env["MALLOC_ARENA_MAX"] == "2"
-
-
 def test_fabric_pod_settings_reach_the_operator_not_the_policy(ha_docs: list[Manifest]) -> None:
     """The RDMA settings of the fabric pods are chart values, parsed by the operator."""
     options = importlib.import_module("gpuaccept.operator.options")
