@@ -384,19 +384,9 @@ class World:
         status = self.na.status.model_copy(update={"owned_pods": owned})
         self.na = dataclasses.replace(self.na, status=status)
 
-    def settle(self, rounds: int = 10) -> Plan:
-        """Reconcile and apply until the plan has no writes; returns the last plan."""
-        for _ in range(rounds):
-            plan = self.plan()
-            if not plan.actions:
-                return plan
-            self.apply(plan)
-        raise AssertionError(f"no fixed point after {rounds} rounds: {self.log[-1]}")
-
-    def settle_ticking(self, rounds: int = 10, tick_s: float = 0.01) -> Plan:
-        """:meth:`settle` on a clock that moves ``tick_s`` with each write, as on a real
-        API server: a plan that writes the clock rather than a change into the status
-        never reaches a fixed point here (each write wakes the next pass at once)."""
+    def settle(self, rounds: int = 10, tick_s: float = 0.0) -> Plan:
+        """Reconcile and apply until the plan has no writes; returns the last plan.
+        The clock moves ``tick_s`` with each write (0: it stands still)."""
         for _ in range(rounds):
             plan = self.plan()
             if not plan.actions:
@@ -404,6 +394,12 @@ class World:
             self.apply(plan)
             self.now += timedelta(seconds=tick_s)
         raise AssertionError(f"no fixed point after {rounds} rounds: {self.log[-1]}")
+
+    def settle_ticking(self, rounds: int = 10, tick_s: float = 0.01) -> Plan:
+        """:meth:`settle` on a clock that moves ``tick_s`` with each write, as on a real
+        API server: a plan that writes the clock rather than a change into the status
+        never reaches a fixed point here (each write wakes the next pass at once)."""
+        return self.settle(rounds, tick_s)
 
     # ---- simulated kubelet
     def current_pod(self) -> PodView:
