@@ -337,6 +337,17 @@ class Cache:
         cached = self._pick("na", NAS_INDEX, name)
         return cached.view if isinstance(cached, CachedAcceptance) else None
 
+    def written_acceptance(self, name: str, rv: int) -> CachedAcceptance | None:
+        """The entry this process made of its own write's answer at ``rv``, while the
+        overlay holds it (None otherwise). A resourceVersion is one state of the object,
+        so the watch event of that write shows what the answer showed: its index entry
+        can be this one rather than a second parse of the same body."""
+        with self._lock:
+            written = self._overlay.get(("na", name))
+        if written is None or written.rv != rv or not isinstance(written.value, CachedAcceptance):
+            return None
+        return written.value
+
     def na_with_evidence(self, name: str) -> NAView | None:
         """The NodeAcceptance with its evidence parsed into the status: for a decision."""
         cached = self._pick("na", NAS_INDEX, name)
@@ -446,9 +457,16 @@ def index_node(body: Mapping[str, Any]) -> dict[str, tuple[int, NodeView]]:
     return {view.name: (resource_version(body), view)}
 
 
-def index_na(body: Mapping[str, Any]) -> dict[str, tuple[int, CachedAcceptance]]:
-    cached = cached_acceptance(body)
-    return {cached.view.name: (resource_version(body), cached)}
+def index_na(
+    body: Mapping[str, Any], cache: Cache | None = None
+) -> dict[str, tuple[int, CachedAcceptance]]:
+    """The NodeAcceptance's cache entry; with ``cache``, the entry of this process's own
+    write when the body is that write's version (:meth:`Cache.written_acceptance`)."""
+    rv = resource_version(body)
+    name = str((body.get("metadata") or {}).get("name", ""))
+    known = cache.written_acceptance(name, rv) if cache is not None and rv else None
+    cached = known if known is not None else cached_acceptance(body)
+    return {cached.view.name: (rv, cached)}
 
 
 def index_pod(body: Mapping[str, Any]) -> dict[str, tuple[int, PodView]]:

@@ -98,7 +98,8 @@ def _add_indexes(
         return index_node(body)
 
     async def gpuaccept_nodeacceptances(body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return index_na(body)
+        # the watch event of our own status write: the entry made of the write's answer
+        return index_na(body, controller.cache)
 
     async def gpuaccept_policies(body: kopf.Body, **_: Any) -> dict[str, Any]:
         return index_policy(body, controller.config.owned_key_prefixes)
