@@ -229,6 +229,7 @@ class PhaseSettings:
     fatal: int
     fatal_after_s: float
     fatal_timeout_s: float
+    py_spy: str | None = None  # a py-spy binary: the measured windows sampled
 
 
 def enable(admin: client.ApiClient, settings: PhaseSettings) -> dict[str, Any]:
@@ -250,14 +251,23 @@ def enable(admin: client.ApiClient, settings: PhaseSettings) -> dict[str, Any]:
     return section
 
 
-def measure_steady(run: ArmRun, seconds: float, result: InServiceResult) -> None:
-    """Step 3: the operator's requests (received in the interval), CPU, per node-window."""
+def measure_steady(
+    run: ArmRun, seconds: float, result: InServiceResult, py_spy: str | None = None
+) -> None:
+    """Step 3: the operator's requests (received in the interval), CPU, per node-window;
+    with ``py_spy`` (a py-spy binary), the operator sampled over the same interval."""
     audit = run.setup.audit
     audit.poll()
+    spy = None
+    if py_spy:
+        out = run.setup.out / f"py-spy-inservice-n{run.n}.txt"
+        spy = fleet_bench.start_py_spy(py_spy, run.proc.pid, out, gil=True)
     cpu0, t0 = procstat.sample(run.proc.pid), datetime.now(UTC)
     log(f"in service: measuring steady state for {seconds:.0f}s")
     time.sleep(seconds)
     cpu1, t1 = procstat.sample(run.proc.pid), datetime.now(UTC)
+    if spy is not None:
+        fleet_bench.stop_py_spy(spy)
     if cpu0 is not None and cpu1 is not None:
         result.memory["steady_start_rss_mb"] = round(cpu0.rss_mb, 1)
         result.memory["steady_end_rss_mb"] = round(cpu1.rss_mb, 1)
@@ -348,7 +358,7 @@ def run_phase(run: ArmRun, settings: PhaseSettings) -> InServiceResult:
     log(f"in service: policy patched ({section}); warming up {settings.warmup_windows} windows")
     time.sleep(settings.warmup_windows * window)
     try:
-        measure_steady(run, settings.steady_windows * window, result)
+        measure_steady(run, settings.steady_windows * window, result, settings.py_spy)
         fatal = accepted[:: max(1, len(accepted) // max(1, settings.fatal))][: settings.fatal]
         measure_fatal(fatal, plan, taints, settings.fatal_timeout_s, result)
     finally:
@@ -378,6 +388,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--label", default="bench-inservice")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out")
     parser.add_argument("--standin-concurrency", type=int, default=32)
+    parser.add_argument(
+        "--py-spy",
+        metavar="BINARY",
+        help="sample the operator with this py-spy over the measured windows (only the "
+        "thread holding the GIL: its CPU; raw stacks in OUT/LABEL; python -m "
+        "bench.profile_summary FILE)",
+    )
     parser.add_argument(
         "--operator-cmd",
         default=fleet_bench.parse_args([]).operator_cmd,
@@ -424,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         fatal=args.fatal,
         fatal_after_s=args.fatal_after,
         fatal_timeout_s=args.fatal_timeout,
+        py_spy=args.py_spy,
     )
     cp, audit_log = start_cluster(out / "cluster", out / "audit")
     log(f"control plane {cp.server} (pid {cp.pid}), audit log {audit_log}")

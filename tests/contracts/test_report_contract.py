@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gpuaccept.contracts.report import decode_termination_message
+from gpuaccept.contracts.report import decode_termination_message, first_non_finite
 
 BASE: dict[str, Any] = {
     "apiVersion": "gpuaccept.io/v1alpha1",
@@ -66,3 +66,18 @@ def test_a_check_reported_twice_is_refused() -> None:
     report["results"] = [failing, report["results"][0]]
     with pytest.raises(ValidationError, match="reported twice"):
         decode_termination_message(_message(report))
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        ({"a": [1.0, {"b": 2}], "c": "x", "d": None, "e": True}, None),
+        (float("nan"), "(value)"),
+        ({"a": [1.0, {"b": float("inf")}]}, "a[1].b"),
+        ([0.5, float("-inf"), float("nan")], "[1]"),
+        ({"x": {"y": [[], [float("nan")]]}, "z": float("nan")}, "x.y[1][0]"),
+        ([], None),
+    ],
+)
+def test_the_first_non_finite_number_is_named_by_its_path(value: Any, where: str | None) -> None:
+    assert first_non_finite(value) == where

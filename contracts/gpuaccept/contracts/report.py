@@ -88,18 +88,34 @@ class HardwareSummary(ContractModel):
     )
 
 
+def _all_finite(value: JsonValue) -> bool:
+    """No NaN or Infinity anywhere in a JSON value (no path built: every stored report
+    is checked each time it is read, and nearly all are finite)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(map(_all_finite, value.values()))
+    if isinstance(value, list):
+        return all(map(_all_finite, value))
+    return True
+
+
 def first_non_finite(value: JsonValue, where: str = "") -> str | None:
     """The path of the first NaN or Infinity in a JSON value, or None."""
+    return None if _all_finite(value) else _first_non_finite_path(value, where)
+
+
+def _first_non_finite_path(value: JsonValue, where: str) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return where or "(value)"
     if isinstance(value, dict):
         for key, item in value.items():
-            found = first_non_finite(item, f"{where}.{key}" if where else key)
+            found = _first_non_finite_path(item, f"{where}.{key}" if where else key)
             if found is not None:
                 return found
     if isinstance(value, list):
         for i, item in enumerate(value):
-            found = first_non_finite(item, f"{where}[{i}]")
+            found = _first_non_finite_path(item, f"{where}[{i}]")
             if found is not None:
                 return found
     return None

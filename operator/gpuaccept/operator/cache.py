@@ -145,6 +145,9 @@ class Cache:
         self._signatures: dict[str, tuple[str, tuple[SignatureSeen, ...]]] = {}
         self.acceptances_changes = 0  # bumped on every change of ``acceptances()``
         self._listings: dict[str, _Listing] = defaultdict(_Listing)
+        # (kind, key) -> the resourceVersion of a write the node's own reconcile made,
+        # which it reads again in its next pass: that version's watch event is an echo
+        self._followed: dict[tuple[str, str], int] = {}
 
     def attach(self, kwargs: Mapping[str, Any]) -> None:
         """Take kopf's live index objects (they exist once the first handler runs)."""
@@ -158,10 +161,33 @@ class Cache:
         self.indexes[FENCE_RULES_INDEX] = kwargs.get(FENCE_RULES_INDEX)  # absent: not served
         self.synced.set()
 
-    def write(self, kind: str, key: str, rv: int, value: Any) -> None:
+    def write(self, kind: str, key: str, rv: int, value: Any, *, followed: bool = False) -> None:
+        """Our write's answer (``value`` None: deleted by us) at ``rv``. ``followed``: the
+        node's own reconcile wrote it and passes over the node again after the write,
+        reading it from here (:meth:`echo`)."""
         with self._lock:
             self._overlay[(kind, key)] = _Written(rv, value)
             self._unsettled.add((kind, key))
+            self._mark_followed(kind, key, rv, followed)
+
+    def _mark_followed(self, kind: str, key: str, rv: int, followed: bool) -> None:
+        if followed and rv:
+            self._followed[(kind, key)] = rv
+        else:
+            self._followed.pop((kind, key), None)
+
+    def echo(self, kind: str, key: str, rv: int) -> bool:
+        """Whether a watch event of ``key`` at ``rv`` is the echo of a followed write
+        (:meth:`write`): the reconcile that made it passed over the node again after it,
+        reading that very version (a resourceVersion is one state of the object), so the
+        event brings the node nothing new. A mark answers once; a newer version drops it
+        (the event is then news), an older one leaves it."""
+        with self._lock:
+            mark = self._followed.get((kind, key))
+            if mark is None or rv < mark:
+                return False
+            del self._followed[(kind, key)]
+            return rv == mark
 
     # ------------------------------------------------------------------ relists
     def saw(self, kind: str, key: str, event_type: str | None, now: float) -> None:
@@ -337,6 +363,17 @@ class Cache:
         cached = self._pick("na", NAS_INDEX, name)
         return cached.view if isinstance(cached, CachedAcceptance) else None
 
+    def written_acceptance(self, name: str, rv: int) -> CachedAcceptance | None:
+        """The entry this process made of its own write's answer at ``rv``, while the
+        overlay holds it (None otherwise). A resourceVersion is one state of the object,
+        so the watch event of that write shows what the answer showed: its index entry
+        can be this one rather than a second parse of the same body."""
+        with self._lock:
+            written = self._overlay.get(("na", name))
+        if written is None or written.rv != rv or not isinstance(written.value, CachedAcceptance):
+            return None
+        return written.value
+
     def na_with_evidence(self, name: str) -> NAView | None:
         """The NodeAcceptance with its evidence parsed into the status: for a decision."""
         cached = self._pick("na", NAS_INDEX, name)
@@ -381,11 +418,14 @@ class Cache:
                 if not names:
                     del self._node_pods[node]
 
-    def write_pod(self, node: str, name: str, rv: int, view: PodView | None) -> None:
+    def write_pod(
+        self, node: str, name: str, rv: int, view: PodView | None, *, followed: bool = False
+    ) -> None:
         with self._lock:
             self._pod_nodes[name] = node
             self._node_pods[node].add(name)
             self._overlay[("pod", name)] = _Written(rv, view)
+            self._mark_followed("pod", name, rv, followed)
 
     def resource_slices(self, node: str) -> tuple[ResourceSliceView, ...]:
         """The node's ResourceSlices of the configured DRA drivers (kopf's index holds
@@ -446,9 +486,16 @@ def index_node(body: Mapping[str, Any]) -> dict[str, tuple[int, NodeView]]:
     return {view.name: (resource_version(body), view)}
 
 
-def index_na(body: Mapping[str, Any]) -> dict[str, tuple[int, CachedAcceptance]]:
-    cached = cached_acceptance(body)
-    return {cached.view.name: (resource_version(body), cached)}
+def index_na(
+    body: Mapping[str, Any], cache: Cache | None = None
+) -> dict[str, tuple[int, CachedAcceptance]]:
+    """The NodeAcceptance's cache entry; with ``cache``, the entry of this process's own
+    write when the body is that write's version (:meth:`Cache.written_acceptance`)."""
+    rv = resource_version(body)
+    name = str((body.get("metadata") or {}).get("name", ""))
+    known = cache.written_acceptance(name, rv) if cache is not None and rv else None
+    cached = known if known is not None else cached_acceptance(body)
+    return {cached.view.name: (rv, cached)}
 
 
 def index_pod(body: Mapping[str, Any]) -> dict[str, tuple[int, PodView]]:

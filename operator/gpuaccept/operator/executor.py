@@ -160,6 +160,10 @@ class KubeExecutor:
         self.kube = kube
         self.cache = cache
         self.loop = loop  # which loop's plans these are (node_origin)
+        # A node's reconcile passes over the node again after each write it makes
+        # (Controller.reconcile_node: the next pass, or a retry after an error), reading
+        # the write's answer from the cache: the write's watch event is only its echo.
+        self.followed = loop == "reconcile"
         self.namespace = namespace
         self.identity = identity
         self.create_errors: dict[str, str] = {}  # node -> why its probe pod was refused
@@ -256,7 +260,13 @@ class _NodeWrites:
     def create_node_acceptance(self, action: CreateNodeAcceptance) -> None:
         body = self.kube.create_na(action.name, action.policy)
         if body:
-            self.cache.write("na", action.name, resource_version(body), cached_acceptance(body))
+            self._write_na(action.name, body)
+
+    def _write_na(self, name: str, body: dict[str, Any]) -> None:
+        followed = self.executor.followed
+        self.cache.write(
+            "na", name, resource_version(body), cached_acceptance(body), followed=followed
+        )
 
     def patch_na_status(self, action: PatchNAStatus) -> None:
         node, errors = self.observed.node_name, self.executor.status_errors
@@ -279,7 +289,7 @@ class _NodeWrites:
             self.executor.status_refused_at[node] = time.monotonic()
             raise StatusRefusedError(errors[node]) from error
         errors.pop(node, None)
-        self.cache.write("na", action.name, resource_version(body), cached_acceptance(body))
+        self._write_na(action.name, body)
 
     def _node_gone(self, node: str, error: ApiException) -> None:
         """A 404 on a Node write: it was deleted; the cache forgets the version it knew
@@ -353,7 +363,10 @@ class _NodeWrites:
         created[action.name] = CreatedPod(uid=uid, shape=shape_digest(action.manifest))
         for old in list(created)[:-CREATED_MEMORY]:
             del created[old]
-        self.cache.write_pod(node, action.name, resource_version(pod), pod_view(pod))
+        followed = self.executor.followed
+        self.cache.write_pod(
+            node, action.name, resource_version(pod), pod_view(pod), followed=followed
+        )
 
     def create_resource_claim(self, action: CreateResourceClaim) -> None:
         """A DRA node's probe claim, before its pod. A name already taken is the

@@ -42,7 +42,7 @@ from gpuaccept.operator.core.podspec import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
 )
-from gpuaccept.operator.views import fence_rule_view
+from gpuaccept.operator.views import fence_rule_view, resource_version
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,8 @@ def _add_indexes(
         return index_node(body)
 
     async def gpuaccept_nodeacceptances(body: kopf.Body, **_: Any) -> dict[str, Any]:
-        return index_na(body)
+        # the watch event of our own status write: the entry made of the write's answer
+        return index_na(body, controller.cache)
 
     async def gpuaccept_policies(body: kopf.Body, **_: Any) -> dict[str, Any]:
         return index_policy(body, controller.config.owned_key_prefixes)
@@ -151,12 +152,19 @@ def _add_event_handlers(
 
     @kopf.on.event(GROUP, VERSION, ACCEPTANCE_PLURAL, registry=registry)
     async def na_event(
-        name: str, spec: kopf.Spec, status: kopf.Status, type: str | None, **kwargs: Any
+        name: str,
+        spec: kopf.Spec,
+        status: kopf.Status,
+        type: str | None,
+        body: kopf.Body,
+        **kwargs: Any,
     ) -> None:
         controller.cache.attach(kwargs)
+        echo = controller.cache.echo("na", name, resource_version(body))
         controller.cache.saw("na", name, type, time.monotonic())
         controller.cache.refresh("na", name)
-        controller.enqueue(str(spec.get("nodeName") or name))
+        if not echo:  # an echo of the node's own write: its next pass read that version
+            controller.enqueue(str(spec.get("nodeName") or name))
         if status.get("fabric"):  # a node in (or done with) a fabric test
             controller.fabric.poke()
 
@@ -167,13 +175,29 @@ def _add_event_handlers(
         controller.cache.refresh_policies()
         controller.policy_seen()
 
+    _add_pod_event(registry, controller, probe_labels)
+
+
+def _add_pod_event(
+    registry: kopf.OperatorRegistry, controller: Controller, probe_labels: dict[str, str]
+) -> None:
+    """The operator's pods (probe, fabric, watch): each event re-queues its node, but
+    the echo of the node's own create."""
+
     @kopf.on.event("", "v1", "pods", labels=probe_labels, registry=registry)
     async def pod_event(
-        name: str, spec: kopf.Spec, labels: kopf.Labels, type: str | None, **kwargs: Any
+        name: str,
+        spec: kopf.Spec,
+        labels: kopf.Labels,
+        type: str | None,
+        body: kopf.Body,
+        **kwargs: Any,
     ) -> None:
         controller.cache.attach(kwargs)
+        echo = controller.cache.echo("pod", name, resource_version(body))
         controller.cache.saw("pod", name, type, time.monotonic())
-        controller.enqueue(pinned_node(spec))
+        if not echo:  # the echo of the node's own create: its next pass read that version
+            controller.enqueue(pinned_node(spec))
         if FABRIC_PAIR_LABEL in labels:  # a fabric pair's pod: the pair pass reads it
             controller.fabric.poke()
 
