@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import (
@@ -416,6 +416,48 @@ def _salvaged(raw: object) -> NodeAcceptanceStatus:
     return NodeAcceptanceStatus(**keep)
 
 
+class SharedFieldSets:
+    """One set object per distinct set of fields that are set, shared by the cache's
+    models: pydantic keeps, on every model, the names of the fields its input had
+    (``model_fields_set``) in a set of its own; a slim status has some 20 (a set of
+    2.2 KB), each pod on record and creation intent 3. A frozen model never changes
+    that set (``model_copy`` changes a copy), so the models whose sets are equal can
+    hold one. At most ``size`` distinct sets are kept; a model with another keeps its
+    own."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._sets: dict[frozenset[str], set[str]] = {}
+        self._lock = threading.Lock()  # entries are made on the event loop and the API threads
+
+    def share(self, model: BaseModel) -> None:
+        """Give ``model`` and the models in its fields (and in their lists) the shared
+        set equal to theirs."""
+        if not model.model_config.get("frozen"):
+            return  # a model that can change would change its set in place
+        own = model.__pydantic_fields_set__
+        key = frozenset(own)
+        with self._lock:
+            shared = self._sets.get(key)
+            if shared is None and len(self._sets) < self.size:
+                shared = self._sets[key] = own
+        if shared is not None and shared is not own:
+            object.__setattr__(model, "__pydantic_fields_set__", shared)
+        for value in model.__dict__.values():
+            if isinstance(value, BaseModel):
+                self.share(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, BaseModel):
+                        self.share(item)
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+
+SHARED_FIELD_SETS = SharedFieldSets(4096)
+
+
 def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
     """The cache entry of a NodeAcceptance body: its status parsed but for the packed
     fields, which are kept as compressed JSON (checked when they are parsed)."""
@@ -442,6 +484,7 @@ def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
     except ValidationError as error:
         _unreadable(name, error)
         status, packed_json, readings = _salvaged(raw), None, PackedReadings()
+    SHARED_FIELD_SETS.share(status)
     view = NAView(
         name=name,
         status=status,

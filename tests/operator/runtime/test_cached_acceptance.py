@@ -10,6 +10,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from pydantic import BaseModel
 from world import BOOT, T0, make_report, spec
 
 from gpuaccept.contracts.inservice import InServiceStatus, InServiceSuspect, InServiceVerdict
@@ -45,6 +46,7 @@ from gpuaccept.operator.views import (
     PARSED_PACKED,
     CachedAcceptance,
     PolicyEntry,
+    SharedFieldSets,
     cached_acceptance,
 )
 
@@ -388,3 +390,49 @@ def test_an_unreadable_ledger_starts_over_as_an_unreadable_status_does() -> None
     assert unread.view.packed is not None
     assert unread.view.packed.signatures == ()  # offered to no other node's correlation
     assert unread.with_evidence().status.phase == Phase.PENDING
+
+
+# --- the fields-set of the cache's models, shared
+
+
+def test_entries_with_the_same_fields_share_one_fields_set() -> None:
+    one, two = (cached_acceptance(body).view.status for body in list(_bodies().values())[:2])
+    assert one.model_fields_set is two.model_fields_set
+    assert one.owned_pods[0].model_fields_set is two.owned_pods[0].model_fields_set
+
+
+def test_a_copy_of_a_shared_entry_changes_no_other_entry() -> None:
+    """What the fabric pass and a decision do to a status (a copy with fields updated)
+    leaves every other entry's fields, and what it writes, as they were."""
+    bodies = list(_bodies().values())[:2]
+    one, two = (cached_acceptance(body) for body in bodies)
+    fields = set(two.view.status.model_fields_set)
+    wire = two.with_evidence().status.to_wire()
+    changed = one.view.status.model_copy(update={"pod_serial": 9, "release": None})
+    assert "release" in changed.model_fields_set
+    assert one.with_evidence().status.model_copy(update={"taken_out_gpus": 2}).taken_out_gpus == 2
+    assert two.view.status.model_fields_set == fields
+    assert "release" not in one.view.status.model_fields_set
+    assert two.with_evidence().status.to_wire() == wire
+
+
+def test_field_sets_are_shared_up_to_a_bound_and_only_for_frozen_models() -> None:
+    shared = SharedFieldSets(1)
+    first, second = Reason(check="a", reason="A"), Reason(check="b", reason="B")
+    other = Reason(check="c", reason="C", message="m")  # another set of fields
+    own = other.model_fields_set
+    for model in (first, second, other):
+        shared.share(model)
+    assert first.model_fields_set is second.model_fields_set
+    assert other.model_fields_set is own  # past the bound: its own
+    assert len(shared) == 1
+    thawed, again = Thawed(check="a"), Thawed(check="b")  # a model that can change
+    shared = SharedFieldSets(8)
+    shared.share(thawed)
+    shared.share(again)
+    assert thawed.model_fields_set is not again.model_fields_set
+    assert len(shared) == 0
+
+
+class Thawed(BaseModel):
+    check: str
