@@ -7,9 +7,11 @@ on it as on the whole status."""
 from __future__ import annotations
 
 import json
+import zlib
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 from world import BOOT, T0, make_report, spec
 
@@ -45,6 +47,7 @@ from gpuaccept.operator.core.reverify_schedule import candidate, reverifiable
 from gpuaccept.operator.views import (
     PARSED_PACKED,
     CachedAcceptance,
+    Packing,
     PolicyEntry,
     SharedFieldSets,
     cached_acceptance,
@@ -436,3 +439,35 @@ def test_field_sets_are_shared_up_to_a_bound_and_only_for_frozen_models() -> Non
 
 class Thawed(BaseModel):
     check: str
+
+
+# --- packing against a preset dictionary
+
+
+def test_packed_json_reads_back_whole_before_and_after_the_dictionary_is_chosen() -> None:
+    packing = Packing()
+    pending = json.dumps({"phase": "Pending"}).encode()
+    first, second = (
+        json.dumps({"report": _decided_wire(failing)["report"]}).encode()
+        for failing in ((), ("pcie_link",))
+    )
+    alone = packing.pack(pending, has_report=False)  # no report seen yet: packed alone
+    against = [packing.pack(text, has_report=True) for text in (first, second)]
+    assert alone[:1] == Packing.ALONE
+    assert [blob[:1] for blob in against] == [Packing.AGAINST] * 2
+    assert [packing.unpack(b) for b in (alone, *against)] == [pending, first, second]
+    # against the first report, the second packs into far less than alone
+    assert len(against[1]) < len(zlib.compress(second, 1)) // 3
+
+
+def test_a_packed_blob_cut_short_or_of_no_known_kind_does_not_read() -> None:
+    packing = Packing()
+    blob = packing.pack(json.dumps(_decided_wire()).encode(), has_report=True)
+    for broken in (blob[:-8], b"\x07" + blob[1:], Packing.ALONE + b"not zlib"):
+        with pytest.raises(zlib.error):
+            packing.unpack(broken)
+    wire = _decided_wire()
+    cached = cached_acceptance(_body(wire))
+    assert cached.packed_json is not None
+    cut = CachedAcceptance(cached.view, cached.packed_json[:-8])
+    assert cut.with_evidence().status == NodeAcceptanceStatus()  # starts over
