@@ -72,6 +72,34 @@ def rss_lines() -> list[str]:
     return [line for line in status.splitlines() if line.startswith(("VmRSS", "VmHWM"))]
 
 
+def growth(
+    snapshot: tracemalloc.Snapshot, previous: tracemalloc.Snapshot, top: int = 30
+) -> list[str]:
+    """What grew since ``previous`` (the last dump): by allocating line, and by the
+    innermost gpuaccept and kopf frames (bytes and blocks, the largest growth first)."""
+    lines = ["", "## grown since the last dump, by allocating line (MB, blocks)"]
+    lines += [
+        f"{d.size_diff / MB:+9.3f} {d.count_diff:+9d}  "
+        f"{d.traceback[-1].filename}:{d.traceback[-1].lineno}"
+        for d in snapshot.compare_to(previous, "lineno")[:top]
+    ]
+    for package in PACKAGES:
+        now = {h: (b, n) for h, b, n in by_innermost(snapshot.statistics("traceback"), package)}
+        then = {h: (b, n) for h, b, n in by_innermost(previous.statistics("traceback"), package)}
+        rows = sorted(
+            (
+                (now.get(h, (0, 0))[0] - then.get(h, (0, 0))[0]),
+                (now.get(h, (0, 0))[1] - then.get(h, (0, 0))[1]),
+                h,
+            )
+            for h in set(now) | set(then)
+        )
+        rows.sort(key=lambda row: -abs(row[0]))  # the largest change first, either way
+        lines += ["", f"## grown since the last dump, by innermost {package} frame (MB, blocks)"]
+        lines += [f"{b / MB:+9.3f} {n:+9d}  {h}" for b, n, h in rows[:top]]
+    return lines
+
+
 def render(snapshot: tracemalloc.Snapshot, why: str, peak: int, top: int = 40) -> str:
     stats = snapshot.statistics("traceback")
     total = sum(stat.size for stat in stats)
@@ -106,6 +134,9 @@ class Dumper:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, name="traced-dump", daemon=True)
+        self.previous: tracemalloc.Snapshot | None = None  # the last dump's, with --growth
+        self.growth = False
+        self.start_after_s, self.frames = 0.0, 12
 
     def dump(self, why: str) -> None:
         with self.lock:
@@ -117,9 +148,18 @@ class Dumper:
             self.largest = max(self.largest, current)
             self.serial += 1
             path = self.directory / f"snapshot-{self.serial:03d}-{why}.txt"
-            path.write_text(render(snapshot, why, peak))
+            text = render(snapshot, why, peak)
+            if self.growth and self.previous is not None:
+                text += "\n".join(growth(snapshot, self.previous)) + "\n"
+            if self.growth:
+                self.previous = snapshot
+            path.write_text(text)
 
     def _loop(self) -> None:
+        if not tracemalloc.is_tracing():  # --start-after: tracing starts here, later
+            if self.stop.wait(self.start_after_s):
+                return
+            tracemalloc.start(self.frames)
         last = last_peak = time.monotonic()
         while not self.stop.wait(POLL_S):
             current, _ = tracemalloc.get_traced_memory()
@@ -137,19 +177,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dump-dir", type=Path, required=True)
     parser.add_argument("--every", type=float, default=60.0, help="seconds between dumps")
     parser.add_argument("--frames", type=int, default=12, help="frames kept per allocation")
+    parser.add_argument(
+        "--start-after",
+        type=float,
+        default=0.0,
+        help="seconds before tracing starts (e.g. past the join, to see what grows in service)",
+    )
+    parser.add_argument(
+        "--growth",
+        action="store_true",
+        help="each dump also says what grew since the last (keeps the last snapshot)",
+    )
     parser.add_argument("operator_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     rest = args.operator_args[1:] if args.operator_args[:1] == ["--"] else args.operator_args
     args.dump_dir.mkdir(parents=True, exist_ok=True)
-    tracemalloc.start(args.frames)
     dumper = Dumper(args.dump_dir, args.every)
+    dumper.growth, dumper.start_after_s, dumper.frames = args.growth, args.start_after, args.frames
+    if args.start_after <= 0:
+        tracemalloc.start(args.frames)
     dumper.thread.start()
     try:
         return operator_main(rest)
     finally:
         dumper.stop.set()
         dumper.thread.join()
-        dumper.dump("exit")
+        if tracemalloc.is_tracing():
+            dumper.dump("exit")
 
 
 if __name__ == "__main__":

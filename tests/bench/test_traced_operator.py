@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import tracemalloc
 
-from bench.traced_operator import by_innermost, innermost, render
+from bench.traced_operator import by_innermost, growth, innermost, render
 
 HELD: list[object] = []
 
@@ -34,4 +34,20 @@ def test_live_blocks_are_charged_to_the_innermost_frame_of_the_package() -> None
     text = render(snapshot, "test", peak=0)
     assert "## by innermost gpuaccept frame" in text
     assert f"bench/test_traced_operator.py:{line}" in text
+    HELD.clear()
+
+
+def test_growth_names_what_was_made_between_two_snapshots() -> None:
+    tracemalloc.start(25)
+    try:
+        before = tracemalloc.take_snapshot()
+        decode_many()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    line = decode_many.__code__.co_firstlineno + 2
+    lines = growth(after, before)
+    mine = [row for row in lines if f"bench/test_traced_operator.py:{line}" in row]
+    assert mine, lines
+    assert float(mine[0].split()[0]) > 0  # grown, in MB
     HELD.clear()

@@ -7,10 +7,13 @@ and probe pods, with the ``index_*`` functions below); ``Cache.attach`` takes
 them once the first handler runs.
 
 A NodeAcceptance is kept as a
-:class:`~gpuaccept.operator.views.CachedAcceptance`: its status without the
-evidence (stored probe report, check summaries, baseline, the policy sections the
-report was measured under: ``views.EVIDENCE_FIELDS``), which stays compressed JSON
-until a decision asks for it (:meth:`Cache.na_with_evidence`).
+:class:`~gpuaccept.operator.views.CachedAcceptance`: its status without the packed
+fields (the evidence: stored probe report, check summaries, baseline, the policy
+sections the report was measured under; and the key figures, conditions and
+in-service ledger: ``views.PACKED_FIELDS``), which stay compressed JSON until a
+decision asks for them (:meth:`Cache.na_with_evidence`), with what the slim view's
+readers take of them (``NAView.packed``: the published figures, the in-service
+signatures).
 
 The fleet's counts (:class:`~gpuaccept.operator.core.fleetcount.FleetCount`:
 phases, matched nodes, the quarantine limit's figures) follow the views the
@@ -33,7 +36,7 @@ from gpuaccept.operator.core.capacity import gated, node_gpu_count
 from gpuaccept.operator.core.fabric.membership import fabric_candidate_policy
 from gpuaccept.operator.core.fleetcount import FleetCount
 from gpuaccept.operator.core.gpupublishing import dra_pools
-from gpuaccept.operator.core.inservice.correlation import signatures
+from gpuaccept.operator.core.inservice.correlation import view_signatures
 from gpuaccept.operator.core.model import (
     FenceRuleView,
     NAView,
@@ -309,10 +312,9 @@ class Cache:
             self._fabric_names[policy].add(name)
 
     def _note_signatures(self, name: str, view: NAView | None) -> None:
-        status = view.status if view is not None else None
-        seen = signatures(name, status.in_service) if status is not None else []
-        if seen and status is not None and status.policy:
-            self._signatures[name] = (status.policy, tuple(seen))
+        seen = view_signatures(view) if view is not None else ()
+        if seen and view is not None and view.status.policy:
+            self._signatures[name] = (view.status.policy, seen)
         else:
             self._signatures.pop(name, None)
 
@@ -358,8 +360,9 @@ class Cache:
         return view if isinstance(view, NodeView) else None
 
     def na(self, name: str) -> NAView | None:
-        """The NodeAcceptance without its evidence (``views.EVIDENCE_FIELDS``: ``status.report``
-        and ``probed_sections`` None, no ``checks``)."""
+        """The NodeAcceptance slim: without its packed fields (``views.PACKED_FIELDS``:
+        ``status.report``, ``figures``, ``in_service``, ``probed_sections`` None, no
+        ``checks`` or ``conditions``), with ``packed`` holding what is read of them."""
         cached = self._pick("na", NAS_INDEX, name)
         return cached.view if isinstance(cached, CachedAcceptance) else None
 
@@ -375,7 +378,8 @@ class Cache:
         return written.value
 
     def na_with_evidence(self, name: str) -> NAView | None:
-        """The NodeAcceptance with its evidence parsed into the status: for a decision."""
+        """The NodeAcceptance with its packed fields parsed into the status (the status
+        whole, ``packed`` None): for a decision, and for any status written."""
         cached = self._pick("na", NAS_INDEX, name)
         return cached.with_evidence() if isinstance(cached, CachedAcceptance) else None
 

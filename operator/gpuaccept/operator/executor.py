@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +23,7 @@ from gpuaccept.contracts.api import (
     REMEDY_CONDITION_TYPE,
     REPROBE_ANNOTATION,
 )
+from gpuaccept.contracts.nodeacceptance import OwnedPod
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core.draclaim import claim_is_intended
 from gpuaccept.operator.core.fencing import FENCE_RULE_REFUSED_RETRY_SECONDS
@@ -206,6 +208,20 @@ class KubeExecutor:
         """The pod names this process's creates on ``node`` got no answer for."""
         return frozenset(self.unanswered.get(node, ()))
 
+    def on_record(self, node: str, owned: Iterable[OwnedPod]) -> None:
+        """``owned``, the pods on record in a status of ``node`` just written: the
+        answers of their creates are not needed any more (a record is what identifies a
+        pod, core/podidentity.py), so they are not kept (else the newest few stay per
+        node, one more each window in service)."""
+        created = self.created.get(node)
+        if not created:
+            return
+        recorded = {(entry.name, entry.uid) for entry in owned}
+        for name in [name for name, pod in created.items() if (name, pod.uid) in recorded]:
+            del created[name]
+        if not created:
+            self.created.pop(node, None)
+
     def forget(self, node: str) -> None:
         """Drop what is remembered about ``node`` (its NodeAcceptance is gone)."""
         memories: tuple[dict[str, Any], ...] = (
@@ -289,6 +305,7 @@ class _NodeWrites:
             self.executor.status_refused_at[node] = time.monotonic()
             raise StatusRefusedError(errors[node]) from error
         errors.pop(node, None)
+        self.executor.on_record(node, action.status.owned_pods)
         self._write_na(action.name, body)
 
     def _node_gone(self, node: str, error: ApiException) -> None:

@@ -47,7 +47,7 @@ from gpuaccept.operator.core.model import (
 )
 from gpuaccept.operator.executor import api_message
 from gpuaccept.operator.faultlog import FailureLog, log_failure, log_recovery
-from gpuaccept.operator.views import EVIDENCE_FIELDS
+from gpuaccept.operator.views import PACKED_FIELDS
 
 log = logging.getLogger("gpuaccept.operator")
 
@@ -151,8 +151,9 @@ class FabricLoop:
             if na is None or na.status.policy != policy.name:
                 continue
             node = self.cache.node(name)
-            # The slim view (no evidence parsed): a pass reads neither report nor checks;
-            # the few statuses it writes get theirs back in :meth:`with_evidence`.
+            # The slim view (its packed fields not parsed: views.PACKED_FIELDS): a pass
+            # reads none of them and changes none; the few statuses it writes get them
+            # back, as stored, in :meth:`with_evidence`.
             if node is not None and is_member(na.status, policy.name, spec, node.labels):
                 slices = self.cache.resource_slices(name)
                 gpus = node_gpus(node, slices, self.config.dra_drivers)
@@ -172,9 +173,10 @@ class FabricLoop:
         )
 
     def with_evidence(self, writes: tuple[tuple[str, Action], ...]) -> list[tuple[str, Action]]:
-        """The pass's writes, each status write carrying the node's stored evidence
-        (a status write replaces the status whole; the pass changed only its
-        ``fabric``): evidence is parsed for the statuses written only, not per member."""
+        """The pass's writes, each status write carrying the node's stored packed fields
+        (the evidence, figures, conditions and in-service ledger: a status write replaces
+        the status whole; the pass changed only its ``fabric``, pods on record and
+        creation intents): they are parsed for the statuses written only, not per member."""
         out: list[tuple[str, Action]] = []
         for node, action in writes:
             whole = (
@@ -183,8 +185,8 @@ class FabricLoop:
                 else None
             )
             if isinstance(action, PatchNAStatus) and whole is not None:
-                evidence = {name: getattr(whole.status, name) for name in EVIDENCE_FIELDS}
-                status = action.status.model_copy(update=evidence)
+                packed = {name: getattr(whole.status, name) for name in PACKED_FIELDS}
+                status = action.status.model_copy(update=packed)
                 out.append((node, replace(action, status=status)))
             else:
                 out.append((node, action))

@@ -14,7 +14,7 @@ reads kopf's indexes from the HTTP thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -23,13 +23,13 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Info, disable
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuaccept.checks.nccl_allreduce import BUSBW_FIGURE
 from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, Phase
 from gpuaccept.operator.core.fleet import PolicyTally
 from gpuaccept.operator.core.inservice.evidence import REASON_COMMON_CAUSE
 from gpuaccept.operator.core.inservice.evidence import REASONS as IN_SERVICE_REASONS
 from gpuaccept.operator.core.model import (
     IN_SERVICE_CHECK,
+    PUBLISHED_FIGURES,
     Action,
     NAView,
     NodeSnapshot,
@@ -42,8 +42,7 @@ from gpuaccept.operator.core.phases.unknown import REASON_UNKNOWN_PHASE
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 BYTES_PER_GB = 1e9
-PCIE_GENERATION_FIGURE = "minPcieGeneration"
-PCIE_WIDTH_FIGURE = "minPcieWidth"
+BUSBW_FIGURE, PCIE_GENERATION_FIGURE, PCIE_WIDTH_FIGURE = PUBLISHED_FIGURES
 
 
 def _version() -> str:
@@ -258,10 +257,18 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
+def _figures(na: NAView) -> Mapping[str, object]:
+    """The node's check figures: those a slim view (the cache's) carries, or the whole
+    status's."""
+    if na.packed is not None:
+        return dict(na.packed.figures)
+    figures = na.status.figures
+    return figures.check_figures if figures is not None else {}
+
+
 def node_samples(na: NAView) -> NodeSamples:
     status = na.status
-    figures = status.figures
-    figure = figures.figure if figures is not None else (lambda _name: None)
+    figure = _figures(na).get
     busbw = _number(figure(BUSBW_FIGURE))
     return NodeSamples(
         node=na.name,

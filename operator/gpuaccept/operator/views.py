@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec
 from gpuaccept.contracts.api import (
@@ -27,6 +27,7 @@ from gpuaccept.contracts.api import (
     REMEDY_CONDITION_TYPE,
 )
 from gpuaccept.contracts.forward import read_forward
+from gpuaccept.contracts.inservice import InServiceStatus
 from gpuaccept.contracts.nodeacceptance import (
     MAX_CREATION_INTENTS,
     MAX_OWNED_PODS,
@@ -37,7 +38,9 @@ from gpuaccept.contracts.policy_fields import OWNED_KEY_PREFIX
 from gpuaccept.contracts.probe_invocation import ENV_FABRIC_NONCE
 from gpuaccept.operator.core.fencerules import FENCE_COMPONENT, GPU_UUID_ANNOTATION
 from gpuaccept.operator.core.gpusharing import SHARED_GPU_RESOURCE
+from gpuaccept.operator.core.inservice.correlation import signatures
 from gpuaccept.operator.core.model import (
+    PUBLISHED_FIGURES,
     ConditionSeen,
     DeviceTaintView,
     DraDevice,
@@ -47,9 +50,11 @@ from gpuaccept.operator.core.model import (
     NodeCondition,
     NodePod,
     NodeView,
+    PackedReadings,
     PodView,
     PolicyView,
     ResourceSliceView,
+    SignatureSeen,
     Taint,
 )
 from gpuaccept.operator.core.podidentity import (
@@ -257,62 +262,123 @@ def fence_rule_view(body: Mapping[str, Any]) -> FenceRuleView | None:
     )
 
 
-EVIDENCE_FIELDS = ("report", "checks", "baseline", "probed_sections")
-"""The status fields a NodeAcceptance's cache entry keeps as compressed JSON:
-the stored probe report, the per-check summaries, the baseline and the digests of
-the policy sections the report was measured under (``probedSections``: ~1.3 KB of
-JSON that parses into some 11 KB, read only with the report), the evidence a
-decision re-reads (re-judging, releasing a held verdict) and writes back."""
+PACKED_FIELDS = (
+    "report",
+    "checks",
+    "baseline",
+    "probed_sections",
+    "figures",
+    "conditions",
+    "in_service",
+)
+"""The status fields a NodeAcceptance's cache entry keeps packed, as compressed JSON:
+the evidence (the stored probe report, the per-check summaries, the baseline, the
+digests of the policy sections the report was measured under) and the records no
+reader of the slim view needs whole (the key figures, the conditions, the in-service
+ledger: each parses into 1.3 to 2.6 KB of models). A decision reads them (re-judging,
+releasing a held verdict, the in-service phase) and writes them back; the slim
+view's readers take what they need of them from :class:`PackedReadings`."""
 
-_EVIDENCE_WIRE = tuple(
-    NodeAcceptanceStatus.model_fields[name].alias or name for name in EVIDENCE_FIELDS
+_PACKED_WIRE = tuple(
+    NodeAcceptanceStatus.model_fields[name].alias or name for name in PACKED_FIELDS
 )
 """The same fields as the status's JSON names them."""
+
+_FIGURES_WIRE, _IN_SERVICE_WIRE = "figures", "inService"
 
 
 @dataclass(frozen=True)
 class CachedAcceptance:
     """A NodeAcceptance as the cache keeps it (memory per node).
 
-    ``view`` holds the status without its evidence (:data:`EVIDENCE_FIELDS`):
-    what the counts, the metrics and the status loop read. The evidence (the
-    probe's results with their observed values: ~7 KB of JSON that parses into
-    some 130 objects; the section digests) stays as its compact wire JSON,
-    zlib-compressed, parsed by
-    :meth:`with_evidence` only for a decision, which reads it and writes it back
+    ``view`` holds the status without its packed fields (:data:`PACKED_FIELDS`),
+    with :class:`PackedReadings` (``view.packed``): what the counts, the metrics,
+    the correlation index, the fabric pass and the status loop read. The packed
+    fields (the probe's results with their observed values: ~7 KB of JSON that parses
+    into some 130 objects; the section digests; the figures, conditions and in-service
+    ledger) stay as their compact wire JSON, compressed (:class:`Packing`), parsed by
+    :meth:`with_evidence` only for a decision, which reads them and writes them back
     with every status (a status write replaces the status whole).
     """
 
     view: NAView
-    evidence_json: bytes | None = None  # zlib of {"report": …, "checks": …, …}; None: none
+    # {"report": …, "inService": …, …} as PACKING.pack compressed it; None: none
+    packed_json: bytes | None = None
 
     def with_evidence(self) -> NAView:
-        """The view with its evidence parsed into the status, as the core reads it.
+        """The view with its packed fields parsed into the status: the status whole,
+        as the core reads it.
 
-        Unreadable evidence makes the whole status unreadable, as when the
+        Unreadable packed fields make the whole status unreadable, as when the
         status is parsed at once: the node starts over (never an acceptance).
         """
-        if self.evidence_json is None:
-            return self.view
-        update = PARSED_EVIDENCE.get(self.evidence_json)
+        if self.packed_json is None:
+            return replace(self.view, packed=None)
+        update = PARSED_PACKED.get(self.packed_json)
         if update is None:
             try:
-                raw = json.loads(zlib.decompress(self.evidence_json))
-                evidence = read_forward(NodeAcceptanceStatus, raw)
+                raw = json.loads(PACKING.unpack(self.packed_json))
+                packed = read_forward(NodeAcceptanceStatus, raw)
             except (ValidationError, zlib.error, ValueError) as error:
                 _unreadable(self.view.name, error)
-                return replace(self.view, status=_salvaged(self.view.status.to_wire()))
-            update = {name: getattr(evidence, name) for name in EVIDENCE_FIELDS}
-            PARSED_EVIDENCE.put(self.evidence_json, update)
-        return replace(self.view, status=self.view.status.model_copy(update=update))
+                salvaged = _salvaged(self.view.status.to_wire())
+                return replace(self.view, status=salvaged, packed=None)
+            update = {name: getattr(packed, name) for name in PACKED_FIELDS}
+            PARSED_PACKED.put(self.packed_json, update)
+        status = self.view.status.model_copy(update=update)
+        return replace(self.view, status=status, packed=None)
 
 
-class ParsedEvidence:
-    """The evidence parsed lately, by its compressed JSON: a node's passes come in a
-    run (the verdict's watch events, the Node's, its pods'), each reading the same
-    evidence, which parses in about 2 ms. The parsed fields are frozen models, shared
-    by the views that read them. At most ``size`` entries (~55 KB each), the oldest
-    read dropped first; unreadable evidence is never kept (it is judged each time)."""
+class Packing:
+    """The compression of the packed fields: zlib against a preset dictionary (zlib's
+    ``zdict``), the first packed JSON with a report this process packs, fixed from then
+    on. The nodes' reports name the same checks, observed fields and messages, so
+    against another node's a status packs into a fraction of what it packs into
+    alone. A blob's first byte says how it was packed: 0 alone (before any report
+    was seen), 1 against the dictionary."""
+
+    ALONE, AGAINST = b"\x00", b"\x01"
+
+    def __init__(self) -> None:
+        self._dictionary: bytes | None = None
+        self._lock = threading.Lock()  # entries are made on the event loop and the API threads
+
+    def pack(self, text: bytes, has_report: bool) -> bytes:
+        dictionary = self._dictionary
+        if dictionary is None and has_report:
+            with self._lock:
+                if self._dictionary is None:
+                    self._dictionary = text[-ZLIB_WINDOW:]
+                dictionary = self._dictionary
+        if dictionary is None:
+            return self.ALONE + zlib.compress(text, 1)
+        packer = zlib.compressobj(1, zdict=dictionary)
+        return self.AGAINST + packer.compress(text) + packer.flush()
+
+    def unpack(self, blob: bytes) -> bytes:
+        """The JSON ``blob`` was packed from; :class:`zlib.error` if it is not whole."""
+        kind, data = blob[:1], blob[1:]
+        if kind == self.ALONE:
+            return zlib.decompress(data)
+        if kind != self.AGAINST or self._dictionary is None:
+            raise zlib.error(f"not a packed blob (kind {kind!r})")
+        unpacker = zlib.decompressobj(zdict=self._dictionary)
+        text = unpacker.decompress(data)
+        if not unpacker.eof:
+            raise zlib.error("packed blob cut short")
+        return text
+
+
+ZLIB_WINDOW = 32768  # zlib reads at most the dictionary's last 32 KB
+PACKING = Packing()
+
+
+class ParsedPacked:
+    """The packed fields parsed lately, by their compressed JSON: a node's passes come
+    in a run (the verdict's watch events, the Node's, its pods'), each reading the same
+    fields, which parse in about 2 ms. The parsed fields are frozen models, shared
+    by the views that read them. At most ``size`` entries (~60 KB each), the oldest
+    read dropped first; unreadable fields are never kept (they are judged each time)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -334,7 +400,7 @@ class ParsedEvidence:
                 self._entries.popitem(last=False)
 
 
-PARSED_EVIDENCE = ParsedEvidence(32)
+PARSED_PACKED = ParsedPacked(32)
 
 
 def _unreadable(name: object, error: Exception) -> None:
@@ -395,39 +461,111 @@ def _salvaged(raw: object) -> NodeAcceptanceStatus:
     return NodeAcceptanceStatus(**keep)
 
 
+class SharedFieldSets:
+    """One set object per distinct set of fields that are set, shared by the cache's
+    models: pydantic keeps, on every model, the names of the fields its input had
+    (``model_fields_set``) in a set of its own; a slim status has some 20 (a set of
+    2.2 KB), each pod on record and creation intent 3. A frozen model never changes
+    that set (``model_copy`` changes a copy), so the models whose sets are equal can
+    hold one. At most ``size`` distinct sets are kept; a model with another keeps its
+    own."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._sets: dict[frozenset[str], set[str]] = {}
+        self._lock = threading.Lock()  # entries are made on the event loop and the API threads
+
+    def share(self, model: BaseModel) -> None:
+        """Give ``model`` and the models in its fields (and in their lists) the shared
+        set equal to theirs."""
+        if not model.model_config.get("frozen"):
+            return  # a model that can change would change its set in place
+        own = model.__pydantic_fields_set__
+        key = frozenset(own)
+        with self._lock:
+            shared = self._sets.get(key)
+            if shared is None and len(self._sets) < self.size:
+                shared = self._sets[key] = own
+        if shared is not None and shared is not own:
+            object.__setattr__(model, "__pydantic_fields_set__", shared)
+        for value in model.__dict__.values():
+            if isinstance(value, BaseModel):
+                self.share(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, BaseModel):
+                        self.share(item)
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+
+SHARED_FIELD_SETS = SharedFieldSets(4096)
+
+
 def cached_acceptance(body: Mapping[str, Any]) -> CachedAcceptance:
-    """The cache entry of a NodeAcceptance body: its status parsed but for the
-    evidence, which is kept as compressed JSON (checked when it is parsed)."""
+    """The cache entry of a NodeAcceptance body: its status parsed but for the packed
+    fields, which are kept as compressed JSON (checked when they are parsed)."""
     meta = _meta(body)
+    name = str(meta.get("name", ""))
     raw = body.get("status") or {}
-    evidence_json = None
-    if isinstance(raw, Mapping) and any(raw.get(name) for name in _EVIDENCE_WIRE):
-        evidence = {name: raw[name] for name in _EVIDENCE_WIRE if raw.get(name)}
-        raw = {key: value for key, value in raw.items() if key not in _EVIDENCE_WIRE}
+    packed_json, readings = None, PackedReadings()
+    if isinstance(raw, Mapping) and any(raw.get(wire) for wire in _PACKED_WIRE):
+        packed = {wire: raw[wire] for wire in _PACKED_WIRE if raw.get(wire)}
+        raw = {key: value for key, value in raw.items() if key not in _PACKED_WIRE}
         try:
-            text = json.dumps(evidence, separators=(",", ":"), allow_nan=False)
+            text = json.dumps(packed, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as error:  # no status could carry it
-            _unreadable(meta.get("name"), error)
+            _unreadable(name, error)
             raw = {}
         else:
-            evidence_json = zlib.compress(text.encode(), 1)
-    unknown = _unknown_phase(meta.get("name"), raw)
+            packed_json = PACKING.pack(text.encode(), bool(packed.get("report")))
+            readings = _readings(name, packed)
+    unknown = _unknown_phase(name, raw)
     if unknown is not None and isinstance(raw, Mapping):
         raw = {**raw, "phase": Phase.PENDING.value}  # the rest read as it is
     try:
         status = read_forward(NodeAcceptanceStatus, raw)
     except ValidationError as error:
-        _unreadable(meta.get("name"), error)
-        status, evidence_json = _salvaged(raw), None
+        _unreadable(name, error)
+        status, packed_json, readings = _salvaged(raw), None, PackedReadings()
+    SHARED_FIELD_SETS.share(status)
     view = NAView(
-        name=str(meta.get("name", "")),
+        name=name,
         status=status,
         resource_version=str(meta.get("resourceVersion", "")),
         uid=str(meta.get("uid", "")),
         annotations=_owned_annotations(meta),
         unknown_phase=unknown,
+        packed=readings,
     )
-    return CachedAcceptance(view, evidence_json)
+    return CachedAcceptance(view, packed_json)
+
+
+def _readings(name: str, packed: Mapping[str, Any]) -> PackedReadings:
+    """What the slim view's readers take of the packed fields (wire JSON, unchecked):
+    the published figures that are scalars, and the in-service signatures of a ledger
+    with a suspect or a verdict (parsed only then: most ledgers have neither). What
+    does not read is left out here; a decision finds the status unreadable."""
+    figures = packed.get(_FIGURES_WIRE)
+    found: tuple[tuple[str, object], ...] = ()
+    if isinstance(figures, Mapping):
+        found = tuple(
+            (figure, value)
+            for figure in PUBLISHED_FIGURES
+            if isinstance(value := figures.get(figure), int | float | str)
+        )
+    ledger = packed.get(_IN_SERVICE_WIRE)
+    seen: tuple[SignatureSeen, ...] = ()
+    if isinstance(ledger, Mapping) and (ledger.get("suspects") or ledger.get("verdict")):
+        try:
+            seen = tuple(signatures(name, read_forward(InServiceStatus, ledger)))
+        except ValidationError:
+            seen = ()
+    return PackedReadings(found, seen) if found or seen else _NO_READINGS
+
+
+_NO_READINGS = PackedReadings()
 
 
 def _unknown_phase(name: object, raw: object) -> str | None:

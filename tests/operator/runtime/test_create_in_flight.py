@@ -11,11 +11,11 @@ from typing import Any, cast
 
 import pytest
 
-from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus
+from gpuaccept.contracts.nodeacceptance import NodeAcceptanceStatus, OwnedPod
 from gpuaccept.operator.cache import Cache
 from gpuaccept.operator.core import CreateProbePod, NodeSnapshot, PodView
 from gpuaccept.operator.core.creationintent import intended_create
-from gpuaccept.operator.core.model import CreatedPod
+from gpuaccept.operator.core.model import CreatedPod, PatchNAStatus
 from gpuaccept.operator.core.podidentity import split_pods
 from gpuaccept.operator.executor import KubeExecutor
 from gpuaccept.operator.kube import Kube
@@ -75,3 +75,41 @@ def test_a_pod_seen_while_its_create_is_in_flight_is_not_a_crash_windows() -> No
     assert seen.ours == ()  # not read before its answer
     after = split_pods([pod], status, {}, node="gpu-1", owner="na")  # no answer, ever
     assert after.crashed == (pod,)
+
+
+class RecordingKube(CreatingKube):
+    """Creates pods (each its own UID) and answers status writes."""
+
+    def create_pod(self, namespace: str, manifest: Any) -> dict[str, Any]:
+        name = manifest["metadata"]["name"]
+        return {"metadata": {"name": name, "uid": f"u-{name}", "resourceVersion": "5"}}
+
+    def patch_na_status(self, name: str, rv: str, wire: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": name, "resourceVersion": "6"}, "status": wire}
+
+
+def _written(executor: KubeExecutor, *owned: OwnedPod) -> None:
+    status = NodeAcceptanceStatus(owned_pods=list(owned))
+    executor.execute(
+        NodeSnapshot(node_name="gpu-1", now=NOW, node=None), PatchNAStatus("gpu-1", "5", status)
+    )
+
+
+def test_a_creates_answer_is_kept_until_a_status_written_records_its_pod() -> None:
+    """One pod a window in service: the answers of the creates would pile up (the
+    newest few per node) though each pod's record, once written, is what identifies it."""
+    kube = RecordingKube()
+    executor = KubeExecutor(cast(Kube, kube), Cache(), namespace="ns", identity="test")
+    for window in (1, 2, 3):
+        name = f"watch-gpu-1-{window}"
+        manifest = {"metadata": {"name": name, "labels": LABELS}, "spec": {"nodeName": "gpu-1"}}
+        executor.execute(
+            NodeSnapshot(node_name="gpu-1", now=NOW, node=None), CreateProbePod(name, manifest)
+        )
+        answer = executor.created_pods("gpu-1")[name]
+        _written(executor)  # a write that records nothing keeps the answer
+        _written(executor, OwnedPod(name=name, uid="another", shape=answer.shape))  # nor another's
+        assert name in executor.created_pods("gpu-1")
+        _written(executor, OwnedPod(name=name, uid=answer.uid, shape=answer.shape))
+        assert executor.created_pods("gpu-1") == {}
+    assert "gpu-1" not in executor.created

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from gpuaccept.checks import fabric_allreduce
 from gpuaccept.checks.fabric_allreduce import NoPartnerAction
+from gpuaccept.checks.nccl_allreduce import BUSBW_FIGURE
 from gpuaccept.checks.policy import NodeAcceptancePolicySpec, ProbePolicy
 from gpuaccept.checks.verdict import Verdict
 from gpuaccept.contracts.api import NODE_CONDITION_TYPE
@@ -152,6 +153,28 @@ class NAView:
     # before a rollback): ``status`` is the rest, read with phase Pending in its place
     # (core/phases/unknown.py decides what happens to the node).
     unknown_phase: str | None = None
+    # None: ``status`` is whole, as a decision reads it. Else this is the cache's slim
+    # view: ``status`` lacks the fields the cache keeps packed (operator/views.py,
+    # ``PACKED_FIELDS``), and this is what the readers of the slim view take of them.
+    packed: PackedReadings | None = None
+
+
+PUBLISHED_FIGURES = (BUSBW_FIGURE, "minPcieGeneration", "minPcieWidth")
+"""The check figures (``status.figures``) the operator publishes per node (metrics.py):
+the all-reduce bus bandwidth, the weakest PCIe link's generation and width."""
+
+
+@dataclass(frozen=True)
+class PackedReadings:
+    """What the readers of a slim NodeAcceptance view (the cache's entry, whose
+    ``status.figures``, ``status.inService`` and ``status.conditions`` stay packed with
+    the evidence) read of those fields, taken when the entry is made: the figures of
+    :data:`PUBLISHED_FIGURES` it has (name and value) for the metrics, and its
+    in-service signatures (core/inservice/correlation.py) for the other nodes'
+    correlation."""
+
+    figures: tuple[tuple[str, object], ...] = ()
+    signatures: tuple[SignatureSeen, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuaccept.contracts.inservice import Correlation, InServiceStatus
-from gpuaccept.operator.core.model import SignatureSeen
+from gpuaccept.operator.core.model import NAView, SignatureSeen
 
 
 def bar(policy: Correlation, matched: int) -> int:
@@ -74,6 +74,14 @@ def signatures(node: str, ledger: InServiceStatus | None) -> list[SignatureSeen]
     if ledger.verdict is not None:
         seen.append(SignatureSeen(node, ledger.verdict.signature, ledger.verdict.window_start))
     return seen
+
+
+def view_signatures(view: NAView) -> tuple[SignatureSeen, ...]:
+    """:func:`signatures` of a NodeAcceptance view: a slim one (the cache's, its ledger
+    packed) carries them, taken when its entry was made; a whole one has its ledger."""
+    if view.packed is not None:
+        return view.packed.signatures
+    return tuple(signatures(view.name, view.status.in_service))
 
 
 def suspect_signature(xid: int) -> str:
